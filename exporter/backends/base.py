@@ -1,0 +1,37 @@
+"""The one seam to GPU hardware: the ``GpuBackend`` protocol both backends implement."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from exporter.model import BackendSample
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot answer at all (no driver, library mismatch); carries the reason."""
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """Source of one ``BackendSample`` per sampling cycle.
+
+    Contract:
+    - ``sample(window_seconds)`` blocks for about ``window_seconds`` (windowed signals such as
+      GPM and per-process utilisation take two readings that far apart) and returns a complete
+      ``BackendSample``.  It never raises for a single GPU or field: a lost GPU becomes
+      ``GpuSample(up=False)``, an unsupported field ``None``.  When the driver is missing it
+      returns ``BackendSample(up=False, error=...)`` and retries initialisation with backoff on
+      later calls.
+    - It may be called only from one thread at a time (the sampler's worker).
+    - ``close()`` releases the driver (NVML shutdown); safe to call twice.
+    """
+
+    name: str
+
+    def sample(self, window_seconds: float) -> BackendSample:
+        """Read every GPU once, spending about ``window_seconds`` for windowed signals."""
+        ...
+
+    def close(self) -> None:
+        """Release resources; idempotent."""
+        ...

@@ -1,0 +1,254 @@
+"""Frozen snapshot types: what one sampling cycle saw, in base units.
+
+Every quantity is in base units (bytes, seconds, watts, joules, hertz, degrees
+Celsius) and every activity is a ratio in 0..1.  ``None`` always means "not
+available on this device / driver" and is never rendered as 0 or NaN.
+This module imports nothing of ours so every other layer can depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed")
+"""The boundness state set, in the order it is rendered (DESIGN §4)."""
+
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class GpmSample:
+    """GPM profiling ratios (0..1) over one window on Hopper+; ``None`` = metric unavailable."""
+
+    window_seconds: float
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    fp64_active: float | None = None
+    fp32_active: float | None = None
+    fp16_active: float | None = None
+    dram_active: float | None = None
+
+    def max_pipe_active(self) -> float | None:
+        """Highest tensor/FP pipe activity (roofline y); ``None`` if no pipe is known."""
+        pipes = [
+            v
+            for v in (self.tensor_active, self.fp64_active, self.fp32_active, self.fp16_active)
+            if v is not None
+        ]
+        return max(pipes) if pipes else None
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One compute process on a leaf, as NVML reports it (host PID)."""
+
+    pid: int
+    used_memory_bytes: int | None = None
+    sm_util_ratio: float | None = None
+    """Share of SM time this process used over the last window (per-process utilisation)."""
+    memory_util_ratio: float | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """Identity of a MIG instance (GPU instance + compute instance) on a physical GPU."""
+
+    mig_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    """Profile name as nvidia-smi prints it, e.g. ``1g.18gb``."""
+
+
+@dataclass(frozen=True)
+class LeafSample:
+    """A schedulable unit: the whole GPU (MIG off) or one MIG instance.
+
+    ``uuid`` is always the physical GPU's UUID; ``mig`` is set for MIG instances.
+    """
+
+    uuid: str
+    mig: MigInstance | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_ratio: float | None = None
+    """NVML "GPU-Util" (time one or more kernels ran); NVML offers it only for whole GPUs."""
+    gpm: GpmSample | None = None
+    processes: tuple[ProcessSample, ...] = ()
+
+    @property
+    def leaf_id(self) -> str:
+        """Stable key of this leaf: the MIG UUID for MIG instances, else the GPU UUID."""
+        return self.mig.mig_uuid if self.mig is not None else self.uuid
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One physical GPU at one instant.  ``up=False`` means lost or unreadable: only identity is kept."""
+
+    index: int
+    uuid: str
+    up: bool = True
+    name: str | None = None
+    pci_bus_id: str | None = None
+    compute_capability: str | None = None
+    """``major.minor``, e.g. ``9.0``."""
+    mig_mode: str | None = None
+    """``enabled`` / ``disabled``; ``None`` if the GPU has no MIG."""
+    compute_mode: str | None = None
+    """``default``, ``exclusive_process`` or ``prohibited``."""
+    utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    """NVML "util.mem": time the memory controller was busy (not capacity)."""
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    """Raw cumulative energy since the driver loaded; counters.py makes it monotonic."""
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    fan_speed_ratio: float | None = None
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    sm_clock_max_hertz: float | None = None
+    clock_events: Mapping[str, bool] | None = None
+    """Clock event (throttle) reason -> active."""
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    pcie_link_generation: int | None = None
+    pcie_link_width: int | None = None
+    pcie_replay_errors: int | None = None
+    nvlink_tx_bytes_per_second: float | None = None
+    nvlink_rx_bytes_per_second: float | None = None
+    ecc_errors: Mapping[str, int] | None = None
+    """Volatile ECC error counts by severity (``corrected`` / ``uncorrected``)."""
+    remapped_rows: Mapping[str, int] | None = None
+    """Remapped rows by cause (``correctable`` / ``uncorrectable``), plus ``pending``/``failure`` 0/1."""
+    xid_events: tuple[int, ...] = ()
+    """Xid codes of events that arrived since the previous sample (each event once)."""
+    leaves: tuple[LeafSample, ...] = ()
+
+
+@dataclass(frozen=True)
+class BackendSample:
+    """What a backend returns for one cycle."""
+
+    up: bool
+    """False when the backend cannot answer at all (no driver, init failed)."""
+    driver_version: str | None = None
+    gpus: tuple[GpuSample, ...] = ()
+    error: str | None = None
+    """Why ``up`` is False, or a partial failure, for logs."""
+    errors: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """NVML error counts by code name during this cycle (transient errors)."""
+    gpm_supported: bool | None = None
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """Health of one pipeline stage in the cycle: ``gpulens_stage_success/_duration_seconds``."""
+
+    stage: str
+    success: bool
+    duration_seconds: float
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A container that holds a device (from the kubelet), with its owner (from the API)."""
+
+    namespace: str
+    pod: str
+    container: str
+    uid: str | None = None
+    workload_kind: str | None = None
+    workload: str | None = None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One device allocated to one container: ``gpulens_pod_gpu_allocation``."""
+
+    pod: PodRef
+    resource: str
+    uuid: str
+    mig_uuid: str | None = None
+    replica: str | None = None
+    """Time-slicing replica suffix (``GPU-…::N``), ``None`` for exclusive devices."""
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """A container's use of one physical GPU, from its processes (needs PID -> pod)."""
+
+    pod: PodRef
+    uuid: str
+    memory_used_bytes: int | None = None
+    sm_share_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who holds which device and what they use, merged from all attribution sources."""
+
+    allocations: tuple[Allocation, ...] = ()
+    usages: tuple[PodUsage, ...] = ()
+    sharing_replicas: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """Physical GPU UUID -> time-slicing replicas advertised."""
+    sharing_pods: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """Physical GPU UUID -> pods holding a replica."""
+    unmapped_devices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """Reason -> count of device IDs that matched no known GPU (cumulative)."""
+
+
+@dataclass(frozen=True)
+class LeafAnalysis:
+    """Derived per-leaf signals: boundness and the activity integrals (``*_seconds_total``)."""
+
+    leaf_id: str
+    boundness: str | None = None
+    """One of BOUNDNESS_CLASSES, or ``None`` when there is no GPM to classify with."""
+    signals: str = "gpm"
+    """Which signals the class came from: ``gpm`` or ``nvml`` (no class)."""
+    sm_active_seconds: float | None = None
+    tensor_active_seconds: float | None = None
+    dram_active_seconds: float | None = None
+    energy_joules: float | None = None
+    """Monotonic energy counter (physical GPUs only)."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The latest cached result of one probe on one GPU (written by the probe scheduler)."""
+
+    uuid: str
+    probe: str
+    bandwidth_bytes_per_second: float | None
+    efficiency_ratio: float | None
+    last_success_timestamp: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one scrape renders; built once per cycle by the sampler, never mutated."""
+
+    timestamp: float
+    """Unix time (s) at which this cycle finished."""
+    backend: BackendSample
+    stages: tuple[StageResult, ...] = ()
+    analysis: Mapping[str, LeafAnalysis] = field(default_factory=lambda: MappingProxyType({}))
+    """leaf_id -> derived signals."""
+    attribution: Attribution | None = None
+    xid_totals: Mapping[tuple[str, int], int] = field(default_factory=lambda: MappingProxyType({}))
+    """(GPU uuid, xid) -> events seen since the exporter started."""
+    nvml_errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """NVML error code -> errors seen since start (``gpulens_nvml_errors_total``)."""
+    probe_results: tuple[ProbeResult, ...] = ()
+    probe_runs: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    """(uuid, result) -> probe runs since start."""
