@@ -172,6 +172,22 @@ class PodRef:
 
 
 @dataclass(frozen=True)
+class ContainerDevices:
+    """Raw kubelet PodResources entry: the device IDs one container holds for one resource.
+
+    ``device_ids`` are as the device plugin advertised them: ``GPU-<uuid>``, ``MIG-<uuid>``,
+    ``GPU-<uuid>::N`` (time-slicing replica), ``nvidia0/gi1`` and so on.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    pod_uid: str | None = None
+
+
+@dataclass(frozen=True)
 class Allocation:
     """One device allocated to one container: ``gpulens_pod_gpu_allocation``."""
 

@@ -16,9 +16,10 @@ class GpuBackend(Protocol):
     """Source of one ``BackendSample`` per sampling cycle.
 
     Contract:
-    - ``sample(window_seconds)`` blocks for about ``window_seconds`` (windowed signals such as
-      GPM and per-process utilisation take two readings that far apart) and returns a complete
-      ``BackendSample``.  It never raises for a single GPU or field: a lost GPU becomes
+    - ``sample()`` returns a complete ``BackendSample`` without sleeping.  Windowed signals (GPM,
+      per-process utilisation) span from the previous ``sample()`` call to this one, so the
+      sampler's interval is the window; on the first call they are ``None``.
+      It never raises for a single GPU or field: a lost GPU becomes
       ``GpuSample(up=False)``, an unsupported field ``None``.  When the driver is missing it
       returns ``BackendSample(up=False, error=...)`` and retries initialisation with backoff on
       later calls.
@@ -28,8 +29,8 @@ class GpuBackend(Protocol):
 
     name: str
 
-    def sample(self, window_seconds: float) -> BackendSample:
-        """Read every GPU once, spending about ``window_seconds`` for windowed signals."""
+    def sample(self) -> BackendSample:
+        """Read every GPU once; windowed signals cover the time since the previous call."""
         ...
 
     def close(self) -> None:
