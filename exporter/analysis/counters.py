@@ -1,0 +1,114 @@
+"""Monotonic counters derived from samples: activity integrals, energy, Xid and error totals.
+
+Prometheus wants counters that only go up; NVML gives ratios (integrated here into
+``*_seconds_total`` so ``rate()`` over any window is the exact mean) and a driver energy
+counter that restarts at zero after a driver reload (made monotonic here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass
+class _LeafIntegrals:
+    sm: float = 0.0
+    tensor: float = 0.0
+    dram: float = 0.0
+
+
+class ActivityIntegrator:
+    """Integrates GPM ratios over their windows: seconds of SM / tensor / DRAM activity per leaf.
+
+    A ratio ``r`` measured over a window of ``w`` seconds adds ``r * w`` seconds.  Windows come
+    from the backend (the time between two GPM samples), so missed cycles are not double counted
+    and a leaf without GPM keeps no integral (its series stay absent).
+    """
+
+    def __init__(self) -> None:
+        self._leaves: dict[str, _LeafIntegrals] = {}
+
+    def add(
+        self,
+        leaf_id: str,
+        window_seconds: float,
+        sm: float | None,
+        tensor: float | None,
+        dram: float | None,
+    ) -> tuple[float | None, float | None, float | None]:
+        """Add one window; returns the running (sm, tensor, dram) seconds, ``None`` where unknown."""
+        acc = self._leaves.setdefault(leaf_id, _LeafIntegrals())
+        w = max(0.0, window_seconds)
+        if sm is not None:
+            acc.sm += sm * w
+        if tensor is not None:
+            acc.tensor += tensor * w
+        if dram is not None:
+            acc.dram += dram * w
+        return (
+            acc.sm if sm is not None else None,
+            acc.tensor if tensor is not None else None,
+            acc.dram if dram is not None else None,
+        )
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop leaves that no longer exist (a MIG instance destroyed, a GPU removed)."""
+        keep_set = set(keep)
+        for leaf_id in list(self._leaves):
+            if leaf_id not in keep_set:
+                del self._leaves[leaf_id]
+
+
+class MonotonicCounter:
+    """Turns a raw cumulative reading that may restart (driver reload) into a monotonic total.
+
+    The first reading sets the origin (the total starts at 0 when the exporter first sees the
+    device); a reading lower than the previous one is taken as a restart from zero, so its whole
+    value counts as new.  Negative or non-finite readings are ignored.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._total: dict[str, float] = {}
+
+    def update(self, key: str, raw: float | None) -> float | None:
+        """Feed a raw reading; returns the monotonic total, or ``None`` if never read."""
+        if raw is None or raw != raw or raw < 0 or raw == float("inf"):
+            return self._total.get(key)
+        last = self._last.get(key)
+        total = self._total.get(key, 0.0)
+        if last is not None:
+            total += raw - last if raw >= last else raw
+        self._last[key] = raw
+        self._total[key] = total
+        return total
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop keys that no longer exist."""
+        keep_set = set(keep)
+        for key in list(self._last):
+            if key not in keep_set:
+                self._last.pop(key, None)
+                self._total.pop(key, None)
+
+
+class EventCounter:
+    """Counts discrete events by key (Xid per GPU, NVML errors per code) since start."""
+
+    def __init__(self) -> None:
+        self._counts: dict[object, int] = {}
+
+    def add(self, key: object, n: int = 1) -> None:
+        """Count ``n`` more events for ``key``."""
+        if n > 0:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def add_all(self, counts: Mapping[str, int]) -> None:
+        """Count several keys at once."""
+        for key, n in counts.items():
+            self.add(key, n)
+
+    def totals(self) -> dict[object, int]:
+        """A copy of the totals (safe to put in a frozen Snapshot)."""
+        return dict(self._counts)

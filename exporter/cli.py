@@ -1,0 +1,167 @@
+"""``gpulens-exporter`` / ``python -m exporter``: wires backend -> sampler -> collector -> HTTP."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from exporter import __version__
+from exporter.backends.base import GpuBackend
+from exporter.collector import SnapshotCollector
+from exporter.config import ExporterConfig, parse_config
+from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
+from exporter.server import MetricsServer
+
+log = logging.getLogger("gpulens")
+
+
+class _LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage().replace('"', "'")
+        line = (
+            f"ts={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname.lower()} "
+            f'logger={record.name} msg="{msg}"'
+        )
+        if record.exc_info:
+            line += ' exc="' + self.formatException(record.exc_info).replace("\n", " | ") + '"'
+        return line
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    """Structured logs on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper(), logging.INFO)))
+
+
+def make_backend(cfg: ExporterConfig) -> GpuBackend:
+    """The configured backend; ``auto`` takes NVML when a driver loads, else the simulator."""
+    if cfg.backend in ("nvml", "auto"):
+        from exporter.backends.nvml import NvmlBackend
+
+        nvml = NvmlBackend()
+        if cfg.backend == "nvml":
+            return nvml
+        probe = nvml.sample()
+        if probe.up:
+            return nvml
+        nvml.close()
+        log.warning("no NVIDIA driver answered (%s): serving the SIMULATED fleet", probe.error)
+    from exporter.backends.sim import SimFaults, SimulatedBackend
+
+    faults = SimFaults.parse(cfg.sim_faults) if cfg.sim_faults else None
+    return SimulatedBackend(cfg.sim_scenario, seed=cfg.sim_seed, faults=faults)
+
+
+def make_classifier(cfg: ExporterConfig) -> Classifier:
+    """Boundness classifier over ``--analysis.window``."""
+    from exporter.analysis.boundness import BoundnessClassifier
+
+    return BoundnessClassifier(window_seconds=cfg.analysis_window)
+
+
+def make_attributor(cfg: ExporterConfig, backend: GpuBackend) -> Attributor:
+    """Pod attribution from the kubelet, the API and /proc (simulated pods with the sim backend)."""
+    from exporter.attribution.pipeline import AttributionOptions, build_attributor
+
+    options = AttributionOptions(
+        podresources_socket=cfg.podresources_socket or None,
+        node_name=cfg.node_name or None,
+        kube_api=cfg.kube_api,
+        procfs=cfg.procfs,
+        refresh_seconds=cfg.kube_refresh_interval,
+    )
+    return build_attributor(options, backend)
+
+
+def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | None:
+    """Probe scheduler (simulated probe results with the sim backend), or None when disabled."""
+    if not cfg.probes:
+        return None
+    from exporter.probe_scheduler import ProbeOptions, ProbeScheduler, simulated_runner
+
+    options = ProbeOptions(
+        enabled=True,
+        interval_seconds=cfg.probes_interval,
+        timeout_seconds=cfg.probes_timeout,
+        max_utilization_ratio=cfg.probes_max_utilization,
+        min_free_memory_bytes=cfg.probes_min_free_memory,
+        skip_allocated=cfg.probes_skip_allocated,
+    )
+    runner = simulated_runner() if backend.name == "sim" else None
+    return ProbeScheduler(options, runner=runner)
+
+
+def build(cfg: ExporterConfig) -> tuple[Sampler, CollectorRegistry, GpuBackend]:
+    """Wire the pipeline without starting threads (tests use this)."""
+    backend = make_backend(cfg)
+    sampler = Sampler(
+        backend,
+        SamplerOptions(interval_seconds=cfg.collect_interval, deadline_seconds=cfg.collect_deadline),
+        attributor=make_attributor(cfg, backend),
+        classifier=make_classifier(cfg),
+        probes=make_probes(cfg, backend),
+    )
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(SnapshotCollector(sampler.latest, version=__version__, backend=backend.name))
+    return sampler, registry, backend
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; exit 2 on a bad flag, 1 if the port cannot be bound."""
+    cfg = parse_config(argv)
+    setup_logging(cfg.log_format, cfg.log_level)
+    try:
+        sampler, registry, backend = build(cfg)
+    except ValueError as exc:  # e.g. unknown scenario or fault spec
+        sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
+        return 2
+    try:
+        server = MetricsServer(cfg.listen_address, registry, ready=lambda: sampler.latest() is not None)
+    except OSError as exc:
+        sys.stderr.write(f"gpulens-exporter: error: --web.listen-address {cfg.listen_address}: {exc}\n")
+        backend.close()
+        return 1
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received signal %d, shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    sampler.start()
+    server.start()
+    log.info(
+        "serving on %s (backend=%s, interval=%.3gs)", cfg.listen_address, backend.name, cfg.collect_interval
+    )
+    while not stop.wait(0.5):
+        pass
+    t0 = time.monotonic()
+    server.shutdown()
+    sampler.stop(timeout=3.0)
+    log.info("stopped in %.2fs", time.monotonic() - t0)
+    return 0

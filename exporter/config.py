@@ -1,0 +1,243 @@
+"""Exporter flags (DESIGN §9), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
+
+A bad flag or value exits with status 2 and a message naming the flag (or the environment variable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.server import parse_listen_address
+
+DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """``500ms``, ``1s``, ``2m``, ``1h``, ``1d`` or bare seconds -> seconds (> 0)."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a duration (examples: 500ms, 1s, 2m, 1h)")
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} must be greater than zero")
+    return seconds
+
+
+def parse_bool(text: str) -> bool:
+    """Environment booleans: true/false, 1/0, yes/no, on/off."""
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def parse_bytes(text: str) -> int:
+    """``4GiB``, ``512MiB``, ``1e9`` or a plain byte count -> bytes."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*$", text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size (examples: 4GiB, 512MiB)")
+    mult = {
+        None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+        "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    }[m.group(2)]  # fmt: skip
+    return int(float(m.group(1)) * mult)
+
+
+def _listen(text: str) -> str:
+    parse_listen_address(text)
+    return text
+
+
+def env_name(flag: str) -> str:
+    """``--collect.interval`` -> ``GPULENS_COLLECT_INTERVAL``."""
+    return "GPULENS_" + re.sub(r"[.\-]", "_", flag.lstrip("-")).upper()
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    """Everything the exporter was asked to do; durations in seconds, sizes in bytes."""
+
+    listen_address: str
+    backend: str
+    sim_scenario: str
+    sim_seed: int
+    sim_faults: str
+    collect_interval: float
+    collect_deadline: float
+    analysis_window: float
+    podresources_socket: str
+    node_name: str
+    kube_api: bool
+    kube_refresh_interval: float
+    procfs: str
+    probes: bool
+    probes_interval: float
+    probes_timeout: float
+    probes_min_free_memory: int
+    probes_max_utilization: float
+    probes_skip_allocated: bool
+    log_format: str
+    log_level: str
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{text!r} is not a ratio in 0..1")
+    return value
+
+
+def _seed(text: str) -> int:
+    return int(text)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own error exits 2 with usage
+        self.print_usage()
+        self.exit(2, f"gpulens-exporter: error: {message}\n")
+
+
+_FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
+    ("--web.listen-address", _listen, ":9445", "Address to serve /metrics, /healthz and /readyz on."),
+    ("--backend", str, "auto", "GPU backend: nvml, sim, or auto (NVML if a driver loads, else sim)."),
+    (
+        "--sim.scenario",
+        str,
+        "h200x8",
+        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice.",
+    ),
+    ("--sim.seed", _seed, "0", "Seed of the simulated fleet."),
+    ("--sim.faults", str, "", "Faults to inject into the simulator, e.g. 'lost=3;hang=30'."),
+    ("--collect.interval", parse_duration, "1s", "Sampling interval (also the GPM window)."),
+    ("--collect.deadline", parse_duration, "5s", "Longest a GPU read may take before the cycle gives up."),
+    ("--analysis.window", parse_duration, "10s", "Window of the boundness classifier."),
+    (
+        "--kubernetes.podresources-socket",
+        str,
+        DEFAULT_PODRESOURCES_SOCKET,
+        "Kubelet PodResources socket; empty disables pod attribution from the kubelet.",
+    ),
+    ("--kubernetes.node-name", str, "", "This node's name for the API watch (default: $NODE_NAME)."),
+    (
+        "--kubernetes.refresh-interval",
+        parse_duration,
+        "10s",
+        "How often the kubelet mapping is refreshed (cached between).",
+    ),
+    ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods."),
+    ("--probes.interval", parse_duration, "1h", "Interval between bandwidth probes of a GPU."),
+    ("--probes.timeout", parse_duration, "10s", "Wall-clock limit of one probe child process."),
+    ("--probes.min-free-memory", parse_bytes, "4GiB", "Skip probes on a GPU with less free memory."),
+    ("--probes.max-utilization", _ratio, "0.05", "Skip probes on a GPU busier than this (0..1)."),
+    ("--log.format", str, "logfmt", "Log format: logfmt or json."),
+    ("--log.level", str, "info", "Log level: debug, info, warn, error."),
+]
+_CHOICES = {
+    "backend": ("auto", "nvml", "sim"),
+    "log_format": ("logfmt", "json"),
+    "log_level": ("debug", "info", "warn", "error"),
+    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice"),
+}
+_BOOLS: list[tuple[str, bool, str]] = [
+    ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
+    ("probes", True, "Run gated bandwidth probes in child processes."),
+    ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
+]
+
+
+def _die(message: str) -> Any:
+    sys.stderr.write(f"gpulens-exporter: error: {message}\n")
+    raise SystemExit(2)
+
+
+def _typed_from_env(flag: str, conv: Callable[[str], Any], env: Mapping[str, str], default: str) -> Any:
+    name = env_name(flag)
+    raw = env.get(name)
+    if raw is None:
+        return conv(default)
+    try:
+        return conv(raw)
+    except ValueError as exc:
+        _die(f"environment {name}: {exc}")
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    """The argument parser; defaults come from ``env`` twins where set."""
+    parser = _Parser(
+        prog="gpulens-exporter",
+        description="GPU observability exporter: per-GPU, per-MIG and per-pod metrics for Prometheus.",
+    )
+    for flag, conv, default, help_ in _FLAGS:
+        dest = flag.lstrip("-").replace(".", "_").replace("-", "_")
+        env_default = _typed_from_env(flag, conv, env, default)
+        if flag == "--kubernetes.node-name" and not env_default:
+            env_default = env.get("NODE_NAME", "")
+        parser.add_argument(
+            flag,
+            dest=dest,
+            type=conv,
+            default=env_default,
+            choices=_CHOICES.get(dest),
+            help=f"{help_} (env {env_name(flag)}; default {default!r})",
+        )
+    for name, default, help_ in _BOOLS:
+        dest = name.replace(".", "_").replace("-", "_")
+        flag = f"--{name}"
+        try:
+            env_value = parse_bool(env[env_name(flag)]) if env_name(flag) in env else default
+        except ValueError as exc:
+            _die(f"environment {env_name(flag)}: {exc}")
+        parser.add_argument(
+            flag,
+            dest=dest,
+            action=argparse.BooleanOptionalAction,
+            default=env_value,
+            help=f"{help_} (env {env_name(flag)}; default {default})",
+        )
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ExporterConfig:
+    """Parse flags (and env twins); exits 2 naming the bad flag or variable."""
+    env = os.environ if env is None else env
+    parser = build_parser(env)
+    ns = parser.parse_args(argv)
+    for dest, choices in _CHOICES.items():
+        if getattr(ns, dest) not in choices:  # env twins bypass argparse's choices check
+            parser.error(f"{env_name('--' + dest.replace('_', '.'))}: invalid choice {getattr(ns, dest)!r}")
+    if ns.collect_deadline < ns.collect_interval * 0.5:
+        parser.error("--collect.deadline must be at least half of --collect.interval")
+    return ExporterConfig(
+        listen_address=ns.web_listen_address,
+        backend=ns.backend,
+        sim_scenario=ns.sim_scenario,
+        sim_seed=ns.sim_seed,
+        sim_faults=ns.sim_faults,
+        collect_interval=ns.collect_interval,
+        collect_deadline=ns.collect_deadline,
+        analysis_window=ns.analysis_window,
+        podresources_socket=ns.kubernetes_podresources_socket,
+        node_name=ns.kubernetes_node_name,
+        kube_api=ns.kubernetes_api,
+        kube_refresh_interval=ns.kubernetes_refresh_interval,
+        procfs=ns.path_procfs,
+        probes=ns.probes,
+        probes_interval=ns.probes_interval,
+        probes_timeout=ns.probes_timeout,
+        probes_min_free_memory=ns.probes_min_free_memory,
+        probes_max_utilization=ns.probes_max_utilization,
+        probes_skip_allocated=ns.probes_skip_allocated,
+        log_format=ns.log_format,
+        log_level=ns.log_level,
+    )

@@ -1,0 +1,290 @@
+"""The sampler: one immutable Snapshot per ``--collect.interval``, built off the scrape path.
+
+Pipeline per cycle: backend read (under a deadline) -> attribution -> analysis (boundness,
+counters) -> probe scheduling -> publish.  A scrape only renders the newest Snapshot, so a hung
+NVML call delays nothing but the snapshot's age.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
+
+from exporter.analysis.counters import ActivityIntegrator, EventCounter, MonotonicCounter
+from exporter.backends.base import GpuBackend
+from exporter.model import (
+    Attribution,
+    BackendSample,
+    GpmSample,
+    LeafAnalysis,
+    ProbeResult,
+    Snapshot,
+    StageResult,
+)
+
+log = logging.getLogger(__name__)
+
+BACKEND_STAGE = "nvml"
+"""Stage name of the GPU read (the simulator simulates NVML, so it reports the same stage)."""
+
+
+class Attributor(Protocol):
+    """Maps devices and processes to pods (exporter/attribution); must return in milliseconds."""
+
+    def attribute(self, sample: BackendSample, now: float) -> tuple[Attribution, tuple[StageResult, ...]]: ...
+
+    def close(self) -> None: ...
+
+
+class Classifier(Protocol):
+    """Boundness classifier (exporter/analysis/boundness.py)."""
+
+    def observe(
+        self,
+        leaf_id: str,
+        gpm: GpmSample | None,
+        utilization_ratio: float | None,
+        has_processes: bool,
+        now: float,
+    ) -> str | None: ...
+
+    def forget(self, keep: set[str]) -> None: ...
+
+
+class ProbeScheduler(Protocol):
+    """Runs probes in child processes on its own schedule (exporter/probe_scheduler.py)."""
+
+    def observe(self, snapshot: Snapshot) -> None: ...
+
+    def results(self) -> tuple[tuple[ProbeResult, ...], Mapping[tuple[str, str], int]]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SamplerOptions:
+    """Timing of the sampling loop (seconds)."""
+
+    interval_seconds: float = 1.0
+    deadline_seconds: float = 5.0
+    """How long one backend read may take before the cycle gives up on it."""
+
+
+class Sampler:
+    """Builds Snapshots in a background thread; ``latest()`` is what scrapes render."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        options: SamplerOptions | None = None,
+        attributor: Attributor | None = None,
+        classifier: Classifier | None = None,
+        probes: ProbeScheduler | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._backend = backend
+        self._options = options or SamplerOptions()
+        self._attributor = attributor
+        self._classifier = classifier
+        self._probes = probes
+        self._clock = clock
+        self._wall = wall
+        self._latest: Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # One worker reads the backend; while a call hangs, no second one is started.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpulens-backend")
+        self._pending: Future[BackendSample] | None = None
+        self._integrals = ActivityIntegrator()
+        self._energy = MonotonicCounter()
+        self._xid = EventCounter()
+        self._nvml_errors = EventCounter()
+        self._cycles = 0
+
+    # --- public -----------------------------------------------------------------------
+    def latest(self) -> Snapshot | None:
+        """The newest complete Snapshot, or ``None`` before the first cycle finished."""
+        return self._latest
+
+    @property
+    def cycles(self) -> int:
+        """Completed cycles since start."""
+        return self._cycles
+
+    def start(self) -> None:
+        """Run cycles in a daemon thread until ``stop()``."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="gpulens-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop the loop and release the backend, attributor and probe children."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for closer in (self._probes, self._attributor):
+            if closer is not None:
+                try:
+                    closer.close()
+                except Exception:
+                    log.exception("close failed")
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        if self._pending is None or self._pending.done():
+            self._backend.close()
+
+    def run_once(self) -> Snapshot:
+        """Run one whole cycle synchronously and publish its Snapshot (tests use this directly)."""
+        stages: list[StageResult] = []
+        sample = self._read_backend(stages)
+        now = self._clock()
+
+        attribution: Attribution | None = None
+        if self._attributor is not None and sample.up:
+            t0 = time.perf_counter()
+            try:
+                attribution, attr_stages = self._attributor.attribute(sample, now)
+                stages.extend(attr_stages)
+            except Exception:
+                log.exception("attribution failed")
+                stages.append(StageResult("attribution", False, time.perf_counter() - t0))
+
+        t0 = time.perf_counter()
+        analysis: Mapping[str, LeafAnalysis] = MappingProxyType({})
+        try:
+            analysis = MappingProxyType(self._analyse(sample, now))
+            stages.append(StageResult("analysis", True, time.perf_counter() - t0))
+        except Exception:
+            log.exception("analysis failed")
+            stages.append(StageResult("analysis", False, time.perf_counter() - t0))
+
+        snapshot = Snapshot(
+            timestamp=self._wall(),
+            backend=sample,
+            stages=tuple(stages),
+            analysis=analysis,
+            attribution=attribution,
+            xid_totals=MappingProxyType(self._xid.totals()),  # type: ignore[arg-type]
+            nvml_errors=MappingProxyType(self._nvml_errors.totals()),  # type: ignore[arg-type]
+        )
+        snapshot = self._with_probes(snapshot)
+        self._latest = snapshot
+        self._cycles += 1
+        return snapshot
+
+    # --- stages -----------------------------------------------------------------------
+    def _read_backend(self, stages: list[StageResult]) -> BackendSample:
+        t0 = time.perf_counter()
+        if self._pending is not None and not self._pending.done():
+            # The previous call still hangs: do not pile up another one behind it.
+            stages.append(StageResult(BACKEND_STAGE, False, time.perf_counter() - t0))
+            return BackendSample(up=False, error="a backend call is still hanging")
+        self._pending = self._worker.submit(self._backend.sample)
+        try:
+            sample = self._pending.result(timeout=self._options.deadline_seconds)
+        except FutureTimeout:
+            log.warning("backend read exceeded the %.1fs deadline", self._options.deadline_seconds)
+            stages.append(StageResult(BACKEND_STAGE, False, time.perf_counter() - t0))
+            return BackendSample(up=False, error="backend read exceeded the deadline")
+        except Exception as exc:  # a backend bug must not kill the loop
+            log.exception("backend read failed")
+            stages.append(StageResult(BACKEND_STAGE, False, time.perf_counter() - t0))
+            return BackendSample(up=False, error=f"backend raised {type(exc).__name__}")
+        stages.append(StageResult(BACKEND_STAGE, sample.up, time.perf_counter() - t0))
+        self._nvml_errors.add_all(sample.errors)
+        return sample
+
+    def _analyse(self, sample: BackendSample, now: float) -> dict[str, LeafAnalysis]:
+        out: dict[str, LeafAnalysis] = {}
+        live_leaves: set[str] = set()
+        live_gpus: set[str] = set()
+        for gpu in sample.gpus:
+            for xid in gpu.xid_events:
+                self._xid.add((gpu.uuid, xid))
+            if not gpu.up:
+                continue
+            live_gpus.add(gpu.uuid)
+            energy = self._energy.update(gpu.uuid, gpu.energy_joules)
+            for leaf in gpu.leaves:
+                leaf_id = leaf.leaf_id
+                live_leaves.add(leaf_id)
+                gpm = leaf.gpm
+                sm = tensor = dram = None
+                if gpm is not None:
+                    sm, tensor, dram = self._integrals.add(
+                        leaf_id, gpm.window_seconds, gpm.sm_active, gpm.tensor_active, gpm.dram_active
+                    )
+                util = leaf.utilization_ratio
+                if util is None and leaf.mig is None:
+                    util = gpu.utilization_ratio
+                boundness: str | None = None
+                if self._classifier is not None:
+                    boundness = self._classifier.observe(leaf_id, gpm, util, bool(leaf.processes), now)
+                out[leaf_id] = LeafAnalysis(
+                    leaf_id=leaf_id,
+                    boundness=boundness,
+                    signals="gpm" if gpm is not None else "nvml",
+                    sm_active_seconds=sm,
+                    tensor_active_seconds=tensor,
+                    dram_active_seconds=dram,
+                    energy_joules=energy if leaf.mig is None else None,
+                )
+            if gpu.mig_mode == "enabled":
+                # Physical energy still needs a home when every leaf is a MIG instance.
+                out.setdefault(gpu.uuid, LeafAnalysis(leaf_id=gpu.uuid, energy_joules=energy))
+        if sample.up:
+            self._integrals.forget(live_leaves)
+            self._energy.forget(live_gpus | {g.uuid for g in sample.gpus})
+            if self._classifier is not None:
+                self._classifier.forget(live_leaves)
+        return out
+
+    def _with_probes(self, snapshot: Snapshot) -> Snapshot:
+        if self._probes is None:
+            return snapshot
+        t0 = time.perf_counter()
+        try:
+            self._probes.observe(snapshot)
+            results, runs = self._probes.results()
+        except Exception:
+            log.exception("probe scheduling failed")
+            stage = StageResult("probes", False, time.perf_counter() - t0)
+            return _replace(snapshot, stages=(*snapshot.stages, stage))
+        stage = StageResult("probes", True, time.perf_counter() - t0)
+        return _replace(
+            snapshot,
+            stages=(*snapshot.stages, stage),
+            probe_results=results,
+            probe_runs=MappingProxyType(dict(runs)),
+        )
+
+    # --- loop -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        interval = self._options.interval_seconds
+        next_at = self._clock()
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("sampling cycle failed")
+            next_at += interval
+            delay = next_at - self._clock()
+            if delay < 0:
+                # Fell behind (slow or hung backend): restart the grid instead of bursting.
+                next_at = self._clock()
+                delay = 0.0
+            self._stop.wait(delay)
+
+
+def _replace(snapshot: Snapshot, **changes: object) -> Snapshot:
+    from dataclasses import replace
+
+    return replace(snapshot, **changes)  # type: ignore[arg-type]

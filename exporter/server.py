@@ -1,0 +1,126 @@
+"""HTTP endpoints: ``/metrics`` (exposition), ``/healthz`` (alive), ``/readyz`` (first snapshot).
+
+A threaded stdlib server: each connection gets its own thread and a socket timeout, so a client
+that never finishes its request cannot block other scrapes.  Only GET and HEAD are served.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+log = logging.getLogger(__name__)
+
+LANDING = b"""<html><head><title>gpulens exporter</title></head><body>
+<h1>gpulens exporter</h1><p><a href="/metrics">Metrics</a> &middot;
+<a href="/healthz">healthz</a> &middot; <a href="/readyz">readyz</a></p></body></html>
+"""
+
+REQUEST_TIMEOUT_SECONDS = 10.0
+"""A client gets this long to send its request line and headers before it is dropped."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    registry: CollectorRegistry
+    ready: Callable[[], bool]
+    server_version = "gpulens"
+    sys_version = ""
+    timeout = REQUEST_TIMEOUT_SECONDS
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s - %s", self.address_string(), format % args)
+
+    def _send(self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/metrics":
+            encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
+            body = encoder(self.registry)
+            extra: dict[str, str] = {}
+            if "gzip" in self.headers.get("Accept-Encoding", ""):
+                body = gzip.compress(body, compresslevel=1)
+                extra["Content-Encoding"] = "gzip"
+            self._send(200, body, ctype, extra)
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/readyz":
+            if self.ready():
+                self._send(200, b"ready\n", "text/plain; charset=utf-8")
+            else:
+                self._send(503, b"no snapshot yet\n", "text/plain; charset=utf-8")
+        elif path == "/":
+            self._send(200, LANDING, "text/html; charset=utf-8")
+        else:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+    def _not_allowed(self) -> None:
+        self._send(405, b"method not allowed\n", "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """``host:port`` / ``:port`` / ``[::1]:port`` -> (host, port); ValueError names what is wrong."""
+    host, sep, port_s = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"expected HOST:PORT or :PORT, got {value!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"port {port_s!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 0..65535")
+    return host, port
+
+
+class MetricsServer:
+    """Serves the registry on a background thread until ``shutdown()``."""
+
+    def __init__(self, address: str, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
+        host, port = parse_listen_address(address)
+        handler = type("Handler", (_Handler,), {"registry": registry, "ready": staticmethod(ready)})
+        if ":" in host:
+            _Server.address_family = __import__("socket").AF_INET6
+        self._httpd = _Server((host, port), handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="gpulens-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with ``:0``)."""
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> None:
+        """Start serving."""
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop accepting and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
