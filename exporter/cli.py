@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from exporter import __version__
 from exporter.backends.base import GpuBackend
 from exporter.collector import SnapshotCollector
-from exporter.config import ExporterConfig, parse_config
+from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 from exporter.server import MetricsServer
 
@@ -87,8 +88,11 @@ def make_attributor(cfg: ExporterConfig, backend: GpuBackend) -> Attributor:
     """Pod attribution from the kubelet, the API and /proc (simulated pods with the sim backend)."""
     from exporter.attribution.pipeline import AttributionOptions, build_attributor
 
+    socket: str | None = cfg.podresources_socket or None
+    if backend.name == "sim" and socket == DEFAULT_PODRESOURCES_SOCKET and not os.path.exists(socket):
+        socket = None  # the demo on a laptop: the simulated fleet carries its own pods
     options = AttributionOptions(
-        podresources_socket=cfg.podresources_socket or None,
+        podresources_socket=socket,
         node_name=cfg.node_name or None,
         kube_api=cfg.kube_api,
         procfs=cfg.procfs,

@@ -172,6 +172,18 @@ def _typed_from_env(flag: str, conv: Callable[[str], Any], env: Mapping[str, str
         _die(f"environment {name}: {exc}")
 
 
+def _explained(conv: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse shows only ArgumentTypeError messages; keep ours (they say what is wrong)."""
+
+    def wrapped(text: str) -> Any:
+        try:
+            return conv(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return wrapped
+
+
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     """The argument parser; defaults come from ``env`` twins where set."""
     parser = _Parser(
@@ -186,7 +198,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         parser.add_argument(
             flag,
             dest=dest,
-            type=conv,
+            type=_explained(conv),
             default=env_default,
             choices=_CHOICES.get(dest),
             help=f"{help_} (env {env_name(flag)}; default {default!r})",

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs everything the tests need on a fresh Debian machine
+# (Prometheus, Chromium, uv, the Python deps), then runs lint, types and the whole pytest suite.
+# Exits non-zero if anything fails (pytest's "no tests collected" included). Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "+ apt-get install ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v uv >/dev/null || python3 -m pip install -q uv
+[ -x .venv/bin/python ] || uv venv -q -p python3 .venv
+uv pip install -q -p .venv -e '.[dev]'
+
+echo "+ ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
+echo "+ mypy"; .venv/bin/mypy
+echo "+ pytest"
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi
+exit "$rc"

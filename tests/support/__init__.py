@@ -1,0 +1,1 @@
+"""Shared test support: real Prometheus and exporter processes on loopback."""

@@ -1,0 +1,117 @@
+"""Run a real Prometheus server (Debian package) on a free loopback port for integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.net import free_port, wait_http
+
+
+def prometheus_binary() -> str:
+    """Path of the prometheus binary; fails the test (not skip) if the test command did not install it."""
+    path = shutil.which("prometheus")
+    if path is None:
+        pytest.fail("prometheus is not installed: run the README test command (scripts/test.sh)")
+    return path
+
+
+@contextmanager
+def run_prometheus(
+    config_yaml: str,
+    rule_files: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    storage_dir: str | None = None,
+) -> Iterator[str]:
+    """Start Prometheus with ``config_yaml`` (rule files written beside it); yield its base URL.
+
+    ``rule_files`` maps file names to YAML contents; reference them in the config by bare name
+    (``rule_files: [alerts.yml]``) since the config sits in the same directory.
+    """
+    binary = prometheus_binary()
+    with tempfile.TemporaryDirectory(prefix="gpulens-prom-") as tmp:
+        root = Path(tmp)
+        (root / "prometheus.yml").write_text(config_yaml)
+        for name, content in (rule_files or {}).items():
+            (root / name).write_text(content)
+        port = free_port()
+        log = open(root / "prometheus.log", "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={storage_dir or root / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--web.enable-lifecycle",
+                *extra_args,
+            ],
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            try:
+                wait_http(f"{base}/-/ready", timeout=60)
+            except TimeoutError:
+                proc.kill()
+                log.close()
+                raise RuntimeError("prometheus did not start:\n" + (root / "prometheus.log").read_text()[-4000:])
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+            if os.environ.get("GPULENS_KEEP_PROM_LOG"):
+                print((root / "prometheus.log").read_text())
+
+
+def query(base: str, promql: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Instant query -> the ``data.result`` list; raises on an API error."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        doc = json.load(resp)
+    if doc.get("status") != "success":
+        raise RuntimeError(f"query {promql!r} failed: {doc}")
+    return list(doc["data"]["result"])
+
+
+def wait_for_query(base: str, promql: str, predicate: Any = bool, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Poll an instant query until ``predicate(result)`` holds; return the result."""
+    deadline = time.monotonic() + timeout
+    result: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        result = query(base, promql)
+        if predicate(result):
+            return result
+        time.sleep(0.5)
+    raise TimeoutError(f"{promql!r} never satisfied the predicate within {timeout}s; last result: {result}")
+
+
+def scrape_config(targets: Sequence[str], interval: str = "1s", job: str = "gpulens") -> str:
+    """A minimal prometheus.yml scraping ``targets`` (host:port) with honor_labels like the ServiceMonitor."""
+    quoted = ", ".join(f"'{t}'" for t in targets)
+    return (
+        "global:\n"
+        f"  scrape_interval: {interval}\n"
+        f"  evaluation_interval: {interval}\n"
+        "scrape_configs:\n"
+        f"  - job_name: {job}\n"
+        "    honor_labels: true\n"
+        f"    static_configs:\n      - targets: [{quoted}]\n"
+    )

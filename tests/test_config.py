@@ -1,0 +1,86 @@
+"""Flags and their GPULENS_* environment twins: defaults, parsing, and failing fast on bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from exporter.config import env_name, parse_bytes, parse_config, parse_duration
+
+
+def test_defaults_follow_the_design() -> None:
+    cfg = parse_config([], env={})
+    assert cfg.listen_address == ":9445"
+    assert cfg.backend == "auto"
+    assert cfg.collect_interval == 1.0
+    assert cfg.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert cfg.probes is True
+
+
+def test_env_twin_sets_a_flag_and_the_command_line_wins() -> None:
+    env = {"GPULENS_COLLECT_INTERVAL": "250ms", "GPULENS_BACKEND": "sim"}
+    assert parse_config([], env=env).collect_interval == 0.25
+    assert parse_config(["--collect.interval", "2s"], env=env).collect_interval == 2.0
+    assert parse_config([], env=env).backend == "sim"
+
+
+def test_node_name_falls_back_to_downward_api_variable() -> None:
+    assert parse_config([], env={"NODE_NAME": "gpu-node-7"}).node_name == "gpu-node-7"
+
+
+def test_boolean_flags_have_no_forms_and_env_twins() -> None:
+    assert parse_config(["--no-probes"], env={}).probes is False
+    assert parse_config([], env={"GPULENS_PROBES": "false"}).probes is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["--collect.interval", "fast"], {}, "--collect.interval"),
+        (["--backend", "cuda"], {}, "--backend"),
+        (["--web.listen-address", "localhost"], {}, "--web.listen-address"),
+        (["--web.listen-address", ":99999"], {}, "out of range"),
+        (["--no-such-flag"], {}, "--no-such-flag"),
+        ([], {"GPULENS_COLLECT_INTERVAL": "-1s"}, "GPULENS_COLLECT_INTERVAL"),
+        ([], {"GPULENS_PROBES": "maybe"}, "GPULENS_PROBES"),
+        ([], {"GPULENS_BACKEND": "cuda"}, "GPULENS_BACKEND"),
+    ],
+)
+def test_bad_flag_or_value_exits_2_naming_it(
+    argv: list[str], env: dict[str, str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config(argv, env=env)
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_bad_flag_exits_2_from_the_real_command() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--collect.interval", "soon"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--collect.interval" in proc.stderr
+
+
+def test_unknown_sim_scenario_exits_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--backend", "sim", "--sim.scenario", "a100x4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "a100x4" in proc.stderr
+
+
+def test_units_parse_to_base_units() -> None:
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("2m") == 120
+    assert parse_bytes("4GiB") == 4 * 2**30
+    assert env_name("--kubernetes.podresources-socket") == "GPULENS_KUBERNETES_PODRESOURCES_SOCKET"
