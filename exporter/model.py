@@ -221,6 +221,8 @@ class Attribution:
     """Physical GPU UUID -> pods holding a replica."""
     unmapped_devices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     """Reason -> count of device IDs that matched no known GPU (cumulative)."""
+    podresources_last_success_timestamp: float | None = None
+    """Unix time (s) of the last successful kubelet refresh (``gpulens_podresources_last_success…``)."""
 
 
 @dataclass(frozen=True)
