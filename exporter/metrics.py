@@ -59,7 +59,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_build_info",
         "",
-        "Exporter build: version, backend in use and NVML driver version; always 1.",
+        "Exporter build: version and the backend in use (nvml or sim); always 1.",
         ("version", "backend"),
         "self",
     ),

@@ -68,7 +68,8 @@ def run_prometheus(
             except TimeoutError:
                 proc.kill()
                 log.close()
-                raise RuntimeError("prometheus did not start:\n" + (root / "prometheus.log").read_text()[-4000:])
+                tail = (root / "prometheus.log").read_text()[-4000:]
+                raise RuntimeError("prometheus did not start:\n" + tail) from None
             yield base
         finally:
             proc.terminate()
