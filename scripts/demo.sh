@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The demo (README command 1): the exporter plus the dashboard on this machine.
+# With an NVIDIA driver the exporter reads the real GPUs (--backend auto); without one it serves the
+# simulated 8 x H200 fleet (set GPULENS_SIM_SCENARIO=mig|mig7x8|timeslice for the others).
+# Ctrl-C stops both.  Ports: GPULENS_EXPORTER_PORT (9445), GPULENS_DASHBOARD_PORT (8501).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v uv >/dev/null || python3 -m pip install -q uv
+[ -x .venv/bin/python ] || uv venv -q -p python3 .venv
+uv pip install -q -p .venv -e '.[nvml,k8s,probes,dashboard]'
+
+EXPORTER_PORT=${GPULENS_EXPORTER_PORT:-9445}
+DASHBOARD_PORT=${GPULENS_DASHBOARD_PORT:-8501}
+SCENARIO=${GPULENS_SIM_SCENARIO:-h200x8}
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+.venv/bin/python -m exporter --backend "${GPULENS_BACKEND:-auto}" --sim.scenario "$SCENARIO" \
+  --web.listen-address "127.0.0.1:${EXPORTER_PORT}" &
+pids+=($!)
+for _ in $(seq 1 100); do
+  curl -fsS "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null || { echo "exporter did not start" >&2; exit 1; }
+
+.venv/bin/python -m dashboard --scrape "http://127.0.0.1:${EXPORTER_PORT}/metrics" \
+  --address 127.0.0.1 --port "${DASHBOARD_PORT}" &
+pids+=($!)
+echo
+echo "  exporter:  http://127.0.0.1:${EXPORTER_PORT}/metrics"
+echo "  dashboard: http://127.0.0.1:${DASHBOARD_PORT}"
+echo
+wait -n "${pids[@]}"
