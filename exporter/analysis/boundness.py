@@ -34,7 +34,7 @@ class Thresholds:
     compute_pipe_exit: float = 0.50
     launch_sm_enter: float = 0.02
     """Below this SM activity, kernels that ran kept the SMs idle: launch/host bound."""
-    launch_sm_exit: float = 0.03
+    launch_sm_exit: float = 0.04
     busy_util_enter: float = 0.02
     """NVML GPU-Util (whole GPUs) at which "kernels ran" (launch vs idle)."""
     busy_util_exit: float = 0.01

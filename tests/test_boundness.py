@@ -1,0 +1,425 @@
+"""Boundness classifier: classes, hysteresis, time-based windows, settle time, recorded H200 traces."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporter.analysis.boundness import BoundnessClassifier, Thresholds
+from exporter.model import BOUNDNESS_CLASSES, GpmSample
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpm_traces"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Steady GPM signals of one workload (ratios), plus NVML GPU-Util and whether a process exists."""
+
+    sm: float = 0.0
+    occ: float = 0.0
+    tensor: float = 0.0
+    fp32: float = 0.0
+    dram: float = 0.0
+    util: float | None = 0.0
+    processes: bool = False
+
+    def sample(self, window: float) -> GpmSample:
+        return GpmSample(
+            window_seconds=window,
+            sm_active=self.sm,
+            sm_occupancy=self.occ,
+            tensor_active=self.tensor,
+            fp64_active=0.0,
+            fp32_active=self.fp32,
+            fp16_active=0.0,
+            dram_active=self.dram,
+        )
+
+
+# Per-load GPM signatures measured on an H200 (../shared/FACTS-H200.md, 1 s GPM windows).
+IDLE = Signature()
+COPY = Signature(sm=0.99, occ=0.80, dram=0.88, util=1.0, processes=True)
+BF16_GEMM = Signature(sm=0.96, occ=0.14, tensor=0.93, dram=0.17, util=0.99, processes=True)
+FP32_GEMM = Signature(sm=0.96, occ=0.12, fp32=0.77, dram=0.03, util=0.99, processes=True)
+TINY_KERNELS = Signature(sm=0.0002, util=0.23, processes=True)
+HOLDS_MEMORY = Signature(util=0.0, processes=True)
+# Shapes not in the H200 table, for the classes it does not reach.
+POINTER_CHASE = Signature(sm=0.90, occ=0.30, fp32=0.05, dram=0.12, util=1.0, processes=True)
+RIDGE_GEMM = Signature(sm=0.98, occ=0.25, tensor=0.70, dram=0.70, util=1.0, processes=True)
+
+EXPECTED = {
+    "idle": IDLE,
+    "memory": COPY,
+    "compute": BF16_GEMM,
+    "launch": TINY_KERNELS,
+    "latency": POINTER_CHASE,
+    "mixed": RIDGE_GEMM,
+}
+
+
+def feed(
+    clf: BoundnessClassifier,
+    phases: Sequence[tuple[Signature, float]],
+    interval: float = 1.0,
+    leaf: str = "GPU-0",
+    start: float = 1000.0,
+) -> list[tuple[float, str | None]]:
+    """Feed consecutive (signature, seconds) phases at a fixed interval; return (t, class) per sample."""
+    out: list[tuple[float, str | None]] = []
+    t = start
+    for sig, seconds in phases:
+        for _ in range(round(seconds / interval)):
+            t += interval
+            out.append((t, clf.observe(leaf, sig.sample(interval), sig.util, sig.processes, t)))
+    return out
+
+
+def changes(classes: Iterable[str | None]) -> int:
+    seq = list(classes)
+    return sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
+
+
+def settle_seconds(trace: list[tuple[float, str | None]], step_at: float, expected: str) -> float | None:
+    """Seconds after ``step_at`` until the class becomes ``expected`` and stays so to the end."""
+    settled: float | None = None
+    for t, cls in trace:
+        if t <= step_at:
+            continue
+        if cls == expected:
+            if settled is None:
+                settled = t - step_at
+        else:
+            settled = None
+    return settled
+
+
+# --- every class -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("expected", BOUNDNESS_CLASSES)
+def test_every_class_is_reachable_from_its_workload_shape(expected: str) -> None:
+    trace = feed(BoundnessClassifier(), [(EXPECTED[expected], 30.0)])
+    assert trace[-1][1] == expected
+    assert changes(c for _, c in trace) == 0, "a steady workload must keep one class from the start"
+
+
+@pytest.mark.parametrize(
+    ("signature", "expected"),
+    [
+        (IDLE, "idle"),
+        (COPY, "memory"),
+        (BF16_GEMM, "compute"),
+        (FP32_GEMM, "compute"),
+        (TINY_KERNELS, "launch"),
+        (HOLDS_MEMORY, "idle"),
+    ],
+    ids=["nothing", "d2d-copy", "bf16-gemm", "fp32-gemm-no-tf32", "tiny-kernels", "holds-40gib"],
+)
+def test_h200_workload_signatures_get_the_class_an_sre_expects(signature: Signature, expected: str) -> None:
+    assert feed(BoundnessClassifier(), [(signature, 15.0)])[-1][1] == expected
+
+
+def test_nvidia_smi_busy_but_sms_idle_reads_launch_not_busy() -> None:
+    # GPU-Util says a quarter busy; GPM says the SMs are idle 99.98 % of the time.
+    trace = feed(BoundnessClassifier(), [(TINY_KERNELS, 20.0)])
+    assert {c for _, c in trace} == {"launch"}
+
+
+# --- MIG leaves (no GPU-Util) ----------------------------------------------------------------
+
+
+def test_mig_instance_with_tiny_kernels_reads_launch_from_the_sm_trace() -> None:
+    mig_tiny = Signature(sm=0.0016, util=None, processes=True)  # the H200 stream scaled to 16 SMs
+    assert feed(BoundnessClassifier(), [(mig_tiny, 15.0)])[-1][1] == "launch"
+
+
+def test_mig_instance_holding_memory_and_running_nothing_reads_idle() -> None:
+    assert feed(BoundnessClassifier(), [(Signature(util=None, processes=True), 15.0)])[-1][1] == "idle"
+
+
+def test_mig_sm_trace_without_a_listed_process_reads_idle() -> None:
+    assert feed(BoundnessClassifier(), [(Signature(sm=0.001, util=None), 15.0)])[-1][1] == "idle"
+
+
+def test_mig_instance_saturating_its_dram_share_reads_memory() -> None:
+    mig_copy = Signature(sm=0.99, occ=0.8, dram=0.85, util=None, processes=True)
+    assert feed(BoundnessClassifier(), [(mig_copy, 15.0)])[-1][1] == "memory"
+
+
+# --- hysteresis ------------------------------------------------------------------------------
+
+
+def hovering_dram(n: int, seed: int, centre: float, interval: float) -> list[Signature]:
+    """DRAM noisy per sample (+-0.05) around a centre that drifts slowly by +-0.02.
+
+    The 10 s window mean of this wanders by about +-0.045: less than the 0.10 hysteresis band, as a
+    steady workload's does (a real change moves it much further)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        dram = centre + 0.02 * math.sin(2 * math.pi * i * interval / 37.0) + rng.uniform(-0.05, 0.05)
+        out.append(Signature(sm=0.95, occ=0.5, dram=min(1.0, max(0.0, dram)), util=1.0, processes=True))
+    return out
+
+
+@pytest.mark.parametrize("centre", [0.60, 0.50], ids=["at-enter-level", "at-exit-level"])
+def test_dram_hovering_at_the_memory_boundary_does_not_flap(centre: float) -> None:
+    clf = BoundnessClassifier()
+    sigs = hovering_dram(600, seed=7, centre=centre, interval=1.0)
+    classes = [clf.observe("g", s.sample(1.0), s.util, True, 1000.0 + i) for i, s in enumerate(sigs)]
+    assert set(classes) <= {"memory", "latency"}
+    assert changes(classes) <= 1
+
+
+def test_without_hysteresis_the_same_hovering_signal_would_flap() -> None:
+    # Guards the test above: with enter == exit and no dwell the classifier does flap on this input.
+    no_hysteresis = Thresholds(memory_dram_enter=0.6, memory_dram_exit=0.6, min_dwell_seconds=0.0)
+    clf = BoundnessClassifier(thresholds=no_hysteresis)
+    sigs = hovering_dram(600, seed=7, centre=0.60, interval=1.0)
+    classes = [clf.observe("g", s.sample(1.0), s.util, True, 1000.0 + i) for i, s in enumerate(sigs)]
+    assert changes(classes) >= 5
+
+
+def test_sm_activity_hovering_at_the_launch_boundary_does_not_flap() -> None:
+    rng = random.Random(3)
+    clf = BoundnessClassifier()
+    classes = []
+    for i in range(600):
+        sm = max(0.0, 0.022 + 0.006 * math.sin(i / 9.0) + rng.uniform(-0.01, 0.01))
+        sig = Signature(sm=sm, util=0.3, processes=True)
+        classes.append(clf.observe("g", sig.sample(1.0), sig.util, True, 1000.0 + i))
+    assert set(classes) <= {"launch", "latency"}
+    assert changes(classes) <= 1
+
+
+def test_a_short_burst_does_not_change_the_class() -> None:
+    # A 2 s copy inside a long GEMM run moves the 10 s DRAM mean by ~0.14: no flap to mixed/memory.
+    trace = feed(BoundnessClassifier(), [(BF16_GEMM, 20.0), (COPY, 2.0), (BF16_GEMM, 20.0)])
+    assert {c for _, c in trace} == {"compute"}
+
+
+# --- settle time -----------------------------------------------------------------------------
+
+STEP_CASES = [
+    (a, b)
+    for a in ("idle", "memory", "compute", "launch", "latency", "mixed")
+    for b in ("idle", "memory", "compute", "launch", "latency", "mixed")
+    if a != b
+]
+
+
+@pytest.mark.parametrize(("before", "after"), STEP_CASES, ids=[f"{a}->{b}" for a, b in STEP_CASES])
+@pytest.mark.parametrize("interval", [0.5, 1.0, 3.0])
+def test_class_settles_within_two_windows_after_a_step(before: str, after: str, interval: float) -> None:
+    window = 10.0
+    clf = BoundnessClassifier(window_seconds=window)
+    trace = feed(clf, [(EXPECTED[before], 30.0), (EXPECTED[after], 30.0)], interval=interval, start=0.0)
+    assert trace[round(30.0 / interval) - 1][1] == before
+    settled = settle_seconds(trace, 30.0, after)
+    assert settled is not None, f"never settled on {after}"
+    assert settled <= 2 * window
+
+
+def test_a_longer_window_settles_later() -> None:
+    # Settle time scales with the window: the window really is the averaging horizon.
+    fast = feed(BoundnessClassifier(5.0), [(IDLE, 40.0), (COPY, 40.0)], start=0.0)
+    slow = feed(BoundnessClassifier(30.0), [(IDLE, 40.0), (COPY, 40.0)], start=0.0)
+    s_fast, s_slow = settle_seconds(fast, 40.0, "memory"), settle_seconds(slow, 40.0, "memory")
+    assert s_fast is not None and s_slow is not None
+    assert s_fast < s_slow <= 60.0
+
+
+# --- the window is time-based ----------------------------------------------------------------
+
+
+def test_window_weights_samples_by_the_time_they_cover_not_by_count() -> None:
+    clf = BoundnessClassifier(window_seconds=10.0, thresholds=Thresholds(min_dwell_seconds=0.0))
+    t = 100.0
+    clf.observe("g", COPY.sample(6.0), 1.0, True, t)  # one 6 s sample of a copy
+    for _ in range(40):  # then 40 samples of 0.1 s of nothing
+        t += 0.1
+        cls = clf.observe("g", IDLE.sample(0.1), 0.0, True, t)
+    means = clf.window_means("g", t)
+    assert means is not None and means.dram_active is not None
+    # 6 s at 0.88 and 4 s at 0: time-weighted 0.528; a per-sample mean would be 0.88 / 41 = 0.02.
+    assert means.dram_active == pytest.approx(0.88 * 6 / 10, abs=1e-9)
+    assert cls == "memory"  # still above the exit level 0.50
+
+
+def test_oldest_sample_counts_only_with_its_overlap_of_the_window() -> None:
+    clf = BoundnessClassifier(window_seconds=10.0)
+    clf.observe("g", COPY.sample(8.0), 1.0, True, 8.0)  # covers 0..8
+    clf.observe("g", IDLE.sample(8.0), 0.0, True, 16.0)  # covers 8..16; window is 6..16
+    means = clf.window_means("g", 16.0)
+    assert means is not None
+    assert means.dram_active == pytest.approx(0.88 * 2 / 10)
+    assert means.covered_seconds == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_irregular_intervals_give_the_same_class_and_settle_time_as_regular_ones(seed: int) -> None:
+    rng = random.Random(seed)
+    clf = BoundnessClassifier(window_seconds=10.0)
+    t, trace = 0.0, []
+    while t < 60.0:
+        dt = rng.choice([0.1, 0.25, 0.5, 1.0, 2.0, 4.0])
+        t += dt
+        sig = IDLE if t <= 30.0 else BF16_GEMM
+        trace.append((t, clf.observe("g", sig.sample(dt), sig.util, sig.processes, t)))
+    assert all(c == "idle" for tt, c in trace if tt <= 30.0)
+    settled = settle_seconds(trace, 30.0, "compute")
+    assert settled is not None and settled <= 20.0
+    regular = settle_seconds(feed(BoundnessClassifier(), [(IDLE, 30.0), (BF16_GEMM, 30.0)], start=0.0), 30.0, "compute")
+    assert regular is not None and abs(settled - regular) <= 4.0 + 1.0
+
+
+def test_samples_older_than_the_window_no_longer_count() -> None:
+    clf = BoundnessClassifier(window_seconds=10.0, thresholds=Thresholds(min_dwell_seconds=0.0))
+    clf.observe("g", COPY.sample(1.0), 1.0, True, 1.0)
+    # A 30 s GPM gap (say GPM failed) then one idle sample: the copy has left the window.
+    assert clf.observe("g", IDLE.sample(1.0), 0.0, True, 31.0) == "idle"
+
+
+def test_a_sample_longer_than_the_window_decides_alone() -> None:
+    clf = BoundnessClassifier(window_seconds=10.0)
+    classes = [
+        clf.observe("g", s.sample(60.0), s.util, True, 60.0 * (i + 1))
+        for i, s in enumerate([COPY, BF16_GEMM, BF16_GEMM])
+    ]
+    # With a 60 s interval the dwell rounds up to one extra sample.
+    assert classes == ["memory", "memory", "compute"]
+
+
+# --- no GPM, forget, clocks ------------------------------------------------------------------
+
+
+def test_no_gpm_gives_no_class() -> None:
+    clf = BoundnessClassifier()
+    assert clf.observe("g", None, 0.99, True, 1.0) is None
+    assert clf.observe("g", GpmSample(window_seconds=1.0), 0.99, True, 2.0) is None
+    assert clf.window_means("g", 2.0) is None
+
+
+def test_a_gpm_gap_returns_none_then_resumes_from_the_window() -> None:
+    clf = BoundnessClassifier()
+    for i in range(10):
+        clf.observe("g", COPY.sample(1.0), 1.0, True, float(i + 1))
+    assert clf.observe("g", None, 1.0, True, 11.0) is None
+    assert clf.observe("g", COPY.sample(1.0), 1.0, True, 12.0) == "memory"
+
+
+def test_forget_drops_the_state_of_leaves_that_are_gone() -> None:
+    clf = BoundnessClassifier()
+    for i in range(15):
+        clf.observe("MIG-a", COPY.sample(1.0), None, True, float(i + 1))
+        clf.observe("MIG-b", COPY.sample(1.0), None, True, float(i + 1))
+    clf.forget({"MIG-b"})
+    assert clf.window_means("MIG-a", 15.0) is None
+    assert clf.window_means("MIG-b", 15.0) is not None
+    # A new instance reusing the id starts from scratch: its first class is its own, at once.
+    assert clf.observe("MIG-a", IDLE.sample(1.0), None, False, 16.0) == "idle"
+    assert clf.observe("MIG-b", IDLE.sample(1.0), None, False, 16.0) == "memory"
+
+
+def test_leaves_are_classified_independently() -> None:
+    clf = BoundnessClassifier()
+    for i in range(15):
+        a = clf.observe("GPU-a", COPY.sample(1.0), 1.0, True, float(i + 1))
+        b = clf.observe("GPU-b", TINY_KERNELS.sample(1.0), 0.23, True, float(i + 1))
+    assert (a, b) == ("memory", "launch")
+
+
+def test_a_clock_that_jumps_back_restarts_the_leaf() -> None:
+    clf = BoundnessClassifier()
+    for i in range(15):
+        clf.observe("g", COPY.sample(1.0), 1.0, True, 100.0 + i)
+    assert clf.observe("g", IDLE.sample(1.0), 0.0, False, 5.0) == "idle"
+
+
+def test_thresholds_without_hysteresis_direction_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        Thresholds(memory_dram_enter=0.5, memory_dram_exit=0.6)
+    with pytest.raises(ValueError):
+        Thresholds(launch_sm_enter=0.03, launch_sm_exit=0.02)
+    with pytest.raises(ValueError):
+        Thresholds(compute_pipe_enter=1.5)
+    with pytest.raises(ValueError):
+        BoundnessClassifier(window_seconds=0.0)
+
+
+def test_thresholds_are_configurable() -> None:
+    strict = Thresholds(memory_dram_enter=0.95, memory_dram_exit=0.9)
+    assert feed(BoundnessClassifier(thresholds=strict), [(COPY, 15.0)])[-1][1] == "latency"
+
+
+def test_fifty_six_mig_leaves_per_cycle_stay_cheap() -> None:
+    # The 8 GPU x 7 MIG benchmark: 56 leaves per cycle; a 0.1 s interval keeps 100 samples a window.
+    clf = BoundnessClassifier()
+    sig = POINTER_CHASE.sample(0.1)
+    leaves = [f"MIG-{i}" for i in range(56)]
+    t0 = time.perf_counter()
+    for cycle in range(500):
+        now = cycle * 0.1
+        for leaf in leaves:
+            clf.observe(leaf, sig, None, True, now)
+    per_observe = (time.perf_counter() - t0) / (500 * 56)
+    assert per_observe < 200e-6, f"{per_observe * 1e6:.1f} us per observe"
+
+
+# --- recorded H200 traces --------------------------------------------------------------------
+
+
+def _load_manifest() -> dict[str, dict[str, object]]:
+    path = FIXTURES / "manifest.json"
+    if not path.exists():
+        return {}
+    data: dict[str, dict[str, object]] = json.loads(path.read_text())
+    return data
+
+
+MANIFEST = _load_manifest()
+
+
+def replay(path: Path, clf: BoundnessClassifier, has_processes: bool) -> list[tuple[float, str | None]]:
+    """Feed a recorded JSON-lines GPM trace (t, sm_active, ..., nvml_util) through a classifier."""
+    out: list[tuple[float, str | None]] = []
+    prev: float | None = None
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        t = float(r["t"])
+        gpm = GpmSample(
+            window_seconds=(t - prev) if prev is not None else 1.0,
+            sm_active=r["sm_active"],
+            sm_occupancy=r["sm_occupancy"],
+            tensor_active=r["tensor"],
+            fp64_active=r["fp64"],
+            fp32_active=r["fp32"],
+            fp16_active=r["fp16"],
+            dram_active=r["dram"],
+        )
+        out.append((t, clf.observe("GPU-h200", gpm, r["nvml_util"], has_processes, t)))
+        prev = t
+    return out
+
+
+def test_recorded_traces_are_checked_in() -> None:
+    assert len(MANIFEST) >= 6, "tests/fixtures/gpm_traces/manifest.json must list the six H200 loads"
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_recorded_h200_trace_settles_on_the_expected_class_within_two_windows(name: str) -> None:
+    entry = MANIFEST[name]
+    trace = replay(FIXTURES / str(entry["file"]), BoundnessClassifier(), bool(entry["has_processes"]))
+    start = float(trace[0][0]) + float(str(entry["load_started_s"]))
+    assert trace[-1][1] == entry["expected"]
+    settled = settle_seconds(trace, start, str(entry["expected"]))
+    assert settled is not None and settled <= 20.0
