@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -83,7 +84,7 @@ def feed(
 
 def changes(classes: Iterable[str | None]) -> int:
     seq = list(classes)
-    return sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
+    return sum(1 for a, b in itertools.pairwise(seq) if a != b)
 
 
 def settle_seconds(trace: list[tuple[float, str | None]], step_at: float, expected: str) -> float | None:
