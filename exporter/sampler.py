@@ -8,10 +8,11 @@ NVML call delays nothing but the snapshot's age.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -100,8 +101,11 @@ class Sampler:
         self._latest: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # One worker reads the backend; while a call hangs, no second one is started.
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpulens-backend")
+        # One daemon worker reads the backend; while a call hangs, no second one is started, and
+        # a call hung inside the driver cannot hold up process exit.
+        self._jobs: queue.SimpleQueue[Future[BackendSample] | None] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._work, name="gpulens-backend", daemon=True)
+        self._worker.start()
         self._pending: Future[BackendSample] | None = None
         self._integrals = ActivityIntegrator()
         self._energy = MonotonicCounter()
@@ -137,9 +141,21 @@ class Sampler:
                     closer.close()
                 except Exception:
                     log.exception("close failed")
-        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._jobs.put(None)
         if self._pending is None or self._pending.done():
             self._backend.close()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if not job.set_running_or_notify_cancel():
+                continue
+            try:
+                job.set_result(self._backend.sample())
+            except BaseException as exc:
+                job.set_exception(exc)
 
     def run_once(self) -> Snapshot:
         """Run one whole cycle synchronously and publish its Snapshot (tests use this directly)."""
@@ -187,7 +203,8 @@ class Sampler:
             # The previous call still hangs: do not pile up another one behind it.
             stages.append(StageResult(BACKEND_STAGE, False, time.perf_counter() - t0))
             return BackendSample(up=False, error="a backend call is still hanging")
-        self._pending = self._worker.submit(self._backend.sample)
+        self._pending = Future()
+        self._jobs.put(self._pending)
         try:
             sample = self._pending.result(timeout=self._options.deadline_seconds)
         except FutureTimeout:
