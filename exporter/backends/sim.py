@@ -1,0 +1,370 @@
+"""Simulated GPU backend: a seeded, deterministic H200 node for CI, the demo and golden tests.
+
+``SimulatedBackend`` plays one of the named scenarios in ``sim_scenarios`` (which GPU runs what,
+MIG layouts, pods) through the workloads of ``sim_workloads`` and returns the same model types
+as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
+N-th sample depends only on (scenario, seed, N) and the faults injected, never on the clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+from typing import Any
+
+from exporter.backends import sim_scenarios as sc
+from exporter.backends.sim_faults import FaultView, SimFaults
+from exporter.model import BackendSample, ContainerDevices, GpmSample, GpuSample, LeafSample, ProcessSample
+
+__all__ = ["SCENARIOS", "SimFaults", "SimulatedBackend"]
+
+SCENARIOS: tuple[str, ...] = sc.SCENARIOS
+
+IDLE_POWER_WATTS = 74.0
+"""H200 board power with no CUDA context."""
+CONTEXT_POWER_WATTS = 18.0
+"""Extra power while any process holds a context (the GPU stays in P0)."""
+IDLE_SM_CLOCK_HERTZ = 345e6
+AMBIENT_CELSIUS = 27.0
+CELSIUS_PER_WATT = 0.075
+THERMAL_TIME_CONSTANT_SECONDS = 40.0
+CLOCK_STEP_HERTZ = 15e6
+"""Hopper SM clocks move in 15 MHz steps."""
+UNAVAILABLE_ERROR = "NVML library not found (simulated)"
+
+_CLOCK_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+_GPU_FIELDS = frozenset(f.name for f in fields(GpuSample))
+_LEAF_FIELDS = frozenset(f.name for f in fields(LeafSample))
+_GPM_FIELDS = frozenset(f.name for f in fields(GpmSample))
+
+
+def _ratio(x: float) -> float:
+    return round(min(1.0, max(0.0, x)), 6)
+
+
+def _kib(bytes_per_second: float) -> float:
+    """NVML reports link throughput in KiB/s."""
+    return float(max(0, round(bytes_per_second / 1024)) * 1024)
+
+
+@dataclass
+class _GpuState:
+    """What carries over between samples for one physical GPU."""
+
+    spec: sc.GpuSpec
+    rng: random.Random
+    energy_joules: float
+    temperature_celsius: float | None = None
+    fresh: bool = True
+    """No previous sample to window against (first call, or after being lost/unavailable)."""
+
+
+class SimulatedBackend:
+    """A ``GpuBackend`` that simulates an H200 node; see ``SCENARIOS`` for the layouts.
+
+    ``seed`` changes the noise and starting counters, not identities (UUIDs, PIDs, pods).
+    ``faults`` can be flipped while sampling runs (``SimFaults``).  Besides ``sample()`` it
+    answers what a Kubernetes node would: ``pod_devices()`` (kubelet PodResources),
+    ``pod_owners()`` (API server), ``pid_containers()`` (cgroups), ``sharing_replicas()``.
+    """
+
+    name = "sim"
+
+    def __init__(
+        self,
+        scenario: str = "h200x8",
+        seed: int = 0,
+        faults: SimFaults | None = None,
+        step_seconds: float = 1.0,
+    ) -> None:
+        if not step_seconds > 0:
+            raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
+        self._scenario = sc.build(scenario)
+        self.seed = seed
+        self.step_seconds = float(step_seconds)
+        self.faults = faults if faults is not None else SimFaults()
+        self._calls = 0
+        self._gpus = [self._new_state(spec) for spec in self._scenario.gpus]
+
+    def _new_state(self, spec: sc.GpuSpec) -> _GpuState:
+        rng = random.Random(f"{self._scenario.name}/{self.seed}/{spec.index}")
+        # The driver loaded days ago: the energy counter does not start at zero.
+        return _GpuState(spec, rng, energy_joules=round(rng.uniform(2e8, 9e8), 3))
+
+    @property
+    def scenario(self) -> str:
+        """Name of the scenario being played."""
+        return self._scenario.name
+
+    @property
+    def simulated_seconds(self) -> float:
+        """Simulated time of the most recent sample (0 before the first)."""
+        return max(0, self._calls - 1) * self.step_seconds
+
+    # --- GpuBackend ------------------------------------------------------------------
+
+    def sample(self) -> BackendSample:
+        """One cycle: every GPU, windowed signals over the last ``step_seconds``.
+
+        Blocks only when a ``hang_seconds`` fault is set (the sampler must survive it).
+        """
+        view = self.faults.take()
+        if view.hang_seconds > 0:
+            self.faults.hang(view.hang_seconds)
+        t = self._calls * self.step_seconds
+        self._calls += 1
+        # Every GPU is simulated every cycle, faults or not, so a fault on one GPU never shifts
+        # another GPU's random stream and counters keep integrating while a GPU is "lost".
+        gpus = [self._sample_gpu(state, t) for state in self._gpus]
+        if view.unavailable:
+            for state in self._gpus:
+                state.fresh = True
+            return BackendSample(up=False, error=UNAVAILABLE_ERROR)
+        for state in self._gpus:
+            state.fresh = state.spec.index in view.lost
+        errors: dict[str, int] = {}
+        if not view.quiet or self.faults.has_xid():
+            gpus = self._apply_faults(gpus, view, errors)
+        return BackendSample(
+            up=True,
+            driver_version=sc.DRIVER_VERSION,
+            gpus=tuple(gpus),
+            errors=MappingProxyType(errors) if errors else MappingProxyType({}),
+            gpm_supported="gpm" not in view.unsupported,
+        )
+
+    def close(self) -> None:
+        """Nothing to release; idempotent."""
+
+    # --- Kubernetes side ---------------------------------------------------------------
+
+    def pod_devices(self) -> tuple[ContainerDevices, ...]:
+        """Kubelet PodResources view: device IDs (``GPU-…``, ``MIG-…``, ``GPU-…::N``) per container."""
+        return self._scenario.pod_devices
+
+    def pod_owners(self) -> dict[str, tuple[str, str, str, str, str]]:
+        """API server view: pod UID -> (namespace, pod, phase, workload kind, workload)."""
+        return dict(self._scenario.pod_owners)
+
+    def pid_containers(self) -> dict[int, tuple[str, str]]:
+        """cgroup view: host PID of every simulated pod process -> (pod UID, container)."""
+        return dict(self._scenario.pid_containers)
+
+    def sharing_replicas(self) -> dict[str, int]:
+        """GPU UUID -> time-slicing replicas advertised (only shared GPUs)."""
+        return dict(self._scenario.sharing_replicas)
+
+    # --- simulation --------------------------------------------------------------------
+
+    def _sample_gpu(self, state: _GpuState, t: float) -> GpuSample:
+        spec, rng = state.spec, state.rng
+        windowed = not state.fresh
+        dynamic_watts = 0.0
+        pcie_rx = pcie_tx = nvlink = 0.0
+        busy = whole_mem_util = 0.0
+        has_process = False
+        leaves: list[LeafSample] = []
+        for leaf in spec.leaves:
+            acts = [p.workload.activity(t, rng) for p in leaf.processes]
+            total = sum(a.share for a in acts)
+            # Time-slicing: processes take turns, so their shares cannot add up past 1.
+            scale = 1.0 / total if total > 1.0 else 1.0
+            sm = occ = dram = tensor = fp32 = fp16 = fp64 = util = mem_util = 0.0
+            procs: list[ProcessSample] = []
+            mig = leaf.mig
+            for proc, act in zip(leaf.processes, acts, strict=True):
+                has_process = True
+                share = act.share * scale
+                sig = proc.workload.signature
+                sm += share * sig.sm_active
+                occ += share * sig.sm_occupancy
+                dram += share * sig.dram_active
+                tensor += share * sig.tensor_active
+                fp32 += share * sig.fp32_active
+                fp16 += share * sig.fp16_active
+                fp64 += share * sig.fp64_active
+                if sig.utilization_band is not None and share > 0:
+                    lo, hi = sig.utilization_band
+                    u = share * min(hi, max(lo, rng.gauss((lo + hi) / 2, (hi - lo) / 4)))
+                else:
+                    u = share * sig.utilization
+                util += u
+                mem_util += share * sig.memory_utilization
+                dynamic_watts += share * (sig.power_watts - IDLE_POWER_WATTS) * leaf.compute_fraction
+                pcie_rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction
+                pcie_tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction
+                nvlink += act.nvlink_bytes_per_second * leaf.compute_fraction
+                # NVML has no per-process utilisation for MIG instances.
+                per_process = windowed and mig is None
+                procs.append(
+                    ProcessSample(
+                        pid=proc.pid,
+                        used_memory_bytes=proc.memory_bytes,
+                        sm_util_ratio=_ratio(u) if per_process else None,
+                        memory_util_ratio=_ratio(share * sig.memory_utilization) if per_process else None,
+                        gpu_instance_id=mig.gpu_instance_id if mig else None,
+                        compute_instance_id=mig.compute_instance_id if mig else None,
+                    )
+                )
+            busy = max(busy, util)
+            whole_mem_util = mem_util
+            # Noise is drawn even when the window is not reported, so the random stream (and every
+            # later value) is the same whether or not a fault interrupted this GPU.
+            g = rng.gauss
+            gpm: GpmSample | None = GpmSample(
+                window_seconds=self.step_seconds,
+                sm_active=_ratio(sm * (1 + g(0, 0.01))),
+                sm_occupancy=_ratio(occ * (1 + g(0, 0.02))),
+                tensor_active=_ratio(tensor * (1 + g(0, 0.01))),
+                fp64_active=_ratio(fp64),
+                fp32_active=_ratio(fp32 * (1 + g(0, 0.01))),
+                fp16_active=_ratio(fp16 * (1 + g(0, 0.02))),
+                dram_active=_ratio(dram * (1 + g(0, 0.01))),
+            )
+            if not windowed:
+                gpm = None
+            leaves.append(
+                LeafSample(
+                    uuid=spec.uuid,
+                    mig=mig,
+                    memory_used_bytes=sum(p.memory_bytes for p in leaf.processes),
+                    memory_total_bytes=leaf.memory_total_bytes,
+                    # NVML offers GPU-Util only for whole GPUs.
+                    utilization_ratio=_ratio(util) if mig is None else None,
+                    gpm=gpm,
+                    processes=tuple(procs),
+                )
+            )
+        return self._physical(
+            state, tuple(leaves), dynamic_watts, has_process, busy, whole_mem_util, (pcie_rx, pcie_tx, nvlink)
+        )
+
+    def _physical(
+        self,
+        state: _GpuState,
+        leaves: tuple[LeafSample, ...],
+        dynamic_watts: float,
+        has_process: bool,
+        busy: float,
+        whole_mem_util: float,
+        links: tuple[float, float, float],
+    ) -> GpuSample:
+        spec, rng = state.spec, state.rng
+        limit = sc.H200_POWER_LIMIT_WATTS
+        demand = IDLE_POWER_WATTS + (CONTEXT_POWER_WATTS if has_process else 0.0) + dynamic_watts
+        capped = demand > limit
+        if capped:
+            # The power controller holds the board just under its limit by lowering the SM clock.
+            power = limit - abs(rng.gauss(2.0, 2.0))
+            clock = sc.H200_SM_CLOCK_MAX_HERTZ * math.sqrt(limit / demand)
+        else:
+            power = demand + rng.gauss(0.0, 1.5)
+            clock = sc.H200_SM_CLOCK_MAX_HERTZ if busy > 0.005 else IDLE_SM_CLOCK_HERTZ
+        clock = round(clock / CLOCK_STEP_HERTZ) * CLOCK_STEP_HERTZ
+        power = round(power, 3)
+        target = AMBIENT_CELSIUS + CELSIUS_PER_WATT * power
+        if state.temperature_celsius is None:
+            state.temperature_celsius = target
+        else:
+            alpha = 1.0 - math.exp(-self.step_seconds / THERMAL_TIME_CONSTANT_SECONDS)
+            state.temperature_celsius += (target - state.temperature_celsius) * alpha
+        state.energy_joules = round(state.energy_joules + power * self.step_seconds, 3)
+        temp = float(round(state.temperature_celsius))
+        events = dict.fromkeys(_CLOCK_REASONS, False)
+        events["gpu_idle"] = busy <= 0.005
+        events["sw_power_cap"] = capped
+        pcie_rx, pcie_tx, nvlink = links
+        whole = None if spec.mig_enabled else leaves[0]
+        return GpuSample(
+            index=spec.index,
+            uuid=spec.uuid,
+            name=sc.GPU_NAME,
+            pci_bus_id=spec.pci_bus_id,
+            compute_capability="9.0",
+            mig_mode="enabled" if spec.mig_enabled else "disabled",
+            compute_mode="default",
+            # In MIG mode NVML answers NotSupported for device-level utilisation.
+            utilization_ratio=whole.utilization_ratio if whole else None,
+            memory_utilization_ratio=_ratio(whole_mem_util) if whole else None,
+            memory_used_bytes=sum(leaf.memory_used_bytes or 0 for leaf in leaves),
+            memory_total_bytes=sc.H200_MEMORY_BYTES,
+            power_watts=power,
+            power_limit_watts=limit,
+            energy_joules=state.energy_joules,
+            temperature_celsius=temp,
+            memory_temperature_celsius=temp + 4.0,
+            fan_speed_ratio=None,  # SXM boards are passively cooled: NVML says NotSupported.
+            sm_clock_hertz=clock,
+            memory_clock_hertz=sc.H200_MEMORY_CLOCK_HERTZ,
+            sm_clock_max_hertz=sc.H200_SM_CLOCK_MAX_HERTZ,
+            clock_events=MappingProxyType(events),
+            pcie_tx_bytes_per_second=_kib(pcie_tx + 1e5 * (1 + rng.random())),
+            pcie_rx_bytes_per_second=_kib(pcie_rx + 2e5 * (1 + rng.random())),
+            pcie_link_generation=5,
+            pcie_link_width=16,
+            pcie_replay_errors=0,
+            nvlink_tx_bytes_per_second=_kib(nvlink),
+            nvlink_rx_bytes_per_second=_kib(nvlink),
+            ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
+            remapped_rows=MappingProxyType(
+                {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}
+            ),
+            leaves=leaves,
+        )
+
+    # --- faults ------------------------------------------------------------------------
+
+    def _apply_faults(self, gpus: list[GpuSample], view: FaultView, errors: dict[str, int]) -> list[GpuSample]:
+        none_fields = view.none_fields
+        failed = 0
+        out: list[GpuSample] = []
+        for gpu in gpus:
+            if gpu.index in view.lost:
+                out.append(GpuSample(index=gpu.index, uuid=gpu.uuid, up=False))
+                continue
+            changes: dict[str, Any] = {}
+            xids = self.faults.take_xid(gpu.index)
+            if xids:
+                changes["xid_events"] = xids
+            if none_fields:
+                n, gpu_changes = _nulled(gpu, none_fields & _GPU_FIELDS, view.failing)
+                failed += n
+                changes.update(gpu_changes)
+                leaves = []
+                for leaf in gpu.leaves:
+                    n, leaf_changes = _nulled(leaf, none_fields & _LEAF_FIELDS, view.failing)
+                    failed += n
+                    if leaf.gpm is not None and none_fields & _GPM_FIELDS and "gpm" not in leaf_changes:
+                        n, gpm_changes = _nulled(leaf.gpm, none_fields & _GPM_FIELDS, view.failing)
+                        failed += n
+                        if gpm_changes:
+                            leaf_changes["gpm"] = replace(leaf.gpm, **gpm_changes)
+                    leaves.append(replace(leaf, **leaf_changes) if leaf_changes else leaf)
+                changes["leaves"] = tuple(leaves)
+            out.append(replace(gpu, **changes) if changes else gpu)
+        if failed:
+            errors["Unknown"] = failed
+        return out
+
+
+def _nulled(obj: Any, names: frozenset[str], failing: frozenset[str]) -> tuple[int, dict[str, Any]]:
+    """Fields of ``obj`` among ``names`` that hold a value, set to None; and how many of them
+    failed transiently (an unsupported field is not an error, a failing read is)."""
+    changes: dict[str, Any] = {}
+    failed = 0
+    for name in names:
+        if getattr(obj, name) is not None:
+            changes[name] = None
+            failed += name in failing
+    return failed, changes

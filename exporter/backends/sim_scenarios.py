@@ -1,0 +1,465 @@
+"""Named layouts for the simulated backend: GPUs, MIG instances, processes and the pods holding them.
+
+Each scenario is a fixed node: which GPU runs which workload, its MIG layout, and the
+Kubernetes side (kubelet device IDs, pod owners, PID -> container) so attribution, the demo
+and the dashboard work with no cluster.  Identity (UUIDs, PIDs, pod names) depends only on
+the scenario name, never on the seed, so series keep their labels across runs.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from exporter.backends import sim_workloads as w
+from exporter.model import ContainerDevices, MigInstance
+
+MIB = 1024**2
+GIB = 1024**3
+
+H200_MEMORY_BYTES = 143771 * MIB
+H200_POWER_LIMIT_WATTS = 700.0
+H200_SM_CLOCK_MAX_HERTZ = 1980e6
+H200_MEMORY_CLOCK_HERTZ = 3201e6
+DRIVER_VERSION = "580.159.04"
+GPU_NAME = "NVIDIA H200"
+
+# PCI bus of the eight GPUs on an HGX H200 baseboard.
+_PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """An H200 MIG profile: compute slices (of 7) and instance memory (bytes, approximate)."""
+
+    name: str
+    compute_slices: int
+    memory_bytes: int
+    first_gpu_instance_id: int
+    """Where NVML starts numbering GPU instances of this size (placements)."""
+
+
+MIG_PROFILES: dict[str, MigProfile] = {
+    p.name: p
+    for p in (
+        MigProfile("1g.18gb", 1, int(17.25 * GIB), 7),
+        MigProfile("1g.35gb", 1, int(34.75 * GIB), 3),
+        MigProfile("2g.35gb", 2, int(34.75 * GIB), 3),
+        MigProfile("3g.71gb", 3, 70 * GIB, 1),
+        MigProfile("4g.71gb", 4, 70 * GIB, 1),
+        MigProfile("7g.141gb", 7, int(139.625 * GIB), 0),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A simulated CUDA process: host PID, what it runs, memory it holds, who owns it."""
+
+    pid: int
+    workload: w.Workload
+    memory_bytes: int
+    pod_uid: str | None
+    container: str | None
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """A whole GPU (``mig`` None) or one MIG instance, with the processes on it."""
+
+    memory_total_bytes: int
+    compute_fraction: float
+    """Share of the GPU's SMs (1 for a whole GPU, slices/7 for MIG): scales its power."""
+    processes: tuple[ProcessSpec, ...]
+    mig: MigInstance | None = None
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A physical H200 in the scenario."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    leaves: tuple[LeafSpec, ...]
+    mig_enabled: bool = False
+    ecc_corrected: int = 0
+    remapped_correctable: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A complete simulated node."""
+
+    name: str
+    gpus: tuple[GpuSpec, ...]
+    pod_devices: tuple[ContainerDevices, ...]
+    pod_owners: dict[str, tuple[str, str, str, str, str]]
+    """pod UID -> (namespace, pod, phase, workload kind, workload name)."""
+    pid_containers: dict[int, tuple[str, str]]
+    """host PID -> (pod UID, container)."""
+    sharing_replicas: dict[str, int] = field(default_factory=dict)
+    """GPU UUID -> time-slicing replicas the device plugin advertises."""
+
+
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet Kubernetes uses for generated names
+
+
+class _NodeBuilder:
+    """Accumulates GPUs, pods and processes with deterministic identities for one scenario."""
+
+    def __init__(self, scenario: str) -> None:
+        self.scenario = scenario
+        self._rng = random.Random(f"gpulens-sim/{scenario}")
+        self._pid = 3100 + self._rng.randrange(900)
+        self.gpus: list[GpuSpec] = []
+        self.devices: list[ContainerDevices] = []
+        self.owners: dict[str, tuple[str, str, str, str, str]] = {}
+        self.pids: dict[int, tuple[str, str]] = {}
+        self.sharing: dict[str, int] = {}
+
+    def _uuid(self, key: str) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"https://gpulens.invalid/sim/{self.scenario}/{key}"))
+
+    def gpu_uuid(self, index: int) -> str:
+        return "GPU-" + self._uuid(f"gpu/{index}")
+
+    def mig(self, gpu: int, profile: str, gi: int, ci: int = 0) -> MigInstance:
+        return MigInstance("MIG-" + self._uuid(f"gpu/{gpu}/gi/{gi}/ci/{ci}"), gi, ci, profile)
+
+    def _suffix(self, n: int) -> str:
+        return "".join(self._rng.choice(_NAME_CHARS) for _ in range(n))
+
+    def pod(self, namespace: str, kind: str, workload: str, phase: str = "Running") -> tuple[str, str]:
+        """Register a pod owned by ``kind``/``workload``; returns (pod UID, pod name)."""
+        if kind == "Deployment":
+            name = f"{workload}-{self._suffix(10)}-{self._suffix(5)}"
+        elif kind == "StatefulSet":
+            ordinal = sum(1 for o in self.owners.values() if o[4] == workload and o[3] == kind)
+            name = f"{workload}-{ordinal}"
+        elif kind == "CronJob":
+            name = f"{workload}-{29410000 + self._rng.randrange(90000)}-{self._suffix(5)}"
+        else:
+            name = f"{workload}-{self._suffix(5)}"
+        uid = self._uuid(f"pod/{namespace}/{name}")
+        self.owners[uid] = (namespace, name, phase, kind, workload)
+        return uid, name
+
+    def hold(self, pod_uid: str, container: str, resource: str, device_ids: tuple[str, ...]) -> None:
+        """The kubelet allocated ``device_ids`` of ``resource`` to this container."""
+        namespace, name = self.owners[pod_uid][:2]
+        self.devices.append(ContainerDevices(namespace, name, container, resource, device_ids, pod_uid))
+
+    def proc(
+        self, workload: w.Workload, memory_bytes: int, pod_uid: str | None = None, container: str | None = None
+    ) -> ProcessSpec:
+        self._pid += 1 + self._rng.randrange(400)
+        if pod_uid is not None and container is not None:
+            self.pids[self._pid] = (pod_uid, container)
+        # Memory is allocated in 2 MiB pages.
+        return ProcessSpec(self._pid, workload, memory_bytes // (2 * MIB) * 2 * MIB, pod_uid, container)
+
+    def add_gpu(
+        self,
+        index: int,
+        leaves: tuple[LeafSpec, ...],
+        mig_enabled: bool = False,
+        ecc_corrected: int = 0,
+        remapped_correctable: int = 0,
+    ) -> GpuSpec:
+        spec = GpuSpec(
+            index,
+            self.gpu_uuid(index),
+            f"00000000:{_PCI_BUSES[index % 8]:02X}:00.0",
+            leaves,
+            mig_enabled,
+            ecc_corrected,
+            remapped_correctable,
+        )
+        self.gpus.append(spec)
+        return spec
+
+    def whole(self, *procs: ProcessSpec) -> tuple[LeafSpec, ...]:
+        return (LeafSpec(H200_MEMORY_BYTES, 1.0, procs),)
+
+    def mig_leaf(self, gpu: int, profile: str, gi: int, *procs: ProcessSpec) -> LeafSpec:
+        p = MIG_PROFILES[profile]
+        return LeafSpec(p.memory_bytes, p.compute_slices / 7, procs, self.mig(gpu, profile, gi))
+
+    def build(self) -> Scenario:
+        return Scenario(
+            self.scenario, tuple(self.gpus), tuple(self.devices), dict(self.owners), dict(self.pids), self.sharing
+        )
+
+
+def _exclusive(
+    b: _NodeBuilder,
+    index: int,
+    namespace: str,
+    kind: str,
+    workload_name: str,
+    container: str,
+    workload: w.Workload,
+    memory_bytes: int,
+    ecc_corrected: int = 0,
+    remapped_correctable: int = 0,
+) -> str:
+    """A whole GPU held by one single-container pod running one process; returns the pod UID."""
+    uid, _ = b.pod(namespace, kind, workload_name)
+    b.hold(uid, container, "nvidia.com/gpu", (b.gpu_uuid(index),))
+    b.add_gpu(
+        index, b.whole(b.proc(workload, memory_bytes, uid, container)), False, ecc_corrected, remapped_correctable
+    )
+    return uid
+
+
+def _h200x8() -> Scenario:
+    b = _NodeBuilder("h200x8")
+    # 0, 1: memory-bound: an embedding re-index copy loop and an LLM decode server.
+    _exclusive(
+        b, 0, "research", "CronJob", "embedding-reindex", "reindex", w.Steady(w.MEMORY_COPY, level=0.97), 48 * GIB
+    )
+    _exclusive(
+        b,
+        1,
+        "inference",
+        "Deployment",
+        "llm-decode",
+        "vllm",
+        w.Diurnal(w.LLM_DECODE, low=0.86, high=1.0, period_seconds=1800.0),
+        int(0.9 * H200_MEMORY_BYTES),
+    )
+    # 2, 3: one data-parallel training pod on two GPUs, ranks in lock step.
+    uid, _ = b.pod("ml-training", "Job", "llama3-8b-finetune")
+    b.hold(uid, "trainer", "nvidia.com/gpu", (b.gpu_uuid(2), b.gpu_uuid(3)))
+    for index in (2, 3):
+        b.add_gpu(index, b.whole(b.proc(w.Training(w.BF16_GEMM), 118 * GIB, uid, "trainer")))
+    # 4: a request scorer launching tiny kernels: nvidia-smi says ~23 % busy, SMs are idle.
+    _exclusive(b, 4, "inference", "Deployment", "fraud-scoring", "scorer", w.Steady(w.LAUNCH_BOUND), int(3.2 * GIB))
+    # 5: a notebook holding 40 GiB and running nothing.
+    _exclusive(b, 5, "notebooks", "StatefulSet", "jupyter-alice", "notebook", w.Idle(), 40 * GIB)
+    # 6: an FP32 solver (TF32 off) that pauses to write results; this GPU has a few corrected ECC errors.
+    _exclusive(
+        b,
+        6,
+        "research",
+        "Job",
+        "cfd-solver",
+        "solver",
+        w.Steady(w.FP32_GEMM, pause_every_seconds=120.0, pause_seconds=6.0),
+        22 * GIB,
+        ecc_corrected=3,
+        remapped_correctable=1,
+    )
+    # 7: idle and unallocated.
+    b.add_gpu(7, b.whole())
+    return b.build()
+
+
+def _mig_pod(
+    b: _NodeBuilder,
+    leaf_gpu: int,
+    profile: str,
+    gi: int,
+    namespace: str,
+    kind: str,
+    workload_name: str,
+    container: str,
+    workloads: tuple[w.Workload, ...],
+    memory_bytes: int,
+) -> LeafSpec:
+    """A MIG instance held by one pod whose container runs one process per workload."""
+    uid, _ = b.pod(namespace, kind, workload_name)
+    leaf = b.mig_leaf(leaf_gpu, profile, gi)
+    assert leaf.mig is not None
+    b.hold(uid, container, f"nvidia.com/mig-{profile}", (leaf.mig.mig_uuid,))
+    procs = tuple(b.proc(wl, memory_bytes // len(workloads), uid, container) for wl in workloads)
+    return LeafSpec(leaf.memory_total_bytes, leaf.compute_fraction, procs, leaf.mig)
+
+
+def _mig() -> Scenario:
+    b = _NodeBuilder("mig")
+    # GPU 0: 7 x 1g.18gb: four embedder replicas, two notebooks (one busy, one idle), one free.
+    leaves = [
+        _mig_pod(
+            b, 0, "1g.18gb", 7 + i, "inference", "Deployment", "embedder", "embedder",
+            (w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.15, high=0.8, offset_seconds=37.0 * i),),
+            int(9.5 * GIB),
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    leaves.append(_mig_pod(b, 0, "1g.18gb", 11, "notebooks", "StatefulSet", "jupyter-bob", "notebook",
+                           (w.Bursty(w.SMALL_BATCH_INFERENCE),), 6 * GIB))  # fmt: skip
+    leaves.append(_mig_pod(b, 0, "1g.18gb", 12, "notebooks", "StatefulSet", "jupyter-dana", "notebook",
+                           (w.Idle(),), 12 * GIB))  # fmt: skip
+    leaves.append(b.mig_leaf(0, "1g.18gb", 13))
+    b.add_gpu(0, tuple(leaves), mig_enabled=True)
+    # GPU 1: 3g + 2g + 1g + 1g.
+    b.add_gpu(
+        1,
+        (
+            _mig_pod(b, 1, "3g.71gb", 2, "ml-training", "Job", "bert-pretrain", "trainer",
+                     (w.Training(w.BF16_GEMM, compute_seconds=30.0, load_seconds=4.0),), 52 * GIB),
+            _mig_pod(b, 1, "2g.35gb", 3, "inference", "Deployment", "reranker", "reranker",
+                     (w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.2, high=0.9),) * 2, 18 * GIB),
+            _mig_pod(b, 1, "1g.18gb", 9, "notebooks", "StatefulSet", "jupyter-erin", "notebook",
+                     (w.Idle(),), 15 * GIB),
+            b.mig_leaf(1, "1g.18gb", 10),
+        ),
+        mig_enabled=True,
+    )  # fmt: skip
+    # GPU 2: 4g + 3g.
+    b.add_gpu(
+        2,
+        (
+            _mig_pod(b, 2, "4g.71gb", 1, "research", "Job", "whisper-batch", "transcribe",
+                     (w.Steady(w.FP16_BATCH, level=0.95),), 41 * GIB),
+            _mig_pod(b, 2, "3g.71gb", 2, "inference", "Deployment", "llm-decode-small", "vllm",
+                     (w.Diurnal(w.LLM_DECODE, low=0.5, high=1.0, offset_seconds=300.0),), 63 * GIB),
+        ),
+        mig_enabled=True,
+    )  # fmt: skip
+    # GPU 3: one 7g.141gb instance serving a vector database (memory-bound).
+    b.add_gpu(
+        3,
+        (_mig_pod(b, 3, "7g.141gb", 0, "inference", "StatefulSet", "vector-db", "search",
+                  (w.Steady(w.MEMORY_COPY, level=0.9),), 120 * GIB),),
+        mig_enabled=True,
+    )  # fmt: skip
+    # GPU 4: 4 x 1g.35gb: two nightly evaluations, a tokenizer service launching tiny kernels, one free.
+    b.add_gpu(
+        4,
+        (
+            _mig_pod(b, 4, "1g.35gb", 3, "research", "CronJob", "nightly-eval", "eval",
+                     (w.Steady(w.FP16_BATCH, level=0.9),), 30 * GIB),
+            _mig_pod(b, 4, "1g.35gb", 4, "research", "CronJob", "nightly-eval", "eval",
+                     (w.Steady(w.FP16_BATCH, level=0.9, offset_seconds=11.0),), 30 * GIB),
+            _mig_pod(b, 4, "1g.35gb", 5, "inference", "Deployment", "tokenizer", "tokenizer",
+                     (w.Steady(w.LAUNCH_BOUND),), 2 * GIB),
+            b.mig_leaf(4, "1g.35gb", 6),
+        ),
+        mig_enabled=True,
+    )  # fmt: skip
+    # GPU 5: 3 x 2g.35gb speech recognition replicas + 1g.18gb Monte Carlo in FP32.
+    b.add_gpu(
+        5,
+        (
+            *(
+                _mig_pod(b, 5, "2g.35gb", 3 + i, "inference", "Deployment", "asr-stream", "asr",
+                         (w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.1, high=0.85, offset_seconds=60.0 * i),),
+                         20 * GIB)
+                for i in range(3)
+            ),
+            _mig_pod(b, 5, "1g.18gb", 13, "research", "Job", "monte-carlo", "sim",
+                     (w.Steady(w.FP32_GEMM, level=0.97),), 5 * GIB),
+        ),
+        mig_enabled=True,
+    )  # fmt: skip
+    # GPU 6, 7: MIG disabled: a whole-GPU training job and an idle, unallocated GPU.
+    _exclusive(b, 6, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
+    b.add_gpu(7, b.whole())
+    return b.build()
+
+
+_MIG7X8_SERVICES: tuple[tuple[str, w.Signature], ...] = (
+    ("embedder", w.SMALL_BATCH_INFERENCE),
+    ("ocr", w.FP16_BATCH),
+    ("reranker", w.SMALL_BATCH_INFERENCE),
+    ("tts", w.LLM_DECODE),
+    ("feature-store", w.MEMORY_COPY),
+)
+
+
+def _mig7x8() -> Scenario:
+    """8 GPUs x 7 x 1g.18gb: 50 service pods with 4 worker processes each, 2 idle notebooks,
+    4 free instances: 56 leaves, 202 processes (the benchmark's large MIG node)."""
+    b = _NodeBuilder("mig7x8")
+    slot = 0
+    for gpu in range(8):
+        leaves: list[LeafSpec] = []
+        for k in range(7):
+            gi = 7 + k
+            if gpu == 7 and k >= 3:
+                leaves.append(b.mig_leaf(gpu, "1g.18gb", gi))  # free
+            elif gpu == 6 and k >= 5:
+                leaves.append(_mig_pod(b, gpu, "1g.18gb", gi, "notebooks", "StatefulSet", f"jupyter-{k}",
+                                       "notebook", (w.Idle(),), 8 * GIB))  # fmt: skip
+            else:
+                name, sig = _MIG7X8_SERVICES[slot % len(_MIG7X8_SERVICES)]
+                workers = tuple(
+                    w.Diurnal(sig, low=0.05, high=0.3, period_seconds=1800.0, offset_seconds=53.0 * slot + 7.0 * j)
+                    for j in range(4)
+                )
+                leaves.append(_mig_pod(b, gpu, "1g.18gb", gi, "inference", "Deployment", name, name, workers, 14 * GIB))
+                slot += 1
+        b.add_gpu(gpu, tuple(leaves), mig_enabled=True)
+    return b.build()
+
+
+def _timeslice() -> Scenario:
+    """GPUs 0-3 time-sliced (4 replicas each, resource ``nvidia.com/gpu.shared``), 4-7 exclusive."""
+    b = _NodeBuilder("timeslice")
+    shared = "nvidia.com/gpu.shared"
+
+    def replica(gpu: int, n: int) -> str:
+        return f"{b.gpu_uuid(gpu)}::{n}"
+
+    # GPU 0: 4 replicas held by 3 pods: two embedder replicas and a sweep trial holding two.
+    procs: list[ProcessSpec] = []
+    for i in range(2):
+        uid, _ = b.pod("inference", "Deployment", "embedder")
+        b.hold(uid, "embedder", shared, (replica(0, i),))
+        procs.append(b.proc(w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.2, high=0.6, offset_seconds=90.0 * i),
+                            10 * GIB, uid, "embedder"))  # fmt: skip
+    uid, _ = b.pod("research", "Job", "hparam-sweep-trial-3")
+    b.hold(uid, "trial", shared, (replica(0, 2), replica(0, 3)))
+    procs.append(b.proc(w.Training(w.BF16_GEMM, compute_seconds=20.0, load_seconds=5.0), 60 * GIB, uid, "trial"))
+    b.add_gpu(0, b.whole(*procs))
+    # GPU 1: 4 notebooks: two poke at it now and then, two hold memory and do nothing.
+    procs = []
+    for i, wl in enumerate((w.Bursty(w.SMALL_BATCH_INFERENCE), w.Bursty(w.FP32_GEMM, 0.15), w.Idle(), w.Idle())):
+        uid, _ = b.pod("notebooks", "StatefulSet", "jupyter-team")
+        b.hold(uid, "notebook", shared, (replica(1, i),))
+        procs.append(b.proc(wl, (8 + 6 * i) * GIB, uid, "notebook"))
+    b.add_gpu(1, b.whole(*procs))
+    # GPU 2: 2 of 4 replicas held, by a launch-bound scorer and a memory-bound decoder.
+    uid, _ = b.pod("inference", "Deployment", "fraud-scoring")
+    b.hold(uid, "scorer", shared, (replica(2, 0),))
+    p1 = b.proc(w.Steady(w.LAUNCH_BOUND), 3 * GIB, uid, "scorer")
+    uid, _ = b.pod("inference", "Deployment", "llm-decode-small")
+    b.hold(uid, "vllm", shared, (replica(2, 1),))
+    p2 = b.proc(w.Diurnal(w.LLM_DECODE, low=0.3, high=0.7), 50 * GIB, uid, "vllm")
+    b.add_gpu(2, b.whole(p1, p2))
+    # GPU 3: shared but nobody holds a replica.
+    b.add_gpu(3, b.whole())
+    for gpu in range(4):
+        b.sharing[b.gpu_uuid(gpu)] = 4
+    # GPUs 4-7 exclusive.
+    _exclusive(b, 4, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
+    _exclusive(b, 5, "inference", "Deployment", "llm-decode", "vllm",
+               w.Diurnal(w.LLM_DECODE, low=0.86, high=1.0), int(0.9 * H200_MEMORY_BYTES))  # fmt: skip
+    _exclusive(b, 6, "research", "Job", "cfd-solver", "solver", w.Steady(w.FP32_GEMM), 22 * GIB)
+    b.add_gpu(7, b.whole())
+    return b.build()
+
+
+BUILDERS: dict[str, Callable[[], Scenario]] = {
+    "h200x8": _h200x8,
+    "mig": _mig,
+    "mig7x8": _mig7x8,
+    "timeslice": _timeslice,
+}
+
+SCENARIOS: tuple[str, ...] = tuple(BUILDERS)
+"""Names accepted by ``SimulatedBackend(scenario=...)``."""
+
+
+def build(name: str) -> Scenario:
+    """The scenario called ``name``; ValueError names it and lists the valid ones."""
+    try:
+        builder = BUILDERS[name]
+    except KeyError:
+        raise ValueError(f"unknown sim scenario {name!r}; valid: {', '.join(SCENARIOS)}") from None
+    return builder()

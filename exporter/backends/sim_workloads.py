@@ -1,0 +1,194 @@
+"""Simulated GPU workloads: measured H200 signatures and how each workload varies over time.
+
+A ``Signature`` is what a workload shows while its kernels run alone on a whole H200 (GPM
+ratios from ../shared/FACTS-H200.md, NVML utilisation and power).  A ``Workload`` adds time:
+``activity(t, rng)`` says which fraction of the window its kernels ran and what it moved over
+PCIe / NVLink, so a training job alternates compute and data loading and an inference server
+follows a daily load curve while keeping its signature.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+GB = 1e9
+"""Decimal gigabyte, for link throughputs (bytes/s)."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Ratios (0..1) and power (watts) of a workload running flat out alone on a whole H200."""
+
+    sm_active: float
+    sm_occupancy: float
+    dram_active: float
+    tensor_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
+    fp64_active: float = 0.0
+    utilization: float = 0.99
+    """NVML GPU-Util while running (time one or more kernels ran)."""
+    memory_utilization: float = 0.0
+    """NVML util.mem while running."""
+    power_watts: float = 75.0
+    """Board power it would draw unconstrained; above the 700 W limit the clocks are capped."""
+    utilization_band: tuple[float, float] | None = None
+    """If set, GPU-Util is drawn inside this band each window (launch-bound kernels jitter)."""
+
+
+# GPM signatures measured on an H200 (FACTS-H200.md, 1 s GPM window); power is our estimate.
+MEMORY_COPY = Signature(0.99, 0.80, 0.88, utilization=1.0, memory_utilization=1.0, power_watts=540.0)
+BF16_GEMM = Signature(
+    0.96, 0.14, 0.17, tensor_active=0.93, utilization=0.99, memory_utilization=0.25, power_watts=760.0
+)
+FP32_GEMM = Signature(0.96, 0.12, 0.03, fp32_active=0.77, utilization=0.99, memory_utilization=0.04, power_watts=610.0)
+LAUNCH_BOUND = Signature(
+    0.0002, 0.0, 0.0, utilization=0.23, memory_utilization=0.0, power_watts=125.0, utilization_band=(0.19, 0.27)
+)
+# Not measured, shaped after the rows above: LLM decode streams weights and KV cache (memory
+# bound with some tensor work); small-batch encoders sit in between.
+LLM_DECODE = Signature(
+    0.97,
+    0.42,
+    0.85,
+    tensor_active=0.22,
+    fp32_active=0.04,
+    fp16_active=0.03,
+    utilization=0.99,
+    memory_utilization=0.9,
+    power_watts=560.0,
+)
+SMALL_BATCH_INFERENCE = Signature(
+    0.55,
+    0.22,
+    0.30,
+    tensor_active=0.38,
+    fp16_active=0.05,
+    fp32_active=0.03,
+    utilization=0.72,
+    memory_utilization=0.3,
+    power_watts=330.0,
+)
+FP16_BATCH = Signature(
+    0.93,
+    0.2,
+    0.24,
+    tensor_active=0.71,
+    fp16_active=0.12,
+    utilization=0.98,
+    memory_utilization=0.3,
+    power_watts=640.0,
+)
+IDLE = Signature(0.0, 0.0, 0.0, utilization=0.0, power_watts=0.0)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a workload did over one window."""
+
+    share: float
+    """Fraction of the window its kernels ran (0..1); scales its signature."""
+    pcie_rx_bytes_per_second: float = 0.0
+    pcie_tx_bytes_per_second: float = 0.0
+    nvlink_bytes_per_second: float = 0.0
+    """Each direction."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A signature plus a time pattern; ``offset_seconds`` desynchronises copies of one pattern."""
+
+    signature: Signature
+    offset_seconds: float = 0.0
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        """Activity over the window ending at simulated time ``t`` (seconds)."""
+        raise NotImplementedError
+
+
+def _jitter(rng: random.Random, level: float, sd: float) -> float:
+    return min(1.0, max(0.0, level + rng.gauss(0.0, sd)))
+
+
+@dataclass(frozen=True)
+class Steady(Workload):
+    """Runs flat out (batch jobs, copy loops, busy-polling services)."""
+
+    level: float = 0.98
+    pcie_rx: float = 0.3 * GB
+    pcie_tx: float = 0.1 * GB
+    pause_every_seconds: float = 0.0
+    """If > 0, pauses for ``pause_seconds`` this often (writes results over PCIe)."""
+    pause_seconds: float = 0.0
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        if self.pause_every_seconds > 0:
+            pos = (t + self.offset_seconds) % self.pause_every_seconds
+            if pos < self.pause_seconds:
+                return Activity(_jitter(rng, 0.03, 0.01), 0.2 * GB, _jitter(rng, 0.5, 0.05) * 24 * GB)
+        return Activity(_jitter(rng, self.level, 0.01), self.pcie_rx * (0.9 + 0.2 * rng.random()), self.pcie_tx)
+
+
+@dataclass(frozen=True)
+class Diurnal(Workload):
+    """An online service: load follows a daily curve (one simulated day per ``period_seconds``)."""
+
+    low: float = 0.2
+    high: float = 0.9
+    period_seconds: float = 1800.0
+    request_bytes: float = 2 * GB
+    """PCIe traffic (each way) at peak load."""
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        phase = 2 * math.pi * (t + self.offset_seconds) / self.period_seconds
+        level = self.low + (self.high - self.low) * (0.5 - 0.5 * math.cos(phase))
+        share = _jitter(rng, level, 0.015 * (self.high - self.low) + 0.005)
+        share = min(self.high, max(self.low, share))
+        load = share / self.high if self.high > 0 else 0.0
+        return Activity(share, self.request_bytes * load, 0.6 * self.request_bytes * load)
+
+
+@dataclass(frozen=True)
+class Training(Workload):
+    """Data-parallel training: compute steps with NVLink all-reduce, stalls while the next data
+    shard loads over PCIe, and a checkpoint written out every ``checkpoint_every_seconds``."""
+
+    compute_seconds: float = 50.0
+    load_seconds: float = 6.0
+    checkpoint_every_seconds: float = 600.0
+    checkpoint_seconds: float = 20.0
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        local = t + self.offset_seconds
+        if local % self.checkpoint_every_seconds >= self.checkpoint_every_seconds - self.checkpoint_seconds:
+            return Activity(_jitter(rng, 0.02, 0.01), 0.1 * GB, _jitter(rng, 0.8, 0.05) * 26 * GB)
+        cycle = self.compute_seconds + self.load_seconds
+        if local % cycle >= self.compute_seconds:
+            return Activity(_jitter(rng, 0.06, 0.02), _jitter(rng, 0.85, 0.05) * 26 * GB, 0.05 * GB)
+        return Activity(_jitter(rng, 0.985, 0.008), 1.2 * GB, 0.05 * GB, _jitter(rng, 0.8, 0.05) * 110 * GB)
+
+
+@dataclass(frozen=True)
+class Bursty(Workload):
+    """A lightly used interactive or request-driven process: short bursts, mostly waiting."""
+
+    burst_probability: float = 0.3
+    burst_level: float = 0.6
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        if rng.random() < self.burst_probability:
+            share = _jitter(rng, self.burst_level, 0.1)
+            return Activity(share, share * 3 * GB, share * GB)
+        return Activity(_jitter(rng, 0.01, 0.005), 0.01 * GB, 0.0)
+
+
+@dataclass(frozen=True)
+class Idle(Workload):
+    """Holds memory (a CUDA context and tensors) and runs nothing: allocated but idle."""
+
+    signature: Signature = IDLE
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        return Activity(0.0)
