@@ -1,0 +1,217 @@
+"""Merge kubelet allocations, API pod metadata and PID owners into one ``Attribution``.
+
+Pure functions over immutable inputs: the real sources (gRPC, API watch, /proc) and the simulated
+ones feed the same code, so the demo exercises exactly what production runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from exporter.attribution.deviceids import DeviceIndex, DeviceRef
+from exporter.model import Allocation, BackendSample, ContainerDevices, PodRef, PodUsage
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases whose devices are free again even if an old kubelet still lists them (k8s #119423)."""
+
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+"""Resources under this prefix are GPUs by definition: their unresolvable IDs are counted.
+IDs of other resources are attributed only when they have a GPU shape (custom plugins)."""
+
+_EMPTY_NAMES: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PodMeta:
+    """What the Kubernetes API says about one pod on this node."""
+
+    uid: str
+    namespace: str
+    name: str
+    phase: str | None = None
+    workload_kind: str | None = None
+    """Top-level owner kind: Deployment, StatefulSet, DaemonSet, Job, CronJob, ReplicaSet, …"""
+    workload: str | None = None
+    containers: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
+    """Container runtime ID (hex, no ``containerd://`` scheme) -> container name."""
+
+
+@dataclass(frozen=True)
+class PodDirectory:
+    """Pods of this node by UID and by (namespace, name); an immutable snapshot."""
+
+    by_uid: Mapping[str, PodMeta]
+    by_name: Mapping[tuple[str, str], PodMeta]
+
+    @staticmethod
+    def of(pods: Iterable[PodMeta]) -> PodDirectory:
+        """Index the pods both ways."""
+        by_uid = {p.uid: p for p in pods}
+        by_name = {(p.namespace, p.name): p for p in by_uid.values()}
+        return PodDirectory(MappingProxyType(by_uid), MappingProxyType(by_name))
+
+
+@dataclass(frozen=True)
+class KubeletView:
+    """One PodResources refresh: who holds which device, and what the node advertises."""
+
+    devices: tuple[ContainerDevices, ...]
+    allocatable: tuple[str, ...] | None = None
+    """Device IDs of every resource the kubelet can allocate; ``None`` if it cannot say
+    (``GetAllocatableResources`` UNIMPLEMENTED on old kubelets)."""
+
+
+@dataclass(frozen=True)
+class PidOwner:
+    """The container a host PID runs in: from /proc/<pid>/cgroup, or the simulator."""
+
+    pod_uid: str
+    container_id: str | None = None
+    container: str | None = None
+    """Container name when the source knows it; else resolved through ``PodMeta.containers``."""
+
+
+class UnmappedCounter:
+    """Cumulative count of distinct device IDs that named no GPU here, by reason (bounded memory)."""
+
+    def __init__(self, max_remembered: int = 10_000) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._max = max_remembered
+        self.counts: dict[str, int] = {}
+
+    def add(self, device_id: str, reason: str) -> None:
+        """Count the ID once per reason; after ``max_remembered`` IDs, stop deduplicating new ones."""
+        key = (device_id[:256], reason)
+        if key in self._seen:
+            return
+        if len(self._seen) < self._max:
+            self._seen.add(key)
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def snapshot(self) -> Mapping[str, int]:
+        """An immutable copy for the snapshot."""
+        return MappingProxyType(dict(self.counts))
+
+
+@dataclass(frozen=True)
+class Allocations:
+    """The part of an ``Attribution`` that depends only on the kubelet, the API and the GPU set."""
+
+    allocations: tuple[Allocation, ...] = ()
+    sharing_replicas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    sharing_pods: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _pod_ref(cd: ContainerDevices, pods: PodDirectory | None) -> tuple[PodRef, PodMeta | None]:
+    meta = None
+    if pods is not None:
+        meta = pods.by_uid.get(cd.pod_uid) if cd.pod_uid else None
+        if meta is None:
+            meta = pods.by_name.get((cd.namespace, cd.pod))
+    ref = PodRef(
+        namespace=cd.namespace,
+        pod=cd.pod,
+        container=cd.container,
+        uid=meta.uid if meta is not None else cd.pod_uid,
+        workload_kind=meta.workload_kind if meta is not None else None,
+        workload=meta.workload if meta is not None else None,
+    )
+    return ref, meta
+
+
+def build_allocations(
+    index: DeviceIndex,
+    kubelet: KubeletView,
+    pods: PodDirectory | None,
+    unmapped: UnmappedCounter,
+) -> Allocations:
+    """Allocation series, time-slicing replica counts and pods per shared GPU.
+
+    Pods the API reports as finished are dropped.  Without the API (``pods is None``) a device
+    listed under two pods is shown under both: we cannot tell which one is finished.
+    """
+    allocations: dict[tuple[PodRef, str, str, str | None, str | None], Allocation] = {}
+    pods_per_gpu: dict[str, set[tuple[str, str]]] = {}
+    for cd in kubelet.devices:
+        ref, meta = _pod_ref(cd, pods)
+        if meta is not None and meta.phase in FINISHED_PHASES:
+            continue
+        is_gpu_resource = cd.resource.startswith(GPU_RESOURCE_PREFIX)
+        for device_id in cd.device_ids:
+            found = index.resolve(device_id)
+            if isinstance(found, str):
+                if is_gpu_resource or index.looks_like_gpu(device_id):
+                    unmapped.add(device_id, found)
+                continue
+            key = (ref, cd.resource, found.uuid, found.mig_uuid, found.replica)
+            allocations[key] = Allocation(ref, cd.resource, found.uuid, found.mig_uuid, found.replica)
+            if found.replica is not None:
+                pods_per_gpu.setdefault(found.uuid, set()).add((cd.namespace, cd.pod))
+    replicas: dict[str, int] = {}
+    for device_id in kubelet.allocatable or ():
+        found = index.resolve(device_id)
+        if isinstance(found, DeviceRef) and found.replica is not None:
+            replicas[found.uuid] = replicas.get(found.uuid, 0) + 1
+    return Allocations(
+        allocations=tuple(allocations.values()),
+        sharing_replicas=MappingProxyType(replicas),
+        sharing_pods=MappingProxyType({u: len(p) for u, p in pods_per_gpu.items()}),
+    )
+
+
+def _container_name(owner: PidOwner, meta: PodMeta, held_by: Mapping[str, set[str]]) -> str | None:
+    if owner.container:
+        return owner.container
+    if owner.container_id:
+        name = meta.containers.get(owner.container_id)
+        if name is not None:
+            return name
+    # Unknown container ID (API not synced yet): if one container of the pod holds GPUs, it is it.
+    holders = held_by.get(meta.uid, set())
+    return next(iter(holders)) if len(holders) == 1 else None
+
+
+def build_usages(
+    sample: BackendSample,
+    pid_owners: Mapping[int, PidOwner],
+    pods: PodDirectory,
+    allocations: tuple[Allocation, ...],
+) -> tuple[PodUsage, ...]:
+    """Per container and physical GPU: memory and SM share summed over the container's processes."""
+    held_by: dict[str, set[str]] = {}
+    for a in allocations:
+        if a.pod.uid:
+            held_by.setdefault(a.pod.uid, set()).add(a.pod.container)
+    memory: dict[tuple[PodRef, str], int | None] = {}
+    share: dict[tuple[PodRef, str], float | None] = {}
+    for gpu in sample.gpus:
+        for leaf in gpu.leaves:
+            for proc in leaf.processes:
+                owner = pid_owners.get(proc.pid)
+                if owner is None:
+                    continue
+                meta = pods.by_uid.get(owner.pod_uid)
+                if meta is None or meta.phase in FINISHED_PHASES:
+                    continue
+                container = _container_name(owner, meta, held_by)
+                ref = PodRef(meta.namespace, meta.name, container or "", meta.uid, meta.workload_kind, meta.workload)
+                key = (ref, gpu.uuid)
+                if proc.used_memory_bytes is not None:
+                    memory[key] = (memory.get(key) or 0) + proc.used_memory_bytes
+                else:
+                    memory.setdefault(key, None)
+                if proc.sm_util_ratio is not None:
+                    share[key] = (share.get(key) or 0.0) + proc.sm_util_ratio
+                else:
+                    share.setdefault(key, None)
+    return tuple(
+        PodUsage(
+            pod=ref,
+            uuid=uuid,
+            memory_used_bytes=memory[(ref, uuid)],
+            sm_share_ratio=None if share[(ref, uuid)] is None else min(1.0, share[(ref, uuid)] or 0.0),
+        )
+        for ref, uuid in memory
+    )

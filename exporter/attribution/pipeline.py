@@ -1,0 +1,301 @@
+"""The attribution stage the sampler calls every cycle: cached sources in, one ``Attribution`` out.
+
+Each source (kubelet PodResources, Kubernetes API, /proc cgroups) refreshes on its own schedule and
+can fail alone; ``attribute`` only reads their latest state and merges it, so it costs well under
+a millisecond when nothing changed.  The simulated backend supplies simulated sources that go
+through the same merge code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from exporter.attribution.deviceids import DeviceIndex
+from exporter.attribution.merge import (
+    Allocations,
+    KubeletView,
+    PidOwner,
+    PodDirectory,
+    PodMeta,
+    UnmappedCounter,
+    build_allocations,
+    build_usages,
+)
+from exporter.model import Attribution, BackendSample, ContainerDevices, PodUsage, StageResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+STAGE_PODRESOURCES = "podresources"
+STAGE_KUBE_API = "kube_api"
+STAGE_CGROUP = "cgroup"
+
+
+@dataclass(frozen=True)
+class AttributionOptions:
+    """What the command line says about attribution."""
+
+    podresources_socket: str | None = DEFAULT_PODRESOURCES_SOCKET
+    """Kubelet PodResources unix socket; ``None`` disables the kubelet source."""
+    node_name: str | None = None
+    """This node's name (``--kubernetes.node-name`` / ``NODE_NAME``); ``None`` = no API watch."""
+    kube_api: bool = True
+    """``--[no-]kubernetes.api``: watch pod metadata (phase, owner workload, container IDs)."""
+    procfs: str = "/proc"
+    """``--path.procfs``: where host PIDs' ``cgroup`` files are (needs hostPID or host /proc)."""
+    refresh_seconds: float = 10.0
+    """``--kubernetes.refresh-interval``: kubelet refresh period, seconds."""
+
+
+class Attributor(Protocol):
+    """Called by the sampler once per cycle; never blocks on I/O."""
+
+    def attribute(self, sample: BackendSample, now: float) -> tuple[Attribution, tuple[StageResult, ...]]:
+        """Merge the sources' latest state for this sample; one StageResult per enabled source."""
+        ...
+
+    def close(self) -> None:
+        """Stop background refreshers; idempotent."""
+        ...
+
+
+class KubeletSource(Protocol):
+    """Latest kubelet view (``None`` = unavailable) and the health of its last refresh."""
+
+    def latest(self) -> tuple[KubeletView | None, StageResult, float | None]:
+        """(view, stage result, unix time of the last successful refresh)."""
+        ...
+
+    def close(self) -> None:
+        """Stop refreshing."""
+        ...
+
+
+class PodSource(Protocol):
+    """Latest pod metadata of this node (``None`` = the API is not usable right now)."""
+
+    def latest(self) -> tuple[PodDirectory | None, StageResult]:
+        """(directory, stage result)."""
+        ...
+
+    def close(self) -> None:
+        """Stop watching."""
+        ...
+
+
+class PidSource(Protocol):
+    """Host PID -> container owner (cached per PID by the real source)."""
+
+    def owners(self, pids: Collection[int]) -> tuple[Mapping[int, PidOwner] | None, StageResult]:
+        """Owners of the PIDs that run in pods (others are absent); ``None`` if it cannot read."""
+        ...
+
+    def close(self) -> None:
+        """Release resources."""
+        ...
+
+
+class PipelineAttributor:
+    """Merges whichever sources are enabled; caches the allocation part until an input changes."""
+
+    def __init__(
+        self,
+        kubelet: KubeletSource | None,
+        pods: PodSource | None,
+        pids: PidSource | None,
+        sharing_replicas: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
+        self._kubelet = kubelet
+        self._pods = pods
+        self._pids = pids
+        self._sharing_replicas = sharing_replicas
+        self._unmapped = UnmappedCounter()
+        self._cache_inputs: tuple[object, object, object] | None = None
+        self._cache: Allocations = Allocations()
+
+    def attribute(self, sample: BackendSample, now: float) -> tuple[Attribution, tuple[StageResult, ...]]:
+        """Merge the latest state of every source for this sample (no I/O except cached /proc reads)."""
+        stages: list[StageResult] = []
+        view: KubeletView | None = None
+        last_success: float | None = None
+        if self._kubelet is not None:
+            view, result, last_success = self._kubelet.latest()
+            stages.append(result)
+        pods: PodDirectory | None = None
+        if self._pods is not None:
+            pods, result = self._pods.latest()
+            stages.append(result)
+        index = DeviceIndex(sample)
+        allocs = self._allocations(index, view, pods)
+
+        usages: tuple[PodUsage, ...] = ()
+        if self._pids is not None:
+            pids = [p.pid for g in sample.gpus for leaf in g.leaves for p in leaf.processes]
+            owners, result = self._pids.owners(pids)
+            stages.append(result)
+            if owners is not None and pods is not None:
+                usages = build_usages(sample, owners, pods, allocs.allocations)
+
+        replicas = allocs.sharing_replicas
+        if self._sharing_replicas is not None and not index.empty:
+            replicas = MappingProxyType(dict(self._sharing_replicas()))
+        attribution = Attribution(
+            allocations=allocs.allocations,
+            usages=usages,
+            sharing_replicas=replicas,
+            sharing_pods=allocs.sharing_pods,
+            unmapped_devices=self._unmapped.snapshot(),
+            podresources_last_success_timestamp=last_success,
+        )
+        return attribution, tuple(stages)
+
+    def _allocations(self, index: DeviceIndex, view: KubeletView | None, pods: PodDirectory | None) -> Allocations:
+        if view is None or index.empty:
+            # No kubelet data, or no GPU list to check IDs against (backend down): nothing to say.
+            self._cache_inputs = None
+            return Allocations()
+        inputs = (view, pods, index.key)
+        cached = self._cache_inputs
+        if cached is not None and cached[0] is view and cached[1] is pods and cached[2] == index.key:
+            return self._cache
+        self._cache = build_allocations(index, view, pods, self._unmapped)
+        self._cache_inputs = inputs
+        return self._cache
+
+    def close(self) -> None:
+        """Stop every source's background work."""
+        for source in (self._kubelet, self._pods, self._pids):
+            if source is not None:
+                try:
+                    source.close()
+                except Exception:  # closing must never fail the exporter's shutdown
+                    log.exception("closing attribution source")
+
+
+# --- simulated sources ----------------------------------------------------------------------
+
+
+def _timed(stage: str, fn: Callable[[], Any]) -> tuple[Any, StageResult]:
+    start = time.perf_counter()
+    try:
+        value = fn()
+    except Exception as exc:  # a simulated fault: this stage fails, the others go on
+        log.debug("simulated %s source failed: %s", stage, exc)
+        return None, StageResult(stage, False, time.perf_counter() - start)
+    return value, StageResult(stage, True, time.perf_counter() - start)
+
+
+class SimulatedKubeletSource:
+    """Kubelet view from ``backend.pod_devices()``; a raising call is a failed refresh."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self._last: tuple[tuple[ContainerDevices, ...], KubeletView] | None = None
+        self._last_success: float | None = None
+
+    def latest(self) -> tuple[KubeletView | None, StageResult, float | None]:
+        """Ask the simulator now (it is in memory); keep the view object while it is unchanged."""
+        devices, result = _timed(STAGE_PODRESOURCES, lambda: tuple(self._backend.pod_devices()))
+        if devices is None:
+            return None, result, self._last_success
+        self._last_success = time.time()
+        if self._last is None or self._last[0] != devices:
+            self._last = (devices, KubeletView(devices=devices, allocatable=None))
+        return self._last[1], result, self._last_success
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class SimulatedPodSource:
+    """Pod metadata from ``backend.pod_owners()``: uid -> (namespace, pod, phase, kind, workload)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self._last: tuple[object, PodDirectory] | None = None
+
+    def latest(self) -> tuple[PodDirectory | None, StageResult]:
+        """Directory of the simulated pods; the same object while the simulator's answer is unchanged."""
+        owners, result = _timed(STAGE_KUBE_API, lambda: dict(self._backend.pod_owners()))
+        if owners is None:
+            return None, result
+        if self._last is None or self._last[0] != owners:
+            metas = [
+                PodMeta(uid=uid, namespace=ns, name=pod, phase=phase, workload_kind=kind, workload=workload)
+                for uid, (ns, pod, phase, kind, workload) in owners.items()
+            ]
+            self._last = (owners, PodDirectory.of(metas))
+        return self._last[1], result
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class SimulatedPidSource:
+    """PID owners from ``backend.pid_containers()``: pid -> (pod_uid, container)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def owners(self, pids: Collection[int]) -> tuple[Mapping[int, PidOwner] | None, StageResult]:
+        """Owners of the given PIDs that the simulator places in pods."""
+        table, result = _timed(STAGE_CGROUP, lambda: dict(self._backend.pid_containers()))
+        if table is None:
+            return None, result
+        found = {pid: PidOwner(pod_uid=table[pid][0], container=table[pid][1]) for pid in pids if pid in table}
+        return found, result
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+_SIM_METHODS = ("pod_devices", "pod_owners", "pid_containers", "sharing_replicas")
+
+
+def is_simulated(backend: object) -> bool:
+    """True for a backend that carries simulated pods (duck-typed on the simulator's methods)."""
+    return all(callable(getattr(backend, m, None)) for m in _SIM_METHODS)
+
+
+def build_attributor(options: AttributionOptions, backend: object) -> Attributor:
+    """The attributor for these options: simulated sources for the simulator (unless a socket was
+    given explicitly), else the enabled real sources."""
+    explicit_socket = options.podresources_socket not in (None, DEFAULT_PODRESOURCES_SOCKET)
+    if is_simulated(backend) and not explicit_socket:
+        sim: Any = backend
+        return PipelineAttributor(
+            SimulatedKubeletSource(sim),
+            SimulatedPodSource(sim),
+            SimulatedPidSource(sim),
+            sharing_replicas=lambda: sim.sharing_replicas(),
+        )
+    return build_real_attributor(options)
+
+
+def build_real_attributor(options: AttributionOptions) -> PipelineAttributor:
+    """Kubelet gRPC, API watch and /proc sources, each only when its option enables it.
+
+    The /proc source needs the API (cgroups name pod UIDs, the kubelet does not), so it is
+    enabled with it.
+    """
+    kubelet: KubeletSource | None = None
+    pods: PodSource | None = None
+    pids: PidSource | None = None
+    if options.podresources_socket is not None:
+        from exporter.attribution.podresources import PodResourcesSource
+
+        kubelet = PodResourcesSource(options.podresources_socket, refresh_seconds=options.refresh_seconds)
+    if options.kube_api and options.node_name:
+        from exporter.attribution.kubeapi import KubePodSource
+
+        pods = KubePodSource.in_cluster(options.node_name)
+        from exporter.attribution.cgroup import CgroupPidSource
+
+        pids = CgroupPidSource(options.procfs)
+    return PipelineAttributor(kubelet, pods, pids)
