@@ -1,0 +1,580 @@
+"""A fake ``pynvml`` module: configurable GPUs (MIG, GPM, events, processes) and per-call failures.
+
+Names, constant values and error classes mirror nvidia-ml-py 13.x (a test checks each name exists
+in the real binding), so ``NvmlBackend(nvml=FakeNvml(...))`` runs the same code paths as on a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+# --- constants (values as in nvidia-ml-py) -------------------------------------------------------
+NVML_SUCCESS = 0
+_ERROR_CODES = {
+    "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5,
+    "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7,
+    "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "IRQ_ISSUE": 11,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "CORRUPTED_INFOROM": 14,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17,
+    "LIB_RM_VERSION_MISMATCH": 18,
+    "IN_USE": 19,
+    "MEMORY": 20,
+    "NO_DATA": 21,
+    "UNKNOWN": 999,
+}
+
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_VALUE_TYPE_SIGNED_INT = 5
+nvmlMemory_v2 = 0x02000028
+nvmlEventTypeXidCriticalError = 0x8
+nvmlEventTypeSingleBitEccError = 0x1
+
+nvmlClocksEventReasonGpuIdle = 0x1
+nvmlClocksEventReasonApplicationsClocksSetting = 0x2
+nvmlClocksEventReasonSwPowerCap = 0x4
+nvmlClocksEventReasonHwSlowdown = 0x8
+nvmlClocksEventReasonSyncBoost = 0x10
+nvmlClocksEventReasonSwThermalSlowdown = 0x20
+nvmlClocksEventReasonHwThermalSlowdown = 0x40
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+nvmlClocksEventReasonDisplayClockSetting = 0x100
+
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_FP64_UTIL = 11
+NVML_GPM_METRIC_FP32_UTIL = 12
+NVML_GPM_METRIC_FP16_UTIL = 13
+NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
+NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
+NVML_GPM_METRIC_MAX = 477
+NVML_GPM_METRICS_GET_VERSION = 1
+
+
+# --- errors: NVMLError(code) returns the subclass, like the real binding ---------------------------
+class NVMLError(Exception):
+    """Base NVML error; ``NVMLError(3)`` is an ``NVMLError_NotSupported``."""
+
+    _by_value: dict[int, type[NVMLError]] = {}  # noqa: RUF012 - filled once below
+    value: int
+
+    def __new__(cls, value: int) -> NVMLError:
+        if cls is NVMLError:
+            cls = NVMLError._by_value.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+
+    def __str__(self) -> str:
+        return type(self).__name__
+
+
+for _name, _value in _ERROR_CODES.items():
+    _class_name = "NVMLError_" + "".join(part.capitalize() for part in _name.split("_"))
+    _cls = type(_class_name, (NVMLError,), {})
+    NVMLError._by_value[_value] = _cls
+    globals()[_class_name] = _cls
+    globals()["NVML_ERROR_" + _name] = _value
+
+
+def code(name: str) -> int:
+    """Numeric NVML error code for a name like ``NOT_SUPPORTED``."""
+    return _ERROR_CODES[name]
+
+
+# --- configuration ---------------------------------------------------------------------------------
+@dataclass
+class FakeProcess:
+    pid: int
+    used_memory: int | None = 1 << 30
+    gpu_instance_id: int = 0xFFFFFFFF
+    compute_instance_id: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeMig:
+    """A MIG device: ``gpm`` maps NVML GPM metric id -> percent for its windows."""
+
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    name: str = "NVIDIA H200 MIG 1g.18gb"
+    memory_used: int = 1 << 30
+    memory_total: int = 18 << 30
+    processes: list[FakeProcess] = field(default_factory=list)
+    gpm: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class FakeGpu:
+    """One physical GPU as NVML would report it; ``None`` values answer NotSupported."""
+
+    uuid: str
+    name: str = "NVIDIA H200"
+    pci_bus_id: str = "00000000:18:00.0"
+    compute_capability: tuple[int, int] = (9, 0)
+    memory_total: int = 150_754_820_096
+    memory_used: int = 4 << 20
+    util_gpu: int = 0
+    util_memory: int = 0
+    power_mw: int | None = 75_000
+    power_limit_mw: int | None = 700_000
+    energy_mj: int | None = 1_000_000
+    temperature: int | None = 30
+    memory_temperature: int | None = 40
+    fan: int | None = None
+    sm_clock_mhz: int = 345
+    memory_clock_mhz: int = 3201
+    max_sm_clock_mhz: int = 1980
+    clock_reasons: int = 0x1
+    supported_clock_reasons: int = 0x1FF
+    pcie_tx_kib: int | None = 1000
+    pcie_rx_kib: int | None = 2000
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    pcie_replay: int | None = 0
+    ecc: tuple[int, int] | None = (0, 0)
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)
+    compute_mode: int = 0
+    mig_mode: int | None = 0
+    nvlink: bool = False
+    gpm_supported: bool = True
+    gpm: dict[int, float] = field(default_factory=dict)
+    processes: list[FakeProcess] = field(default_factory=list)
+    process_util: list[tuple[int, int, int]] = field(default_factory=list)
+    """(pid, smUtil %, memUtil %) samples; empty answers NotFound like NVML."""
+    xid_queue: deque[int] = field(default_factory=deque)
+    migs: list[FakeMig] = field(default_factory=list)
+    max_mig_devices: int = 7
+    lost: bool = False
+
+
+@dataclass
+class FakeHandle:
+    gpu: FakeGpu
+    generation: int
+    mig: FakeMig | None = None
+
+
+@dataclass
+class FakeGpmSample:
+    values: dict[int, float] = field(default_factory=dict)
+    filled: bool = False
+    freed: bool = False
+
+
+@dataclass
+class FakeEventSet:
+    handles: list[FakeHandle] = field(default_factory=list)
+    freed: bool = False
+
+
+class _Metric:
+    def __init__(self) -> None:
+        self.metricId = 0
+        self.nvmlReturn = NVML_SUCCESS
+        self.value = 0.0
+
+
+class _GpmMetricsGet:
+    """Mirror of the ctypes struct: version, numMetrics, sample1, sample2, metrics[]."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [_Metric() for _ in range(NVML_GPM_METRIC_MAX)]
+
+
+c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+
+
+class FakeNvml:
+    """Stand-in for the ``pynvml`` module; pass as ``NvmlBackend(nvml=fake)``.
+
+    ``calls`` counts calls by function name. ``fail(name, code, times, gpu)`` queues failures;
+    ``remove(name)`` makes a function missing from the binding; ``reload_driver()`` invalidates
+    every handle (calls answer Uninitialized until ``nvmlInit`` runs again).
+    """
+
+    NVMLError = NVMLError
+    c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+
+    def __init__(self, gpus: list[FakeGpu], driver_version: str = "580.159.04") -> None:
+        self.gpus = gpus
+        self.driver_version = driver_version
+        self.calls: Counter[str] = Counter()
+        self.init_error: int | None = None
+        self.initialized = False
+        self.generation = 0
+        self.process_util_timestamps: list[int] = []
+        self.gpm_samples: list[FakeGpmSample] = []
+        self.event_sets: list[FakeEventSet] = []
+        self._failures: dict[tuple[str, str | None], deque[int]] = {}
+        self._forever: dict[tuple[str, str | None], int] = {}
+        self._ids = itertools.count()
+
+    def __getattr__(self, name: str) -> Any:
+        # Constants and error classes live at module level, as in pynvml.
+        if name.startswith(("NVML", "nvml")) and name in globals():
+            return globals()[name]
+        raise AttributeError(name)
+
+    def __dir__(self) -> list[str]:
+        names = set(super().__dir__())
+        names.update(n for n in globals() if n.startswith(("NVML", "nvml")))
+        return sorted(names)
+
+    # -- test controls ---------------------------------------------------------------------------
+    def fail(self, name: str, error: str, times: int = 1, gpu: str | None = None) -> None:
+        """Make the next ``times`` calls of ``name`` (for GPU uuid ``gpu``, or any) raise ``error``."""
+        self._failures.setdefault((name, gpu), deque()).extend([code(error)] * times)
+
+    def fail_always(self, name: str, error: str, gpu: str | None = None) -> None:
+        self._forever[(name, gpu)] = code(error)
+
+    def clear_failures(self) -> None:
+        self._failures.clear()
+        self._forever.clear()
+
+    def remove(self, name: str) -> None:
+        """Make ``name`` absent from the binding (older nvidia-ml-py)."""
+        object.__setattr__(self, name, None)
+
+    def reload_driver(self) -> None:
+        """Driver reload / GPU reset: old handles become stale and NVML must be initialised again."""
+        self.initialized = False
+        self.generation += 1
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _enter(
+        self, name: str, handle: FakeHandle | None = None, *, needs_init: bool = True, uuid: str | None = None
+    ) -> None:
+        self.calls[name] += 1
+        uuid = handle.gpu.uuid if handle is not None else uuid
+        for key in ((name, uuid), (name, None)):
+            queue = self._failures.get(key)
+            if queue:
+                raise NVMLError(queue.popleft())
+            if key in self._forever:
+                raise NVMLError(self._forever[key])
+        if needs_init and not self.initialized:
+            raise NVMLError(code("UNINITIALIZED"))
+        if handle is not None:
+            if handle.generation != self.generation:
+                raise NVMLError(code("UNINITIALIZED"))
+            if handle.gpu.lost:
+                raise NVMLError(code("GPU_IS_LOST"))
+
+    @staticmethod
+    def _value(value: Any) -> Any:
+        if value is None:
+            raise NVMLError(code("NOT_SUPPORTED"))
+        return value
+
+    # -- library ---------------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self._enter("nvmlInit", needs_init=False)
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+        self.initialized = True
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self.initialized = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        gpu = self.gpus[index]
+        self._enter("nvmlDeviceGetHandleByIndex", uuid=gpu.uuid)
+        return FakeHandle(gpu, self.generation)
+
+    # -- identity --------------------------------------------------------------------------------
+    def nvmlDeviceGetUUID(self, h: FakeHandle) -> str:
+        self._enter("nvmlDeviceGetUUID", h)
+        return h.mig.uuid if h.mig else h.gpu.uuid
+
+    def nvmlDeviceGetName(self, h: FakeHandle) -> str:
+        self._enter("nvmlDeviceGetName", h)
+        return h.mig.name if h.mig else h.gpu.name
+
+    def nvmlDeviceGetPciInfo(self, h: FakeHandle) -> Any:
+        self._enter("nvmlDeviceGetPciInfo", h)
+        return SimpleNamespace(busId=h.gpu.pci_bus_id.encode())  # a c_char array reads as bytes
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: FakeHandle) -> tuple[int, int]:
+        self._enter("nvmlDeviceGetCudaComputeCapability", h)
+        return h.gpu.compute_capability
+
+    def nvmlDeviceGetMaxClockInfo(self, h: FakeHandle, clock: int) -> int:
+        self._enter("nvmlDeviceGetMaxClockInfo", h)
+        return h.gpu.max_sm_clock_mhz
+
+    def nvmlDeviceGetSupportedClocksEventReasons(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetSupportedClocksEventReasons", h)
+        return h.gpu.supported_clock_reasons
+
+    def nvmlDeviceGetSupportedClocksThrottleReasons(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetSupportedClocksThrottleReasons", h)
+        return h.gpu.supported_clock_reasons
+
+    def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:
+        self._enter("nvmlDeviceGetNvLinkState", h)
+        if not h.gpu.nvlink:
+            raise NVMLError(code("NOT_SUPPORTED"))
+        return 1
+
+    def nvmlDeviceGetMigMode(self, h: FakeHandle) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode", h)
+        mode = self._value(h.gpu.mig_mode)
+        return [mode, mode]
+
+    def nvmlDeviceGetComputeMode(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetComputeMode", h)
+        return h.gpu.compute_mode
+
+    # -- telemetry -------------------------------------------------------------------------------
+    def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> Any:
+        self._enter("nvmlDeviceGetUtilizationRates", h)
+        return SimpleNamespace(gpu=h.gpu.util_gpu, memory=h.gpu.util_memory)
+
+    def nvmlDeviceGetMemoryInfo(self, h: FakeHandle, version: int | None = None) -> Any:
+        self._enter("nvmlDeviceGetMemoryInfo", h)
+        if h.mig is not None:
+            used, total = h.mig.memory_used, h.mig.memory_total
+        else:
+            used, total = h.gpu.memory_used, h.gpu.memory_total
+        return SimpleNamespace(version=version, total=total, used=used, free=total - used, reserved=0)
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetPowerUsage", h)
+        return self._value(h.gpu.power_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetEnforcedPowerLimit", h)
+        return self._value(h.gpu.power_limit_mw)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
+        return self._value(h.gpu.energy_mj)
+
+    def nvmlDeviceGetTemperature(self, h: FakeHandle, sensor: int) -> int:
+        self._enter("nvmlDeviceGetTemperature", h)
+        return self._value(h.gpu.temperature)
+
+    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[Any]:
+        self._enter("nvmlDeviceGetFieldValues", h)
+        out = []
+        for field_id in field_ids:
+            value = h.gpu.memory_temperature if field_id == NVML_FI_DEV_MEMORY_TEMP else None
+            out.append(
+                SimpleNamespace(
+                    fieldId=field_id,
+                    scopeId=0,
+                    valueType=NVML_VALUE_TYPE_SIGNED_INT,
+                    nvmlReturn=NVML_SUCCESS if value is not None else code("NOT_SUPPORTED"),
+                    value=SimpleNamespace(siVal=value or 0),
+                )
+            )
+        return out
+
+    def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetFanSpeed", h)
+        return self._value(h.gpu.fan)
+
+    def nvmlDeviceGetClockInfo(self, h: FakeHandle, clock: int) -> int:
+        self._enter("nvmlDeviceGetClockInfo", h)
+        return h.gpu.sm_clock_mhz if clock == NVML_CLOCK_SM else h.gpu.memory_clock_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetCurrentClocksEventReasons", h)
+        return h.gpu.clock_reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return h.gpu.clock_reasons
+
+    def nvmlDeviceGetPcieThroughput(self, h: FakeHandle, counter: int) -> int:
+        self._enter("nvmlDeviceGetPcieThroughput", h)
+        return self._value(h.gpu.pcie_tx_kib if counter == NVML_PCIE_UTIL_TX_BYTES else h.gpu.pcie_rx_kib)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkGeneration", h)
+        return h.gpu.pcie_gen
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkWidth", h)
+        return h.gpu.pcie_width
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetPcieReplayCounter", h)
+        return self._value(h.gpu.pcie_replay)
+
+    def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter_type: int) -> int:
+        self._enter("nvmlDeviceGetTotalEccErrors", h)
+        return self._value(h.gpu.ecc)[error_type]
+
+    def nvmlDeviceGetRemappedRows(self, h: FakeHandle) -> tuple[int, int, int, int]:
+        self._enter("nvmlDeviceGetRemappedRows", h)
+        return self._value(h.gpu.remapped_rows)
+
+    # -- events ----------------------------------------------------------------------------------
+    def nvmlDeviceGetSupportedEventTypes(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetSupportedEventTypes", h)
+        return nvmlEventTypeXidCriticalError | nvmlEventTypeSingleBitEccError
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._enter("nvmlEventSetCreate")
+        event_set = FakeEventSet()
+        self.event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, h: FakeHandle, types: int, event_set: FakeEventSet) -> None:
+        self._enter("nvmlDeviceRegisterEvents", h)
+        event_set.handles.append(h)
+
+    def nvmlEventSetWait(self, event_set: FakeEventSet, timeout_ms: int) -> Any:
+        self._enter("nvmlEventSetWait")
+        for h in event_set.handles:
+            if h.gpu.xid_queue:
+                xid = h.gpu.xid_queue.popleft()
+                return SimpleNamespace(
+                    device=h, eventType=nvmlEventTypeXidCriticalError, eventData=xid, gpuInstanceId=0
+                )
+        raise NVMLError(code("TIMEOUT"))
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        self._enter("nvmlEventSetFree")
+        event_set.freed = True
+
+    # -- processes -------------------------------------------------------------------------------
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+        procs = h.mig.processes if h.mig is not None else h.gpu.processes
+        return [
+            SimpleNamespace(
+                pid=p.pid,
+                usedGpuMemory=p.used_memory,
+                gpuInstanceId=p.gpu_instance_id,
+                computeInstanceId=p.compute_instance_id,
+            )
+            for p in procs
+        ]
+
+    def nvmlDeviceGetProcessUtilization(self, h: FakeHandle, timestamp: int) -> list[Any]:
+        self._enter("nvmlDeviceGetProcessUtilization", h)
+        self.process_util_timestamps.append(timestamp)
+        if not h.gpu.process_util:
+            raise NVMLError(code("NOT_FOUND"))
+        return [
+            SimpleNamespace(pid=pid, timeStamp=timestamp + 1, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
+            for pid, sm, mem in h.gpu.process_util
+        ]
+
+    # -- MIG -------------------------------------------------------------------------------------
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", h)
+        return h.gpu.max_mig_devices
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: FakeHandle, index: int) -> FakeHandle:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if index >= len(h.gpu.migs):
+            raise NVMLError(code("NOT_FOUND"))
+        return FakeHandle(h.gpu, self.generation, h.gpu.migs[index])
+
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", h)
+        if h.mig is None:
+            raise NVMLError(code("INVALID_ARGUMENT"))
+        return h.mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId", h)
+        if h.mig is None:
+            raise NVMLError(code("INVALID_ARGUMENT"))
+        return h.mig.compute_instance_id
+
+    # -- GPM -------------------------------------------------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> Any:
+        self._enter("nvmlGpmQueryDeviceSupport", h)
+        return SimpleNamespace(version=1, isSupportedDevice=int(h.gpu.gpm_supported))
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self._enter("nvmlGpmSampleAlloc")
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:
+        self._enter("nvmlGpmSampleFree")
+        sample.freed = True
+
+    def nvmlGpmSampleGet(self, h: FakeHandle, sample: FakeGpmSample) -> FakeGpmSample:
+        self._enter("nvmlGpmSampleGet", h)
+        assert not sample.freed, "GPM sample used after free"
+        sample.values, sample.filled = dict(h.gpu.gpm), True
+        return sample
+
+    def nvmlGpmMigSampleGet(self, h: FakeHandle, gpu_instance_id: int, sample: FakeGpmSample) -> FakeGpmSample:
+        self._enter("nvmlGpmMigSampleGet", h)
+        assert not sample.freed, "GPM sample used after free"
+        for mig in h.gpu.migs:
+            if mig.gpu_instance_id == gpu_instance_id:
+                sample.values, sample.filled = dict(mig.gpm), True
+                return sample
+        raise NVMLError(code("NOT_FOUND"))
+
+    def nvmlGpmMetricsGet(self, request: _GpmMetricsGet) -> _GpmMetricsGet:
+        """The window's value is what the second sample's leaf was configured with."""
+        self._enter("nvmlGpmMetricsGet")
+        assert request.version == NVML_GPM_METRICS_GET_VERSION
+        assert request.sample1.filled and request.sample2.filled
+        assert request.sample1 is not request.sample2
+        for metric in request.metrics[: request.numMetrics]:
+            if metric.metricId in request.sample2.values:
+                metric.value = request.sample2.values[metric.metricId]
+                metric.nvmlReturn = NVML_SUCCESS
+            else:
+                metric.nvmlReturn = code("NOT_SUPPORTED")
+        return request
