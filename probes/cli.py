@@ -1,0 +1,184 @@
+"""``gpulens-probe`` / ``python -m probes``: run the bandwidth probes once, print one JSON object.
+
+Exit 0 with the results; on failure a non-zero exit and ``{"error": {"type": ..., "message": ...}}``
+on stdout.  The exporter's probe scheduler runs this in a child process with a hard timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, NoReturn
+
+from probes.bandwidth import ArrayDevice, BufferPlan, CupyDevice, MiB, NumpyDevice, ProbeError, plan_buffers
+
+EXIT_CODES: dict[str, int] = {
+    "error": 1,
+    "usage": 2,
+    "timeout": 3,
+    "out_of_memory": 4,
+    "insufficient_memory": 4,
+    "unavailable": 5,
+    "device_not_found": 5,
+    "cuda_error": 6,
+}
+"""Exit status per error type (the JSON error says the same in words)."""
+
+NUMPY_MAX_COPY_BYTES = 32 * MiB
+"""NumPy stands in for a GPU in CI: keep its run to a fraction of a second."""
+
+_output_lock = threading.Lock()
+_emitted = False
+
+
+def _emit(doc: dict[str, Any]) -> bool:
+    """Print ``doc`` as the process's single JSON line; False if something was printed already."""
+    global _emitted
+    with _output_lock:
+        if _emitted:
+            return False
+        _emitted = True
+        sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n")
+        sys.stdout.flush()
+        return True
+
+
+def _error(kind: str, message: str) -> int:
+    _emit({"error": {"type": kind, "message": message}})
+    return EXIT_CODES.get(kind, 1)
+
+
+class _JsonArgumentParser(argparse.ArgumentParser):
+    """Usage errors are failures too: report them as the JSON error the caller parses."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise SystemExit(_error("usage", message))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _JsonArgumentParser(prog="gpulens-probe", description=__doc__)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--device", type=int, help="GPU index as nvidia-smi numbers them (PCI bus order)")
+    which.add_argument("--uuid", help="GPU-... or MIG-... UUID of the GPU or MIG instance to probe")
+    p.add_argument("--array", choices=("cupy", "numpy"), default="cupy", help="array module (default cupy)")
+    p.add_argument("--timeout", type=float, default=10.0, help="give up after S seconds (default 10)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed copies before measuring (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="timed copies; the median is reported (default 5)")
+    p.add_argument("--buffer-bytes", type=int, help="HBM copy buffer size in bytes (default: from L2 and free)")
+    p.add_argument("--transfer-bytes", type=int, default=24 * MiB, help="pinned H2D/D2H buffer size (default 24 MiB)")
+    return p
+
+
+def _start_watchdog(timeout: float) -> threading.Timer:
+    """Exit with a JSON timeout error if the probe is still running after ``timeout`` seconds.
+
+    The scheduler's kill is the hard limit; this gives it a readable reason first.
+    """
+
+    def expire() -> None:
+        if _emit({"error": {"type": "timeout", "message": f"probe exceeded {timeout:g} s"}}):
+            os._exit(EXIT_CODES["timeout"])
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _open_device(args: argparse.Namespace) -> ArrayDevice:
+    if args.array == "numpy":
+        return NumpyDevice()
+    # Narrow visibility before CUDA initialises: the context then exists on the probed GPU only,
+    # and a MIG instance can only be addressed this way.
+    if args.uuid:
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.uuid
+        index = 0
+    else:
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # match nvidia-smi / NVML indices
+        index = args.device or 0
+    try:
+        import cupy  # noqa: F401
+    except ImportError as exc:
+        raise ProbeError("unavailable", f"cupy is not installed: {exc}") from exc
+    return CupyDevice(index)
+
+
+def _classify(exc: BaseException) -> str:
+    """Error type for an exception raised by NumPy or CuPy, by class name (CuPy stays optional)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, MemoryError) or "OutOfMemoryError" in names:
+        return "out_of_memory"
+    if names & {"CUDARuntimeError", "CUDADriverError"}:
+        return "cuda_error"
+    return "error"
+
+
+def _plan(args: argparse.Namespace, device: ArrayDevice) -> BufferPlan:
+    if args.buffer_bytes is not None:
+        if args.buffer_bytes <= 0 or args.transfer_bytes <= 0:
+            raise ProbeError("usage", "--buffer-bytes and --transfer-bytes must be positive")
+        return BufferPlan(copy_bytes=args.buffer_bytes, transfer_bytes=args.transfer_bytes)
+    if device.info.array == "numpy":
+        return plan_buffers(
+            device.info,
+            min_cache_multiple=0,
+            transfer_bytes=min(args.transfer_bytes, 8 * MiB),
+            max_copy_bytes=NUMPY_MAX_COPY_BYTES,
+        )
+    return plan_buffers(device.info, transfer_bytes=args.transfer_bytes)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Open the device, size the buffers, run the probes; the JSON document as a dict."""
+    from probes.bandwidth import run_probes
+
+    started = time.perf_counter()
+    device = _open_device(args)
+    opened = time.perf_counter()
+    plan = _plan(args, device)
+    results = run_probes(device, plan, warmup=args.warmup, repeats=args.repeats)
+    info = device.info
+    return {
+        "array": info.array,
+        "device": {
+            "index": info.index,
+            "uuid": args.uuid or info.uuid,
+            "name": info.name,
+            "pci_bus_id": info.pci_bus_id,
+            "cache_bytes": info.cache_bytes,
+            "free_bytes": info.free_bytes,
+            "total_bytes": info.total_bytes,
+        },
+        "buffers": {"copy_bytes": plan.copy_bytes, "transfer_bytes": plan.transfer_bytes},
+        "probes": {name: m.as_json() for name, m in results.items()},
+        "gpu_seconds": sum(m.gpu_seconds for m in results.values()),
+        "init_seconds": opened - started,
+        "wall_seconds": time.perf_counter() - started,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``gpulens-probe``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.timeout <= 0:
+        return _error("usage", "--timeout must be positive")
+    watchdog = _start_watchdog(args.timeout)
+    try:
+        doc = run(args)
+    except ProbeError as exc:
+        return _error(exc.kind, str(exc))
+    except Exception as exc:  # any NumPy/CuPy failure must still end as one JSON error line
+        return _error(_classify(exc), f"{type(exc).__name__}: {exc}")
+    finally:
+        watchdog.cancel()
+    _emit(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
