@@ -49,6 +49,8 @@ GPM_FIELDS = (
     ("fp32", "NVML_GPM_METRIC_FP32_UTIL"),
     ("fp16", "NVML_GPM_METRIC_FP16_UTIL"),
     ("dram", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
+    # Not used by the classifier (not in GpmSample): recorded to study duty-cycle normalisation.
+    ("graphics_util", "NVML_GPM_METRIC_GRAPHICS_UTIL"),
 )
 _BOUNDNESS_LINE = re.compile(r'^gpulens_gpu_boundness\{(?=[^}]*gpu="0")[^}]*class="(\w+)"[^}]*\}\s+1(\.0)?\s*$')
 
@@ -130,16 +132,18 @@ class GpmRecorder:
         nv = self.nv
         nv.nvmlGpmSampleGet(self.handle, self.cur)
         now = time.monotonic()
+        fields = [(f, getattr(nv, c)) for f, c in GPM_FIELDS if isinstance(getattr(nv, c, None), int)]
         req = nv.c_nvmlGpmMetricsGet_t()
         req.version = nv.NVML_GPM_METRICS_GET_VERSION
-        req.numMetrics = len(GPM_FIELDS)
+        req.numMetrics = len(fields)
         req.sample1 = self.prev
         req.sample2 = self.cur
-        for i, (_, const) in enumerate(GPM_FIELDS):
-            req.metrics[i].metricId = getattr(nv, const)
+        for i, (_, metric_id) in enumerate(fields):
+            req.metrics[i].metricId = metric_id
         nv.nvmlGpmMetricsGet(req)
         row: dict[str, Any] = {"t": round(now, 4), "window_s": round(now - self.prev_t, 4)}
-        for i, (field, _) in enumerate(GPM_FIELDS):
+        row.update({f: None for f, _ in GPM_FIELDS})
+        for i, (field, _) in enumerate(fields):
             m = req.metrics[i]
             row[field] = round(m.value / 100.0, 6) if m.nvmlReturn == nv.NVML_SUCCESS else None
         row["nvml_util"] = nv.nvmlDeviceGetUtilizationRates(self.handle).gpu / 100.0
@@ -296,6 +300,7 @@ def run_parent(args: argparse.Namespace) -> int:
                 "settle_s": settle(rows, key, ready_t, expected),
                 "settle_in_script_s": settle(rows, "in_script_class", ready_t, expected),
                 "warmup_s": round(ready_t - t_spawn, 2) if ready else None,
+                "ready_t": round(ready_t, 4) if ready else None,
                 "changes_after_settle": 0,
                 "source": "exporter" if exporter else "in-script classifier (exporter not running)",
             }

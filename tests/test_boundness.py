@@ -424,3 +424,44 @@ def test_recorded_h200_trace_settles_on_the_expected_class_within_two_windows(na
     assert trace[-1][1] == entry["expected"]
     settled = settle_seconds(trace, start, str(entry["expected"]))
     assert settled is not None and settled <= 20.0
+
+
+# --- simulated fleet -------------------------------------------------------------------------
+
+
+def classify_sim(scenario: str, cycles: int = 240) -> dict[tuple[int, str], list[str | None]]:
+    """Play a simulated node through the classifier as the sampler does; classes per (gpu, leaf)."""
+    from exporter.backends.sim import SimulatedBackend
+
+    backend = SimulatedBackend(scenario, seed=1)
+    clf = BoundnessClassifier()
+    out: dict[tuple[int, str], list[str | None]] = {}
+    for n in range(cycles):
+        for gpu in backend.sample().gpus:
+            for leaf in gpu.leaves:
+                util = gpu.utilization_ratio if leaf.mig is None else leaf.utilization_ratio
+                cls = clf.observe(leaf.leaf_id, leaf.gpm, util, bool(leaf.processes), float(n + 1))
+                key = (gpu.index, leaf.mig.profile + f"/{leaf.mig.gpu_instance_id}" if leaf.mig else "")
+                out.setdefault(key, []).append(cls)
+    return out
+
+
+def test_simulated_h200_node_reads_as_its_workloads() -> None:
+    got = classify_sim("h200x8")
+    steady = {0: "memory", 1: "memory", 4: "launch", 5: "idle", 7: "idle"}
+    for gpu, expected in steady.items():
+        classes = got[(gpu, "")][15:]
+        assert set(classes) == {expected}, f"GPU {gpu}"
+    # GPU 6 is an FP32 solver that pauses 6 s every 2 min: compute nearly all the time.
+    solver = got[(6, "")][15:]
+    assert solver.count("compute") / len(solver) > 0.85
+
+
+def test_simulated_mig_instances_are_classified_per_instance() -> None:
+    got = classify_sim("mig")
+    leaves = {k: v[15:] for k, v in got.items() if k[1]}
+    assert len(leaves) >= 20
+    classes = {c for v in leaves.values() for c in v}
+    assert {"idle", "launch", "memory", "compute"} <= classes
+    for key, seq in leaves.items():
+        assert changes(seq) <= 4, f"{key} flaps: {seq}"
