@@ -107,6 +107,11 @@ class Scenario:
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet Kubernetes uses for generated names
 
 
+# A stream of tiny kernels is always "running" from NVML's point of view: its GPU-Util jitter
+# comes from the signature's band, not from the share.
+_LAUNCHER = w.Steady(w.LAUNCH_BOUND, level=1.0, jitter=0.0)
+
+
 class _NodeBuilder:
     """Accumulates GPUs, pods and processes with deterministic identities for one scenario."""
 
@@ -237,7 +242,7 @@ def _h200x8() -> Scenario:
     for index in (2, 3):
         b.add_gpu(index, b.whole(b.proc(w.Training(w.BF16_GEMM), 118 * GIB, uid, "trainer")))
     # 4: a request scorer launching tiny kernels: nvidia-smi says ~23 % busy, SMs are idle.
-    _exclusive(b, 4, "inference", "Deployment", "fraud-scoring", "scorer", w.Steady(w.LAUNCH_BOUND), int(3.2 * GIB))
+    _exclusive(b, 4, "inference", "Deployment", "fraud-scoring", "scorer", _LAUNCHER, int(3.2 * GIB))
     # 5: a notebook holding 40 GiB and running nothing.
     _exclusive(b, 5, "notebooks", "StatefulSet", "jupyter-alice", "notebook", w.Idle(), 40 * GIB)
     # 6: an FP32 solver (TF32 off) that pauses to write results; this GPU has a few corrected ECC errors.
@@ -337,7 +342,7 @@ def _mig() -> Scenario:
             _mig_pod(b, 4, "1g.35gb", 4, "research", "CronJob", "nightly-eval", "eval",
                      (w.Steady(w.FP16_BATCH, level=0.9, offset_seconds=11.0),), 30 * GIB),
             _mig_pod(b, 4, "1g.35gb", 5, "inference", "Deployment", "tokenizer", "tokenizer",
-                     (w.Steady(w.LAUNCH_BOUND),), 2 * GIB),
+                     (_LAUNCHER,), 2 * GIB),
             b.mig_leaf(4, "1g.35gb", 6),
         ),
         mig_enabled=True,
@@ -427,7 +432,7 @@ def _timeslice() -> Scenario:
     # GPU 2: 2 of 4 replicas held, by a launch-bound scorer and a memory-bound decoder.
     uid, _ = b.pod("inference", "Deployment", "fraud-scoring")
     b.hold(uid, "scorer", shared, (replica(2, 0),))
-    p1 = b.proc(w.Steady(w.LAUNCH_BOUND), 3 * GIB, uid, "scorer")
+    p1 = b.proc(_LAUNCHER, 3 * GIB, uid, "scorer")
     uid, _ = b.pod("inference", "Deployment", "llm-decode-small")
     b.hold(uid, "vllm", shared, (replica(2, 1),))
     p2 = b.proc(w.Diurnal(w.LLM_DECODE, low=0.3, high=0.7), 50 * GIB, uid, "vllm")

@@ -117,6 +117,8 @@ class Steady(Workload):
     """Runs flat out (batch jobs, copy loops, busy-polling services)."""
 
     level: float = 0.98
+    jitter: float = 0.01
+    """Standard deviation of the share around ``level``."""
     pcie_rx: float = 0.3 * GB
     pcie_tx: float = 0.1 * GB
     pause_every_seconds: float = 0.0
@@ -128,7 +130,7 @@ class Steady(Workload):
             pos = (t + self.offset_seconds) % self.pause_every_seconds
             if pos < self.pause_seconds:
                 return Activity(_jitter(rng, 0.03, 0.01), 0.2 * GB, _jitter(rng, 0.5, 0.05) * 24 * GB)
-        return Activity(_jitter(rng, self.level, 0.01), self.pcie_rx * (0.9 + 0.2 * rng.random()), self.pcie_tx)
+        return Activity(_jitter(rng, self.level, self.jitter), self.pcie_rx * (0.9 + 0.2 * rng.random()), self.pcie_tx)
 
 
 @dataclass(frozen=True)
