@@ -8,6 +8,7 @@ raw pynvml, feeds the trace through exporter.analysis.boundness, and reads the c
 lines, the test fixtures' format) under --out.  Needs: an NVIDIA GPU with GPM, pynvml, torch.
 
     python3 scripts/gpu_boundness.py --out "$OUT"              # all loads, 30 s each
+    python3 scripts/gpu_boundness.py --make-fixtures RUN_DIR   # traces -> tests/fixtures/gpm_traces
     python3 scripts/gpu_boundness.py --child bf16_gemm         # (internal) run one load
 """
 
@@ -350,6 +351,38 @@ def run_parent(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+FIXTURE_KEYS = ("t", "sm_active", "sm_occupancy", "tensor", "fp64", "fp32", "fp16", "dram", "nvml_util")
+
+
+def make_fixtures(src: Path, dest: Path) -> int:
+    """Split a run's traces.jsonl into one JSON-lines fixture per load, plus manifest.json."""
+    rows = [json.loads(line) for line in (src / "traces.jsonl").read_text().splitlines() if line.strip()]
+    summary = {r["load"]: r for r in json.loads((src / "summary.json").read_text())}
+    dest.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, Any] = {}
+    for order, (load, expected) in enumerate(LOADS):
+        mine = [r for r in rows if r["load"] == load]
+        if not mine or load not in summary:
+            continue
+        keep = (*FIXTURE_KEYS, "has_processes", "graphics_util", "exported_class")
+        t0 = mine[0]["t"]
+        with open(dest / f"{load}.jsonl", "w") as f:
+            for r in mine:
+                out = {k: r.get(k) for k in keep}
+                out["t"] = round(r["t"] - t0, 4)  # seconds since this load's recording began
+                f.write(json.dumps(out) + "\n")
+        manifest[load] = {
+            "file": f"{load}.jsonl",
+            "order": order,
+            "expected": expected,
+            "load_started_s": round(summary[load]["ready_t"] - t0, 3),
+            "exported_settle_s": summary[load]["settle_s"],
+        }
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"wrote {len(manifest)} traces to {dest}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -358,7 +391,11 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=10.0, help="classifier window (s)")
     ap.add_argument("--port", type=int, default=9445)
     ap.add_argument("--loads", nargs="*", help="subset of: " + " ".join(n for n, _ in LOADS))
+    ap.add_argument("--make-fixtures", metavar="RUN_DIR", help="turn a run's output into test fixtures")
+    ap.add_argument("--fixtures-dir", default=str(ROOT / "tests" / "fixtures" / "gpm_traces"))
     args = ap.parse_args()
+    if args.make_fixtures:
+        return make_fixtures(Path(args.make_fixtures), Path(args.fixtures_dir))
     if args.child:
         run_child(args.child)
         return 0
