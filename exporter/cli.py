@@ -105,7 +105,7 @@ def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | No
     """Probe scheduler (simulated probe results with the sim backend), or None when disabled."""
     if not cfg.probes:
         return None
-    from exporter.probe_scheduler import ProbeOptions, ProbeScheduler, simulated_runner
+    from exporter.probe_scheduler import ProbeOptions, ProbeScheduler, SimulatedProbeRunner
 
     options = ProbeOptions(
         enabled=True,
@@ -114,8 +114,10 @@ def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | No
         max_utilization_ratio=cfg.probes_max_utilization,
         min_free_memory_bytes=cfg.probes_min_free_memory,
         skip_allocated=cfg.probes_skip_allocated,
+        # The simulated fleet shows probe results within seconds of the demo starting.
+        first_delay_seconds=5.0 if backend.name == "sim" else 60.0,
     )
-    runner = simulated_runner() if backend.name == "sim" else None
+    runner = SimulatedProbeRunner() if backend.name == "sim" else None
     return ProbeScheduler(options, runner=runner)
 
 

@@ -15,3 +15,19 @@ def artifacts_dir() -> Path:
     path = REPO / "artifacts"
     path.mkdir(exist_ok=True)
     return path
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--update-golden``: rewrite golden files instead of comparing (only on purpose)."""
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="regenerate tests/golden/* from the current code instead of comparing",
+    )
+
+
+@pytest.fixture()
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    """True when the run was asked to regenerate golden files."""
+    return bool(request.config.getoption("--update-golden"))
