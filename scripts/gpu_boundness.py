@@ -122,6 +122,7 @@ class GpmRecorder:
         pynvml.nvmlInit()
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         self.name = pynvml.nvmlDeviceGetName(self.handle)
+        self.driver = pynvml.nvmlSystemGetDriverVersion()
         if not pynvml.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice:
             raise SystemExit("GPM not supported on GPU 0")
         self.prev = pynvml.nvmlGpmSampleAlloc()
@@ -203,6 +204,15 @@ def start_exporter(port: int, window: float, log_path: Path) -> subprocess.Popen
     print(f"exporter did not become ready (rc={proc.poll()}); see {log_path.name}", flush=True)
     proc.kill()
     return None
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
 
 
 def settle(rows: list[dict[str, Any]], key: str, ready_t: float, expected: str) -> float | None:
@@ -328,7 +338,8 @@ def run_parent(args: argparse.Namespace) -> int:
         for r in results
     )
     lines = [
-        f"GPU: {rec.name}; window {args.window:g} s, GPM 1 s; class source: {results[0]['source'] if results else '-'}",
+        f"GPU: {rec.name}, driver {rec.driver}, nvidia-ml-py {_version('nvidia-ml-py')}, torch {_version('torch')}",
+        f"window {args.window:g} s, GPM 1 s; class source: {results[0]['source'] if results else '-'}",
         "",
         "| workload | expected class | exported class | seconds to settle | in-script class (settle s) "
         "| last-10 s means sm / dram / max pipe / GPU-Util |",
