@@ -61,8 +61,8 @@ class ProbeOptions:
     command: tuple[str, ...] = (sys.executable, "-m", "probes")
     """The probe CLI; ``--uuid LEAF --timeout S`` are appended."""
     first_delay_seconds: float = 60.0
-    """Wait after a leaf is first seen; plus up to ``jitter_ratio x interval`` so the GPUs of a
-    node do not all start together."""
+    """Wait after a leaf is first seen (jittered like every wait), so a starting exporter first
+    sees a few cycles of utilisation before it judges a GPU idle."""
     retry_seconds: float = 600.0
     """Wait after a skip, failure or timeout (capped at the interval), jittered likewise."""
 
@@ -193,10 +193,12 @@ class SimulatedProbeRunner:
     Deterministic: each probe reports its model's achievable bandwidth (probes/expected.py) times
     an efficiency of 0.985-1.0 that depends only on the leaf and the run number, except the HBM
     copy of GPU ``degraded_gpu_index``, which runs at ``degraded_efficiency`` (default 0.8) so
-    dashboards and the "probe degraded" alert have something to show.
+    dashboards and the "probe degraded" alert have something to show.  The default, GPU 7, is the
+    idle, unallocated whole GPU of the sim's ``h200x8`` and ``mig`` scenarios: the gates skip
+    the busy and allocated ones there, exactly as they would on a real node.
     """
 
-    def __init__(self, degraded_gpu_index: int | None = 1, degraded_efficiency: float = 0.8) -> None:
+    def __init__(self, degraded_gpu_index: int | None = 7, degraded_efficiency: float = 0.8) -> None:
         self._degraded = degraded_gpu_index
         self._degraded_efficiency = degraded_efficiency
         self._runs: dict[str, int] = {}
@@ -303,9 +305,7 @@ class ProbeScheduler:
             self._forget_except({leaf.leaf_id for _, leaf in leaves})
             for _, leaf in leaves:
                 if leaf.leaf_id not in self._due:
-                    first = self._options.first_delay_seconds
-                    spread = self._rng.uniform(0.0, self._options.jitter_ratio * self._options.interval_seconds)
-                    self._due[leaf.leaf_id] = now + first + spread
+                    self._due[leaf.leaf_id] = now + self._wait(self._options.first_delay_seconds)
                     for result in RESULTS:
                         self._runs.setdefault((leaf.leaf_id, result), 0)
             if self._thread is not None and self._thread.is_alive():

@@ -412,7 +412,7 @@ def test_jittered_schedule_spreads_runs_within_bounds() -> None:
         if len(runner.requests) > n:
             started.append(clock.now)
         clock.now += 1.0
-    assert 30 <= started[0] - t0 <= 30 + 0.2 * 100 + 1
+    assert 30 * 0.8 <= started[0] - t0 <= 30 * 1.2 + 1
     gaps = [b - a for a, b in itertools.pairwise(started)]
     assert len(gaps) > 20
     assert all(80 <= g <= 121 for g in gaps), gaps
@@ -421,7 +421,7 @@ def test_jittered_schedule_spreads_runs_within_bounds() -> None:
 
 def test_first_runs_of_many_gpus_are_spread_by_jitter() -> None:
     runner = FakeRunner()
-    sched, clock = make(runner, interval_seconds=1000.0, jitter_ratio=0.1, first_delay_seconds=0.0)
+    sched, clock = make(runner, interval_seconds=1000.0, jitter_ratio=0.1, first_delay_seconds=100.0)
     gpus = [idle_gpu(i) for i in range(8)]
     starts: dict[str, float] = {}
     for _ in range(120):
@@ -430,7 +430,8 @@ def test_first_runs_of_many_gpus_are_spread_by_jitter() -> None:
             starts.setdefault(r.uuid, clock.now)
         clock.now += 1.0
     assert len(starts) == 8
-    assert max(starts.values()) - min(starts.values()) > 20
+    assert all(1000 + 90 <= t <= 1000 + 111 for t in starts.values()), starts
+    assert max(starts.values()) - min(starts.values()) > 5
 
 
 def test_vanished_gpu_loses_its_results_and_counters() -> None:
@@ -452,15 +453,15 @@ def test_vanished_gpu_loses_its_results_and_counters() -> None:
 def test_simulated_runner_is_deterministic_with_one_degraded_gpu() -> None:
     def run_fleet() -> dict[tuple[str, str], float | None]:
         sched, _clock = make(SimulatedProbeRunner())
-        gpus = [idle_gpu(i) for i in range(4)]
-        for _ in range(4):
+        gpus = [idle_gpu(i) for i in range(8)]
+        for _ in range(8):
             observe_and_wait(sched, snap(*gpus))
         return {(r.uuid, r.probe): r.efficiency_ratio for r in sched.results()[0]}
 
     first, second = run_fleet(), run_fleet()
     assert first == second
     hbm = {uuid: eff for (uuid, probe), eff in first.items() if probe == "hbm_copy"}
-    assert len(hbm) == 4
-    degraded = hbm.pop(idle_gpu(1).uuid)
+    assert len(hbm) == 8
+    degraded = hbm.pop(idle_gpu(7).uuid)
     assert degraded == pytest.approx(0.8)
     assert all(e is not None and 0.98 <= e <= 1.0 for e in hbm.values())
