@@ -1,0 +1,5 @@
+"""``python -m dashboard``: see dashboard.cli."""
+
+from dashboard.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""Pure figure builders: a DataFrame in, a plotly Figure out (no I/O, no Streamlit), unit-tested."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+CLASS_COLORS: dict[str, str] = {
+    "idle": "#9e9e9e",
+    "launch": "#ff9800",
+    "latency": "#ffd54f",
+    "memory": "#1e88e5",
+    "compute": "#43a047",
+    "mixed": "#8e24aa",
+    "unknown": "#d7ccc8",
+}
+"""One colour per boundness class, the same on every page."""
+
+CLASS_ORDER = ["idle", "launch", "latency", "memory", "compute", "mixed", "unknown"]
+
+
+def _short(uuid: str) -> str:
+    return uuid[:12] + "…" if len(uuid) > 13 else uuid
+
+
+def empty_figure(message: str = "no data") -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 16}, xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def sm_heatmap(sm: pd.DataFrame) -> go.Figure:
+    """SM activity (0..1) per node (rows) and GPU index (columns); MIG slices take their max."""
+    if sm.empty:
+        return empty_figure()
+    df = sm.assign(node=sm["node"] if "node" in sm.columns and sm["node"].any() else sm.get("instance", ""))
+    df = df.assign(gpu=df["gpu"] if "gpu" in df.columns else "")
+    grid = df.pivot_table(index="node", columns="gpu", values="value", aggfunc="max")
+    grid = grid.reindex(sorted(grid.columns, key=lambda g: (len(str(g)), str(g))), axis=1)
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(),
+            x=[f"GPU {g}" for g in grid.columns],
+            y=list(grid.index),
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis",
+            colorbar={"title": "SM active", "tickformat": ".0%"},
+            hovertemplate="%{y} %{x}<br>SM active %{z:.0%}<extra></extra>",
+        )
+    )
+    fig.update_layout(height=max(260, min(1600, 22 * len(grid.index) + 120)), margin={"t": 30})
+    return fig
+
+
+def roofline_scatter(points: pd.DataFrame) -> go.Figure:
+    """x = DRAM bandwidth active, y = busiest pipe active, colour = boundness class, pods on hover."""
+    if points.empty:
+        return empty_figure()
+    df = points.assign(
+        leaf=[
+            _short(m) if m else f"{i} GPU {g}"
+            for m, i, g in zip(points["mig_uuid"], points["instance"], points["gpu"], strict=True)
+        ]
+    )
+    fig = px.scatter(
+        df,
+        x="dram_active",
+        y="pipe_active",
+        color="class",
+        color_discrete_map=CLASS_COLORS,
+        category_orders={"class": CLASS_ORDER},
+        hover_name="leaf",
+        hover_data={"holders": True, "uuid": True, "dram_active": ":.0%", "pipe_active": ":.0%", "class": True},
+        labels={"dram_active": "DRAM bandwidth active", "pipe_active": "busiest pipe active (tensor/FP)"},
+    )
+    fig.update_traces(marker={"size": 11, "line": {"width": 1, "color": "white"}})
+    fig.update_xaxes(range=[-0.02, 1.02], tickformat=".0%")
+    fig.update_yaxes(range=[-0.02, 1.02], tickformat=".0%")
+    fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line={"dash": "dot", "color": "#bbb"})
+    fig.update_layout(height=480, legend_title_text="bound by")
+    return fig
+
+
+def boundness_area(series: pd.DataFrame) -> go.Figure:
+    """How many GPUs/slices are in each boundness class over time (stacked)."""
+    if series.empty or "class" not in series.columns:
+        return empty_figure()
+    df = series.assign(time=pd.to_datetime(series["timestamp"], unit="s", utc=True)).sort_values("time")
+    fig = px.area(
+        df,
+        x="time",
+        y="value",
+        color="class",
+        color_discrete_map=CLASS_COLORS,
+        category_orders={"class": CLASS_ORDER},
+        labels={"value": "GPUs / MIG slices", "time": ""},
+    )
+    fig.update_layout(height=360, legend_title_text="bound by")
+    return fig
+
+
+def waste_bar(waste: pd.DataFrame) -> go.Figure:
+    """Wasted (allocated but idle) GPU-hours per namespace, cost on hover."""
+    if waste.empty:
+        return empty_figure()
+    df = waste.assign(cost=[f"${c:,.2f}" if pd.notna(c) else "no price" for c in waste["cost_usd"]])
+    fig = px.bar(
+        df,
+        x="namespace",
+        y="gpu_hours",
+        hover_data={"cost": True, "pods": True},
+        labels={"gpu_hours": "idle GPU-hours while allocated"},
+        color_discrete_sequence=["#e53935"],
+    )
+    fig.update_layout(height=340)
+    return fig
+
+
+def mig_layout_figure(layout: pd.DataFrame) -> go.Figure:
+    """Each MIG GPU as a row of its slices (width = compute slices), labelled with the profile and
+    who holds it; free slices are grey."""
+    if layout.empty:
+        return empty_figure("no MIG GPUs")
+    rows = layout.assign(row=[f"{i} GPU {g}" for i, g in zip(layout["instance"], layout["gpu"], strict=True)])
+    fig = go.Figure()
+    for _, r in rows.iterrows():
+        held = bool(r["holders"])
+        label = f"{r['mig_profile']}<br>{r['holders'] or 'free'}"
+        fig.add_trace(
+            go.Bar(
+                y=[r["row"]],
+                x=[r["slices"]],
+                orientation="h",
+                text=[label],
+                textposition="inside",
+                insidetextanchor="middle",
+                marker={"color": "#43a047" if held else "#cfd8dc", "line": {"color": "white", "width": 2}},
+                hovertemplate=(
+                    f"{r['row']}<br>{r['mig_profile']} (GI {r['gpu_instance_id']})<br>"
+                    f"{r['mig_uuid']}<br>held by: {r['holders'] or 'nobody'}<extra></extra>"
+                ),
+                showlegend=False,
+            )
+        )
+    fig.update_layout(barmode="stack", height=max(200, 70 * rows["row"].nunique() + 80), xaxis_title="compute slices")
+    return fig
+
+
+def sm_share_bar(shares: pd.DataFrame) -> go.Figure:
+    """Per time-sliced GPU, each pod's share of SM time (stacked; the gap to 1 is idle time)."""
+    df = shares[shares["pod"] != ""] if not shares.empty else shares
+    if df.empty:
+        return empty_figure("no per-pod SM share")
+    df = df.assign(gpu=[_short(u) for u in df["uuid"]], who=df["namespace"] + "/" + df["pod"])
+    fig = px.bar(
+        df,
+        x="gpu",
+        y="sm_share",
+        color="who",
+        labels={"sm_share": "share of SM time", "gpu": "GPU", "who": "pod"},
+        hover_data={"uuid": True},
+    )
+    fig.update_yaxes(range=[0, 1], tickformat=".0%")
+    fig.update_layout(barmode="stack", height=360)
+    return fig
+
+
+def probe_efficiency_bar(probes: pd.DataFrame) -> go.Figure:
+    """Probe bandwidth as a fraction of the expected one per GPU (1.0 line = as expected)."""
+    df = probes.dropna(subset=["efficiency"]) if not probes.empty else probes
+    if df.empty:
+        return empty_figure("no probe results")
+    df = df.assign(
+        gpu_label=[
+            f"{i} GPU {g}" if i else _short(u) for i, g, u in zip(df["instance"], df["gpu"], df["uuid"], strict=True)
+        ]
+    )
+    fig = px.bar(
+        df,
+        x="gpu_label",
+        y="efficiency",
+        color="probe",
+        barmode="group",
+        hover_data={"vs_fleet": ":.2f", "bandwidth": ":.3s", "uuid": True},
+        labels={"efficiency": "measured / expected", "gpu_label": "GPU"},
+    )
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
+    fig.update_yaxes(tickformat=".0%")
+    fig.update_layout(height=360)
+    return fig
+
+
+def clock_event_bar(events: pd.DataFrame) -> go.Figure:
+    """How many GPUs each clock-event (throttle) reason holds down now."""
+    if events.empty:
+        return empty_figure("no clock events active")
+    counts = events.groupby("reason", as_index=False).size().rename(columns={"size": "gpus"})
+    fig = px.bar(counts, x="reason", y="gpus", labels={"gpus": "GPUs affected"}, color_discrete_sequence=["#fb8c00"])
+    fig.update_layout(height=300)
+    return fig

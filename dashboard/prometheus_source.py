@@ -1,0 +1,189 @@
+"""MetricSource over the Prometheus HTTP API (works with any PromQL backend: Thanos, Mimir, VM).
+
+Queries are built only from catalogue metric names, validated label names and quoted label
+values (dashboard.promql); windows and steps are bounded; every call has a timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import requests
+
+from dashboard import frames
+from dashboard.promql import by_clause, duration, selector
+from dashboard.source import (
+    ACTIVITY_COLUMNS,
+    ALLOCATION,
+    ALLOCATION_KEYS,
+    NO_FILTERS,
+    SM_ACTIVE,
+    Filters,
+    SourceError,
+    bounded_step,
+    device_keys,
+    has_namespace,
+)
+
+
+class PrometheusSource:
+    """Reads gpulens series from a Prometheus-compatible HTTP API at ``base_url``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        session: requests.Session | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = session or requests.Session()
+        self._clock = clock
+
+    @property
+    def description(self) -> str:
+        return f"Prometheus {self.base_url}"
+
+    # --- query text ------------------------------------------------------------------
+    def expr(self, metric: str, filters: Filters = NO_FILTERS) -> str:
+        """The filtered selector for ``metric`` (namespace applied through the allocation join)."""
+        matchers = filters.target_matchers()
+        if filters.namespace and has_namespace(metric):
+            return selector(metric, {**matchers, "namespace": filters.namespace})
+        keys = device_keys(metric)
+        if filters.namespace and keys:
+            alloc = selector(ALLOCATION, {**matchers, "namespace": filters.namespace})
+            return f"({selector(metric, matchers)} and on{by_clause(keys)} {alloc})"
+        return selector(metric, matchers)
+
+    @staticmethod
+    def _sum_by(expr: str, by: Sequence[str] | None) -> str:
+        return expr if by is None else f"sum by {by_clause(by)} ({expr})"
+
+    # --- HTTP --------------------------------------------------------------------------
+    def _call(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        try:
+            resp = self._session.post(url, data=params, timeout=self.timeout_s)
+        except requests.Timeout as exc:
+            raise SourceError(f"Prometheus at {self.base_url} did not answer within {self.timeout_s:g} s") from exc
+        except requests.RequestException as exc:
+            raise SourceError(f"Prometheus at {self.base_url} is unreachable: {type(exc).__name__}") from exc
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise SourceError(f"Prometheus at {self.base_url} answered HTTP {resp.status_code} without JSON") from exc
+        if resp.status_code != 200 or body.get("status") != "success":
+            err = str(body.get("error", "")) or f"HTTP {resp.status_code}"
+            raise SourceError(f"Prometheus query failed: {err[:300]}")
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise SourceError("Prometheus answered without a data object")
+        return data
+
+    def query(self, promql: str, at: float | None = None) -> pd.DataFrame:
+        """An instant query; a frame of labels + value (``__name__`` dropped)."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._call("/api/v1/query", params)
+        kind = data.get("resultType")
+        result = data.get("result") or []
+        if kind == "scalar":
+            return frames.from_rows([{"value": _num(result[1])}])
+        rows = []
+        for item in result:
+            labels = {k: v for k, v in (item.get("metric") or {}).items() if k != "__name__"}
+            rows.append({**labels, "value": _num(item["value"][1])})
+        return frames.from_rows(rows)
+
+    def query_range(self, promql: str, *, window_s: float, step_s: float) -> pd.DataFrame:
+        """A range query over the last ``window_s`` (bounded) ending now; labels + timestamp + value."""
+        window, step = bounded_step(window_s, step_s)
+        end = math.floor(self._clock() / step) * step
+        params = {"query": promql, "start": f"{end - window:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        data = self._call("/api/v1/query_range", params)
+        rows = []
+        for item in data.get("result") or []:
+            labels = {k: v for k, v in (item.get("metric") or {}).items() if k != "__name__"}
+            for ts, val in item.get("values") or []:
+                rows.append({**labels, "timestamp": float(ts), "value": _num(val)})
+        return frames.from_rows(rows, time=True)
+
+    # --- MetricSource --------------------------------------------------------------------
+    def instant(self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None) -> pd.DataFrame:
+        return self.query(self._sum_by(self.expr(metric, filters), by))
+
+    def series(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        step_s: float,
+        by: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        return self.query_range(self._sum_by(self.expr(metric, filters), by), window_s=window_s, step_s=step_s)
+
+    def increase(
+        self, metric: str, filters: Filters = NO_FILTERS, *, window_s: float, by: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        window, _ = bounded_step(window_s, 1.0)
+        matchers = filters.target_matchers()
+        inner = f"increase({selector(metric, matchers)}[{duration(window)}])"
+        keys = device_keys(metric)
+        if filters.namespace and keys:
+            alloc = selector(ALLOCATION, {**matchers, "namespace": filters.namespace})
+            inner = f"({inner} and on{by_clause(keys)} {alloc})"
+        return self.query(self._sum_by(inner, by))
+
+    def allocation_activity(
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, busy_threshold: float
+    ) -> pd.DataFrame:
+        window, step = bounded_step(window_s, step_s)
+        target = filters.target_matchers()
+        mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
+        everyone = selector(ALLOCATION, target)
+        sm = f"max by (uuid,mig_uuid) ({selector(SM_ACTIVE, target)})"
+        keys = by_clause(ALLOCATION_KEYS)
+        rng = f"[{duration(window)}:{duration(step)}]"
+        thr = f"{float(busy_threshold)!r}"
+        idle_share = (
+            f"(max by {keys} ({mine}) / on(uuid,mig_uuid) group_left() "
+            f"count by (uuid,mig_uuid) (max by {keys} ({everyone})))"
+            f" * on(uuid,mig_uuid) group_left() ({sm} < bool {thr})"
+        )
+        hours = self.query(f"sum by {keys} (sum_over_time(({idle_share}){rng})) * {step:g} / 3600")
+        first = self.query(f"min by {keys} (min_over_time(timestamp({mine}){rng}))")
+        busy = self.query(f"max by (uuid,mig_uuid) (max_over_time(timestamp({sm} >= {thr}){rng}))")
+        first = frames.with_cols(first, ALLOCATION_KEYS).rename(columns={"value": "first_allocated"})
+        if first.empty:
+            return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
+        hours = frames.with_cols(hours, ALLOCATION_KEYS).rename(columns={"value": "idle_gpu_hours"})
+        busy = frames.with_cols(busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
+        out = first.merge(hours[[*ALLOCATION_KEYS, "idle_gpu_hours"]], on=list(ALLOCATION_KEYS), how="left")
+        out = out.merge(busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
+        out["idle_gpu_hours"] = out["idle_gpu_hours"].fillna(0.0)
+        return out[list(ACTIVITY_COLUMNS)]
+
+    def label_values(self, label: str, metric: str = "gpulens_gpu_info") -> list[str]:
+        df = self.query(f"count by {by_clause([label])} ({selector(metric)})")
+        values = set(frames.col(df, label)) - {""}
+        return sorted(values)
+
+    def problems(self) -> list[str]:
+        return []
+
+
+def _num(text: object) -> float:
+    """Prometheus sends sample values as strings ("NaN", "+Inf" included)."""
+    try:
+        return float(str(text))
+    except ValueError:
+        return math.nan

@@ -1,0 +1,86 @@
+"""Dashboard settings: read from GPULENS_DASHBOARD_* environment variables (set by the CLI).
+
+``streamlit run`` owns the command line, so the CLI passes its flags to the app through the
+environment; the same variables work when the app runs under Streamlit directly or in tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+ENV_PREFIX = "GPULENS_DASHBOARD_"
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """What the app needs to know; units in the names."""
+
+    prometheus_url: str | None = None
+    scrape_urls: tuple[str, ...] = ()
+    prices_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+    """USD per GPU-hour by model name (substring match, ``*`` = default)."""
+    refresh_seconds: float = 30.0
+    busy_threshold: float = 0.05
+    """SM activity (0..1) at or above which a GPU counts as busy."""
+    timeout_seconds: float = 10.0
+    scrape_interval_seconds: float = 5.0
+
+    @property
+    def source_key(self) -> str:
+        """Identity of the configured source, for caches."""
+        return f"prom:{self.prometheus_url}" if self.prometheus_url else "scrape:" + ",".join(self.scrape_urls)
+
+
+def parse_prices(text: str) -> dict[str, float]:
+    """``H200=3.5,A100=1.2,*=2`` -> {"H200": 3.5, ...}; ValueError names the bad entry."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        model, sep, price = item.rpartition("=")
+        if not sep or not model.strip():
+            raise ValueError(f"price entry {item!r} is not MODEL=USD")
+        try:
+            value = float(price)
+        except ValueError as exc:
+            raise ValueError(f"price entry {item!r}: {price!r} is not a number") from exc
+        if value < 0:
+            raise ValueError(f"price entry {item!r} is negative")
+        out[model.strip()] = value
+    return out
+
+
+def _float(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(ENV_PREFIX + key)
+    if raw is None or raw == "":
+        return default
+    return float(raw)
+
+
+def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
+    """Settings from the environment; ValueError on malformed values."""
+    env = os.environ if env is None else env
+    scrape = tuple(u.strip() for u in env.get(ENV_PREFIX + "SCRAPE", "").split(",") if u.strip())
+    return DashboardSettings(
+        prometheus_url=env.get(ENV_PREFIX + "PROMETHEUS") or None,
+        scrape_urls=scrape,
+        prices_per_gpu_hour=parse_prices(env.get(ENV_PREFIX + "PRICES", "")),
+        refresh_seconds=_float(env, "REFRESH_SECONDS", 30.0),
+        busy_threshold=_float(env, "BUSY_THRESHOLD", 0.05),
+        timeout_seconds=_float(env, "TIMEOUT_SECONDS", 10.0),
+        scrape_interval_seconds=_float(env, "SCRAPE_INTERVAL_SECONDS", 5.0),
+    )
+
+
+def to_env(settings: DashboardSettings) -> dict[str, str]:
+    """The environment that makes from_env() return ``settings`` (used by the CLI)."""
+    env = {
+        ENV_PREFIX + "PRICES": ",".join(f"{k}={v:g}" for k, v in settings.prices_per_gpu_hour.items()),
+        ENV_PREFIX + "REFRESH_SECONDS": f"{settings.refresh_seconds:g}",
+        ENV_PREFIX + "BUSY_THRESHOLD": f"{settings.busy_threshold:g}",
+        ENV_PREFIX + "TIMEOUT_SECONDS": f"{settings.timeout_seconds:g}",
+        ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": f"{settings.scrape_interval_seconds:g}",
+        ENV_PREFIX + "PROMETHEUS": settings.prometheus_url or "",
+        ENV_PREFIX + "SCRAPE": ",".join(settings.scrape_urls),
+    }
+    return env

@@ -1,0 +1,149 @@
+"""The dashboard's data interface: one Protocol, answered by Prometheus or by direct scraping.
+
+Pages only talk to a :class:`MetricSource`; every method returns a pandas DataFrame with one
+column per label (missing labels are ``""``) plus ``value`` (and ``timestamp`` for series, Unix
+seconds). Failures raise :class:`SourceError`, which pages turn into a banner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pandas as pd
+
+from exporter.metrics import BY_NAME
+
+ALLOCATION = "gpulens_pod_gpu_allocation"
+SM_ACTIVE = "gpulens_gpu_sm_active_ratio"
+
+ALLOCATION_KEYS: tuple[str, ...] = (
+    "cluster",
+    "node",
+    "instance",
+    "namespace",
+    "pod",
+    "container",
+    "workload_kind",
+    "workload",
+    "uuid",
+    "mig_uuid",
+)
+"""Labels that identify one allocated device of one container (the rows of activity tables)."""
+
+ACTIVITY_COLUMNS: tuple[str, ...] = (*ALLOCATION_KEYS, "idle_gpu_hours", "first_allocated", "last_busy")
+
+MAX_POINTS = 720
+"""Most points a range series may have; longer windows get a coarser step."""
+
+MAX_WINDOW_SECONDS = 31 * 86400.0
+MIN_STEP_SECONDS = 1.0
+LOOKBACK_SECONDS = 300.0
+"""How far back an instant value may lie (Prometheus' default lookback delta)."""
+
+
+class SourceError(RuntimeError):
+    """The data source could not answer (unreachable, timeout, bad reply); the message is for users."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the user narrowed the view to; ``None`` = everything.
+
+    ``cluster`` and ``node`` are labels added by Prometheus target relabelling and may not exist;
+    ``instance`` always does. ``namespace`` restricts device series to devices allocated to a pod
+    of that namespace.
+    """
+
+    cluster: str | None = None
+    node: str | None = None
+    instance: str | None = None
+    namespace: str | None = None
+
+    def target_matchers(self) -> dict[str, str]:
+        """Matchers that apply to every series of a target (not the namespace)."""
+        out = {}
+        for key in ("cluster", "node", "instance"):
+            value = getattr(self, key)
+            if value:
+                out[key] = value
+        return out
+
+
+NO_FILTERS = Filters()
+
+
+def device_keys(metric: str) -> tuple[str, ...]:
+    """Labels that tie ``metric`` to an allocated device: (uuid, mig_uuid) for per-leaf series,
+    (uuid,) for physical ones, () when the metric has no device (self-health)."""
+    spec = BY_NAME.get(metric)
+    labels = spec.labels if spec else ()
+    if "uuid" not in labels:
+        return ()
+    return ("uuid", "mig_uuid") if "mig_uuid" in labels else ("uuid",)
+
+
+def has_namespace(metric: str) -> bool:
+    """True when ``metric`` carries its own namespace label (per-pod series)."""
+    spec = BY_NAME.get(metric)
+    return spec is not None and "namespace" in spec.labels
+
+
+def bounded_step(window_s: float, step_s: float) -> tuple[float, float]:
+    """(window, step) clamped so a series has at most MAX_POINTS points and a window at most
+    MAX_WINDOW_SECONDS; protects both the backend and the browser from huge answers."""
+    window = min(max(window_s, MIN_STEP_SECONDS), MAX_WINDOW_SECONDS)
+    step = max(step_s, MIN_STEP_SECONDS, window / MAX_POINTS)
+    return window, float(round(step))
+
+
+class MetricSource(Protocol):
+    """Where the dashboard reads metrics from."""
+
+    @property
+    def description(self) -> str:
+        """Human-readable origin, e.g. ``Prometheus http://prom:9090``."""
+        ...
+
+    def instant(self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None) -> pd.DataFrame:
+        """Newest value of every series of ``metric``; with ``by``, the sum by those labels."""
+        ...
+
+    def series(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        step_s: float,
+        by: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Values over the last ``window_s`` seconds every ``step_s`` (bounded by MAX_POINTS)."""
+        ...
+
+    def increase(
+        self, metric: str, filters: Filters = NO_FILTERS, *, window_s: float, by: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """How much counter ``metric`` grew over the last ``window_s`` seconds (resets handled)."""
+        ...
+
+    def allocation_activity(
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, busy_threshold: float
+    ) -> pd.DataFrame:
+        """One row per allocated device seen in the window (ACTIVITY_COLUMNS).
+
+        ``idle_gpu_hours``: steps at which the device was allocated and its SM activity was below
+        ``busy_threshold``, times the step, in hours, divided among the pods sharing the device.
+        ``first_allocated``: first step the allocation was seen; ``last_busy``: last step the
+        device's SM activity reached the threshold (NaN if never in the window); Unix seconds.
+        """
+        ...
+
+    def label_values(self, label: str, metric: str = "gpulens_gpu_info") -> list[str]:
+        """Sorted distinct non-empty values of ``label`` on ``metric``."""
+        ...
+
+    def problems(self) -> list[str]:
+        """Partial failures worth a warning banner (e.g. an exporter that did not answer)."""
+        ...

@@ -1,0 +1,48 @@
+"""Efficiency page: what limits each busy GPU (roofline position, boundness class over time)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import figures, frames, ui
+
+
+def body(ctx: ui.PageContext) -> None:
+    f = ctx.filters
+    with ui.panel("Roofline"):
+        st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
+        st.caption("Right = memory-bound, top = compute-bound, bottom-left = idle, launch- or latency-bound.")
+        dram = ui.fetch(ctx, "instant", "gpulens_gpu_dram_active_ratio", f)
+        pipe = ui.fetch(ctx, "instant", "gpulens_gpu_pipe_active_max_ratio", f)
+        bound = ui.fetch(ctx, "instant", "gpulens_gpu_boundness", f)
+        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
+        points = frames.roofline_points(dram, pipe, bound, alloc)
+        if points.empty:
+            ui.no_data("roofline (needs GPM: Hopper or newer)")
+        else:
+            st.plotly_chart(figures.roofline_scatter(points), key="roofline")
+
+    with ui.panel("Boundness over time"):
+        st.subheader("Boundness over time")
+        series = ui.fetch(
+            ctx, "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
+        )
+        if series.empty:
+            ui.no_data("boundness")
+        else:
+            st.plotly_chart(figures.boundness_area(series), key="boundness_area")
+
+    with ui.panel("Leaves by class"):
+        if not points.empty:
+            st.subheader("GPUs and slices by class")
+            st.dataframe(
+                points.sort_values(["class", "instance", "gpu"]),
+                hide_index=True,
+                column_config={
+                    "dram_active": st.column_config.ProgressColumn("DRAM active", min_value=0.0, max_value=1.0),
+                    "pipe_active": st.column_config.ProgressColumn("pipe active", min_value=0.0, max_value=1.0),
+                },
+            )
+
+
+ui.page("Efficiency", body)

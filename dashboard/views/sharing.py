@@ -1,0 +1,41 @@
+"""Sharing page: each MIG GPU with its slices and holders; time-sliced GPUs with per-pod SM share."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import figures, frames, ui
+
+
+def body(ctx: ui.PageContext) -> None:
+    f = ctx.filters
+    with ui.panel("MIG layout"):
+        st.subheader("MIG GPUs and their slices")
+        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
+        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
+        info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
+        layout = frames.mig_layout(mig, alloc, info)
+        if layout.empty:
+            ui.no_data("MIG slices")
+        else:
+            st.plotly_chart(figures.mig_layout_figure(layout), key="mig_layout")
+            st.dataframe(layout, hide_index=True)
+
+    with ui.panel("Time-slicing"):
+        st.subheader("Time-sliced GPUs: share of SM time per pod")
+        shares = ui.fetch(ctx, "instant", "gpulens_pod_gpu_sm_share_ratio", f)
+        replicas = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_replicas", f)
+        pods = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_pods", f)
+        table = frames.timeslice_shares(shares, replicas, pods)
+        if table.empty:
+            ui.no_data("time-sliced GPUs")
+        else:
+            st.plotly_chart(figures.sm_share_bar(table), key="sm_share")
+            st.dataframe(
+                table,
+                hide_index=True,
+                column_config={"sm_share": st.column_config.ProgressColumn("SM share", min_value=0.0, max_value=1.0)},
+            )
+
+
+ui.page("Sharing", body)
