@@ -370,6 +370,18 @@ def test_process_utilisation_uses_the_previous_cycle_timestamp_and_notfound_is_e
     assert dict(s2.errors) == {}
 
 
+def test_gpu_without_processes_skips_the_costly_process_utilisation_call(clock: Clock) -> None:
+    dev = h200(0, processes=[], process_util=[(9, 50, 5)])
+    fake = FakeNvml([dev])
+    backend = make(fake, clock)
+    list(cycles(backend, clock, 3))
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 0
+    dev.processes = [FakeProcess(pid=9)]
+    (proc,) = next(cycles(backend, clock, 1)).gpus[0].leaves[0].processes
+    assert proc.sm_util_ratio == pytest.approx(0.5)
+    assert fake.process_util_timestamps == [int((clock.wall() - 1.0) * 1e6)], "window = previous cycle"
+
+
 def test_absurd_values_are_dropped_and_counted(clock: Clock) -> None:
     fake = FakeNvml([h200(0, util_gpu=101, temperature=0xFFFFFFFF, power_mw=0xFFFFFFFF, gpm={SM: 250.0})])
     _, second = cycles(make(fake, clock), clock, 2)

@@ -519,9 +519,10 @@ class NvmlBackend:
         memory: tuple[int | None, int | None],
     ) -> tuple[tuple[LeafSample, ...], tuple[float | None, float | None]]:
         """Leaves of one GPU and its NVLink (tx, rx) bytes/s from the GPU-level GPM window."""
-        proc_util = self._process_utilization(gpu)
         nvlink: tuple[float | None, float | None] = (None, None)
         if not mig_enabled:
+            running = self._running(gpu.uuid, gpu.handle)
+            proc_util = self._process_utilization(gpu, wanted=bool(running))
             reading = self._gpm_read(gpu, gpu.uuid, None, now)
             if reading is not None:
                 nvlink = (reading.nvlink_tx_bytes_per_second, reading.nvlink_rx_bytes_per_second)
@@ -531,22 +532,25 @@ class NvmlBackend:
                 memory_total_bytes=memory[1],
                 utilization_ratio=util,
                 gpm=reading.sample if reading is not None else None,
-                processes=self._processes(gpu.uuid, gpu.handle, proc_util),
+                processes=self._process_samples(running, proc_util),
             )
             return (leaf,), nvlink
+        found = self._mig_devices(gpu)
+        running_per_mig = [self._running(m.mig.mig_uuid, m.handle) for m in found]
+        proc_util = self._process_utilization(gpu, wanted=any(running_per_mig))
         leaves = []
-        for found in self._mig_devices(gpu):
-            mig_uuid = found.mig.mig_uuid
-            used, total = self._memory_info(mig_uuid, found.handle)
-            reading = self._gpm_read(gpu, mig_uuid, found.mig.gpu_instance_id, now)
+        for mig, running in zip(found, running_per_mig, strict=True):
+            mig_uuid = mig.mig.mig_uuid
+            used, total = self._memory_info(mig_uuid, mig.handle)
+            reading = self._gpm_read(gpu, mig_uuid, mig.mig.gpu_instance_id, now)
             leaves.append(
                 LeafSample(
                     uuid=gpu.uuid,
-                    mig=found.mig,
+                    mig=mig.mig,
                     memory_used_bytes=used,
                     memory_total_bytes=total,
                     gpm=reading.sample if reading is not None else None,
-                    processes=self._processes(mig_uuid, found.handle, proc_util, found.mig),
+                    processes=self._process_samples(running, proc_util, mig.mig),
                 )
             )
         return tuple(leaves), nvlink
@@ -618,13 +622,17 @@ class NvmlBackend:
 
         return gpm.read(gpu.uuid, leaf_id, fetch, now, nvlink=gpu.has_nvlink and gpu_instance_id is None)
 
-    def _process_utilization(self, gpu: _Gpu) -> dict[int, tuple[float | None, float | None]]:
-        """pid -> (sm, memory) ratios since the previous cycle; empty on the first cycle."""
+    def _process_utilization(self, gpu: _Gpu, wanted: bool) -> dict[int, tuple[float | None, float | None]]:
+        """pid -> (sm, memory) ratios since the previous cycle; empty on the first cycle.
+
+        Skipped (``wanted=False``) when no compute process runs: the call costs ~2.4 ms on an
+        H200 even when it answers NotFound, and most GPUs in a fleet sit idle.
+        """
         q = self._q
         assert q is not None
         since = gpu.process_util_since_us
         gpu.process_util_since_us = int(self._wall_clock() * 1e6)
-        if since is None:
+        if since is None or not wanted:
             return {}
         # NotFound means no process ran in the window: an empty answer, not an error.
         samples = q.call(
@@ -638,17 +646,19 @@ class NvmlBackend:
             acc[2] += 1
         return {pid: (self._percent(sm / n), self._percent(mem / n)) for pid, (sm, mem, n) in sums.items()}
 
-    def _processes(
-        self,
-        scope: str,
-        handle: Any,
+    def _running(self, scope: str, handle: Any) -> list[Any]:
+        """Compute processes on a whole GPU or MIG device (host PIDs)."""
+        assert self._q is not None
+        return list(self._q.call(scope, "nvmlDeviceGetComputeRunningProcesses", handle) or [])
+
+    @staticmethod
+    def _process_samples(
+        running: list[Any],
         utilization: Mapping[int, tuple[float | None, float | None]],
         mig: MigInstance | None = None,
     ) -> tuple[ProcessSample, ...]:
-        assert self._q is not None
-        running = self._q.call(scope, "nvmlDeviceGetComputeRunningProcesses", handle)
         out = []
-        for p in running or []:
+        for p in running:
             sm, mem = utilization.get(int(p.pid), (None, None))
             gi = getattr(p, "gpuInstanceId", None)
             ci = getattr(p, "computeInstanceId", None)
