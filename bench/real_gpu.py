@@ -7,7 +7,8 @@ answer and 5 s more; then (1) 500 scrapes of each, alternating A/B so both see t
 state -> client-side latency p50/p99 (full body read); (2) a quiet 60 s with one scrape per second
 of each (what Prometheus does) -> CPU seconds per second of each process from /proc/PID/stat
 (threads included, children not); RSS at the end. ``--peer`` replaces the nvitop-exporter command
-(for a dry run on a machine without a GPU).
+(for a dry run on a machine without a GPU); ``--load matmul`` keeps a bf16 matmul child busy
+on the GPU meanwhile (so per-process utilisation is read too).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ REPO = Path(__file__).resolve().parents[1]
 OURS = (
     f"{sys.executable} -m exporter --backend nvml --web.listen-address 127.0.0.1:9445 --collect.interval 1 --no-probes"
 )
+MATMUL_LOAD = """
+import torch
+x = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); y = torch.randn_like(x)
+z = x @ y; torch.cuda.synchronize(); print('ready', flush=True)
+while True:
+    for _ in range(10): z = x @ y
+    torch.cuda.synchronize()
+"""
 PEER = f"{sys.executable} -m nvitop_exporter --bind-address 127.0.0.1 --port 9446 --interval 1"
 
 
@@ -158,15 +167,23 @@ def main() -> None:
     parser.add_argument("--peer", default=PEER, help="command that starts the peer exporter")
     parser.add_argument("--peer-url", default="http://127.0.0.1:9446/metrics")
     parser.add_argument("--peer-label", default="nvitop-exporter")
-    parser.add_argument("--peer-ready", default="nvitop", help="text in the peer's /metrics once it sampled")
+    parser.add_argument("--peer-ready", default="gpu_utilization{", help="text in the peer's /metrics once it sampled")
+    parser.add_argument("--load", choices=("none", "matmul"), default="none", help="GPU load during the run")
     parser.add_argument("--scrapes", type=int, default=500)
+    parser.add_argument("--tag", default="", help="file name stem of the outputs")
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     ours = Exporter("gpulens", args.ours, "http://127.0.0.1:9445/metrics")
     peer = Exporter(args.peer_label, args.peer, args.peer_url)
+    load = None
     try:
+        if args.load == "matmul":
+            load = subprocess.Popen([sys.executable, "-c", MATMUL_LOAD], stdout=subprocess.PIPE, text=True)
+            assert load.stdout is not None
+            if load.stdout.readline().strip() != "ready":
+                raise SystemExit("matmul load did not start")
         for exp in (ours, peer):
             start(exp, args.out)
         wait_ready(ours, b"gpulens_gpu_info{")
@@ -174,6 +191,9 @@ def main() -> None:
         time.sleep(5.0)
         figs = run(ours, peer, args.scrapes, args.quiet_seconds)
     finally:
+        if load is not None:
+            load.kill()
+            load.wait()
         for exp in (ours, peer):
             if exp.proc is not None and exp.proc.poll() is None:
                 exp.proc.terminate()
@@ -187,16 +207,18 @@ def main() -> None:
         "gpulens_up": b"gpulens_up 1" in ours.body,
         "commands": {"gpulens": args.ours, args.peer_label: args.peer},
         "scrapes": args.scrapes,
+        "load": args.load,
         "quiet_seconds": args.quiet_seconds,
         "latency_mean_ms": {e.label: statistics.fmean(e.latencies) * 1e3 for e in (ours, peer)},
     }
     text = table(figs)
     print(text)
     print(json.dumps({k: v for k, v in report.items() if k != "figures"}, indent=1))
-    (args.out / "real_gpu.md").write_text(text)
-    (args.out / "real_gpu.json").write_text(json.dumps(report, indent=1))
-    (args.out / "gpulens_metrics.txt").write_bytes(ours.body)
-    (args.out / "peer_metrics.txt").write_bytes(peer.body)
+    tag = f"{args.tag}" if args.tag else f"real_gpu_{args.load}"
+    (args.out / f"{tag}.md").write_text(text)
+    (args.out / f"{tag}.json").write_text(json.dumps(report, indent=1))
+    (args.out / f"{tag}_gpulens_metrics.txt").write_bytes(ours.body)
+    (args.out / f"{tag}_peer_metrics.txt").write_bytes(peer.body)
 
 
 if __name__ == "__main__":
