@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from probes import cli
 from probes.bandwidth import BufferPlan, DeviceInfo, MiB, ProbeError, format_cuda_uuid, plan_buffers, run_probes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,3 +151,30 @@ def test_cuda_uuid_is_formatted_like_nvml() -> None:
     raw = bytes.fromhex("0123456789abcdef0011223344556677")
     assert format_cuda_uuid(raw) == "GPU-01234567-89ab-cdef-0011-223344556677"
     assert format_cuda_uuid(None) is None
+
+
+def test_uuid_restricts_cuda_to_that_gpu_or_mig_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[int] = []
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.setattr(cli, "CupyDevice", lambda index: opened.append(index))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    mig = "MIG-2a1ca17e-6c95-5b34-a4a9-19ee253a5385"
+    cli._open_device(argparse.Namespace(array="cupy", uuid=mig, device=None))
+    assert opened == [0]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == mig
+
+
+def test_device_index_follows_nvidia_smi_pci_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[int] = []
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.setattr(cli, "CupyDevice", lambda index: opened.append(index))
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    cli._open_device(argparse.Namespace(array="cupy", uuid=None, device=3))
+    assert opened == [3]
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_exporter_side_never_imports_cupy_or_numpy() -> None:
+    code = "import sys, exporter.probe_scheduler; print(sorted({'cupy', 'numpy', 'torch'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
