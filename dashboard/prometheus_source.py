@@ -159,9 +159,12 @@ class PrometheusSource:
             f"count by (uuid,mig_uuid) (max by {keys} ({everyone})))"
             f" * on(uuid,mig_uuid) group_left() ({sm} < bool {thr})"
         )
-        hours = self.query(f"sum by {keys} (sum_over_time(({idle_share}){rng})) * {step:g} / 3600")
-        first = self.query(f"min by {keys} (min_over_time(timestamp({mine}){rng}))")
-        busy = self.query(f"max by (uuid,mig_uuid) (max_over_time(timestamp({sm} >= {thr}){rng}))")
+        # evaluated at the same step-aligned instant as query_range, so the subquery's steps are
+        # the range query's steps (less its first one)
+        at = math.floor(self._clock() / step) * step
+        hours = self.query(f"sum by {keys} (sum_over_time(({idle_share}){rng})) * {step:g} / 3600", at)
+        first = self.query(f"min by {keys} (min_over_time(timestamp({mine}){rng}))", at)
+        busy = self.query(f"max by (uuid,mig_uuid) (max_over_time(timestamp({sm} >= {thr}){rng}))", at)
         first = frames.with_cols(first, ALLOCATION_KEYS).rename(columns={"value": "first_allocated"})
         if first.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))

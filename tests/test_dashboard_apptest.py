@@ -1,0 +1,136 @@
+"""Every dashboard page renders headlessly (streamlit AppTest) from both data sources, and a
+Prometheus that is down, slow or erroring gives a banner instead of a traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_exposition
+from tests.support.net import free_port
+
+APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+PAGES = ["views/efficiency.py", "views/workloads.py", "views/sharing.py", "views/health.py"]
+
+
+@pytest.fixture()
+def dashboard_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    for key in ("PROMETHEUS", "SCRAPE"):
+        monkeypatch.delenv(f"GPULENS_DASHBOARD_{key}", raising=False)
+    monkeypatch.setenv("GPULENS_DASHBOARD_REFRESH_SECONDS", "0")
+    monkeypatch.setenv("GPULENS_DASHBOARD_PRICES", "H200=3.5")
+    yield monkeypatch
+
+
+def _texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [e.value for e in at.error] + [w.value for w in at.warning] + [i.value for i in at.info]
+    parts += [s.value for s in at.success] + [s.value for s in at.subheader] + [t.value for t in at.title]
+    return "\n".join(str(p) for p in parts)
+
+
+def _render_all(at: AppTest) -> dict[str, str]:
+    """Run the default page (Fleet) then switch to every other page; fail on any exception or
+    error banner (panels turn their own exceptions into banners)."""
+    seen = {}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    seen["fleet"] = _texts(at)
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert not at.error, (page, [e.value for e in at.error])
+        assert at.title[0].value == Path(page).stem.capitalize()
+        assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
+        seen[Path(page).stem] = _texts(at)
+    return seen
+
+
+def test_every_page_renders_from_prometheus(dashboard_env: pytest.MonkeyPatch) -> None:
+    with fake_prometheus("h200x8.prom", "mig.prom", "timeslice.prom") as (url, state):
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        at = AppTest.from_file(APP, default_timeout=60)
+        texts = _render_all(at)
+    assert any(q.startswith("sum by (class)") for q in state.queries), "boundness over time is aggregated server-side"
+    assert "Xid errors" in texts["health"]
+    assert "Wasted GPU-hours by namespace" in texts["workloads"]
+
+
+def test_fleet_counts_from_prometheus(dashboard_env: pytest.MonkeyPatch) -> None:
+    with fake_prometheus("h200x8.prom") as (url, _state):
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        at = AppTest.from_file(APP, default_timeout=60).run()
+    metrics = {m.label: m.value for m in at.metric}
+    # h200x8 fixture: 8 GPUs, 6 with a pod; SM active >= 5 % on GPUs 0-3
+    assert metrics["GPUs"] == "8"
+    assert metrics["Busy (SM active ≥ 5%)"] == "4"
+
+
+def test_every_page_renders_from_direct_scrape(dashboard_env: pytest.MonkeyPatch) -> None:
+    with serve_exposition("h200x8.prom", "mig.prom", "timeslice.prom") as urls:
+        dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60)
+        texts = _render_all(at)
+        metrics = {m.label: m.value for m in AppTest.from_file(APP, default_timeout=60).run().metric}
+    assert "direct scrape of 3 exporter(s)" in texts["fleet"]
+    assert metrics["GPUs"] == "24"
+    assert "MIG slices: no data" not in texts["sharing"]
+    assert "time-sliced GPUs: no data" not in texts["sharing"]
+
+
+def test_prometheus_down_shows_a_banner_and_keeps_navigation(dashboard_env: pytest.MonkeyPatch) -> None:
+    dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", f"http://127.0.0.1:{free_port()}")
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    assert any("unreachable" in e.value for e in at.error), [e.value for e in at.error]
+    at.switch_page("views/health.py").run()
+    assert not at.exception
+    assert at.title[0].value == "Health"
+    assert at.error, "the banner stays on every page"
+    assert at.sidebar.button, "a Retry button is offered"
+
+
+def test_slow_prometheus_times_out_into_a_banner(dashboard_env: pytest.MonkeyPatch) -> None:
+    with fake_prometheus("h200x8.prom") as (url, state):
+        state.mode, state.delay_s = "slow", 3.0
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        dashboard_env.setenv("GPULENS_DASHBOARD_TIMEOUT_SECONDS", "0.5")
+        at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert any("did not answer within 0.5 s" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_query_errors_and_empty_results_are_reported_not_raised(dashboard_env: pytest.MonkeyPatch) -> None:
+    with fake_prometheus("h200x8.prom") as (url, state):
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        state.mode = "empty"
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert not at.exception
+        assert "GPUs: no data" in _texts(at)
+        state.mode = "error"
+        at.switch_page("views/efficiency.py").run()
+    assert not at.exception
+    assert any("parse error" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_namespace_filter_is_escaped_in_every_query(dashboard_env: pytest.MonkeyPatch) -> None:
+    with fake_prometheus("h200x8.prom") as (url, state):
+        evil = 'ml"} or vector(1) or {x="'
+        state.series["gpulens_pod_gpu_allocation"][0]["namespace"] = evil
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        at.sidebar.selectbox(key="f_ns").select(evil).run()
+        assert not at.exception
+        state.queries.clear()
+        at.switch_page("views/workloads.py").run()
+    assert not at.exception
+    filtered = [q for q in state.queries if "namespace=" in q]
+    assert filtered, state.queries
+    for q in filtered:
+        assert 'namespace="ml\\"} or vector(1) or {x=\\""' in q
+        assert 'namespace="ml"}' not in q

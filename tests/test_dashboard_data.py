@@ -1,0 +1,294 @@
+"""Dashboard data layer: PromQL escaping, both sources' semantics, and the pandas transforms that
+turn series into the numbers users read (counts, idle time, wasted GPU-hours and cost)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dashboard import frames
+from dashboard.prometheus_source import PrometheusSource
+from dashboard.promql import label_name, quote, selector
+from dashboard.scrape_source import ScrapeSource, instance_of, metrics_url, parse_exposition
+from dashboard.source import MAX_POINTS, Filters, SourceError, bounded_step
+from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
+from tests.support.net import free_port
+
+FIX = Path(__file__).parent / "fixtures" / "dashboard"
+H200 = (FIX / "h200x8.prom").read_text()
+TIMESLICE = (FIX / "timeslice.prom").read_text()
+
+
+# --- PromQL text -----------------------------------------------------------------------
+def test_label_values_cannot_break_out_of_their_quotes() -> None:
+    assert quote('a"b') == '"a\\"b"'
+    assert quote("a\\b") == '"a\\\\b"'
+    assert quote("x\ny") == '"x\\ny"'
+    evil = 'prod"} or vector(1) or up{a="'
+    sel = selector("gpulens_up", {"namespace": evil})
+    assert sel == 'gpulens_up{namespace="prod\\"} or vector(1) or up{a=\\""}'
+
+
+def test_label_and_metric_names_are_validated_not_quoted() -> None:
+    with pytest.raises(ValueError):
+        label_name("namespace) or (up")
+    with pytest.raises(ValueError):
+        selector("gpulens_up{} or vector(1) #", {})
+
+
+def test_namespace_filter_joins_device_series_on_the_allocation() -> None:
+    src = PrometheusSource("http://unused")
+    ns = Filters(namespace="ml", cluster="c1")
+    leaf = src.expr("gpulens_gpu_sm_active_ratio", ns)
+    assert leaf == (
+        '(gpulens_gpu_sm_active_ratio{cluster="c1"} and on(uuid,mig_uuid) '
+        'gpulens_pod_gpu_allocation{cluster="c1",namespace="ml"})'
+    )
+    assert "and on(uuid) " in src.expr("gpulens_gpu_power_watts", ns)
+    assert src.expr("gpulens_pod_gpu_sm_share_ratio", ns) == (
+        'gpulens_pod_gpu_sm_share_ratio{cluster="c1",namespace="ml"}'
+    )
+    assert src.expr("gpulens_up", ns) == 'gpulens_up{cluster="c1"}'
+
+
+def test_ranges_are_bounded_in_points_and_length() -> None:
+    window, step = bounded_step(90 * 86400, 1)
+    assert window == 31 * 86400
+    assert window / step <= MAX_POINTS
+    assert bounded_step(3600, 15) == (3600, 15)
+
+
+# --- PrometheusSource over HTTP ----------------------------------------------------------
+def test_prometheus_source_reads_instant_and_range_answers() -> None:
+    with fake_prometheus("h200x8.prom") as (url, _state):
+        src = PrometheusSource(url)
+        info = src.instant("gpulens_gpu_info")
+        series = src.series("gpulens_gpu_sm_active_ratio", window_s=30 * 86400, step_s=1)
+    assert len(info) == 8
+    assert set(info["name"]) == {"NVIDIA H200"}
+    assert series.groupby("uuid").size().max() <= MAX_POINTS + 1
+    assert {"timestamp", "value", "uuid"} <= set(series.columns)
+
+
+def test_prometheus_failures_become_source_errors_with_a_reason() -> None:
+    with pytest.raises(SourceError, match="unreachable"):
+        PrometheusSource(f"http://127.0.0.1:{free_port()}").instant("gpulens_up")
+    with fake_prometheus() as (url, state):
+        state.mode = "error"
+        with pytest.raises(SourceError, match="parse error"):
+            PrometheusSource(url).instant("gpulens_up")
+        state.mode, state.delay_s = "slow", 2.0
+        with pytest.raises(SourceError, match=r"did not answer within 0\.3 s"):
+            PrometheusSource(url, timeout_s=0.3).instant("gpulens_up")
+
+
+# --- ScrapeSource ------------------------------------------------------------------------
+class _Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _scraper(pages: dict[str, list[str]], clock: _Clock, history: int = 720) -> ScrapeSource:
+    def fetch(url: str) -> str:
+        page = pages[url].pop(0) if len(pages[url]) > 1 else pages[url][0]
+        if page == "DOWN":
+            raise ConnectionError("refused")
+        return page
+
+    return ScrapeSource(list(pages), fetch=fetch, clock=clock, history=history, interval_s=1)
+
+
+def test_target_urls_get_prometheus_style_instance_labels() -> None:
+    assert metrics_url("node1:9445") == "http://node1:9445/metrics"
+    assert instance_of("http://node1:9445/metrics") == "node1:9445"
+    samples = parse_exposition(H200, "node1:9445")
+    labels = dict(samples["gpulens_gpu_sm_active_ratio"][0][0])
+    assert labels["instance"] == "node1:9445"
+    assert "mig_uuid" not in labels, "empty labels are absent, as in Prometheus"
+
+
+def test_scrape_source_serves_the_newest_scrape_and_keeps_a_bounded_history() -> None:
+    clock = _Clock()
+    alt = H200.replace("gpulens_up 1.0", "gpulens_up 0.0")
+    src = _scraper({"http://a:1/metrics": [H200, alt, H200]}, clock, history=2)
+    src.scrape_once()
+    clock.t += 5
+    src.scrape_once()
+    assert src.instant("gpulens_up")["value"].tolist() == [0.0]
+    clock.t += 5
+    src.scrape_once()
+    assert src.instant("gpulens_up")["value"].tolist() == [1.0]
+    series = src.series("gpulens_up", window_s=60, step_s=5)
+    assert len(series) == 2, "only two scrapes are kept"
+
+
+def test_a_failed_scrape_is_reported_and_its_series_go_stale() -> None:
+    clock = _Clock()
+    src = _scraper({"http://a:1/metrics": [H200, "DOWN"], "http://b:2/metrics": [TIMESLICE]}, clock)
+    src.scrape_once()
+    clock.t += 5
+    src.scrape_once()
+    assert src.problems() and "a:1" in src.problems()[0]
+    info = src.instant("gpulens_gpu_info")
+    assert set(info["instance"]) == {"b:2"}, "the failed target's series are stale, the other's kept"
+    assert len(src.series("gpulens_gpu_info", window_s=10, step_s=5).query("instance == 'a:1'")) > 0
+
+
+def test_scrape_source_filters_devices_by_namespace_through_allocations() -> None:
+    clock = _Clock()
+    src = _scraper({"http://b:2/metrics": [TIMESLICE]}, clock)
+    src.scrape_once()
+    alloc = src.instant("gpulens_pod_gpu_allocation")
+    ns = "notebooks"
+    held = set(alloc.loc[alloc["namespace"] == ns, "uuid"])
+    sm = src.instant("gpulens_gpu_sm_active_ratio", Filters(namespace=ns))
+    assert held and set(sm["uuid"]) == held
+    shares = src.instant("gpulens_pod_gpu_sm_share_ratio", Filters(namespace=ns))
+    assert set(shares["namespace"]) == {ns}
+    assert src.instant("gpulens_gpu_info", Filters(instance="nope")).empty
+
+
+def test_counter_increase_survives_a_reset() -> None:
+    clock = _Clock()
+    line = 'gpulens_gpu_xid_errors_total{{gpu="0",uuid="GPU-1",xid="79"}} {v}\n'
+    head = "# TYPE gpulens_gpu_xid_errors_total counter\n"
+    pages = [head + line.format(v=v) for v in (2, 5, 1, 3)]
+    src = _scraper({"http://a:1/metrics": pages}, clock)
+    for _ in range(4):
+        src.scrape_once()
+        clock.t += 10
+    inc = src.increase("gpulens_gpu_xid_errors_total", window_s=3600)
+    assert inc["value"].tolist() == [3 + 1 + 2]
+
+
+# --- transforms --------------------------------------------------------------------------
+def _alloc_rows(ts: list[float], pod: str, uuid: str, ns: str = "ml") -> list[dict[str, object]]:
+    return [{"namespace": ns, "pod": pod, "container": "c", "uuid": uuid, "timestamp": t, "value": 1.0} for t in ts]
+
+
+def test_idle_gpu_hours_count_idle_steps_and_split_shared_gpus() -> None:
+    ts = [0.0, 900.0, 1800.0, 2700.0]
+    alloc = frames.from_rows(
+        _alloc_rows(ts, "p1", "GPU-A") + _alloc_rows(ts, "p2", "GPU-B") + _alloc_rows(ts, "p3", "GPU-B", "other"),
+        time=True,
+    )
+    sm = frames.from_rows(
+        [{"uuid": "GPU-A", "timestamp": t, "value": v} for t, v in zip(ts, [0.9, 0.0, 0.01, 0.0], strict=True)]
+        + [{"uuid": "GPU-B", "timestamp": t, "value": 0.0} for t in ts],
+        time=True,
+    )
+    act = frames.activity_from_series(alloc, sm, step_s=900, busy_threshold=0.05).set_index("pod")
+    assert act.loc["p1", "idle_gpu_hours"] == pytest.approx(3 * 0.25)
+    assert act.loc["p2", "idle_gpu_hours"] == pytest.approx(4 * 0.25 / 2)
+    assert act.loc["p1", "last_busy"] == 0.0
+    assert math.isnan(act.loc["p2", "last_busy"])
+    assert act.loc["p1", "first_allocated"] == 0.0
+
+
+def test_idle_allocations_say_who_and_for_how_long() -> None:
+    alloc = frames.from_rows(
+        [
+            {
+                "namespace": "ml",
+                "pod": "p1",
+                "container": "c",
+                "uuid": "GPU-A",
+                "workload_kind": "Job",
+                "workload": "j",
+            },
+            {"namespace": "ml", "pod": "p2", "container": "c", "uuid": "GPU-B", "value": 1.0},
+        ]
+    )
+    sm = frames.from_rows([{"uuid": "GPU-A", "value": 0.0}, {"uuid": "GPU-B", "value": 0.7}])
+    act = frames.from_rows(
+        [
+            {
+                "namespace": "ml",
+                "pod": "p1",
+                "container": "c",
+                "uuid": "GPU-A",
+                "first_allocated": 0.0,
+                "last_busy": 6400.0,
+                "value": 0,
+            }
+        ]
+    )
+    idle = frames.idle_allocations(alloc, sm, act, now=10000.0, window_s=10000.0, busy_threshold=0.05)
+    assert idle["pod"].tolist() == ["p1"]
+    assert idle.loc[0, "idle_seconds"] == pytest.approx(3600.0)
+    assert idle.loc[0, "workload"] == "Job/j"
+    assert not idle.loc[0, "idle_at_least"]
+
+
+def test_fleet_counts_use_sm_activity_not_gpu_util() -> None:
+    clock = _Clock()
+    src = _scraper({"http://a:1/metrics": [H200]}, clock)
+    src.scrape_once()
+    counts = frames.fleet_counts(
+        src.instant("gpulens_gpu_info"),
+        src.instant("gpulens_pod_gpu_allocation"),
+        src.instant("gpulens_gpu_sm_active_ratio"),
+        0.05,
+    )
+    # fixture: GPUs 0-3 run kernels with SMs active; GPU 4 is launch-bound (GPU-Util high, SM ~0)
+    assert counts == {"gpus": 8, "allocated": 7, "busy": 4, "allocated_idle": 3}
+
+
+def test_waste_costs_weight_mig_slices_and_use_model_prices() -> None:
+    act = frames.from_rows(
+        [
+            {"namespace": "a", "pod": "p1", "uuid": "GPU-1", "idle_gpu_hours": 2.0, "value": 0},
+            {"namespace": "a", "pod": "p2", "uuid": "GPU-2", "mig_uuid": "MIG-x", "idle_gpu_hours": 7.0, "value": 0},
+            {"namespace": "b", "pod": "p3", "uuid": "GPU-3", "idle_gpu_hours": 1.0, "value": 0},
+        ]
+    )
+    info = frames.from_rows(
+        [
+            {"uuid": "GPU-1", "name": "NVIDIA H200", "value": 1},
+            {"uuid": "GPU-2", "name": "NVIDIA H200", "value": 1},
+            {"uuid": "GPU-3", "name": "Tesla T4", "value": 1},
+        ]
+    )
+    mig = frames.from_rows([{"uuid": "GPU-2", "mig_uuid": "MIG-x", "mig_profile": "3g.71gb", "value": 1}])
+    waste = frames.waste_by_namespace(act, info, mig, {"H200": 4.0}).set_index("namespace")
+    assert waste.loc["a", "gpu_hours"] == pytest.approx(2.0 + 3.0)
+    assert waste.loc["a", "cost_usd"] == pytest.approx(20.0)
+    assert math.isnan(waste.loc["b", "cost_usd"]), "no price for T4: unknown, not $0"
+    assert frames.price_for("NVIDIA A100-SXM4-80GB", {"A100": 1.0, "*": 2.0}) == 1.0
+    assert frames.price_for("Tesla T4", {"A100": 1.0, "*": 2.0}) == 2.0
+
+
+def test_probe_comparison_against_the_fleet_median() -> None:
+    bw = frames.from_rows(
+        [{"uuid": f"GPU-{i}", "probe": "hbm_copy", "value": v} for i, v in enumerate([4.0e12, 4.1e12, 3.2e12])]
+    )
+    eff = frames.from_rows(
+        [{"uuid": f"GPU-{i}", "probe": "hbm_copy", "value": v} for i, v in enumerate([0.97, 0.99, 0.77])]
+    )
+    info = frames.from_rows([{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "value": 1} for i in range(3)])
+    out = frames.probe_comparison(eff, bw, info).set_index("uuid")
+    assert out.loc["GPU-2", "vs_fleet"] == pytest.approx(3.2 / 4.0)
+    assert out.loc["GPU-0", "vs_fleet"] == pytest.approx(1.0)
+
+
+def test_mig_layout_lists_every_slice_with_its_holder() -> None:
+    text = (FIX / "mig.prom").read_text()
+    s = parse_exposition(text, "n:1")
+
+    def df(name: str) -> pd.DataFrame:
+        return frames.from_rows({**dict(lbl), "value": v} for lbl, v in s.get(name, []))
+
+    layout = frames.mig_layout(
+        df("gpulens_mig_instance_info"), df("gpulens_pod_gpu_allocation"), df("gpulens_gpu_info")
+    )
+    assert len(layout) == len(s["gpulens_mig_instance_info"])
+    full = layout[layout["mig_profile"] == "7g.141gb"]
+    assert full["slices"].tolist() == [7]
+    held = layout[layout["holders"] != ""]
+    assert len(held) == len({dict(lbl).get("mig_uuid") for lbl, _ in s["gpulens_pod_gpu_allocation"]} - {None})
