@@ -147,7 +147,10 @@ def mig_layout_figure(layout: pd.DataFrame) -> go.Figure:
                 showlegend=False,
             )
         )
-    fig.update_layout(barmode="stack", height=max(200, 70 * rows["row"].nunique() + 80), xaxis_title="compute slices")
+    order = list(dict.fromkeys(rows["row"]))
+    fig.update_layout(barmode="stack", height=max(200, 70 * len(order) + 80), xaxis_title="compute slices")
+    # first GPU on top, in the layout's order
+    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
     return fig
 
 

@@ -282,7 +282,8 @@ def mig_layout(mig_info: pd.DataFrame, allocation: pd.DataFrame, info: pd.DataFr
         for p, n in zip(out["mig_profile"], out["gpu_name"], strict=True)
     ]
     out["gpu_instance_id"] = pd.to_numeric(out["gpu_instance_id"], errors="coerce")
-    return out.sort_values(["instance", "uuid", "gpu_instance_id"]).reset_index(drop=True)[cols]
+    out["_gpu"] = pd.to_numeric(out["gpu"], errors="coerce")
+    return out.sort_values(["instance", "_gpu", "uuid", "gpu_instance_id"]).reset_index(drop=True)[cols]
 
 
 def timeslice_shares(shares: pd.DataFrame, replicas: pd.DataFrame, pods: pd.DataFrame) -> pd.DataFrame:

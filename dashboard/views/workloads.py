@@ -60,7 +60,8 @@ def body(ctx: ui.PageContext) -> None:
             ui.no_data("wasted GPU-hours")
         else:
             c1, c2 = st.columns(2)
-            c1.metric("Wasted GPU-hours", f"{waste['gpu_hours'].sum():,.1f}")
+            total = float(waste["gpu_hours"].sum())
+            c1.metric("Wasted GPU-hours", f"{total:,.1f}" if total >= 10 else f"{total:.2f}")
             cost = waste["cost_usd"].sum(min_count=1)
             c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
             st.plotly_chart(figures.waste_bar(waste), key="waste_bar")

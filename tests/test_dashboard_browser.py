@@ -1,0 +1,206 @@
+"""The running dashboard in headless Chromium, fed by a real Prometheus scraping three simulated
+exporters (8 whole H200s, a MIG node, a time-sliced node): every page loads with its key elements,
+screenshots land in artifacts/dashboard/, and a dead Prometheus gives a banner, not a dead app."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from dashboard import frames
+from dashboard.prometheus_source import PrometheusSource
+from dashboard.source import ALLOCATION, SM_ACTIVE
+from tests.support.exporter import run_exporter
+from tests.support.net import free_port, wait_http
+from tests.support.prometheus import run_prometheus
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PAGES: dict[str, list[str]] = {
+    # url path -> texts that must be on the page once it has rendered
+    "": ["GPUs", "Allocated", "SM activity per GPU", "Models"],
+    "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
+    "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
+    "sharing": ["MIG GPUs and their slices", "Time-sliced GPUs: share of SM time per pod"],
+    "health": ["Bandwidth probes", "Xid errors", "ECC errors", "Clock events (throttling) now"],
+}
+MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1}
+
+
+def prom_query(base: str, q: str) -> list[dict[str, object]]:
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        result: list[dict[str, object]] = json.loads(resp.read())["data"]["result"]
+        return result
+
+
+@contextmanager
+def run_dashboard(*args: str) -> Iterator[str]:
+    """``python -m dashboard ARGS`` on a free port; yield its URL once Streamlit is healthy."""
+    port = free_port()
+    log = open(REPO / "artifacts" / f"dashboard-{port}.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dashboard", *args, "--port", str(port), "--address", "127.0.0.1", "--refresh", "0"],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/_stcore/health", timeout=60)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@contextmanager
+def chromium_page() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+
+def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 60.0) -> float:
+    """Open ``url`` and wait until the page's last element (the footer) and at least
+    ``min_charts`` plotly charts are drawn; return the seconds it took."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    started = time.perf_counter()
+    page.goto(url)
+    page.get_by_text("rendered in").first.wait_for(timeout=timeout_s * 1000)
+    page.wait_for_function(
+        """n => {
+            const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+            return charts.length >= n && charts.every(c => c.querySelector('.main-svg'));
+        }""",
+        arg=min_charts,
+        timeout=timeout_s * 1000,
+    )
+    return time.perf_counter() - started
+
+
+@pytest.fixture(scope="module")
+def stack(artifacts_dir: Path) -> Iterator[tuple[str, str]]:
+    """Three sim exporters, a Prometheus scraping them every second, the dashboard on it."""
+    with ExitStack() as es:
+        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in ("h200x8", "mig", "timeslice")]
+        static = "\n".join(
+            f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
+            for i, t in enumerate(targets)
+        )
+        config = (
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: gpulens\n"
+            "    honor_labels: true\n"
+            f"    static_configs:\n{static}\n"
+        )
+        prom = es.enter_context(run_prometheus(config))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if len(prom_query(prom, "gpulens_gpu_info")) >= 24 and prom_query(prom, "gpulens_probe_efficiency_ratio"):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("Prometheus never saw the three exporters' GPUs and a probe result")
+        time.sleep(5)  # a few seconds of history for the range panels
+        dash = es.enter_context(run_dashboard("--prometheus", prom, "--price-per-gpu-hour", "H200=3.5"))
+        yield prom, dash
+
+
+def test_every_page_loads_with_its_key_elements(stack: tuple[str, str], artifacts_dir: Path) -> None:
+    _prom, dash = stack
+    out = artifacts_dir / "dashboard"
+    out.mkdir(exist_ok=True)
+    with chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        for path, texts in PAGES.items():
+            load(page, f"{dash}/{path}", MIN_CHARTS[path])
+            for text in texts:
+                assert page.get_by_text(text, exact=False).count() > 0, (path, text)
+            assert page.locator(".js-plotly-plot").count() >= MIN_CHARTS[path], path
+            assert page.locator('[data-testid="stException"]').count() == 0, path
+            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, path
+            page.screenshot(path=str(out / f"{path or 'fleet'}.png"), full_page=True)
+        # filters: the relabelled cluster and node labels become sidebar filters
+        assert page.get_by_text("Cluster", exact=True).count() > 0
+        assert page.get_by_text("Node", exact=True).count() > 0
+
+
+def test_fleet_page_counts_the_three_nodes(stack: tuple[str, str]) -> None:
+    _prom, dash = stack
+    with chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        load(page, dash, 1)
+        metric = page.locator('[data-testid="stMetric"]').first
+        assert metric.inner_text().split("\n")[-1].strip() == "24"
+
+
+def test_server_side_idle_hours_match_the_same_computation_in_pandas(stack: tuple[str, str]) -> None:
+    prom, _dash = stack
+    src = PrometheusSource(prom)
+    window, step, thr = 60.0, 2.0, 0.05
+    server = src.allocation_activity(window_s=window, step_s=step, busy_threshold=thr)
+    alloc = src.series(ALLOCATION, window_s=window, step_s=step)
+    sm = src.series(SM_ACTIVE, window_s=window, step_s=step)
+    first_step = alloc["timestamp"].min()
+    # the subquery's steps are the range's steps without its first (the window is left-open)
+    local = frames.activity_from_series(
+        alloc[alloc["timestamp"] > first_step], sm[sm["timestamp"] > first_step], step_s=step, busy_threshold=thr
+    )
+    key = ["instance", "namespace", "pod", "container", "uuid", "mig_uuid"]
+    merged = server.merge(local, on=key, suffixes=("_server", "_local"))
+    assert len(merged) == len(server) == len(local) > 10
+    assert merged["idle_gpu_hours_server"].sum() > 0, "the sim has idle allocated GPUs"
+    diff = (merged["idle_gpu_hours_server"] - merged["idle_gpu_hours_local"]).abs()
+    # one step of slack: the server evaluates a moment after the range query
+    assert (diff <= step / 3600 + 1e-9).all(), merged[[*key, "idle_gpu_hours_server", "idle_gpu_hours_local"]]
+
+
+def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir: Path) -> None:
+    with run_dashboard("--prometheus", f"http://127.0.0.1:{free_port()}") as dash, chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        page.goto(dash)
+        page.get_by_text("is unreachable").first.wait_for(timeout=60000)
+        page.get_by_role("link", name="Health").click()
+        page.get_by_role("heading", name="Health").wait_for(timeout=30000)
+        assert page.get_by_text("is unreachable").count() > 0
+        page.screenshot(path=str(artifacts_dir / "dashboard" / "prometheus-down.png"))
