@@ -167,7 +167,7 @@ def main() -> None:
     parser.add_argument("--peer", default=PEER, help="command that starts the peer exporter")
     parser.add_argument("--peer-url", default="http://127.0.0.1:9446/metrics")
     parser.add_argument("--peer-label", default="nvitop-exporter")
-    parser.add_argument("--peer-ready", default="gpu_utilization{", help="text in the peer's /metrics once it sampled")
+    parser.add_argument("--peer-ready", default='uuid="GPU-', help="text in the peer's /metrics once it sampled")
     parser.add_argument("--load", choices=("none", "matmul"), default="none", help="GPU load during the run")
     parser.add_argument("--scrapes", type=int, default=500)
     parser.add_argument("--tag", default="", help="file name stem of the outputs")
