@@ -340,3 +340,12 @@ def test_optional_parts_can_be_switched_off() -> None:
     kinds = {o["kind"] for o in objects(VARIANTS["minimal"])}
     assert kinds == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
     assert exporter_pod(VARIANTS["minimal"]).get("priorityClassName") is None
+
+
+def test_misspelt_or_mistyped_values_are_refused_by_the_schema() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="hostPid"):
+        objects({"exporter": {"hostPid": True}})
+    with pytest.raises(helm_python.HelmError, match="collectInterval"):
+        objects({"exporter": {"collectInterval": "fast"}})
