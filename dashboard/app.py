@@ -46,7 +46,9 @@ def main() -> None:
     except SourceError as exc:
         st.error(str(exc))
         st.stop()
-    window_label = st.sidebar.selectbox("Time range", list(ui.WINDOWS), index=1, key="window")
+    labels = list(ui.WINDOWS)
+    wanted = ui.RANGE_PARAM.get(str(st.query_params.get("range", "1h")), "Last hour")
+    window_label = st.sidebar.selectbox("Time range", labels, index=labels.index(wanted), key="window")
     window, step = bounded_step(ui.WINDOWS[window_label], ui.WINDOWS[window_label] / ui.POINTS_PER_CHART)
     step = max(step, cfg.scrape_interval_seconds if cfg.scrape_urls and not cfg.prometheus_url else 1.0)
     filters = Filters()

@@ -27,6 +27,14 @@ WINDOWS: dict[str, float] = {
     "Last 24 hours": 86400.0,
     "Last 7 days": 7 * 86400.0,
 }
+RANGE_PARAM: dict[str, str] = {
+    "15m": "Last 15 minutes",
+    "1h": "Last hour",
+    "6h": "Last 6 hours",
+    "24h": "Last 24 hours",
+    "7d": "Last 7 days",
+}
+"""``?range=24h`` in the URL preselects the time range (bookmarkable views, the scale bench)."""
 POINTS_PER_CHART = 240
 
 _CTX = "gpulens_ctx"
