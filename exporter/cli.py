@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.backends.base import GpuBackend
-from exporter.collector import SnapshotCollector
+from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 from exporter.server import MetricsServer
@@ -121,7 +121,7 @@ def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | No
     return ProbeScheduler(options, runner=runner)
 
 
-def build(cfg: ExporterConfig) -> tuple[Sampler, CollectorRegistry, GpuBackend]:
+def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     """Wire the pipeline without starting threads (tests use this)."""
     backend = make_backend(cfg)
     sampler = Sampler(
@@ -132,8 +132,8 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CollectorRegistry, GpuBackend]:
         probes=make_probes(cfg, backend),
     )
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(sampler.latest, version=__version__, backend=backend.name))
-    return sampler, registry, backend
+    registry.register(SnapshotCollector(sampler.latest, version=__version__, backend=backend.name, include_age=False))
+    return sampler, CachedExposition(registry, sampler.latest), backend
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,12 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv)
     setup_logging(cfg.log_format, cfg.log_level)
     try:
-        sampler, registry, backend = build(cfg)
+        sampler, exposition, backend = build(cfg)
     except ValueError as exc:  # e.g. unknown scenario or fault spec
         sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
         return 2
     try:
-        server = MetricsServer(cfg.listen_address, registry, ready=lambda: sampler.latest() is not None)
+        server = MetricsServer(cfg.listen_address, exposition.render, ready=lambda: sampler.latest() is not None)
     except OSError as exc:
         sys.stderr.write(f"gpulens-exporter: error: --web.listen-address {cfg.listen_address}: {exc}\n")
         backend.close()
@@ -161,9 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     sampler.start()
     server.start()
-    log.info(
-        "serving on %s (backend=%s, interval=%.3gs)", cfg.listen_address, backend.name, cfg.collect_interval
-    )
+    log.info("serving on %s (backend=%s, interval=%.3gs)", cfg.listen_address, backend.name, cfg.collect_interval)
     while not stop.wait(0.5):
         pass
     t0 = time.monotonic()

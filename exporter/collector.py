@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporter import metrics as cat
@@ -74,10 +77,11 @@ def _leaf_labels(gpu: GpuSample, leaf: LeafSample) -> tuple[str, ...]:
     )
 
 
-def _render_self(snap: Snapshot, f: _Families, now: float, version: str, backend: str) -> None:
+def _render_self(snap: Snapshot, f: _Families, now: float | None, version: str, backend: str) -> None:
     f.add("gpulens_up", (), 1.0 if snap.backend.up else 0.0)
     f.add("gpulens_build_info", (version, backend), 1.0)
-    f.add("gpulens_snapshot_age_seconds", (), max(0.0, now - snap.timestamp))
+    if now is not None:
+        f.add("gpulens_snapshot_age_seconds", (), max(0.0, now - snap.timestamp))
     for code, n in sorted(snap.nvml_errors.items()):
         f.add("gpulens_nvml_errors_total", (str(code),), float(n))
 
@@ -227,7 +231,8 @@ class SnapshotCollector(Collector):
 
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
-    Before the first snapshot only ``gpulens_up 0`` is exported.
+    Before the first snapshot only ``gpulens_up 0`` is exported.  With ``include_age=False`` the
+    output depends only on the snapshot, so ``CachedExposition`` can reuse it between scrapes.
     """
 
     def __init__(
@@ -237,7 +242,9 @@ class SnapshotCollector(Collector):
         backend: str = "",
         wall: Callable[[], float] = time.time,
         extra_families: Callable[[Snapshot, _Families], None] | None = None,
+        include_age: bool = True,
     ) -> None:
+        self._include_age = include_age
         self._source = snapshot_source
         self._version = version
         self._backend = backend
@@ -256,7 +263,7 @@ class SnapshotCollector(Collector):
             f.add("gpulens_up", (), 0.0)
             f.add("gpulens_build_info", (self._version, self._backend), 1.0)
             return list(f.emit())
-        now = self._wall()
+        now = self._wall() if self._include_age else None
         failures: dict[str, bool] = {}
         sections: list[tuple[str, Callable[[], None]]] = [
             ("devices", lambda: _render_devices(snap, f)),
@@ -275,3 +282,47 @@ class SnapshotCollector(Collector):
         _render_self(snap, f, now, self._version, self._backend)
         _render_stages(snap, f, {k: v for k, v in failures.items() if v})
         return list(f.emit())
+
+
+class CachedExposition:
+    """Encodes each snapshot once per format and reuses the bytes until the next snapshot.
+
+    A snapshot is immutable and changes once per interval, while Prometheus (HA pairs, several
+    scrapers) may ask many times: only ``gpulens_snapshot_age_seconds`` differs between those
+    scrapes, so it is appended per request.  ``registry`` must hold a ``SnapshotCollector`` with
+    ``include_age=False``.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        snapshot_source: Callable[[], Snapshot | None],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._registry = registry
+        self._source = snapshot_source
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._bodies: dict[str, bytes] = {}
+
+    def render(self, accept_header: str) -> tuple[bytes, str]:
+        """(body, content type) for a scrape with this ``Accept`` header."""
+        encoder, ctype = choose_encoder(accept_header)
+        snap = self._source()
+        with self._lock:
+            if snap is not self._snapshot or snap is None:
+                self._snapshot = snap
+                self._bodies = {}
+            body = self._bodies.get(ctype)
+            if body is None:
+                body = self._bodies[ctype] = encoder(self._registry)
+        if snap is None:
+            return body, ctype
+        spec = cat.spec("gpulens_snapshot_age_seconds")
+        age = max(0.0, self._wall() - snap.timestamp)
+        tail = (f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name} {age!r}\n").encode()
+        eof = b"# EOF\n"
+        if body.endswith(eof):
+            return body[: -len(eof)] + tail + eof, ctype
+        return body + tail, ctype

@@ -27,8 +27,12 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 """A client gets this long to send its request line and headers before it is dropped."""
 
 
+Exposition = Callable[[str], tuple[bytes, str]]
+"""``render(accept_header) -> (body, content_type)``: the metrics page."""
+
+
 class _Handler(BaseHTTPRequestHandler):
-    registry: CollectorRegistry
+    exposition: Exposition
     ready: Callable[[], bool]
     server_version = "gpulens"
     sys_version = ""
@@ -54,8 +58,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/metrics":
-            encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
-            body = encoder(self.registry)
+            body, ctype = self.exposition(self.headers.get("Accept", ""))
             extra: dict[str, str] = {}
             if "gzip" in self.headers.get("Accept-Encoding", ""):
                 body = gzip.compress(body, compresslevel=1)
@@ -77,6 +80,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(405, b"method not allowed\n", "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+
+def _plain(registry: CollectorRegistry) -> Exposition:
+    def render(accept: str) -> tuple[bytes, str]:
+        encoder, ctype = choose_encoder(accept)
+        return encoder(registry), ctype
+
+    return render
 
 
 class _Server(ThreadingHTTPServer):
@@ -103,9 +114,11 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 class MetricsServer:
     """Serves the registry on a background thread until ``shutdown()``."""
 
-    def __init__(self, address: str, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
+    def __init__(self, address: str, exposition: Exposition | CollectorRegistry, ready: Callable[[], bool]) -> None:
         host, port = parse_listen_address(address)
-        handler = type("Handler", (_Handler,), {"registry": registry, "ready": staticmethod(ready)})
+        if isinstance(exposition, CollectorRegistry):
+            exposition = _plain(exposition)
+        handler = type("Handler", (_Handler,), {"exposition": staticmethod(exposition), "ready": staticmethod(ready)})
         if ":" in host:
             _Server.address_family = __import__("socket").AF_INET6
         self._httpd = _Server((host, port), handler)

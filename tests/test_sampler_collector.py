@@ -182,3 +182,36 @@ def test_a_failing_render_section_drops_only_itself() -> None:
     reg.register(SnapshotCollector(sampler.latest, extra_families=broken))
     assert reg.get_sample_value("gpulens_stage_success", {"stage": "render_extra"}) == 0
     assert reg.get_sample_value("gpulens_gpu_up", {"gpu": "0", "uuid": gpu(0).uuid}) == 1
+
+
+def test_cached_exposition_encodes_once_per_snapshot_and_keeps_age_fresh() -> None:
+    from exporter.collector import CachedExposition
+
+    backend = ScriptedBackend(healthy(2))
+    clock = [2000.0]
+    sampler = Sampler(backend, wall=lambda: clock[0])
+    calls = [0]
+
+    class CountingCollector(SnapshotCollector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            return super().collect()
+
+    reg = CollectorRegistry()
+    reg.register(CountingCollector(sampler.latest, include_age=False))
+    expo = CachedExposition(reg, sampler.latest, wall=lambda: clock[0])
+    sampler.run_once()
+    first, _ = expo.render("")
+    clock[0] += 0.5
+    second, ctype = expo.render("")
+    assert calls[0] == 1
+    assert ctype.startswith("text/plain")
+    assert b"gpulens_snapshot_age_seconds 0.0\n" in first
+    assert b"gpulens_snapshot_age_seconds 0.5\n" in second
+    assert first.replace(b"age_seconds 0.0", b"") == second.replace(b"age_seconds 0.5", b"")
+    om, om_type = expo.render("application/openmetrics-text; version=1.0.0")
+    assert om_type.startswith("application/openmetrics-text")
+    assert om.endswith(b"gpulens_snapshot_age_seconds 0.5\n# EOF\n")
+    sampler.run_once()
+    expo.render("")
+    assert calls[0] == 3
