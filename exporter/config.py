@@ -253,3 +253,26 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         log_format=ns.log_format,
         log_level=ns.log_level,
     )
+
+
+def flags_markdown() -> str:
+    """docs/flags.md: every flag with its env twin, default and meaning (generated)."""
+    out = [
+        "# Exporter flags",
+        "",
+        "Generated from `exporter/config.py` by `python -m exporter.config > docs/flags.md`; a test",
+        "fails when they drift. Every flag has an environment twin; the command line wins. Durations",
+        "take `ms`, `s`, `m`, `h`, `d`; sizes `KiB`..`TiB`. A bad flag or value exits 2 naming it.",
+        "",
+        "| flag | env | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for flag, _conv, default, help_ in _FLAGS:
+        out.append(f"| `{flag}` | `{env_name(flag)}` | `{default}` | {help_} |")
+    for name, default, help_ in _BOOLS:
+        out.append(f"| `--[no-]{name}` | `{env_name('--' + name)}` | `{str(default).lower()}` | {help_} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(flags_markdown())

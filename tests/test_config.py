@@ -84,3 +84,12 @@ def test_units_parse_to_base_units() -> None:
     assert parse_duration("2m") == 120
     assert parse_bytes("4GiB") == 4 * 2**30
     assert env_name("--kubernetes.podresources-socket") == "GPULENS_KUBERNETES_PODRESOURCES_SOCKET"
+
+
+def test_docs_flags_md_is_generated_from_the_parser() -> None:
+    from pathlib import Path
+
+    from exporter.config import flags_markdown
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "flags.md"
+    assert path.read_text() == flags_markdown(), "run `.venv/bin/python -m exporter.config > docs/flags.md`"
