@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -485,8 +487,6 @@ def test_fake_mirrors_the_real_binding() -> None:
 @pytest.mark.gpu
 def test_real_gpu_answers_identity_and_gpm() -> None:
     """On a real NVIDIA GPU: every GPU up with identity; GPM windows from the second cycle on Hopper."""
-    import time
-
     backend = NvmlBackend()
     try:
         first = backend.sample()
@@ -499,3 +499,28 @@ def test_real_gpu_answers_identity_and_gpm() -> None:
         assert g.up and g.uuid.startswith("GPU-") and g.memory_total_bytes
         if second.gpm_supported and g.mig_mode != "enabled":
             assert g.leaves[0].gpm is not None
+
+
+def test_close_does_not_hang_behind_a_stuck_nvml_call(clock: Clock) -> None:
+    fake = FakeNvml([h200(0)])
+    release = threading.Event()
+    entered = threading.Event()
+    real_power = fake.nvmlDeviceGetPowerUsage
+
+    def hung(handle: object) -> int:
+        entered.set()
+        release.wait(10)
+        return real_power(handle)  # type: ignore[arg-type]
+
+    object.__setattr__(fake, "nvmlDeviceGetPowerUsage", hung)
+    backend = NvmlBackend(nvml=fake, clock=clock, wall_clock=clock.wall, close_timeout=0.2)
+    worker = threading.Thread(target=backend.sample)
+    worker.start()
+    assert entered.wait(5)
+    t0 = time.monotonic()
+    backend.close()
+    assert time.monotonic() - t0 < 2.0
+    assert fake.calls["nvmlShutdown"] == 0, "NVML is left alone while a call is inside it"
+    release.set()
+    worker.join(5)
+    assert backend.sample().up is False

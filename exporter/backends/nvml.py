@@ -101,11 +101,13 @@ class NvmlBackend:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         pcie_every: int = 10,
+        close_timeout: float = 5.0,
     ) -> None:
         self._nvml = nvml
         self._clock = clock
         self._wall_clock = wall_clock
         self._pcie_every = max(1, pcie_every)
+        self._close_timeout = close_timeout
         self._lock = threading.Lock()
         self._q: NvmlQuery | None = None
         self._gpm: GpmTracker | None = None
@@ -156,13 +158,25 @@ class NvmlBackend:
             )
 
     def close(self) -> None:
-        """Free GPM buffers and event sets, then shut NVML down; safe to call twice."""
-        with self._lock:
+        """Free GPM buffers and event sets, then shut NVML down; safe to call twice.
+
+        If a ``sample()`` is stuck inside a hung NVML call, waits at most ``close_timeout``
+        seconds and then leaves NVML as it is, so shutdown on SIGTERM stays bounded.
+        """
+        if not self._lock.acquire(timeout=self._close_timeout):
+            _log.warning(
+                "an NVML call is still running after %.0f s; closing without nvmlShutdown", self._close_timeout
+            )
+            self._closed = True
+            return
+        try:
             if self._closed:
                 return
             self._closed = True
             if self._initialized:
                 self._teardown(free=True)
+        finally:
+            self._lock.release()
 
     def _ensure_initialized(self, force: bool = False) -> str | None:
         """Initialise NVML if needed; returns why it is unavailable, or ``None`` when ready."""
