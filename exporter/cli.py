@@ -20,6 +20,7 @@ from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 from exporter.server import MetricsServer
+from exporter.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("gpulens")
 
@@ -140,13 +141,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run until SIGTERM/SIGINT; exit 2 on a bad flag, 1 if the port cannot be bound."""
     cfg = parse_config(argv)
     setup_logging(cfg.log_format, cfg.log_level)
+    web_config = None
+    if cfg.web_config_file:
+        try:
+            web_config = load_web_config(cfg.web_config_file)
+        except WebConfigError as exc:
+            sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
+            return 2
     try:
         sampler, exposition, backend = build(cfg)
     except ValueError as exc:  # e.g. unknown scenario or fault spec
         sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
         return 2
     try:
-        server = MetricsServer(cfg.listen_address, exposition.render, ready=lambda: sampler.latest() is not None)
+        server = MetricsServer(
+            cfg.listen_address,
+            exposition.render,
+            ready=lambda: sampler.latest() is not None,
+            web_config=web_config,
+        )
     except OSError as exc:
         sys.stderr.write(f"gpulens-exporter: error: --web.listen-address {cfg.listen_address}: {exc}\n")
         backend.close()

@@ -69,6 +69,7 @@ class ExporterConfig:
     """Everything the exporter was asked to do; durations in seconds, sizes in bytes."""
 
     listen_address: str
+    web_config_file: str
     backend: str
     sim_scenario: str
     sim_seed: int
@@ -110,6 +111,12 @@ class _Parser(argparse.ArgumentParser):
 
 _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
     ("--web.listen-address", _listen, ":9445", "Address to serve /metrics, /healthz and /readyz on."),
+    (
+        "--web.config.file",
+        str,
+        "",
+        "exporter-toolkit web config (TLS, mTLS, basic auth); empty serves plain HTTP.",
+    ),
     ("--backend", str, "auto", "GPU backend: nvml, sim, or auto (NVML if a driver loads, else sim)."),
     (
         "--sim.scenario",
@@ -232,6 +239,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         parser.error("--collect.deadline must be at least half of --collect.interval")
     return ExporterConfig(
         listen_address=ns.web_listen_address,
+        web_config_file=ns.web_config_file,
         backend=ns.backend,
         sim_scenario=ns.sim_scenario,
         sim_seed=ns.sim_seed,

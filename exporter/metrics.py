@@ -201,9 +201,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g("gpulens_gpu_pcie_link_generation", "", "Current PCIe link generation.", GPU_LABELS),
     _g("gpulens_gpu_pcie_link_width", "", "Current PCIe link width (lanes).", GPU_LABELS),
     _c("gpulens_gpu_pcie_replay_errors_total", "", "PCIe replay counter.", GPU_LABELS),
-    _g(
-        "gpulens_gpu_nvlink_tx_bytes_per_second", "bytes", "NVLink transmit throughput (bytes/s).", GPU_LABELS
-    ),
+    _g("gpulens_gpu_nvlink_tx_bytes_per_second", "bytes", "NVLink transmit throughput (bytes/s).", GPU_LABELS),
     _g("gpulens_gpu_nvlink_rx_bytes_per_second", "bytes", "NVLink receive throughput (bytes/s).", GPU_LABELS),
     # --- health ------------------------------------------------------------------------
     _c(

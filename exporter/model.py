@@ -33,11 +33,7 @@ class GpmSample:
 
     def max_pipe_active(self) -> float | None:
         """Highest tensor/FP pipe activity (roofline y); ``None`` if no pipe is known."""
-        pipes = [
-            v
-            for v in (self.tensor_active, self.fp64_active, self.fp32_active, self.fp16_active)
-            if v is not None
-        ]
+        pipes = [v for v in (self.tensor_active, self.fp64_active, self.fp32_active, self.fp16_active) if v is not None]
         return max(pipes) if pipes else None
 
 

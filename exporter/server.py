@@ -1,20 +1,26 @@
-"""HTTP endpoints: ``/metrics`` (exposition), ``/healthz`` (alive), ``/readyz`` (first snapshot).
+"""HTTP(S) endpoints: ``/metrics`` (exposition), ``/healthz`` (alive), ``/readyz`` (first snapshot).
 
 A threaded stdlib server: each connection gets its own thread and a socket timeout, so a client
-that never finishes its request cannot block other scrapes.  Only GET and HEAD are served.
+that never finishes its request (or its TLS handshake) cannot block other scrapes.  Only GET and
+HEAD are served.  TLS, mTLS and basic auth come from ``--web.config.file`` (exporter/webconfig.py).
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+
+from exporter.webconfig import BasicAuth, TlsContextSource, WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +37,15 @@ Exposition = Callable[[str], tuple[bytes, str]]
 """``render(accept_header) -> (body, content_type)``: the metrics page."""
 
 
+UNAUTHENTICATED_PATHS = ("/healthz", "/readyz")
+"""Liveness/readiness reveal nothing and kubelet probes cannot send credentials."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     exposition: Exposition
     ready: Callable[[], bool]
+    auth: BasicAuth | None = None
+    extra_headers: dict[str, str] = {}  # noqa: RUF012 - set once per server class
     server_version = "gpulens"
     sys_version = ""
     timeout = REQUEST_TIMEOUT_SECONDS
@@ -46,7 +58,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        for k, v in (extra or {}).items():
+        for k, v in {**self.extra_headers, **(extra or {})}.items():
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
@@ -57,6 +69,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        needs_auth = self.auth is not None and path not in UNAUTHENTICATED_PATHS
+        if needs_auth and not self.auth.check(self.headers.get("Authorization")):  # type: ignore[union-attr]
+            self._send(
+                401,
+                b"unauthorized\n",
+                "text/plain; charset=utf-8",
+                {"WWW-Authenticate": 'Basic realm="gpulens"'},
+            )
+            return
         if path == "/metrics":
             body, ctype = self.exposition(self.headers.get("Accept", ""))
             extra: dict[str, str] = {}
@@ -94,6 +115,28 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    tls: TlsContextSource | None = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        if self.tls is None:
+            return sock, addr
+        # The handshake happens in the connection's own thread (finish_request), so a client
+        # that stalls mid-handshake cannot block the accept loop.
+        return self.tls.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is not None:
+            request.settimeout(REQUEST_TIMEOUT_SECONDS)
+            try:
+                request.do_handshake()
+            except (OSError, ssl.SSLError) as exc:
+                log.debug("TLS handshake with %s failed: %s", client_address, exc)
+                return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
@@ -114,14 +157,29 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 class MetricsServer:
     """Serves the registry on a background thread until ``shutdown()``."""
 
-    def __init__(self, address: str, exposition: Exposition | CollectorRegistry, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        address: str,
+        exposition: Exposition | CollectorRegistry,
+        ready: Callable[[], bool],
+        web_config: WebConfig | None = None,
+    ) -> None:
         host, port = parse_listen_address(address)
         if isinstance(exposition, CollectorRegistry):
             exposition = _plain(exposition)
-        handler = type("Handler", (_Handler,), {"exposition": staticmethod(exposition), "ready": staticmethod(ready)})
+        attrs: dict[str, Any] = {"exposition": staticmethod(exposition), "ready": staticmethod(ready)}
+        server_attrs: dict[str, Any] = {}
+        if web_config is not None:
+            attrs["extra_headers"] = dict(web_config.headers)
+            if web_config.basic_auth_users:
+                attrs["auth"] = BasicAuth(web_config.basic_auth_users)
+            if web_config.tls is not None:
+                server_attrs["tls"] = TlsContextSource(web_config.tls, web_config.path)
         if ":" in host:
-            _Server.address_family = __import__("socket").AF_INET6
-        self._httpd = _Server((host, port), handler)
+            server_attrs["address_family"] = socket.AF_INET6
+        handler = type("Handler", (_Handler,), attrs)
+        server_cls = type("Server", (_Server,), server_attrs)
+        self._httpd = server_cls((host, port), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="gpulens-http", daemon=True)
 
     @property

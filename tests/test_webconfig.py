@@ -1,0 +1,214 @@
+"""--web.config.file: TLS, mTLS, basic auth; bad files refuse to start; certificates rotate live."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+import trustme
+
+from exporter.sampler import Sampler
+from exporter.server import MetricsServer
+from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
+from tests.fakes_backend import ScriptedBackend, healthy
+from tests.support.net import free_port
+
+HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def _write_pair(ca: trustme.CA, folder: Path, name: str = "server") -> tuple[Path, Path]:
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert.private_key_pem.write_to_path(str(key_path))
+    cert.cert_chain_pems[0].write_to_path(str(cert_path))
+    return cert_path, key_path
+
+
+def _serve(config_path: Path) -> Iterator[int]:
+    from prometheus_client import CollectorRegistry
+
+    from exporter.collector import SnapshotCollector
+
+    sampler = Sampler(ScriptedBackend(healthy(1)))
+    sampler.run_once()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest))
+    server = MetricsServer("127.0.0.1:0", reg, ready=lambda: True, web_config=load_web_config(str(config_path)))
+    server.start()
+    try:
+        yield server.port
+    finally:
+        server.shutdown()
+
+
+def _client_ctx(ca: trustme.CA, client: trustme.LeafCert | None = None, **kw: object) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    if client is not None:
+        client.configure_cert(ctx)
+    for k, v in kw.items():
+        setattr(ctx, k, v)
+    return ctx
+
+
+def _get(port: int, ctx: ssl.SSLContext | None, path: str = "/metrics", headers: dict[str, str] | None = None) -> int:
+    conn: http.client.HTTPConnection
+    if ctx is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ctx)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_tls_serves_https_and_refuses_plain_http(tmp_path: Path, ca: trustme.CA) -> None:
+    cert, key = _write_pair(ca, tmp_path)
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    for port in _serve(cfg):
+        assert _get(port, _client_ctx(ca)) == 200
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError, http.client.BadStatusLine)):
+            _get(port, None)
+
+
+def test_min_version_refuses_older_tls(tmp_path: Path, ca: trustme.CA) -> None:
+    cert, key = _write_pair(ca, tmp_path)
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS13\n")
+    for port in _serve(cfg):
+        old = _client_ctx(ca, maximum_version=ssl.TLSVersion.TLSv1_2)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _get(port, old)
+        assert _get(port, _client_ctx(ca)) == 200
+
+
+def test_mtls_requires_a_client_certificate_from_the_listed_ca(tmp_path: Path, ca: trustme.CA) -> None:
+    cert, key = _write_pair(ca, tmp_path)
+    client_ca = trustme.CA()
+    client_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.crt"))
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(
+        "tls_server_config:\n"
+        f"  cert_file: {cert}\n  key_file: {key}\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client-ca.crt\n"
+    )
+    good = client_ca.issue_cert("prometheus")
+    stranger = trustme.CA().issue_cert("prometheus")
+    for port in _serve(cfg):
+        assert _get(port, _client_ctx(ca, good)) == 200
+        for ctx in (_client_ctx(ca), _client_ctx(ca, stranger)):
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+                _get(port, ctx)
+
+
+def test_basic_auth(tmp_path: Path) -> None:
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n")
+
+    def creds(user: str, pw: str) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()}
+
+    for port in _serve(cfg):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 401
+        assert resp.getheader("WWW-Authenticate", "").startswith("Basic")
+        conn.close()
+        assert _get(port, None, headers=creds("prometheus", "wrong")) == 401
+        assert _get(port, None, headers=creds("nobody", "s3cret")) == 401
+        assert _get(port, None, headers=creds("prometheus", "s3cret")) == 200
+        assert _get(port, None, "/healthz") == 200, "kubelet probes carry no credentials"
+
+
+def test_verified_credentials_are_cached() -> None:
+    auth = BasicAuth({"p": HASH.encode()})
+    header = "Basic " + base64.b64encode(b"p:s3cret").decode()
+    t0 = time.perf_counter()
+    assert auth.check(header)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(10):
+        assert auth.check(header)
+    cached = (time.perf_counter() - t0) / 10
+    assert cached < first / 10, (first, cached)
+    assert not auth.check("Basic " + base64.b64encode(b"p:nope").decode())
+
+
+def test_certificates_rotate_without_restart(tmp_path: Path, ca: trustme.CA) -> None:
+    cert, key = _write_pair(ca, tmp_path)
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    for port in _serve(cfg):
+        ctx = _client_ctx(ca)
+        assert _get(port, ctx) == 200
+        new_ca = trustme.CA()
+        _write_pair(new_ca, tmp_path)
+        later = time.time() + 5
+        for f in (cert, key):
+            os.utime(f, (later, later))
+        assert _get(port, _client_ctx(new_ca)) == 200
+        with pytest.raises(ssl.SSLError):
+            _get(port, ctx)
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("tls_server_config:\n  cert_file: a.crt\n", "needs both cert_file and key_file"),
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "cannot load cert_file"),
+        ("basic_auth_users:\n  admin: plaintext\n", "not a bcrypt hash"),
+        ("tls_server_confg: {}\n", "unknown key"),
+        ("tls_server_config: [\n", "invalid YAML"),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n",
+            "needs client_ca_file",
+        ),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS9\n", "min_version"),
+    ],
+)
+def test_bad_web_config_is_refused_with_a_clear_message(tmp_path: Path, content: str, needle: str) -> None:
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(content)
+    with pytest.raises(WebConfigError, match=needle):
+        load_web_config(str(cfg))
+
+
+def test_bad_web_config_stops_the_exporter_at_start(tmp_path: Path) -> None:
+    cfg = tmp_path / "web.yml"
+    cfg.write_text("tls_server_config:\n  cert_file: gone.crt\n  key_file: gone.key\n")
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--backend", "sim", "--web.listen-address", f"127.0.0.1:{port}",
+         "--web.config.file", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--web.config.file" in proc.stderr and "cert_file" in proc.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "exporter", "--web.config.file", str(tmp_path / "nope.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2
+    assert "cannot read" in missing.stderr
