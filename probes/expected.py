@@ -15,16 +15,18 @@ from dataclasses import dataclass
 PROBES: tuple[str, ...] = ("hbm_copy", "h2d", "d2h")
 """Probe names as exported in the ``probe`` label."""
 
-HBM_COPY_FRACTION_H200 = 0.840
-"""Probe HBM copy / datasheet on an idle H200, measured with this probe (docs/benchmarks.md,
-"Probes (H200)"): bytes read + written per second over the datasheet 4.8e12 B/s."""
+HBM_COPY_FRACTION_H200 = 0.880
+"""Probe HBM copy / datasheet on an idle H200, measured with this probe: median 4.225e12 B/s
+(bytes read + written, 960 MiB buffers) over the datasheet 4.8e12 B/s; torch's copy of the same
+size in the same run: 4.223e12 (docs/benchmarks.md, "Probes (H200)")."""
 
 PCIE_GEN5_X16_THEORETICAL = 16 * 32e9 * (128 / 130) / 8
 """PCIe 5.0 x16, one direction: 16 lanes x 32 GT/s with 128b/130b encoding = 63.0e9 B/s."""
 
-PCIE_GEN5_X16_ACHIEVABLE = 54.0e9
-"""Pinned host<->device copy on an H200 (gen 5 x16), measured: 53.6-54.2e9 B/s
-(../shared/FACTS-H200.md, 256 MiB, CUDA events)."""
+PCIE_GEN5_X16_ACHIEVABLE = 55.0e9
+"""Pinned host<->device copy on an H200 (gen 5 x16), measured with this probe: H2D 55.0e9,
+D2H 55.1e9 B/s (24 MiB; torch 256 MiB in the same run: 55.4e9 / 55.3e9); an earlier H200
+machine gave 53.6e9 / 54.2e9 (FACTS-H200.md)."""
 
 PCIE_GEN4_X16_THEORETICAL = PCIE_GEN5_X16_THEORETICAL / 2
 PCIE_GEN4_X16_ACHIEVABLE = PCIE_GEN5_X16_ACHIEVABLE / 2
