@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -168,6 +169,11 @@ class KubePodSource:
     # --- the loop --------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            import kubernetes.client  # noqa: F401  (slow first import: keep it out of timings)
+        except ImportError as exc:  # the k8s extra is not installed: this stage fails, others go on
+            self._fail(exc)
+            return
         backoff = self.backoff_initial_seconds
         api: Any = None
         while not self._stop.is_set():
@@ -179,6 +185,8 @@ class KubePodSource:
                 while rv is not None and not self._stop.is_set():
                     rv = self._watch(api, rv)  # None = expired (410): list again
             except Exception as exc:  # this source fails alone; retry with backoff
+                if self._stop.is_set():
+                    break  # close() cut the stream: not an API failure
                 self._fail(exc)
                 api = None
                 delay = backoff * random.uniform(0.8, 1.2)
@@ -341,7 +349,12 @@ class KubePodSource:
         self._stop.set()
         resp = self._resp
         if resp is not None:
-            with contextlib.suppress(Exception):  # already closed by the reader
-                resp.close()
+            # resp.close() would wait for the reader's buffer lock until the next event; shutting
+            # the socket down makes the blocked read return at once.
+            conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):  # already closed by the reader
+                    sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)

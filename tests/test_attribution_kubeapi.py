@@ -1,0 +1,258 @@
+"""Pod metadata via the official kubernetes client against a loopback API emulator."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from exporter.attribution.kubeapi import KubePodSource, owner_of
+from exporter.attribution.pipeline import PipelineAttributor
+from exporter.attribution.podresources import PodResourcesSource
+from exporter.model import BackendSample, GpuSample, LeafSample
+from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
+from tests.fakes.kubelet_server import FakeKubelet, pod
+
+pytest.importorskip("kubernetes", reason="the k8s extra is part of the dev install")
+
+NODE = "gpu-node-1"
+U0 = "GPU-00000000-1111-2222-3333-444444444444"
+
+
+def client_factory(url: str) -> Callable[[], Any]:
+    def factory() -> Any:
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = url
+        cfg.retries = False
+        return client.ApiClient(cfg)
+
+    return factory
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@pytest.fixture
+def api() -> Iterator[KubeApiEmulator]:
+    with KubeApiEmulator() as emulator:
+        yield emulator
+
+
+def watcher(api: KubeApiEmulator, **kw: Any) -> KubePodSource:
+    kw.setdefault("backoff_initial_seconds", 0.05)
+    kw.setdefault("backoff_max_seconds", 0.2)
+    return KubePodSource(client_factory(api.url), NODE, **kw)
+
+
+def names(source: KubePodSource) -> dict[str, str | None]:
+    directory, _ = source.latest()
+    assert directory is not None
+    return {p.name: p.phase for p in directory.by_uid.values()}
+
+
+def test_list_is_node_scoped_and_resolves_owner_workloads(api: KubeApiEmulator) -> None:
+    api.put(
+        make_pod("web-7d9f8-abcde", "shop", owner=("ReplicaSet", "web-7d9f8"), labels={"pod-template-hash": "7d9f8"})
+    )
+    api.put(make_pod("db-0", "shop", owner=("StatefulSet", "db")))
+    api.put(make_pod("dcgm-x", "monitoring", owner=("DaemonSet", "dcgm")))
+    api.put(make_pod("nightly-29000000-q", "batch", owner=("Job", "nightly-29000000")))
+    api.put(make_pod("adhoc-q", "batch", owner=("Job", "adhoc")))
+    api.put(make_pod("bare", "dev"))
+    api.put(make_pod("elsewhere", "shop", node="cpu-node-9"))
+    api.add_job("batch", "nightly-29000000", cronjob="nightly")
+    api.add_job("batch", "adhoc", cronjob=None)
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: source.latest()[1].success)
+        directory, result = source.latest()
+        assert directory is not None and result.stage == "kube_api"
+        owners = {p.name: (p.workload_kind, p.workload) for p in directory.by_uid.values()}
+        assert owners == {
+            "web-7d9f8-abcde": ("Deployment", "web"),
+            "db-0": ("StatefulSet", "db"),
+            "dcgm-x": ("DaemonSet", "dcgm"),
+            "nightly-29000000-q": ("CronJob", "nightly"),
+            "adhoc-q": ("Job", "adhoc"),
+            "bare": (None, None),
+        }, "pods of other nodes are not listed"
+        pod_queries = [q for p, q in api.requests if p == "/api/v1/pods"]
+        assert pod_queries and all(q["fieldSelector"] == f"spec.nodeName={NODE}" for q in pod_queries)
+    finally:
+        source.close()
+
+
+def test_replicaset_not_named_by_a_deployment_stays_a_replicaset() -> None:
+    raw = make_pod("p", owner=("ReplicaSet", "handmade"), labels={"pod-template-hash": "abc12"})
+    assert owner_of(raw) == ("ReplicaSet", "handmade")
+
+
+def test_without_rbac_for_jobs_the_job_itself_is_the_workload(api: KubeApiEmulator) -> None:
+    api.jobs_forbidden = True
+    api.put(make_pod("nightly-1-q", "batch", owner=("Job", "nightly-1")))
+    api.put(make_pod("nightly-2-q", "batch", owner=("Job", "nightly-2")))
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: source.latest()[1].success)
+        directory, _ = source.latest()
+        assert directory is not None
+        assert {(p.workload_kind, p.workload) for p in directory.by_uid.values()} == {
+            ("Job", "nightly-1"),
+            ("Job", "nightly-2"),
+        }
+        job_gets = [p for p, _ in api.requests if "/jobs/" in p]
+        assert len(job_gets) == 1, "after a 403 the exporter stops asking"
+    finally:
+        source.close()
+
+
+def test_watch_follows_adds_phase_changes_and_deletes(api: KubeApiEmulator) -> None:
+    api.put(make_pod("a", containers={"main": "c" * 64}))
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: source.latest()[1].success)
+        assert wait_for(lambda: api.watch_count() >= 1)
+        api.put(make_pod("b"))
+        assert wait_for(lambda: names(source) == {"a": "Running", "b": "Running"})
+        api.put(make_pod("b", phase="Succeeded"))
+        assert wait_for(lambda: names(source) == {"a": "Running", "b": "Succeeded"})
+        api.delete("uid-default-a")
+        assert wait_for(lambda: names(source) == {"b": "Succeeded"})
+        api.put(make_pod("moved", node="other-node"))
+        time.sleep(0.2)
+        assert names(source) == {"b": "Succeeded"}, "watch events of other nodes are filtered"
+        assert api.list_count() == 1, "one list, then the watch carries every change"
+        directory, _ = source.latest()
+        assert directory is not None
+    finally:
+        source.close()
+
+
+def test_container_ids_from_status_map_to_container_names(api: KubeApiEmulator) -> None:
+    api.put(make_pod("a", containers={"trainer": "ab" * 32, "sidecar": "cd" * 32}))
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: source.latest()[1].success)
+        directory, _ = source.latest()
+        assert directory is not None
+        assert dict(directory.by_name[("default", "a")].containers) == {"ab" * 32: "trainer", "cd" * 32: "sidecar"}
+    finally:
+        source.close()
+
+
+def test_dropped_watch_is_resumed_from_its_resource_version(api: KubeApiEmulator) -> None:
+    api.put(make_pod("a"))
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: api.watch_count() == 1)
+        api.drop_watches()
+        assert wait_for(lambda: api.watch_count() == 2), "reconnects after the stream is cut"
+        api.put(make_pod("b"))
+        assert wait_for(lambda: set(names(source)) == {"a", "b"})
+        assert api.list_count() == 1, "resumed from the last resource version, no re-list"
+        resumed = [q for _, q in api.requests if q.get("watch") == "true"][-1]
+        assert int(resumed["resourceVersion"]) >= 101
+        assert source.latest()[1].success
+    finally:
+        source.close()
+
+
+def test_expired_watch_relists(api: KubeApiEmulator) -> None:
+    api.put(make_pod("a"))
+    api.expire_watches = True
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: api.list_count() >= 3), "410 Gone -> list again"
+        assert source.latest()[1].success, "an expired watch is routine, not a failure"
+        api.expire_watches = False
+        api.put(make_pod("b"))
+        assert wait_for(lambda: set(names(source)) == {"a", "b"})
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize("status", [500, 403])
+def test_api_errors_fail_the_stage_then_recover_without_restart(
+    api: KubeApiEmulator, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.put(make_pod("a"))
+    api.fail_status = status
+    with caplog.at_level(logging.WARNING, logger="exporter.attribution.kubeapi"):
+        source = watcher(api)
+        try:
+            assert wait_for(lambda: api.list_count() >= 3), "retries with backoff"
+            directory, result = source.latest()
+            assert directory is None and not result.success and result.stage == "kube_api"
+            warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+            assert len(warnings) == 1, "one log line per condition, not one per retry"
+            assert str(status) in warnings[0].getMessage()
+            if status == 403:
+                assert "RBAC" in warnings[0].getMessage()
+            api.fail_status = None
+            assert wait_for(lambda: source.latest()[1].success)
+            assert names(source) == {"a": "Running"}
+        finally:
+            source.close()
+
+
+def test_backoff_grows_so_a_broken_api_is_not_hammered(api: KubeApiEmulator) -> None:
+    api.fail_status = 500
+    source = watcher(api, backoff_initial_seconds=0.1, backoff_max_seconds=10)
+    try:
+        assert wait_for(lambda: api.list_count() >= 1)
+        first = api.list_count()
+        time.sleep(1.0)
+        retries = api.list_count() - first
+    finally:
+        source.close()
+    # waits of 0.1, 0.2, 0.4, 0.8 s (+/- 20 % jitter): 2 to 4 retries in the first second, not dozens
+    assert 2 <= retries <= 4
+
+
+def test_api_unreachable_leaves_kubelet_allocations_and_recovers(api: KubeApiEmulator) -> None:
+    api.put(make_pod("train", "ml", owner=("StatefulSet", "train")))
+    api.put(make_pod("old", "ml", phase="Succeeded"))
+    api.stop()  # the port now refuses connections
+    sample = BackendSample(up=True, gpus=(GpuSample(index=0, uuid=U0, leaves=(LeafSample(uuid=U0),)),))
+    with FakeKubelet() as kubelet:
+        kubelet.pods = [
+            pod("ml", "train", [("main", [("nvidia.com/gpu", [U0])])]),
+            pod("ml", "old", [("main", [("nvidia.com/gpu", [U0])])]),
+        ]
+        attributor = PipelineAttributor(PodResourcesSource(kubelet.socket_path), watcher(api), None)
+        try:
+            time.sleep(0.3)
+            attribution, stages = attributor.attribute(sample, time.time())
+            assert {s.stage: s.success for s in stages} == {"podresources": True, "kube_api": False}
+            assert {(a.pod.pod, a.pod.workload_kind) for a in attribution.allocations} == {
+                ("train", None),
+                ("old", None),
+            }, "device data unaffected; API extras absent; without phases both holders show"
+
+            api.start()  # same port
+            assert wait_for(lambda: attributor.attribute(sample, time.time())[1][1].success)
+            attribution, _ = attributor.attribute(sample, time.time())
+            assert [(a.pod.pod, a.pod.workload_kind, a.pod.workload) for a in attribution.allocations] == [
+                ("train", "StatefulSet", "train")
+            ], "finished pod dropped once the API says so"
+        finally:
+            attributor.close()
+
+
+def test_close_stops_the_watch_thread_promptly(api: KubeApiEmulator) -> None:
+    source = watcher(api, watch_timeout_seconds=300)
+    assert wait_for(lambda: api.watch_count() == 1)
+    start = time.monotonic()
+    source.close()
+    assert time.monotonic() - start < 2.0
