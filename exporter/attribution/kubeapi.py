@@ -296,6 +296,15 @@ class KubePodSource:
             resp.release_conn()
         return rv
 
+    def list_now(self) -> int:
+        """One full list on the calling thread, replacing the pod table (benchmarks, tools);
+        returns the number of pods.  Raises on failure."""
+        import kubernetes.client  # noqa: F401  (import cost is not list cost)
+
+        self._list(self._factory())
+        with self._lock:
+            return len(self._pods)
+
     # --- Job -> CronJob ------------------------------------------------------------------------
 
     def _job_owner_getter(self, api: Any) -> Callable[[str, str], str | None] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from exporter.attribution.deviceids import DeviceIndex, DeviceRef
 from exporter.model import Allocation, BackendSample, ContainerDevices, PodRef, PodUsage
@@ -161,7 +162,9 @@ def build_allocations(
     )
 
 
-def _container_name(owner: PidOwner, meta: PodMeta, held_by: Mapping[str, set[str]]) -> str | None:
+def _container_name(
+    owner: PidOwner, meta: PodMeta, allocations: tuple[Allocation, ...], held_by: dict[str, set[str]]
+) -> str | None:
     if owner.container:
         return owner.container
     if owner.container_id:
@@ -169,6 +172,11 @@ def _container_name(owner: PidOwner, meta: PodMeta, held_by: Mapping[str, set[st
         if name is not None:
             return name
     # Unknown container ID (API not synced yet): if one container of the pod holds GPUs, it is it.
+    if not held_by:
+        for a in allocations:
+            if a.pod.uid:
+                held_by.setdefault(a.pod.uid, set()).add(a.pod.container)
+        held_by.setdefault("", set())  # built, even if empty
     holders = held_by.get(meta.uid, set())
     return next(iter(holders)) if len(holders) == 1 else None
 
@@ -181,11 +189,8 @@ def build_usages(
 ) -> tuple[PodUsage, ...]:
     """Per container and physical GPU: memory and SM share summed over the container's processes."""
     held_by: dict[str, set[str]] = {}
-    for a in allocations:
-        if a.pod.uid:
-            held_by.setdefault(a.pod.uid, set()).add(a.pod.container)
-    memory: dict[tuple[PodRef, str], int | None] = {}
-    share: dict[tuple[PodRef, str], float | None] = {}
+    # keyed on plain strings: hashing a PodRef per process cost more than the rest together
+    acc: dict[tuple[str, str, str], list[Any]] = {}
     for gpu in sample.gpus:
         for leaf in gpu.leaves:
             for proc in leaf.processes:
@@ -195,23 +200,24 @@ def build_usages(
                 meta = pods.by_uid.get(owner.pod_uid)
                 if meta is None or meta.phase in FINISHED_PHASES:
                     continue
-                container = _container_name(owner, meta, held_by)
-                ref = PodRef(meta.namespace, meta.name, container or "", meta.uid, meta.workload_kind, meta.workload)
-                key = (ref, gpu.uuid)
+                container = _container_name(owner, meta, allocations, held_by) or ""
+                key = (meta.uid, container, gpu.uuid)
+                slot = acc.get(key)
+                if slot is None:
+                    slot = acc[key] = [None, None, meta]
                 if proc.used_memory_bytes is not None:
-                    memory[key] = (memory.get(key) or 0) + proc.used_memory_bytes
-                else:
-                    memory.setdefault(key, None)
+                    slot[0] = (slot[0] or 0) + proc.used_memory_bytes
                 if proc.sm_util_ratio is not None:
-                    share[key] = (share.get(key) or 0.0) + proc.sm_util_ratio
-                else:
-                    share.setdefault(key, None)
-    return tuple(
-        PodUsage(
-            pod=ref,
-            uuid=uuid,
-            memory_used_bytes=memory[(ref, uuid)],
-            sm_share_ratio=None if share[(ref, uuid)] is None else min(1.0, share[(ref, uuid)] or 0.0),
+                    slot[1] = (slot[1] or 0.0) + proc.sm_util_ratio
+    usages = []
+    for (_, container, uuid), (memory, share, meta) in acc.items():
+        ref = PodRef(meta.namespace, meta.name, container, meta.uid, meta.workload_kind, meta.workload)
+        usages.append(
+            PodUsage(
+                pod=ref,
+                uuid=uuid,
+                memory_used_bytes=memory,
+                sm_share_ratio=None if share is None else min(1.0, share),
+            )
         )
-        for ref, uuid in memory
-    )
+    return tuple(usages)
