@@ -1,0 +1,133 @@
+"""End to end: the exporter process with a fake kubelet socket and a fake API server, faults included."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
+from tests.fakes.kubelet_server import FakeKubelet, pod
+from tests.support.exporter import run_exporter
+from tests.support.net import get
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(base: str) -> Samples:
+    status, body = get(base + "/metrics")
+    assert status == 200
+    out: Samples = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def stage(samples: Samples, name: str) -> float | None:
+    for labels, value in samples.get("gpulens_stage_success", []):
+        if labels["stage"] == name:
+            return value
+    return None
+
+
+def eventually(base: str, predicate: Callable[[Samples], bool], timeout: float = 20.0) -> Samples:
+    deadline = time.monotonic() + timeout
+    samples = scrape(base)
+    while not predicate(samples):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.2)
+        samples = scrape(base)
+    return samples
+
+
+def allocations(samples: Samples) -> set[tuple[str, str, str]]:
+    return {(lab["pod"], lab["uuid"], lab["workload_kind"]) for lab, _ in samples.get("gpulens_pod_gpu_allocation", [])}
+
+
+def gpu_uuids(samples: Samples) -> list[str]:
+    return sorted(lab["uuid"] for lab, _ in samples["gpulens_gpu_info"])
+
+
+NO_API_ENV = {"NODE_NAME": "", "GPULENS_KUBERNETES_NODE_NAME": "", "KUBERNETES_SERVICE_HOST": ""}
+
+
+def test_kubelet_missing_then_restarted_with_device_metrics_unaffected() -> None:
+    kubelet = FakeKubelet()  # created, not yet serving: the socket is missing at start
+    try:
+        args = ("--kubernetes.podresources-socket", kubelet.socket_path, "--kubernetes.refresh-interval", "1s")
+        with run_exporter(*args, "--no-kubernetes.api", env=NO_API_ENV) as base:
+            first = eventually(base, lambda s: stage(s, "podresources") == 0.0)
+            uuids = gpu_uuids(first)
+            assert uuids, "device metrics are served without the kubelet"
+            assert "gpulens_pod_gpu_allocation" not in first
+            assert stage(first, "kube_api") is None, "a disabled source reports no stage"
+
+            kubelet.pods = [pod("ml", "train-0", [("main", [("nvidia.com/gpu", [uuids[0]])])])]
+            kubelet.start()
+            up = eventually(base, lambda s: stage(s, "podresources") == 1.0 and bool(allocations(s)))
+            assert allocations(up) == {("train-0", uuids[0], "")}
+            assert up["gpulens_podresources_last_success_timestamp_seconds"][0][1] > 0
+
+            kubelet.stop()  # kubelet restarts: the socket disappears ...
+            down = eventually(base, lambda s: stage(s, "podresources") == 0.0)
+            assert gpu_uuids(down) == uuids
+            gone = eventually(base, lambda s: not allocations(s), timeout=10)
+            assert gpu_uuids(gone) == uuids, "allocations age out (3 refresh periods); GPUs stay"
+
+            kubelet.pods.append(pod("ml", "train-1", [("main", [("nvidia.com/gpu", [uuids[1]])])]))
+            kubelet.start()  # ... and comes back on a new socket: picked up without an exporter restart
+            back = eventually(base, lambda s: stage(s, "podresources") == 1.0 and len(allocations(s)) == 2)
+            assert allocations(back) == {("train-0", uuids[0], ""), ("train-1", uuids[1], "")}
+    finally:
+        kubelet.close()
+
+
+def test_api_outage_leaves_kubelet_allocations_and_names_the_failing_stage(tmp_path: Path) -> None:
+    with KubeApiEmulator() as api, FakeKubelet() as kubelet:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: e, cluster: {{server: '{api.url}'}}}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: c, context: {cluster: e, user: u}}]\n"
+            "current-context: c\n"
+        )
+        env = {**NO_API_ENV, "KUBECONFIG": str(kubeconfig)}
+        args = (
+            "--kubernetes.podresources-socket",
+            kubelet.socket_path,
+            "--kubernetes.refresh-interval",
+            "1s",
+            "--kubernetes.api",
+            "--kubernetes.node-name",
+            "gpu-node-1",
+        )
+        with run_exporter(*args, env=env) as base:
+            uuids = gpu_uuids(scrape(base))
+            api.put(make_pod("train-0", "ml", owner=("StatefulSet", "train")))
+            api.put(make_pod("old", "ml", phase="Failed", owner=("Job", "old")))
+            kubelet.pods = [
+                pod("ml", "train-0", [("main", [("nvidia.com/gpu", [uuids[0]])])]),
+                pod("ml", "old", [("main", [("nvidia.com/gpu", [uuids[0]])])]),
+            ]
+            healthy = eventually(
+                base, lambda s: stage(s, "kube_api") == 1.0 and ("train-0", uuids[0], "StatefulSet") in allocations(s)
+            )
+            assert allocations(healthy) == {("train-0", uuids[0], "StatefulSet")}, "the Failed pod is dropped"
+            assert stage(healthy, "podresources") == 1.0 and stage(healthy, "cgroup") is not None
+
+            api.stop()  # API server unreachable
+            down = eventually(base, lambda s: stage(s, "kube_api") == 0.0)
+            assert stage(down, "podresources") == 1.0
+            assert gpu_uuids(down) == uuids
+            assert {p for p, _, _ in allocations(down)} >= {"train-0"}, "kubelet allocations stay"
+            assert all(kind == "" for _, _, kind in allocations(down)), "API-derived labels are absent"
+
+            api.start()  # same port: the watch reconnects with backoff, no exporter restart
+            eventually(
+                base, lambda s: stage(s, "kube_api") == 1.0 and allocations(s) == {("train-0", uuids[0], "StatefulSet")}
+            )
