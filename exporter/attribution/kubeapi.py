@@ -144,6 +144,8 @@ class KubePodSource:
         self._resp: Any = None
         self._stop = threading.Event()
         self.lists = 0
+        self.resource_version: str | None = None
+        """The last resource version seen (list, event or bookmark): where a watch resumes."""
         self.watches = 0
         self._thread: threading.Thread | None = None
         if start:
@@ -247,7 +249,8 @@ class KubePodSource:
             self.lists += 1
         if recovered:
             log.info("Kubernetes API pod watch recovered (%d pods on %s)", len(pods), self.node_name)
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return self.resource_version
 
     def _watch(self, api: Any, rv: str) -> str | None:
         from kubernetes.client.exceptions import ApiException
@@ -277,7 +280,7 @@ class KubePodSource:
                     raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if new_rv:
-                    rv = new_rv
+                    rv = self.resource_version = new_rv
                 if kind in ("ADDED", "MODIFIED"):
                     meta = pod_meta(obj, self._job_owner_getter(api))
                     if meta is not None:

@@ -97,6 +97,15 @@ class KubeApiEmulator:
             pod = self.pods.pop(uid)
             self._bump("DELETED", pod)
 
+    def bookmark(self) -> int:
+        """Advance the resource version without a pod change and send a BOOKMARK event."""
+        with self.cond:
+            self.rv += 1
+            obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}}
+            self.events.append((self.rv, "BOOKMARK", obj))
+            self.cond.notify_all()
+            return self.rv
+
     def add_job(self, namespace: str, name: str, cronjob: str | None) -> None:
         """A Job, owned by ``cronjob`` if given."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
@@ -209,6 +218,8 @@ class KubeApiEmulator:
             node = selector.split("=", 1)[1]
 
         def on_node(pod: dict[str, Any]) -> bool:
+            if "spec" not in pod:
+                return True  # a bookmark: every watcher gets it
             return node is None or pod["spec"].get("nodeName") == node
 
         if query.get("watch") != "true":
