@@ -95,6 +95,7 @@ class FakeSimBackend:
         return {101: ("uid-a", "srv"), 102: ("uid-b", "srv"), 103: ("uid-b", "srv")}
 
     def sharing_replicas(self) -> dict[str, int]:
+        self._maybe_fail("sharing_replicas")
         return {U1: 4}
 
 
@@ -176,6 +177,16 @@ def test_one_failing_source_fails_only_its_stage_and_recovers(
     attribution, stages = attributor.attribute(sample, time.time())
     assert all(s.success for s in stages), "recovers on the next cycle without a restart"
     assert attribution.allocations and attribution.usages
+
+
+def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimBackend) -> None:
+    attributor = build_attributor(AttributionOptions(), sim)
+    sim.fail.add("sharing_replicas")
+    attribution, stages = attributor.attribute(node_sample(shared_processes()), time.time())
+    assert all(s.success for s in stages)
+    assert dict(attribution.sharing_replicas) == {}
+    assert dict(attribution.sharing_pods) == {U1: 2}
+    assert len(attribution.allocations) == 5
 
 
 def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimBackend) -> None:
