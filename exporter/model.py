@@ -219,6 +219,9 @@ class Attribution:
     """Reason -> count of device IDs that matched no known GPU (cumulative)."""
     podresources_last_success_timestamp: float | None = None
     """Unix time (s) of the last successful kubelet refresh (``gpulens_podresources_last_success…``)."""
+    allocation_conflicts: int = 0
+    """Exclusive devices (no replica) currently listed under more than one pod; all holders are
+    shown.  Non-zero when an old kubelet still lists a finished pod and the API phase is unknown."""
 
 
 @dataclass(frozen=True)
