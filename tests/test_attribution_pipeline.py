@@ -195,6 +195,10 @@ def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimBacken
     attribution, _ = attributor.attribute(node_sample(), time.time())
     holders = {a.pod.pod for a in attribution.allocations if a.uuid == U0}
     assert holders == {"train-0", "done"}
+    assert attribution.allocation_conflicts == 1, "the double claim is counted"
+    sim.fail.clear()
+    attribution, _ = attributor.attribute(node_sample(), time.time())
+    assert attribution.allocation_conflicts == 0, "with phases the finished pod is dropped: no conflict"
 
 
 def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: FakeSimBackend) -> None:

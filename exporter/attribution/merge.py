@@ -103,6 +103,8 @@ class Allocations:
     allocations: tuple[Allocation, ...] = ()
     sharing_replicas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     sharing_pods: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    conflicts: int = 0
+    """Exclusive devices listed under more than one pod (all holders are kept)."""
 
 
 def _pod_ref(cd: ContainerDevices, pods: PodDirectory | None) -> tuple[PodRef, PodMeta | None]:
@@ -135,6 +137,7 @@ def build_allocations(
     """
     allocations: dict[tuple[PodRef, str, str, str | None, str | None], Allocation] = {}
     pods_per_gpu: dict[str, set[tuple[str, str]]] = {}
+    holders: dict[tuple[str, str | None], set[tuple[str, str]]] = {}
     for cd in kubelet.devices:
         ref, meta = _pod_ref(cd, pods)
         if meta is not None and meta.phase in FINISHED_PHASES:
@@ -150,6 +153,8 @@ def build_allocations(
             allocations[key] = Allocation(ref, cd.resource, found.uuid, found.mig_uuid, found.replica)
             if found.replica is not None:
                 pods_per_gpu.setdefault(found.uuid, set()).add((cd.namespace, cd.pod))
+            else:
+                holders.setdefault((found.uuid, found.mig_uuid), set()).add((cd.namespace, cd.pod))
     replicas: dict[str, int] = {}
     for device_id in kubelet.allocatable or ():
         found = index.resolve(device_id)
@@ -159,6 +164,7 @@ def build_allocations(
         allocations=tuple(allocations.values()),
         sharing_replicas=MappingProxyType(replicas),
         sharing_pods=MappingProxyType({u: len(p) for u, p in pods_per_gpu.items()}),
+        conflicts=sum(1 for pods_of in holders.values() if len(pods_of) > 1),
     )
 
 

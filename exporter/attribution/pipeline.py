@@ -155,6 +155,7 @@ class PipelineAttributor:
             sharing_pods=allocs.sharing_pods,
             unmapped_devices=self._unmapped.snapshot(),
             podresources_last_success_timestamp=last_success,
+            allocation_conflicts=allocs.conflicts,
         )
         return attribution, tuple(stages)
 
@@ -167,7 +168,14 @@ class PipelineAttributor:
         cached = self._cache_inputs
         if cached is not None and cached[0] is view and cached[1] is pods and cached[2] == index.key:
             return self._cache
-        self._cache = build_allocations(index, view, pods, self._unmapped)
+        allocs = build_allocations(index, view, pods, self._unmapped)
+        if allocs.conflicts != self._cache.conflicts:  # one line per change, not per cycle
+            log.warning(
+                "%d GPU device(s) listed by the kubelet under more than one pod%s; all holders are shown",
+                allocs.conflicts,
+                "" if pods is not None else " (no pod phases from the API to drop finished ones)",
+            )
+        self._cache = allocs
         self._cache_inputs = inputs
         return self._cache
 
