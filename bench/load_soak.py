@@ -1,0 +1,235 @@
+"""Load and soak of the exporter's HTTP path (issue: harden the exporter).
+
+    .venv/bin/python -m bench.load_soak load --concurrency 100 --seconds 60   # vs a sim mig7x8 exporter process
+    .venv/bin/python -m bench.load_soak soak --scrapes 20000                  # churning pods, flapping GPUs
+
+Load: N client threads scrape a separate exporter process (8 GPUs x 7 MIG, ~200 processes) as
+fast as they can for S seconds; reports errors and latency percentiles.  Soak: one process runs
+the sampler, the HTTP server and a scraper; every cycle new pods appear and old ones go, one GPU
+flaps lost/found, and the exporter is scraped; reports RSS and open-FD growth after warm-up.
+The README test command runs both with reduced counts (tests/test_load_soak.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.procstat import open_fds, rss_bytes
+from exporter.model import Allocation, Attribution, BackendSample, PodRef, PodUsage, StageResult
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class LoadResult:
+    """Outcome of a load run."""
+
+    requests: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    per_second: float
+
+
+def _scrape(conn: http.client.HTTPConnection) -> int:
+    conn.request("GET", "/metrics")
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
+def load(host: str, port: int, concurrency: int, seconds: float) -> LoadResult:
+    """``concurrency`` keep-alive clients scraping for ``seconds``."""
+    stop = time.monotonic() + seconds
+    lat: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        mine: list[float] = []
+        bad = 0
+        while time.monotonic() < stop:
+            t0 = time.perf_counter()
+            try:
+                if _scrape(conn) != 200:
+                    bad += 1
+            except (OSError, http.client.HTTPException):
+                bad += 1
+                conn.close()
+                conn = http.client.HTTPConnection(host, port, timeout=10)
+                continue
+            mine.append(time.perf_counter() - t0)
+        conn.close()
+        with lock:
+            lat.extend(mine)
+            errors[0] += bad
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 30)
+    elapsed = time.monotonic() - t0
+    lat.sort()
+    if not lat:
+        return LoadResult(0, errors[0], 0, 0, 0, 0)
+    return LoadResult(
+        requests=len(lat),
+        errors=errors[0],
+        p50_ms=statistics.median(lat) * 1e3,
+        p99_ms=lat[max(0, int(len(lat) * 0.99) - 1)] * 1e3,
+        max_ms=lat[-1] * 1e3,
+        per_second=len(lat) / elapsed,
+    )
+
+
+def start_exporter(port: int, scenario: str = "mig7x8") -> subprocess.Popen[bytes]:
+    """A sim exporter process on 127.0.0.1:port, ready."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--backend", "sim", "--sim.scenario", scenario,
+         "--web.listen-address", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("exporter did not start")
+
+
+class ChurningAttributor:
+    """Every cycle a new generation of pods holds the GPUs; the previous generation is gone."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+
+    def attribute(self, sample: BackendSample, now: float) -> tuple[Attribution, tuple[StageResult, ...]]:
+        self.generation += 1
+        allocations = []
+        usages = []
+        for gpu in sample.gpus:
+            pod = PodRef("soak", f"job-{self.generation}-{gpu.index}", "main", workload_kind="Job", workload="soak")
+            allocations.append(Allocation(pod=pod, resource="nvidia.com/gpu", uuid=gpu.uuid))
+            usages.append(PodUsage(pod=pod, uuid=gpu.uuid, memory_used_bytes=1 << 30, sm_share_ratio=0.5))
+        return Attribution(allocations=tuple(allocations), usages=tuple(usages)), (
+            StageResult("podresources", True, 0.0),
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass
+class SoakResult:
+    """RSS and FD figures of a soak."""
+
+    scrapes: int
+    rss_start_mb: float
+    rss_end_mb: float
+    fds_start: int
+    fds_end: int
+    errors: int
+
+
+def soak(scrapes: int, warmup: int = 500) -> SoakResult:
+    """In one process: sampler + HTTP server + scraper; pods churn every cycle and GPU 3 flaps."""
+    import os
+
+    from prometheus_client import CollectorRegistry
+
+    from exporter.backends.sim import SimFaults, SimulatedBackend
+    from exporter.cli import make_classifier
+    from exporter.collector import CachedExposition, SnapshotCollector
+    from exporter.config import parse_config
+    from exporter.sampler import Sampler
+    from exporter.server import MetricsServer
+
+    faults = SimFaults()
+    cfg = parse_config(["--backend", "sim"], env={})
+    sampler = Sampler(
+        SimulatedBackend("mig7x8", seed=1, faults=faults),
+        attributor=ChurningAttributor(),
+        classifier=make_classifier(cfg),
+    )
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest, include_age=False))
+    server = MetricsServer("127.0.0.1:0", CachedExposition(reg, sampler.latest).render, ready=lambda: True)
+    server.start()
+    pid = os.getpid()
+    errors = 0
+    rss0 = fds0 = 0
+    try:
+        for i in range(warmup + scrapes):
+            if i == warmup:
+                rss0, fds0 = rss_bytes(pid), open_fds(pid)
+            if i % 2 == 0:
+                faults.lost = {3} if (i // 50) % 2 else set()
+                sampler.run_once()
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            try:
+                if _scrape(conn) != 200:
+                    errors += 1
+            except (OSError, http.client.HTTPException):
+                errors += 1
+            finally:
+                conn.close()
+        return SoakResult(scrapes, rss0 / 2**20, rss_bytes(pid) / 2**20, fds0, open_fds(pid), errors)
+    finally:
+        server.shutdown()
+        sampler.stop()
+
+
+def main() -> int:
+    """CLI."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lp = sub.add_parser("load")
+    lp.add_argument("--concurrency", type=int, default=100)
+    lp.add_argument("--seconds", type=float, default=60)
+    lp.add_argument("--port", type=int, default=19447)
+    sp = sub.add_parser("soak")
+    sp.add_argument("--scrapes", type=int, default=20000)
+    a = ap.parse_args()
+    if a.cmd == "load":
+        proc = start_exporter(a.port)
+        try:
+            r = load("127.0.0.1", a.port, a.concurrency, a.seconds)
+            cpu_rss = f"RSS {rss_bytes(proc.pid) / 2**20:.1f} MB"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        print(
+            f"load: {a.concurrency} scrapers x {a.seconds:.0f}s on sim mig7x8: {r.requests} scrapes "
+            f"({r.per_second:.0f}/s), {r.errors} errors, p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, "
+            f"max {r.max_ms:.2f} ms, {cpu_rss}"
+        )
+    else:
+        s = soak(a.scrapes)
+        print(
+            f"soak: {s.scrapes} scrapes, {s.errors} errors, RSS {s.rss_start_mb:.1f} -> {s.rss_end_mb:.1f} MB "
+            f"(+{s.rss_end_mb - s.rss_start_mb:.2f}), open FDs {s.fds_start} -> {s.fds_end}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
