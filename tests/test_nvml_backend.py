@@ -445,6 +445,15 @@ def test_pcie_throughput_is_read_every_nth_cycle_and_held_in_between(clock: Cloc
     assert seen == [0.0, 0.0, 0.0, 3 * 1024.0, 3 * 1024.0, 3 * 1024.0, 6 * 1024.0]
 
 
+def test_energy_counter_is_read_every_nth_cycle_and_held_in_between(clock: Clock) -> None:
+    dev = h200(0)
+    fake = FakeNvml([dev])
+    backend = make(fake, clock, energy_every=5)
+    for _ in range(11):
+        backend.sample()
+    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 3, "cycles 0, 5, 10"
+
+
 def test_gpu_added_at_runtime_appears_and_removed_one_vanishes(clock: Clock) -> None:
     fake = FakeNvml([h200(0)])
     backend = make(fake, clock)
