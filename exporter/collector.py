@@ -213,6 +213,7 @@ def _render_attribution(snap: Snapshot, f: _Families) -> None:
         f.add("gpulens_gpu_sharing_pods", (uuid,), float(n))
     for reason, n in sorted(attr.unmapped_devices.items()):
         f.add("gpulens_unmapped_devices_total", (reason,), float(n))
+    f.add("gpulens_pod_gpu_allocation_conflicts", (), float(attr.allocation_conflicts))
     f.add("gpulens_podresources_last_success_timestamp_seconds", (), attr.podresources_last_success_timestamp)
 
 

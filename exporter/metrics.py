@@ -284,6 +284,14 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "attribution",
     ),
     _g(
+        "gpulens_pod_gpu_allocation_conflicts",
+        "",
+        "Exclusive devices the kubelet lists under more than one pod (all holders are shown); non-zero "
+        "when an old kubelet still lists a finished pod and the API cannot say which one runs.",
+        (),
+        "attribution",
+    ),
+    _g(
         "gpulens_podresources_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the last successful kubelet PodResources refresh.",
@@ -302,7 +310,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_probe_efficiency_ratio",
         "ratio",
-        "Cached probe bandwidth divided by the expected bandwidth for this GPU model.",
+        "Cached probe bandwidth divided by what a healthy GPU of this model reaches (probes/expected.py). "
+        "For a MIG instance, uuid is the MIG UUID.",
         ("uuid", "probe"),
         "probes",
     ),
