@@ -1,0 +1,224 @@
+"""The right-sizing engine on a table of workloads, each with the reasoning a capacity planner
+would give; the expected action, target and saving follow from docs/advisor.md's rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from dashboard.advisor.engine import Action, Policy, WorkloadUsage, price_for, recommend, recommend_all
+from dashboard.advisor.profiles import H200, model_for
+
+GIB = 2**30
+WEEK = 168.0
+PRICES = {"H200": 3.5, "H100": 2.5}
+
+
+def usage(**kw: object) -> WorkloadUsage:
+    base = dict(
+        namespace="ns",
+        workload_kind="Deployment",
+        workload="w",
+        gpu_model="NVIDIA H200",
+        device_hours_held=WEEK,
+        device_hours_idle=0.0,
+    )
+    base.update(kw)
+    return WorkloadUsage(**base)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    usage: WorkloadUsage
+    action: Action
+    target: str
+    saved_gpu_hours: float
+    why: str
+
+
+CASES = [
+    Case(
+        "small inference pod on an H200",
+        usage(memory_peak_bytes=9 * GIB, sm_active_p95=0.12, sm_active_mean=0.10, dram_active_p95=0.05,
+              boundness={"latency": 0.9, "idle": 0.1}, device_hours_idle=16.8),
+        Action.MIG, "1g.18gb", WEEK * 6 / 7,
+        "9 GiB x 1.2 = 10.8 GiB fits 1g.18gb (18 GB); SM p95 12 % x 1.1 = 13.2 % fits one of seven compute "
+        "slices (14.3 %); steady (p95/mean 1.2) so not a time-slicing candidate; saves 6/7 of the GPU",
+    ),
+    Case(
+        "large tensor training job",
+        usage(memory_peak_bytes=120 * GIB, sm_active_p95=0.97, sm_active_mean=0.95, dram_active_p95=0.2,
+              boundness={"compute": 0.95, "idle": 0.05}, device_hours_idle=8.4),
+        Action.KEEP, "keep", 0.0,
+        "120 GiB x 1.2 exceeds every slice below the whole GPU and 95 % SM needs all seven slices",
+    ),
+    Case(
+        "memory-bound job on two H100s",
+        usage(gpu_model="NVIDIA H100 80GB HBM3", devices=2, device_hours_held=2 * WEEK,
+              device_hours_idle=0.1 * 2 * WEEK,
+              memory_peak_bytes=60 * GIB, sm_active_p95=0.99, sm_active_mean=0.9, dram_active_p95=0.88,
+              boundness={"memory": 0.8, "latency": 0.1, "idle": 0.1}),
+        Action.BANDWIDTH, "H200", 2 * WEEK * 0.8 * (1 - 3.35 / 4.8),
+        "memory-bound 89 % of its busy time with DRAM p95 88 %: the memory-bound 80 % of its hours shrink by "
+        "H100/H200 bandwidth (3.35/4.8 TB/s); the rest does not",
+    ),
+    Case(
+        "idle holder",
+        usage(memory_peak_bytes=2 * GIB, sm_active_p95=0.0, sm_active_mean=0.0, dram_active_p95=0.0,
+              boundness={"idle": 0.98, "latency": 0.02}, device_hours_idle=0.98 * WEEK),
+        Action.RELEASE, "release", 0.98 * WEEK,
+        "idle 98 % of the week it held the GPU; only the idle hours are counted as saved",
+    ),
+    Case(
+        "bursty notebook",
+        usage(workload_kind="StatefulSet", memory_peak_bytes=30 * GIB, sm_active_p95=0.5, sm_active_mean=0.04,
+              dram_active_p95=0.2, boundness={"idle": 0.6, "latency": 0.3, "compute": 0.1},
+              device_hours_idle=0.6 * WEEK),
+        Action.SHARE, "time-slicing or MPS", WEEK * (1 - 30 * GIB * 1.2 / H200.memory_bytes),
+        "mean SM 4 % (light) with bursts to 50 % (p95/mean 12.5, bursty): a MIG slice sized for the bursts "
+        "(4g.71gb, 4/7 of the GPU) frees less than sharing, which needs only its memory (36 GiB = 27 % of 141 GB)",
+    ),
+    Case(
+        "peak memory above every MIG slice",
+        usage(memory_peak_bytes=100 * GIB, sm_active_p95=0.35, sm_active_mean=0.25, dram_active_p95=0.3,
+              boundness={"latency": 0.7, "compute": 0.2, "idle": 0.1}, device_hours_idle=16.8),
+        Action.KEEP, "keep", 0.0,
+        "100 GiB x 1.2 = 129 GB > 4g.71gb (71 GB), the largest slice below a whole GPU: no MIG profile would "
+        "have held the peak; not light (mean 25 %), so no sharing either",
+    ),
+    Case(
+        "oversized MIG slice",
+        usage(mig_profile="3g.71gb", memory_peak_bytes=10 * GIB, sm_active_p95=0.2, sm_active_mean=0.15,
+              dram_active_p95=0.1, boundness={"latency": 0.9, "idle": 0.1}, device_hours_idle=16.8),
+        Action.MIG, "1g.18gb", WEEK * (0.5 - 1 / 7),
+        "20 % of a 3/7 slice is 8.6 % of the GPU; x 1.1 fits 1/7; its 3g.71gb takes half the GPU (4 of 8 "
+        "memory slices), a 1g.18gb one seventh",
+    ),
+    Case(
+        "launch-bound pod looks idle by SM activity but is not",
+        usage(memory_peak_bytes=4 * GIB, sm_active_p95=0.001, sm_active_mean=0.0003, dram_active_p95=0.0,
+              boundness={"launch": 0.95, "idle": 0.05}, device_hours_idle=0.96 * WEEK),
+        Action.MIG, "1g.18gb", WEEK * 6 / 7,
+        "its kernels run back to back (launch class 95 %), so it is not released; it needs few SMs, so a slice",
+    ),
+    Case(
+        "a few minutes of history",
+        usage(device_hours_held=0.3, memory_peak_bytes=1 * GIB, sm_active_p95=0.01, sm_active_mean=0.01),
+        Action.KEEP, "keep", 0.0,
+        "18 minutes say nothing about a week",
+    ),
+    Case(
+        "GPU model without a profile table",
+        usage(gpu_model="NVIDIA L4", memory_peak_bytes=1 * GIB, sm_active_p95=0.05, sm_active_mean=0.04),
+        Action.KEEP, "keep", 0.0,
+        "no MIG table and no bandwidth figure for an L4: the advisor does not guess",
+    ),
+    Case(
+        "memory not measured",
+        usage(memory_peak_bytes=None, sm_active_p95=0.05, sm_active_mean=0.04),
+        Action.KEEP, "keep", 0.0,
+        "without the peak no slice can be shown to hold it (conservative)",
+    ),
+    Case(
+        "already time-sliced",
+        usage(shared=True, memory_peak_bytes=3 * GIB, sm_active_p95=0.05, sm_active_mean=0.02, device_hours_held=50.0),
+        Action.KEEP, "keep", 0.0,
+        "it already shares its GPU",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_recommendation_table(case: Case) -> None:
+    rec = recommend(case.usage, PRICES)
+    assert (rec.action, rec.target) == (case.action, case.target), (case.why, rec.reason)
+    assert rec.gpu_hours_saved == pytest.approx(case.saved_gpu_hours, rel=1e-6, abs=1e-9), case.why
+    assert rec.reason, "every recommendation says why"
+    price = price_for(case.usage.gpu_model, PRICES)
+    if case.action != Action.BANDWIDTH and price is not None:
+        assert rec.cost_saved_usd == pytest.approx(case.saved_gpu_hours * price)
+
+
+def test_recommended_slice_always_holds_the_observed_peak_times_headroom() -> None:
+    model = H200
+    for peak_gib in range(1, 140, 3):
+        for p95 in (0.0, 0.05, 0.1, 0.3, 0.6):
+            rec = recommend(usage(memory_peak_bytes=peak_gib * GIB, sm_active_p95=p95, sm_active_mean=p95))
+            if rec.action == Action.MIG:
+                prof = model.profile(rec.target)
+                assert prof is not None
+                assert prof.memory_bytes >= peak_gib * GIB * 1.2, (peak_gib, p95, rec.target)
+                assert prof.compute_fraction >= p95 * 1.1
+
+
+def test_compute_headroom_is_a_knob() -> None:
+    # 12 % x 1.2 = 14.4 % > 1/7 = 14.3 %: one compute slice is no longer enough, two are
+    small = CASES[0].usage
+    rec = recommend(small, PRICES, Policy(compute_headroom=1.2))
+    assert (rec.action, rec.target) == (Action.MIG, "2g.35gb")
+
+
+def test_larger_memory_headroom_picks_a_larger_slice() -> None:
+    rec = recommend(replace(CASES[0].usage, memory_peak_bytes=16 * GIB), PRICES)
+    assert rec.target == "1g.35gb", "16 GiB x 1.2 = 20.6 GB does not fit 18 GB"
+
+
+def test_headroom_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Policy(headroom=0.9)
+
+
+def test_higher_bandwidth_cost_can_be_negative_when_the_faster_gpu_is_pricier() -> None:
+    rec = recommend(CASES[2].usage, {"H100": 2.5, "H200": 3.5})
+    held = 2 * WEEK
+    new_hours = held - rec.gpu_hours_saved
+    assert rec.cost_saved_usd == pytest.approx(held * 2.5 - new_hours * 3.5)
+    assert rec.cost_saved_usd is not None and rec.cost_saved_usd < 0
+    assert recommend(CASES[2].usage, {"H100": 2.5}).cost_saved_usd is None, "no H200 price, no cost claim"
+
+
+def test_no_price_means_no_cost_and_star_is_the_default() -> None:
+    assert recommend(CASES[3].usage).cost_saved_usd is None
+    assert recommend(CASES[3].usage, {"*": 2.0}).cost_saved_usd == pytest.approx(0.98 * WEEK * 2.0)
+
+
+def test_evidence_carries_the_numbers_used() -> None:
+    rec = recommend(CASES[0].usage, PRICES)
+    assert rec.evidence["memory_peak_bytes"] == 9 * GIB
+    assert rec.evidence["sm_active_p95"] == 0.12
+    assert rec.evidence["memory_needed_bytes"] == pytest.approx(9 * GIB * 1.2)
+    assert rec.evidence["gpu_hours_held"] == WEEK
+
+
+def test_recommend_all_orders_by_saving() -> None:
+    recs = recommend_all([c.usage for c in CASES[:6]], PRICES)
+    saved = [r.gpu_hours_saved for r in recs]
+    assert saved == sorted(saved, reverse=True)
+    assert recs[0].action == Action.RELEASE
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA L4", None),
+    ],
+)
+def test_model_names_from_nvml(name: str, key: str | None) -> None:
+    m = model_for(name)
+    assert (m.key if m else None) == key
+
+
+def test_profile_tables_are_ordered_and_conservative() -> None:
+    from dashboard.advisor.profiles import MODELS
+
+    for m in MODELS:
+        shares = [p.gpu_share for p in m.mig_profiles]
+        assert shares == sorted(shares) and shares[-1] == 1.0, m.key
+        assert m.mig_profiles[-1].memory_bytes <= m.memory_bytes
