@@ -54,6 +54,7 @@ def sm_heatmap(sm: pd.DataFrame) -> go.Figure:
         )
     )
     fig.update_layout(height=max(260, min(1600, 22 * len(grid.index) + 120)), margin={"t": 30})
+    fig.update_yaxes(autorange="reversed")  # first node on top, like a table
     return fig
 
 

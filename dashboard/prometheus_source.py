@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
@@ -21,6 +22,7 @@ from dashboard.source import (
     ALLOCATION,
     ALLOCATION_KEYS,
     NO_FILTERS,
+    POD_DEVICE_KEYS,
     SM_ACTIVE,
     Filters,
     SourceError,
@@ -151,26 +153,37 @@ class PrometheusSource:
         mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
         everyone = selector(ALLOCATION, target)
         sm = f"max by (uuid,mig_uuid) ({selector(SM_ACTIVE, target)})"
-        keys = by_clause(ALLOCATION_KEYS)
+        pod = by_clause(POD_DEVICE_KEYS)
         rng = f"[{duration(window)}:{duration(step)}]"
         thr = f"{float(busy_threshold)!r}"
+        # Subqueries cost in proportion to the labels they carry at every step, so they keep only
+        # pod + device; the other labels (instance, workload...) come from one cheap range query.
         idle_share = (
-            f"(max by {keys} ({mine}) / on(uuid,mig_uuid) group_left() "
-            f"count by (uuid,mig_uuid) (max by {keys} ({everyone})))"
+            f"(max by {pod} ({mine}) / on(uuid,mig_uuid) group_left() "
+            f"count by (uuid,mig_uuid) (max by {pod} ({everyone})))"
             f" * on(uuid,mig_uuid) group_left() ({sm} < bool {thr})"
         )
-        # evaluated at the same step-aligned instant as query_range, so the subquery's steps are
-        # the range query's steps (less its first one)
+        queries = (
+            f"max by {by_clause(ALLOCATION_KEYS)} (last_over_time({mine}[{duration(window)}]))",
+            f"sum by {pod} (sum_over_time(({idle_share}){rng})) * {step:g} / 3600",
+            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng}))",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({sm} >= {thr}){rng}))",
+        )
+        # evaluated at the same step-aligned instant as query_range, so the subqueries' steps are
+        # the range query's steps (less its first one); side by side, as the backend can
+        # evaluate them in parallel
         at = math.floor(self._clock() / step) * step
-        hours = self.query(f"sum by {keys} (sum_over_time(({idle_share}){rng})) * {step:g} / 3600", at)
-        first = self.query(f"min by {keys} (min_over_time(timestamp({mine}){rng}))", at)
-        busy = self.query(f"max by (uuid,mig_uuid) (max_over_time(timestamp({sm} >= {thr}){rng}))", at)
-        first = frames.with_cols(first, ALLOCATION_KEYS).rename(columns={"value": "first_allocated"})
-        if first.empty:
+        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+            meta, hours, first, busy = pool.map(lambda q: self.query(q, at), queries)
+        if meta.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
-        hours = frames.with_cols(hours, ALLOCATION_KEYS).rename(columns={"value": "idle_gpu_hours"})
+        keys = list(POD_DEVICE_KEYS)
+        out = frames.with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
+        hours = frames.with_cols(hours, keys).rename(columns={"value": "idle_gpu_hours"})
+        first = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})
         busy = frames.with_cols(busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
-        out = first.merge(hours[[*ALLOCATION_KEYS, "idle_gpu_hours"]], on=list(ALLOCATION_KEYS), how="left")
+        out = out.merge(hours[[*keys, "idle_gpu_hours"]], on=keys, how="left")
+        out = out.merge(first[[*keys, "first_allocated"]], on=keys, how="left")
         out = out.merge(busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
         out["idle_gpu_hours"] = out["idle_gpu_hours"].fillna(0.0)
         return out[list(ACTIVITY_COLUMNS)]

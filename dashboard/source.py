@@ -32,6 +32,9 @@ ALLOCATION_KEYS: tuple[str, ...] = (
 )
 """Labels that identify one allocated device of one container (the rows of activity tables)."""
 
+POD_DEVICE_KEYS: tuple[str, ...] = ("namespace", "pod", "container", "uuid", "mig_uuid")
+"""The part of ALLOCATION_KEYS that identifies the allocation (the rest describes it)."""
+
 ACTIVITY_COLUMNS: tuple[str, ...] = (*ALLOCATION_KEYS, "idle_gpu_hours", "first_allocated", "last_busy")
 
 MAX_POINTS = 720

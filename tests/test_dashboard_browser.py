@@ -86,12 +86,13 @@ def chromium_page() -> Iterator[object]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+            # tall: Streamlit scrolls inside its own container, so a screenshot shows one viewport
+            yield browser.new_page(viewport={"width": 1400, "height": 1700})
         finally:
             browser.close()
 
 
-def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 60.0) -> float:
+def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 120.0) -> float:
     """Open ``url`` and wait until the page's last element (the footer) and at least
     ``min_charts`` plotly charts are drawn; return the seconds it took."""
     from playwright.sync_api import Page
@@ -149,7 +150,12 @@ def test_every_page_loads_with_its_key_elements(stack: tuple[str, str], artifact
 
         assert isinstance(page, Page)
         for path, texts in PAGES.items():
-            load(page, f"{dash}/{path}", MIN_CHARTS[path])
+            # 15 minutes: a 4 s step, so the few seconds of history already give range points
+            try:
+                load(page, f"{dash}/{path}?range=15m", MIN_CHARTS[path])
+            except Exception as exc:
+                page.screenshot(path=str(out / f"failed-{path or 'fleet'}.png"), full_page=True)
+                raise AssertionError(f"page /{path} did not render: {exc}") from exc
             for text in texts:
                 assert page.get_by_text(text, exact=False).count() > 0, (path, text)
             assert page.locator(".js-plotly-plot").count() >= MIN_CHARTS[path], path
@@ -202,5 +208,7 @@ def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir
         page.get_by_text("is unreachable").first.wait_for(timeout=60000)
         page.get_by_role("link", name="Health").click()
         page.get_by_role("heading", name="Health").wait_for(timeout=30000)
-        assert page.get_by_text("is unreachable").count() > 0
+        # the banner is drawn again on the new page, after its title
+        page.get_by_text("is unreachable").first.wait_for(timeout=30000)
+        assert page.get_by_text("Retry").count() > 0
         page.screenshot(path=str(artifacts_dir / "dashboard" / "prometheus-down.png"))

@@ -292,3 +292,13 @@ def test_mig_layout_lists_every_slice_with_its_holder() -> None:
     assert full["slices"].tolist() == [7]
     held = layout[layout["holders"] != ""]
     assert len(held) == len({dict(lbl).get("mig_uuid") for lbl, _ in s["gpulens_pod_gpu_allocation"]} - {None})
+
+
+def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
+    info = frames.from_rows([{"uuid": u, "value": 1} for u in ("GPU-A", "GPU-B")])
+    alloc = frames.from_rows([{"namespace": "n", "pod": "p", "uuid": "GPU-A", "value": 1}])
+    sm = frames.from_rows([{"uuid": "GPU-A", "value": "NaN"}, {"uuid": "GPU-B", "value": 0.9}])
+    counts = frames.fleet_counts(info, alloc, sm, 0.05)
+    assert counts == {"gpus": 2, "allocated": 1, "busy": 1, "allocated_idle": 0}
+    idle = frames.idle_allocations(alloc, sm, pd.DataFrame(), now=0.0, window_s=60.0, busy_threshold=0.05)
+    assert idle.empty

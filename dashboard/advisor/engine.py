@@ -108,6 +108,9 @@ class Policy:
             raise ValueError("headroom must be at least 1 (a smaller device would not have held the peak)")
 
 
+DEFAULT_POLICY = Policy()
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """One workload's advice: the action, its target and reason, the evidence, the saving."""
@@ -163,7 +166,7 @@ def _pct(r: float | None) -> str:
 
 
 def recommend(
-    usage: WorkloadUsage, prices: Mapping[str, float] | None = None, policy: Policy = Policy()
+    usage: WorkloadUsage, prices: Mapping[str, float] | None = None, policy: Policy = DEFAULT_POLICY
 ) -> Recommendation:
     """The recommendation for one workload (pure; see the module docstring for the rules)."""
     prices = prices or {}
@@ -303,7 +306,7 @@ def recommend(
 
 
 def recommend_all(
-    usages: list[WorkloadUsage], prices: Mapping[str, float] | None = None, policy: Policy = Policy()
+    usages: list[WorkloadUsage], prices: Mapping[str, float] | None = None, policy: Policy = DEFAULT_POLICY
 ) -> list[Recommendation]:
     """Recommendations for every workload, largest saving first."""
     recs = [recommend(u, prices, policy) for u in usages]

@@ -8,6 +8,8 @@ import streamlit as st
 
 from dashboard import figures, frames, ui
 
+ACTIVITY_POINTS = 80
+
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
@@ -16,7 +18,17 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader("Allocated but idle now")
         alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
         sm = ui.fetch(ctx, "instant", "gpulens_gpu_sm_active_ratio", f)
-        activity = ui.fetch(ctx, "allocation_activity", f, window_s=ctx.window_s, step_s=ctx.step_s, busy_threshold=thr)
+        # a third of the chart resolution: these are subqueries over the whole range (the costly
+        # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the
+        # idle hours of a fleet well (18 minutes apart over 24 h)
+        activity = ui.fetch(
+            ctx,
+            "allocation_activity",
+            f,
+            window_s=ctx.window_s,
+            step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
+            busy_threshold=thr,
+        )
         idle = frames.idle_allocations(alloc, sm, activity, now=time.time(), window_s=ctx.window_s, busy_threshold=thr)
         if alloc.empty:
             ui.no_data("GPU allocations")

@@ -1,0 +1,203 @@
+"""Measures each workload's GPU use over a window in Prometheus (raw gpulens series, no recording
+rules needed) and hands the engine one WorkloadUsage per workload and device kind.
+
+A workload is (namespace, workload_kind, workload) from ``gpulens_pod_gpu_allocation``; a pod
+without an owner is its own workload (kind ``Pod``). Device series join on (uuid, mig_uuid): whole
+GPUs on uuid, MIG instances on mig_uuid. Everything is evaluated server-side with subqueries at
+one step (``[window:step]``), so the answer is a few rows per workload-device, whatever the window.
+
+Signals per (workload, device) at each step:
+- SM activity: the device's ``gpulens_gpu_sm_active_ratio``; on a GPU held by several workloads at
+  once (time-slicing, MPS) the workload's own ``gpulens_pod_gpu_sm_share_ratio`` (summed over its
+  containers) where the exporter has it, else the GPU's (an upper bound).
+- Memory: the device's ``gpulens_gpu_memory_used_bytes`` (everything on it, conservative); on a
+  shared GPU the workload's ``gpulens_pod_gpu_memory_used_bytes``, else the GPU's. Peaks take the
+  highest raw sample within each step (``max_over_time(x[step])``) so a short spike is not missed.
+- DRAM activity and boundness: the device's (on a shared GPU, the whole GPU's).
+- Hours held: steps held x step, split evenly among workloads holding a device at the same step.
+- Hours idle: held steps at which the device's SM activity was below ``idle_threshold``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dashboard import frames
+from dashboard.advisor.engine import DEFAULT_POLICY, Policy, Recommendation, WorkloadUsage, recommend_all
+from dashboard.prometheus_source import PrometheusSource
+from dashboard.promql import duration, selector
+from dashboard.source import NO_FILTERS, Filters
+
+WORKLOAD = ("namespace", "workload_kind", "workload")
+LEAF = ("uuid", "mig_uuid")
+KEYS = (*WORKLOAD, *LEAF)
+MAX_STEPS = 20_000
+"""Most subquery steps per series; longer windows get a coarser step."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """What to measure: ``window_s`` seconds ending at ``end`` (Unix s; None = now), every ``step_s``."""
+
+    window_s: float = 7 * 86400.0
+    step_s: float | None = None
+    """None: max(60 s, window / 2016), i.e. 5 minutes over 7 days."""
+    end: float | None = None
+    idle_threshold: float = 0.01
+    """SM activity below which a held device counts as idle (the recording rules' 1 %)."""
+
+    def resolved_step(self) -> float:
+        step = self.step_s if self.step_s else max(60.0, self.window_s / 2016)
+        return float(max(step, math.ceil(self.window_s / MAX_STEPS)))
+
+
+def _queries(filters: Filters, win: Window) -> dict[str, str]:
+    """The PromQL for every measurement, keyed by what it measures."""
+    target = filters.target_matchers()
+    alloc_match = {**target, **({"namespace": filters.namespace} if filters.namespace else {})}
+    alloc = selector("gpulens_pod_gpu_allocation", alloc_match)
+    owned = selector("gpulens_pod_gpu_allocation", {**alloc_match, "workload": ""})
+    # "workload!=" cannot be expressed with selector(); an owned pod is any not in `owned`
+    wl = (
+        f'(label_replace(label_replace({owned}, "workload", "$1", "pod", "(.+)"), "workload_kind", "Pod", "", "")'
+        f" or ({alloc} unless {owned}))"
+    )
+    pod_keys = "(namespace,pod,container,uuid)"
+    wl_by_pod = f"max by (namespace,pod,container,uuid,workload_kind,workload) ({wl})"
+    a = f"max by (namespace,workload_kind,workload,uuid,mig_uuid) ({wl})"
+    holders = f"count by (uuid,mig_uuid) ({a})"
+    share = f"({a} / on(uuid,mig_uuid) group_left() {holders})"
+    step = duration(win.resolved_step())
+    rng = f"[{duration(win.window_s)}:{step}]"
+
+    def leaf(metric: str, peak: bool = False) -> str:
+        sel = selector(metric, target)
+        return f"max by (uuid,mig_uuid) ({f'max_over_time({sel}[{step}])' if peak else sel})"
+
+    def joined(metric: str, peak: bool = False) -> str:
+        return f"({a} * on(uuid,mig_uuid) group_left() {leaf(metric, peak)})"
+
+    def per_pod_on_shared(metric: str, peak: bool = False) -> str:
+        sel = selector(metric, target)
+        inner = f"max_over_time({sel}[{step}])" if peak else sel
+        return (
+            f"(sum by (namespace,workload_kind,workload,uuid) ({inner} * on{pod_keys}"
+            f" group_left(workload_kind,workload) {wl_by_pod}) and on(uuid) ({holders} > 1))"
+        )
+
+    sm = f"({per_pod_on_shared('gpulens_pod_gpu_sm_share_ratio')} or {joined('gpulens_gpu_sm_active_ratio')})"
+    mem = (
+        f"({per_pod_on_shared('gpulens_pod_gpu_memory_used_bytes', True)}"
+        f" or {joined('gpulens_gpu_memory_used_bytes', True)})"
+    )
+    below = f"({leaf('gpulens_gpu_sm_active_ratio')} < bool {win.idle_threshold!r})"
+    idle = f"({share} * on(uuid,mig_uuid) group_left() {below})"
+    bound = selector("gpulens_gpu_boundness", target)
+    hours = f"{win.resolved_step():g} / 3600"
+    return {
+        "held": f"sum_over_time({share}{rng}) * {hours}",
+        "idle": f"sum_over_time({idle}{rng}) * {hours}",
+        "sm_p95": f"quantile_over_time(0.95, {sm}{rng})",
+        "sm_mean": f"avg_over_time({sm}{rng})",
+        "dram_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_dram_active_ratio')}{rng})",
+        "mem_peak": f"max_over_time({mem}{rng})",
+        "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
+        "boundness": (
+            f"avg_over_time(({a} * on(uuid,mig_uuid) group_left(class) max by (uuid,mig_uuid,class) ({bound})){rng})"
+        ),
+        "info": (
+            f"max by (uuid,name) (last_over_time({selector('gpulens_gpu_info', target)}[{duration(win.window_s)}]))"
+        ),
+        "mig": (
+            "max by (mig_uuid,mig_profile) "
+            f"(last_over_time({selector('gpulens_mig_instance_info', target)}[{duration(win.window_s)}]))"
+        ),
+    }
+
+
+DEFAULT_WINDOW = Window()
+
+
+def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filters = NO_FILTERS) -> list[WorkloadUsage]:
+    """One WorkloadUsage per (workload, GPU model, MIG profile) seen holding a device in the window.
+
+    Raises SourceError when Prometheus does not answer.
+    """
+    queries = _queries(filters, win)
+    at = win.end if win.end is not None else time.time()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
+    held = frames.with_cols(results["held"], KEYS)
+    if held.empty:
+        return []
+    rows = held.rename(columns={"value": "held"})[[*KEYS, "held"]]
+    for key in ("idle", "sm_p95", "sm_mean", "dram_p95", "mem_peak", "holders"):
+        df = frames.with_cols(results[key], KEYS).rename(columns={"value": key})[[*KEYS, key]]
+        rows = rows.merge(df.drop_duplicates(list(KEYS)), on=list(KEYS), how="left")
+    info = frames.with_cols(results["info"], ("uuid", "name"))
+    models = dict(zip(info["uuid"], info["name"], strict=True))
+    mig = frames.with_cols(results["mig"], ("mig_uuid", "mig_profile"))
+    profiles = dict(zip(mig["mig_uuid"], mig["mig_profile"], strict=True))
+    rows["model"] = [models.get(u, "") for u in rows["uuid"]]
+    rows["profile"] = [profiles.get(m, "") if m else "" for m in rows["mig_uuid"]]
+    bound = frames.with_cols(results["boundness"], (*KEYS, "class"))
+    mixes: dict[tuple[str, ...], dict[str, float]] = {}
+    for rec in bound.to_dict("records"):
+        mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[str(rec["class"])] = float(rec["value"])
+
+    out = []
+    for (ns, kind, name, model, profile), g in rows.groupby([*WORKLOAD, "model", "profile"], sort=True):
+        weights = g["held"].fillna(0.0)
+        total = float(weights.sum())
+        mix: dict[str, float] = {}
+        for rec, w in zip(g.to_dict("records"), weights, strict=True):
+            for cls, v in mixes.get(tuple(str(rec[k]) for k in KEYS), {}).items():
+                mix[cls] = mix.get(cls, 0.0) + v * float(w) / total if total > 0 else 0.0
+        out.append(
+            WorkloadUsage(
+                namespace=str(ns),
+                workload_kind=str(kind),
+                workload=str(name),
+                gpu_model=str(model),
+                mig_profile=str(profile),
+                devices=int(g[list(LEAF)].drop_duplicates().shape[0]),
+                device_hours_held=total,
+                device_hours_idle=float(g["idle"].fillna(0.0).sum()),
+                memory_peak_bytes=_max(g["mem_peak"]),
+                sm_active_p95=_max(g["sm_p95"]),
+                sm_active_mean=_weighted(g["sm_mean"], weights),
+                dram_active_p95=_max(g["dram_p95"]),
+                boundness=mix,
+                shared=bool((g["holders"].fillna(1.0) > 1).any()),
+            )
+        )
+    return out
+
+
+def _max(s: pd.Series) -> float | None:
+    v = s.max(skipna=True)
+    return None if v != v else float(v)
+
+
+def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
+    ok = values.notna() & (weights > 0)
+    if not ok.any():
+        return None
+    return float((values[ok] * weights[ok]).sum() / weights[ok].sum())
+
+
+def advise(
+    src: PrometheusSource,
+    win: Window = DEFAULT_WINDOW,
+    prices: Mapping[str, float] | None = None,
+    policy: Policy = DEFAULT_POLICY,
+    filters: Filters = NO_FILTERS,
+) -> list[Recommendation]:
+    """Measure and recommend: every workload's advice over the window, largest saving first."""
+    return recommend_all(measure(src, win, filters), prices, policy)
