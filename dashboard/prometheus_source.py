@@ -47,6 +47,9 @@ class PrometheusSource:
         self.timeout_s = timeout_s
         self._session = session or requests.Session()
         self._clock = clock
+        self.cooldown_s = min(timeout_s, 10.0)
+        self._down_until = 0.0
+        self._down_reason = ""
 
     @property
     def description(self) -> str:
@@ -70,13 +73,17 @@ class PrometheusSource:
 
     # --- HTTP --------------------------------------------------------------------------
     def _call(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        # After a timeout or a refused connection, fail fast for a short cooldown: a page sends
+        # a dozen queries and should show its banner after one timeout, not after twelve.
+        if time.monotonic() < self._down_until:
+            raise SourceError(self._down_reason)
         url = f"{self.base_url}{path}"
         try:
             resp = self._session.post(url, data=params, timeout=self.timeout_s)
         except requests.Timeout as exc:
-            raise SourceError(f"Prometheus at {self.base_url} did not answer within {self.timeout_s:g} s") from exc
+            raise self._down(f"Prometheus at {self.base_url} did not answer within {self.timeout_s:g} s") from exc
         except requests.RequestException as exc:
-            raise SourceError(f"Prometheus at {self.base_url} is unreachable: {type(exc).__name__}") from exc
+            raise self._down(f"Prometheus at {self.base_url} is unreachable: {type(exc).__name__}") from exc
         try:
             body = resp.json()
         except ValueError as exc:
@@ -88,6 +95,11 @@ class PrometheusSource:
         if not isinstance(data, dict):
             raise SourceError("Prometheus answered without a data object")
         return data
+
+    def _down(self, reason: str) -> SourceError:
+        self._down_reason = reason
+        self._down_until = time.monotonic() + self.cooldown_s
+        return SourceError(reason)
 
     def query(self, promql: str, at: float | None = None) -> pd.DataFrame:
         """An instant query; a frame of labels + value (``__name__`` dropped)."""

@@ -4,6 +4,7 @@ turn series into the numbers users read (counts, idle time, wasted GPU-hours and
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -81,8 +82,20 @@ def test_prometheus_failures_become_source_errors_with_a_reason() -> None:
         with pytest.raises(SourceError, match="parse error"):
             PrometheusSource(url).instant("gpulens_up")
         state.mode, state.delay_s = "slow", 2.0
+        slow = PrometheusSource(url, timeout_s=0.3)
         with pytest.raises(SourceError, match=r"did not answer within 0\.3 s"):
-            PrometheusSource(url, timeout_s=0.3).instant("gpulens_up")
+            slow.instant("gpulens_up")
+        # the page's next queries fail at once with the same reason instead of waiting again
+        started = time.perf_counter()
+        for _ in range(5):
+            with pytest.raises(SourceError, match="did not answer"):
+                slow.instant("gpulens_gpu_info")
+        assert time.perf_counter() - started < 0.3
+        sent = len(state.queries)
+        state.mode = "ok"
+        slow._down_until = 0.0  # cooldown over
+        assert len(slow.instant("gpulens_gpu_info")) == 8
+        assert len(state.queries) == sent + 1
 
 
 # --- ScrapeSource ------------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""``gpulens-advisor``: right-sizing advice for every workload, read from Prometheus.
+
+Exit status: 0 with the table, 2 for bad arguments (argparse convention), 1 when Prometheus cannot
+answer (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+
+from dashboard.advisor.engine import Policy, Recommendation
+from dashboard.advisor.query import Window, advise
+from dashboard.prometheus_source import PrometheusSource
+from dashboard.settings import parse_prices
+from dashboard.source import Filters, SourceError
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+COLUMNS = (
+    "namespace",
+    "workload",
+    "gpu_model",
+    "current",
+    "devices",
+    "recommendation",
+    "target",
+    "gpu_hours_held",
+    "gpu_hours_saved",
+    "cost_saved_usd",
+    "memory_peak_gib",
+    "sm_p95",
+    "sm_mean",
+    "dram_p95",
+    "idle_share",
+    "reason",
+)
+
+
+def parse_duration(text: str) -> float:
+    """``7d``, ``36h``, ``90m``, ``600s``, ``2w`` -> seconds; ValueError otherwise."""
+    m = _DURATION.match(text.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration like 7d, 24h, 90m")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def row(rec: Recommendation) -> dict[str, object]:
+    """One output row: the recommendation and the numbers behind it (GiB and ratios rounded)."""
+    u = rec.usage
+
+    def r(x: float | None, nd: int = 3) -> float | None:
+        return None if x is None or x != x else round(x, nd)
+
+    return {
+        "namespace": u.namespace,
+        "workload": f"{u.workload_kind}/{u.workload}",
+        "gpu_model": u.gpu_model,
+        "current": u.mig_profile or ("shared GPU" if u.shared else "whole GPU"),
+        "devices": u.devices,
+        "recommendation": rec.action.value,
+        "target": rec.target,
+        "gpu_hours_held": r(rec.gpu_hours_held, 1),
+        "gpu_hours_saved": r(rec.gpu_hours_saved, 1),
+        "cost_saved_usd": r(rec.cost_saved_usd, 2),
+        "memory_peak_gib": r(None if u.memory_peak_bytes is None else u.memory_peak_bytes / 2**30, 1),
+        "sm_p95": r(u.sm_active_p95),
+        "sm_mean": r(u.sm_active_mean),
+        "dram_p95": r(u.dram_active_p95),
+        "idle_share": r(u.device_hours_idle / u.device_hours_held if u.device_hours_held else None),
+        "reason": rec.reason,
+    }
+
+
+def totals(recs: Sequence[Recommendation]) -> dict[str, float | None]:
+    """GPU-hours held and saved, and dollars saved (None when no recommendation has a price)."""
+    costs = [r.cost_saved_usd for r in recs if r.cost_saved_usd is not None]
+    return {
+        "gpu_hours_held": sum(r.gpu_hours_held for r in recs),
+        "gpu_hours_saved": sum(r.gpu_hours_saved for r in recs),
+        "cost_saved_usd": sum(costs) if costs else None,
+    }
+
+
+def render(recs: Sequence[Recommendation], fmt: str, window_s: float) -> str:
+    """The recommendations as ``table`` (aligned text), ``csv`` or ``json`` (with evidence)."""
+    rows = [row(r) for r in recs]
+    if fmt == "json":
+        doc = {
+            "window_seconds": window_s,
+            "totals": totals(recs),
+            "workloads": [
+                {**x, "evidence": {k: _json(v) for k, v in r.evidence.items()}} for x, r in zip(rows, recs, strict=True)
+            ],
+        }
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: ("" if v is None else v) for k, v in x.items()} for x in rows)
+        return buf.getvalue()
+    shown = [c for c in COLUMNS if c != "reason"]
+    cells = [[("-" if x[c] is None else str(x[c])) for c in shown] for x in rows]
+    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(shown)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(shown, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in cells]
+    lines += ["", "why:"] + [f"  {x['namespace']}/{x['workload']}: {x['reason']}" for x in rows]
+    t = totals(recs)
+    cost = "" if t["cost_saved_usd"] is None else f", ${t['cost_saved_usd']:,.2f}"
+    lines += [
+        "",
+        f"{len(rows)} workloads over {window_s / 86400:g} days: {t['gpu_hours_held'] or 0:,.1f} GPU-hours held, "
+        f"{t['gpu_hours_saved'] or 0:,.1f} could be saved{cost}",
+    ]
+    if not rows:
+        lines = ["no workload held a GPU in the window"]
+    return "\n".join(lines) + "\n"
+
+
+def _json(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpulens-advisor",
+        description="Recommend the smallest GPU, MIG profile or sharing mode that fits each workload.",
+    )
+    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or any PromQL API) base URL")
+    p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--step", default=None, help="subquery resolution (default: window/2016, at least 1m)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="MODEL=USD",
+        help="price per GPU-hour for GPU models whose name contains MODEL (repeatable; '*' = any other)",
+    )
+    p.add_argument("--headroom", type=float, default=1.2, help="memory margin over the observed peak (>= 1)")
+    p.add_argument(
+        "--compute-headroom", type=float, default=1.1, help="SM margin over the observed SM-active p95 (>= 1)"
+    )
+    p.add_argument("--namespace", default=None, help="only workloads of this namespace")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per Prometheus query")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    a = p.parse_args(argv)
+    try:
+        window = parse_duration(a.window)
+        step = parse_duration(a.step) if a.step else None
+    except ValueError as exc:
+        p.error(str(exc))
+    if not a.prometheus.startswith(("http://", "https://")):
+        p.error(f"--prometheus {a.prometheus!r} must be an http:// or https:// URL")
+    prices: dict[str, float] = {}
+    for item in a.price:
+        try:
+            prices.update(parse_prices(item))
+        except ValueError as exc:
+            p.error(f"--price: {exc}")
+    try:
+        policy = Policy(headroom=a.headroom, compute_headroom=a.compute_headroom)
+    except ValueError as exc:
+        p.error(str(exc))
+    if a.timeout <= 0:
+        p.error("--timeout must be positive")
+    src = PrometheusSource(a.prometheus, timeout_s=a.timeout)
+    try:
+        recs = advise(src, Window(window_s=window, step_s=step), prices, policy, Filters(namespace=a.namespace))
+    except SourceError as exc:
+        print(f"gpulens-advisor: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render(recs, a.format, window))
+    return 0
