@@ -267,7 +267,9 @@ def recommend(
                 )
             )
         elif prof is None or prof.gpu_share >= 1.0:
-            largest = max((p for p in model.mig_profiles if p.gpu_share < 1.0), key=lambda p: p.memory_bytes)
+            largest = max(
+                (p for p in model.mig_profiles if p.gpu_share < 1.0), key=lambda p: (p.memory_bytes, p.compute_slices)
+            )
             evidence["no_mig_because"] = (
                 f"peak x headroom {_gib(need_mem)} > {largest.name} ({_gib(largest.memory_bytes)})"
                 if need_mem > largest.memory_bytes

@@ -37,6 +37,7 @@ from dashboard.source import NO_FILTERS, Filters
 WORKLOAD = ("namespace", "workload_kind", "workload")
 LEAF = ("uuid", "mig_uuid")
 KEYS = (*WORKLOAD, *LEAF)
+CLASSES = ("idle", "launch", "latency", "memory", "compute", "mixed")
 MAX_STEPS = 20_000
 """Most subquery steps per series; longer windows get a coarser step."""
 
@@ -98,9 +99,19 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     )
     below = f"({leaf('gpulens_gpu_sm_active_ratio')} < bool {win.idle_threshold!r})"
     idle = f"({share} * on(uuid,mig_uuid) group_left() {below})"
-    bound = selector("gpulens_gpu_boundness", target)
+    bound = "gpulens_gpu_boundness"
+
+    def leaf_of(metric: str, cls: str) -> str:
+        return f"max by (uuid,mig_uuid) ({selector(metric, {**target, 'class': cls})})"
+
     hours = f"{win.resolved_step():g} / 3600"
+    per_class = {
+        # one query per class: the class series are many per device, the workloads too (shared GPUs)
+        f"boundness_{c}": f"avg_over_time(({a} * on(uuid,mig_uuid) group_left() {leaf_of(bound, c)}){rng})"
+        for c in CLASSES
+    }
     return {
+        **per_class,
         "held": f"sum_over_time({share}{rng}) * {hours}",
         "idle": f"sum_over_time({idle}{rng}) * {hours}",
         "sm_p95": f"quantile_over_time(0.95, {sm}{rng})",
@@ -108,9 +119,6 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "dram_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_dram_active_ratio')}{rng})",
         "mem_peak": f"max_over_time({mem}{rng})",
         "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
-        "boundness": (
-            f"avg_over_time(({a} * on(uuid,mig_uuid) group_left(class) max by (uuid,mig_uuid,class) ({bound})){rng})"
-        ),
         "info": (
             f"max by (uuid,name) (last_over_time({selector('gpulens_gpu_info', target)}[{duration(win.window_s)}]))"
         ),
@@ -131,7 +139,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     """
     queries = _queries(filters, win)
     at = win.end if win.end is not None else time.time()
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=6) as pool:
         results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
     held = frames.with_cols(results["held"], KEYS)
     if held.empty:
@@ -146,10 +154,10 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     profiles = dict(zip(mig["mig_uuid"], mig["mig_profile"], strict=True))
     rows["model"] = [models.get(u, "") for u in rows["uuid"]]
     rows["profile"] = [profiles.get(m, "") if m else "" for m in rows["mig_uuid"]]
-    bound = frames.with_cols(results["boundness"], (*KEYS, "class"))
     mixes: dict[tuple[str, ...], dict[str, float]] = {}
-    for rec in bound.to_dict("records"):
-        mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[str(rec["class"])] = float(rec["value"])
+    for cls in CLASSES:
+        for rec in frames.with_cols(results[f"boundness_{cls}"], KEYS).to_dict("records"):
+            mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[cls] = float(rec["value"])
 
     out = []
     for (ns, kind, name, model, profile), g in rows.groupby([*WORKLOAD, "model", "profile"], sort=True):
