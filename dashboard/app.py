@@ -21,6 +21,7 @@ PAGES = [  # (script, title, url path, icon); the first is the default page, ser
     ("views/workloads.py", "Workloads", "workloads", ":material/work:"),
     ("views/sharing.py", "Sharing", "sharing", ":material/grid_view:"),
     ("views/health.py", "Health", "health", ":material/monitor_heart:"),
+    ("views/rightsizing.py", "Right-sizing", "rightsizing", ":material/tune:"),
 ]
 
 

@@ -1,0 +1,114 @@
+"""Right-sizing page: the advisor's recommendation for every workload, with evidence and savings.
+
+A thin shell over dashboard.advisor (the same engine and numbers as ``gpulens-advisor``); it needs
+the Prometheus source, since days of history live there and not in the exporters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard import ui
+from dashboard.advisor.cli import row, totals
+from dashboard.advisor.engine import Policy
+from dashboard.advisor.query import Window, advise
+from dashboard.prometheus_source import PrometheusSource
+from dashboard.source import Filters
+
+WINDOWS = {"1 day": 86400.0, "7 days": 7 * 86400.0, "14 days": 14 * 86400.0, "30 days": 30 * 86400.0}
+FIRST = ("namespace", "workload", "recommendation", "target", "gpu_hours_saved", "cost_saved_usd", "reason")
+COLORS = {"release": "#d62728", "mig": "#1f77b4", "time-slice": "#9467bd", "higher-bandwidth": "#ff7f0e"}
+
+
+@st.cache_data(ttl=120, show_spinner="Measuring every workload over the window…", max_entries=32)
+def _advice(
+    url: str,
+    timeout_s: float,
+    window_s: float,
+    headroom: float,
+    compute_headroom: float,
+    filters: tuple[str | None, ...],
+    prices: tuple[tuple[str, float], ...],
+) -> tuple[list[dict[str, Any]], dict[str, float | None], list[dict[str, Any]]]:
+    src = PrometheusSource(url, timeout_s=timeout_s)
+    recs = advise(src, Window(window_s=window_s), dict(prices), Policy(headroom, compute_headroom), Filters(*filters))
+    evidence = [{"workload": f"{r.usage.namespace}/{r.usage.workload}", **r.evidence} for r in recs]
+    return [row(r) for r in recs], totals(recs), evidence
+
+
+def savings_bar(table: pd.DataFrame) -> go.Figure:
+    """GPU-hours that could be saved per workload, coloured by recommendation."""
+    saving = table[table["gpu_hours_saved"] > 0].sort_values("gpu_hours_saved")
+    fig = go.Figure()
+    for action, part in saving.groupby("recommendation", sort=False):
+        fig.add_bar(
+            x=part["gpu_hours_saved"],
+            y=part["namespace"] + "/" + part["workload"],
+            orientation="h",
+            name=str(action),
+            marker_color=COLORS.get(str(action)),
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=max(220, 36 * len(saving) + 100),
+        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        xaxis_title="GPU-hours saved over the window",
+        legend_title_text="recommendation",
+    )
+    return fig
+
+
+def body(ctx: ui.PageContext) -> None:
+    if not isinstance(ctx.source, PrometheusSource):
+        st.info(
+            "Right-sizing needs days of history: start the dashboard with --prometheus URL. "
+            "(The direct-scrape source keeps minutes.)"
+        )
+        return
+    c1, c2, c3 = st.columns(3)
+    window_label = c1.selectbox("Window", list(WINDOWS), index=1, key="rs_window")
+    headroom = c2.number_input("Memory headroom (x peak)", 1.0, 4.0, 1.2, 0.05, key="rs_headroom")
+    compute = c3.number_input("Compute headroom (x SM p95)", 1.0, 4.0, 1.1, 0.05, key="rs_compute")
+    f = ctx.filters
+    with ui.panel("Right-sizing"):
+        rows, total, evidence = _advice(
+            ctx.source.base_url,
+            ctx.settings.timeout_seconds * 3,
+            WINDOWS[window_label],
+            float(headroom),
+            float(compute),
+            (f.cluster, f.node, f.instance, f.namespace),
+            tuple(sorted(ctx.settings.prices_per_gpu_hour.items())),
+        )
+        if not rows:
+            ui.no_data("workloads holding GPUs in the window")
+            return
+        m1, m2, m3, m4 = st.columns(4)
+        m1.metric("Workloads", len(rows))
+        m2.metric("GPU-hours held", f"{total['gpu_hours_held'] or 0:,.1f}")
+        m3.metric("GPU-hours saveable", f"{total['gpu_hours_saved'] or 0:,.1f}")
+        cost = total["cost_saved_usd"]
+        m4.metric("Saving", f"${cost:,.2f}" if cost is not None else "set --price-per-gpu-hour")
+        table = pd.DataFrame(rows)[list(FIRST + tuple(c for c in rows[0] if c not in FIRST))]
+        st.subheader("Recommendations")
+        st.caption(
+            "Smallest MIG slice whose memory holds the peak x memory headroom and whose SMs cover SM-active p95 x "
+            "compute headroom; time-slicing/MPS for light, bursty use; a higher-bandwidth GPU for memory-bound work; "
+            "release for GPUs held idle. Savings are GPU-hours over this page's window (the sidebar's time range "
+            "does not apply; filters do); see docs/advisor.md."
+        )
+        st.dataframe(table, hide_index=True, key="rs_table")
+        if (table["gpu_hours_saved"] > 0).any():
+            st.subheader("Where the savings are")
+            st.plotly_chart(savings_bar(table), key="rs_bar")
+        st.subheader("Evidence")
+        names = [e["workload"] for e in evidence]
+        pick = st.selectbox("Workload", names, key="rs_evidence")
+        st.json(evidence[names.index(pick)], expanded=True)
+
+
+ui.page("Right-sizing", body)

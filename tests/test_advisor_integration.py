@@ -1,0 +1,223 @@
+"""The advisor against a real Prometheus backfilled (promtool tsdb create-blocks-from openmetrics)
+with 7 days of simulated workloads whose right answer is known: the CLI, the measurement layer, the
+dashboard page (AppTest) and the page in headless Chromium give the expected advice and savings.
+No recording rules are loaded: the advisor computes from raw series."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dashboard.advisor import cli
+from dashboard.advisor.backfill import write_openmetrics
+from dashboard.advisor.query import Window, measure
+from dashboard.prometheus_source import PrometheusSource
+from tests.support.prometheus import run_prometheus
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 2**30
+WEEK = 168.0
+PRICES = ["--price", "H200=3.5", "--price", "H100=2.5"]
+# workload -> (recommendation, target, GPU-hours saved, USD saved); reasoning in the engine tests
+EXPECTED = {
+    "research/Pod/debug-shell": ("release", "release", WEEK, WEEK * 3.5),
+    "inference/Deployment/embedder": ("mig", "1g.18gb", WEEK * 6 / 7, WEEK * 6 / 7 * 3.5),
+    "notebooks/StatefulSet/alice": (
+        "time-slice",
+        "time-slicing or MPS",
+        WEEK * (1 - 30 * GIB * 1.2 / 141e9),
+        WEEK * (1 - 30 * GIB * 1.2 / 141e9) * 3.5,
+    ),
+    # two H100s, memory-bound all their busy time: hours shrink by 3.35/4.8, the H200 costs more per hour
+    "inference/Deployment/kv-decode": (
+        "higher-bandwidth",
+        "H200",
+        2 * WEEK * (1 - 3.35 / 4.8),
+        2 * WEEK * 2.5 - 2 * WEEK * 3.35 / 4.8 * 3.5,
+    ),
+    # a 3g.71gb slice takes half the GPU; a 1g.18gb one seventh
+    "inference/Deployment/reranker": ("mig", "1g.18gb", WEEK * (0.5 - 1 / 7), WEEK * (0.5 - 1 / 7) * 3.5),
+    "ml-training/Job/llm-pretrain": ("keep", "keep", 0.0, 0.0),
+    "research/Job/big-embed": ("keep", "keep", 0.0, 0.0),
+    "notebooks/StatefulSet/bob": ("keep", "keep", 0.0, 0.0),
+    "notebooks/StatefulSet/carol": ("keep", "keep", 0.0, 0.0),
+}
+TOTAL_SAVED = sum(v[2] for v in EXPECTED.values())
+TOTAL_USD = sum(v[3] for v in EXPECTED.values())
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus serving 7 days (and an hour) of the simulated workloads, ending now."""
+    tmp = tmp_path_factory.mktemp("advisor")
+    om = tmp / "advisor.om"
+    with om.open("w") as out:
+        write_openmetrics(out, days=7, interval_s=240, end=float(int(time.time())))
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    data = tmp / "data"
+    # one block instead of 85 two-hour blocks: 1 s instead of 20 s
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=240h", str(om),
+                    str(data)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    om.unlink()
+    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
+    with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
+        yield base
+
+
+def _approx(actual: float | None, expected: float) -> bool:
+    return actual is not None and abs(actual - expected) <= max(0.02 * abs(expected), 0.5)
+
+
+def test_cli_json_gives_the_expected_advice_and_savings(prom: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "dashboard.advisor", "--prometheus", prom, "--window", "7d", "--format", "json",
+         *PRICES],
+        capture_output=True, text=True, cwd=REPO, timeout=60, check=True,
+    )  # fmt: skip
+    doc = json.loads(out.stdout)
+    got = {f"{w['namespace']}/{w['workload']}": w for w in doc["workloads"]}
+    assert set(got) == set(EXPECTED)
+    for name, (action, target, saved, usd) in EXPECTED.items():
+        w = got[name]
+        assert (w["recommendation"], w["target"]) == (action, target), (name, w["reason"])
+        assert _approx(w["gpu_hours_saved"], saved), (name, w["gpu_hours_saved"], saved)
+        assert _approx(w["cost_saved_usd"], usd), (name, w["cost_saved_usd"], usd)
+        assert w["evidence"]["gpu_hours_held"] > 0 and w["reason"]
+    assert _approx(doc["totals"]["gpu_hours_saved"], TOTAL_SAVED)
+    assert _approx(doc["totals"]["cost_saved_usd"], TOTAL_USD)
+    assert doc["window_seconds"] == 7 * 86400
+
+
+def test_measurements_follow_workloads_across_pods_slices_and_shared_gpus(prom: str) -> None:
+    usages = {u.name: u for u in measure(PrometheusSource(prom, timeout_s=30), Window())}
+    embedder = usages["inference/Deployment/embedder"]
+    assert embedder.devices == 1 and embedder.device_hours_held == pytest.approx(WEEK, abs=0.2), (
+        "two pods, one workload"
+    )
+    assert embedder.memory_peak_bytes == 9 * GIB, "the daily peak, not the 80 % plateau"
+    assert 0.11 <= (embedder.sm_active_p95 or 0) <= 0.12 and embedder.sm_active_mean == pytest.approx(0.10, abs=0.005)
+    assert usages["research/Pod/debug-shell"].device_hours_idle == pytest.approx(WEEK, abs=0.2), "bare pod, idle"
+    reranker = usages["inference/Deployment/reranker"]
+    assert reranker.mig_profile == "3g.71gb" and reranker.memory_peak_bytes == 10 * GIB
+    bob, carol = usages["notebooks/StatefulSet/bob"], usages["notebooks/StatefulSet/carol"]
+    assert bob.shared and carol.shared
+    assert (bob.memory_peak_bytes, carol.memory_peak_bytes) == (5 * GIB, 7 * GIB), "own memory, not the GPU's 14 GiB"
+    assert (bob.sm_active_p95, carol.sm_active_p95) == (0.1, 0.2), "own SM share on a shared GPU"
+    assert bob.device_hours_held == pytest.approx(WEEK / 2, abs=0.2), "a shared GPU's hours are split"
+    kv = usages["inference/Deployment/kv-decode"]
+    assert kv.devices == 2 and kv.boundness["memory"] == pytest.approx(1.0)
+    alice = usages["notebooks/StatefulSet/alice"]
+    assert alice.boundness["idle"] == pytest.approx(0.32, abs=0.04)
+    assert sum(alice.boundness.values()) == pytest.approx(1.0)
+
+
+def test_cli_table_and_csv(prom: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--prometheus", prom, *PRICES]) == 0
+    table = capsys.readouterr().out
+    assert "1g.18gb" in table and "time-slicing or MPS" in table and "9 workloads over 7 days" in table
+    assert f"{TOTAL_SAVED:,.1f}"[:3] in table.splitlines()[-1]
+    assert cli.main(["--prometheus", prom, "--format", "csv", "--namespace", "research"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("namespace,workload,")
+    assert sorted(line.split(",")[1] for line in lines[1:]) == ["Job/big-embed", "Pod/debug-shell"]
+    assert all(line.split(",")[9] == "" for line in lines[1:]), "no --price, no cost"
+
+
+def test_a_larger_headroom_changes_the_advice(prom: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # 9 GiB x 2.0 = 19.3 GB no longer fits the 18 GB slice; 1g.35gb is next
+    assert cli.main(["--prometheus", prom, "--format", "json", "--headroom", "2", "--namespace", "inference"]) == 0
+    got = {w["workload"]: w for w in json.loads(capsys.readouterr().out)["workloads"]}
+    assert got["Deployment/embedder"]["target"] == "1g.35gb"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--window", "7x"], "not a duration"),
+        (["--window", "0d"], "not a duration"),
+        (["--headroom", "0.8"], "at least 1"),
+        (["--price", "H200=cheap"], "not a number"),
+        (["--format", "xml"], "invalid choice"),
+        (["--timeout", "0"], "positive"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--prometheus", "http://127.0.0.1:1", *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_or_malformed_prometheus_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in ([], ["--prometheus", "prom:9090"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2
+    assert "http://" in capsys.readouterr().err
+
+
+def test_unreachable_prometheus_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.net import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli.main(["--prometheus", url, "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpulens-advisor: ") and "unreachable" in err and url in err
+
+
+def test_dashboard_page_shows_the_same_advice(prom: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.delenv("GPULENS_DASHBOARD_SCRAPE", raising=False)
+    monkeypatch.setenv("GPULENS_DASHBOARD_PROMETHEUS", prom)
+    monkeypatch.setenv("GPULENS_DASHBOARD_REFRESH_SECONDS", "0")
+    monkeypatch.setenv("GPULENS_DASHBOARD_PRICES", "H200=3.5,H100=2.5")
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("views/rightsizing.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.title[0].value == "Right-sizing"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Workloads"] == "9"
+    assert metrics["GPU-hours saveable"] == f"{TOTAL_SAVED:,.1f}" or _approx(
+        float(metrics["GPU-hours saveable"].replace(",", "")), TOTAL_SAVED
+    )
+    assert _approx(float(metrics["Saving"].lstrip("$").replace(",", "")), TOTAL_USD)
+    table = at.dataframe[0].value
+    got = {f"{n}/{w}": (r, t) for n, w, r, t in table[["namespace", "workload", "recommendation", "target"]].values}
+    assert got == {k: v[:2] for k, v in EXPECTED.items()}
+
+
+def test_dashboard_page_in_chromium(prom: str, artifacts_dir: Path) -> None:
+    from tests.test_dashboard_browser import chromium_page, load, run_dashboard
+
+    shot = artifacts_dir / "dashboard" / "rightsizing.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        run_dashboard("--prometheus", prom, "--price-per-gpu-hour", "H200=3.5,H100=2.5") as dash,
+        chromium_page() as page,
+    ):
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        load(page, f"{dash}/rightsizing", 1)
+        for text in ("Recommendations", "Where the savings are", "GPU-hours saveable", "Evidence"):
+            assert page.get_by_text(text, exact=False).count() > 0, text
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+        saving = page.locator('[data-testid="stMetric"]').nth(3).inner_text().split("\n")[-1]
+        assert _approx(float(saving.lstrip("$").replace(",", "")), TOTAL_USD), saving
+        page.screenshot(path=str(shot), full_page=True)
+    if os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
+        shutil.copy(shot, REPO / "docs" / "img" / "rightsizing.png")
