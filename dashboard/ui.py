@@ -80,39 +80,10 @@ def _cached(key: str, method: str, args: tuple[Any, ...], kwargs: tuple[tuple[st
 
 
 def fetch(ctx: PageContext, method: str, *args: Any, **kwargs: Any) -> Any:
-    """``ctx.source.<method>(*args, **kwargs)`` through a short shared cache (10 s).
-
-    Filters are passed as their tuple so the cache can hash them; failures are never cached.
-    """
-    conv = tuple(_freeze(a) for a in args)
-    kw = tuple(sorted((k, _freeze(v)) for k, v in kwargs.items()))
-    result = _cached(ctx.settings.source_key, method, conv, kw, _Unfreezing(ctx.source))
+    """``ctx.source.<method>(*args, **kwargs)`` through a short cache shared by all sessions
+    (10 s; Filters and lists hash by value); failures are never cached."""
+    result = _cached(ctx.settings.source_key, method, args, tuple(sorted(kwargs.items())), ctx.source)
     return result.copy() if isinstance(result, pd.DataFrame) else result
-
-
-class _Unfreezing:
-    """Turns the hashable filter tuples back into Filters before calling the source."""
-
-    def __init__(self, src: MetricSource) -> None:
-        self._src = src
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        fn = getattr(self._src, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            a = [Filters(*x[1:]) if isinstance(x, tuple) and x and x[0] == "filters" else x for x in args]
-            k = {n: (list(v) if isinstance(v, tuple) and n == "by" else v) for n, v in kwargs.items()}
-            return fn(*a, **k)
-
-        return call
-
-
-def _freeze(v: Any) -> Any:
-    if isinstance(v, Filters):
-        return ("filters", v.cluster, v.node, v.instance, v.namespace)
-    if isinstance(v, list):
-        return tuple(v)
-    return v
 
 
 @contextmanager
