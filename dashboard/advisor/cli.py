@@ -135,7 +135,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or any PromQL API) base URL")
     p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
-    p.add_argument("--step", default=None, help="subquery resolution (default: window/2016, at least 1m)")
+    p.add_argument("--step", default=None, help="subquery resolution (default: window/1008, at least 1m)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument(
         "--price",

@@ -31,13 +31,13 @@ import pandas as pd
 from dashboard import frames
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy, Recommendation, WorkloadUsage, recommend_all
 from dashboard.prometheus_source import PrometheusSource
-from dashboard.promql import duration, selector
+from dashboard.promql import by_clause, duration, selector
 from dashboard.source import NO_FILTERS, Filters
 
 WORKLOAD = ("namespace", "workload_kind", "workload")
+POD = (*WORKLOAD, "pod")
 LEAF = ("uuid", "mig_uuid")
-KEYS = (*WORKLOAD, *LEAF)
-CLASSES = ("idle", "launch", "latency", "memory", "compute", "mixed")
+KEYS = (*POD, *LEAF)
 MAX_STEPS = 20_000
 """Most subquery steps per series; longer windows get a coarser step."""
 
@@ -48,48 +48,46 @@ class Window:
 
     window_s: float = 7 * 86400.0
     step_s: float | None = None
-    """None: max(60 s, window / 2016), i.e. 5 minutes over 7 days."""
+    """None: max(60 s, window / 1008), i.e. 10 minutes over 7 days."""
     end: float | None = None
     idle_threshold: float = 0.01
     """SM activity below which a held device counts as idle (the recording rules' 1 %)."""
 
     def resolved_step(self) -> float:
-        step = self.step_s if self.step_s else max(60.0, self.window_s / 2016)
+        step = self.step_s if self.step_s else max(60.0, self.window_s / 1008)
         return float(max(step, math.ceil(self.window_s / MAX_STEPS)))
 
 
 def _queries(filters: Filters, win: Window) -> dict[str, str]:
-    """The PromQL for every measurement, keyed by what it measures."""
+    """The PromQL for every measurement, keyed by what it measures; results are per (pod, device).
+
+    Rows stay per pod (not per workload) on the server: grouping by owner in PromQL would need
+    label_replace/or/unless at every step, which made a 1,000-GPU fleet several times slower.
+    """
     target = filters.target_matchers()
-    alloc_match = {**target, **({"namespace": filters.namespace} if filters.namespace else {})}
-    alloc = selector("gpulens_pod_gpu_allocation", alloc_match)
-    owned = selector("gpulens_pod_gpu_allocation", {**alloc_match, "workload": ""})
-    # "workload!=" cannot be expressed with selector(); an owned pod is any not in `owned`
-    wl = (
-        f'(label_replace(label_replace({owned}, "workload", "$1", "pod", "(.+)"), "workload_kind", "Pod", "", "")'
-        f" or ({alloc} unless {owned}))"
+    alloc = selector(
+        "gpulens_pod_gpu_allocation", {**target, **({"namespace": filters.namespace} if filters.namespace else {})}
     )
-    pod_keys = "(namespace,pod,container,uuid)"
-    wl_by_pod = f"max by (namespace,pod,container,uuid,workload_kind,workload) ({wl})"
-    a = f"max by (namespace,workload_kind,workload,uuid,mig_uuid) ({wl})"
+    a = f"max by {by_clause(KEYS)} ({alloc})"
     holders = f"count by (uuid,mig_uuid) ({a})"
     share = f"({a} / on(uuid,mig_uuid) group_left() {holders})"
     step = duration(win.resolved_step())
     rng = f"[{duration(win.window_s)}:{step}]"
 
-    def leaf(metric: str, peak: bool = False) -> str:
+    def leaf(metric: str, peak: bool = False, extra: str = "") -> str:
         sel = selector(metric, target)
-        return f"max by (uuid,mig_uuid) ({f'max_over_time({sel}[{step}])' if peak else sel})"
+        return f"max by (uuid,mig_uuid{extra}) ({f'max_over_time({sel}[{step}])' if peak else sel})"
 
     def joined(metric: str, peak: bool = False) -> str:
         return f"({a} * on(uuid,mig_uuid) group_left() {leaf(metric, peak)})"
 
     def per_pod_on_shared(metric: str, peak: bool = False) -> str:
+        # the pod's own series, with the allocation's owner labels, on GPUs several pods hold
         sel = selector(metric, target)
         inner = f"max_over_time({sel}[{step}])" if peak else sel
         return (
-            f"(sum by (namespace,workload_kind,workload,uuid) ({inner} * on{pod_keys}"
-            f" group_left(workload_kind,workload) {wl_by_pod}) and on(uuid) ({holders} > 1))"
+            f"(sum by (namespace,pod,uuid) ({inner}) * on(namespace,pod,uuid) group_left(workload_kind,workload)"
+            f" max by (namespace,pod,uuid,workload_kind,workload) ({alloc}) and on(uuid) ({holders} > 1))"
         )
 
     sm = f"({per_pod_on_shared('gpulens_pod_gpu_sm_share_ratio')} or {joined('gpulens_gpu_sm_active_ratio')})"
@@ -99,19 +97,10 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     )
     below = f"({leaf('gpulens_gpu_sm_active_ratio')} < bool {win.idle_threshold!r})"
     idle = f"({share} * on(uuid,mig_uuid) group_left() {below})"
-    bound = "gpulens_gpu_boundness"
-
-    def leaf_of(metric: str, cls: str) -> str:
-        return f"max by (uuid,mig_uuid) ({selector(metric, {**target, 'class': cls})})"
-
+    classes = leaf("gpulens_gpu_boundness", extra=",class")
     hours = f"{win.resolved_step():g} / 3600"
-    per_class = {
-        # one query per class: the class series are many per device, the workloads too (shared GPUs)
-        f"boundness_{c}": f"avg_over_time(({a} * on(uuid,mig_uuid) group_left() {leaf_of(bound, c)}){rng})"
-        for c in CLASSES
-    }
+    window = duration(win.window_s)
     return {
-        **per_class,
         "held": f"sum_over_time({share}{rng}) * {hours}",
         "idle": f"sum_over_time({idle}{rng}) * {hours}",
         "sm_p95": f"quantile_over_time(0.95, {sm}{rng})",
@@ -119,12 +108,17 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "dram_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_dram_active_ratio')}{rng})",
         "mem_peak": f"max_over_time({mem}{rng})",
         "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
-        "info": (
-            f"max by (uuid,name) (last_over_time({selector('gpulens_gpu_info', target)}[{duration(win.window_s)}]))"
+        # boundness per (pod, device, class) where one pod holds the device (the class series are
+        # the "many" side, so the pod must be unique per device) ...
+        "boundness": (
+            f"avg_over_time(({classes} * on(uuid,mig_uuid) group_left({','.join(POD)})"
+            f" ({a} and on(uuid,mig_uuid) ({holders} == 1))){rng})"
         ),
+        # ... and per (device, class) for shared devices: the GPU's mix while shared
+        "boundness_shared": f"avg_over_time(({classes} and on(uuid,mig_uuid) ({holders} > 1)){rng})",
+        "info": f"max by (uuid,name) (last_over_time({selector('gpulens_gpu_info', target)}[{window}]))",
         "mig": (
-            "max by (mig_uuid,mig_profile) "
-            f"(last_over_time({selector('gpulens_mig_instance_info', target)}[{duration(win.window_s)}]))"
+            f"max by (mig_uuid,mig_profile) (last_over_time({selector('gpulens_mig_instance_info', target)}[{window}]))"
         ),
     }
 
@@ -139,8 +133,15 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     """
     queries = _queries(filters, win)
     at = win.end if win.end is not None else time.time()
-    with ThreadPoolExecutor(max_workers=6) as pool:
+    shared_q = queries.pop("boundness_shared")
+    with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
+    # only worth its cost (a join at every step) when some device was shared
+    holders = results["holders"]
+    if not holders.empty and bool((holders["value"] > 1).any()):
+        results["boundness_shared"] = src.query(shared_q, at)
+    else:
+        results["boundness_shared"] = pd.DataFrame(columns=["value"])
     held = frames.with_cols(results["held"], KEYS)
     if held.empty:
         return []
@@ -155,9 +156,19 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     rows["model"] = [models.get(u, "") for u in rows["uuid"]]
     rows["profile"] = [profiles.get(m, "") if m else "" for m in rows["mig_uuid"]]
     mixes: dict[tuple[str, ...], dict[str, float]] = {}
-    for cls in CLASSES:
-        for rec in frames.with_cols(results[f"boundness_{cls}"], KEYS).to_dict("records"):
-            mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[cls] = float(rec["value"])
+    for rec in frames.with_cols(results["boundness"], (*KEYS, "class")).to_dict("records"):
+        mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[str(rec["class"])] = float(rec["value"])
+    shared_mix: dict[tuple[str, str], dict[str, float]] = {}
+    for rec in frames.with_cols(results["boundness_shared"], (*LEAF, "class")).to_dict("records"):
+        shared_mix.setdefault((str(rec["uuid"]), str(rec["mig_uuid"])), {})[str(rec["class"])] = float(rec["value"])
+    rows["mix"] = [
+        mixes.get(tuple(str(r[k]) for k in KEYS)) or shared_mix.get((str(r["uuid"]), str(r["mig_uuid"])), {})
+        for r in rows.to_dict("records")
+    ]
+    # a pod without an owner is its own workload
+    bare = rows["workload"] == ""
+    rows.loc[bare, "workload"] = rows.loc[bare, "pod"]
+    rows.loc[bare, "workload_kind"] = "Pod"
 
     out = []
     for (ns, kind, name, model, profile), g in rows.groupby([*WORKLOAD, "model", "profile"], sort=True):
@@ -165,7 +176,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
         total = float(weights.sum())
         mix: dict[str, float] = {}
         for rec, w in zip(g.to_dict("records"), weights, strict=True):
-            for cls, v in mixes.get(tuple(str(rec[k]) for k in KEYS), {}).items():
+            for cls, v in rec["mix"].items():
                 mix[cls] = mix.get(cls, 0.0) + v * float(w) / total if total > 0 else 0.0
         out.append(
             WorkloadUsage(

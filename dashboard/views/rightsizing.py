@@ -24,7 +24,7 @@ FIRST = ("namespace", "workload", "recommendation", "target", "gpu_hours_saved",
 COLORS = {"release": "#d62728", "mig": "#1f77b4", "time-slice": "#9467bd", "higher-bandwidth": "#ff7f0e"}
 
 
-@st.cache_data(ttl=120, show_spinner="Measuring every workload over the window…", max_entries=32)
+@st.cache_data(ttl=600, show_spinner="Measuring every workload over the window…", max_entries=32)
 def _advice(
     url: str,
     timeout_s: float,
