@@ -88,14 +88,15 @@ def activity_from_series(
 
     Same definition as PrometheusSource's server-side query: at each step an allocated device is
     idle when its SM activity is below the threshold; its idle step is split among the pods that
-    hold the device at that step (time-slicing), and steps without an SM value do not count.
+    hold the device at that step in proportion to the time-slicing replicas each holds, and steps
+    without an SM value do not count.
     """
     if allocation.empty:
         return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
-    alloc = with_cols(allocation, ALLOCATION_KEYS)
     keys = list(ALLOCATION_KEYS)
-    alloc = alloc[[*keys, "timestamp"]].drop_duplicates()
-    alloc["holders"] = alloc.groupby([*LEAF, "timestamp"])["uuid"].transform("size")
+    rows = with_cols(allocation, [*keys, "replica"])[[*keys, "replica", "timestamp"]].drop_duplicates()
+    alloc = rows.groupby([*keys, "timestamp"], as_index=False).size().rename(columns={"size": "held"})
+    alloc["replicas"] = alloc.groupby([*LEAF, "timestamp"])["held"].transform("sum")
     sm = with_cols(sm_active, LEAF)
     if sm.empty:
         sm_leaf = pd.DataFrame(columns=[*LEAF, "timestamp", "value"])
@@ -103,7 +104,7 @@ def activity_from_series(
         sm_leaf = sm.groupby([*LEAF, "timestamp"], as_index=False)["value"].max()
     joined = alloc.merge(sm_leaf, on=[*LEAF, "timestamp"], how="left")
     idle = joined["value"].notna() & (joined["value"] < busy_threshold)
-    joined["idle_gpu_hours"] = idle.astype(float) / joined["holders"] * step_s / 3600.0
+    joined["idle_gpu_hours"] = idle.astype(float) * joined["held"] / joined["replicas"] * step_s / 3600.0
     out = joined.groupby(keys, as_index=False).agg(
         idle_gpu_hours=("idle_gpu_hours", "sum"), first_allocated=("timestamp", "min")
     )

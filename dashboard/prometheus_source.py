@@ -170,9 +170,9 @@ class PrometheusSource:
         thr = f"{float(busy_threshold)!r}"
         # Subqueries cost in proportion to the labels they carry at every step, so they keep only
         # pod + device; the other labels (instance, workload...) come from one cheap range query.
+        # a pod's share of a device = the replicas it holds / all replicas held (1/1 unless shared)
         idle_share = (
-            f"(max by {pod} ({mine}) / on(uuid,mig_uuid) group_left() "
-            f"count by (uuid,mig_uuid) (max by {pod} ({everyone})))"
+            f"(sum by {pod} ({mine}) / on(uuid,mig_uuid) group_left() count by (uuid,mig_uuid) ({everyone}))"
             f" * on(uuid,mig_uuid) group_left() ({sm} < bool {thr})"
         )
         queries = (

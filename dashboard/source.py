@@ -137,7 +137,8 @@ class MetricSource(Protocol):
         """One row per allocated device seen in the window (ACTIVITY_COLUMNS).
 
         ``idle_gpu_hours``: steps at which the device was allocated and its SM activity was below
-        ``busy_threshold``, times the step, in hours, divided among the pods sharing the device.
+        ``busy_threshold``, times the step, in hours, split among the pods sharing the device by the
+        time-slicing replicas each holds.
         ``first_allocated``: first step the allocation was seen; ``last_busy``: last step the
         device's SM activity reached the threshold (NaN if never in the window); Unix seconds.
         """

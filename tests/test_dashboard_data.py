@@ -196,9 +196,19 @@ def test_idle_gpu_hours_count_idle_steps_and_split_shared_gpus() -> None:
         + [{"uuid": "GPU-B", "timestamp": t, "value": 0.0} for t in ts],
         time=True,
     )
+    # GPU-C: p4 holds two time-slicing replicas, p5 one
+    replicas = [
+        {"namespace": "ml", "pod": pod, "container": "c", "uuid": "GPU-C", "replica": r, "timestamp": t, "value": 1}
+        for pod, r in (("p4", "0"), ("p4", "1"), ("p5", "2"))
+        for t in ts
+    ]
+    alloc = pd.concat([alloc, frames.from_rows(replicas, time=True)], ignore_index=True).fillna("")
+    sm = pd.concat([sm, frames.from_rows([{"uuid": "GPU-C", "timestamp": t, "value": 0.0} for t in ts], time=True)])
     act = frames.activity_from_series(alloc, sm, step_s=900, busy_threshold=0.05).set_index("pod")
     assert act.loc["p1", "idle_gpu_hours"] == pytest.approx(3 * 0.25)
     assert act.loc["p2", "idle_gpu_hours"] == pytest.approx(4 * 0.25 / 2)
+    assert act.loc["p4", "idle_gpu_hours"] == pytest.approx(1.0 * 2 / 3)
+    assert act.loc["p5", "idle_gpu_hours"] == pytest.approx(1.0 / 3)
     assert act.loc["p1", "last_busy"] == 0.0
     assert math.isnan(act.loc["p2", "last_busy"])
     assert act.loc["p1", "first_allocated"] == 0.0
