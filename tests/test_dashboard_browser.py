@@ -211,4 +211,5 @@ def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir
         # the banner is drawn again on the new page, after its title
         page.get_by_text("is unreachable").first.wait_for(timeout=30000)
         assert page.get_by_text("Retry").count() > 0
+        (artifacts_dir / "dashboard").mkdir(exist_ok=True)
         page.screenshot(path=str(artifacts_dir / "dashboard" / "prometheus-down.png"))

@@ -38,6 +38,7 @@ def backfill(tmp: Path, gpus: int, nodes: int, hours: float, interval_s: float =
 
 
 def test_fleet_and_workloads_render_a_backfilled_fleet(tmp_path: Path, artifacts_dir: Path) -> None:
+    (artifacts_dir / "dashboard").mkdir(exist_ok=True)
     data = backfill(tmp_path, GPUS, NODES, HOURS)
     with run_prometheus("global: {scrape_interval: 1m}\nscrape_configs: []\n", storage_dir=str(data)) as prom:
         assert prom_query(prom, "count(gpulens_gpu_info)")[0]["value"][1] == str(GPUS)  # type: ignore[index]
