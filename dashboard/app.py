@@ -67,7 +67,7 @@ def main() -> None:
         namespace = _choice("Namespace", namespaces, "f_ns")
         filters = Filters(cluster=scoped.cluster, node=node, instance=instance, namespace=namespace)
     except SourceError as exc:
-        error = f"Cannot reach the data source ({src.description}): {exc}"
+        error = str(exc)
         st.sidebar.button("Retry", key="retry")
     auto = st.sidebar.toggle("Auto-refresh", value=cfg.refresh_seconds > 0, key="auto")
     st.sidebar.caption(f"Source: {src.description}")

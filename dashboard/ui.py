@@ -92,9 +92,9 @@ def panel(what: str) -> Iterator[None]:
     try:
         yield
     except SourceError as exc:
-        st.error(f"{what}: {exc}", icon="⚠️")
+        st.error(f"{what}: {exc}", icon=":material/warning:")
     except Exception as exc:  # a broken panel must not take the page down
-        st.error(f"{what} could not be drawn: {type(exc).__name__}: {str(exc)[:300]}", icon="⚠️")
+        st.error(f"{what} could not be drawn: {type(exc).__name__}: {str(exc)[:300]}", icon=":material/warning:")
 
 
 def no_data(what: str = "") -> None:
@@ -116,14 +116,14 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
     ctx = context()
     st.title(title)
     if ctx.source_error:
-        st.error(ctx.source_error, icon="🚫")
+        st.error(ctx.source_error, icon=":material/cloud_off:")
         st.caption("The data source did not answer; pick another page or press Retry in the sidebar.")
         return
 
     def run() -> None:
         started = time.perf_counter()
         for problem in ctx.source.problems():
-            st.warning(f"exporter not answering: {problem}", icon="⚠️")
+            st.warning(f"exporter not answering: {problem}", icon=":material/warning:")
         body(ctx)
         st.caption(f"gpulens · {ctx.source.description} · rendered in {time.perf_counter() - started:.2f} s")
 

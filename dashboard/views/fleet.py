@@ -31,7 +31,7 @@ def body(ctx: ui.PageContext) -> None:
         if not bad.empty:
             st.error(f"{len(bad)} exporter(s) cannot read their GPUs: " + ", ".join(frames.col(bad, "instance")))
         if not down.empty:
-            st.error(f"{len(down)} GPU(s) lost or unreadable", icon="🔥")
+            st.error(f"{len(down)} GPU(s) lost or unreadable", icon=":material/error:")
             st.dataframe(frames.with_cols(down, ["instance", "gpu", "uuid"])[["instance", "gpu", "uuid"]])
 
     with ui.panel("SM activity"):
