@@ -35,6 +35,10 @@ class Thresholds:
     launch_sm_enter: float = 0.02
     """Below this SM activity, kernels that ran kept the SMs idle: launch/host bound."""
     launch_sm_exit: float = 0.04
+    launch_sm_per_busy_enter: float = 0.2
+    """Launch needs narrow kernels: SM activity / GPU-Util (SMs holding work while kernels ran)
+    below this.  Keeps the fading tail of a wide workload (both means shrinking together) out."""
+    launch_sm_per_busy_exit: float = 0.3
     busy_util_enter: float = 0.02
     """NVML GPU-Util (whole GPUs) at which "kernels ran" (launch vs idle)."""
     busy_util_exit: float = 0.01
@@ -50,6 +54,7 @@ class Thresholds:
             ("memory_dram", self.memory_dram_enter, self.memory_dram_exit, True),
             ("compute_pipe", self.compute_pipe_enter, self.compute_pipe_exit, True),
             ("launch_sm", self.launch_sm_enter, self.launch_sm_exit, False),
+            ("launch_sm_per_busy", self.launch_sm_per_busy_enter, self.launch_sm_per_busy_exit, False),
             ("busy_util", self.busy_util_enter, self.busy_util_exit, True),
             ("busy_sm_trace", self.busy_sm_trace_enter, self.busy_sm_trace_exit, True),
         )
@@ -180,6 +185,7 @@ class _LeafState:
         "current",
         "launch",
         "memory",
+        "narrow",
         "window",
     )
 
@@ -190,6 +196,7 @@ class _LeafState:
         self.launch = _Schmitt(th.launch_sm_enter, th.launch_sm_exit, rising=False)
         self.busy_util = _Schmitt(th.busy_util_enter, th.busy_util_exit)
         self.busy_sm = _Schmitt(th.busy_sm_trace_enter, th.busy_sm_trace_exit)
+        self.narrow = _Schmitt(th.launch_sm_per_busy_enter, th.launch_sm_per_busy_exit, rising=False)
         self.current: str | None = None
         self.candidate: str | None = None
         self.candidate_since = 0.0
@@ -269,6 +276,9 @@ class BoundnessClassifier:
         sm_low = state.launch.update(m.sm_active if m.sm_active is not None else 0.0)
         util_busy = state.busy_util.update(m.utilization)
         trace_busy = state.busy_sm.update(m.sm_active)
+        narrow = state.narrow.update(
+            (m.sm_active or 0.0) / m.utilization if m.utilization is not None and m.utilization > 0 else None
+        )
         if memory and compute:
             return "mixed"
         if memory:
@@ -279,7 +289,10 @@ class BoundnessClassifier:
             return "latency"
         # MIG: NVML has no per-instance GPU-Util.  A trace of SM activity on a leaf whose
         # processes NVML lists is then the evidence that kernels ran (see docs/boundness.md).
-        kernels_ran = util_busy if m.utilization is not None else (trace_busy and has_processes)
+        # On a whole GPU the kernels must also have been narrow: SMs nearly idle *while kernels
+        # ran*.  When a wide workload stops, SM activity and GPU-Util fade out of the window
+        # together, and that tail is not a launch-bound phase.
+        kernels_ran = (util_busy and narrow) if m.utilization is not None else (trace_busy and has_processes)
         return "launch" if kernels_ran else "idle"
 
     def _settle(self, state: _LeafState, candidate: str, now: float) -> str:
