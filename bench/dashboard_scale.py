@@ -24,65 +24,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.source import ALLOCATION, SM_ACTIVE
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.net import free_port
+from tests.support.process import managed_process
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
 VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 1000}}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(url)
-
-
-@contextmanager
-def _process(argv: list[str], log: Path, ready_url: str) -> Iterator[None]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ})
-        try:
-            _wait(ready_url)
-            yield
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _render(context: object, url: str, charts: int, server: list[float] | None = None) -> float:
@@ -144,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         om.unlink()
         result["openmetrics_bytes"] = om_bytes
         (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
-        pport, dport = _free_port(), _free_port()
+        pport, dport = free_port(), free_port()
         prom_url, dash_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}"
         prom = [shutil.which("prometheus") or "prometheus", f"--config.file={tmp / 'p.yml'}",
                 f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{pport}"]  # fmt: skip
         dash = [sys.executable, "-m", "dashboard", "--prometheus", prom_url, "--port", str(dport),
                 "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
         with (
-            _process(prom, tmp / "prom.log", f"{prom_url}/-/ready"),
-            _process(dash, tmp / "dash.log", f"{dash_url}/_stcore/health"),
+            managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=120),
+            managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120),
         ):
             src = PrometheusSource(prom_url, timeout_s=120)
             calls = {
@@ -176,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
             renders: dict[str, dict[str, float]] = {}
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 for page, path, charts in (("Fleet", "", 1), ("Workloads", "workloads", 1)):
                     url = f"{dash_url}/{path}?range={rng}"
                     server: list[float] = []

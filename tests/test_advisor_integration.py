@@ -200,7 +200,7 @@ def test_dashboard_page_shows_the_same_advice(prom: str, monkeypatch: pytest.Mon
 
 
 def test_dashboard_page_in_chromium(prom: str, artifacts_dir: Path) -> None:
-    from tests.test_dashboard_browser import chromium_page, load, run_dashboard
+    from tests.support.browser import chromium_page, load, run_dashboard
 
     shot = artifacts_dir / "dashboard" / "rightsizing.png"
     shot.parent.mkdir(parents=True, exist_ok=True)

@@ -4,15 +4,11 @@ screenshots land in artifacts/dashboard/, and a dead Prometheus gives a banner, 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -20,21 +16,13 @@ import pytest
 from dashboard import frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.source import ALLOCATION, SM_ACTIVE
+from tests.support.browser import chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
-from tests.support.net import free_port, wait_http
+from tests.support.net import free_port
+from tests.support.prometheus import query as prom_query
 from tests.support.prometheus import run_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 PAGES: dict[str, list[str]] = {
     # url path -> texts that must be on the page once it has rendered
     "": ["GPUs", "Allocated", "SM activity per GPU", "Models"],
@@ -44,72 +32,6 @@ PAGES: dict[str, list[str]] = {
     "health": ["Bandwidth probes", "Xid errors", "ECC errors", "Clock events (throttling) now"],
 }
 MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1}
-
-
-def prom_query(base: str, q: str) -> list[dict[str, object]]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q})
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        result: list[dict[str, object]] = json.loads(resp.read())["data"]["result"]
-        return result
-
-
-@contextmanager
-def run_dashboard(*args: str) -> Iterator[str]:
-    """``python -m dashboard ARGS`` on a free port; yield its URL once Streamlit is healthy."""
-    port = free_port()
-    log = open(REPO / "artifacts" / f"dashboard-{port}.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboard", *args, "--port", str(port), "--address", "127.0.0.1", "--refresh", "0"],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{base}/_stcore/health", timeout=60)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-@contextmanager
-def chromium_page() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            # tall: Streamlit scrolls inside its own container, so a screenshot shows one viewport
-            yield browser.new_page(viewport={"width": 1400, "height": 1700})
-        finally:
-            browser.close()
-
-
-def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 120.0) -> float:
-    """Open ``url`` and wait until the page's last element (the footer) and at least
-    ``min_charts`` plotly charts are drawn; return the seconds it took."""
-    from playwright.sync_api import Page
-
-    assert isinstance(page, Page)
-    started = time.perf_counter()
-    page.goto(url)
-    page.get_by_text("rendered in").first.wait_for(timeout=timeout_s * 1000)
-    page.wait_for_function(
-        """n => {
-            const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
-            return charts.length >= n && charts.every(c => c.querySelector('.main-svg'));
-        }""",
-        arg=min_charts,
-        timeout=timeout_s * 1000,
-    )
-    return time.perf_counter() - started
 
 
 @pytest.fixture(scope="module")

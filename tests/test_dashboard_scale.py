@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import chromium_page, load, run_dashboard
+from tests.support.prometheus import query as prom_query
 from tests.support.prometheus import run_prometheus
-from tests.test_dashboard_browser import chromium_page, load, prom_query, run_dashboard
 
 REPO = Path(__file__).resolve().parents[1]
 GPUS, NODES, HOURS = 200, 25, 6

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 import urllib.parse
@@ -17,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.net import free_port, wait_http
+from tests.support.net import free_port
+from tests.support.process import managed_process
 
 
 def prometheus_binary() -> str:
@@ -47,39 +47,21 @@ def run_prometheus(
         for name, content in (rule_files or {}).items():
             (root / name).write_text(content)
         port = free_port()
-        log = open(root / "prometheus.log", "wb")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={root / 'prometheus.yml'}",
-                f"--storage.tsdb.path={storage_dir or root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--web.enable-lifecycle",
-                *extra_args,
-            ],
-            cwd=root,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
         base = f"http://127.0.0.1:{port}"
-        try:
+        argv = [
+            binary,
+            f"--config.file={root / 'prometheus.yml'}",
+            f"--storage.tsdb.path={storage_dir or root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+            *extra_args,
+        ]
+        with managed_process(argv, f"{base}/-/ready", log=root / "prometheus.log", cwd=root):
             try:
-                wait_http(f"{base}/-/ready", timeout=60)
-            except TimeoutError:
-                proc.kill()
-                log.close()
-                tail = (root / "prometheus.log").read_text()[-4000:]
-                raise RuntimeError("prometheus did not start:\n" + tail) from None
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log.close()
-            if os.environ.get("GPULENS_KEEP_PROM_LOG"):
-                print((root / "prometheus.log").read_text())
+                yield base
+            finally:
+                if os.environ.get("GPULENS_KEEP_PROM_LOG"):
+                    print((root / "prometheus.log").read_text())
 
 
 def query(base: str, promql: str, timeout: float = 10.0) -> list[dict[str, Any]]:
