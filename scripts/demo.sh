@@ -19,11 +19,10 @@ trap cleanup EXIT INT TERM
 .venv/bin/python -m exporter --backend "${GPULENS_BACKEND:-auto}" --sim.scenario "$SCENARIO" \
   --web.listen-address "127.0.0.1:${EXPORTER_PORT}" &
 pids+=($!)
-for _ in $(seq 1 100); do
-  curl -fsS "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-curl -fsS "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null || { echo "exporter did not start" >&2; exit 1; }
+ready() { .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
+  "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null 2>&1; }
+for _ in $(seq 1 100); do ready && break; sleep 0.2; done
+ready || { echo "exporter did not start" >&2; exit 1; }
 
 .venv/bin/python -m dashboard --scrape "http://127.0.0.1:${EXPORTER_PORT}/metrics" \
   --address 127.0.0.1 --port "${DASHBOARD_PORT}" &
