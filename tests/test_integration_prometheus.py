@@ -52,6 +52,8 @@ def test_prometheus_gets_pods_and_the_up_series() -> None:
 
 
 def test_sigterm_mid_scrape_exits_cleanly_within_5s() -> None:
+    import socket
+
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter", "--backend", "sim", "--web.listen-address", f"127.0.0.1:{port}"],
@@ -61,9 +63,13 @@ def test_sigterm_mid_scrape_exits_cleanly_within_5s() -> None:
     try:
         wait_http(f"http://127.0.0.1:{port}/readyz", timeout=30)
         assert get(f"http://127.0.0.1:{port}/metrics")[0] == 200
+        # A scrape in flight: the request is half sent when the signal arrives.
+        stalled = socket.create_connection(("127.0.0.1", port))
+        stalled.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(10)
+        stalled.close()
         assert rc == 0
         assert time.monotonic() - t0 < 5.0
     finally:

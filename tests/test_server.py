@@ -109,3 +109,18 @@ def test_a_client_that_never_finishes_does_not_block_scrapes(served: tuple[int, 
 )
 def test_listen_address_forms(text: str, expected: tuple[str, int]) -> None:
     assert parse_listen_address(text) == expected
+
+
+def test_oversized_headers_are_refused_and_scrapes_go_on(served: tuple[int, Sampler]) -> None:
+    port, sampler = served
+    sampler.run_once()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n")
+        reply = s.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 431") or reply.startswith(b"HTTP/1.0 431"), reply[:80]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        many = b"".join(b"X-H%d: v\r\n" % i for i in range(500))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        reply = s.recv(4096)
+    assert b" 431 " in reply.split(b"\r\n", 1)[0], reply[:80]
+    assert _request(port, "GET", "/metrics")[0] == 200
