@@ -221,3 +221,13 @@ def test_dashboard_page_in_chromium(prom: str, artifacts_dir: Path) -> None:
         page.screenshot(path=str(shot), full_page=True)
     if os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
         shutil.copy(shot, REPO / "docs" / "img" / "rightsizing.png")
+
+
+@pytest.mark.parametrize("step_s", [300, 360, 420, 480, 540, 600, 660, 720, 780, 840])
+def test_a_rolling_update_handover_is_not_sharing_at_any_grid_phase(prom: str, step_s: int) -> None:
+    # The embedder's Deployment replaced its pod once: old and new pod overlap within Prometheus'
+    # 5 m lookback at some subquery grid points and not at others, depending on where the grid
+    # falls (it is aligned to multiples of the step). Either way the workload held its GPU alone,
+    # so the advice must not flip to "already shares its GPU".
+    usages = {u.name: u for u in measure(PrometheusSource(prom, timeout_s=30), Window(step_s=step_s))}
+    assert usages["inference/Deployment/embedder"].shared is False

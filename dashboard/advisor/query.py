@@ -108,6 +108,8 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "dram_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_dram_active_ratio')}{rng})",
         "mem_peak": f"max_over_time({mem}{rng})",
         "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
+        # share of the pod's held time during which others held the device too
+        "shared_share": f"avg_over_time(({a} * on(uuid,mig_uuid) group_left() ({holders} > bool 1)){rng})",
         # boundness per (pod, device, class) where one pod holds the device (the class series are
         # the "many" side, so the pod must be unique per device) ...
         "boundness": (
@@ -124,6 +126,11 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
 
 
 DEFAULT_WINDOW = Window()
+
+SHARED_MIN_SHARE = 0.1
+"""A device counts as shared when other pods held it too for at least this share of the time the
+workload held it. A rolling update's handover (old and new pod listed together for a scrape or two,
+or within Prometheus' 5 m lookback of backfilled data) is not sharing."""
 
 
 def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filters = NO_FILTERS) -> list[WorkloadUsage]:
@@ -146,7 +153,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     if held.empty:
         return []
     rows = held.rename(columns={"value": "held"})[[*KEYS, "held"]]
-    for key in ("idle", "sm_p95", "sm_mean", "dram_p95", "mem_peak", "holders"):
+    for key in ("idle", "sm_p95", "sm_mean", "dram_p95", "mem_peak", "holders", "shared_share"):
         df = frames.with_cols(results[key], KEYS).rename(columns={"value": key})[[*KEYS, key]]
         rows = rows.merge(df.drop_duplicates(list(KEYS)), on=list(KEYS), how="left")
     info = frames.with_cols(results["info"], ("uuid", "name"))
@@ -193,7 +200,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
                 sm_active_mean=_weighted(g["sm_mean"], weights),
                 dram_active_p95=_max(g["dram_p95"]),
                 boundness=mix,
-                shared=bool((g["holders"].fillna(1.0) > 1).any()),
+                shared=bool((g["shared_share"].fillna(0.0) >= SHARED_MIN_SHARE).any()),
             )
         )
     return out
