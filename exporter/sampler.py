@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
@@ -109,8 +109,8 @@ class Sampler:
         self._pending: Future[BackendSample] | None = None
         self._integrals = ActivityIntegrator()
         self._energy = MonotonicCounter()
-        self._xid = EventCounter()
-        self._nvml_errors = EventCounter()
+        self._xid: EventCounter[tuple[str, int]] = EventCounter()
+        self._nvml_errors: EventCounter[str] = EventCounter()
         self._cycles = 0
 
     # --- public -----------------------------------------------------------------------
@@ -188,8 +188,8 @@ class Sampler:
             stages=tuple(stages),
             analysis=analysis,
             attribution=attribution,
-            xid_totals=MappingProxyType(self._xid.totals()),  # type: ignore[arg-type]
-            nvml_errors=MappingProxyType(self._nvml_errors.totals()),  # type: ignore[arg-type]
+            xid_totals=MappingProxyType(self._xid.totals()),
+            nvml_errors=MappingProxyType(self._nvml_errors.totals()),
         )
         snapshot = self._with_probes(snapshot)
         self._latest = snapshot
@@ -274,9 +274,9 @@ class Sampler:
         except Exception:
             log.exception("probe scheduling failed")
             stage = StageResult("probes", False, time.perf_counter() - t0)
-            return _replace(snapshot, stages=(*snapshot.stages, stage))
+            return replace(snapshot, stages=(*snapshot.stages, stage))
         stage = StageResult("probes", True, time.perf_counter() - t0)
-        return _replace(
+        return replace(
             snapshot,
             stages=(*snapshot.stages, stage),
             probe_results=results,
@@ -299,9 +299,3 @@ class Sampler:
                 next_at = self._clock()
                 delay = 0.0
             self._stop.wait(delay)
-
-
-def _replace(snapshot: Snapshot, **changes: object) -> Snapshot:
-    from dataclasses import replace
-
-    return replace(snapshot, **changes)  # type: ignore[arg-type]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
 
 
 @dataclass
@@ -93,22 +96,22 @@ class MonotonicCounter:
                 self._total.pop(key, None)
 
 
-class EventCounter:
+class EventCounter(Generic[K]):
     """Counts discrete events by key (Xid per GPU, NVML errors per code) since start."""
 
     def __init__(self) -> None:
-        self._counts: dict[object, int] = {}
+        self._counts: dict[K, int] = {}
 
-    def add(self, key: object, n: int = 1) -> None:
+    def add(self, key: K, n: int = 1) -> None:
         """Count ``n`` more events for ``key``."""
         if n > 0:
             self._counts[key] = self._counts.get(key, 0) + n
 
-    def add_all(self, counts: Mapping[str, int]) -> None:
+    def add_all(self, counts: Mapping[K, int]) -> None:
         """Count several keys at once."""
         for key, n in counts.items():
             self.add(key, n)
 
-    def totals(self) -> dict[object, int]:
+    def totals(self) -> dict[K, int]:
         """A copy of the totals (safe to put in a frozen Snapshot)."""
         return dict(self._counts)
