@@ -21,13 +21,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.procstat import open_fds, rss_bytes
 from exporter.model import Allocation, Attribution, BackendSample, PodRef, PodUsage, StageResult
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.process import managed_process
 
 
 @dataclass
@@ -96,26 +96,13 @@ def load(host: str, port: int, concurrency: int, seconds: float) -> LoadResult:
     )
 
 
-def start_exporter(port: int, scenario: str = "mig7x8") -> subprocess.Popen[bytes]:
-    """A sim exporter process on 127.0.0.1:port, ready."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--backend", "sim", "--sim.scenario", scenario,
-         "--web.listen-address", f"127.0.0.1:{port}"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("exporter did not start")
+@contextmanager
+def sim_exporter(port: int, scenario: str = "mig7x8") -> Iterator[subprocess.Popen[bytes]]:
+    """A sim exporter process on 127.0.0.1:port for the ``with`` block, ready."""
+    argv = [sys.executable, "-m", "exporter", "--backend", "sim", "--sim.scenario", scenario,
+            "--web.listen-address", f"127.0.0.1:{port}"]  # fmt: skip
+    with managed_process(argv, f"http://127.0.0.1:{port}/readyz", timeout=30) as proc:
+        yield proc
 
 
 class ChurningAttributor:
@@ -212,13 +199,9 @@ def main() -> int:
     sp.add_argument("--scrapes", type=int, default=20000)
     a = ap.parse_args()
     if a.cmd == "load":
-        proc = start_exporter(a.port)
-        try:
+        with sim_exporter(a.port) as proc:
             r = load("127.0.0.1", a.port, a.concurrency, a.seconds)
             cpu_rss = f"RSS {rss_bytes(proc.pid) / 2**20:.1f} MB"
-        finally:
-            proc.terminate()
-            proc.wait(10)
         print(
             f"load: {a.concurrency} scrapers x {a.seconds:.0f}s on sim mig7x8: {r.requests} scrapes "
             f"({r.per_second:.0f}/s), {r.errors} errors, p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, "

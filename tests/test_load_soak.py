@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from bench.load_soak import load, soak, start_exporter
+from bench.load_soak import load, sim_exporter, soak
 from tests.support.net import free_port
 
 
 def test_concurrent_scrapers_get_no_errors() -> None:
     port = free_port()
-    proc = start_exporter(port)
-    try:
+    with sim_exporter(port):
         result = load("127.0.0.1", port, concurrency=20, seconds=5)
-    finally:
-        proc.terminate()
-        proc.wait(10)
     assert result.requests > 100
     assert result.errors == 0
 
