@@ -148,9 +148,9 @@ def _render_devices(snap: Snapshot, f: _Families) -> None:
         f.add("gpulens_gpu_row_remap_failure", g, rows.get("failure"))
         for leaf in gpu.leaves:
             _render_leaf(snap, gpu, leaf, f)
+    index_of = {g.uuid: str(g.index) for g in snap.backend.gpus}
     for (uuid, xid), n in sorted(snap.xid_totals.items()):
-        index = next((str(g.index) for g in snap.backend.gpus if g.uuid == uuid), "")
-        f.add("gpulens_gpu_xid_errors_total", (index, uuid, str(xid)), float(n))
+        f.add("gpulens_gpu_xid_errors_total", (index_of.get(uuid, ""), uuid, str(xid)), float(n))
 
 
 def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families) -> None:
