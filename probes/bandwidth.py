@@ -2,7 +2,8 @@
 
 The measurement (buffer sizing, warm-up, median of N, byte accounting) is shared; an
 ``ArrayDevice`` supplies allocation, the three copies and a clock: ``CupyDevice`` times with CUDA
-events on a GPU, ``NumpyDevice`` with ``perf_counter`` on the host so CI runs the same code.
+events on a GPU through CuPy's CUDA runtime bindings, ``NumpyDevice`` with ``perf_counter`` on the
+host so CI runs the same code.
 """
 
 from __future__ import annotations
@@ -146,6 +147,10 @@ class ArrayDevice(Protocol):
         """Run ``op`` ``count`` times back to back; each run's duration in seconds."""
         ...
 
+    def close(self) -> None:
+        """Release every buffer and handle the device gave out."""
+        ...
+
 
 def measure(
     device: ArrayDevice, probe: str, op: Callable[[], None], bytes_moved: int, warmup: int, repeats: int
@@ -248,6 +253,9 @@ class NumpyDevice:
             out.append(time.perf_counter() - start)
         return out
 
+    def close(self) -> None:
+        """Nothing to release: the arrays are garbage collected."""
+
 
 def format_cuda_uuid(raw: bytes | str | None) -> str | None:
     """CUDA's 16-byte device UUID in NVML's ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` form."""
@@ -261,69 +269,124 @@ def format_cuda_uuid(raw: bytes | str | None) -> str | None:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+CUDA_MEMCPY_HOST_TO_DEVICE = 1
+CUDA_MEMCPY_DEVICE_TO_HOST = 2
+CUDA_MEMCPY_DEVICE_TO_DEVICE = 3
+CUDA_STREAM_NON_BLOCKING = 0x01
+CUDA_HOST_ALLOC_DEFAULT = 0
+CUDA_DEV_ATTR_L2_CACHE_SIZE = 38
+CUDA_ERROR_MEMORY_ALLOCATION = 2
+"""CUDA runtime ABI constants (``cudaMemcpyKind``, stream and host-alloc flags, ``cudaDevAttrL2CacheSize``,
+``cudaErrorMemoryAllocation``): fixed by the CUDA API, spelled out so no CuPy version's naming matters."""
+
+
+def load_cuda_runtime() -> Any:
+    """CuPy's CUDA runtime bindings, the module CuPy exposes as ``cupy.cuda.runtime``.
+
+    It is imported from where CuPy defines it (``cupy_backends.cuda.api.runtime``), which loads
+    neither NumPy nor CuPy's array library: the probe needs only allocations, copies and events,
+    and ``import cupy`` was most of its start-up (H200, page cache dropped: a probe process took
+    1.79 s with it, 0.58 s without; docs/benchmarks.md).  Falls back to ``import cupy`` where
+    this import fails (a CuPy release that moves the module, or one whose libraries only CuPy's
+    own start-up can locate).  ``ProbeError("unavailable")`` when CuPy is not installed.
+    """
+    try:
+        from cupy_backends.cuda.api import runtime
+    except ImportError:
+        try:
+            import cupy
+        except ImportError as exc:
+            raise ProbeError("unavailable", f"cupy is not installed: {exc}") from exc
+        runtime = cupy.cuda.runtime
+    return runtime
+
+
+@dataclass(frozen=True)
+class CudaBuffer:
+    """A raw allocation: ``ptr`` is a device pointer or a pinned host pointer, ``nbytes`` its size."""
+
+    ptr: int
+    nbytes: int
+
+
 class CupyDevice:
-    """One CUDA device through CuPy: ``cudaMemcpyAsync`` copies on a private stream, event timing.
+    """One CUDA device through CuPy's runtime bindings: ``cudaMemcpyAsync`` on a private stream,
+    CUDA-event timing, raw ``cudaMalloc`` / ``cudaHostAlloc`` buffers freed by ``close()``.
 
     ``index`` is the CUDA ordinal as this process sees it; the CLI narrows visibility with
-    ``CUDA_VISIBLE_DEVICES`` so the context is created on the requested GPU only.
+    ``CUDA_VISIBLE_DEVICES`` so the context is created on the requested GPU only.  ``runtime`` is
+    the module from ``load_cuda_runtime()`` (tests pass a fake with the same functions).
     """
 
-    def __init__(self, index: int) -> None:
-        import cupy
-        import numpy
-
-        self._cp = cupy
-        self._np = numpy
-        rt = cupy.cuda.runtime
+    def __init__(self, index: int, runtime: Any) -> None:
+        rt = runtime
         self._rt = rt
         count = rt.getDeviceCount()
         if not 0 <= index < count:
             raise ProbeError("device_not_found", f"CUDA device {index} not visible ({count} visible)")
-        cupy.cuda.Device(index).use()
+        rt.setDevice(index)
         props = rt.getDeviceProperties(index)
-        free, total = rt.memGetInfo()
+        free, total = rt.memGetInfo()  # the first call that needs the context: CUDA starts here
         name = props.get("name")
         self.info = DeviceInfo(
             array="cupy",
             index=index,
             uuid=format_cuda_uuid(props.get("uuid")),
             name=name.decode() if isinstance(name, bytes) else name,
-            pci_bus_id=cupy.cuda.Device(index).pci_bus_id,
-            cache_bytes=int(rt.deviceGetAttribute(rt.cudaDevAttrL2CacheSize, index)),
+            pci_bus_id=rt.deviceGetPCIBusId(index),
+            cache_bytes=int(rt.deviceGetAttribute(CUDA_DEV_ATTR_L2_CACHE_SIZE, index)),
             free_bytes=int(free),
             total_bytes=int(total),
         )
-        self._stream = cupy.cuda.Stream(non_blocking=True)
-        self._pinned: list[Any] = []  # keeps page-locked allocations alive as long as their arrays
+        self._stream = rt.streamCreateWithFlags(CUDA_STREAM_NON_BLOCKING)
+        self._device_ptrs: list[int] = []
+        self._host_ptrs: list[int] = []
 
-    def device_buffer(self, nbytes: int) -> Any:
-        with self._stream:
-            return self._cp.empty(nbytes, dtype=self._cp.uint8)
+    def device_buffer(self, nbytes: int) -> CudaBuffer:
+        ptr = self._rt.malloc(nbytes)  # cudaMalloc backs the range with memory at allocation
+        self._device_ptrs.append(ptr)
+        return CudaBuffer(ptr, nbytes)
 
-    def host_buffer(self, nbytes: int) -> Any:
-        mem = self._cp.cuda.alloc_pinned_memory(nbytes)
-        self._pinned.append(mem)
-        # cudaHostAlloc pins (so faults in) every page: no touch needed before timing.
-        return self._np.frombuffer(mem, self._np.uint8, nbytes)
+    def host_buffer(self, nbytes: int) -> CudaBuffer:
+        ptr = self._rt.hostAlloc(nbytes, CUDA_HOST_ALLOC_DEFAULT)  # pinned: every page faulted in
+        self._host_ptrs.append(ptr)
+        return CudaBuffer(ptr, nbytes)
 
-    def copy_on_device(self, dst: Any, src: Any) -> None:
-        with self._stream:
-            self._cp.copyto(dst, src)  # contiguous, same dtype: CuPy issues one cudaMemcpyAsync
+    def _copy(self, dst: CudaBuffer, src: CudaBuffer, kind: int) -> None:
+        self._rt.memcpyAsync(dst.ptr, src.ptr, min(dst.nbytes, src.nbytes), kind, self._stream)
 
-    def host_to_device(self, dst: Any, src: Any) -> None:
-        self._rt.memcpyAsync(dst.data.ptr, src.ctypes.data, src.nbytes, self._rt.memcpyHostToDevice, self._stream.ptr)
+    def copy_on_device(self, dst: CudaBuffer, src: CudaBuffer) -> None:
+        self._copy(dst, src, CUDA_MEMCPY_DEVICE_TO_DEVICE)
 
-    def device_to_host(self, dst: Any, src: Any) -> None:
-        self._rt.memcpyAsync(dst.ctypes.data, src.data.ptr, src.nbytes, self._rt.memcpyDeviceToHost, self._stream.ptr)
+    def host_to_device(self, dst: CudaBuffer, src: CudaBuffer) -> None:
+        self._copy(dst, src, CUDA_MEMCPY_HOST_TO_DEVICE)
+
+    def device_to_host(self, dst: CudaBuffer, src: CudaBuffer) -> None:
+        self._copy(dst, src, CUDA_MEMCPY_DEVICE_TO_HOST)
 
     def time_each(self, op: Callable[[], None], count: int) -> list[float]:
         # Events recorded back to back on the probe's stream: event i+1 - event i is copy i on
         # the GPU's clock.  Host enqueue overlaps the previous copy, so only the first (warm-up)
         # interval can include host time.
-        events = [self._cp.cuda.Event() for _ in range(count + 1)]
-        events[0].record(self._stream)
-        for i in range(count):
-            op()
-            events[i + 1].record(self._stream)
-        events[-1].synchronize()
-        return [self._cp.cuda.get_elapsed_time(events[i], events[i + 1]) / 1e3 for i in range(count)]
+        rt = self._rt
+        events = [rt.eventCreate() for _ in range(count + 1)]
+        try:
+            rt.eventRecord(events[0], self._stream)
+            for i in range(count):
+                op()
+                rt.eventRecord(events[i + 1], self._stream)
+            rt.eventSynchronize(events[-1])
+            return [rt.eventElapsedTime(events[i], events[i + 1]) / 1e3 for i in range(count)]
+        finally:
+            for event in events:
+                rt.eventDestroy(event)
+
+    def close(self) -> None:
+        """Wait for the stream, free every buffer and the stream (the process exits next anyway)."""
+        rt = self._rt
+        rt.streamSynchronize(self._stream)
+        while self._device_ptrs:
+            rt.free(self._device_ptrs.pop())
+        while self._host_ptrs:
+            rt.freeHost(self._host_ptrs.pop())
+        rt.streamDestroy(self._stream)

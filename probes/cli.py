@@ -7,6 +7,7 @@ on stdout.  The exporter's probe scheduler runs this in a child process with a h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -14,7 +15,17 @@ import threading
 import time
 from typing import Any, NoReturn
 
-from probes.bandwidth import ArrayDevice, BufferPlan, CupyDevice, MiB, NumpyDevice, ProbeError, plan_buffers
+from probes.bandwidth import (
+    CUDA_ERROR_MEMORY_ALLOCATION,
+    ArrayDevice,
+    BufferPlan,
+    CupyDevice,
+    MiB,
+    NumpyDevice,
+    ProbeError,
+    load_cuda_runtime,
+    plan_buffers,
+)
 
 EXIT_CODES: dict[str, int] = {
     "error": 1,
@@ -101,17 +112,15 @@ def _open_device(args: argparse.Namespace) -> ArrayDevice:
     else:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # match nvidia-smi / NVML indices
         index = args.device or 0
-    try:
-        import cupy  # noqa: F401
-    except ImportError as exc:
-        raise ProbeError("unavailable", f"cupy is not installed: {exc}") from exc
-    return CupyDevice(index)
+    return CupyDevice(index, load_cuda_runtime())
 
 
 def _classify(exc: BaseException) -> str:
     """Error type for an exception raised by NumPy or CuPy, by class name (CuPy stays optional)."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     if isinstance(exc, MemoryError) or "OutOfMemoryError" in names:
+        return "out_of_memory"
+    if "CUDARuntimeError" in names and getattr(exc, "status", None) == CUDA_ERROR_MEMORY_ALLOCATION:
         return "out_of_memory"
     if names & {"CUDARuntimeError", "CUDADriverError"}:
         return "cuda_error"
@@ -140,8 +149,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     device = _open_device(args)
     opened = time.perf_counter()
-    plan = _plan(args, device)
-    results = run_probes(device, plan, warmup=args.warmup, repeats=args.repeats)
+    try:
+        plan = _plan(args, device)
+        results = run_probes(device, plan, warmup=args.warmup, repeats=args.repeats)
+    except BaseException:
+        with contextlib.suppress(Exception):  # report the probe's failure, not a cleanup one
+            device.close()
+        raise
+    device.close()
     info = device.info
     return {
         "array": info.array,

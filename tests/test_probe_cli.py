@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +154,8 @@ def test_cuda_uuid_is_formatted_like_nvml() -> None:
 
 def test_uuid_restricts_cuda_to_that_gpu_or_mig_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[int] = []
-    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    monkeypatch.setattr(cli, "CupyDevice", lambda index: opened.append(index))
+    monkeypatch.setattr(cli, "load_cuda_runtime", lambda: "runtime")
+    monkeypatch.setattr(cli, "CupyDevice", lambda index, runtime: opened.append(index))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     mig = "MIG-2a1ca17e-6c95-5b34-a4a9-19ee253a5385"
     cli._open_device(argparse.Namespace(array="cupy", uuid=mig, device=None))
@@ -166,8 +165,8 @@ def test_uuid_restricts_cuda_to_that_gpu_or_mig_instance(monkeypatch: pytest.Mon
 
 def test_device_index_follows_nvidia_smi_pci_order(monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[int] = []
-    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    monkeypatch.setattr(cli, "CupyDevice", lambda index: opened.append(index))
+    monkeypatch.setattr(cli, "load_cuda_runtime", lambda: "runtime")
+    monkeypatch.setattr(cli, "CupyDevice", lambda index, runtime: opened.append(index))
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     cli._open_device(argparse.Namespace(array="cupy", uuid=None, device=3))
     assert opened == [3]
