@@ -8,11 +8,13 @@
 
 This process itself never creates a CUDA context (it would show up as a compute process and make
 the GPU "busy"): every CUDA user is a child.  Prints a markdown table; writes
-``OUT/gpu_probes.json`` and ``OUT/gpu_probes.md``.  Usage: ``python3 scripts/gpu_probes.py [OUT]``.
+``OUT/gpu_probes.json`` and ``OUT/gpu_probes.md``.  Usage: ``python3 scripts/gpu_probes.py [OUT]
+[--drop-caches]`` (the latter empties the page cache before each probe: every run starts cold).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -24,6 +26,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.pagecache import drop_page_cache  # noqa: E402
 
 RUNS = 5
 
@@ -98,12 +102,14 @@ def _smi() -> str:
         return f"nvidia-smi failed: {exc}"
 
 
-def bandwidth_runs() -> dict[str, Any]:
-    """Cold probe processes interleaved with torch references of the same sizes."""
+def bandwidth_runs(drop_caches: bool) -> dict[str, Any]:
+    """Probe processes interleaved with torch references of the same sizes; with ``drop_caches``
+    every probe process starts with an empty page cache, as the first one after a node boots."""
     runs: list[dict[str, Any]] = []
     for i in range(RUNS):
+        cache = drop_page_cache() if drop_caches else "warm"
         doc, wall, rc = _run_json([sys.executable, "-m", "probes", "--array", "cupy", "--device", "0"])
-        row: dict[str, Any] = {"run": i, "rc": rc, "process_wall_seconds": wall}
+        row: dict[str, Any] = {"run": i, "rc": rc, "process_wall_seconds": wall, "page_cache": cache}
         if rc != 0 or "probes" not in doc:
             row["error"] = doc.get("error")
             runs.append(row)
@@ -311,13 +317,17 @@ def report(bw: dict[str, Any], gate: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "."))
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out", nargs="?", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--drop-caches", action="store_true", help="empty the page cache before every probe run")
+    args = parser.parse_args()
+    out_dir = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
     print(_smi(), flush=True)
     bw: dict[str, Any] = {"runs": []}
     gate: dict[str, Any] = {}
     try:
-        bw = bandwidth_runs()
+        bw = bandwidth_runs(args.drop_caches)
     except Exception as exc:
         bw["error"] = repr(exc)
         print(f"bandwidth runs failed: {exc!r}", flush=True)
