@@ -26,8 +26,12 @@ PAGES = [  # (script, title, url path, icon); the first is the default page, ser
 
 
 def _choice(label: str, options: list[str], key: str) -> str | None:
+    """A sidebar filter: "All" or one of ``options``; a choice that a wider filter just ruled out
+    (a node of another cluster) falls back to "All"."""
     if not options:
         return None
+    if st.session_state.get(key, "All") not in ("All", *options):
+        st.session_state[key] = "All"
     picked = st.sidebar.selectbox(label, ["All", *options], key=key)
     return None if picked == "All" else picked
 
@@ -57,15 +61,14 @@ def main() -> None:
     try:
         clusters = ui.fetch(ctx, "label_values", "cluster")
         cluster = _choice("Cluster", clusters, "f_cluster")
-        scoped = Filters(cluster=cluster)
-        nodes = ui.fetch(ctx, "label_values", "node")
+        nodes = ui.fetch(ctx, "label_values", "node", within=Filters(cluster=cluster))
         node = _choice("Node", nodes, "f_node")
-        instance = (
-            None if nodes else _choice("Exporter (instance)", ui.fetch(ctx, "label_values", "instance"), "f_inst")
-        )
-        namespaces = ui.fetch(ctx, "label_values", "namespace", "gpulens_pod_gpu_allocation")
+        instances = [] if nodes else ui.fetch(ctx, "label_values", "instance", within=Filters(cluster=cluster))
+        instance = _choice("Exporter (instance)", instances, "f_inst")
+        targets = Filters(cluster=cluster, node=node, instance=instance)
+        namespaces = ui.fetch(ctx, "label_values", "namespace", "gpulens_pod_gpu_allocation", within=targets)
         namespace = _choice("Namespace", namespaces, "f_ns")
-        filters = Filters(cluster=scoped.cluster, node=node, instance=instance, namespace=namespace)
+        filters = Filters(cluster=cluster, node=node, instance=instance, namespace=namespace)
     except SourceError as exc:
         error = str(exc)
         st.sidebar.button("Retry", key="retry")

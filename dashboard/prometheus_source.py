@@ -200,8 +200,8 @@ class PrometheusSource:
         out["idle_gpu_hours"] = out["idle_gpu_hours"].fillna(0.0)
         return out[list(ACTIVITY_COLUMNS)]
 
-    def label_values(self, label: str, metric: str = "gpulens_gpu_info") -> list[str]:
-        df = self.query(f"count by {by_clause([label])} ({selector(metric)})")
+    def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
+        df = self.query(f"count by {by_clause([label])} ({selector(metric, within.target_matchers())})")
         values = set(frames.col(df, label)) - {""}
         return sorted(values)
 

@@ -236,8 +236,9 @@ class ScrapeSource:
             out = out[out["namespace"] == filters.namespace].reset_index(drop=True)
         return out
 
-    def label_values(self, label: str, metric: str = "gpulens_gpu_info") -> list[str]:
+    def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self._frame_at(metric, self._clock(), self._snapshot())
+        df = frames.restrict(df, Filters(**_targets(within)), pd.DataFrame(), ())
         return sorted(set(frames.col(df, label)) - {""})
 
     def problems(self) -> list[str]:

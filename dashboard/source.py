@@ -144,8 +144,9 @@ class MetricSource(Protocol):
         """
         ...
 
-    def label_values(self, label: str, metric: str = "gpulens_gpu_info") -> list[str]:
-        """Sorted distinct non-empty values of ``label`` on ``metric``."""
+    def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
+        """Sorted distinct non-empty values of ``label`` on the series of ``metric`` that match
+        ``within``'s target matchers (cluster, node, instance; its namespace is ignored)."""
         ...
 
     def problems(self) -> list[str]:
