@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dashboard.settings import DashboardSettings, parse_prices, to_env
+from dashboard import prometheus_auth
+from dashboard.settings import ENV_PREFIX, DashboardSettings, parse_prices, to_env
 
 APP = Path(__file__).with_name("app.py")
 
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-query timeout")
     p.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
+    prometheus_auth.add_arguments(p, ENV_PREFIX)
     return p
 
 
@@ -59,6 +61,9 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
     scrape = tuple(u.strip() for u in (args.scrape or "").split(",") if u.strip())
     if args.scrape is not None and not scrape:
         raise ValueError("--scrape needs at least one URL")
+    auth = prometheus_auth.from_args(args)
+    if auth.configured and not args.prometheus:
+        raise ValueError("the --prometheus-* authentication flags need --prometheus")
     return DashboardSettings(
         prometheus_url=args.prometheus,
         scrape_urls=scrape,
@@ -67,6 +72,7 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         busy_threshold=args.busy_threshold,
         timeout_seconds=args.timeout,
         scrape_interval_seconds=args.scrape_interval,
+        prometheus_auth=auth,
     )
 
 

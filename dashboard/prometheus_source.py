@@ -16,6 +16,7 @@ import pandas as pd
 import requests
 
 from dashboard import frames
+from dashboard.prometheus_auth import PrometheusAuth
 from dashboard.promql import by_clause, duration, selector
 from dashboard.source import (
     ACTIVITY_COLUMNS,
@@ -33,19 +34,23 @@ from dashboard.source import (
 
 
 class PrometheusSource:
-    """Reads gpulens series from a Prometheus-compatible HTTP API at ``base_url``."""
+    """Reads gpulens series from a Prometheus-compatible HTTP API at ``base_url``, authenticating
+    as ``auth`` says (bearer token, basic auth, TLS CA, client certificate, extra headers)."""
 
     def __init__(
         self,
         base_url: str,
         *,
         timeout_s: float = 10.0,
+        auth: PrometheusAuth | None = None,
         session: requests.Session | None = None,
         clock: Any = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._session = session or requests.Session()
+        auth = auth or PrometheusAuth()
+        self._session = session or auth.session()
+        self._tls = auth.tls_options()
         self._clock = clock
         self.cooldown_s = min(timeout_s, 10.0)
         self._down_until = 0.0
@@ -79,11 +84,20 @@ class PrometheusSource:
             raise SourceError(self._down_reason)
         url = f"{self.base_url}{path}"
         try:
-            resp = self._session.post(url, data=params, timeout=self.timeout_s)
+            resp = self._session.post(url, data=params, timeout=self.timeout_s, **self._tls)
         except requests.Timeout as exc:
             raise self._down(f"Prometheus at {self.base_url} did not answer within {self.timeout_s:g} s") from exc
+        except requests.exceptions.SSLError as exc:
+            raise self._down(f"TLS with Prometheus at {self.base_url} failed: {_reason(exc)}") from exc
         except requests.RequestException as exc:
             raise self._down(f"Prometheus at {self.base_url} is unreachable: {type(exc).__name__}") from exc
+        except (OSError, ValueError) as exc:  # a credentials file that vanished or emptied
+            raise SourceError(f"cannot read the Prometheus credentials: {exc}") from exc
+        if resp.status_code in (401, 403):
+            raise SourceError(
+                f"Prometheus at {self.base_url} refused the request (HTTP {resp.status_code}): check the "
+                "--prometheus-* authentication flags"
+            )
         try:
             body = resp.json()
         except ValueError as exc:
@@ -207,6 +221,16 @@ class PrometheusSource:
 
     def problems(self) -> list[str]:
         return []
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause's message (requests wraps urllib3 wraps ssl), shortened."""
+    for _ in range(8):  # a bounded walk: cause chains are short, and must not loop
+        inner = exc.__cause__ or (exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else None)
+        if inner is None:
+            break
+        exc = inner
+    return str(exc)[:200]
 
 
 def _num(text: object) -> float:

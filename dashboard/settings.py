@@ -10,6 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dashboard import prometheus_auth
+from dashboard.prometheus_auth import PrometheusAuth
+
 ENV_PREFIX = "GPULENS_DASHBOARD_"
 
 
@@ -26,11 +29,15 @@ class DashboardSettings:
     """SM activity (0..1) at or above which a GPU counts as busy."""
     timeout_seconds: float = 10.0
     scrape_interval_seconds: float = 5.0
+    prometheus_auth: PrometheusAuth = field(default_factory=PrometheusAuth)
+    """Credentials and TLS for ``prometheus_url`` (file paths, not secrets)."""
 
     @property
     def source_key(self) -> str:
         """Identity of the configured source, for caches."""
-        return f"prom:{self.prometheus_url}" if self.prometheus_url else "scrape:" + ",".join(self.scrape_urls)
+        if self.prometheus_url:
+            return f"prom:{self.prometheus_url}:{hash(self.prometheus_auth):x}"
+        return "scrape:" + ",".join(self.scrape_urls)
 
 
 def parse_prices(text: str) -> dict[str, float]:
@@ -69,6 +76,7 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
         busy_threshold=_float(env, "BUSY_THRESHOLD", 0.05),
         timeout_seconds=_float(env, "TIMEOUT_SECONDS", 10.0),
         scrape_interval_seconds=_float(env, "SCRAPE_INTERVAL_SECONDS", 5.0),
+        prometheus_auth=prometheus_auth.from_env(env, ENV_PREFIX),
     )
 
 
@@ -82,5 +90,6 @@ def to_env(settings: DashboardSettings) -> dict[str, str]:
         ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": f"{settings.scrape_interval_seconds:g}",
         ENV_PREFIX + "PROMETHEUS": settings.prometheus_url or "",
         ENV_PREFIX + "SCRAPE": ",".join(settings.scrape_urls),
+        **prometheus_auth.to_env(settings.prometheus_auth, ENV_PREFIX),
     }
     return env

@@ -57,7 +57,11 @@ class PageContext:
 @st.cache_resource(show_spinner=False)
 def _source(key: str, settings: DashboardSettings) -> MetricSource:
     if settings.prometheus_url:
-        return PrometheusSource(settings.prometheus_url, timeout_s=settings.timeout_seconds)
+        try:
+            auth = settings.prometheus_auth.validate()
+        except ValueError as exc:
+            raise SourceError(f"bad Prometheus authentication setting: {exc}") from exc
+        return PrometheusSource(settings.prometheus_url, timeout_s=settings.timeout_seconds, auth=auth)
     if settings.scrape_urls:
         return ScrapeSource(
             settings.scrape_urls, interval_s=settings.scrape_interval_seconds, timeout_s=settings.timeout_seconds

@@ -15,11 +15,15 @@ import re
 import sys
 from collections.abc import Sequence
 
+from dashboard import prometheus_auth
 from dashboard.advisor.engine import Policy, Recommendation
 from dashboard.advisor.query import Window, advise
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.settings import parse_prices
 from dashboard.source import Filters, SourceError
+
+ENV_PREFIX = "GPULENS_ADVISOR_"
+"""Environment twins of the --prometheus-* authentication flags: GPULENS_ADVISOR_PROMETHEUS_*."""
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -150,6 +154,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--namespace", default=None, help="only workloads of this namespace")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per Prometheus query")
+    prometheus_auth.add_arguments(p, ENV_PREFIX)
     return p
 
 
@@ -175,7 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(exc))
     if a.timeout <= 0:
         p.error("--timeout must be positive")
-    src = PrometheusSource(a.prometheus, timeout_s=a.timeout)
+    try:
+        auth = prometheus_auth.from_args(a)
+    except ValueError as exc:
+        p.error(str(exc))
+    src = PrometheusSource(a.prometheus, timeout_s=a.timeout, auth=auth)
     try:
         recs = advise(src, Window(window_s=window, step_s=step), prices, policy, Filters(namespace=a.namespace))
     except SourceError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -15,13 +16,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float = 30.0, expect: int = 200) -> None:
-    """Poll ``url`` until it answers ``expect``; raise TimeoutError with the last error otherwise."""
+def wait_http(
+    url: str,
+    timeout: float = 30.0,
+    expect: int = 200,
+    *,
+    context: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Poll ``url`` until it answers ``expect``; raise TimeoutError with the last error otherwise.
+    ``context`` verifies an https server; ``headers`` are sent with each poll (credentials)."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            request = urllib.request.Request(url, headers=headers or {})
+            with urllib.request.urlopen(request, timeout=2, context=context) as resp:
                 if resp.status == expect:
                     return
                 last = resp.status

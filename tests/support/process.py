@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -23,10 +24,13 @@ def managed_process(
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
     cwd: Path = REPO,
+    ready_context: ssl.SSLContext | None = None,
+    ready_headers: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``argv``, wait until ``ready_url`` answers 200, yield the process; SIGTERM (then
     SIGKILL after 10 s) on exit.  If it never gets ready, RuntimeError carries its log's tail.
-    Output goes to ``log`` (kept) or to a temporary file."""
+    Output goes to ``log`` (kept) or to a temporary file.  ``ready_context`` / ``ready_headers``
+    reach an https or authenticated ``ready_url``."""
     with open(log, "wb") if log else tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(
             list(argv),
@@ -37,7 +41,7 @@ def managed_process(
         )
         try:
             try:
-                wait_http(ready_url, timeout=timeout)
+                wait_http(ready_url, timeout=timeout, context=ready_context, headers=ready_headers)
             except TimeoutError:
                 proc.kill()
                 proc.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import tempfile
 import time
 import urllib.parse
@@ -34,11 +35,18 @@ def run_prometheus(
     rule_files: dict[str, str] | None = None,
     extra_args: Sequence[str] = (),
     storage_dir: str | None = None,
+    web_config: Path | None = None,
+    ready_context: ssl.SSLContext | None = None,
+    ready_headers: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Start Prometheus with ``config_yaml`` (rule files written beside it); yield its base URL.
 
     ``rule_files`` maps file names to YAML contents; reference them in the config by bare name
     (``rule_files: [alerts.yml]``) since the config sits in the same directory.
+    ``web_config`` (a file the caller owns and may rewrite: Prometheus reads it on every request)
+    secures its API (``--web.config.file``: TLS, basic auth, client certificates); with TLS the
+    URL is https and ``ready_context`` must trust the server, and ``ready_headers`` carry
+    credentials for the readiness poll.
     """
     binary = prometheus_binary()
     with tempfile.TemporaryDirectory(prefix="gpulens-prom-") as tmp:
@@ -47,16 +55,29 @@ def run_prometheus(
         for name, content in (rule_files or {}).items():
             (root / name).write_text(content)
         port = free_port()
-        base = f"http://127.0.0.1:{port}"
+        web_args: list[str] = []
+        scheme = "http"
+        if web_config is not None:
+            web_args.append(f"--web.config.file={web_config}")
+            scheme = "https" if "tls_server_config" in web_config.read_text() else "http"
+        base = f"{scheme}://127.0.0.1:{port}"
         argv = [
             binary,
             f"--config.file={root / 'prometheus.yml'}",
             f"--storage.tsdb.path={storage_dir or root / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--web.enable-lifecycle",
+            *web_args,
             *extra_args,
         ]
-        with managed_process(argv, f"{base}/-/ready", log=root / "prometheus.log", cwd=root):
+        with managed_process(
+            argv,
+            f"{base}/-/ready",
+            log=root / "prometheus.log",
+            cwd=root,
+            ready_context=ready_context,
+            ready_headers=ready_headers,
+        ):
             try:
                 yield base
             finally:
