@@ -101,6 +101,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "tlsSecretName": "gpulens-tls",
         }
     },
+    "dashboard-prometheus-auth": {
+        "dashboard": {
+            "prometheusUrl": "https://thanos-querier.openshift-monitoring.svc:9091",
+            "prometheusAuth": {
+                "secretName": "prometheus-reader",
+                "bearerTokenKey": "token",
+                "caKey": "ca.crt",
+                "headers": {"X-Scope-OrgID": "team-a"},
+            },
+        }
+    },
     "minimal": {
         "dashboard": {"enabled": False},
         "networkPolicy": {"enabled": False},
@@ -334,6 +345,45 @@ def test_dashboard_runs_non_root_read_only_and_is_reachable_through_its_service(
     service = one(objs, "Service", "dashboard")
     assert _selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
     assert not _selects(service["spec"]["selector"], one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"])
+
+
+def test_dashboard_reads_prometheus_credentials_from_a_mounted_secret() -> None:
+    pod = one(objects(VARIANTS["dashboard-prometheus-auth"]), "Deployment", "dashboard")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert "--prometheus-bearer-token-file=/etc/gpulens/prometheus/token" in args
+    assert "--prometheus-ca-file=/etc/gpulens/prometheus/ca.crt" in args
+    assert "--prometheus-header=X-Scope-OrgID=team-a" in args
+    assert not any("basic-auth" in a or "insecure" in a for a in args)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["prometheus-auth"] == {
+        "name": "prometheus-auth",
+        "mountPath": "/etc/gpulens/prometheus",
+        "readOnly": True,
+    }
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-auth"]["secret"]["secretName"] == "prometheus-reader"
+    # the flags the chart writes are the ones the dashboard accepts
+    from dashboard.cli import build_parser
+
+    parsed = build_parser().parse_args(args)
+    assert parsed.prometheus_bearer_token_file == "/etc/gpulens/prometheus/token"
+    assert parsed.prometheus_header == ["X-Scope-OrgID=team-a"]
+
+
+@pytest.mark.parametrize(
+    ("auth", "needle"),
+    [
+        ({"caKey": "ca.crt"}, "secretName"),
+        ({"secretName": "s", "basicAuthUsername": "u"}, "basicAuthPasswordKey"),
+        ({"secretName": "s", "certKey": "tls.crt"}, "keyKey"),
+    ],
+)
+def test_incomplete_prometheus_auth_values_are_refused(auth: dict[str, str], needle: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=needle):
+        objects({"dashboard": {"prometheusAuth": auth}})
 
 
 def test_optional_parts_can_be_switched_off() -> None:
