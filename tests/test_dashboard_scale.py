@@ -42,7 +42,7 @@ def test_fleet_and_workloads_render_a_backfilled_fleet(tmp_path: Path, artifacts
     (artifacts_dir / "dashboard").mkdir(exist_ok=True)
     data = backfill(tmp_path, GPUS, NODES, HOURS)
     with run_prometheus("global: {scrape_interval: 1m}\nscrape_configs: []\n", storage_dir=str(data)) as prom:
-        assert prom_query(prom, "count(gpulens_gpu_info)")[0]["value"][1] == str(GPUS)  # type: ignore[index]
+        assert prom_query(prom, "count(gpulens_gpu_info)")[0]["value"][1] == str(GPUS)
         with run_dashboard("--prometheus", prom, "--price-per-gpu-hour", "H200=3.5") as dash, chromium_page() as page:
             from playwright.sync_api import Page
 

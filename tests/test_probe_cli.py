@@ -135,6 +135,9 @@ class _CountingDevice:
             op()
         return self._durations[:count]
 
+    def close(self) -> None:
+        pass
+
 
 def test_warmup_is_discarded_and_the_median_reported() -> None:
     device = _CountingDevice([1.0, 0.004, 0.002, 0.003])  # slow first (cold) copy
