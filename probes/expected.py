@@ -64,6 +64,7 @@ class ExpectedBandwidth:
 _NVIDIA_H200 = "https://www.nvidia.com/en-us/data-center/h200/"
 _NVIDIA_H100 = "https://www.nvidia.com/en-us/data-center/h100/"
 _NVIDIA_A100 = "https://www.nvidia.com/en-us/data-center/a100/"
+_NVIDIA_A30 = "https://www.nvidia.com/en-us/data-center/products/a30-gpu/"
 
 MODELS: tuple[GpuModelBandwidth, ...] = (
     GpuModelBandwidth("NVIDIA H200", 4.8e12, 5, _NVIDIA_H200, "measured"),
@@ -75,6 +76,7 @@ MODELS: tuple[GpuModelBandwidth, ...] = (
     GpuModelBandwidth("NVIDIA A100 80GB PCIe", 1.935e12, 4, _NVIDIA_A100),
     GpuModelBandwidth("NVIDIA A100-SXM4-40GB", 1.555e12, 4, _NVIDIA_A100),
     GpuModelBandwidth("NVIDIA A100-PCIE-40GB", 1.555e12, 4, _NVIDIA_A100),
+    GpuModelBandwidth("NVIDIA A30", 0.933e12, 4, _NVIDIA_A30),
 )
 """Known models. Unknown models get no efficiency (the series is omitted); the fleet median still
 compares them with their peers."""

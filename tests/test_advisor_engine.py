@@ -122,6 +122,30 @@ CASES = [
         "without the peak no slice can be shown to hold it (conservative)",
     ),
     Case(
+        "small inference pod on an A30",
+        usage(gpu_model="NVIDIA A30", memory_peak_bytes=4 * GIB, sm_active_p95=0.18, sm_active_mean=0.15,
+              dram_active_p95=0.05, boundness={"latency": 1.0}),
+        Action.MIG, "1g.6gb", WEEK * 3 / 4,
+        "4 GiB x 1.2 = 4.8 GiB fits 1g.6gb (6 GB); SM p95 18 % x 1.1 = 19.8 % fits one of the A30's FOUR "
+        "compute slices (25 %), though it would not fit a seventh; saves 3/4 of the GPU",
+    ),
+    Case(
+        "medium job on an A100 PCIe 40GB",
+        usage(gpu_model="NVIDIA A100-PCIE-40GB", memory_peak_bytes=15 * GIB, sm_active_p95=0.3, sm_active_mean=0.25,
+              dram_active_p95=0.1, boundness={"latency": 1.0}),
+        Action.MIG, "3g.20gb", WEEK * 0.5,
+        "15 GiB x 1.2 = 18 GiB needs a 20 GB slice; 3g.20gb has 3/7 of the SMs (43 % >= 33 %) and takes half "
+        "the memory, so half the GPU is freed",
+    ),
+    Case(
+        "memory-bound job on an H100 NVL",
+        usage(gpu_model="NVIDIA H100 NVL", memory_peak_bytes=60 * GIB, sm_active_p95=0.99, sm_active_mean=0.9,
+              dram_active_p95=0.88, boundness={"memory": 0.8, "latency": 0.1, "idle": 0.1},
+              device_hours_idle=0.1 * WEEK),
+        Action.BANDWIDTH, "H200", WEEK * 0.8 * (1 - 3.9 / 4.8),
+        "memory-bound; the H100 NVL's 3.9 TB/s against the H200's 4.8 TB/s shrinks the memory-bound 80 %",
+    ),
+    Case(
         "already time-sliced",
         usage(shared=True, memory_peak_bytes=3 * GIB, sm_active_p95=0.05, sm_active_mean=0.02, device_hours_held=50.0),
         Action.KEEP, "keep", 0.0,
@@ -206,7 +230,12 @@ def test_recommend_all_orders_by_saving() -> None:
         ("NVIDIA H100 80GB HBM3", "H100"),
         ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
         ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-        ("NVIDIA H100 NVL", None),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB-PCIe"),
+        ("NVIDIA A30", "A30"),
+        ("NVIDIA H200 NVL", "H200"),
         ("NVIDIA L4", None),
     ],
 )

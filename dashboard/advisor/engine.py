@@ -147,7 +147,7 @@ def current_share(usage: WorkloadUsage, model: GpuModel | None) -> tuple[float, 
     if prof:
         return prof.gpu_share, prof.compute_fraction
     m = _SLICES.match(usage.mig_profile)
-    frac = min(1.0, int(m.group(1)) / COMPUTE_SLICES) if m else 1.0
+    frac = min(1.0, int(m.group(1)) / (model.compute_slices if model else COMPUTE_SLICES)) if m else 1.0
     return frac, frac
 
 
@@ -263,7 +263,7 @@ def recommend(
                     prof.name,
                     f"peak {_gib(usage.memory_peak_bytes)} x {policy.headroom:g} fits {prof.name} "
                     f"({_gib(prof.memory_bytes)}), SM p95 {_pct(sm_p95)} of the GPU x {policy.compute_headroom:g} "
-                    f"fits {prof.compute_slices}/{COMPUTE_SLICES} of its SMs",
+                    f"fits {prof.compute_slices}/{prof.compute_total} of its SMs",
                 )
             )
         elif prof is None or prof.gpu_share >= 1.0:
@@ -273,7 +273,7 @@ def recommend(
             evidence["no_mig_because"] = (
                 f"peak x headroom {_gib(need_mem)} > {largest.name} ({_gib(largest.memory_bytes)})"
                 if need_mem > largest.memory_bytes
-                else f"SM p95 x headroom {need_sm:.0%} > {largest.compute_slices}/{COMPUTE_SLICES} of the SMs"
+                else f"SM p95 x headroom {need_sm:.0%} > {largest.compute_slices}/{largest.compute_total} of the SMs"
             )
         light = sm_mean is not None and sm_mean < policy.light_sm_mean
         bursty = (
