@@ -401,6 +401,11 @@ class ProbeScheduler:
             log.exception("probe runner raised")
             outcome = ProbeOutcome("failed", detail=f"{type(exc).__name__}: {exc}")
         finished = self._wall()
+        with self._lock:
+            closed = self._closed
+        if closed:  # killed by close(): a shutdown, not a GPU problem; count and report nothing
+            log.info("probe of %s stopped: the exporter is shutting down", request.uuid)
+            return
         if outcome.result != "ok":
             log.warning("probe of %s %s: %s", request.uuid, outcome.result, outcome.detail)
         with self._lock:

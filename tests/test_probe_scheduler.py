@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import sys
 import threading
@@ -345,15 +346,22 @@ def test_failed_probe_keeps_the_last_good_result_and_retries_sooner() -> None:
     assert runs(sched, gpu.uuid, "ok") == 2
 
 
-def test_close_kills_a_running_probe_promptly() -> None:
+def test_close_kills_a_running_probe_promptly_without_calling_it_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     cmd = (sys.executable, "-c", "import time; time.sleep(60)")
     sched, _ = make(None, command=cmd, timeout_seconds=30.0)
-    sched.observe(snap(idle_gpu()))
+    gpu = idle_gpu()
+    sched.observe(snap(gpu))
     time.sleep(0.3)
     start = time.monotonic()
-    sched.close()
+    with caplog.at_level(logging.INFO, logger="exporter.probe_scheduler"):
+        sched.close()
     assert time.monotonic() - start < 5
     assert sched.wait_until_idle(0)
+    assert runs(sched, gpu.uuid, "failed") == 0, "a shutdown is not a failed probe"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "shutting down" in caplog.text
 
 
 # --- scheduling -------------------------------------------------------------------------------
