@@ -4,6 +4,7 @@ version, stay in sync, and deploy a hardened, least-privilege exporter."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -228,10 +229,10 @@ def test_exporter_has_its_priority_class() -> None:
 # --- RBAC ---------------------------------------------------------------------------------------
 
 
-def test_cluster_role_only_reads_pods() -> None:
+def test_cluster_role_only_lists_and_watches_pods() -> None:
     objs = objects()
     role = one(objs, "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     binding = one(objs, "ClusterRoleBinding")
     sa = one(objs, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -239,7 +240,19 @@ def test_cluster_role_only_reads_pods() -> None:
     assert exporter_pod()["serviceAccountName"] == sa["metadata"]["name"]
 
 
-def test_without_the_api_watch_there_is_no_role_and_no_token() -> None:
+def test_cronjob_names_add_get_on_jobs_and_nothing_else() -> None:
+    role = one(objects({"rbac": {"cronJobNames": True}}), "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    ]
+
+
+def test_the_role_grants_what_the_exporter_calls() -> None:
+    """The verbs follow the code: a new API call without its RBAC (or a grant nothing uses) fails here."""
+    source = (REPO / "exporter" / "attribution" / "kubeapi.py").read_text()
+    calls = set(re.findall(r"\.((?:list|read|watch|get)_[a-z_]+)\(", source))
+    assert calls == {"list_pod_for_all_namespaces", "read_namespaced_job"}, calls
     objs = objects(VARIANTS["no-probes-no-api"])
     kinds = {o["kind"] for o in objs}
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
