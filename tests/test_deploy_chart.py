@@ -253,6 +253,9 @@ def test_the_role_grants_what_the_exporter_calls() -> None:
     source = (REPO / "exporter" / "attribution" / "kubeapi.py").read_text()
     calls = set(re.findall(r"\.((?:list|read|watch|get)_[a-z_]+)\(", source))
     assert calls == {"list_pod_for_all_namespaces", "read_namespaced_job"}, calls
+
+
+def test_without_the_api_watch_there_is_no_role_and_no_token() -> None:
     objs = objects(VARIANTS["no-probes-no-api"])
     kinds = {o["kind"] for o in objs}
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
