@@ -7,9 +7,8 @@ memory it does not have. Sources:
 
 - MIG profiles (names, memory eighths, compute sevenths): NVIDIA MIG User Guide, "Supported MIG
   Profiles", https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html
-- HBM bandwidth: NVIDIA datasheets (H200 SXM and NVL 4.8 TB/s, H100 SXM 3.35 TB/s, H100 NVL
-  3.9 TB/s, H100 PCIe 2.0 TB/s, A100 80GB SXM 2.039 TB/s, A100 80GB PCIe 1.935 TB/s, A100 40GB
-  1.555 TB/s, A30 933 GB/s), the same figures as probes/expected.py.
+- HBM bandwidth: the datasheet figure of probes/expected.py's table (one table for the probes'
+  efficiency and the advisor's "higher-bandwidth GPU"), looked up by the model's NVML name.
 
 The A30 divides into quarters (4 compute and 4 memory slices), every other model here into
 sevenths of its SMs and eighths of its memory.  For the H100 NVL (94 GB) and the A30 the
@@ -23,6 +22,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from probes.expected import model_bandwidth
 
 GB = 1_000_000_000
 COMPUTE_SLICES = 7
@@ -96,28 +97,36 @@ _SEVENTHS_80GB = (("1g.10gb", 1), ("1g.20gb", 2), ("2g.20gb", 2), ("3g.40gb", 4)
 _SEVENTHS_40GB = (("1g.5gb", 1), ("1g.10gb", 2), ("2g.10gb", 2), ("3g.20gb", 4), ("4g.20gb", 4), ("7g.40gb", 8))
 
 
+def _datasheet(nvml_name: str) -> float:
+    """HBM datasheet bandwidth (bytes/s) of ``nvml_name`` from probes/expected.py."""
+    row = model_bandwidth(nvml_name)
+    if row is None:
+        raise KeyError(f"{nvml_name!r} is not in probes/expected.py")
+    return row.hbm_datasheet_bytes_per_second
+
+
 H200 = GpuModel(
     "H200",
     141 * GB,
-    4.8e12,
+    _datasheet("NVIDIA H200"),
     _profiles(("1g.18gb", 1), ("1g.35gb", 2), ("2g.35gb", 2), ("3g.71gb", 4), ("4g.71gb", 4), ("7g.141gb", 8)),
 )
-H100 = GpuModel("H100", 80 * GB, 3.35e12, _profiles(*_SEVENTHS_80GB))
+H100 = GpuModel("H100", 80 * GB, _datasheet("NVIDIA H100 80GB HBM3"), _profiles(*_SEVENTHS_80GB))
 H100_NVL = GpuModel(
     "H100-NVL",
     94 * GB,
-    3.9e12,
+    _datasheet("NVIDIA H100 NVL"),
     _profiles(("1g.12gb", 1), ("1g.24gb", 2), ("2g.24gb", 2), ("3g.47gb", 4), ("4g.47gb", 4), ("7g.94gb", 8)),
 )
-H100_PCIE = GpuModel("H100-PCIe", 80 * GB, 2.0e12, _profiles(*_SEVENTHS_80GB))
-A100_80GB = GpuModel("A100-80GB", 80 * GB, 2.039e12, _profiles(*_SEVENTHS_80GB))
-A100_80GB_PCIE = GpuModel("A100-80GB-PCIe", 80 * GB, 1.935e12, _profiles(*_SEVENTHS_80GB))
-A100_40GB = GpuModel("A100-40GB", 40 * GB, 1.555e12, _profiles(*_SEVENTHS_40GB))
-A100_40GB_PCIE = GpuModel("A100-40GB-PCIe", 40 * GB, 1.555e12, _profiles(*_SEVENTHS_40GB))
+H100_PCIE = GpuModel("H100-PCIe", 80 * GB, _datasheet("NVIDIA H100 PCIe"), _profiles(*_SEVENTHS_80GB))
+A100_80GB = GpuModel("A100-80GB", 80 * GB, _datasheet("NVIDIA A100-SXM4-80GB"), _profiles(*_SEVENTHS_80GB))
+A100_80GB_PCIE = GpuModel("A100-80GB-PCIe", 80 * GB, _datasheet("NVIDIA A100 80GB PCIe"), _profiles(*_SEVENTHS_80GB))
+A100_40GB = GpuModel("A100-40GB", 40 * GB, _datasheet("NVIDIA A100-SXM4-40GB"), _profiles(*_SEVENTHS_40GB))
+A100_40GB_PCIE = GpuModel("A100-40GB-PCIe", 40 * GB, _datasheet("NVIDIA A100-PCIE-40GB"), _profiles(*_SEVENTHS_40GB))
 A30 = GpuModel(
     "A30",
     24 * GB,
-    0.933e12,
+    _datasheet("NVIDIA A30"),
     _profiles(("1g.6gb", 1), ("2g.12gb", 2), ("4g.24gb", 4), compute_total=4, memory_total=4),
 )
 MODELS: tuple[GpuModel, ...] = (
