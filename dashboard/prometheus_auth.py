@@ -195,6 +195,15 @@ FLAG_HELP: Mapping[str, str] = {
 }
 
 
+def _env_insecure(env: Mapping[str, str], prefix: str) -> bool:
+    return env.get(prefix + "PROMETHEUS_INSECURE_SKIP_VERIFY", "").lower() in ("1", "true", "yes")
+
+
+def _env_headers(env: Mapping[str, str], prefix: str) -> list[str]:
+    """``NAME=VALUE`` items of ``{prefix}PROMETHEUS_HEADERS``, one per line (unparsed)."""
+    return [h for h in env.get(prefix + "PROMETHEUS_HEADERS", "").splitlines() if h.strip()]
+
+
 def add_arguments(parser: argparse.ArgumentParser, env_prefix: str) -> None:
     """The ``--prometheus-*`` authentication flags; each defaults to its ``{env_prefix}…`` variable."""
     g = parser.add_argument_group("Prometheus authentication (secrets are read from files)")
@@ -210,14 +219,14 @@ def add_arguments(parser: argparse.ArgumentParser, env_prefix: str) -> None:
     g.add_argument(
         "--prometheus-insecure-skip-verify",
         action="store_true",
-        default=env.get(env_prefix + "PROMETHEUS_INSECURE_SKIP_VERIFY", "").lower() in ("1", "true", "yes"),
+        default=_env_insecure(env, env_prefix),
         help="accept any server certificate (testing only)",
     )
     g.add_argument(
         "--prometheus-header",
         action="append",
         metavar="NAME=VALUE",
-        default=[h for h in env.get(env_prefix + "PROMETHEUS_HEADERS", "").splitlines() if h.strip()],
+        default=_env_headers(env, env_prefix),
         help="extra request header, repeatable (e.g. X-Scope-OrgID=tenant for Mimir)",
     )
 
@@ -235,8 +244,8 @@ def from_env(env: Mapping[str, str], prefix: str) -> PrometheusAuth:
     """The settings from ``{prefix}PROMETHEUS_*`` variables (not validated: see ``validate``)."""
     return PrometheusAuth(
         **{field: env.get(prefix + suffix) or None for field, suffix in ENV_KEYS.items()},
-        insecure_skip_verify=env.get(prefix + "PROMETHEUS_INSECURE_SKIP_VERIFY", "").lower() in ("1", "true", "yes"),
-        headers=parse_headers([h for h in env.get(prefix + "PROMETHEUS_HEADERS", "").splitlines() if h.strip()]),
+        insecure_skip_verify=_env_insecure(env, prefix),
+        headers=parse_headers(_env_headers(env, prefix)),
     )
 
 

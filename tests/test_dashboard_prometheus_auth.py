@@ -4,10 +4,13 @@ a bearer token and extra headers against a recording HTTP server; bad settings r
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -77,9 +80,7 @@ def _web_config(pki: Pki, password: str | None, client_certs: bool = False) -> s
     return "\n".join(lines) + "\n"
 
 
-def _ready_context(pki: Pki, client: bool = False) -> Any:
-    import ssl
-
+def _ready_context(pki: Pki, client: bool = False) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(pki.ca_file))
     if client:
         ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
@@ -87,8 +88,6 @@ def _ready_context(pki: Pki, client: bool = False) -> Any:
 
 
 def _basic(password: str) -> dict[str, str]:
-    import base64
-
     return {"Authorization": "Basic " + base64.b64encode(f"{USER}:{password}".encode()).decode()}
 
 
@@ -133,8 +132,6 @@ def secured(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secu
 
 
 def _wait(predicate: Any, timeout: float = 60.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         try:
