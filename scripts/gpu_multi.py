@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.process import managed_process  # noqa: E402  (the helper the tests and benches use)
 
 COPY_LOAD = r"""
 import sys, time, torch
@@ -85,23 +88,13 @@ def gpu_row(samples: list[tuple[str, dict[str, str], float]], uuid: str) -> dict
     }
 
 
-def start_exporter(port: int, probe_interval: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
+def exporter_argv(port: int, probe_interval: str) -> list[str]:
+    """The real exporter on every GPU, 1 s interval, probes every ``probe_interval``."""
+    return [
         sys.executable, "-m", "exporter", "--backend", "nvml",
         "--web.listen-address", f"127.0.0.1:{port}", "--collect.interval", "1s",
         "--probes.interval", probe_interval, "--no-kubernetes.api",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit(f"exporter did not become ready; see {log}")
 
 
 def probe_children() -> int:
@@ -128,9 +121,9 @@ def main() -> int:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{args.port}/metrics"
-    exporter = start_exporter(args.port, args.probe_interval, args.out / "exporter.log")
     rows: list[dict[str, Any]] = []
-    try:
+    argv = exporter_argv(args.port, args.probe_interval)
+    with managed_process(argv, f"http://127.0.0.1:{args.port}/readyz", log=args.out / "exporter.log"):
         info = [lab for name, lab, _ in scrape(url) if name == "gpulens_gpu_info"]
         gpus = sorted(info, key=lambda lab: int(lab["gpu"]))
         if len(gpus) < 2:
@@ -151,9 +144,6 @@ def main() -> int:
             rows.append(row)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - start - t)))
         load.wait(timeout=30)
-    finally:
-        exporter.terminate()
-        exporter.wait(timeout=30)
     return report(gpus, loaded, rows, max_children, args)
 
 
