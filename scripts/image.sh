@@ -3,10 +3,12 @@
 # filesystem from mmdebstrap, then buildah from scratch, written as OCI archives:
 #   build/images/gpulens-exporter-<version>.oci.tar    NVML, Kubernetes API and PodResources clients
 #   build/images/gpulens-dashboard-<version>.oci.tar   Streamlit dashboard and right-sizing advisor
+#   build/images/gpulens-exporter-<version>-cuda12.oci.tar   (target exporter-cuda12 only) the
+#     exporter plus CuPy for the bandwidth probes: tag <version>-cuda12
 # The version is pyproject.toml's. Two builds of the same tree from empty storage give the same
 # image digests (docs/deploy.md, "Images"); build/images/<name>-<version>.digest holds each one.
 #
-# Usage: scripts/image.sh [exporter|dashboard|all]     (default: all)
+# Usage: scripts/image.sh [exporter|dashboard|exporter-cuda12|all]   (default: all = exporter, dashboard)
 # Needs (Debian): mmdebstrap buildah uidmap, and uv; runs as root (mmdebstrap --mode=root).
 # Env: GPULENS_IMAGE_REGISTRY (default ghcr.io/gpulens): the names the archives carry;
 #      GPULENS_DEBIAN_MIRROR / GPULENS_DEBIAN_SECURITY: Debian mirrors;
@@ -17,8 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WHAT=${1:-all}
-case $WHAT in exporter | dashboard | all) ;; *)
-  echo "usage: $0 [exporter|dashboard|all]" >&2
+case $WHAT in exporter | dashboard | exporter-cuda12 | all) ;; *)
+  echo "usage: $0 [exporter|dashboard|exporter-cuda12|all]" >&2
   exit 2
   ;;
 esac
@@ -56,8 +58,10 @@ mm_args=(
   --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/i18n/*'
   --dpkgopt='path-exclude=/usr/share/zoneinfo/*' --dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*'
   --customize-hook="python3 '$ROOT/deploy/image/trim_rootfs.py' \"\$1\" python3 base-files base-passwd dpkg >/dev/null"
-  # Empty files for the runtime to mount over (podman, the kubelet), instead of creating them in /etc.
+  # What a container runtime mounts over or links (podman, the kubelet), present so it creates
+  # nothing in /etc: a read-only container's root then stays exactly the image.
   --customize-hook='for f in hosts hostname resolv.conf; do : >"$1/etc/$f"; chmod 644 "$1/etc/$f"; done'
+  --customize-hook='ln -sfn /proc/mounts "$1/etc/mtab"'
 )
 # The cache key: the mmdebstrap arguments, the trim script and the mirrors' current package
 # indexes (InRelease), so a changed mirror or recipe builds a new root filesystem.
@@ -94,11 +98,11 @@ bah add -q "$c" "$rootfs" /
 bah commit -q --timestamp 0 --rm "$c" localhost/gpulens-base >/dev/null
 
 # ---- 4. one image per component: a venv at /opt/<component> from the locked requirements ---------
-build_image() { # name component extras-lock entrypoint port env...
-  local name=$1 comp=$2 lock=$3 entry=$4 port=$5
-  shift 5
-  local venv=/opt/$comp archive=$OUT/$name-$VERSION.oci.tar layout=$STORE/layout-$name
-  echo "+ $name:$VERSION"
+build_image() { # name tag component lock entrypoint port env...
+  local name=$1 tag=$2 comp=$3 lock=$4 entry=$5 port=$6
+  shift 6
+  local venv=/opt/$comp archive=$OUT/$name-$tag.oci.tar layout=$STORE/layout-$name-$tag
+  echo "+ $name:$tag"
   c=$(bah from --pull-never localhost/gpulens-base)
   # Everything the build needs is mounted under /tmp/build and removed before the commit.
   local run=(bah run --isolation chroot
@@ -107,26 +111,16 @@ build_image() { # name component extras-lock entrypoint port env...
     --env UV_CACHE_DIR=/tmp/build/uv-cache --env UV_LINK_MODE=copy --env UV_NO_CONFIG=1
     --env UV_PYTHON_DOWNLOADS=never --env SSL_CERT_FILE=/tmp/build/ca.crt --env UV_NATIVE_TLS=1
     --env SOURCE_DATE_EPOCH=0 --env PYTHONDONTWRITEBYTECODE=1 --env HOME=/tmp/build)
-  # The same three commands as deploy/Dockerfile's build stage (tests/test_image.py compares them).
-  "${run[@]}" "$c" -- /usr/bin/python3 -m venv --without-pip "$venv"
-  "${run[@]}" "$c" -- /tmp/build/uv pip install -q --python "$venv/bin/python" --require-hashes --no-deps \
-    -r "/tmp/build/src/$lock"
-  "${run[@]}" "$c" -- /tmp/build/uv pip install -q --python "$venv/bin/python" --no-deps \
-    --no-index --find-links /tmp/build/wheels "gpulens==$VERSION"
+  # The recipe deploy/Dockerfile's build stage runs too (tests/test_image.py compares the results).
+  "${run[@]}" --env UV=/tmp/build/uv "$c" -- /usr/bin/python3 /tmp/build/src/deploy/image/install_venv.py \
+    "$venv" "/tmp/build/src/$lock" --no-index --find-links /tmp/build/wheels "gpulens==$VERSION"
   local mnt
   mnt=$(bah mount "$c")
-  rm -rf "$mnt/tmp/build" "$mnt$venv/.lock" # mount points and uv's lock file
-  # uv stamps a locally built package with the install time (uv_cache.json, for its own cache).
-  local stamp
-  for stamp in "$mnt$venv"/lib/python3.11/site-packages/*.dist-info/uv_cache.json; do
-    [ -e "$stamp" ] || continue
-    rm "$stamp"
-    sed -i '/\/uv_cache\.json,/d' "$(dirname "$stamp")/RECORD"
-  done
+  rm -rf "$mnt/tmp/build" # the mount points
   bah umount "$c" >/dev/null
   local envs=() e
   for e in "$@"; do envs+=(--env "$e"); done
-  bah config --user 65534:65534 --workingdir / --port "$port" \
+  bah config --user 65534:65534 --workingdir / --port "$port/tcp" \
     --entrypoint "[\"$entry\"]" --cmd '' \
     --env "PATH=$venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     --env PYTHONDONTWRITEBYTECODE=1 --env PYTHONUNBUFFERED=1 --env HOME=/tmp "${envs[@]}" \
@@ -135,22 +129,26 @@ build_image() { # name component extras-lock entrypoint port env...
     --label "org.opencontainers.image.source=https://github.com/gpulens/gpulens" \
     --created-by "scripts/image.sh" --history-comment "" "$c"
   rm -rf "$layout"
-  bah commit -q --timestamp 0 --rm --format oci "$c" "oci:$layout:$REGISTRY/$name:$VERSION" >/dev/null
+  bah commit -q --timestamp 0 --rm --format oci "$c" "oci:$layout:$REGISTRY/$name:$tag" >/dev/null
   # A tar with fixed order, owner and times: the archive's bytes, not only its digest, repeat.
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=posix \
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf "$archive.part" -C "$layout" .
   mv "$archive.part" "$archive"
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' \
-    "$layout/index.json" >"$OUT/$name-$VERSION.digest"
-  echo "  ${archive#"$ROOT"/}  $(cat "$OUT/$name-$VERSION.digest")"
+    "$layout/index.json" >"$OUT/$name-$tag.digest"
+  echo "  ${archive#"$ROOT"/}  $(cat "$OUT/$name-$tag.digest")"
 }
 
 if [ "$WHAT" = all ] || [ "$WHAT" = exporter ]; then
-  build_image gpulens-exporter exporter deploy/image/requirements-exporter.txt gpulens-exporter 9445 \
+  build_image gpulens-exporter "$VERSION" exporter deploy/image/requirements-exporter.txt gpulens-exporter 9445 \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = dashboard ]; then
-  build_image gpulens-dashboard dashboard deploy/image/requirements-dashboard.txt gpulens-dashboard 8501 \
+  build_image gpulens-dashboard "$VERSION" dashboard deploy/image/requirements-dashboard.txt gpulens-dashboard 8501 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+fi
+if [ "$WHAT" = exporter-cuda12 ]; then
+  build_image gpulens-exporter "$VERSION-cuda12" exporter deploy/image/requirements-exporter-cuda12.txt \
+    gpulens-exporter 9445 NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 fi
 echo "+ built in $(($(date +%s) - t0)) s"
