@@ -420,6 +420,7 @@ def test_podman_diff_does_see_a_write(podman: Podman) -> None:
     podman(
         "run",
         "--name=writer",
+        "--network=none",
         "--user=0:0",
         "--entrypoint=/usr/bin/python3",
         image,
