@@ -136,7 +136,12 @@ build_image() { # name tag component lock entrypoint port env...
   mv "$archive.part" "$archive"
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' \
     "$layout/index.json" >"$OUT/$name-$tag.digest"
-  echo "  ${archive#"$ROOT"/}  $(cat "$OUT/$name-$tag.digest")"
+  local manifest
+  manifest=$layout/blobs/sha256/$(cut -d: -f2 "$OUT/$name-$tag.digest")
+  echo "  ${archive#"$ROOT"/}  $(cat "$OUT/$name-$tag.digest")  $(python3 -c 'import json, sys
+layers = json.load(open(sys.argv[1]))["layers"]
+size = sum(layer["size"] for layer in layers) / 1e6
+print(f"{size:.1f} MB uncompressed, {len(layers)} layers")' "$manifest")"
 }
 
 if [ "$WHAT" = all ] || [ "$WHAT" = exporter ]; then
