@@ -86,6 +86,16 @@ class OciImage:
             with tarfile.open(fileobj=blob) as layer:
                 return layer.getmembers()
 
+    def read(self, index: int, path: str) -> bytes:
+        """The content of ``path`` (no leading slash) in layer ``index``."""
+        with tarfile.open(self.archive) as outer:
+            blob = outer.extractfile(f"./blobs/sha256/{self.layers[index][0].split(':')[1]}")
+            assert blob is not None
+            with tarfile.open(fileobj=blob) as layer:
+                f = layer.extractfile(path)
+                assert f is not None, path
+                return f.read()
+
     @property
     def size(self) -> int:
         return sum(size for _, size in self.layers)
@@ -177,6 +187,17 @@ def test_images_hold_exactly_the_locked_packages(archives: dict[str, Path]) -> N
     ):
         want = {**locked(IMAGE_CONF / lock), "gpulens": VERSION}
         assert installed_packages(read_oci(archives[name]), venv) == want, name
+
+
+def test_images_hold_this_tree_s_code(archives: dict[str, Path]) -> None:
+    """The gpulens package in each image is the working tree's, not a cached older build."""
+    site = "lib/python3.11/site-packages"
+    for name, venv in (("gpulens-exporter", "opt/exporter"), ("gpulens-dashboard", "opt/dashboard")):
+        image = read_oci(archives[name])
+        for source in ("exporter/cli.py", "exporter/metrics.py", "dashboard/cli.py", "probes/cli.py"):
+            assert image.read(1, f"{venv}/{site}/{source}") == (REPO / source).read_bytes(), (name, source)
+        metadata = image.read(1, f"{venv}/{site}/gpulens-{VERSION}.dist-info/METADATA").decode()
+        assert (REPO / "README.md").read_text() in metadata, f"{name}: README (long description) is stale"
 
 
 def test_exporter_image_has_no_cupy_and_no_compiled_bytecode(archives: dict[str, Path]) -> None:
@@ -431,3 +452,26 @@ def test_podman_diff_does_see_a_write(podman: Podman) -> None:
         assert "A /opt/written" in podman("diff", "writer").stdout
     finally:
         podman("rm", "-f", "writer", check=False)
+
+
+# ---- the chart refers to the images built here ----------------------------------------------------
+
+
+def test_chart_app_version_is_the_package_version() -> None:
+    chart = (REPO / "deploy" / "helm" / "gpulens" / "Chart.yaml").read_text()
+    assert re.search(rf'^appVersion: "{re.escape(VERSION)}"$', chart, flags=re.MULTILINE)
+
+
+def test_chart_image_tags_follow_the_built_tags() -> None:
+    def exporter_image(values: dict[str, Any]) -> str:
+        return str(one(objects(values), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    assert exporter_image({}) == f"{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"  # probes on: CuPy
+    assert exporter_image({"exporter": {"probes": {"enabled": False}}}) == f"{REGISTRY}/gpulens-exporter:{VERSION}"
+    pinned = {"exporter": {"image": {"repository": "registry.example.com/gl/exporter", "tag": "1.2.3"}}}
+    assert exporter_image(pinned) == "registry.example.com/gl/exporter:1.2.3"
+    dashboard = one(objects(), "Deployment", "dashboard")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert dashboard == f"{REGISTRY}/gpulens-dashboard:{VERSION}"
+    rendered = (REPO / "deploy" / "manifests" / "gpulens.yaml").read_text()
+    assert f'image: "{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"' in rendered
+    assert f'image: "{REGISTRY}/gpulens-dashboard:{VERSION}"' in rendered

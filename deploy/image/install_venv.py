@@ -28,7 +28,8 @@ def main(argv: list[str]) -> int:
     subprocess.run(
         [uv, "pip", "install", "-q", "--python", python, "--require-hashes", "--no-deps", "-r", lock], check=True
     )
-    subprocess.run([uv, "pip", "install", "-q", "--python", python, "--no-deps", *project], check=True)
+    # --no-cache: uv would otherwise reuse a wheel of the same name and version from an older tree.
+    subprocess.run([uv, "pip", "install", "-q", "--python", python, "--no-deps", "--no-cache", *project], check=True)
     Path(venv, ".lock").unlink(missing_ok=True)  # uv's lock file, world-writable
     # uv stamps a package built from a local source with the install time (uv_cache.json, for its
     # own cache): dropped, and from RECORD, so the venv depends on its inputs only.
