@@ -43,7 +43,7 @@ def test_hadolint_does_flag_a_careless_dockerfile(tmp_path: Path) -> None:
     assert "DL3007" in result.stdout
 
 
-def _stages() -> dict[str, list[str]]:
+def dockerfile_stages() -> dict[str, list[str]]:
     """Stage name -> its instructions (one string per instruction, continuations joined)."""
     text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
     stages: dict[str, list[str]] = {}
@@ -60,11 +60,10 @@ def _stages() -> dict[str, list[str]]:
 
 
 def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None:
-    stages = _stages()
+    stages = dockerfile_stages()
     assert {"build", "exporter", "dashboard"} <= set(stages)
     for target, entry in (
         ("exporter", "gpulens-exporter"),
-        ("exporter-cuda12", "gpulens-exporter"),
         ("dashboard", "gpulens-dashboard"),
     ):
         body = stages[target]
@@ -74,13 +73,13 @@ def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None
 
 
 def test_both_images_run_as_an_unprivileged_user() -> None:
-    for target in ("exporter", "exporter-cuda12", "dashboard"):
-        users = [i.split()[1] for i in _stages()[target] if i.startswith("USER")]
+    for target in ("exporter", "dashboard"):
+        users = [i.split()[1] for i in dockerfile_stages()[target] if i.startswith("USER")]
         assert users, f"{target} has no USER"
         uid = users[-1].split(":")[0]
         assert uid.isdigit() and int(uid) != 0, f"{target} runs as {users[-1]}"
 
 
 def test_exporter_image_listens_on_the_documented_port() -> None:
-    assert "EXPOSE 9445" in _stages()["exporter"]
-    assert "EXPOSE 8501" in _stages()["dashboard"]
+    assert "EXPOSE 9445" in dockerfile_stages()["exporter"]
+    assert "EXPOSE 8501" in dockerfile_stages()["dashboard"]

@@ -28,6 +28,7 @@ import pytest
 
 from tests.support.net import free_port, get, wait_http
 from tests.test_deploy_chart import objects, one
+from tests.test_deploy_dockerfile import DOCKERFILE, dockerfile_stages
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_CONF = REPO / "deploy" / "image"
@@ -211,21 +212,6 @@ def test_exporter_image_has_no_cupy_and_no_compiled_bytecode(archives: dict[str,
 # ---- the Docker route yields the same image -------------------------------------------------------
 
 
-def dockerfile_stages() -> dict[str, list[str]]:
-    text = re.sub(r"\\\n\s*", " ", (REPO / "deploy" / "Dockerfile").read_text())
-    stages: dict[str, list[str]] = {}
-    current: list[str] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.IGNORECASE)
-        if m:
-            current = stages.setdefault(m.group(1), [])
-        current.append(line)
-    return stages
-
-
 def dockerfile_env(body: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for instruction in body:
@@ -250,13 +236,16 @@ def test_dockerfile_target_matches_the_built_image(
     image = read_oci(archives[name])
     config = image.config["config"]
     # Python: Debian bookworm's python3 in both routes.
-    assert "debian:bookworm-slim" in (REPO / "deploy" / "Dockerfile").read_text()
+    text = DOCKERFILE.read_text()
+    assert "debian:bookworm-slim" in text
     assert any("python3=3.11.2-" in i for i in stages["python"])
     assert re.search(
         r"python3\.11 ", "".join(m.name + " " for m in image.layer_members(0) if "bin/python3.11" in m.name)
     )
     # Packages: the recipe with the lock image.sh used, into the same path.
     build_run = " ".join(i for i in stages["build"] if i.startswith("RUN"))
+    [(exporter_lock)] = re.findall(r"^ARG EXPORTER_LOCK=(\S+)$", text, flags=re.MULTILINE)
+    build_run = build_run.replace("${EXPORTER_LOCK}", exporter_lock).replace('"', "")
     assert f"deploy/image/install_venv.py {venv} deploy/image/{lock} /src" in build_run
     assert installed_packages(image, venv) == {**locked(IMAGE_CONF / lock), "gpulens": VERSION}
     # Runtime settings.
