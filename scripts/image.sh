@@ -25,6 +25,17 @@ case $WHAT in exporter | dashboard | exporter-cuda12 | all) ;; *)
   ;;
 esac
 
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/image.sh: run as root (mmdebstrap --mode=root, buildah with vfs storage)" >&2
+  exit 2
+fi
+for tool in mmdebstrap buildah uv python3 git; do
+  command -v "$tool" >/dev/null || {
+    echo "scripts/image.sh: $tool is missing (Debian: apt-get install mmdebstrap buildah uidmap; uv from PyPI)" >&2
+    exit 2
+  }
+done
+
 SUITE=bookworm # Python 3.11, the version the requirement locks are resolved for
 MIRROR=${GPULENS_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY=${GPULENS_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
