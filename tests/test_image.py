@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.support.net import free_port, get, wait_http
 from tests.test_deploy_chart import objects, one
@@ -193,6 +194,37 @@ def test_two_builds_from_empty_storage_give_the_same_digests(
         assert again[name].read_bytes() == path.read_bytes(), name
 
 
+@pytest.mark.parametrize(
+    ("lock", "extras"),
+    [
+        ("requirements-exporter.txt", ["nvml", "k8s"]),
+        ("requirements-exporter-cuda12.txt", ["nvml", "k8s", "probes", "cuda12"]),
+        ("requirements-dashboard.txt", ["dashboard"]),
+    ],
+)
+def test_locks_are_compiled_from_pyproject(lock: str, extras: list[str]) -> None:
+    """Every requirement of pyproject.toml (and of deploy/image/constraints.txt) for the image's
+    extras is pinned in its lock at a version it allows: a changed dependency needs a new lock."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *(r for extra in extras for r in project["optional-dependencies"][extra])]
+    constraints = [
+        line.split("#")[0].strip()
+        for line in (IMAGE_CONF / "constraints.txt").read_text().splitlines()
+        if line.split("#")[0].strip()
+    ]
+    pins = locked(IMAGE_CONF / lock)
+    for text in wanted:
+        req = Requirement(text)
+        assert normalise(req.name) in pins, f"{lock} lacks {req.name}: recompile it (command in its header)"
+        assert req.specifier.contains(pins[normalise(req.name)], prereleases=True), (lock, text)
+    for text in constraints:
+        req = Requirement(text)
+        if normalise(req.name) in pins:
+            assert req.specifier.contains(pins[normalise(req.name)], prereleases=True), (lock, text)
+    header = (IMAGE_CONF / lock).read_text().splitlines()[1]
+    assert [e for e in re.findall(r"--extra (\S+)", header)] == extras
+
+
 def test_images_hold_exactly_the_locked_packages(archives: dict[str, Path]) -> None:
     for name, venv, lock in (
         ("gpulens-exporter", "/opt/exporter", "requirements-exporter.txt"),
@@ -203,7 +235,7 @@ def test_images_hold_exactly_the_locked_packages(archives: dict[str, Path]) -> N
         assert installed_packages(read_oci(archives[name]), venv) == want, name
 
 
-def test_images_hold_this_tree_s_code(archives: dict[str, Path]) -> None:
+def test_images_hold_the_working_tree_code(archives: dict[str, Path]) -> None:
     """The gpulens package in each image is the working tree's, not a cached older build."""
     site = "lib/python3.11/site-packages"
     for name, venv in (("gpulens-exporter", "opt/exporter"), ("gpulens-dashboard", "opt/dashboard")):
