@@ -186,7 +186,7 @@ class SimulatedBackend:
             for proc, act in zip(leaf.processes, acts, strict=True):
                 has_process = True
                 share = act.share * scale
-                sig = proc.workload.signature
+                sig = act.signature or proc.workload.signature
                 sm += share * sig.sm_active
                 occ += share * sig.sm_occupancy
                 dram += share * sig.dram_active
@@ -231,6 +231,9 @@ class SimulatedBackend:
                 fp32_active=_ratio(fp32 * (1 + g(0, 0.01))),
                 fp16_active=_ratio(fp16 * (1 + g(0, 0.02))),
                 dram_active=_ratio(dram * (1 + g(0, 0.01))),
+                # GPM graphics-engine activity tracks NVML GPU-Util on the H200 (within 0.01), and
+                # GPM has it per MIG instance too; no draw of its own keeps the random stream.
+                graphics_active=_ratio(util),
             )
             if not windowed:
                 gpm = None

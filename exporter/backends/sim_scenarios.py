@@ -404,7 +404,8 @@ def _mig7x8() -> Scenario:
 
 
 def _timeslice() -> Scenario:
-    """GPUs 0-3 time-sliced (4 replicas each, resource ``nvidia.com/gpu.shared``), 4-7 exclusive."""
+    """GPUs 0-3 time-sliced (4 replicas each, resource ``nvidia.com/gpu.shared``), 4-7 exclusive; one
+    alternating mixture (3), one job changing load (6) and one stalled on its input (7)."""
     b = _NodeBuilder("timeslice")
     shared = "nvidia.com/gpu.shared"
 
@@ -437,16 +438,26 @@ def _timeslice() -> Scenario:
     b.hold(uid, "vllm", shared, (replica(2, 1),))
     p2 = b.proc(w.Diurnal(w.LLM_DECODE, low=0.3, high=0.7), 50 * GIB, uid, "vllm")
     b.add_gpu(2, b.whole(p1, p2))
-    # GPU 3: shared but nobody holds a replica.
-    b.add_gpu(3, b.whole())
+    # GPU 3: 2 of 4 replicas held by a memory-bound and a tensor-bound tenant, both flat out:
+    # they take turns, so the GPU is fully used, half on DRAM and half on tensor cores (mixed).
+    uid, _ = b.pod("etl", "Job", "embedding-backfill")
+    b.hold(uid, "copier", shared, (replica(3, 0),))
+    p1 = b.proc(w.Steady(w.MEMORY_COPY), 12 * GIB, uid, "copier")
+    uid, _ = b.pod("research", "Job", "attention-sweep")
+    b.hold(uid, "sweep", shared, (replica(3, 1),))
+    p2 = b.proc(w.Steady(w.BF16_GEMM), 30 * GIB, uid, "sweep")
+    b.add_gpu(3, b.whole(p1, p2))
     for gpu in range(4):
         b.sharing[b.gpu_uuid(gpu)] = 4
     # GPUs 4-7 exclusive.
     _exclusive(b, 4, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
     _exclusive(b, 5, "inference", "Deployment", "llm-decode", "vllm",
                w.Diurnal(w.LLM_DECODE, low=0.86, high=1.0), int(0.9 * H200_MEMORY_BYTES))  # fmt: skip
-    _exclusive(b, 6, "research", "Job", "cfd-solver", "solver", w.Steady(w.FP32_GEMM), 22 * GIB)
-    b.add_gpu(7, b.whole())
+    # GPU 6: a benchmark that changes what limits it: copy, then GEMMs, then nothing, repeated.
+    phases = ((w.MEMORY_COPY, 60.0), (w.BF16_GEMM, 60.0), (w.IDLE, 30.0))
+    _exclusive(b, 6, "research", "Job", "kernel-bench", "bench", w.Phased(w.MEMORY_COPY, phases=phases), 22 * GIB)
+    # GPU 7: a GEMM job starved by its data loader: works half of every second.
+    _exclusive(b, 7, "ml-training", "Job", "resnet-dataloader-bound", "trainer", w.Stalled(w.BF16_GEMM), 40 * GIB)
     return b.build()
 
 

@@ -68,6 +68,7 @@ nvmlClocksEventReasonHwThermalSlowdown = 0x40
 nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 nvmlClocksEventReasonDisplayClockSetting = 0x100
 
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
 NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
