@@ -159,7 +159,7 @@ def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families)
         f.add("gpulens_mig_instance_info", lab, 1.0)
     f.add("gpulens_gpu_memory_used_bytes", lab, leaf.memory_used_bytes)
     f.add("gpulens_gpu_memory_total_bytes", lab, leaf.memory_total_bytes)
-    f.add("gpulens_gpu_compute_processes", lab, float(len(leaf.processes)))
+    f.add("gpulens_gpu_compute_processes", lab, float(len(leaf.tenants)))
     gpm = leaf.gpm
     if gpm is not None:
         f.add("gpulens_gpu_sm_active_ratio", lab, gpm.sm_active)
@@ -179,6 +179,8 @@ def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families)
     f.add("gpulens_gpu_tensor_active_seconds_total", lab, analysis.tensor_active_seconds)
     f.add("gpulens_gpu_dram_active_seconds_total", lab, analysis.dram_active_seconds)
     f.add("gpulens_gpu_analysis_info", (*lab, analysis.signals), 1.0)
+    if analysis.sharing_mode is not None:
+        f.add("gpulens_gpu_sharing_info", (*lab, analysis.sharing_mode), 1.0)
     if analysis.boundness is not None:
         for cls in BOUNDNESS_CLASSES:
             f.add("gpulens_gpu_boundness", (*lab, cls), 1.0 if cls == analysis.boundness else 0.0)

@@ -185,7 +185,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_gpu_compute_processes",
         "",
-        "Compute processes running on the leaf.",
+        "Compute processes running work on the leaf (tenants; an MPS server is not counted).",
         LEAF_LABELS,
     ),
     # --- physical ----------------------------------------------------------------------
@@ -283,8 +283,18 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_pod_gpu_sm_share_ratio",
         "ratio",
-        "The container's share of SM time on the GPU over the last window (per-process utilisation).",
+        "The container's share of SM time on the GPU over the last window (per-process utilisation). "
+        "Absent under MPS: the driver reports per-process utilisation only for the MPS server, so it "
+        "cannot be split between the clients.",
         (*POD_LABELS, "uuid"),
+        "attribution",
+    ),
+    _g(
+        "gpulens_gpu_sharing_info",
+        "",
+        "How the leaf is shared, always 1: mode is exclusive, time-slicing (the device plugin "
+        "advertises replicas), mps (NVML lists an MPS server or MPS clients on it) or mig.",
+        (*LEAF_LABELS, "mode"),
         "attribution",
     ),
     _g(

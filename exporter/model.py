@@ -60,6 +60,13 @@ class ProcessSample:
     memory_util_ratio: float | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    mps_role: str | None = None
+    """``server`` (the MPS server process, not a tenant), ``client`` (an MPS client), or ``None``
+    (a process with its own context)."""
+
+
+MPS_SERVER = "server"
+MPS_CLIENT = "client"
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,16 @@ class LeafSample:
     def leaf_id(self) -> str:
         """Stable key of this leaf: the MIG UUID for MIG instances, else the GPU UUID."""
         return self.mig.mig_uuid if self.mig is not None else self.uuid
+
+    @property
+    def tenants(self) -> tuple[ProcessSample, ...]:
+        """Processes that run work for somebody: every process but the MPS server."""
+        return tuple(p for p in self.processes if p.mps_role != MPS_SERVER)
+
+    @property
+    def mps(self) -> bool:
+        """True while MPS serves this leaf (an MPS server or MPS clients are listed on it)."""
+        return any(p.mps_role is not None for p in self.processes)
 
 
 @dataclass(frozen=True)
@@ -253,6 +270,8 @@ class LeafAnalysis:
     """This cycle's busy ratio (GPM graphics-engine activity, else NVML GPU-Util): the duty cycle
     the class is normalised by."""
     busy_seconds: float | None = None
+    sharing_mode: str | None = None
+    """``exclusive``, ``time-slicing``, ``mps`` or ``mig`` (exporter/analysis/sharing.py)."""
     sm_active_seconds: float | None = None
     tensor_active_seconds: float | None = None
     dram_active_seconds: float | None = None

@@ -21,6 +21,7 @@ from typing import Protocol
 from exporter.analysis.boundness import busy_signal
 from exporter.analysis.counters import ActivityIntegrator, EventCounter, MonotonicCounter
 from exporter.analysis.pod_class import pod_boundness
+from exporter.analysis.sharing import sharing_mode
 from exporter.backends.base import GpuBackend
 from exporter.model import (
     Attribution,
@@ -180,7 +181,7 @@ class Sampler:
         analysis: Mapping[str, LeafAnalysis] = MappingProxyType({})
         pod_classes: tuple[PodBoundness, ...] = ()
         try:
-            analysis = MappingProxyType(self._analyse(sample, now))
+            analysis = MappingProxyType(self._analyse(sample, now, attribution))
             pod_classes = pod_boundness(attribution, analysis)
             stages.append(StageResult("analysis", True, time.perf_counter() - t0))
         except Exception:
@@ -225,7 +226,7 @@ class Sampler:
         self._nvml_errors.add_all(sample.errors)
         return sample
 
-    def _analyse(self, sample: BackendSample, now: float) -> dict[str, LeafAnalysis]:
+    def _analyse(self, sample: BackendSample, now: float, attribution: Attribution | None) -> dict[str, LeafAnalysis]:
         out: dict[str, LeafAnalysis] = {}
         live_leaves: set[str] = set()
         live_gpus: set[str] = set()
@@ -258,6 +259,7 @@ class Sampler:
                     signals="gpm" if gpm is not None else "nvml",
                     busy_ratio=busy,
                     busy_seconds=busy_s,
+                    sharing_mode=sharing_mode(leaf, attribution),
                     sm_active_seconds=sm,
                     tensor_active_seconds=tensor,
                     dram_active_seconds=dram,

@@ -199,7 +199,7 @@ def build_usages(
     acc: dict[tuple[str, str, str], list[Any]] = {}
     for gpu in sample.gpus:
         for leaf in gpu.leaves:
-            for proc in leaf.processes:
+            for proc in leaf.tenants:  # the MPS server's utilisation is its clients', not its own
                 owner = pid_owners.get(proc.pid)
                 if owner is None:
                     continue
@@ -240,7 +240,7 @@ def leaf_tenants(
     out: dict[str, set[tuple[str, str]]] = {}
     for gpu in sample.gpus:
         for leaf in gpu.leaves:
-            for proc in leaf.processes:
+            for proc in leaf.tenants:
                 owner = pid_owners.get(proc.pid)
                 meta = pods.by_uid.get(owner.pod_uid) if owner is not None else None
                 key = (meta.namespace, meta.name) if meta is not None else UNKNOWN_TENANT
