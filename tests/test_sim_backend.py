@@ -258,11 +258,15 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
             if device.startswith("MIG-"):
                 assert re.fullmatch("MIG-" + UUID_RE, device)
                 assert d.resource.startswith("nvidia.com/mig-")
-    # Every process belongs to a container that holds the device it runs on.
+    # Every process belongs to a container that holds the device it runs on, except the MPS
+    # server, which runs in the MPS control daemon's pod (that pod holds no GPU).
     procs = [(g, leaf, p) for g in sample.gpus for leaf in g.leaves for p in leaf.processes]
     assert procs and {p.pid for _, _, p in procs} == set(pids)
     for g, leaf, p in procs:
         owner = pids[p.pid]
+        if p.mps_role == "server":
+            assert owners[str(owner[0])][1].startswith("nvidia-device-plugin-mps")
+            continue
         if leaf.mig is not None:
             assert held[leaf.mig.mig_uuid] == owner
         else:
