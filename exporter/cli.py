@@ -133,7 +133,16 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         probes=make_probes(cfg, backend),
     )
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(sampler.latest, version=__version__, backend=backend.name, include_age=False))
+    companions = {}
+    if cfg.compat_dcgm:
+        from exporter.compat_dcgm import DcgmCompatRenderer, default_hostname
+
+        companions["compat_dcgm"] = DcgmCompatRenderer(default_hostname(cfg.node_name))
+    registry.register(
+        SnapshotCollector(
+            sampler.latest, version=__version__, backend=backend.name, include_age=False, companions=companions
+        )
+    )
     return sampler, CachedExposition(registry, sampler.latest), backend
 
 

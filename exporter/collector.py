@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -232,8 +232,10 @@ class SnapshotCollector(Collector):
 
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
-    Before the first snapshot only ``gpulens_up 0`` is exported.  With ``include_age=False`` the
-    output depends only on the snapshot, so ``CachedExposition`` can reuse it between scrapes.
+    Before the first snapshot only ``gpulens_up 0`` is exported.  ``companions`` (section name ->
+    renderer) add families from outside the catalogue, e.g. the DCGM-compatible series.  With
+    ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
+    reuse it between scrapes.
     """
 
     def __init__(
@@ -244,8 +246,10 @@ class SnapshotCollector(Collector):
         wall: Callable[[], float] = time.time,
         extra_families: Callable[[Snapshot, _Families], None] | None = None,
         include_age: bool = True,
+        companions: Mapping[str, Callable[[Snapshot], Iterable[Metric]]] | None = None,
     ) -> None:
         self._include_age = include_age
+        self._companions = dict(companions or {})
         self._source = snapshot_source
         self._version = version
         self._backend = backend
@@ -280,9 +284,18 @@ class SnapshotCollector(Collector):
             except Exception:
                 log.exception("rendering %s failed", section)
                 failures[section] = True
+        # Companion renderers (``--compat.dcgm``) own families outside the catalogue; they follow
+        # the native ones and fail alone, like a section.
+        companion_families: list[Metric] = []
+        for section, companion in self._companions.items():
+            try:
+                companion_families.extend(companion(snap))
+            except Exception:
+                log.exception("rendering %s failed", section)
+                failures[section] = True
         _render_self(snap, f, now, self._version, self._backend)
         _render_stages(snap, f, {k: v for k, v in failures.items() if v})
-        return list(f.emit())
+        return [*f.emit(), *companion_families]
 
 
 class CachedExposition:
