@@ -12,15 +12,16 @@ snapshots costs nothing here); no NVML.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
-from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from exporter.model import Allocation, GpuSample, LeafSample, PodRef, PodUsage, Snapshot
+
+log = logging.getLogger(__name__)
 
 MIB = 1024**2
 
@@ -273,8 +274,12 @@ FIELDS: tuple[DcgmField, ...] = (
 
 _BY_NAME = {f.name: f for f in FIELDS}
 
-Labels = dict[str, str]
+Labels = tuple[tuple[str, str], ...]
+"""Label pairs in dcgm-exporter's order; tuples so their encoded form can be cached."""
 Value = float | int | None
+
+MAX_CACHED_LABEL_SETS = 50_000
+"""Bound of the encoded-label cache: pods come and go, the cache must not grow with them."""
 
 
 def _percent(ratio: float | None) -> float | None:
@@ -299,7 +304,7 @@ def default_hostname(node_name: str) -> str:
 
 
 def _pod_labels(ref: PodRef) -> Labels:
-    return {"namespace": ref.namespace, "pod": ref.pod, "container": ref.container}
+    return (("namespace", ref.namespace), ("pod", ref.pod), ("container", ref.container))
 
 
 @dataclass(frozen=True)
@@ -309,7 +314,7 @@ class _Holders:
     exclusive: dict[str, PodRef]
     """GPU uuid or MIG uuid -> the single container holding it (no time-slicing replica)."""
     shared: dict[str, list[Allocation]]
-    """GPU uuid -> allocations of a GPU that several containers hold or that is time-sliced."""
+    """GPU uuid -> allocations of a whole GPU that several containers hold or that is time-sliced."""
 
 
 def _holders(snap: Snapshot) -> _Holders:
@@ -333,48 +338,46 @@ def _holders(snap: Snapshot) -> _Holders:
     return _Holders(exclusive, shared)
 
 
-class _Builder:
-    """Collects the samples of one snapshot into families in FIELDS order."""
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-    def __init__(self) -> None:
-        self.samples: dict[str, list[Sample]] = {}
+
+class _Builder:
+    """Sample lines of one snapshot by family; label sets are encoded once and cached across
+    snapshots (identity and holders rarely change, values do)."""
+
+    def __init__(self, label_cache: dict[Labels, str]) -> None:
+        self.lines: dict[str, list[str]] = {}
+        self._cache = label_cache
 
     def add(self, name: str, labels: Labels, value: Value) -> None:
-        if _valid(value):
-            self.samples.setdefault(name, []).append(Sample(name, labels, float(value)))  # type: ignore[arg-type]
-
-    def families(self) -> list[Metric]:
-        out = []
-        for spec in FIELDS:
-            samples = self.samples.get(spec.name)
-            if samples:
-                fam = Metric(spec.name, spec.help, spec.type)
-                fam.samples = samples
-                out.append(fam)
-        return out
+        if not _valid(value):
+            return
+        encoded = self._cache.get(labels)
+        if encoded is None:
+            if len(self._cache) >= MAX_CACHED_LABEL_SETS:
+                self._cache.clear()
+            encoded = self._cache[labels] = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+        self.lines.setdefault(name, []).append(f"{name}{encoded} {floatToGoString(value)}\n")
 
 
 def _gpu_labels(gpu: GpuSample, hostname: str, driver: str) -> Labels:
-    return {
-        "gpu": str(gpu.index),
-        "UUID": gpu.uuid,
-        "pci_bus_id": gpu.pci_bus_id or "",
-        "device": f"nvidia{gpu.index}",
-        "modelName": gpu.name or "",
-        "Hostname": hostname,
-        "DCGM_FI_DRIVER_VERSION": driver,
-    }
+    return (
+        ("gpu", str(gpu.index)),
+        ("UUID", gpu.uuid),
+        ("pci_bus_id", gpu.pci_bus_id or ""),
+        ("device", f"nvidia{gpu.index}"),
+        ("modelName", gpu.name or ""),
+        ("Hostname", hostname),
+        ("DCGM_FI_DRIVER_VERSION", driver),
+    )
 
 
 def _leaf_labels(base: Labels, leaf: LeafSample) -> Labels:
     if leaf.mig is None:
         return base
-    labels = {k: v for k, v in base.items() if k not in ("Hostname", "DCGM_FI_DRIVER_VERSION")}
-    labels["GPU_I_PROFILE"] = leaf.mig.profile
-    labels["GPU_I_ID"] = str(leaf.mig.gpu_instance_id)
-    labels["Hostname"] = base["Hostname"]
-    labels["DCGM_FI_DRIVER_VERSION"] = base["DCGM_FI_DRIVER_VERSION"]
-    return labels
+    mig = (("GPU_I_PROFILE", leaf.mig.profile), ("GPU_I_ID", str(leaf.mig.gpu_instance_id)))
+    return base[:5] + mig + base[5:]  # dcgm-exporter's order: after modelName, before Hostname
 
 
 def _render_gpu(b: _Builder, gpu: GpuSample, g: Labels, snap: Snapshot) -> None:
@@ -395,7 +398,7 @@ def _render_gpu(b: _Builder, gpu: GpuSample, g: Labels, snap: Snapshot) -> None:
     b.add("DCGM_FI_DEV_MEM_COPY_UTIL", g, _percent(gpu.memory_utilization_ratio))
     b.add("DCGM_FI_DEV_FAN_SPEED", g, _percent(gpu.fan_speed_ratio))
     xid = snap.xid_last.get(gpu.uuid, 0)
-    b.add("DCGM_FI_DEV_XID_ERRORS", {**g, "err_code": str(xid)}, xid)
+    b.add("DCGM_FI_DEV_XID_ERRORS", (*g, ("err_code", str(xid))), xid)
     ecc = gpu.ecc_errors or {}
     b.add("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", g, ecc.get("corrected"))
     b.add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", g, ecc.get("uncorrected"))
@@ -449,7 +452,7 @@ def _render_shared(b: _Builder, g: Labels, gpu: GpuSample, allocs: list[Allocati
         if key in seen:
             continue
         seen.add(key)
-        lab = {**g, **_pod_labels(a.pod)}
+        lab = g + _pod_labels(a.pod)
         found = usage.get(key)
         if found is not None:
             b.add("DCGM_FI_DEV_GPU_UTIL", lab, _percent(found.sm_share_ratio))
@@ -460,9 +463,9 @@ def _render_shared(b: _Builder, g: Labels, gpu: GpuSample, allocs: list[Allocati
             b.add("DCGM_FI_DEV_FB_USED", lab, 0.0)
 
 
-def render(snap: Snapshot, hostname: str) -> list[Metric]:
-    """Every DCGM-compatible family for ``snap`` (fresh objects; callers may cache them)."""
-    b = _Builder()
+def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] | None = None) -> dict[str, list[str]]:
+    """Sample lines of every DCGM-compatible family for ``snap``, by family name."""
+    b = _Builder({} if label_cache is None else label_cache)
     driver = snap.backend.driver_version or ""
     holders = _holders(snap)
     for gpu in snap.backend.gpus:
@@ -470,38 +473,72 @@ def render(snap: Snapshot, hostname: str) -> list[Metric]:
             continue
         base = _gpu_labels(gpu, hostname, driver)
         holder = holders.exclusive.get(gpu.uuid)
-        g = {**base, **_pod_labels(holder)} if holder is not None else base
-        _render_gpu(b, gpu, g, snap)
+        _render_gpu(b, gpu, base + _pod_labels(holder) if holder is not None else base, snap)
         for leaf in gpu.leaves:
             lab = _leaf_labels(base, leaf)
             leaf_holder = holders.exclusive.get(leaf.leaf_id)
-            if leaf_holder is not None:
-                lab = {**lab, **_pod_labels(leaf_holder)}
-            _render_leaf(b, gpu, leaf, lab)
+            _render_leaf(b, gpu, leaf, lab + _pod_labels(leaf_holder) if leaf_holder is not None else lab)
         allocs = holders.shared.get(gpu.uuid)
         if allocs:
             _render_shared(b, base, gpu, allocs, snap)
-    return b.families()
+    return b.lines
+
+
+def encode(lines: dict[str, list[str]], openmetrics: bool) -> str:
+    """Exposition text of the families in FIELDS order (no ``# EOF``: the caller's body ends it)."""
+    untyped = "unknown" if openmetrics else "untyped"
+    out: list[str] = []
+    for spec in FIELDS:
+        samples = lines.get(spec.name)
+        if samples:
+            kind = untyped if spec.type == "unknown" else spec.type
+            out.append(f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} {kind}\n")
+            out.extend(samples)
+    return "".join(out)
 
 
 class DcgmCompatRenderer:
-    """``render`` cached per snapshot: the families of the newest snapshot are built once and
-    handed to every scrape until the sampler publishes the next one."""
+    """The compat block of an exposition, built once per snapshot and format.
 
-    def __init__(self, hostname: str, render_fn: Callable[[Snapshot, str], list[Metric]] = render) -> None:
+    prometheus_client's encoder escapes and checks every label of every sample on each render;
+    dcgm-exporter's label sets are wide (7 to 12 labels) and almost never change, so the encoded
+    label sets are cached across snapshots and each snapshot only formats its values. A failure
+    while rendering drops the compat block for that snapshot (``ok`` says so), never the scrape.
+    """
+
+    def __init__(self, hostname: str) -> None:
         self.hostname = hostname
-        self._render = render_fn
         self._lock = threading.Lock()
+        self._labels: dict[Labels, str] = {}
         self._snapshot: Snapshot | None = None
-        self._families: list[Metric] = []
+        self._lines: dict[str, list[str]] | None = None
+        self._text: dict[bool, bytes] = {}
 
-    def __call__(self, snap: Snapshot) -> Iterable[Metric]:
-        """Families for ``snap``; identical objects for repeated calls with the same snapshot."""
+    def _render(self, snap: Snapshot) -> dict[str, list[str]] | None:
+        if snap is not self._snapshot:
+            self._snapshot, self._text = snap, {}
+            try:
+                self._lines = render_lines(snap, self.hostname, self._labels)
+            except Exception:
+                log.exception("rendering the DCGM-compatible series failed")
+                self._lines = None
+        return self._lines
+
+    def text(self, snap: Snapshot, openmetrics: bool) -> bytes:
+        """The compat families for ``snap`` in the text (0.0.4) or OpenMetrics format."""
         with self._lock:
-            if snap is not self._snapshot:
-                self._families = self._render(snap, self.hostname)
-                self._snapshot = snap
-            return self._families
+            lines = self._render(snap)
+            if lines is None:
+                return b""
+            body = self._text.get(openmetrics)
+            if body is None:
+                body = self._text[openmetrics] = encode(lines, openmetrics).encode()
+            return body
+
+    def ok(self, snap: Snapshot) -> bool:
+        """Whether the compat block of ``snap`` rendered (``gpulens_stage_success{stage=...}``)."""
+        with self._lock:
+            return self._render(snap) is not None
 
 
 def field(name: str) -> DcgmField:

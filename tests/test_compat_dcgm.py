@@ -8,11 +8,13 @@ import subprocess
 from dataclasses import replace
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build
-from exporter.collector import SnapshotCollector
-from exporter.compat_dcgm import FIELDS, DcgmCompatRenderer, default_hostname, render
+from exporter.collector import CachedExposition, SnapshotCollector
+from exporter.compat_dcgm import FIELDS, DcgmCompatRenderer, default_hostname, render_lines
 from exporter.config import parse_config
 from exporter.model import (
     Allocation,
@@ -36,10 +38,27 @@ NOTEBOOK_A = PodRef("nb", "alice-0", "notebook")
 NOTEBOOK_B = PodRef("nb", "bob-0", "notebook")
 
 
-def _registry(snap: Snapshot, hostname: str = "node-a") -> CollectorRegistry:
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(lambda: snap, companions={"compat_dcgm": DcgmCompatRenderer(hostname)}))
-    return reg
+class _Scrape:
+    """One scrape of an exporter wired like the CLI: native registry plus the compat block."""
+
+    def __init__(self, snap: Snapshot, hostname: str = "node-a", openmetrics: bool = False) -> None:
+        compat = DcgmCompatRenderer(hostname)
+        reg = CollectorRegistry()
+        reg.register(SnapshotCollector(lambda: snap, include_age=False, render_checks={"compat_dcgm": compat.ok}))
+        accept = "application/openmetrics-text; version=1.0.0" if openmetrics else "text/plain"
+        self.text = CachedExposition(reg, lambda: snap, tails=[compat.text]).render(accept)[0].decode()
+        parse = openmetrics_families if openmetrics else text_string_to_metric_families
+        self.samples = [s for fam in parse(self.text) for s in fam.samples]
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        for s in self.samples:
+            if s.name == name and s.labels == (labels or {}):
+                return float(s.value)
+        return None
+
+
+def _registry(snap: Snapshot, hostname: str = "node-a") -> _Scrape:
+    return _Scrape(snap, hostname)
 
 
 def _gpu_labels(g: GpuSample, **extra: str) -> dict[str, str]:
@@ -149,7 +168,7 @@ def test_mig_instances_carry_gpu_i_id_and_profile_and_their_own_pod() -> None:
     # Device-wide readings appear once per physical GPU, without instance or pod labels: two pods
     # share the board, and summing power over instances must not count it twice.
     assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", base) == 300
-    text = generate_latest(reg).decode()
+    text = reg.text
     assert text.count("DCGM_FI_DEV_POWER_USAGE{") == 1
     # NVML has no GPU-Util for a MIG-enabled GPU: absent, never 0.
     assert "DCGM_FI_DEV_GPU_UTIL{" not in text
@@ -200,14 +219,14 @@ def test_last_xid_is_the_value_and_its_code_a_label() -> None:
     sampler.run_once()
     snap = sampler.run_once()
     assert snap.xid_last == {gpu(0).uuid: 79}
-    text = generate_latest(_registry(snap)).decode()
+    text = _registry(snap).text
     assert 'err_code="79"' in text
     assert 'err_code="31"' not in text
 
 
 def test_lost_gpu_has_no_compat_series() -> None:
     lost = GpuSample(index=0, uuid=gpu(0).uuid, up=False)
-    assert render(_snapshot((lost,)), "node-a") == []
+    assert render_lines(_snapshot((lost,)), "node-a") == {}
 
 
 def test_hostname_is_the_node_name_else_the_host_name() -> None:
@@ -237,30 +256,53 @@ def test_bad_env_twin_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> N
     assert "GPULENS_COMPAT_DCGM" in capsys.readouterr().err
 
 
-def test_families_are_built_once_per_snapshot() -> None:
-    calls = []
+def test_the_block_is_built_once_per_snapshot_and_label_sets_are_encoded_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import exporter.compat_dcgm as compat_module
 
-    def counting(snap: Snapshot, host: str) -> list:  # type: ignore[type-arg]
+    calls: list[Snapshot] = []
+    real = compat_module.render_lines
+
+    def counting(snap: Snapshot, host: str, cache: dict) -> dict:  # type: ignore[type-arg]
         calls.append(snap)
-        return render(snap, host)
+        return real(snap, host, cache)
 
-    renderer = DcgmCompatRenderer("node-a", counting)
-    first, second = _snapshot((_whole(0),)), _snapshot((_whole(0),))
-    a = renderer(first)
-    assert renderer(first) is a
-    renderer(second)
+    monkeypatch.setattr(compat_module, "render_lines", counting)
+    renderer = DcgmCompatRenderer("node-a")
+    first, second = _snapshot((_whole(0),)), _snapshot((_whole(0, power_watts=301.0),))
+    a = renderer.text(first, False)
+    assert renderer.text(first, False) is a
+    assert renderer.ok(first)
+    b = renderer.text(second, False)
     assert calls == [first, second]
+    assert b"DCGM_FI_DEV_POWER_USAGE{" in b and b" 301.0\n" in b and a != b
 
 
-def test_a_failing_compat_render_drops_only_the_compat_series() -> None:
-    def broken(_snap: Snapshot) -> list:  # type: ignore[type-arg]
+def test_openmetrics_scrape_parses_and_keeps_the_dcgm_names() -> None:
+    scrape = _Scrape(_snapshot((_whole(0, pcie_replay_errors=2),)), openmetrics=True)
+    assert scrape.text.endswith("# EOF\n")
+    assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER unknown" in scrape.text
+    assert scrape.get_sample_value("DCGM_FI_DEV_GPU_UTIL", _gpu_labels(_whole(0))) == 50
+
+
+def test_label_values_are_escaped() -> None:
+    g = replace(_whole(0), name='NVIDIA "H200"\\x')
+    scrape = _registry(_snapshot((g,)))
+    assert scrape.get_sample_value("DCGM_FI_DEV_GPU_UTIL", {**_gpu_labels(g), "modelName": 'NVIDIA "H200"\\x'}) == 50
+
+
+def test_a_failing_compat_render_drops_only_the_compat_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.compat_dcgm as compat_module
+
+    def broken(*_args: object) -> dict:  # type: ignore[type-arg]
         raise RuntimeError("boom")
 
-    snap = _snapshot((_whole(0),))
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(lambda: snap, companions={"compat_dcgm": broken}))
-    assert reg.get_sample_value("gpulens_stage_success", {"stage": "render_compat_dcgm"}) == 0
-    assert reg.get_sample_value("gpulens_gpu_up", {"gpu": "0", "uuid": gpu(0).uuid}) == 1
+    monkeypatch.setattr(compat_module, "render_lines", broken)
+    scrape = _registry(_snapshot((_whole(0),)))
+    assert scrape.get_sample_value("gpulens_stage_success", {"stage": "render_compat_dcgm"}) == 0
+    assert scrape.get_sample_value("gpulens_gpu_up", {"gpu": "0", "uuid": gpu(0).uuid}) == 1
+    assert "DCGM_FI_" not in scrape.text
 
 
 def test_every_field_has_a_source_and_dcgm_naming() -> None:
