@@ -5,7 +5,7 @@ every query is in one readable place. ``scripts/render_manifests.py`` writes the
 chart's copy) and its ``--check`` fails when they drift. Rows follow the Streamlit dashboard:
 fleet, efficiency and boundness, workloads and waste, sharing (MIG and time-slicing), health.
 Idle, busy and wasted GPU-hours come from the recording rules in deploy/rules/gpulens.rules.yml,
-so Grafana, the alerts, the Streamlit dashboard and the advisor agree.
+so the Grafana panels and the alerts agree.
 
 No datasource UID is written: every panel uses the ``${datasource}`` template variable.
 """
@@ -198,9 +198,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "Wasted GPU-hours per namespace (hour ending at each point)",
                 "timeseries",
                 (_t(f"namespace:gpulens_gpu_wasted_hours:sum1h{{{NS}}}", "{{namespace}}"),),
-                description="Allocated leaf-hours spent idle in the preceding hour "
-                "(namespace:gpulens_gpu_wasted_hours:sum1h; the advisor and the Streamlit dashboard "
-                "use the same rule).",
+                description="Allocated leaf-hours spent idle in the preceding hour, by the recording rule "
+                "namespace:gpulens_gpu_wasted_hours:sum1h (idle as the GPUAllocatedButIdle alert defines it).",
                 width=12,
             ),
             Panel(
