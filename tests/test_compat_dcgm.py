@@ -174,15 +174,20 @@ def test_mig_instances_carry_gpu_i_id_and_profile_and_their_own_pod() -> None:
     assert "DCGM_FI_DEV_GPU_UTIL{" not in text
 
 
-def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_adds_per_pod_util_and_memory() -> None:
-    g = _whole(0)
-    attr = Attribution(
+def _time_sliced(g: GpuSample, *usages: PodUsage) -> Attribution:
+    """Alice and Bob each hold one time-slicing replica of ``g``."""
+    return Attribution(
         allocations=(
             Allocation(NOTEBOOK_A, "nvidia.com/gpu.shared", g.uuid, replica="0"),
             Allocation(NOTEBOOK_B, "nvidia.com/gpu.shared", g.uuid, replica="1"),
         ),
-        usages=(PodUsage(NOTEBOOK_A, g.uuid, memory_used_bytes=3 * 1024 * MIB, sm_share_ratio=0.3),),
+        usages=usages,
     )
+
+
+def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_adds_per_pod_util_and_memory() -> None:
+    g = _whole(0)
+    attr = _time_sliced(g, PodUsage(NOTEBOOK_A, g.uuid, memory_used_bytes=3 * 1024 * MIB, sm_share_ratio=0.3))
     reg = _registry(_snapshot((g,), attr))
     base = _gpu_labels(g)
     alice = {**base, "namespace": "nb", "pod": "alice-0", "container": "notebook"}
@@ -200,12 +205,7 @@ def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_adds_per_pod_uti
 
 def test_without_process_mapping_an_idle_looking_pod_is_not_invented() -> None:
     g = _whole(0)
-    attr = Attribution(
-        allocations=(
-            Allocation(NOTEBOOK_A, "nvidia.com/gpu.shared", g.uuid, replica="0"),
-            Allocation(NOTEBOOK_B, "nvidia.com/gpu.shared", g.uuid, replica="1"),
-        )
-    )
+    attr = _time_sliced(g)
     snap = replace(_snapshot((g,), attr), stages=(StageResult("cgroup", False, 0.001),))
     reg = _registry(snap)
     bob = {**_gpu_labels(g), "namespace": "nb", "pod": "bob-0", "container": "notebook"}

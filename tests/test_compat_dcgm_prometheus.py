@@ -27,7 +27,7 @@ from exporter.cli import build
 from exporter.config import parse_config
 from exporter.model import Snapshot
 from tests.support.exporter import run_exporter
-from tests.support.prometheus import run_prometheus
+from tests.support.prometheus import query, run_prometheus, wait_for_query
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +81,9 @@ def cluster() -> Iterator[Cluster]:
             )
             nodes.append(Node(scenario, base.removeprefix("http://"), name, _expected(scenario)))
         prom = stack.enter_context(run_prometheus(_config(nodes), rule_files={"gpulens.rules.yml": RULES.read_text()}))
-        _wait(prom, 'count(up{job="gpulens"} == 1)', lambda r: r and float(r[0]["value"][1]) == len(nodes))
-        _wait(prom, "count(DCGM_FI_DEV_GPU_TEMP)", lambda r: r and float(r[0]["value"][1]) == 24)
+        wait_for_query(prom, 'count(up{job="gpulens"} == 1)', lambda r: r and float(r[0]["value"][1]) == len(nodes))
+        wait_for_query(prom, "count(DCGM_FI_DEV_GPU_TEMP)", lambda r: r and float(r[0]["value"][1]) == 24)
+        time.sleep(2.5)  # the tests query 2 s in the past, where one scrape holds every series
         yield Cluster(prom, {n.scenario: n for n in nodes})
 
 
@@ -99,18 +100,7 @@ def _api(base: str, path: str, **params: str) -> Any:
 
 def q(base: str, promql: str, at: float | None = None) -> list[dict[str, Any]]:
     """Instant query at ``at`` (default: 2 s ago, so every series of one scrape is in)."""
-    return list(_api(base, "/api/v1/query", query=promql, time=f"{at or time.time() - 2:.3f}")["result"])
-
-
-def _wait(base: str, promql: str, ok: Any, timeout: float = 90.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    result: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        result = q(base, promql)
-        if ok(result):
-            return result
-        time.sleep(1.0)
-    raise AssertionError(f"{promql!r} gave {result!r} after {timeout}s")
+    return query(base, promql, at=at or time.time() - 2)
 
 
 def _values(result: list[dict[str, Any]], *keys: str) -> dict[tuple[str, ...], float]:
