@@ -272,8 +272,6 @@ FIELDS: tuple[DcgmField, ...] = (
     ),
 )
 
-_BY_NAME = {f.name: f for f in FIELDS}
-
 Labels = tuple[tuple[str, str], ...]
 """Label pairs in dcgm-exporter's order; tuples so their encoded form can be cached."""
 Value = float | int | None
@@ -539,8 +537,3 @@ class DcgmCompatRenderer:
         """Whether the compat block of ``snap`` rendered (``gpulens_stage_success{stage=...}``)."""
         with self._lock:
             return self._render(snap) is not None
-
-
-def field(name: str) -> DcgmField:
-    """The field spec by DCGM name (KeyError if gpulens does not render it)."""
-    return _BY_NAME[name]

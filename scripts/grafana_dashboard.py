@@ -396,8 +396,6 @@ def _panel_json(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
             for i, t in enumerate(panel.targets)
         ],
     }
-    if panel.kind == "table":
-        out["transformations"] = [{"id": "labelsToFields", "options": {}}]
     return out
 
 

@@ -305,12 +305,19 @@ def test_a_failing_compat_render_drops_only_the_compat_series(monkeypatch: pytes
     assert "DCGM_FI_" not in scrape.text
 
 
-def test_every_field_has_a_source_and_dcgm_naming() -> None:
+def test_every_field_has_a_source_dcgm_naming_and_a_row_in_the_mapping_doc() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "dcgm-compat.md").read_text()
     assert len({f.name for f in FIELDS}) == len(FIELDS)
     for f in FIELDS:
         assert f.name.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_")), f.name
         assert f.type in ("gauge", "unknown")
         assert f.source
+        # the doc groups siblings in one row (`DCGM_FI_PROF_PIPE_FP64_ACTIVE`, `_FP32_ACTIVE`, ...)
+        parts = f.name.split("_")
+        named = f.name in doc or any(f"`_{'_'.join(parts[-k:])}`" in doc for k in (2, 3))
+        assert named, f"{f.name} is missing from docs/dcgm-compat.md"
 
 
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
