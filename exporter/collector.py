@@ -20,7 +20,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporter import metrics as cat
-from exporter.model import BOUNDNESS_CLASSES, GpuSample, LeafSample, Snapshot
+from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES, GpuSample, LeafSample, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families)
         f.add("gpulens_mig_instance_info", lab, 1.0)
     f.add("gpulens_gpu_memory_used_bytes", lab, leaf.memory_used_bytes)
     f.add("gpulens_gpu_memory_total_bytes", lab, leaf.memory_total_bytes)
-    f.add("gpulens_gpu_compute_processes", lab, float(len(leaf.processes)))
+    f.add("gpulens_gpu_compute_processes", lab, float(len(leaf.tenants)))
     gpm = leaf.gpm
     if gpm is not None:
         f.add("gpulens_gpu_sm_active_ratio", lab, gpm.sm_active)
@@ -173,10 +173,14 @@ def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families)
     analysis = snap.analysis.get(leaf.leaf_id)
     if analysis is None:
         return
+    f.add("gpulens_gpu_busy_ratio", lab, analysis.busy_ratio)
+    f.add("gpulens_gpu_busy_seconds_total", lab, analysis.busy_seconds)
     f.add("gpulens_gpu_sm_active_seconds_total", lab, analysis.sm_active_seconds)
     f.add("gpulens_gpu_tensor_active_seconds_total", lab, analysis.tensor_active_seconds)
     f.add("gpulens_gpu_dram_active_seconds_total", lab, analysis.dram_active_seconds)
     f.add("gpulens_gpu_analysis_info", (*lab, analysis.signals), 1.0)
+    if analysis.sharing_mode is not None:
+        f.add("gpulens_gpu_sharing_info", (*lab, analysis.sharing_mode), 1.0)
     if analysis.boundness is not None:
         for cls in BOUNDNESS_CLASSES:
             f.add("gpulens_gpu_boundness", (*lab, cls), 1.0 if cls == analysis.boundness else 0.0)
@@ -207,6 +211,11 @@ def _render_attribution(snap: Snapshot, f: _Families) -> None:
         lab = (u.pod.namespace, u.pod.pod, u.pod.container, u.uuid)
         f.add("gpulens_pod_gpu_memory_used_bytes", lab, u.memory_used_bytes)
         f.add("gpulens_pod_gpu_sm_share_ratio", lab, u.sm_share_ratio)
+    for pb in snap.pod_boundness:
+        p = pb.pod
+        for cls in POD_BOUNDNESS_CLASSES:
+            cls_lab = (p.namespace, p.pod, p.container, pb.uuid, pb.mig_uuid or "", cls)
+            f.add("gpulens_pod_gpu_boundness", cls_lab, 1.0 if cls == pb.boundness else 0.0)
     for uuid, n in sorted(attr.sharing_replicas.items()):
         f.add("gpulens_gpu_sharing_replicas", (uuid,), float(n))
     for uuid, n in sorted(attr.sharing_pods.items()):

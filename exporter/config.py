@@ -124,7 +124,7 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         "--sim.scenario",
         str,
         "h200x8",
-        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice.",
+        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice, mps.",
     ),
     ("--sim.seed", _seed, "0", "Seed of the simulated fleet."),
     ("--sim.faults", str, "", "Faults to inject into the simulator, e.g. 'lost=3;hang=30'."),
@@ -156,7 +156,7 @@ _CHOICES = {
     "backend": ("auto", "nvml", "sim"),
     "log_format": ("logfmt", "json"),
     "log_level": ("debug", "info", "warn", "error"),
-    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice"),
+    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice", "mps"),
 }
 _BOOLS: list[tuple[str, bool, str]] = [
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),

@@ -248,7 +248,7 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
         namespace, pod, phase, kind, workload = owners[d.pod_uid]
         assert (d.namespace, d.pod) == (namespace, pod)
         assert phase == "Running" and kind in {"Deployment", "Job", "StatefulSet", "CronJob"}
-        assert namespace in {"ml-training", "inference", "research", "notebooks"}
+        assert namespace in {"ml-training", "inference", "research", "notebooks", "etl"}
         assert pod.startswith(workload)
         assert d.resource.startswith("nvidia.com/")
         for device in d.device_ids:
@@ -366,7 +366,7 @@ def test_timeslice_gpu0_has_four_replicas_held_by_three_pods_each_with_its_own_s
     assert per_pid[0] != per_pid[1] != per_pid[2]
     # Exclusive GPUs are plain GPU-<uuid> devices.
     exclusive = {i for d in backend.pod_devices() for i in d.device_ids if "::" not in i}
-    assert {samples[-1].gpus[i].uuid for i in (4, 5, 6)} == exclusive
+    assert {samples[-1].gpus[i].uuid for i in (4, 5, 6, 7)} == exclusive
 
 
 # --- faults ------------------------------------------------------------------------------

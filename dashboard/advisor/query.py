@@ -13,7 +13,9 @@ Signals per (workload, device) at each step:
 - Memory: the device's ``gpulens_gpu_memory_used_bytes`` (everything on it, conservative); on a
   shared GPU the workload's ``gpulens_pod_gpu_memory_used_bytes``, else the GPU's. Peaks take the
   highest raw sample within each step (``max_over_time(x[step])``) so a short spike is not missed.
-- DRAM activity and boundness: the device's (on a shared GPU, the whole GPU's).
+- DRAM activity: the device's (on a shared GPU, the whole GPU's).
+- Boundness: the pod's own class, ``gpulens_pod_gpu_boundness`` (the device's class only where the
+  pod is alone on it; ``shared`` or ``idle`` where several pods hold it).
 - Hours held: steps held x step, split evenly among workloads holding a device at the same step.
 - Hours idle: held steps at which the device's SM activity was below ``idle_threshold``.
 """
@@ -97,7 +99,10 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     )
     below = f"({leaf('gpulens_gpu_sm_active_ratio')} < bool {win.idle_threshold!r})"
     idle = f"({share} * on(uuid,mig_uuid) group_left() {below})"
-    classes = leaf("gpulens_gpu_boundness", extra=",class")
+    # the pod's own class (the leaf's only where the pod is alone there; "shared" or "idle" where
+    # several pods hold the leaf), with the allocation's owner labels
+    pod_cls = f"max by (namespace,pod,uuid,mig_uuid,class) ({selector('gpulens_pod_gpu_boundness', target)})"
+    owned = f"({pod_cls} * on(namespace,pod,uuid,mig_uuid) group_left(workload_kind,workload) {a})"
     hours = f"{win.resolved_step():g} / 3600"
     window = duration(win.window_s)
     return {
@@ -110,14 +115,8 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
         # share of the pod's held time during which others held the device too
         "shared_share": f"avg_over_time(({a} * on(uuid,mig_uuid) group_left() ({holders} > bool 1)){rng})",
-        # boundness per (pod, device, class) where one pod holds the device (the class series are
-        # the "many" side, so the pod must be unique per device) ...
-        "boundness": (
-            f"avg_over_time(({classes} * on(uuid,mig_uuid) group_left({','.join(POD)})"
-            f" ({a} and on(uuid,mig_uuid) ({holders} == 1))){rng})"
-        ),
-        # ... and per (device, class) for shared devices: the GPU's mix while shared
-        "boundness_shared": f"avg_over_time(({classes} and on(uuid,mig_uuid) ({holders} > 1)){rng})",
+        # share of the held time the pod's own class was each class (a state set: 0 or 1)
+        "boundness": f"avg_over_time({owned}{rng})",
         "info": f"max by (uuid,name) (last_over_time({selector('gpulens_gpu_info', target)}[{window}]))",
         "mig": (
             f"max by (mig_uuid,mig_profile) (last_over_time({selector('gpulens_mig_instance_info', target)}[{window}]))"
@@ -140,15 +139,8 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     """
     queries = _queries(filters, win)
     at = win.end if win.end is not None else time.time()
-    shared_q = queries.pop("boundness_shared")
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
-    # only worth its cost (a join at every step) when some device was shared
-    holders = results["holders"]
-    if not holders.empty and bool((holders["value"] > 1).any()):
-        results["boundness_shared"] = src.query(shared_q, at)
-    else:
-        results["boundness_shared"] = pd.DataFrame(columns=["value"])
     held = frames.with_cols(results["held"], KEYS)
     if held.empty:
         return []
@@ -165,13 +157,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     mixes: dict[tuple[str, ...], dict[str, float]] = {}
     for rec in frames.with_cols(results["boundness"], (*KEYS, "class")).to_dict("records"):
         mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[str(rec["class"])] = float(rec["value"])
-    shared_mix: dict[tuple[str, str], dict[str, float]] = {}
-    for rec in frames.with_cols(results["boundness_shared"], (*LEAF, "class")).to_dict("records"):
-        shared_mix.setdefault((str(rec["uuid"]), str(rec["mig_uuid"])), {})[str(rec["class"])] = float(rec["value"])
-    rows["mix"] = [
-        mixes.get(tuple(str(r[k]) for k in KEYS)) or shared_mix.get((str(r["uuid"]), str(r["mig_uuid"])), {})
-        for r in rows.to_dict("records")
-    ]
+    rows["mix"] = [mixes.get(tuple(str(r[k]) for k in KEYS), {}) for r in rows.to_dict("records")]
     # a pod without an owner is its own workload
     bare = rows["workload"] == ""
     rows.loc[bare, "workload"] = rows.loc[bare, "pod"]

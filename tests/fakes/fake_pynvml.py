@@ -68,6 +68,7 @@ nvmlClocksEventReasonHwThermalSlowdown = 0x40
 nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 nvmlClocksEventReasonDisplayClockSetting = 0x100
 
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
 NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
@@ -122,6 +123,10 @@ class FakeProcess:
     used_memory: int | None = 1 << 30
     gpu_instance_id: int = 0xFFFFFFFF
     compute_instance_id: int = 0xFFFFFFFF
+    name: str = "python3"
+    """What ``nvmlSystemGetProcessName`` answers (the MPS server: ``nvidia-cuda-mps-server``)."""
+    mps_client: bool = False
+    """Listed by ``nvmlDeviceGetMPSComputeRunningProcesses`` too."""
 
 
 @dataclass
@@ -506,6 +511,28 @@ class FakeNvml:
             )
             for p in procs
         ]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:
+        self._enter("nvmlDeviceGetMPSComputeRunningProcesses", h)
+        procs = h.mig.processes if h.mig is not None else h.gpu.processes
+        return [
+            SimpleNamespace(
+                pid=p.pid,
+                usedGpuMemory=p.used_memory,
+                gpuInstanceId=p.gpu_instance_id,
+                computeInstanceId=p.compute_instance_id,
+            )
+            for p in procs
+            if p.mps_client
+        ]
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self._enter("nvmlSystemGetProcessName")
+        for g in self.gpus:
+            for p in [*g.processes, *(q for m in g.migs for q in m.processes)]:
+                if p.pid == pid:
+                    return p.name
+        raise NVMLError(code("NOT_FOUND"))
 
     def nvmlDeviceGetProcessUtilization(self, h: FakeHandle, timestamp: int) -> list[Any]:
         self._enter("nvmlDeviceGetProcessUtilization", h)
