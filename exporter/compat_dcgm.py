@@ -189,9 +189,9 @@ FIELDS: tuple[DcgmField, ...] = (
     DcgmField(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "gauge",
-        "Ratio of time the graphics engine is active (NVML GPU-Util as a ratio; whole GPUs only).",
+        "Ratio of time the graphics engine is active.",
         LEAF,
-        "gpulens_gpu_utilization_ratio",
+        "gpulens_gpu_busy_ratio (GPM graphics-engine activity; NVML GPU-Util where GPM lacks it)",
     ),
     DcgmField(
         "DCGM_FI_PROF_SM_ACTIVE",
@@ -411,7 +411,7 @@ def _render_gpu(b: _Builder, gpu: GpuSample, g: Labels, snap: Snapshot) -> None:
     b.add("DCGM_FI_PROF_NVLINK_RX_BYTES", g, gpu.nvlink_rx_bytes_per_second)
 
 
-def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels) -> None:
+def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels, snap: Snapshot) -> None:
     used, total, reserved = leaf.memory_used_bytes, leaf.memory_total_bytes, leaf.memory_reserved_bytes
     b.add("DCGM_FI_DEV_FB_USED", lab, _mib(used))
     if used is not None and total is not None:
@@ -419,8 +419,11 @@ def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels) -> 
         b.add("DCGM_FI_DEV_FB_FREE", lab, _mib(max(0, total - used - (reserved or 0))))
     b.add("DCGM_FI_DEV_FB_RESERVED", lab, _mib(reserved))
     b.add("DCGM_FI_DEV_FB_TOTAL", lab, _mib(total))
-    util = leaf.utilization_ratio if leaf.mig is not None else gpu.utilization_ratio
-    b.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lab, util)
+    analysis = snap.analysis.get(leaf.leaf_id)
+    busy = analysis.busy_ratio if analysis is not None else None
+    if busy is None and leaf.mig is None:
+        busy = gpu.utilization_ratio  # no GPM (pre-Hopper): NVML GPU-Util, the same duty cycle
+    b.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lab, busy)
     gpm = leaf.gpm
     if gpm is not None:
         b.add("DCGM_FI_PROF_SM_ACTIVE", lab, gpm.sm_active)
@@ -475,7 +478,7 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
         for leaf in gpu.leaves:
             lab = _leaf_labels(base, leaf)
             leaf_holder = holders.exclusive.get(leaf.leaf_id)
-            _render_leaf(b, gpu, leaf, lab + _pod_labels(leaf_holder) if leaf_holder is not None else lab)
+            _render_leaf(b, gpu, leaf, lab + _pod_labels(leaf_holder) if leaf_holder is not None else lab, snap)
         allocs = holders.shared.get(gpu.uuid)
         if allocs:
             _render_shared(b, base, gpu, allocs, snap)

@@ -155,6 +155,16 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 width=16,
             ),
             Panel(
+                "Busy ratio per leaf",
+                "timeseries",
+                (_t(f"gpulens_gpu_busy_ratio{{{DEV}}}", LEAF),),
+                unit="percentunit",
+                description="Share of time the leaf ran work (GPM graphics-engine activity). The class "
+                "above says what limits it during that time.",
+                width=8,
+                max=1,
+            ),
+            Panel(
                 "Roofline x: DRAM active",
                 "timeseries",
                 (_t(f"gpulens_gpu_dram_active_ratio{{{DEV}}}", LEAF),),

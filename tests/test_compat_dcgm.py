@@ -341,3 +341,21 @@ def test_promtool_flags_only_dcgm_exporters_own_names(scenario: str) -> None:
     camel = "label names should be written in 'snake_case' not 'camelCase'"
     replay = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'"
     assert all((p.startswith("DCGM_FI_") and p.endswith(camel)) or p == replay for p in problems), problems
+
+
+def test_graphics_engine_activity_is_the_busy_ratio_else_nvml_gpu_util() -> None:
+    from exporter.model import LeafAnalysis
+
+    g0, g1 = _whole(0), _whole(1, utilization_ratio=0.25)
+    m = _mig_gpu(2)
+    analysis = {
+        g0.uuid: LeafAnalysis(leaf_id=g0.uuid, busy_ratio=0.75),
+        "MIG-2-1": LeafAnalysis(leaf_id="MIG-2-1", busy_ratio=0.4),
+    }
+    reg = _registry(_snapshot((g0, g1, m), analysis=analysis))
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _gpu_labels(g0)) == 0.75
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _gpu_labels(g1)) == 0.25  # no analysis yet
+    gi1 = {**_gpu_labels(m), "GPU_I_PROFILE": "3g.71gb", "GPU_I_ID": "1"}
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gi1) == 0.4
+    gi2 = {**gi1, "GPU_I_ID": "2"}
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gi2) is None  # MIG: no NVML fallback
