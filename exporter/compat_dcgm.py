@@ -411,6 +411,18 @@ def _render_gpu(b: _Builder, gpu: GpuSample, g: Labels, snap: Snapshot) -> None:
     b.add("DCGM_FI_PROF_NVLINK_RX_BYTES", g, gpu.nvlink_rx_bytes_per_second)
 
 
+_GPM_FIELDS: tuple[tuple[str, str], ...] = (
+    ("DCGM_FI_PROF_SM_ACTIVE", "sm_active"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "sm_occupancy"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "tensor_active"),
+    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "fp64_active"),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "fp32_active"),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "fp16_active"),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "dram_active"),
+)
+"""DCGM profiling field -> the GpmSample ratio it is (same definition, same 0..1 unit)."""
+
+
 def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels, snap: Snapshot) -> None:
     used, total, reserved = leaf.memory_used_bytes, leaf.memory_total_bytes, leaf.memory_reserved_bytes
     b.add("DCGM_FI_DEV_FB_USED", lab, _mib(used))
@@ -426,13 +438,8 @@ def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels, sna
     b.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lab, busy)
     gpm = leaf.gpm
     if gpm is not None:
-        b.add("DCGM_FI_PROF_SM_ACTIVE", lab, gpm.sm_active)
-        b.add("DCGM_FI_PROF_SM_OCCUPANCY", lab, gpm.sm_occupancy)
-        b.add("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", lab, gpm.tensor_active)
-        b.add("DCGM_FI_PROF_PIPE_FP64_ACTIVE", lab, gpm.fp64_active)
-        b.add("DCGM_FI_PROF_PIPE_FP32_ACTIVE", lab, gpm.fp32_active)
-        b.add("DCGM_FI_PROF_PIPE_FP16_ACTIVE", lab, gpm.fp16_active)
-        b.add("DCGM_FI_PROF_DRAM_ACTIVE", lab, gpm.dram_active)
+        for name, attr in _GPM_FIELDS:
+            b.add(name, lab, getattr(gpm, attr))
 
 
 def _process_mapping_ok(snap: Snapshot) -> bool:
