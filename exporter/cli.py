@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -18,6 +18,7 @@ from exporter import __version__
 from exporter.backends.base import GpuBackend
 from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
+from exporter.model import Snapshot
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 from exporter.server import MetricsServer
 from exporter.webconfig import WebConfigError, load_web_config
@@ -133,8 +134,20 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         probes=make_probes(cfg, backend),
     )
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(sampler.latest, version=__version__, backend=backend.name, include_age=False))
-    return sampler, CachedExposition(registry, sampler.latest), backend
+    checks: dict[str, Callable[[Snapshot], bool]] = {}
+    tails: list[Callable[[Snapshot, bool], bytes]] = []
+    if cfg.compat_dcgm:
+        from exporter.compat_dcgm import DcgmCompatRenderer, default_hostname
+
+        compat = DcgmCompatRenderer(default_hostname(cfg.node_name))
+        checks["compat_dcgm"] = compat.ok
+        tails.append(compat.text)
+    registry.register(
+        SnapshotCollector(
+            sampler.latest, version=__version__, backend=backend.name, include_age=False, render_checks=checks
+        )
+    )
+    return sampler, CachedExposition(registry, sampler.latest, tails=tails), backend
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -241,8 +241,11 @@ class SnapshotCollector(Collector):
 
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
-    Before the first snapshot only ``gpulens_up 0`` is exported.  With ``include_age=False`` the
-    output depends only on the snapshot, so ``CachedExposition`` can reuse it between scrapes.
+    Before the first snapshot only ``gpulens_up 0`` is exported.  ``render_checks`` (section ->
+    whether that block rendered for the snapshot) report blocks rendered elsewhere, such as the
+    DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
+    ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
+    reuse it between scrapes.
     """
 
     def __init__(
@@ -253,8 +256,10 @@ class SnapshotCollector(Collector):
         wall: Callable[[], float] = time.time,
         extra_families: Callable[[Snapshot, _Families], None] | None = None,
         include_age: bool = True,
+        render_checks: Mapping[str, Callable[[Snapshot], bool]] | None = None,
     ) -> None:
         self._include_age = include_age
+        self._render_checks = dict(render_checks or {})
         self._source = snapshot_source
         self._version = version
         self._backend = backend
@@ -289,6 +294,14 @@ class SnapshotCollector(Collector):
             except Exception:
                 log.exception("rendering %s failed", section)
                 failures[section] = True
+        # Blocks rendered outside this collector (``--compat.dcgm``, see CachedExposition) report
+        # their health here, like a section.
+        for section, check in self._render_checks.items():
+            try:
+                failures[section] = not check(snap)
+            except Exception:
+                log.exception("checking %s failed", section)
+                failures[section] = True
         _render_self(snap, f, now, self._version, self._backend)
         _render_stages(snap, f, {k: v for k, v in failures.items() if v})
         return list(f.emit())
@@ -300,7 +313,8 @@ class CachedExposition:
     A snapshot is immutable and changes once per interval, while Prometheus (HA pairs, several
     scrapers) may ask many times: only ``gpulens_snapshot_age_seconds`` differs between those
     scrapes, so it is appended per request.  ``registry`` must hold a ``SnapshotCollector`` with
-    ``include_age=False``.
+    ``include_age=False``.  ``tails`` add pre-encoded families after the registry's (called with the
+    snapshot and whether the format is OpenMetrics), e.g. the DCGM-compatible block.
     """
 
     def __init__(
@@ -308,7 +322,9 @@ class CachedExposition:
         registry: CollectorRegistry,
         snapshot_source: Callable[[], Snapshot | None],
         wall: Callable[[], float] = time.time,
+        tails: Sequence[Callable[[Snapshot, bool], bytes]] = (),
     ) -> None:
+        self._tails = tuple(tails)
         self._registry = registry
         self._source = snapshot_source
         self._wall = wall
@@ -326,13 +342,25 @@ class CachedExposition:
                 self._bodies = {}
             body = self._bodies.get(ctype)
             if body is None:
-                body = self._bodies[ctype] = encoder(self._registry)
+                body = self._bodies[ctype] = self._encode(encoder, ctype, snap)
         if snap is None:
             return body, ctype
-        spec = cat.spec("gpulens_snapshot_age_seconds")
-        age = max(0.0, self._wall() - snap.timestamp)
-        tail = (f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name} {age!r}\n").encode()
+        return self._with_tail(body, self._age_tail(snap)), ctype
+
+    def _encode(self, encoder: Callable[[CollectorRegistry], bytes], ctype: str, snap: Snapshot | None) -> bytes:
+        openmetrics = ctype.startswith("application/openmetrics-text")
+        # The tails render first so the registry's gpulens_stage_success sees their health.
+        extra = b"".join(tail(snap, openmetrics) for tail in self._tails) if snap is not None else b""
+        return self._with_tail(encoder(self._registry), extra)
+
+    @staticmethod
+    def _with_tail(body: bytes, tail: bytes) -> bytes:
         eof = b"# EOF\n"
         if body.endswith(eof):
-            return body[: -len(eof)] + tail + eof, ctype
-        return body + tail, ctype
+            return body[: -len(eof)] + tail + eof
+        return body + tail
+
+    def _age_tail(self, snap: Snapshot) -> bytes:
+        spec = cat.spec("gpulens_snapshot_age_seconds")
+        age = max(0.0, self._wall() - snap.timestamp)
+        return f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name} {age!r}\n".encode()

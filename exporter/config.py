@@ -90,6 +90,8 @@ class ExporterConfig:
     probes_skip_allocated: bool
     log_format: str
     log_level: str
+    compat_dcgm: bool = False
+    """Also export dcgm-exporter's series (``--compat.dcgm``)."""
 
 
 def _ratio(text: str) -> float:
@@ -160,6 +162,11 @@ _BOOLS: list[tuple[str, bool, str]] = [
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
     ("probes", True, "Run gated bandwidth probes in child processes."),
     ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
+    (
+        "compat.dcgm",
+        False,
+        "Also export dcgm-exporter's DCGM_FI_* series, units and labels (docs/dcgm-compat.md).",
+    ),
 ]
 
 
@@ -260,6 +267,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         probes_skip_allocated=ns.probes_skip_allocated,
         log_format=ns.log_format,
         log_level=ns.log_level,
+        compat_dcgm=ns.compat_dcgm,
     )
 
 

@@ -91,6 +91,8 @@ class LeafSample:
     mig: MigInstance | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    """Memory the driver reserves (NVML memory info v2); ``None`` with v1, whose ``used`` includes it."""
     utilization_ratio: float | None = None
     """NVML "GPU-Util" (time one or more kernels ran); NVML offers it only for whole GPUs."""
     gpm: GpmSample | None = None
@@ -316,6 +318,8 @@ class Snapshot:
     """Per allocated container and leaf: its class (exporter/analysis/pod_class.py)."""
     xid_totals: Mapping[tuple[str, int], int] = field(default_factory=lambda: MappingProxyType({}))
     """(GPU uuid, xid) -> events seen since the exporter started."""
+    xid_last: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """GPU uuid -> the most recent Xid code seen since the exporter started (absent: none yet)."""
     nvml_errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """NVML error code -> errors seen since start (``gpulens_nvml_errors_total``)."""
     probe_results: tuple[ProbeResult, ...] = ()

@@ -114,6 +114,7 @@ class Sampler:
         self._integrals = ActivityIntegrator()
         self._energy = MonotonicCounter()
         self._xid: EventCounter[tuple[str, int]] = EventCounter()
+        self._xid_last: dict[str, int] = {}
         self._nvml_errors: EventCounter[str] = EventCounter()
         self._cycles = 0
 
@@ -196,6 +197,7 @@ class Sampler:
             attribution=attribution,
             pod_boundness=pod_classes,
             xid_totals=MappingProxyType(self._xid.totals()),
+            xid_last=MappingProxyType(dict(self._xid_last)),
             nvml_errors=MappingProxyType(self._nvml_errors.totals()),
         )
         snapshot = self._with_probes(snapshot)
@@ -233,6 +235,7 @@ class Sampler:
         for gpu in sample.gpus:
             for xid in gpu.xid_events:
                 self._xid.add((gpu.uuid, xid))
+                self._xid_last[gpu.uuid] = xid
             if not gpu.up:
                 continue
             live_gpus.add(gpu.uuid)

@@ -434,8 +434,9 @@ class NvmlBackend:
 
     # ------------------------------------------------------------------ fields
 
-    def _memory_info(self, scope: str, handle: Any) -> tuple[int | None, int | None]:
-        """(used, total) bytes; v2 (used excludes driver-reserved memory) when the driver has it."""
+    def _memory_info(self, scope: str, handle: Any) -> tuple[int | None, int | None, int | None]:
+        """(used, total, reserved) bytes; v2 (used excludes driver-reserved memory) when the driver
+        has it, else v1 (reserved ``None``: v1's used includes it)."""
         q, nvml = self._q, self._nvml
         assert q is not None
         version = getattr(nvml, "nvmlMemory_v2", None)
@@ -445,8 +446,9 @@ class NvmlBackend:
         if info is None and (version is None or q.is_unsupported(scope, "memory_info_v2")):
             info = q.call(scope, "nvmlDeviceGetMemoryInfo", handle)
         if info is None:
-            return None, None
-        return int(info.used), int(info.total)
+            return None, None, None
+        reserved = getattr(info, "reserved", None)
+        return int(info.used), int(info.total), None if reserved is None else int(reserved)
 
     def _memory_temperature(self, gpu: _Gpu) -> float | None:
         q, nvml = self._q, self._nvml
@@ -547,7 +549,7 @@ class NvmlBackend:
         mig_enabled: bool,
         now: float,
         util: float | None,
-        memory: tuple[int | None, int | None],
+        memory: tuple[int | None, int | None, int | None],
     ) -> tuple[tuple[LeafSample, ...], tuple[float | None, float | None]]:
         """Leaves of one GPU and its NVLink (tx, rx) bytes/s from the GPU-level GPM window."""
         nvlink: tuple[float | None, float | None] = (None, None)
@@ -562,6 +564,7 @@ class NvmlBackend:
                 uuid=gpu.uuid,
                 memory_used_bytes=memory[0],
                 memory_total_bytes=memory[1],
+                memory_reserved_bytes=memory[2],
                 utilization_ratio=util,
                 gpm=reading.sample if reading is not None else None,
                 processes=self._process_samples(running, proc_util, roles=roles),
@@ -576,7 +579,7 @@ class NvmlBackend:
         leaves = []
         for mig, running, roles in zip(found, running_per_mig, roles_per_mig, strict=True):
             mig_uuid = mig.mig.mig_uuid
-            used, total = self._memory_info(mig_uuid, mig.handle)
+            used, total, reserved = self._memory_info(mig_uuid, mig.handle)
             reading = self._gpm_read(gpu, mig_uuid, mig.mig.gpu_instance_id, now)
             leaves.append(
                 LeafSample(
@@ -584,6 +587,7 @@ class NvmlBackend:
                     mig=mig.mig,
                     memory_used_bytes=used,
                     memory_total_bytes=total,
+                    memory_reserved_bytes=reserved,
                     gpm=reading.sample if reading is not None else None,
                     processes=self._process_samples(running, proc_util, mig.mig, roles),
                 )

@@ -260,6 +260,7 @@ class SimulatedBackend:
                     mig=mig,
                     memory_used_bytes=sum(p.memory_bytes for p in leaf.processes),
                     memory_total_bytes=leaf.memory_total_bytes,
+                    memory_reserved_bytes=sc.DRIVER_RESERVED_BYTES if mig is None else None,
                     # NVML offers GPU-Util only for whole GPUs.
                     utilization_ratio=_ratio(util) if mig is None else None,
                     gpm=gpm,

@@ -20,6 +20,8 @@ MIB = 1024**2
 GIB = 1024**3
 
 H200_MEMORY_BYTES = 143771 * MIB
+DRIVER_RESERVED_BYTES = 512 * MIB
+"""Memory the simulated driver reserves on a whole GPU (NVML memory info v2 ``reserved``)."""
 H200_POWER_LIMIT_WATTS = 700.0
 H200_SM_CLOCK_MAX_HERTZ = 1980e6
 H200_MEMORY_CLOCK_HERTZ = 3201e6

@@ -153,6 +153,8 @@ class FakeGpu:
     compute_capability: tuple[int, int] = (9, 0)
     memory_total: int = 150_754_820_096
     memory_used: int = 4 << 20
+    memory_reserved: int = 0
+    """Driver-reserved memory, reported only by the v2 memory info (v1's ``used`` includes it)."""
     util_gpu: int = 0
     util_memory: int = 0
     power_mw: int | None = 75_000
@@ -386,11 +388,14 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, h: FakeHandle, version: int | None = None) -> Any:
         self._enter("nvmlDeviceGetMemoryInfo", h)
+        reserved = 0
         if h.mig is not None:
             used, total = h.mig.memory_used, h.mig.memory_total
         else:
-            used, total = h.gpu.memory_used, h.gpu.memory_total
-        return SimpleNamespace(version=version, total=total, used=used, free=total - used, reserved=0)
+            used, total, reserved = h.gpu.memory_used, h.gpu.memory_total, h.gpu.memory_reserved
+        if version is None:  # v1: no reserved field, and used includes the reserved memory
+            return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+        return SimpleNamespace(version=version, total=total, used=used, free=total - used - reserved, reserved=reserved)
 
     def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetPowerUsage", h)

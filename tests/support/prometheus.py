@@ -85,9 +85,10 @@ def run_prometheus(
                     print((root / "prometheus.log").read_text())
 
 
-def query(base: str, promql: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Instant query -> the ``data.result`` list; raises on an API error."""
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+def query(base: str, promql: str, timeout: float = 10.0, at: float | None = None) -> list[dict[str, Any]]:
+    """Instant query (now, or at Unix time ``at``) -> the ``data.result`` list; raises on an API error."""
+    params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         doc = json.load(resp)
     if doc.get("status") != "success":
