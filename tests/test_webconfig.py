@@ -173,7 +173,8 @@ def test_certificates_rotate_without_restart(tmp_path: Path, ca: trustme.CA) -> 
     ("content", "needle"),
     [
         ("tls_server_config:\n  cert_file: a.crt\n", "needs both cert_file and key_file"),
-        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "cannot load cert_file"),
+        # the error names the missing file's path, not just the key
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", r"cannot read cert_file \S*missing\.crt: No such file"),
         ("basic_auth_users:\n  admin: plaintext\n", "not a bcrypt hash"),
         ("tls_server_confg: {}\n", "unknown key"),
         ("tls_server_config: [\n", "invalid YAML"),
