@@ -27,12 +27,13 @@ import asyncio
 import contextlib
 import gzip
 import logging
+import os
 import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +53,14 @@ LANDING = b"""<html><head><title>gpulens exporter</title></head><body>
 
 RENDER_WORKERS = 2
 """Threads that build /metrics bodies (encoding, gzip); more requests wait for a free one."""
+LISTEN_BACKLOG = 1024
+"""Kernel accept queue (capped by net.core.somaxconn), and connections accepted per wake-up: a
+burst of reconnecting clients must not overflow it, or a scraper's SYN is dropped and retried
+only a second later."""
+FD_RESERVE = 64
+"""File descriptors kept free of connections for the rest of the process."""
+BCRYPT_NICE = 10
+"""Nice increment of the bcrypt thread."""
 READ_CHUNK = 4096
 """Bytes read from a socket at a time."""
 
@@ -60,7 +69,7 @@ READ_CHUNK = 4096
 class Limits:
     """The HTTP front's budget (counts, bytes and seconds); see the module docstring."""
 
-    max_connections: int = 256
+    max_connections: int = 512
     max_header_bytes: int = 16 * 1024
     max_headers: int = 100
     request_deadline: float = 10.0
@@ -98,6 +107,31 @@ class _Conn:
 
 class _HeadTooLarge(Exception):
     pass
+
+
+def _lower_priority() -> None:
+    """Run the calling thread at a lower CPU priority (Linux: per-thread nice), so a flood of
+    wrong passwords competes for a core with itself rather than with scrapes."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BCRYPT_NICE)
+
+
+def _fit_to_fd_limit(limits: Limits) -> Limits:
+    """Raise the soft open-files limit to the hard one (as Go programs do at start), and keep
+    ``max_connections`` below it: at the limit, accept() fails and asyncio stops accepting."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    except (ImportError, ValueError, OSError):
+        return limits
+    if soft != resource.RLIM_INFINITY and limits.max_connections > soft - FD_RESERVE:
+        log.warning("open-files limit %d: serving at most %d connections", soft, max(1, soft - FD_RESERVE))
+        return replace(limits, max_connections=max(1, soft - FD_RESERVE))
+    return limits
 
 
 def _plain(registry: CollectorRegistry) -> Exposition:
@@ -149,7 +183,7 @@ class MetricsServer:
         host, port = parse_listen_address(address)
         self._exposition = _plain(exposition) if isinstance(exposition, CollectorRegistry) else exposition
         self._ready = ready
-        self.limits = limits or Limits()
+        self.limits = _fit_to_fd_limit(limits or Limits())
         self._headers: tuple[tuple[str, str], ...] = ()
         self._auth: BasicAuth | None = None
         self._tls: TlsContextSource | None = None
@@ -160,10 +194,10 @@ class MetricsServer:
             if web_config.tls is not None:
                 self._tls = TlsContextSource(web_config.tls, web_config.path)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=128)
+        self._sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
         self._sock.setblocking(False)
         self._render_pool = ThreadPoolExecutor(RENDER_WORKERS, thread_name_prefix="gpulens-render")
-        self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="gpulens-bcrypt")
+        self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="gpulens-bcrypt", initializer=_lower_priority)
         self._loop = asyncio.new_event_loop()
         self._conns: dict[int, _Conn] = {}
         self._waiting: OrderedDict[int, _Conn] = OrderedDict()
@@ -207,7 +241,9 @@ class MetricsServer:
     # --- loop ---------------------------------------------------------------------------
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._connection, sock=self._sock))
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._connection, sock=self._sock, backlog=LISTEN_BACKLOG)
+        )
         self._started.set()
         self._loop.run_forever()
 
