@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.procstat import rss_bytes, thread_count
@@ -75,7 +75,8 @@ class Outcome:
     p50_ms: float
     p99_ms: float
     attack_requests: int
-    notes: list[str] = field(default_factory=list)
+    load_average: float = 0.0
+    """The machine's 1-minute load average when the attack ended (other work shares the cores)."""
 
     @property
     def rss_growth_mb(self) -> float:
@@ -388,6 +389,7 @@ def run_one(exporter: str, attack: str, args: argparse.Namespace) -> Outcome:
             p50_ms=_percentile(lat, 50),
             p99_ms=_percentile(lat, 99),
             attack_requests=made,
+            load_average=os.getloadavg()[0],
         )
 
 
@@ -395,14 +397,14 @@ def markdown(outcomes: list[Outcome]) -> str:
     """The table docs/security.md shows."""
     rows = [
         "| attack | exporter | RSS before → peak (MB) | RSS growth (MB) | threads before → peak "
-        "| normal scrapes answered | p50 / p99 (ms) | attack connections or requests |",
-        "|---|---|---|---|---|---|---|---|",
+        "| normal scrapes answered | p50 / p99 (ms) | attack connections or requests | load avg |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         rows.append(
             f"| {o.attack} | {o.exporter} | {o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f} | {o.rss_growth_mb:+.1f} "
             f"| {o.threads_before} → {o.threads_peak} | {o.scrapes_ok}/{o.scrapes} "
-            f"| {o.p50_ms:.1f} / {o.p99_ms:.1f} | {o.attack_requests} |"
+            f"| {o.p50_ms:.1f} / {o.p99_ms:.1f} | {o.attack_requests} | {o.load_average:.1f} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -29,6 +29,7 @@ import gzip
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -93,20 +94,6 @@ class _Response:
     body: bytes
     ctype: str = _TEXT
     headers: tuple[tuple[str, str], ...] = ()
-
-
-class _Conn:
-    """One open connection (``key`` orders them by arrival)."""
-
-    __slots__ = ("key", "writer")
-
-    def __init__(self, key: int, writer: asyncio.StreamWriter) -> None:
-        self.key = key
-        self.writer = writer
-
-
-class _HeadTooLarge(Exception):
-    pass
 
 
 def _lower_priority() -> None:
@@ -199,8 +186,8 @@ class MetricsServer:
         self._render_pool = ThreadPoolExecutor(RENDER_WORKERS, thread_name_prefix="gpulens-render")
         self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="gpulens-bcrypt", initializer=_lower_priority)
         self._loop = asyncio.new_event_loop()
-        self._conns: dict[int, _Conn] = {}
-        self._waiting: OrderedDict[int, _Conn] = OrderedDict()
+        self._conns: dict[int, _Connection] = {}
+        self._waiting: OrderedDict[int, _Connection] = OrderedDict()
         self._next_key = 0
         self._server: asyncio.AbstractServer | None = None
         self._started = threading.Event()
@@ -242,7 +229,7 @@ class MetricsServer:
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._connection, sock=self._sock, backlog=LISTEN_BACKLOG)
+            self._loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=LISTEN_BACKLOG)
         )
         self._started.set()
         self._loop.run_forever()
@@ -251,122 +238,33 @@ class MetricsServer:
         if self._server is not None:
             self._server.close()
         for conn in list(self._conns.values()):
-            conn.writer.transport.abort()
+            conn.close()
         self._conns.clear()
         self._waiting.clear()
 
-    def _admit(self, conn: _Conn) -> bool:
+    def _admit(self, conn: _Connection) -> bool:
         if len(self._conns) >= self.limits.max_connections:
             if not self._waiting:
                 self.refused += 1
                 return False
             _key, victim = self._waiting.popitem(last=False)
-            self._conns.pop(victim.key, None)
-            victim.writer.transport.abort()
+            victim.close()
             self.evicted += 1
+        self._next_key += 1
+        conn.key = self._next_key
         self._conns[conn.key] = conn
         return True
 
-    def _set_waiting(self, conn: _Conn, waiting: bool) -> None:
+    def _forget(self, conn: _Connection) -> None:
+        self._conns.pop(conn.key, None)
+        self._waiting.pop(conn.key, None)
+
+    def _set_waiting(self, conn: _Connection, waiting: bool) -> None:
         if waiting:
             self._waiting[conn.key] = conn
             self._waiting.move_to_end(conn.key)
         else:
             self._waiting.pop(conn.key, None)
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._next_key += 1
-        conn = _Conn(self._next_key, writer)
-        if not self._admit(conn):
-            writer.transport.abort()
-            return
-        try:
-            await self._serve(conn, reader, writer)
-        except (OSError, EOFError, TimeoutError, h11.ProtocolError) as exc:
-            log.debug("connection ended: %s", exc)
-        except Exception:
-            log.exception("connection failed")
-        finally:
-            self._conns.pop(conn.key, None)
-            self._waiting.pop(conn.key, None)
-            writer.transport.abort()
-
-    async def _serve(self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        limits = self.limits
-        deadline = loop.time() + limits.request_deadline
-        self._set_waiting(conn, True)
-        if self._tls is not None:
-            async with asyncio.timeout_at(deadline):
-                await writer.start_tls(self._tls.context())
-        h = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
-        first = True
-        while True:
-            self._set_waiting(conn, True)
-            try:
-                request = await self._read_head(h, reader, deadline if first else None)
-            except _HeadTooLarge:
-                await self._write(writer, _raw_error(431, "Request Header Fields Too Large"))
-                return
-            except h11.RemoteProtocolError as exc:
-                if exc.error_status_hint == 431:
-                    await self._write(writer, _raw_error(431, "Request Header Fields Too Large"))
-                elif h.their_state is not h11.CLOSED:
-                    await self._write(writer, _raw_error(400, "Bad Request"))
-                return
-            if request is None:
-                return
-            self._set_waiting(conn, False)
-            first = False
-            response = await self._respond(request)
-            method = request.method.decode("ascii", "replace")
-            headers = [
-                ("Content-Type", response.ctype),
-                ("Content-Length", str(len(response.body))),
-                *self._headers,
-                *response.headers,
-            ]
-            # A request body is never read: close instead, so it cannot be parsed as a request.
-            closing = h.their_state is not h11.DONE or h.our_state is h11.MUST_CLOSE
-            if closing:
-                headers.append(("Connection", "close"))
-            out = h.send(h11.Response(status_code=response.status, headers=headers)) or b""
-            if method != "HEAD" and response.body:
-                out += h.send(h11.Data(data=response.body)) or b""
-            out += h.send(h11.EndOfMessage()) or b""
-            await self._write(writer, out)
-            if closing or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
-                return
-            h.start_next_cycle()
-
-    async def _read_head(self, h: h11.Connection, reader: asyncio.StreamReader, deadline: float | None) -> Any:
-        """The next ``h11.Request``, or None at a clean end of the connection.  ``deadline``
-        (loop time) bounds the whole head; None (keep-alive) allows ``keepalive_idle`` for the
-        first byte and ``request_deadline`` from there."""
-        loop = asyncio.get_running_loop()
-        limits = self.limits
-        while True:
-            event = h.next_event()
-            if event is h11.NEED_DATA:
-                if deadline is None:
-                    async with asyncio.timeout(limits.keepalive_idle):
-                        data = await reader.read(READ_CHUNK)
-                    deadline = loop.time() + limits.request_deadline
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        data = await reader.read(READ_CHUNK)
-                h.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                if len(event.headers) > limits.max_headers:
-                    raise _HeadTooLarge
-                return event
-            return None  # ConnectionClosed, or PAUSED after the peer closed
-
-    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
-        writer.write(data)
-        async with asyncio.timeout(self.limits.write_deadline):
-            await writer.drain()
 
     # --- requests -----------------------------------------------------------------------
     async def _respond(self, request: Any) -> _Response:
@@ -404,3 +302,201 @@ class MetricsServer:
             body = gzip.compress(body, compresslevel=1)
             extra.append(("Content-Encoding", "gzip"))
         return _Response(200, body, ctype, tuple(extra))
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: bytes go to h11; one request is answered at a time.
+
+    No task or thread exists for a connection that has not sent a complete request head: a timer
+    (``call_later``) enforces the deadline, and the bytes wait in h11's capped buffer.
+    """
+
+    def __init__(self, server: MetricsServer) -> None:
+        self.server = server
+        self.key = 0
+        self.transport: asyncio.Transport | None = None
+        self.h = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
+        self.timer: asyncio.TimerHandle | None = None
+        self.write_timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.idle = False  # kept alive between requests: the head deadline starts at the first byte
+        self.busy = False  # a request is being answered (or the connection is being closed)
+        self.tls_pending = False
+        self.closed = False
+        self.head_bytes = 0  # bytes received since the current request began
+
+    # --- asyncio.Protocol ---
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        server = self.server
+        if not server._admit(self):
+            self.closed = True
+            transport.abort()
+            return
+        server._set_waiting(self, True)
+        self._arm(server.limits.request_deadline)
+        if server._tls is not None:
+            self.tls_pending = True
+            self.task = server._loop.create_task(self._start_tls(server._tls.context()))
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if not self.busy:  # h11 caps only a head that is still incomplete: cap a complete one too
+            self.head_bytes += len(data)
+            if self.head_bytes > self.server.limits.max_header_bytes:
+                if self.tls_pending:  # the TLS transport is not ours yet: never reply in clear text
+                    self.close()
+                else:
+                    self._finish(_raw_error(431, "Request Header Fields Too Large"))
+                return
+        self.h.receive_data(data)
+        if self.idle:
+            self.idle = False
+            self._arm(self.server.limits.request_deadline)
+        if not self.busy and not self.tls_pending:
+            self._process()
+
+    def eof_received(self) -> bool:
+        if self.closed:
+            return False
+        self.h.receive_data(b"")
+        if not self.busy and not self.tls_pending:
+            self._process()
+        return self.busy  # keep the write side open only while a reply is on its way
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for timer in (self.timer, self.write_timer):
+            if timer is not None:
+                timer.cancel()
+        self.server._forget(self)
+
+    # --- helpers ---
+    def close(self) -> None:
+        """Drop the connection now (deadline, eviction, shutdown)."""
+        if not self.closed:
+            self.closed = True
+            self.server._forget(self)
+            if self.transport is not None:
+                self.transport.abort()
+
+    def _arm(self, seconds: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.server._loop.call_later(seconds, self.close)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _write(self, data: bytes) -> None:
+        """Send; if the client has not taken it all within the write deadline, drop it."""
+        if self.closed or self.transport is None:
+            return
+        self.transport.write(data)
+        if self.transport.get_write_buffer_size() and self.write_timer is None:
+            self.write_timer = self.server._loop.call_later(self.server.limits.write_deadline, self._write_expired)
+
+    def _write_expired(self) -> None:
+        self.write_timer = None
+        if self.transport is not None and self.transport.get_write_buffer_size():
+            self.close()
+
+    def _finish(self, data: bytes) -> None:
+        """Send a last reply and close once it is flushed."""
+        self.busy = True
+        self._disarm()
+        self.server._set_waiting(self, False)
+        self._write(data)
+        if not self.closed and self.transport is not None:
+            self.transport.close()
+
+    async def _start_tls(self, context: ssl.SSLContext) -> None:
+        loop = self.server._loop
+        assert self.transport is not None
+        try:
+            tls_transport = await loop.start_tls(
+                self.transport,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.server.limits.request_deadline,
+            )
+        except (OSError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
+            log.debug("TLS handshake failed: %s", exc)
+            self.close()
+            return
+        if self.closed or tls_transport is None:
+            if tls_transport is not None:
+                tls_transport.abort()
+            return
+        self.transport = tls_transport
+        self.tls_pending = False
+        if not self.busy:
+            self._process()
+
+    def _process(self) -> None:
+        try:
+            event = self.h.next_event()
+        except h11.RemoteProtocolError as exc:
+            if exc.error_status_hint == 431:
+                self._finish(_raw_error(431, "Request Header Fields Too Large"))
+            else:
+                self._finish(_raw_error(400, "Bad Request"))
+            return
+        if event is h11.NEED_DATA:
+            return
+        if isinstance(event, h11.Request):
+            if len(event.headers) > self.server.limits.max_headers:
+                self._finish(_raw_error(431, "Request Header Fields Too Large"))
+                return
+            self.busy = True
+            self._disarm()
+            self.server._set_waiting(self, False)
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self.task = self.server._loop.create_task(self._answer(event))
+            return
+        self.close()  # ConnectionClosed, or data after the peer's end of stream
+
+    async def _answer(self, request: Any) -> None:
+        try:
+            response = await self.server._respond(request)
+        except Exception:
+            log.exception("request failed")
+            self._finish(_raw_error(500, "Internal Server Error"))
+            return
+        if self.closed:
+            return
+        h = self.h
+        headers = [
+            ("Content-Type", response.ctype),
+            ("Content-Length", str(len(response.body))),
+            *self.server._headers,
+            *response.headers,
+        ]
+        # A request body is never read: close instead, so it cannot be parsed as a request.
+        closing = h.their_state is not h11.DONE or h.our_state is h11.MUST_CLOSE
+        if closing:
+            headers.append(("Connection", "close"))
+        out = h.send(h11.Response(status_code=response.status, headers=headers)) or b""
+        if request.method != b"HEAD" and response.body:
+            out += h.send(h11.Data(data=response.body)) or b""
+        out += h.send(h11.EndOfMessage()) or b""
+        if closing or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+            self._finish(out)
+            return
+        self._write(out)
+        h.start_next_cycle()
+        self.head_bytes = len(h.trailing_data[0])
+        self.busy = False
+        self.idle = not h.trailing_data[0]  # bytes of the next request may already be here
+        self.server._set_waiting(self, True)
+        limits = self.server.limits
+        self._arm(limits.keepalive_idle if self.idle else limits.request_deadline)
+        assert self.transport is not None
+        self.transport.resume_reading()
+        self._process()  # a pipelined request may already be buffered
