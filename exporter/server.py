@@ -63,7 +63,8 @@ FD_RESERVE = 64
 BCRYPT_NICE = 10
 """Nice increment of the bcrypt thread."""
 READ_CHUNK = 4096
-"""Bytes read from a socket at a time."""
+"""Bytes read from a socket at a time.  A connection buffers at most one request head plus one
+chunk: reading pauses while a request is answered."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class MetricsServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
         self._sock.setblocking(False)
+        self._read_buffer = memoryview(bytearray(READ_CHUNK))
         self._render_pool = ThreadPoolExecutor(RENDER_WORKERS, thread_name_prefix="gpulens-render")
         self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="gpulens-bcrypt", initializer=_lower_priority)
         self._loop = asyncio.new_event_loop()
@@ -304,7 +306,7 @@ class MetricsServer:
         return _Response(200, body, ctype, tuple(extra))
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     """One client connection: bytes go to h11; one request is answered at a time.
 
     No task or thread exists for a connection that has not sent a complete request head: a timer
@@ -323,7 +325,8 @@ class _Connection(asyncio.Protocol):
         self.busy = False  # a request is being answered (or the connection is being closed)
         self.tls_pending = False
         self.closed = False
-        self.head_bytes = 0  # bytes received since the current request began
+        self.write_paused = False  # the transport's buffer is above its high-water mark
+        self.drained: asyncio.Future[None] | None = None
 
     # --- asyncio.Protocol ---
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -340,18 +343,15 @@ class _Connection(asyncio.Protocol):
             self.tls_pending = True
             self.task = server._loop.create_task(self._start_tls(server._tls.context()))
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # One small buffer shared by every connection (the loop consumes it before the next
+        # read): a read never takes more than READ_CHUNK bytes off a socket.
+        return self.server._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
-        if not self.busy:  # h11 caps only a head that is still incomplete: cap a complete one too
-            self.head_bytes += len(data)
-            if self.head_bytes > self.server.limits.max_header_bytes:
-                if self.tls_pending:  # the TLS transport is not ours yet: never reply in clear text
-                    self.close()
-                else:
-                    self._finish(_raw_error(431, "Request Header Fields Too Large"))
-                return
-        self.h.receive_data(data)
+        self.h.receive_data(bytes(self.server._read_buffer[:nbytes]))
         if self.idle:
             self.idle = False
             self._arm(self.server.limits.request_deadline)
@@ -372,6 +372,15 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self.server._forget(self)
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
 
     # --- helpers ---
     def close(self) -> None:
@@ -439,6 +448,7 @@ class _Connection(asyncio.Protocol):
             self._process()
 
     def _process(self) -> None:
+        buffered = len(self.h.trailing_data[0])
         try:
             event = self.h.next_event()
         except h11.RemoteProtocolError as exc:
@@ -450,12 +460,19 @@ class _Connection(asyncio.Protocol):
         if event is h11.NEED_DATA:
             return
         if isinstance(event, h11.Request):
-            if len(event.headers) > self.server.limits.max_headers:
+            # h11 caps a head that is still incomplete; one that arrived whole is measured here
+            head_bytes = buffered - len(self.h.trailing_data[0])
+            limits = self.server.limits
+            if head_bytes > limits.max_header_bytes or len(event.headers) > limits.max_headers:
                 self._finish(_raw_error(431, "Request Header Fields Too Large"))
                 return
             self.busy = True
             self._disarm()
             self.server._set_waiting(self, False)
+            # A request without a body ends here (EndOfMessage); anything else is a body we will
+            # not read, and the reply then closes the connection (their_state is not DONE).
+            with contextlib.suppress(h11.RemoteProtocolError):
+                self.h.next_event()
             assert self.transport is not None
             self.transport.pause_reading()
             self.task = self.server._loop.create_task(self._answer(event))
@@ -490,8 +507,12 @@ class _Connection(asyncio.Protocol):
             self._finish(out)
             return
         self._write(out)
+        if self.write_paused:  # the client is not reading: read no next request until it does
+            self.drained = self.server._loop.create_future()
+            await self.drained
+            if self.closed:
+                return
         h.start_next_cycle()
-        self.head_bytes = len(h.trailing_data[0])
         self.busy = False
         self.idle = not h.trailing_data[0]  # bytes of the next request may already be here
         self.server._set_waiting(self, True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import threading
@@ -319,8 +320,27 @@ def test_keep_alive_serves_several_requests(served: tuple[int, Sampler]) -> None
         conn.request("GET", "/metrics")
         resp = conn.getresponse()
         assert resp.status == 200
+        assert resp.getheader("Connection") != "close"
         resp.read()
     conn.request("HEAD", "/metrics")
     resp = conn.getresponse()
     assert resp.status == 200 and resp.read() == b""
     conn.close()
+
+
+def test_pipelined_requests_from_a_client_that_never_reads_do_not_pile_up_replies() -> None:
+    """Thousands of pipelined scrapes, no reply read: the server answers the next request only
+    when the client has taken the previous reply, so what it buffers stays bounded."""
+    server, _ = _serve_with(Limits())
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            s.settimeout(1.0)
+            batch = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 400  # under the 16 KiB head cap
+            with contextlib.suppress(TimeoutError):  # the server stops reading: our sends block
+                for _ in range(20):  # 8,000 requests, ~64 MB of replies if nothing held them back
+                    s.sendall(batch)
+            time.sleep(0.5)
+            buffered = [c.transport.get_write_buffer_size() for c in server._conns.values() if c.transport]
+            assert buffered and max(buffered) < 1 << 20, buffered
+    finally:
+        server.shutdown()
