@@ -401,11 +401,13 @@ class _Connection(asyncio.BufferedProtocol):
             self.timer.cancel()
             self.timer = None
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, *chunks: bytes) -> None:
         """Send; if the client has not taken it all within the write deadline, drop it."""
         if self.closed or self.transport is None:
             return
-        self.transport.write(data)
+        for chunk in chunks:
+            if chunk:
+                self.transport.write(chunk)
         if self.transport.get_write_buffer_size() and self.write_timer is None:
             self.write_timer = self.server._loop.call_later(self.server.limits.write_deadline, self._write_expired)
 
@@ -414,12 +416,12 @@ class _Connection(asyncio.BufferedProtocol):
         if self.transport is not None and self.transport.get_write_buffer_size():
             self.close()
 
-    def _finish(self, data: bytes) -> None:
+    def _finish(self, *chunks: bytes) -> None:
         """Send a last reply and close once it is flushed."""
         self.busy = True
         self._disarm()
         self.server._set_waiting(self, False)
-        self._write(data)
+        self._write(*chunks)
         if not self.closed and self.transport is not None:
             self.transport.close()
 
@@ -434,7 +436,7 @@ class _Connection(asyncio.BufferedProtocol):
                 server_side=True,
                 ssl_handshake_timeout=self.server.limits.request_deadline,
             )
-        except (OSError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
+        except Exception as exc:  # OSError, SSLError, TimeoutError, or the transport closed under it
             log.debug("TLS handshake failed: %s", exc)
             self.close()
             return
@@ -499,14 +501,14 @@ class _Connection(asyncio.BufferedProtocol):
         closing = h.their_state is not h11.DONE or h.our_state is h11.MUST_CLOSE
         if closing:
             headers.append(("Connection", "close"))
-        out = h.send(h11.Response(status_code=response.status, headers=headers)) or b""
-        if request.method != b"HEAD" and response.body:
-            out += h.send(h11.Data(data=response.body)) or b""
-        out += h.send(h11.EndOfMessage()) or b""
+        out = [h.send(h11.Response(status_code=response.status, headers=headers)) or b""]
+        if request.method != b"HEAD" and response.body:  # passthrough: the body is not copied
+            out += h.send_with_data_passthrough(h11.Data(data=response.body)) or []
+        out.append(h.send(h11.EndOfMessage()) or b"")
         if closing or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
-            self._finish(out)
+            self._finish(*out)
             return
-        self._write(out)
+        self._write(*out)
         if self.write_paused:  # the client is not reading: read no next request until it does
             self.drained = self.server._loop.create_future()
             await self.drained
