@@ -55,9 +55,10 @@ LANDING = b"""<html><head><title>gpulens exporter</title></head><body>
 RENDER_WORKERS = 2
 """Threads that build /metrics bodies (encoding, gzip); more requests wait for a free one."""
 LISTEN_BACKLOG = 1024
-"""Kernel accept queue (capped by net.core.somaxconn), and connections accepted per wake-up: a
-burst of reconnecting clients must not overflow it, or a scraper's SYN is dropped and retried
-only a second later."""
+"""Kernel accept queue (capped by net.core.somaxconn): a burst of reconnecting clients must not
+overflow it, or a scraper's SYN is dropped and retried only a second later."""
+ACCEPT_BATCH = 32
+"""Connections accepted per event-loop wake-up."""
 FD_RESERVE = 64
 """File descriptors kept free of connections for the rest of the process."""
 BCRYPT_NICE = 10
@@ -231,8 +232,12 @@ class MetricsServer:
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            self._loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=LISTEN_BACKLOG)
+            self._loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=ACCEPT_BATCH)
         )
+        # asyncio uses one number for the kernel's queue and for accepts per wake-up: set the
+        # queue long again, so a burst waits in the kernel while the loop keeps serving between
+        # batches.
+        self._sock.listen(LISTEN_BACKLOG)
         self._started.set()
         self._loop.run_forever()
 
