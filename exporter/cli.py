@@ -151,7 +151,8 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; exit 2 on a bad flag, 1 if the port cannot be bound."""
+    """Run until SIGTERM/SIGINT; exit 2 on a bad flag, 1 if the port cannot be bound or the
+    sampling thread dies."""
     cfg = parse_config(argv)
     setup_logging(cfg.log_format, cfg.log_level)
     web_config = None
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = MetricsServer(
             cfg.listen_address,
             exposition.render,
-            ready=lambda: sampler.latest() is not None,
+            ready=lambda: sampler.latest() is not None and sampler.running(),
             web_config=web_config,
         )
     except OSError as exc:
@@ -188,10 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sampler.start()
     server.start()
     log.info("serving on %s (backend=%s, interval=%.3gs)", cfg.listen_address, backend.name, cfg.collect_interval)
+    status = 0
     while not stop.wait(0.5):
-        pass
+        if not sampler.running():  # /readyz already says 503; exit so the kubelet restarts us
+            log.error("the sampling thread is gone: exiting with status 1")
+            status = 1
+            break
     t0 = time.monotonic()
     server.shutdown()
     sampler.stop(timeout=3.0)
     log.info("stopped in %.2fs", time.monotonic() - t0)
-    return 0
+    return status

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from exporter import metrics as cat
 from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES, GpuSample, LeafSample, Snapshot
+from exporter.negotiate import exposition_accept
 
 log = logging.getLogger(__name__)
 
@@ -333,8 +334,11 @@ class CachedExposition:
         self._bodies: dict[str, bytes] = {}
 
     def render(self, accept_header: str) -> tuple[bytes, str]:
-        """(body, content type) for a scrape with this ``Accept`` header."""
-        encoder, ctype = choose_encoder(accept_header)
+        """(body, content type) for a scrape with this ``Accept`` header.
+
+        The header is first reduced to one of two canonical formats (exporter/negotiate.py), so
+        the cache never holds more than one body per format whatever clients send."""
+        encoder, ctype = choose_encoder(exposition_accept(accept_header))
         snap = self._source()
         with self._lock:
             if snap is not self._snapshot or snap is None:

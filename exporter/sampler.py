@@ -128,6 +128,11 @@ class Sampler:
         """Completed cycles since start."""
         return self._cycles
 
+    def running(self) -> bool:
+        """True while the sampling thread lives (False before ``start()``, after ``stop()``, and
+        if the thread died: the process should then exit so that it is restarted)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
     def start(self) -> None:
         """Run cycles in a daemon thread until ``stop()``."""
         if self._thread is not None:
@@ -299,6 +304,13 @@ class Sampler:
 
     # --- loop -------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._cycle_forever()
+        except BaseException:
+            log.critical("the sampling thread died; no new snapshots will be taken", exc_info=True)
+            raise
+
+    def _cycle_forever(self) -> None:
         interval = self._options.interval_seconds
         next_at = self._clock()
         while not self._stop.is_set():

@@ -225,6 +225,8 @@ def test_exporter_has_its_priority_class() -> None:
     pc = one(objs, "PriorityClass")
     assert isinstance(pc["value"], int) and pc["value"] > 0
     assert pc["globalDefault"] is False
+    # Never preempt a tenant's pod (and its GPUs) to get onto a full node; wait for room instead.
+    assert pc["preemptionPolicy"] == "Never"
     assert one(objs, "DaemonSet")["spec"]["template"]["spec"]["priorityClassName"] == pc["metadata"]["name"]
     custom = exporter_pod({"exporter": {"priorityClassName": "system-node-critical"}})
     assert custom["priorityClassName"] == "system-node-critical"
