@@ -37,7 +37,9 @@ def _choice(label: str, options: list[str], key: str) -> str | None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="gpulens", page_icon=":material/search:", layout="wide")
+    # a file, not a :material/: icon or an emoji: those make the browser fetch the favicon from a
+    # public host, which air-gapped clusters cannot reach
+    st.set_page_config(page_title="gpulens", page_icon=str(HERE / "favicon.svg"), layout="wide")
     started = time.perf_counter()
     error: str | None = None
     try:

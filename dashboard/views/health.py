@@ -32,19 +32,24 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader(f"Xid errors (last {window})")
         xid = ui.fetch(ctx, "increase", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s)
         table = frames.nonzero(xid, ["instance", "gpu", "uuid", "xid"])
-        if table.empty:
-            st.success("no Xid errors") if not xid.empty else ui.no_data("Xid counters")
-        else:
+        if not table.empty:
             st.dataframe(table.rename(columns={"value": "events"}), hide_index=True)
+        elif xid.empty and info.empty:
+            ui.no_data("GPUs")
+        else:
+            # the exporter creates an Xid counter at its first event: no counter = no Xid yet
+            st.success(f"no Xid errors in the last {window}")
 
     with ui.panel("ECC errors"):
         st.subheader(f"ECC errors (last {window})")
         ecc = ui.fetch(ctx, "increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s)
         table = frames.nonzero(ecc, ["instance", "gpu", "uuid", "severity"])
-        if table.empty:
-            st.success("no ECC errors") if not ecc.empty else ui.no_data("ECC counters")
-        else:
+        if not table.empty:
             st.dataframe(table.rename(columns={"value": "errors"}), hide_index=True)
+        elif ecc.empty:
+            ui.no_data("ECC counters (ECC off or not supported)")
+        else:
+            st.success(f"no ECC errors in the last {window}")
 
     with ui.panel("Throttling"):
         st.subheader("Clock events (throttling) now")
