@@ -25,7 +25,7 @@ must also work on history recorded before the rules were loaded, inlines the sam
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -190,13 +190,13 @@ def _window_stats(
 ) -> pd.DataFrame:
     """Per key and grid time t: mean, max and count of the samples in (t - window_s, t], the
     first/last sample (time, value) in it, and whether the newest sample is within ``fresh_s``."""
-    rows = []
+    rows: list[tuple[object, ...]] = []
+    cols = [*keys, "timestamp", "mean", "max", "n", "t0", "v0", "t1", "v1", "fresh"]
     if raw.empty:
-        return pd.DataFrame(columns=[*keys, "timestamp", "mean", "max", "n", "t0", "v0", "t1", "v1", "fresh"])
+        return pd.DataFrame(columns=cols).astype({"timestamp": float, "fresh": bool})
     for key, g in raw.sort_values("timestamp").groupby(keys, sort=False):
         ts = g["timestamp"].to_numpy(dtype=float)
         vs = g["value"].to_numpy(dtype=float)
-        csum = np.concatenate([[0.0], np.cumsum(vs)])
         hi = np.searchsorted(ts, grid, side="right")
         lo = np.searchsorted(ts, grid - window_s, side="right")
         key_t = key if isinstance(key, tuple) else (key,)
@@ -208,7 +208,7 @@ def _window_stats(
                 (
                     *key_t,
                     float(t),
-                    (csum[b] - csum[a]) / n,
+                    float(vs[a:b].mean()),
                     float(vs[a:b].max()),
                     n,
                     ts[a],
@@ -218,7 +218,7 @@ def _window_stats(
                     t - ts[b - 1] <= fresh_s,
                 )
             )
-    return pd.DataFrame(rows, columns=[*keys, "timestamp", "mean", "max", "n", "t0", "v0", "t1", "v1", "fresh"])
+    return pd.DataFrame(rows, columns=cols).astype({"timestamp": float, "fresh": bool})
 
 
 def leaf_idle_frame(
@@ -274,17 +274,46 @@ def _leafy(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def holding_shares(allocation: pd.DataFrame) -> pd.DataFrame:
-    """Per container, leaf and timestamp: its share of the leaf (``gpulens:pod_gpu_holding:ratio``)
-    from allocation rows (one per replica) at each timestamp."""
-    keys = [k for k in POD_KEYS if k in allocation.columns or k in LEAF]
+def wasted_from_series(
+    allocation: pd.DataFrame,
+    idle: pd.DataFrame,
+    shares: Mapping[tuple[str, str], float],
+    *,
+    keys: Sequence[str],
+    step_s: float,
+) -> pd.DataFrame:
+    """Wasted GPU-hours per allocation (``keys``) from aligned steps: allocation rows (one per
+    replica, with ``timestamp``), :func:`leaf_idle_frame` output and :func:`gpu_shares`.
+
+    At each step a container wastes its holding share x the leaf's idle (0/1) x the leaf's GPU
+    share, for ``step_s`` seconds (``gpulens:pod_gpu_wasted:gpus`` integrated). A step without an
+    idle verdict for the leaf (no SM data) wastes nothing. Columns: ``keys``, wasted_gpu_hours,
+    first_allocated (first step held), last_busy (last step the leaf was not idle; NaN if never).
+    """
+    cols = [*keys, "wasted_gpu_hours", "first_allocated", "last_busy"]
+    if allocation.empty:
+        return pd.DataFrame(columns=cols)
     a = allocation.copy()
     for k in keys:
         if k not in a.columns:
             a[k] = ""
     held = a.groupby([*keys, "timestamp"], as_index=False).size().rename(columns={"size": "held"})
     held["holding"] = held["held"] / held.groupby([*LEAF, "timestamp"])["held"].transform("sum")
-    return held.drop(columns="held")
+    verdict = (
+        idle[[*LEAF, "timestamp", "idle"]] if not idle.empty else pd.DataFrame(columns=[*LEAF, "timestamp", "idle"])
+    )
+    joined = held.merge(verdict, on=[*LEAF, "timestamp"], how="left")
+    share = [shares.get((u, m), 1.0) for u, m in zip(joined["uuid"], joined["mig_uuid"], strict=True)]
+    is_idle = joined["idle"].astype("boolean").fillna(False).astype(float)
+    joined["wasted_gpu_hours"] = joined["holding"] * is_idle * pd.Series(share, index=joined.index) * step_s / 3600.0
+    out = joined.groupby(list(keys), as_index=False).agg(
+        wasted_gpu_hours=("wasted_gpu_hours", "sum"), first_allocated=("timestamp", "min")
+    )
+    busy = verdict[verdict["idle"] == False]  # noqa: E712 (a pandas mask)
+    last = busy.groupby(list(LEAF), as_index=False)["timestamp"].max().rename(columns={"timestamp": "last_busy"})
+    out = out.merge(last, on=list(LEAF), how="left")
+    out["last_busy"] = pd.to_numeric(out["last_busy"], errors="coerce")
+    return out[cols]
 
 
 def gpu_shares(info: pd.DataFrame, mig_info: pd.DataFrame) -> dict[tuple[str, str], float]:
