@@ -174,11 +174,14 @@ RULES: Mapping[str, str] = {
     "gpulens:gpu_sm_active:ratio_avg5m": sm_mean_promql(),
     "gpulens:gpu_utilization:ratio_avg5m": util_mean_promql(),
     "gpulens:gpu_kernels_active:bool": kernels_active_promql("gpulens:gpu_utilization:ratio_avg5m"),
-    "gpulens:gpu_idle:bool": idle_promql("gpulens:gpu_sm_active:ratio_avg5m", "gpulens:gpu_kernels_active:bool"),
+    # from raw series, not from the two rules above: a rule reading another rule's output lags it by
+    # an evaluation (more when backfilled), and the dashboard's scrape mode and the advisor, which
+    # compute from raw series, would then disagree with it at every transition
+    "gpulens:gpu_idle:bool": leaf_idle_promql(),
     "gpulens:leaf_gpu_share:ratio": gpu_share_promql(),
     "gpulens:pod_gpu_holding:ratio": holding_share_promql("gpulens_pod_gpu_allocation"),
     "gpulens:pod_gpu_wasted:gpus": wasted_promql(
-        "gpulens:pod_gpu_holding:ratio", "gpulens:gpu_idle:bool", "gpulens:leaf_gpu_share:ratio"
+        holding_share_promql("gpulens_pod_gpu_allocation"), leaf_idle_promql(), gpu_share_promql()
     ),
 }
 """Recording rule name -> the expression the rule file must hold (compared without whitespace)."""
@@ -327,3 +330,16 @@ def gpu_shares(info: pd.DataFrame, mig_info: pd.DataFrame) -> dict[tuple[str, st
 
 def _col(df: pd.DataFrame, name: str) -> list[str]:
     return [str(x) for x in df[name]] if name in df.columns else [""] * len(df)
+
+
+def rule_yaml(name: str) -> str:
+    """The ``expr`` of recording rule ``name`` as the rule file holds it (one clause a line)."""
+    text = RULES[name]
+    for sep in (" or ", " * on (uuid, mig_uuid) group_left () ", " / on (uuid, mig_uuid) group_left () "):
+        text = text.replace(sep, "\n" + sep.strip() + " ")
+    return text
+
+
+if __name__ == "__main__":  # print the generated rule expressions, for deploy/rules/gpulens.rules.yml
+    for record in RULES:
+        print(f"- record: {record}\n  expr: |\n" + "\n".join("    " + line for line in rule_yaml(record).splitlines()))

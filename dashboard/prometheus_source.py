@@ -17,7 +17,7 @@ import requests
 
 from dashboard import frames
 from dashboard.prometheus_auth import PrometheusAuth
-from dashboard.promql import by_clause, duration, quote, selector
+from dashboard.promql import by_clause, duration, quote, selector, subquery_range
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
@@ -226,7 +226,7 @@ class PrometheusSource:
         target = filters.target_matchers()
         mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
         pod = by_clause(POD_DEVICE_KEYS)
-        rng = f"[{duration(window)}:{duration(step)}]"
+        rng = subquery_range(window, step)
         # The recording rules hold the definition (dashboard/definitions.py): wasted GPU-equivalents
         # per container and the leaf idle verdict; this only integrates them over the range.
         wasted = self.rule("gpulens:pod_gpu_wasted:gpus", filters, per_pod=True)

@@ -321,6 +321,9 @@ class ScrapeSource:
     ) -> pd.DataFrame:
         hist = self._snapshot()
         grid, step = self._grid(window_s, step_s, end)
+        # the steps of Prometheus' [window:step] subquery: the range's end back to, not including,
+        # its start (so both sources integrate the same number of steps)
+        grid = grid[1:] if len(grid) > 1 else grid
         target = Filters(**_targets(filters))
         alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
         if alloc.empty:
