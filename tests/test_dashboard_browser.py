@@ -29,7 +29,7 @@ PAGES: dict[str, list[str]] = {
     "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
     "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
     "sharing": ["MIG GPUs and their slices", "Time-sliced GPUs: share of SM time per pod"],
-    "health": ["Bandwidth probes", "Xid errors", "ECC errors", "Throttling (last"],
+    "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
     "rightsizing": ["Right-sizing"],
     "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
 }
@@ -115,7 +115,8 @@ def test_fleet_page_counts_the_three_nodes(stack: tuple[str, str, str]) -> None:
         assert isinstance(page, Page)
         load(page, dash, 1)
         metric = page.locator('[data-testid="stMetric"]').first
-        assert metric.inner_text().split("\n")[-1].strip() == "24"
+        # 24 GPUs, the MIG node's GPUs counted as their instances: whole GPUs + MIG instances
+        assert metric.inner_text().split("\n")[-1].strip() == "40"
 
 
 def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir: Path) -> None:
