@@ -28,25 +28,19 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 
 from dashboard.advisor.engine import recommend
 from dashboard.advisor.query import Window, measure
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from exporter.metrics import spec
-from tests.support.prometheus import run_prometheus
+from tests.support.prometheus import backfill_recording_rules, run_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
-RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 STEP = 60.0
 SAMPLE = 15.0
 HISTORY = 45 * 60.0
 WINDOW = 30 * 60.0
-PASSES = (
-    # the rules the dashboard reads, all from raw series (they read no other rule: see the rule file)
-    ("gpulens:gpu_sm_active:ratio_avg5m", "gpulens:gpu_idle:bool", "gpulens:pod_gpu_wasted:gpus"),
-)
 IDLE_FROM = 20 * 60 + 30.0
 """When GPU h turns idle: its last busy sample then lies 30 s from the edge of any rule evaluation's
 5 m window (promtool's backfill evaluates a few seconds off the minute it stamps)."""
@@ -169,21 +163,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Scr
     data = tmp / "data"
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
-    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
-    args = ["--storage.tsdb.retention.time=30d"]
-    rules = {r["record"]: r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
-             if "record" in r}  # fmt: skip
-    for i, records in enumerate(PASSES):
-        rule_file = tmp / f"pass{i}.yml"
-        rule_file.write_text(yaml.safe_dump({"groups": [{"name": f"pass{i}", "rules": [
-            {"record": r, "expr": rules[r]} for r in records]}]}))  # fmt: skip
-        blocks = tmp / f"blocks{i}"
-        with run_prometheus(config, storage_dir=str(data), extra_args=args) as base:
-            subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={t0:.0f}", f"--end={end:.0f}",
-                            f"--url={base}", f"--output-dir={blocks}", "--eval-interval=60s", str(rule_file)],
-                           check=True, stdout=subprocess.DEVNULL, timeout=120)  # fmt: skip
-        for block in blocks.iterdir():
-            shutil.move(str(block), str(data / block.name))
+    backfill_recording_rules(data, t0, end, tmp)
     # the scrape source, fed the same samples at the same times
     clock = {"t": times[0]}
     pages = {t: _exposition(_samples(t, t0), {}) for t in times}
@@ -193,7 +173,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Scr
         clock["t"] = t
         src.scrape_once()
     clock["t"] = end
-    with run_prometheus(config, storage_dir=str(data), extra_args=args) as base:
+    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
+    with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
         yield base, src, end
 
 
