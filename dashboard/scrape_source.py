@@ -190,9 +190,7 @@ class ScrapeSource:
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        df = self._frame_at(metric, now, hist)
-        alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return self._filtered(self._frame_at(metric, now, hist), metric, filters, by, now, hist)
 
     def series(
         self,
@@ -237,9 +235,7 @@ class ScrapeSource:
                     )
                     last[labels] = value
             rows.extend({**dict(labels), "value": g} for labels, g in growth.items())
-        df = frames.from_rows(rows)
-        alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return self._filtered(frames.from_rows(rows), metric, filters, by, now, hist)
 
     def _raw(self, metric: str, hist: dict[str, list[Scrape]], start: float, end: float) -> pd.DataFrame:
         """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp."""
@@ -287,6 +283,18 @@ class ScrapeSource:
             return pd.DataFrame(columns=["value"])
         labels = [c for c in raw.columns if c not in ("timestamp", "value")]
         df = raw.groupby(labels, as_index=False, dropna=False)["value"].mean()
+        return self._filtered(df, metric, filters, by, now, hist)
+
+    def _filtered(
+        self,
+        df: pd.DataFrame,
+        metric: str,
+        filters: Filters,
+        by: Sequence[str] | None,
+        now: float,
+        hist: dict[str, list[Scrape]],
+    ) -> pd.DataFrame:
+        """``df`` (values of ``metric`` at ``now``) under ``filters``, summed ``by``."""
         alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
         return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
 

@@ -62,4 +62,4 @@ def test_choosing_a_cluster_offers_only_its_nodes(two_clusters: str, monkeypatch
     node = at.sidebar.selectbox(key="f_node")
     assert node.options == ["All", "gpu-east-1"]
     assert node.value == "All", "a node of the other cluster is no longer selected"
-    assert {m.label: m.value for m in at.metric}["GPUs"] == "8", "the fleet page counts the east cluster only"
+    assert {m.label: m.value for m in at.metric}["Devices"] == "8", "the fleet page counts the east cluster only"

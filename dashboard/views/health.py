@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
@@ -60,32 +61,20 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Xid errors"):
         st.subheader(f"Xid errors (last {window})")
         xid = ui.fetch(ctx, "increase", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s)
-        table = frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"])
-        if not table.empty:
-            st.dataframe(
-                ui.linked(ui.node_column(table.rename(columns={"value": "events"}))),
-                hide_index=True,
-                column_config=ui.COLUMN_CONFIG,
-            )
-        elif info.empty:
+        # the exporter creates an Xid counter at its first event: no counter = no Xid yet
+        _errors(frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
+        if info.empty:
             ui.no_data("GPUs")
-        else:
-            # the exporter creates an Xid counter at its first event: no counter = no Xid yet
+        elif frames.nonzero(xid, ["uuid"]).empty:
             st.success(f"No Xid errors in the last {window}.")
 
     with ui.panel("ECC errors"):
         st.subheader(f"ECC errors (last {window})")
         ecc = ui.fetch(ctx, "increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s)
-        table = frames.nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"])
-        if not table.empty:
-            st.dataframe(
-                ui.linked(ui.node_column(table.rename(columns={"value": "errors"}))),
-                hide_index=True,
-                column_config=ui.COLUMN_CONFIG,
-            )
-        elif ecc.empty:
+        _errors(frames.nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
+        if ecc.empty:
             ui.no_data("ECC counters (ECC off or not supported)")
-        else:
+        elif frames.nonzero(ecc, ["uuid"]).empty:
             st.success(f"No ECC errors in the last {window}.")
 
     with ui.panel("Throttling"):
@@ -110,6 +99,16 @@ def body(ctx: ui.PageContext) -> None:
             st.subheader("Failing exporter stages")
             table = frames.with_cols(failed, ["node", "instance", "stage"])[["node", "instance", "stage"]]
             st.dataframe(ui.node_column(table), hide_index=True)
+
+
+def _errors(table: pd.DataFrame, unit: str) -> None:
+    """An error-counter table (devices with a positive increase), linked to their GPU pages."""
+    if not table.empty:
+        st.dataframe(
+            ui.linked(ui.node_column(table.rename(columns={"value": unit}))),
+            hide_index=True,
+            column_config=ui.COLUMN_CONFIG,
+        )
 
 
 ui.page("Health", body)
