@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import definitions, figures, frames, ui
+from dashboard.source import SourceError
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -14,7 +16,11 @@ def body(ctx: ui.PageContext) -> None:
         mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
         alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
         sm = ui.fetch(ctx, "instant", "gpulens_gpu_sm_active_ratio", f)
-        idle = ui.fetch(ctx, "leaf_idle", f)
+        try:
+            idle = ui.fetch(ctx, "leaf_idle", f)
+        except SourceError as exc:  # no recording rules: the counts that need none still show
+            st.error(str(exc), icon=":material/warning:")
+            idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
         counts = frames.fleet_counts(info, mig, alloc, idle)
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Devices", counts["devices"])
