@@ -119,7 +119,10 @@ def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | No
         # The simulated fleet shows probe results within seconds of the demo starting.
         first_delay_seconds=5.0 if backend.name == "sim" else 60.0,
     )
-    runner = SimulatedProbeRunner() if backend.name == "sim" else None
+    # One slow GPU in a simulated fleet, not one per node: GPU 7 of the h200x8 scenario; the other
+    # scenarios' idle GPUs probe healthy, so the slow one has healthy peers of its model to compare with.
+    slow = 7 if cfg.sim_scenario == "h200x8" else None
+    runner = SimulatedProbeRunner(degraded_gpu_index=slow) if backend.name == "sim" else None
     return ProbeScheduler(options, runner=runner)
 
 

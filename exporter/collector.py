@@ -228,13 +228,21 @@ def _render_attribution(snap: Snapshot, f: _Families) -> None:
 
 
 def _render_probes(snap: Snapshot, f: _Families) -> None:
+    # Probe results are keyed by the probed leaf's own UUID (the MIG UUID for an instance); the
+    # series carry the leaf labels every other leaf series has: gpu, the parent uuid, mig_uuid...
+    # A leaf the backend no longer lists keeps its UUID as uuid (its other labels empty).
+    leaves: dict[str, tuple[str, ...]] = {}
+    for gpu in snap.backend.gpus:
+        for leaf in gpu.leaves:
+            leaves[leaf.mig.mig_uuid if leaf.mig is not None else gpu.uuid] = _leaf_labels(gpu, leaf)
+        leaves.setdefault(gpu.uuid, (str(gpu.index), gpu.uuid, "", "", "", ""))
     for r in snap.probe_results:
-        lab = (r.uuid, r.probe)
+        lab = (*leaves.get(r.uuid, ("", r.uuid, "", "", "", "")), r.probe)
         f.add("gpulens_probe_bandwidth_bytes_per_second", lab, r.bandwidth_bytes_per_second)
         f.add("gpulens_probe_efficiency_ratio", lab, r.efficiency_ratio)
         f.add("gpulens_probe_last_success_timestamp_seconds", lab, r.last_success_timestamp)
     for (uuid, result), n in sorted(snap.probe_runs.items()):
-        f.add("gpulens_probe_runs_total", (uuid, result), float(n))
+        f.add("gpulens_probe_runs_total", (*leaves.get(uuid, ("", uuid, "", "", "", "")), result), float(n))
 
 
 class SnapshotCollector(Collector):

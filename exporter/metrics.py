@@ -339,22 +339,22 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "bytes",
         "Cached result of the last successful bandwidth probe (bytes/s); see "
         "gpulens_probe_last_success_timestamp_seconds for when it ran.",
-        ("uuid", "probe"),
+        (*LEAF_LABELS, "probe"),
         "probes",
     ),
     _g(
         "gpulens_probe_efficiency_ratio",
         "ratio",
         "Cached probe bandwidth divided by what a healthy GPU of this model reaches (probes/expected.py). "
-        "For a MIG instance, uuid is the MIG UUID.",
-        ("uuid", "probe"),
+        "Leaf labels as on every leaf series: uuid is the physical GPU, mig_uuid the probed MIG instance.",
+        (*LEAF_LABELS, "probe"),
         "probes",
     ),
     _g(
         "gpulens_probe_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the probe's last successful run.",
-        ("uuid", "probe"),
+        (*LEAF_LABELS, "probe"),
         "probes",
     ),
     _c(
@@ -362,7 +362,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "",
         "Probe runs by result (ok, skipped_busy, skipped_memory, skipped_allocated, "
         "skipped_exclusive, failed, timeout).",
-        ("uuid", "result"),
+        (*LEAF_LABELS, "result"),
         "probes",
     ),
 )

@@ -16,8 +16,11 @@ Signals per (workload, device) at each step:
 - DRAM activity: the device's (on a shared GPU, the whole GPU's).
 - Boundness: the pod's own class, ``gpulens_pod_gpu_boundness`` (the device's class only where the
   pod is alone on it; ``shared`` or ``idle`` where several pods hold it).
-- Hours held: steps held x step, split evenly among workloads holding a device at the same step.
-- Hours idle: held steps at which the device's SM activity was below ``idle_threshold``.
+- Hours held: steps held x step x the pod's share of the device (the replicas it holds over all
+  replicas held on it: 1 unless time-sliced).
+- Hours idle: the same at the steps at which the device was idle by the one definition of
+  dashboard/definitions.py (SM active < 1 % over 5 m and no kernels; the recording rule
+  gpulens:gpu_idle:bool, inlined here so backfilled history without recorded series works too).
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard import frames
+from dashboard import definitions, frames
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy, Recommendation, WorkloadUsage, recommend_all
 from dashboard.prometheus_source import PrometheusSource
-from dashboard.promql import by_clause, duration, selector
+from dashboard.promql import by_clause, duration, selector, subquery_range
 from dashboard.source import NO_FILTERS, Filters
 
 WORKLOAD = ("namespace", "workload_kind", "workload")
@@ -52,8 +55,6 @@ class Window:
     step_s: float | None = None
     """None: max(60 s, window / 1008), i.e. 10 minutes over 7 days."""
     end: float | None = None
-    idle_threshold: float = 0.01
-    """SM activity below which a held device counts as idle (the recording rules' 1 %)."""
 
     def resolved_step(self) -> float:
         step = self.step_s if self.step_s else max(60.0, self.window_s / 1008)
@@ -72,9 +73,12 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     )
     a = f"max by {by_clause(KEYS)} ({alloc})"
     holders = f"count by (uuid,mig_uuid) ({a})"
-    share = f"({a} / on(uuid,mig_uuid) group_left() {holders})"
+    # the pod's share of the device: replicas it holds / replicas held (definitions.holding_share_promql)
+    share = (
+        f"(count by {by_clause(KEYS)} ({alloc}) / on(uuid,mig_uuid) group_left() count by (uuid,mig_uuid) ({alloc}))"
+    )
     step = duration(win.resolved_step())
-    rng = f"[{duration(win.window_s)}:{step}]"
+    rng = subquery_range(win.window_s, win.resolved_step())
 
     def leaf(metric: str, peak: bool = False, extra: str = "") -> str:
         sel = selector(metric, target)
@@ -97,7 +101,7 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         f"({per_pod_on_shared('gpulens_pod_gpu_memory_used_bytes', True)}"
         f" or {joined('gpulens_gpu_memory_used_bytes', True)})"
     )
-    below = f"({leaf('gpulens_gpu_sm_active_ratio')} < bool {win.idle_threshold!r})"
+    below = f"max by (uuid,mig_uuid) ({definitions.leaf_idle_promql(target)})"
     idle = f"({share} * on(uuid,mig_uuid) group_left() {below})"
     # the pod's own class (the leaf's only where the pod is alone there; "shared" or "idle" where
     # several pods hold the leaf), with the allocation's owner labels
