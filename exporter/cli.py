@@ -60,18 +60,29 @@ def setup_logging(fmt: str, level: str) -> None:
     root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper(), logging.INFO)))
 
 
+class NoGpuError(RuntimeError):
+    """``--backend nvml`` (the default) and NVML cannot be used: the process must not serve."""
+
+
 def make_backend(cfg: ExporterConfig) -> GpuBackend:
-    """The configured backend; ``auto`` takes NVML when a driver loads, else the simulator."""
+    """The configured backend: ``nvml`` fails loudly without a working driver, ``sim`` is the
+    simulated fleet, ``auto`` (demos only) takes NVML when a driver loads, else the simulator."""
     if cfg.backend in ("nvml", "auto"):
         from exporter.backends.nvml import NvmlBackend
 
         nvml = NvmlBackend()
-        if cfg.backend == "nvml":
-            return nvml
         probe = nvml.sample()
         if probe.up:
             return nvml
         nvml.close()
+        if cfg.backend == "nvml":
+            # Never serve fake or empty data in production: the kubelet shows the crash loop and
+            # restarts the pod, which is the retry once the driver is there.
+            raise NoGpuError(
+                f"--backend nvml: cannot read the GPUs ({probe.error}); check that the NVIDIA driver "
+                "is mounted (NVIDIA runtime, NVIDIA_VISIBLE_DEVICES=all). --backend sim serves a "
+                "simulated fleet on purpose."
+            )
         log.warning("no NVIDIA driver answered (%s): serving the SIMULATED fleet", probe.error)
     from exporter.backends.sim import SimFaults, SimulatedBackend
 
@@ -170,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # e.g. unknown scenario or fault spec
         sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
         return 2
+    except NoGpuError as exc:
+        sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
+        return 1
     try:
         server = MetricsServer(
             cfg.listen_address,

@@ -153,7 +153,13 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         "",
         "exporter-toolkit web config (TLS, mTLS, basic auth); empty serves plain HTTP.",
     ),
-    ("--backend", str, "auto", "GPU backend: nvml, sim, or auto (NVML if a driver loads, else sim)."),
+    (
+        "--backend",
+        str,
+        "nvml",
+        "GPU backend: nvml (exits 1 if the GPUs cannot be read), sim (the simulated fleet), or auto "
+        "(NVML if a driver loads, else sim; for demos).",
+    ),
     (
         "--sim.scenario",
         str,
