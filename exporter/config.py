@@ -1,4 +1,4 @@
-"""Exporter flags (DESIGN §9), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
+"""Exporter flags (docs/flags.md), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
 
 A bad flag or value exits with status 2 and a message naming the flag (or the environment variable).
 """
