@@ -29,8 +29,6 @@ from exporter.model import Snapshot
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"

@@ -4,6 +4,7 @@ pods never take a shared leaf's class, probes never disturb MPS tenants."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -89,10 +90,10 @@ def test_clients_listed_only_as_mps_processes_are_still_tenants() -> None:
     fake = FakeNvml([gpu])
     original = fake.nvmlDeviceGetComputeRunningProcesses
 
-    def without_hidden(h: object) -> list[object]:
-        return [p for p in original(h) if p.pid != hidden.pid]  # type: ignore[arg-type,attr-defined]
+    def without_hidden(h: Any) -> list[Any]:
+        return [p for p in original(h) if p.pid != hidden.pid]
 
-    fake.nvmlDeviceGetComputeRunningProcesses = without_hidden  # type: ignore[method-assign,assignment]
+    fake.nvmlDeviceGetComputeRunningProcesses = without_hidden  # type: ignore[method-assign]
     leaf = _sample_twice(fake).backend.gpus[0].leaves[0]
     assert sorted(p.pid for p in leaf.tenants) == [DECODE, RERANK, hidden.pid]
 
