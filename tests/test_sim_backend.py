@@ -424,7 +424,7 @@ def test_transient_error_fails_for_n_cycles_counts_unknown_then_recovers() -> No
     for _ in range(2):
         s = backend.sample()
         assert all(g.temperature_celsius is None for g in s.gpus)
-        assert s.errors == {"Unknown": 8}
+        assert s.errors == {"unknown": 8}
     s = backend.sample()
     assert all(g.temperature_celsius is not None for g in s.gpus)
     assert not s.errors
@@ -438,7 +438,7 @@ def test_transient_leaf_field_counts_one_error_per_leaf_that_has_it() -> None:
     leaves = sum(len(g.leaves) for g in sample.gpus)
     faults.transient = {"sm_active": 1}
     s = backend.sample()
-    assert s.errors == {"Unknown": leaves}
+    assert s.errors == {"unknown": leaves}
     assert all(leaf.gpm is not None and leaf.gpm.sm_active is None for g in s.gpus for leaf in g.leaves)
 
 

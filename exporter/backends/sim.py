@@ -375,7 +375,7 @@ class SimulatedBackend:
                 changes["leaves"] = tuple(leaves)
             out.append(replace(gpu, **changes) if changes else gpu)
         if failed:
-            errors["Unknown"] = failed
+            errors["unknown"] = failed
         return out
 
 
