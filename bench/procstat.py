@@ -25,3 +25,12 @@ def rss_bytes(pid: int) -> int:
 def open_fds(pid: int) -> int:
     """Open file descriptors."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def thread_count(pid: int) -> int:
+    """Threads of the process (``Threads:`` in /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no Threads for pid {pid}")

@@ -1,4 +1,4 @@
-"""Exporter flags (DESIGN §9), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
+"""Exporter flags (docs/flags.md), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
 
 A bad flag or value exits with status 2 and a message naming the flag (or the environment variable).
 """
@@ -6,6 +6,7 @@ A bad flag or value exits with status 2 and a message naming the flag (or the en
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -21,15 +22,42 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
+MAX_DURATION_SECONDS = 365 * 86400.0
+"""No duration flag may exceed a year (Python's thread waits overflow near 292 years)."""
+MAX_BYTES = 2**60
+"""No size flag may exceed 1 EiB."""
+
+
 def parse_duration(text: str) -> float:
-    """``500ms``, ``1s``, ``2m``, ``1h``, ``1d`` or bare seconds -> seconds (> 0)."""
+    """``500ms``, ``1s``, ``2m``, ``1h``, ``1d`` or bare seconds -> seconds (> 0, at most a year)."""
     m = _DURATION.match(text)
     if not m:
         raise ValueError(f"{text!r} is not a duration (examples: 500ms, 1s, 2m, 1h)")
     seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{text!r} is longer than the limit of 365d")
     if seconds <= 0:
         raise ValueError(f"{text!r} must be greater than zero")
     return seconds
+
+
+def duration_between(low: float, high: float) -> Callable[[str], float]:
+    """A duration parser that also enforces ``low <= seconds <= high``."""
+
+    def parse(text: str) -> float:
+        seconds = parse_duration(text)
+        if not low <= seconds <= high:
+            raise ValueError(f"{text!r} is outside {_fmt_seconds(low)}..{_fmt_seconds(high)}")
+        return seconds
+
+    return parse
+
+
+def _fmt_seconds(seconds: float) -> str:
+    for unit in ("d", "h", "m", "s"):
+        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds * 1000:g}ms"
 
 
 def parse_bool(text: str) -> bool:
@@ -51,7 +79,10 @@ def parse_bytes(text: str) -> int:
         None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
         "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     }[m.group(2)]  # fmt: skip
-    return int(float(m.group(1)) * mult)
+    value = float(m.group(1)) * mult
+    if not math.isfinite(value) or value > MAX_BYTES:
+        raise ValueError(f"{text!r} is larger than the limit of 1 EiB")
+    return int(value)
 
 
 def _listen(text: str) -> str:
@@ -90,17 +121,22 @@ class ExporterConfig:
     probes_skip_allocated: bool
     log_format: str
     log_level: str
+    compat_dcgm: bool = False
+    """Also export dcgm-exporter's series (``--compat.dcgm``)."""
 
 
 def _ratio(text: str) -> float:
     value = float(text)
-    if not 0.0 <= value <= 1.0:
+    if not 0.0 <= value <= 1.0:  # also refuses nan
         raise ValueError(f"{text!r} is not a ratio in 0..1")
     return value
 
 
 def _seed(text: str) -> int:
-    return int(text)
+    value = int(text)
+    if not 0 <= value < 2**64:
+        raise ValueError(f"{text!r} is outside 0..2^64-1")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,18 +153,29 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         "",
         "exporter-toolkit web config (TLS, mTLS, basic auth); empty serves plain HTTP.",
     ),
-    ("--backend", str, "auto", "GPU backend: nvml, sim, or auto (NVML if a driver loads, else sim)."),
+    (
+        "--backend",
+        str,
+        "nvml",
+        "GPU backend: nvml (exits 1 if the GPUs cannot be read), sim (the simulated fleet), or auto "
+        "(NVML if a driver loads, else sim; for demos).",
+    ),
     (
         "--sim.scenario",
         str,
         "h200x8",
-        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice.",
+        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice, mps.",
     ),
     ("--sim.seed", _seed, "0", "Seed of the simulated fleet."),
     ("--sim.faults", str, "", "Faults to inject into the simulator, e.g. 'lost=3;hang=30'."),
-    ("--collect.interval", parse_duration, "1s", "Sampling interval (also the GPM window)."),
-    ("--collect.deadline", parse_duration, "5s", "Longest a GPU read may take before the cycle gives up."),
-    ("--analysis.window", parse_duration, "10s", "Window of the boundness classifier."),
+    ("--collect.interval", duration_between(0.05, 3600), "1s", "Sampling interval (also the GPM window); 50ms..1h."),
+    (
+        "--collect.deadline",
+        duration_between(0.01, 3600),
+        "5s",
+        "Longest a GPU read may take before the cycle gives up; 10ms..1h.",
+    ),
+    ("--analysis.window", duration_between(0.1, 3600), "10s", "Window of the boundness classifier; 100ms..1h."),
     (
         "--kubernetes.podresources-socket",
         str,
@@ -138,13 +185,13 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
     ("--kubernetes.node-name", str, "", "This node's name for the API watch (default: $NODE_NAME)."),
     (
         "--kubernetes.refresh-interval",
-        parse_duration,
+        duration_between(0.1, 86400),
         "10s",
-        "How often the kubelet mapping is refreshed (cached between).",
+        "How often the kubelet mapping is refreshed (cached between); 100ms..1d.",
     ),
     ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods."),
     ("--probes.interval", parse_duration, "1h", "Interval between bandwidth probes of a GPU."),
-    ("--probes.timeout", parse_duration, "10s", "Wall-clock limit of one probe child process."),
+    ("--probes.timeout", duration_between(1, 3600), "10s", "Wall-clock limit of one probe child process; 1s..1h."),
     ("--probes.min-free-memory", parse_bytes, "4GiB", "Skip probes on a GPU with less free memory."),
     ("--probes.max-utilization", _ratio, "0.05", "Skip probes on a GPU busier than this (0..1)."),
     ("--log.format", str, "logfmt", "Log format: logfmt or json."),
@@ -154,12 +201,17 @@ _CHOICES = {
     "backend": ("auto", "nvml", "sim"),
     "log_format": ("logfmt", "json"),
     "log_level": ("debug", "info", "warn", "error"),
-    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice"),
+    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice", "mps"),
 }
 _BOOLS: list[tuple[str, bool, str]] = [
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
     ("probes", True, "Run gated bandwidth probes in child processes."),
     ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
+    (
+        "compat.dcgm",
+        False,
+        "Also export dcgm-exporter's DCGM_FI_* series, units and labels (docs/dcgm-compat.md).",
+    ),
 ]
 
 
@@ -175,7 +227,7 @@ def _typed_from_env(flag: str, conv: Callable[[str], Any], env: Mapping[str, str
         return conv(default)
     try:
         return conv(raw)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         _die(f"environment {name}: {exc}")
 
 
@@ -185,7 +237,7 @@ def _explained(conv: Callable[[str], Any]) -> Callable[[str], Any]:
     def wrapped(text: str) -> Any:
         try:
             return conv(text)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return wrapped
@@ -215,7 +267,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         flag = f"--{name}"
         try:
             env_value = parse_bool(env[env_name(flag)]) if env_name(flag) in env else default
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             _die(f"environment {env_name(flag)}: {exc}")
         parser.add_argument(
             flag,
@@ -260,6 +312,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         probes_skip_allocated=ns.probes_skip_allocated,
         log_format=ns.log_format,
         log_level=ns.log_level,
+        compat_dcgm=ns.compat_dcgm,
     )
 
 
@@ -270,7 +323,8 @@ def flags_markdown() -> str:
         "",
         "Generated from `exporter/config.py` by `python -m exporter.config > docs/flags.md`; a test",
         "fails when they drift. Every flag has an environment twin; the command line wins. Durations",
-        "take `ms`, `s`, `m`, `h`, `d`; sizes `KiB`..`TiB`. A bad flag or value exits 2 naming it.",
+        "take `ms`, `s`, `m`, `h`, `d` (at most `365d`, less where a range is given); sizes `KiB`..`TiB`",
+        "(at most 1 EiB). A bad flag or value, or one out of range, exits 2 naming it.",
         "",
         "| flag | env | default | meaning |",
         "|---|---|---|---|",

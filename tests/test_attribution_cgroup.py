@@ -149,3 +149,54 @@ def test_processes_on_a_shared_gpu_are_attributed_to_containers_by_name(tmp_path
     )
     attribution, _ = attributor.attribute(sample2, time.time())
     assert [(u.pod.pod, u.pod.container) for u in attribution.usages] == [("a", "trainer")]
+
+
+# --- hostile files under --path.procfs -----------------------------------------------------------
+
+_POD_LINE = "0::/kubepods/besteffort/pod0b9d6b5c-3b5e-4d2a-9a51-0123456789ab/" + "c" * 64 + "\n"
+
+
+def test_a_huge_cgroup_file_is_read_only_up_to_the_bound(tmp_path: Path) -> None:
+    """A 16 MiB file: only the first 64 KiB are read (the old code read all of it: +141 MiB RSS at
+    200 MB), so a pod line planted past the bound is not seen, and memory stays flat."""
+    import tracemalloc
+
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "cgroup").write_text("x" * (16 << 20) + "\n" + _POD_LINE)
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "cgroup").write_text(_POD_LINE + "x" * (16 << 20))
+    src = CgroupPidSource(str(tmp_path))
+    tracemalloc.start()
+    try:
+        owners, result = src.owners([7, 8])
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.success and owners is not None
+    assert 7 not in owners
+    assert owners[8].pod_uid == "0b9d6b5c-3b5e-4d2a-9a51-0123456789ab"
+    assert peak < 2 << 20, peak
+
+
+def test_a_fifo_as_a_cgroup_file_does_not_block_the_sampler(tmp_path: Path) -> None:
+    """The old code opened the FIFO and blocked for ever (no writer); now it is skipped at once."""
+    import os
+    import threading
+
+    (tmp_path / "9").mkdir()
+    os.mkfifo(tmp_path / "9" / "cgroup")
+    (tmp_path / "10").mkdir()
+    (tmp_path / "10" / "cgroup").write_text(_POD_LINE)
+    src = CgroupPidSource(str(tmp_path))
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(src.owners([9, 10])), daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # release the blocked open() so the test process can end
+        fd = os.open(tmp_path / "9" / "cgroup", os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        worker.join(5)
+        pytest.fail("reading a FIFO blocked the cgroup stage")
+    owners, result = done[0]  # type: ignore[misc]
+    assert result.success
+    assert set(owners) == {10}

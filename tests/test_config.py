@@ -13,7 +13,7 @@ from exporter.config import env_name, parse_bytes, parse_config, parse_duration
 def test_defaults_follow_the_design() -> None:
     cfg = parse_config([], env={})
     assert cfg.listen_address == ":9445"
-    assert cfg.backend == "auto"
+    assert cfg.backend == "nvml"
     assert cfg.collect_interval == 1.0
     assert cfg.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.probes is True
@@ -46,6 +46,15 @@ def test_boolean_flags_have_no_forms_and_env_twins() -> None:
         ([], {"GPULENS_COLLECT_INTERVAL": "-1s"}, "GPULENS_COLLECT_INTERVAL"),
         ([], {"GPULENS_PROBES": "maybe"}, "GPULENS_PROBES"),
         ([], {"GPULENS_BACKEND": "cuda"}, "GPULENS_BACKEND"),
+        # numbers out of range: the old parser raised OverflowError (exit 1) or accepted them
+        (["--probes.min-free-memory", "1e999"], {}, "--probes.min-free-memory"),
+        ([], {"GPULENS_PROBES_MIN_FREE_MEMORY": "1e999"}, "GPULENS_PROBES_MIN_FREE_MEMORY"),
+        (["--collect.interval", "200000d", "--collect.deadline", "200000d"], {}, "--collect.interval"),
+        (["--collect.interval", "1ms"], {}, "--collect.interval"),
+        (["--probes.interval", "9" * 400 + "s"], {}, "--probes.interval"),
+        (["--analysis.window", "2d"], {}, "--analysis.window"),
+        (["--probes.max-utilization", "nan"], {}, "--probes.max-utilization"),
+        (["--sim.seed", "-1"], {}, "--sim.seed"),
     ],
 )
 def test_bad_flag_or_value_exits_2_naming_it(
@@ -66,6 +75,16 @@ def test_bad_flag_exits_2_from_the_real_command() -> None:
     )
     assert proc.returncode == 2
     assert "--collect.interval" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [["--probes.min-free-memory", "1e999"], ["--collect.interval", "200000d", "--collect.deadline", "200000d"]]
+)
+def test_out_of_range_numbers_exit_2_from_the_real_command(argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "exporter", *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert argv[0] in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_unknown_sim_scenario_exits_2() -> None:

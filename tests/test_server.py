@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import threading
@@ -13,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.collector import SnapshotCollector
 from exporter.sampler import Sampler
-from exporter.server import MetricsServer, parse_listen_address
+from exporter.server import Limits, MetricsServer, parse_listen_address
 from tests.fakes_backend import ScriptedBackend, healthy
 
 
@@ -124,3 +125,222 @@ def test_oversized_headers_are_refused_and_scrapes_go_on(served: tuple[int, Samp
         reply = s.recv(4096)
     assert b" 431 " in reply.split(b"\r\n", 1)[0], reply[:80]
     assert _request(port, "GET", "/metrics")[0] == 200
+
+
+# --- the HTTP front's budget (issue: exporter under hostile clients) ----------------------------
+
+
+def _serve_with(limits: Limits, exposition: object = None) -> tuple[MetricsServer, Sampler]:
+    sampler = Sampler(ScriptedBackend(healthy(2)))
+    sampler.run_once()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest))
+    server = MetricsServer("127.0.0.1:0", exposition or reg, ready=lambda: True, limits=limits)  # type: ignore[arg-type]
+    server.start()
+    return server, sampler
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """True if the peer closes ``sock`` within ``seconds`` (what it sends before is discarded)."""
+    sock.settimeout(0.2)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def test_the_request_head_has_one_total_deadline_not_one_per_read() -> None:
+    """A client trickling one byte every 0.2 s never trips a per-read timeout; the total one
+    closes it (the old server gave every read its own 10 s, so 500 such clients held 500 threads)."""
+    server, _ = _serve_with(Limits(request_deadline=1.0))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            t0 = time.monotonic()
+            closed = False
+            for _ in range(25):  # 5 s of trickling at most
+                try:
+                    s.sendall(b"X")
+                except OSError:
+                    closed = True
+                    break
+                if _closed_within(s, 0.2):
+                    closed = True
+                    break
+            assert closed, "the connection outlived the 1 s head deadline"
+            assert time.monotonic() - t0 < 3.0
+    finally:
+        server.shutdown()
+
+
+def test_the_tls_handshake_counts_against_the_same_deadline(tmp_path: object) -> None:
+    server, _ = _serve_with(Limits(request_deadline=1.0))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            assert _closed_within(s, 3.0), "a silent connection was kept past the deadline"
+    finally:
+        server.shutdown()
+
+
+def test_header_bytes_are_capped_even_when_each_line_is_legal() -> None:
+    """99 headers of 1 KiB: each line and the count pass http.server's own limits (64 KiB per
+    line, 100 headers), so the old server buffered ~6.3 MiB per connection for 99 x 64 KiB."""
+    server, _ = _serve_with(Limits())
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            many = b"".join(b"X-H%d: %s\r\n" % (i, b"a" * 1024) for i in range(99))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+            reply = s.recv(4096)
+        assert b" 431 " in reply.split(b"\r\n", 1)[0], reply[:80]
+        assert _request(server.port, "GET", "/metrics")[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_connections_are_capped_and_threads_do_not_grow() -> None:
+    """60 idle connections against a cap of 20: the oldest waiting ones are closed to make room,
+    the thread count does not move, and a normal scrape is still answered."""
+    server, _ = _serve_with(Limits(max_connections=20))
+    threads_before = threading.active_count()
+    socks = []
+    try:
+        for _ in range(60):
+            socks.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        time.sleep(0.3)
+        assert server.open_connections() <= 20
+        assert server.evicted >= 40
+        assert threading.active_count() <= threads_before + 3  # at most the render/bcrypt workers
+        assert _request(server.port, "GET", "/metrics")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+        server.shutdown()
+
+
+def test_distinct_accept_versions_keep_one_cached_body_per_format() -> None:
+    from exporter.collector import CachedExposition
+
+    sampler = Sampler(ScriptedBackend(healthy(2)))
+    sampler.run_once()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest, include_age=False))
+    expo = CachedExposition(reg, sampler.latest)
+    server = MetricsServer("127.0.0.1:0", expo.render, ready=lambda: True)
+    server.start()
+    try:
+        for i in range(200):
+            accept = f"application/openmetrics-text; version=1.0.{i}" if i % 2 else f"text/plain; version=0.{i}"
+            assert _request(server.port, "GET", "/metrics", {"Accept": accept})[0] == 200
+        assert len(expo._bodies) <= 2, sorted(expo._bodies)
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/openmetrics-text; version=x",
+        "application/openmetrics-text; version=1.0.0x",
+        "text/plain; version=a.b",
+        "*/*;q=abc, ;;;",
+    ],
+)
+def test_malformed_accept_versions_fall_back_to_the_text_format(served: tuple[int, Sampler], accept: str) -> None:
+    """Like Prometheus' Go library: an Accept it cannot satisfy gets the classic text format."""
+    port, sampler = served
+    sampler.run_once()
+    status, body, headers = _request(port, "GET", "/metrics", {"Accept": accept})
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert b"gpulens_up" in body
+
+
+def test_openmetrics_is_chosen_by_quality(served: tuple[int, Sampler]) -> None:
+    port, sampler = served
+    sampler.run_once()
+    accept = "text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0;q=0.9"
+    assert _request(port, "GET", "/metrics", {"Accept": accept})[2]["Content-Type"].startswith(
+        "application/openmetrics-text"
+    )
+    refused = "application/openmetrics-text;q=0,text/plain;q=0.1"
+    assert _request(port, "GET", "/metrics", {"Accept": refused})[2]["Content-Type"].startswith("text/plain")
+
+
+@pytest.mark.parametrize("encoding", ["gzip;q=0", "identity", "*;q=0", "br", "gzip;q=0, *"])
+def test_gzip_refused_by_the_client_is_not_sent(served: tuple[int, Sampler], encoding: str) -> None:
+    port, sampler = served
+    sampler.run_once()
+    _status, body, headers = _request(port, "GET", "/metrics", {"Accept-Encoding": encoding})
+    assert "Content-Encoding" not in headers
+    assert headers["Vary"] == "Accept-Encoding"
+    assert b"gpulens_up" in body
+
+
+def test_gzip_by_wildcard_and_vary_header(served: tuple[int, Sampler]) -> None:
+    port, sampler = served
+    sampler.run_once()
+    _status, _body, headers = _request(port, "GET", "/metrics", {"Accept-Encoding": "deflate, *;q=0.5"})
+    assert headers["Content-Encoding"] == "gzip"
+    assert headers["Vary"] == "Accept-Encoding"
+
+
+def test_a_request_body_is_never_parsed_as_a_second_request(served: tuple[int, Sampler]) -> None:
+    """The 405 closes the connection instead of leaving the body unread on a kept-alive one."""
+    port, sampler = served
+    sampler.run_once()
+    smuggled = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
+        data = b""
+        s.settimeout(3)
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 405 ")
+    assert data.count(b"HTTP/1.1 ") == 1, data[:400]
+    assert b"connection: close" in data.lower()
+
+
+def test_keep_alive_serves_several_requests(served: tuple[int, Sampler]) -> None:
+    port, sampler = served
+    sampler.run_once()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    for _ in range(3):
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.getheader("Connection") != "close"
+        resp.read()
+    conn.request("HEAD", "/metrics")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read() == b""
+    conn.close()
+
+
+def test_pipelined_requests_from_a_client_that_never_reads_do_not_pile_up_replies() -> None:
+    """Thousands of pipelined scrapes, no reply read: the server answers the next request only
+    when the client has taken the previous reply, so what it buffers stays bounded."""
+    server, _ = _serve_with(Limits())
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            s.settimeout(1.0)
+            batch = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 400  # under the 16 KiB head cap
+            with contextlib.suppress(TimeoutError):  # the server stops reading: our sends block
+                for _ in range(20):  # 8,000 requests, ~64 MB of replies if nothing held them back
+                    s.sendall(batch)
+            time.sleep(0.5)
+            buffered = [c.transport.get_write_buffer_size() for c in server._conns.values() if c.transport]
+            assert buffered and max(buffered) < 1 << 20, buffered
+    finally:
+        server.shutdown()

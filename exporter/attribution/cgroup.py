@@ -8,8 +8,10 @@ PIDs to be visible (``hostPID`` or the host /proc mounted at ``--path.procfs``).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Collection, Mapping
 
@@ -57,6 +59,32 @@ def parse_cgroup_file(text: str) -> PidOwner | None:
     return best
 
 
+MAX_CGROUP_FILE_BYTES = 64 * 1024
+"""A real ``/proc/<pid>/cgroup`` is well under 4 KiB (one line per hierarchy); bytes past this
+are never read, so a planted huge file under ``--path.procfs`` costs nothing."""
+
+
+def read_bounded(path: str, limit: int = MAX_CGROUP_FILE_BYTES) -> str:
+    """At most ``limit`` bytes of a regular file, decoded leniently.  Opened non-blocking and
+    checked with fstat before reading, so a FIFO, socket or device raises ``OSError`` at once
+    instead of blocking the sampler."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 16 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
 class CgroupPidSource:
     """Resolves PIDs through ``<procfs>/<pid>/cgroup``; each PID is read once while it lives.
 
@@ -72,8 +100,7 @@ class CgroupPidSource:
 
     def _read(self, pid: int) -> PidOwner | None:
         self.reads += 1
-        with open(os.path.join(self.procfs, str(pid), "cgroup"), encoding="utf-8", errors="replace") as f:
-            return parse_cgroup_file(f.read())
+        return parse_cgroup_file(read_bounded(os.path.join(self.procfs, str(pid), "cgroup")))
 
     def owners(self, pids: Collection[int]) -> tuple[Mapping[int, PidOwner] | None, StageResult]:
         """Owners of the PIDs that run in pods.  Fails (``None``) when none of the PIDs is
