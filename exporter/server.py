@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -506,7 +507,8 @@ class _Connection(asyncio.BufferedProtocol):
         closing = h.their_state is not h11.DONE or h.our_state is h11.MUST_CLOSE
         if closing:
             headers.append(("Connection", "close"))
-        out = [h.send(h11.Response(status_code=response.status, headers=headers)) or b""]
+        reason = HTTPStatus(response.status).phrase.encode()
+        out = [h.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""]
         if request.method != b"HEAD" and response.body:  # passthrough: the body is not copied
             out += h.send_with_data_passthrough(h11.Data(data=response.body)) or []
         out.append(h.send(h11.EndOfMessage()) or b"")
