@@ -370,7 +370,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.h.receive_data(b"")
         if not self.busy and not self.tls_pending:
             self._process()
-        return self.busy  # keep the write side open only while a reply is on its way
+        # Keep the write side open only while a reply is on its way (TLS cannot half-close).
+        return self.busy and self.server._tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
