@@ -1,16 +1,22 @@
-"""Dashboard render time at fleet scale: 1,000 GPUs on 125 nodes, 24 h of history, in Chromium.
+"""Dashboard page-load time, every page, both sources, in headless Chromium.
 
-    .venv/bin/python -m bench.dashboard_scale                    # full size (about 2 GB of text)
-    .venv/bin/python -m bench.dashboard_scale --gpus 200 --nodes 25 --hours 6
+    .venv/bin/python -m bench.dashboard_scale --mode prometheus --gpus 1000 --nodes 125 --hours 24
+    .venv/bin/python -m bench.dashboard_scale --mode scrape --gpus 1000 --nodes 125
+    .venv/bin/python -m bench.dashboard_scale --mode prometheus --gpus 8 --nodes 1 --hours 24
 
-Method: scripts/backfill_fleet.py writes the fleet's history as OpenMetrics (every 120 s), promtool
-turns it into TSDB blocks, a Prometheus 2.42 serves them, ``python -m dashboard --prometheus`` runs
-on top, and headless Chromium opens Fleet and Workloads with ``?range=24h``. A render is timed from
-navigation until the page footer ("rendered in") and every plotly chart are drawn. Three kinds:
-``first`` (a browser that never saw the app: Streamlit's JS, a new session, all queries), ``new
-session`` (a new tab of a browser that has the static files cached, after the 10 s query cache
-expired: all queries again) and ``cached`` (a new tab within the cache TTL). The PromQL the Workloads page sends is
-also timed on its own, per call.
+Prometheus mode: scripts/backfill_fleet.py writes the fleet's history as OpenMetrics (every
+``--interval`` s), promtool turns it into TSDB blocks and backfills the recording rules the dashboard
+reads (``tsdb create-blocks-from rules``), a Prometheus serves both, ``python -m dashboard
+--prometheus`` runs on top. Scrape mode: ``--nodes`` exporters on loopback serve a simulated node
+each (the exposition of ``python -m exporter --backend sim``, one scrape per node with its own
+UUIDs), ``python -m dashboard --scrape`` scrapes them every 5 s and keeps its own bounded history
+(an hour at most: scrape mode has no 24 h), measured after ``--warmup`` s of scraping.
+
+Two timings per page, each the median of ``--runs``, each after the 10 s query cache expired:
+``first load`` (a new browser context: Streamlit's JS, a new session, every query of the page) and
+``page switch`` (a click in the sidebar of an open session, until the new page's footer and every
+plotly chart are drawn and nothing is stale). The time range is ``?range=`` (24h, or 1h in scrape
+mode).
 """
 
 from __future__ import annotations
@@ -23,147 +29,208 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.source import ALLOCATION, SM_ACTIVE
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process
+from tests.support.prometheus import backfill_recording_rules
 
 REPO = Path(__file__).resolve().parents[1]
 VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 1000}}
+PAGES = (  # title, url path, plotly charts the page draws at least
+    ("Fleet", "", 1),
+    ("Efficiency", "efficiency", 2),
+    ("Workloads", "workloads", 1),
+    ("Sharing", "sharing", 0),
+    ("Health", "health", 0),
+    ("GPU", "gpu", 3),
+)
+READY_JS = """([title, n]) => {
+    const h = document.querySelector('h1');
+    if (!h || h.innerText.trim() !== title) return false;
+    if (document.querySelector('[data-stale="true"]')) return false;
+    const captions = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')];
+    if (!captions.some(c => c.innerText.includes('rendered in'))) return false;
+    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+    return charts.length >= n && charts.every(c => c.querySelector('.main-svg'));
+}"""
 
 
-def _render(context: object, url: str, charts: int, server: list[float] | None = None) -> float:
-    """Seconds from navigation to a fully drawn page in a new tab of ``context`` (a new Streamlit
-    session); appends the page's own server-side time (its footer) to ``server``."""
-    from playwright.sync_api import BrowserContext
+def _wait(page: Any, title: str, charts: int) -> None:
+    page.wait_for_function(READY_JS, arg=[title, charts], timeout=180_000, polling=50)
 
-    assert isinstance(context, BrowserContext)
+
+def first_load(browser: Any, url: str, title: str, charts: int) -> float:
+    """Seconds from navigation to a fully drawn page in a browser context that never saw the app."""
+    context = browser.new_context(**VIEW)
     page = context.new_page()
     started = time.perf_counter()
     page.goto(url)
-    page.get_by_text("rendered in").first.wait_for(timeout=120_000)
-    page.wait_for_function(
-        """n => {
-            const c = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
-            return c.length >= n && c.every(x => x.querySelector('.main-svg'));
-        }""",
-        arg=charts,
-        timeout=120_000,
-    )
+    _wait(page, title, charts)
     took = time.perf_counter() - started
-    footer = page.get_by_text("rendered in").first.inner_text()
-    if server is not None:
-        server.append(float(footer.rsplit("rendered in", 1)[1].strip().rstrip("s").strip()))
-    if page.get_by_text("no data").count() or page.locator('[data-testid="stAlertContentError"]').count():
-        raise RuntimeError(f"{url} rendered without data or with an error banner")
-    page.close()
+    context.close()
     return took
 
 
+def page_switches(browser: Any, base: str, query: str) -> dict[str, float]:
+    """Seconds per page from a click on its sidebar link to the drawn page, in one session."""
+    context = browser.new_context(**VIEW)
+    page = context.new_page()
+    page.goto(f"{base}/{PAGES[-1][1]}?{query}")
+    _wait(page, PAGES[-1][0], PAGES[-1][2])
+    out = {}
+    for title, _path, charts in PAGES:
+        started = time.perf_counter()
+        page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title, exact=True).click()
+        _wait(page, title, charts)
+        out[title] = time.perf_counter() - started
+    context.close()
+    return out
+
+
+@contextmanager
+def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[str]:
+    """A backfilled Prometheus (raw history + recorded rules) and the dashboard on it; yields its URL."""
+    om, data = tmp / "fleet.om", tmp / "data"
+    t0 = time.perf_counter()
+    end = time.time()
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
+         str(a.nodes), "--hours", str(a.hours), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
+         str(om)],
+        check=True,
+    )  # fmt: skip
+    result["openmetrics_bytes"] = om.stat().st_size
+    promtool = shutil.which("promtool") or "promtool"
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    om.unlink()
+    backfill_recording_rules(data, end - a.hours * 3600, end, tmp)
+    (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
+    pport, dport = free_port(), free_port()
+    prom_url, dash_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}"
+    prom = [shutil.which("prometheus") or "prometheus", f"--config.file={tmp / 'p.yml'}",
+            f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{pport}",
+            "--storage.tsdb.retention.time=30d"]  # fmt: skip
+    result["prepare_s"] = round(time.perf_counter() - t0, 1)
+    dash = [sys.executable, "-m", "dashboard", "--prometheus", prom_url, "--port", str(dport),
+            "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
+    with (
+        managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=300),
+        managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120),
+    ):
+        yield dash_url
+
+
+def _node_exposition(template: str, node: int) -> str:
+    """The template node's exposition with UUIDs (and pod names) unique to node ``node``."""
+    return template.replace("GPU-", f"GPU-n{node:03d}-").replace("MIG-", f"MIG-n{node:03d}-")
+
+
+@contextmanager
+def scrape_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[str]:
+    """``--nodes`` loopback exporters serving a simulated node each, and the dashboard scraping them."""
+    from tests.support.exporter import run_exporter
+
+    with run_exporter("--sim.scenario", "h200x8") as exporter:
+        import urllib.request
+
+        time.sleep(6)  # a first probe result and GPM windows
+        template = urllib.request.urlopen(f"{exporter}/metrics", timeout=10).read().decode()
+    pages = [_node_exposition(template, n).encode() for n in range(a.nodes)]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages[self.server.node]  # type: ignore[attr-defined]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    with ExitStack() as es:
+        urls = []
+        for n in range(a.nodes):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            server.node = n  # type: ignore[attr-defined]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            es.callback(server.shutdown)
+            urls.append(f"127.0.0.1:{server.server_address[1]}")
+        dport = free_port()
+        dash_url = f"http://127.0.0.1:{dport}"
+        dash = [sys.executable, "-m", "dashboard", "--scrape", ",".join(urls), "--port", str(dport),
+                "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
+        es.enter_context(managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120))
+        # the source starts scraping on the first page view
+        import urllib.request
+
+        urllib.request.urlopen(dash_url, timeout=30).read()
+        time.sleep(a.warmup)
+        result["history_s"] = a.warmup
+        yield dash_url
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="dashboard render time on a backfilled Prometheus")
+    p = argparse.ArgumentParser(description="dashboard page-load time, every page, in Chromium")
+    p.add_argument("--mode", choices=("prometheus", "scrape"), default="prometheus")
     p.add_argument("--gpus", type=int, default=1000)
     p.add_argument("--nodes", type=int, default=125)
     p.add_argument("--hours", type=float, default=24.0)
-    p.add_argument("--interval", type=float, default=120.0)
+    p.add_argument("--interval", type=float, default=120.0, help="backfill sample interval (prometheus mode)")
+    p.add_argument("--warmup", type=float, default=60.0, help="seconds of scraping before timing (scrape mode)")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--out", default=str(REPO / "artifacts" / "dashboard" / "scale-bench.json"))
+    p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    rng = "24h" if a.hours >= 24 else "6h" if a.hours >= 6 else "1h"
-    result: dict[str, object] = {"gpus": a.gpus, "nodes": a.nodes, "hours": a.hours, "interval_s": a.interval}
+    if a.mode == "scrape":
+        a.gpus = 8 * a.nodes  # a simulated h200x8 node per exporter
+    rng = ("24h" if a.hours >= 24 else "6h" if a.hours >= 6 else "1h") if a.mode == "prometheus" else "1h"
+    result: dict[str, Any] = {"mode": a.mode, "gpus": a.gpus, "nodes": a.nodes, "range": rng, "runs": a.runs}
+    out = Path(a.out or REPO / "artifacts" / "dashboard" / f"scale-{a.mode}-{a.gpus}.json")
     with tempfile.TemporaryDirectory(prefix="gpulens-scale-") as tmp_s:
-        tmp = Path(tmp_s)
-        # always fresh: the history must end now, or the pages' instant queries find nothing
-        om, data = tmp / "fleet.om", tmp / "data"
-        t0 = time.perf_counter()
-        subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
-             str(a.nodes), "--hours", str(a.hours), "--interval", str(a.interval), "--out", str(om)],
-            check=True,
-        )  # fmt: skip
-        om_bytes = om.stat().st_size
-        result["generate_s"] = round(time.perf_counter() - t0, 1)
-        t0 = time.perf_counter()
-        promtool = shutil.which("promtool") or "promtool"
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
-        result["promtool_s"] = round(time.perf_counter() - t0, 1)
-        om.unlink()
-        result["openmetrics_bytes"] = om_bytes
-        (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
-        pport, dport = free_port(), free_port()
-        prom_url, dash_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}"
-        prom = [shutil.which("prometheus") or "prometheus", f"--config.file={tmp / 'p.yml'}",
-                f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{pport}"]  # fmt: skip
-        dash = [sys.executable, "-m", "dashboard", "--prometheus", prom_url, "--port", str(dport),
-                "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
-        with (
-            managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=120),
-            managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120),
-        ):
-            src = PrometheusSource(prom_url, timeout_s=120)
-            calls = {
-                "instant gpu_info": lambda: src.instant("gpulens_gpu_info"),
-                "instant allocation": lambda: src.instant(ALLOCATION),
-                "instant sm_active": lambda: src.instant(SM_ACTIVE),
-                f"allocation_activity {rng}": lambda: src.allocation_activity(
-                    window_s=a.hours * 3600, step_s=a.hours * 3600 / 80, busy_threshold=0.05
-                ),
-            }
-            query_s = {}
-            for name, call in calls.items():
-                samples = []
-                for _ in range(a.runs):
-                    t0 = time.perf_counter()
-                    rows = len(call())
-                    samples.append(time.perf_counter() - t0)
-                query_s[name] = {"median_s": round(statistics.median(samples), 3), "rows": rows}
-            result["query"] = query_s
+        stack = prometheus_dashboard if a.mode == "prometheus" else scrape_dashboard
+        with stack(a, Path(tmp_s), result) as dash_url:
             from playwright.sync_api import sync_playwright
 
-            renders: dict[str, dict[str, float]] = {}
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                for page, path, charts in (("Fleet", "", 1), ("Workloads", "workloads", 1)):
-                    url = f"{dash_url}/{path}?range={rng}"
-                    server: list[float] = []
-                    # a browser that never saw the app: Streamlit's JS is downloaded too
-                    first = _render(browser.new_context(**VIEW), url, charts)
-                    # a returning user: static files cached, but a new session and new queries
-                    returning = browser.new_context(**VIEW)
-                    _render(returning, url, charts)
-                    cached = [_render(returning, url, charts) for _ in range(a.runs)]
-                    fresh = []
-                    for _ in range(a.runs):
-                        time.sleep(11)  # past the 10 s query cache
-                        fresh.append(_render(returning, url, charts, server))
-                    renders[page] = {
-                        "first_s": round(first, 2),
-                        "new_session_median_s": round(statistics.median(fresh), 2),
-                        "new_session_max_s": round(max(fresh), 2),
-                        "cached_median_s": round(statistics.median(cached), 2),
-                        "server_side_median_s": round(statistics.median(server), 2),
-                    }
+                # warm Streamlit's static files and the sources once; not timed
+                first_load(browser, f"{dash_url}/?range={rng}", "Fleet", 1)
+                first: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
+                switch: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
+                for _ in range(a.runs):
+                    for title, path, charts in PAGES:
+                        time.sleep(11)  # past the 10 s query cache: every query runs again
+                        first[title].append(first_load(browser, f"{dash_url}/{path}?range={rng}", title, charts))
+                    time.sleep(11)
+                    for title, took in page_switches(browser, dash_url, f"range={rng}").items():
+                        switch[title].append(took)
                 browser.close()
-            result["render"] = renders
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2))
-    size_gb = om_bytes / 1e9
-    print(f"{a.gpus} GPUs on {a.nodes} nodes, {a.hours:g} h every {a.interval:g} s "
-          f"({size_gb:.2f} GB OpenMetrics; generate {result.get('generate_s', '-')} s, "
-          f"promtool {result.get('promtool_s', '-')} s)")  # fmt: skip
-    print(f"{'page':<10} {'first':>7} {'new session (median/max)':>26} {'cached':>8} {'server side':>12}")
-    for page, r in renders.items():
-        print(f"{page:<10} {r['first_s']:>6.2f}s {r['new_session_median_s']:>12.2f}s / {r['new_session_max_s']:.2f}s "
-              f"{r['cached_median_s']:>10.2f}s {r['server_side_median_s']:>11.2f}s")  # fmt: skip
-    for name, q in query_s.items():
-        print(f"  query {name:<28} {q['median_s']:.3f} s  ({q['rows']} rows)")
-    print(f"nproc={os.cpu_count()}  json: {a.out}")
+    result["pages"] = {
+        t: {
+            "first_load_median_s": round(statistics.median(first[t]), 2),
+            "first_load_max_s": round(max(first[t]), 2),
+            "page_switch_median_s": round(statistics.median(switch[t]), 2),
+            "page_switch_max_s": round(max(switch[t]), 2),
+        }
+        for t, _, _ in PAGES
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"{a.mode}: {a.gpus} GPUs on {a.nodes} nodes, range {rng}, median of {a.runs}")
+    print(f"{'page':<12} {'first load':>11} {'page switch':>12}")
+    for t, r in result["pages"].items():
+        print(f"{t:<12} {r['first_load_median_s']:>10.2f}s {r['page_switch_median_s']:>11.2f}s")
+    print(f"nproc={os.cpu_count()}  json: {out}")
     return 0
 
 

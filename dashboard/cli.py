@@ -39,13 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="cost of a GPU-hour per model name (substring match, '*' = any other), e.g. 'H200=3.5,*=2'",
     )
     p.add_argument("--refresh", type=float, default=30.0, metavar="SECONDS", help="auto-refresh period; 0 = off")
-    p.add_argument(
-        "--busy-threshold",
-        type=float,
-        default=0.05,
-        metavar="RATIO",
-        help="SM activity (0..1) from which a GPU counts as busy",
-    )
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-query timeout")
     p.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
     prometheus_auth.add_arguments(p, ENV_PREFIX)
@@ -54,8 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
     """Validated settings; ValueError explains a bad flag."""
-    if not 0.0 < args.busy_threshold <= 1.0:
-        raise ValueError("--busy-threshold is a ratio in (0, 1]")
     if args.timeout <= 0 or args.scrape_interval <= 0 or args.refresh < 0:
         raise ValueError("--timeout and --scrape-interval must be > 0, --refresh >= 0")
     scrape = tuple(u.strip() for u in (args.scrape or "").split(",") if u.strip())
@@ -69,7 +60,6 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         scrape_urls=scrape,
         prices_per_gpu_hour=parse_prices(args.price_per_gpu_hour),
         refresh_seconds=args.refresh,
-        busy_threshold=args.busy_threshold,
         timeout_seconds=args.timeout,
         scrape_interval_seconds=args.scrape_interval,
         prometheus_auth=auth,

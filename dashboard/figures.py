@@ -13,11 +13,25 @@ CLASS_COLORS: dict[str, str] = {
     "memory": "#1e88e5",
     "compute": "#43a047",
     "mixed": "#8e24aa",
+    "shared": "#00897b",
     "unknown": "#d7ccc8",
 }
 """One colour per boundness class, the same on every page."""
 
-CLASS_ORDER = ["idle", "launch", "latency", "memory", "compute", "mixed", "unknown"]
+CLASS_ORDER = ["idle", "launch", "latency", "memory", "compute", "mixed", "shared", "unknown"]
+"""``shared``: a pod's class when several pods have processes on its leaf (the recording rule
+gpulens:pod_gpu_boundness:class); a leaf itself never has it."""
+
+_UNIT_SCALE: dict[str, tuple[float, str, str]] = {
+    # unit -> (divide by, axis title, tick format)
+    "ratio": (1.0, "", ".0%"),
+    "bytes": (2**30, "GiB", ""),
+    "bytes_per_second": (1e9, "GB/s", ""),
+    "watts": (1.0, "W", ""),
+    "celsius": (1.0, "°C", ""),
+    "hertz": (1e6, "MHz", ""),
+    "": (1.0, "", ""),
+}
 
 
 def _short(uuid: str) -> str:
@@ -76,6 +90,7 @@ def roofline_scatter(points: pd.DataFrame) -> go.Figure:
         color_discrete_map=CLASS_COLORS,
         category_orders={"class": CLASS_ORDER},
         hover_name="leaf",
+        custom_data=["uuid", "mig_uuid"],
         hover_data={"holders": True, "uuid": True, "dram_active": ":.0%", "pipe_active": ":.0%", "class": True},
         labels={"dram_active": "DRAM bandwidth active", "pipe_active": "busiest pipe active (tensor/FP)"},
     )
@@ -127,7 +142,8 @@ def mig_layout_figure(layout: pd.DataFrame) -> go.Figure:
     who holds it; free slices are grey."""
     if layout.empty:
         return empty_figure("no MIG GPUs")
-    rows = layout.assign(row=[f"{i} GPU {g}" for i, g in zip(layout["instance"], layout["gpu"], strict=True)])
+    where = layout["node"] if "node" in layout.columns and (layout["node"] != "").any() else layout["instance"]
+    rows = layout.assign(row=[f"{i} GPU {g}" for i, g in zip(where, layout["gpu"], strict=True)])
     fig = go.Figure()
     for _, r in rows.iterrows():
         held = bool(r["holders"])
@@ -179,21 +195,28 @@ def probe_efficiency_bar(probes: pd.DataFrame) -> go.Figure:
     df = probes.dropna(subset=["efficiency"]) if not probes.empty else probes
     if df.empty:
         return empty_figure("no probe results")
+    where = df["node"] if "node" in df.columns and (df["node"] != "").any() else df.get("instance", "")
+    mig = df["mig_uuid"] if "mig_uuid" in df.columns else pd.Series([""] * len(df), index=df.index)
     df = df.assign(
         gpu_label=[
-            f"{i} GPU {g}" if i else _short(u) for i, g, u in zip(df["instance"], df["gpu"], df["uuid"], strict=True)
+            (f"{w} GPU {g}" if w else _short(u)) + (f" {_short(m)}" if m else "")
+            for w, g, u, m in zip(where, df["gpu"], df["uuid"], mig, strict=True)
         ]
     )
+    hover: dict[str, bool | str] = {c: True for c in ("uuid", "mig_uuid") if c in df.columns}
+    if "vs_peers" in df.columns:
+        hover["vs_peers"] = ":.0%"
     fig = px.bar(
         df,
         x="gpu_label",
         y="efficiency",
         color="probe",
         barmode="group",
-        hover_data={"vs_fleet": ":.2f", "bandwidth": ":.3s", "uuid": True},
+        hover_data=hover,
         labels={"efficiency": "measured / expected", "gpu_label": "GPU"},
     )
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
+    fig.add_hline(y=0.8, line_dash="dash", line_color="#d62728", annotation_text="slow")
     fig.update_yaxes(tickformat=".0%")
     fig.update_layout(height=360)
     return fig
@@ -206,4 +229,37 @@ def clock_event_bar(events: pd.DataFrame) -> go.Figure:
     counts = events.groupby("reason", as_index=False).size().rename(columns={"size": "gpus"})
     fig = px.bar(counts, x="reason", y="gpus", labels={"gpus": "GPUs affected"}, color_discrete_sequence=["#fb8c00"])
     fig.update_layout(height=300)
+    return fig
+
+
+def time_lines(df: pd.DataFrame, unit: str) -> go.Figure:
+    """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %)."""
+    if df.empty:
+        return empty_figure()
+    scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ""))
+    d = df.assign(time=pd.to_datetime(df["timestamp"], unit="s", utc=True), value=df["value"] / scale)
+    fig = px.line(d.sort_values("time"), x="time", y="value", color="series", labels={"value": title, "time": ""})
+    if fmt:
+        fig.update_yaxes(tickformat=fmt)
+    fig.update_layout(height=300, margin={"t": 20, "b": 10}, legend_title_text="")
+    return fig
+
+
+def state_strip(timeline: pd.DataFrame, label: str) -> go.Figure:
+    """Which state (boundness class, throttle reason) each leaf was in over time, as coloured marks."""
+    if timeline.empty:
+        return empty_figure("never")
+    d = timeline.assign(time=pd.to_datetime(timeline["timestamp"], unit="s", utc=True))
+    colors = CLASS_COLORS if label == "class" else None
+    fig = px.scatter(
+        d,
+        x="time",
+        y="leaf" if label == "class" else label,
+        color=label,
+        color_discrete_map=colors,
+        category_orders={"class": CLASS_ORDER} if label == "class" else None,
+        labels={"time": "", "leaf": ""},
+    )
+    fig.update_traces(marker={"symbol": "square", "size": 9})
+    fig.update_layout(height=max(200, 60 + 40 * d[label if label != "class" else "leaf"].nunique()), margin={"t": 20})
     return fig

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from dashboard.source import ACTIVITY_COLUMNS, ALLOCATION_KEYS, Filters
+from dashboard import definitions
+from dashboard.source import ALLOCATION_KEYS, Filters
 
 LEAF = ("uuid", "mig_uuid")
-
-_MIG_SLICES = re.compile(r"^(\d+)g\.")
 
 
 def from_rows(rows: Iterable[Mapping[str, object]], *, time: bool = False) -> pd.DataFrame:
@@ -81,112 +79,72 @@ def restrict(df: pd.DataFrame, filters: Filters, allocation: pd.DataFrame, devic
     return out
 
 
-def activity_from_series(
-    allocation: pd.DataFrame, sm_active: pd.DataFrame, *, step_s: float, busy_threshold: float
-) -> pd.DataFrame:
-    """ACTIVITY_COLUMNS from aligned range series of allocation and leaf SM activity.
-
-    Same definition as PrometheusSource's server-side query: at each step an allocated device is
-    idle when its SM activity is below the threshold; its idle step is split among the pods that
-    hold the device at that step in proportion to the time-slicing replicas each holds, and steps
-    without an SM value do not count.
-    """
-    if allocation.empty:
-        return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
-    keys = list(ALLOCATION_KEYS)
-    rows = with_cols(allocation, [*keys, "replica"])[[*keys, "replica", "timestamp"]].drop_duplicates()
-    alloc = rows.groupby([*keys, "timestamp"], as_index=False).size().rename(columns={"size": "held"})
-    alloc["replicas"] = alloc.groupby([*LEAF, "timestamp"])["held"].transform("sum")
-    sm = with_cols(sm_active, LEAF)
-    if sm.empty:
-        sm_leaf = pd.DataFrame(columns=[*LEAF, "timestamp", "value"])
-    else:
-        sm_leaf = sm.groupby([*LEAF, "timestamp"], as_index=False)["value"].max()
-    joined = alloc.merge(sm_leaf, on=[*LEAF, "timestamp"], how="left")
-    idle = joined["value"].notna() & (joined["value"] < busy_threshold)
-    joined["idle_gpu_hours"] = idle.astype(float) * joined["held"] / joined["replicas"] * step_s / 3600.0
-    out = joined.groupby(keys, as_index=False).agg(
-        idle_gpu_hours=("idle_gpu_hours", "sum"), first_allocated=("timestamp", "min")
-    )
-    busy = sm_leaf[sm_leaf["value"] >= busy_threshold]
-    last_busy = busy.groupby(list(LEAF), as_index=False)["timestamp"].max().rename(columns={"timestamp": "last_busy"})
-    out = out.merge(last_busy, on=list(LEAF), how="left")
-    out["last_busy"] = pd.to_numeric(out["last_busy"], errors="coerce")
-    return out[list(ACTIVITY_COLUMNS)]
-
-
 def _leaf_index(df: pd.DataFrame) -> pd.DataFrame:
     return with_cols(df, LEAF)
 
 
 def fleet_counts(
-    info: pd.DataFrame, allocation: pd.DataFrame, sm_active: pd.DataFrame, busy_threshold: float
+    info: pd.DataFrame, mig_info: pd.DataFrame, allocation: pd.DataFrame, idle: pd.DataFrame
 ) -> dict[str, int]:
-    """Physical GPUs; GPUs with at least one allocated device; GPUs with a leaf whose SM activity
-    reaches the threshold; leaves (GPUs or MIG slices) allocated but below it."""
+    """Device counts, every one in devices (a whole GPU or a MIG instance; a GPU in MIG mode counts
+    as its instances): all devices, allocated, in use (not idle by dashboard/definitions.py, so
+    launch-bound ones included), allocated but idle; and the physical GPUs behind them."""
     gpus = set(col(info, "uuid")) - {""}
-    allocated = set(col(allocation, "uuid")) - {""}
-    sm = _leaf_index(sm_active)
-    busy = set(sm.loc[sm["value"] >= busy_threshold, "uuid"]) if not sm.empty else set()
+    mig_parents = set(col(mig_info, "uuid"))
+    leaves = {(u, "") for u in gpus - mig_parents} | {
+        (u, m) for u, m in zip(col(mig_info, "uuid"), col(mig_info, "mig_uuid"), strict=True) if m
+    }
     alloc_leaves = {tuple(r) for r in _leaf_index(allocation)[list(LEAF)].itertuples(index=False)}
-    idle_leaves = {tuple(r) for r in sm.loc[sm["value"] < busy_threshold, list(LEAF)].itertuples(index=False)}
+    verdict = _leaf_index(idle)
+    idle_leaves = {tuple(r) for r in verdict.loc[verdict["value"] >= 0.5, list(LEAF)].itertuples(index=False)}
+    busy_leaves = {tuple(r) for r in verdict.loc[verdict["value"] < 0.5, list(LEAF)].itertuples(index=False)}
+    known = leaves or alloc_leaves | idle_leaves | busy_leaves
     return {
         "gpus": len(gpus),
-        "allocated": len(allocated & gpus) if gpus else len(allocated),
-        "busy": len(busy),
+        "devices": len(known),
+        "allocated": len(alloc_leaves & known) if leaves else len(alloc_leaves),
+        "in_use": len(busy_leaves & known) if leaves else len(busy_leaves),
         "allocated_idle": len(alloc_leaves & idle_leaves),
     }
 
 
 def idle_allocations(
     allocation: pd.DataFrame,
-    sm_active: pd.DataFrame,
+    idle: pd.DataFrame,
     activity: pd.DataFrame,
     *,
     now: float,
     window_s: float,
-    busy_threshold: float,
 ) -> pd.DataFrame:
-    """Devices allocated now whose SM activity is below the threshold now, with how long.
+    """Devices allocated now whose leaf is idle now (dashboard/definitions.py), with how long.
 
     ``idle_seconds`` = now - the later of the last busy step and the first allocated step;
     ``idle_at_least`` is True when the device was never busy in the window (so longer than shown);
     NaN when the source has no history for the allocation yet.
     """
-    cols = ["namespace", "pod", "container", "workload", "instance", "uuid", "mig_uuid", "sm_active"]
-    if allocation.empty or sm_active.empty:
+    cols = ["namespace", "pod", "container", "workload", "node", "instance", "uuid", "mig_uuid", "sm_active"]
+    if allocation.empty or idle.empty:
         return pd.DataFrame(columns=[*cols, "idle_seconds", "idle_at_least"])
-    sm = _leaf_index(sm_active).groupby(list(LEAF), as_index=False)["value"].max()
-    sm = sm[sm["value"] < busy_threshold].rename(columns={"value": "sm_active"})
+    verdict = _leaf_index(idle)
+    verdict = verdict[verdict["value"] >= 0.5]
+    sm = with_cols(verdict, ["sm_mean"])[[*LEAF, "sm_mean"]].rename(columns={"sm_mean": "sm_active"})
     alloc = with_cols(allocation, ALLOCATION_KEYS)
-    idle = alloc.merge(sm, on=list(LEAF), how="inner")
-    if idle.empty:
+    out = alloc.merge(sm, on=list(LEAF), how="inner")
+    if out.empty:
         return pd.DataFrame(columns=[*cols, "idle_seconds", "idle_at_least"])
     act = with_cols(activity, ALLOCATION_KEYS)[["namespace", "pod", "container", *LEAF, "first_allocated", "last_busy"]]
-    idle = idle.merge(act, on=["namespace", "pod", "container", *LEAF], how="left")
-    since = idle[["first_allocated", "last_busy"]].astype(float).max(axis=1, skipna=True)
-    idle["idle_seconds"] = (now - since).clip(lower=0.0)
+    out = out.merge(act, on=["namespace", "pod", "container", *LEAF], how="left")
+    since = out[["first_allocated", "last_busy"]].astype(float).max(axis=1, skipna=True)
+    out["idle_seconds"] = (now - since).clip(lower=0.0)
     window_start = now - window_s
-    first = pd.to_numeric(idle["first_allocated"], errors="coerce")
-    idle["idle_at_least"] = idle["last_busy"].isna() & (first.isna() | (first - window_start < 0.05 * window_s))
-    idle["workload"] = [
+    first = pd.to_numeric(out["first_allocated"], errors="coerce")
+    out["idle_at_least"] = out["last_busy"].isna() & (first.isna() | (first - window_start < 0.05 * window_s))
+    out["workload"] = [
         f"{k}/{w}" if k and w else (w or "")
-        for k, w in zip(col(idle, "workload_kind"), col(idle, "workload"), strict=True)
+        for k, w in zip(col(out, "workload_kind"), col(out, "workload"), strict=True)
     ]
-    out = idle[[*cols, "idle_seconds", "idle_at_least"]].drop_duplicates(["namespace", "pod", "container", *LEAF])
+    out = out[[*cols, "idle_seconds", "idle_at_least"]].drop_duplicates(["namespace", "pod", "container", *LEAF])
     return out.sort_values("idle_seconds", ascending=False).reset_index(drop=True)
-
-
-def mig_fraction(profile: str, model: str = "") -> float:
-    """Share of a physical GPU a MIG profile holds, by compute slices (``3g.71gb`` -> 3/7).
-
-    A30 GPUs have 4 compute slices, the other MIG-capable models 7. Unknown shapes count whole.
-    """
-    m = _MIG_SLICES.match(profile or "")
-    if not m:
-        return 1.0
-    total = 4 if "A30" in model.upper() else 7
-    return min(1.0, int(m.group(1)) / total)
 
 
 def price_for(model: str, prices: Mapping[str, float]) -> float | None:
@@ -201,10 +159,8 @@ def price_for(model: str, prices: Mapping[str, float]) -> float | None:
     return prices.get("*")
 
 
-def waste_by_namespace(
-    activity: pd.DataFrame, info: pd.DataFrame, mig_info: pd.DataFrame, prices: Mapping[str, float]
-) -> pd.DataFrame:
-    """Wasted GPU-hours and cost per namespace: idle allocated hours, MIG slices weighted by size.
+def waste_by_namespace(activity: pd.DataFrame, info: pd.DataFrame, prices: Mapping[str, float]) -> pd.DataFrame:
+    """Wasted GPU-hours (dashboard/definitions.py) and their cost per namespace.
 
     Columns: namespace, gpu_hours, cost_usd (NaN when no price is known for a model), pods.
     """
@@ -213,13 +169,8 @@ def waste_by_namespace(
         return pd.DataFrame(columns=cols)
     act = with_cols(activity, ALLOCATION_KEYS).copy()
     models = {u: n for u, n in zip(col(info, "uuid"), col(info, "name"), strict=True)}
-    profiles = {m: p for m, p in zip(col(mig_info, "mig_uuid"), col(mig_info, "mig_profile"), strict=True)}
     act["model"] = [models.get(u, "") for u in act["uuid"]]
-    act["fraction"] = [
-        mig_fraction(profiles.get(m, ""), mdl) if m else 1.0
-        for m, mdl in zip(act["mig_uuid"], act["model"], strict=True)
-    ]
-    act["gpu_hours"] = act["idle_gpu_hours"].astype(float) * act["fraction"]
+    act["gpu_hours"] = act["wasted_gpu_hours"].astype(float)
     unit = [price_for(m, prices) for m in act["model"]]
     act["cost_usd"] = [h * p if p is not None else math.nan for h, p in zip(act["gpu_hours"], unit, strict=True)]
     out = act.groupby("namespace", as_index=False).agg(
@@ -253,12 +204,12 @@ def roofline_points(
     dram: pd.DataFrame, pipe: pd.DataFrame, boundness: pd.DataFrame, allocation: pd.DataFrame
 ) -> pd.DataFrame:
     """One point per leaf: x = DRAM active, y = max pipe active, its class and holders."""
-    cols = ["instance", "gpu", *LEAF, "dram_active", "pipe_active", "class", "holders"]
+    cols = ["node", "instance", "gpu", *LEAF, "dram_active", "pipe_active", "class", "holders"]
     if dram.empty or pipe.empty:
         return pd.DataFrame(columns=cols)
-    d = with_cols(dram, ["instance", "gpu", *LEAF]).rename(columns={"value": "dram_active"})
+    d = with_cols(dram, ["node", "instance", "gpu", *LEAF]).rename(columns={"value": "dram_active"})
     p = with_cols(pipe, LEAF).rename(columns={"value": "pipe_active"})
-    pts = d[["instance", "gpu", *LEAF, "dram_active"]].merge(p[[*LEAF, "pipe_active"]], on=list(LEAF))
+    pts = d[["node", "instance", "gpu", *LEAF, "dram_active"]].merge(p[[*LEAF, "pipe_active"]], on=list(LEAF))
     cls = boundness_now(boundness)[[*LEAF, "class"]]
     pts = pts.merge(cls, on=list(LEAF), how="left").merge(holders(allocation), on=list(LEAF), how="left")
     pts["class"] = pts["class"].fillna("unknown")
@@ -268,10 +219,12 @@ def roofline_points(
 
 def mig_layout(mig_info: pd.DataFrame, allocation: pd.DataFrame, info: pd.DataFrame) -> pd.DataFrame:
     """One row per MIG slice: parent GPU, profile, slice size (compute slices) and holders."""
-    cols = ["instance", "gpu", "uuid", "gpu_name", "mig_uuid", "mig_profile", "gpu_instance_id", "slices", "holders"]
+    cols = [
+        "node", "instance", "gpu", "uuid", "gpu_name", "mig_uuid", "mig_profile", "gpu_instance_id", "slices", "holders"
+    ]  # fmt: skip
     if mig_info.empty:
         return pd.DataFrame(columns=cols)
-    mig = with_cols(mig_info, ["instance", "gpu", *LEAF, "mig_profile", "gpu_instance_id"])
+    mig = with_cols(mig_info, ["node", "instance", "gpu", *LEAF, "mig_profile", "gpu_instance_id"])
     names = (
         with_cols(info, ["uuid", "name"])[["uuid", "name"]].drop_duplicates("uuid").rename(columns={"name": "gpu_name"})
     )
@@ -279,7 +232,7 @@ def mig_layout(mig_info: pd.DataFrame, allocation: pd.DataFrame, info: pd.DataFr
     out["gpu_name"] = out["gpu_name"].fillna("")
     out["holders"] = out["holders"].fillna("")
     out["slices"] = [
-        max(1, round(mig_fraction(p, n) * (4 if "A30" in n.upper() else 7)))
+        max(1, round(definitions.gpu_share(p, n) * definitions.compute_slices(n)))
         for p, n in zip(out["mig_profile"], out["gpu_name"], strict=True)
     ]
     out["gpu_instance_id"] = pd.to_numeric(out["gpu_instance_id"], errors="coerce")
@@ -288,12 +241,12 @@ def mig_layout(mig_info: pd.DataFrame, allocation: pd.DataFrame, info: pd.DataFr
 
 
 def timeslice_shares(shares: pd.DataFrame, replicas: pd.DataFrame, pods: pd.DataFrame) -> pd.DataFrame:
-    """Per shared GPU and pod: SM share (0..1), plus the GPU's replicas and holding pods."""
+    """Per time-sliced GPU and pod: SM share (0..1), plus the GPU's replicas and holding pods.
+
+    Only GPUs the device plugin shares (more than one replica advertised) or that more than one pod
+    holds: an exclusively held GPU also has a per-pod SM share, but it is not time-sliced.
+    """
     cols = ["uuid", "namespace", "pod", "sm_share", "replicas", "pods"]
-    if shares.empty and replicas.empty:
-        return pd.DataFrame(columns=cols)
-    s = with_cols(shares, ["uuid", "namespace", "pod"])
-    s = s.groupby(["uuid", "namespace", "pod"], as_index=False)["value"].sum().rename(columns={"value": "sm_share"})
     r = (
         with_cols(replicas, ["uuid"])
         .groupby("uuid", as_index=False)["value"]
@@ -302,38 +255,105 @@ def timeslice_shares(shares: pd.DataFrame, replicas: pd.DataFrame, pods: pd.Data
     )
     p = with_cols(pods, ["uuid"]).groupby("uuid", as_index=False)["value"].max().rename(columns={"value": "pods"})
     shared = r.merge(p, on="uuid", how="outer")
-    out = shared.merge(s, on="uuid", how="left") if not shared.empty else s.assign(replicas=math.nan, pods=math.nan)
+    shared = shared[(shared["replicas"].fillna(0) > 1) | (shared["pods"].fillna(0) > 1)]
+    if shared.empty:
+        return pd.DataFrame(columns=cols)
+    s = with_cols(shares, ["uuid", "namespace", "pod"])
+    s = s.groupby(["uuid", "namespace", "pod"], as_index=False)["value"].sum().rename(columns={"value": "sm_share"})
+    out = shared.merge(s, on="uuid", how="left")
     out["namespace"] = out["namespace"].fillna("")
     out["pod"] = out["pod"].fillna("")
+    for c in ("replicas", "pods"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").fillna(0).astype(int)
     return out[cols].sort_values(["uuid", "pod"]).reset_index(drop=True)
 
 
-def probe_comparison(efficiency: pd.DataFrame, bandwidth: pd.DataFrame, info: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU and probe: bandwidth, efficiency vs expected, and bandwidth vs the median of the
-    same model and probe across the fleet (``vs_fleet`` 1.0 = typical, 0.8 = 20 % slower)."""
-    cols = ["instance", "gpu", "uuid", "model", "probe", "bandwidth", "efficiency", "vs_fleet"]
+SLOW_EFFICIENCY = 0.80
+"""A probe result at or below this share of the model's expected bandwidth is slow (inclusive)."""
+SLOW_VS_PEERS = 0.90
+"""A probe result at or below this share of its healthy peers' median is slow (inclusive)."""
+
+
+def probe_comparison(
+    efficiency: pd.DataFrame, bandwidth: pd.DataFrame, info: pd.DataFrame, mig_info: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Per device (GPU or MIG instance) and probe: bandwidth, efficiency vs expected, and
+    ``vs_peers`` = efficiency / the median efficiency of its healthy peers: other devices of the same
+    model, MIG profile and probe whose own efficiency is above SLOW_EFFICIENCY (NaN without such a
+    peer). A slow device is never its own reference, and the slow ones do not drag the median down.
+    ``slow``: efficiency <= SLOW_EFFICIENCY or vs_peers <= SLOW_VS_PEERS.
+    """
+    cols = ["node", "instance", "gpu", "uuid", "mig_uuid", "model", "mig_profile", "probe", "bandwidth",
+            "efficiency", "vs_peers", "peers", "slow"]  # fmt: skip
     if efficiency.empty and bandwidth.empty:
         return pd.DataFrame(columns=cols)
-    e = with_cols(efficiency, ["uuid", "probe"])[["uuid", "probe", "value"]].rename(columns={"value": "efficiency"})
-    b = with_cols(bandwidth, ["uuid", "probe"])[["uuid", "probe", "value"]].rename(columns={"value": "bandwidth"})
-    out = b.merge(e, on=["uuid", "probe"], how="outer")
-    ident = with_cols(info, ["uuid", "name", "instance", "gpu"])[["uuid", "name", "instance", "gpu"]]
-    ident = ident.drop_duplicates("uuid").rename(columns={"name": "model"})
-    out = out.merge(ident, on="uuid", how="left")
-    for c in ("model", "instance", "gpu"):
+    keys = ["uuid", "mig_uuid", "probe"]
+    ident_cols = ["node", "instance", "gpu"]
+    e = with_cols(efficiency, [*keys, *ident_cols])[[*keys, *ident_cols, "value"]].rename(
+        columns={"value": "efficiency"}
+    )
+    b = with_cols(bandwidth, [*keys, *ident_cols])[[*keys, *ident_cols, "value"]].rename(columns={"value": "bandwidth"})
+    out = b.merge(e, on=[*keys, *ident_cols], how="outer")
+    models = (
+        with_cols(info, ["uuid", "name"])[["uuid", "name"]].drop_duplicates("uuid").rename(columns={"name": "model"})
+    )
+    out = out.merge(models, on="uuid", how="left")
+    mig = with_cols(mig_info if mig_info is not None else pd.DataFrame(), ["mig_uuid", "mig_profile"])
+    out = out.merge(mig[["mig_uuid", "mig_profile"]].drop_duplicates("mig_uuid"), on="mig_uuid", how="left")
+    for c in ("model", "mig_profile"):
         out[c] = out[c].fillna("")
-    median = out.groupby(["model", "probe"])["bandwidth"].transform("median")
-    out["vs_fleet"] = out["bandwidth"] / median.where(median > 0)
-    return out[cols].sort_values(["probe", "vs_fleet"]).reset_index(drop=True)
+    healthy = out["efficiency"] > SLOW_EFFICIENCY
+    ref, count = [], []
+    for _, r in out.iterrows():
+        peers = out[
+            healthy
+            & (out["model"] == r["model"])
+            & (out["mig_profile"] == r["mig_profile"])
+            & (out["probe"] == r["probe"])
+            & ((out["uuid"] != r["uuid"]) | (out["mig_uuid"] != r["mig_uuid"]))
+        ]
+        ref.append(float(peers["efficiency"].median()) if not peers.empty else float("nan"))
+        count.append(len(peers))
+    out["vs_peers"] = out["efficiency"] / pd.Series(ref, index=out.index)
+    out["peers"] = count
+    out["slow"] = (out["efficiency"] <= SLOW_EFFICIENCY) | (out["vs_peers"] <= SLOW_VS_PEERS)
+    out = out.assign(_gpu=pd.to_numeric(out["gpu"], errors="coerce"))
+    return out.sort_values(["slow", "probe", "efficiency"], ascending=[False, True, True])[cols].reset_index(drop=True)
+
+
+def launch_bound(boundness: pd.DataFrame, allocation: pd.DataFrame) -> pd.DataFrame:
+    """Allocated devices whose boundness class is ``launch`` now, with who holds them."""
+    cols = ["namespace", "pod", "container", "workload", "node", "instance", "gpu", "uuid", "mig_uuid"]
+    if boundness.empty or allocation.empty or "class" not in boundness.columns:
+        return pd.DataFrame(columns=cols)
+    b = with_cols(boundness, [*LEAF, "gpu"])
+    b = b[(b["class"] == "launch") & (b["value"] >= 0.5)][[*LEAF, "gpu"]].drop_duplicates()
+    a = with_cols(allocation, ALLOCATION_KEYS)
+    out = a.merge(b, on=list(LEAF), how="inner")
+    out["workload"] = [
+        f"{k}/{w}" if k and w else (w or "") for k, w in zip(out["workload_kind"], out["workload"], strict=True)
+    ]
+    return out[cols].drop_duplicates().reset_index(drop=True)
+
+
+NOT_THROTTLING = frozenset({"gpu_idle", "applications_clocks_setting"})
+"""Clock event reasons that are not throttling: an idle GPU lowers its clocks by design, and an
+application clock setting is the operator's choice."""
 
 
 def active_clock_events(events: pd.DataFrame) -> pd.DataFrame:
-    """Clock event (throttle) reasons holding clocks down now: instance, gpu, uuid, reason."""
+    """Throttle reasons and the share of the range each held the clocks down (``events`` are the
+    reasons' means over the range, or instant 0/1 values): node, instance, gpu, uuid, reason,
+    share; reasons that are not throttling (NOT_THROTTLING) left out."""
+    cols = ["node", "instance", "gpu", "uuid", "reason", "share"]
     if events.empty or "reason" not in events.columns:
-        return pd.DataFrame(columns=["instance", "gpu", "uuid", "reason"])
-    ev = with_cols(events, ["instance", "gpu", "uuid"])
-    ev = ev[ev["value"] >= 0.5]
-    return ev[["instance", "gpu", "uuid", "reason"]].sort_values(["instance", "gpu"]).reset_index(drop=True)
+        return pd.DataFrame(columns=cols)
+    ev = with_cols(events, ["node", "instance", "gpu", "uuid"])
+    ev = ev[(ev["value"] > 0) & ~ev["reason"].isin(NOT_THROTTLING)].rename(columns={"value": "share"})
+    ev = ev.assign(_gpu=pd.to_numeric(ev["gpu"], errors="coerce"))
+    return ev.sort_values(["share", "node", "instance", "_gpu"], ascending=[False, True, True, True])[cols].reset_index(
+        drop=True
+    )
 
 
 def nonzero(df: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
@@ -343,3 +363,152 @@ def nonzero(df: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
     out = with_cols(df, label_cols)
     out = out[out["value"] > 0]
     return out[[*label_cols, "value"]].sort_values("value", ascending=False).reset_index(drop=True)
+
+
+# --- the GPU page -----------------------------------------------------------------------
+DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "Utilisation (NVML) next to SM activity (GPM)",
+        "ratio",
+        (
+            "gpulens_gpu_utilization_ratio",
+            "gpulens_gpu_sm_active_ratio",
+            "gpulens_gpu_sm_occupancy_ratio",
+            "gpulens_gpu_tensor_active_ratio",
+            "gpulens_gpu_dram_active_ratio",
+            "gpulens_gpu_pipe_active_max_ratio",
+            "gpulens_gpu_memory_utilization_ratio",
+        ),
+    ),
+    (
+        "Pipes (GPM)",
+        "ratio",
+        ("gpulens_gpu_fp64_active_ratio", "gpulens_gpu_fp32_active_ratio", "gpulens_gpu_fp16_active_ratio"),
+    ),
+    ("Memory", "bytes", ("gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes")),
+    ("Power", "watts", ("gpulens_gpu_power_watts", "gpulens_gpu_power_limit_watts")),
+    ("Temperatures", "celsius", ("gpulens_gpu_temperature_celsius", "gpulens_gpu_memory_temperature_celsius")),
+    (
+        "Clocks",
+        "hertz",
+        ("gpulens_gpu_sm_clock_hertz", "gpulens_gpu_sm_clock_max_hertz", "gpulens_gpu_memory_clock_hertz"),
+    ),
+    (
+        "PCIe and NVLink throughput",
+        "bytes_per_second",
+        (
+            "gpulens_gpu_pcie_tx_bytes_per_second",
+            "gpulens_gpu_pcie_rx_bytes_per_second",
+            "gpulens_gpu_nvlink_tx_bytes_per_second",
+            "gpulens_gpu_nvlink_rx_bytes_per_second",
+        ),
+    ),
+    ("PCIe link", "", ("gpulens_gpu_pcie_link_generation", "gpulens_gpu_pcie_link_width")),
+    ("Fan and processes", "", ("gpulens_gpu_fan_speed_ratio", "gpulens_gpu_compute_processes")),
+    ("Probe efficiency (measured / expected)", "ratio", ("gpulens_probe_efficiency_ratio",)),
+    ("Probe bandwidth", "bytes_per_second", ("gpulens_probe_bandwidth_bytes_per_second",)),
+    (
+        "Errors (increase per step)",
+        "",
+        (
+            "gpulens_gpu_xid_errors_total",
+            "gpulens_gpu_ecc_errors_total",
+            "gpulens_gpu_pcie_replay_errors_total",
+            "gpulens_gpu_remapped_rows",
+            "gpulens_gpu_row_remap_pending",
+            "gpulens_gpu_row_remap_failure",
+        ),
+    ),
+)
+"""The GPU page's charts: (title, unit, metrics); every other device series gets a chart of its own."""
+
+_NOT_CHARTED = {
+    "gpulens_gpu_info",
+    "gpulens_mig_instance_info",
+    "gpulens_gpu_analysis_info",
+    "gpulens_gpu_boundness",
+    "gpulens_gpu_clock_event_active",
+    "gpulens_pod_gpu_allocation",
+    "gpulens_gpu_sm_active_seconds_total",
+    "gpulens_gpu_tensor_active_seconds_total",
+    "gpulens_gpu_dram_active_seconds_total",
+    "gpulens_probe_last_success_timestamp_seconds",
+}
+_IDENTITY = {"metric", "timestamp", "value", "instance", "job", "node", "cluster", "gpu", "uuid", "gpu_instance_id",
+             "compute_instance_id", "mig_uuid", "mig_profile"}  # fmt: skip
+
+
+def _series_name(row: Mapping[str, object], short: str) -> str:
+    extra = [f"{k}={row[k]}" for k in sorted(row) if k not in _IDENTITY and row[k] not in ("", None)]
+    leaf = f" [{row.get('mig_profile') or 'MIG'} {str(row.get('mig_uuid'))[:12]}]" if row.get("mig_uuid") else ""
+    return short + leaf + (" " + " ".join(extra) if extra else "")
+
+
+def _counter_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """Counters as the increase between consecutive points (a drop is a reset: the new value)."""
+    if df.empty:
+        return df
+    labels = [c for c in df.columns if c not in ("timestamp", "value")]
+    out = df.sort_values("timestamp").copy()
+    prev = out.groupby(labels, dropna=False)["value"].shift()
+    out["value"] = (out["value"] - prev).where(out["value"] >= prev, out["value"])
+    return out.dropna(subset=["value"])
+
+
+def device_panels(series: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """The GPU page's charts from ``device_series`` rows: (title, unit, frame of timestamp,
+    series, value), in DEVICE_PANELS order then one per uncharted metric; empty ones left out."""
+    if series.empty:
+        return []
+    df = with_cols(series, ["metric", *LEAF])
+    out: list[tuple[str, str, pd.DataFrame]] = []
+    seen: set[str] = set(_NOT_CHARTED)
+    panels = list(DEVICE_PANELS)
+    leftovers = sorted(set(df["metric"]) - _NOT_CHARTED - {m for _, _, ms in DEVICE_PANELS for m in ms})
+    panels += [(m.removeprefix("gpulens_"), "", (m,)) for m in leftovers if not m.startswith("gpulens_pod_")]
+    for title, unit, metrics in panels:
+        part = df[df["metric"].isin(metrics)]
+        seen.update(metrics)
+        if part.empty:
+            continue
+        pieces = []
+        for metric, rows in part.groupby("metric", sort=False):
+            rows = rows.dropna(axis=1, how="all")
+            if str(metric).endswith("_total"):
+                rows = _counter_steps(rows.drop(columns=["metric"])).assign(metric=metric)
+            short = str(metric).removeprefix("gpulens_gpu_").removeprefix("gpulens_")
+            names = [_series_name(r, short) for r in rows.drop(columns=["timestamp", "value"]).to_dict("records")]
+            pieces.append(pd.DataFrame({"timestamp": rows["timestamp"], "series": names, "value": rows["value"]}))
+        out.append((title, unit, pd.concat(pieces, ignore_index=True)))
+    return out
+
+
+def state_timeline(series: pd.DataFrame, metric: str, label: str) -> pd.DataFrame:
+    """When each value of ``label`` was on (value 1) for a state-set metric (boundness class,
+    clock event reason): timestamp, leaf (``GPU`` or the MIG instance), and the state."""
+    cols = ["timestamp", "leaf", label]
+    if series.empty or "metric" not in series.columns:
+        return pd.DataFrame(columns=cols)
+    df = with_cols(series[series["metric"] == metric], [label, "mig_uuid", "mig_profile"])
+    df = df[df["value"] >= 0.5]
+    leaf = [f"{p or 'MIG'} {m[:12]}" if m else "GPU" for m, p in zip(df["mig_uuid"], df["mig_profile"], strict=True)]
+    return pd.DataFrame({"timestamp": df["timestamp"], "leaf": leaf, label: df[label]})[cols].reset_index(drop=True)
+
+
+def pods_over_range(series: pd.DataFrame) -> pd.DataFrame:
+    """Who held the GPU in the range: one row per container and leaf, first and last step seen."""
+    cols = ["namespace", "pod", "container", "workload", "mig_uuid", "replicas", "first_seen", "last_seen"]
+    if series.empty or "metric" not in series.columns:
+        return pd.DataFrame(columns=cols)
+    a = with_cols(series[series["metric"] == "gpulens_pod_gpu_allocation"], [*cols[:3], "workload_kind", "workload",
+                                                                             "mig_uuid", "replica"])  # fmt: skip
+    if a.empty:
+        return pd.DataFrame(columns=cols)
+    a = a.assign(
+        workload=[f"{k}/{w}" if k and w else w for k, w in zip(a["workload_kind"], a["workload"], strict=True)]
+    )
+    keys = ["namespace", "pod", "container", "workload", "mig_uuid"]
+    out = a.groupby(keys, as_index=False).agg(
+        replicas=("replica", "nunique"), first_seen=("timestamp", "min"), last_seen=("timestamp", "max")
+    )
+    return out.sort_values("first_seen").reset_index(drop=True)[cols]

@@ -17,14 +17,14 @@ import requests
 
 from dashboard import frames
 from dashboard.prometheus_auth import PrometheusAuth
-from dashboard.promql import by_clause, duration, selector
+from dashboard.promql import by_clause, duration, quote, selector, subquery_range
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
     ALLOCATION_KEYS,
+    DEVICE_METRICS,
     NO_FILTERS,
     POD_DEVICE_KEYS,
-    SM_ACTIVE,
     Filters,
     SourceError,
     bounded_step,
@@ -131,10 +131,16 @@ class PrometheusSource:
             rows.append({**labels, "value": _num(item["value"][1])})
         return frames.from_rows(rows)
 
-    def query_range(self, promql: str, *, window_s: float, step_s: float) -> pd.DataFrame:
-        """A range query over the last ``window_s`` (bounded) ending now; labels + timestamp + value."""
+    def _end(self, end: float | None) -> float:
+        """The range's end: ``end`` (an absolute range), never later than now; None = now."""
+        now = float(self._clock())
+        return now if end is None else min(end, now)
+
+    def query_range(self, promql: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+        """A range query over ``window_s`` (bounded) ending at ``end`` (None: now), aligned to the
+        step; labels + timestamp + value."""
         window, step = bounded_step(window_s, step_s)
-        end = math.floor(self._clock() / step) * step
+        end = math.floor(self._end(end) / step) * step
         params = {"query": promql, "start": f"{end - window:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         data = self._call("/api/v1/query_range", params)
         rows = []
@@ -145,8 +151,10 @@ class PrometheusSource:
         return frames.from_rows(rows, time=True)
 
     # --- MetricSource --------------------------------------------------------------------
-    def instant(self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None) -> pd.DataFrame:
-        return self.query(self._sum_by(self.expr(metric, filters), by))
+    def instant(
+        self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        return self.query(self._sum_by(self.expr(metric, filters), by), None if end is None else self._end(end))
 
     def series(
         self,
@@ -156,63 +164,129 @@ class PrometheusSource:
         window_s: float,
         step_s: float,
         by: Sequence[str] | None = None,
+        end: float | None = None,
     ) -> pd.DataFrame:
-        return self.query_range(self._sum_by(self.expr(metric, filters), by), window_s=window_s, step_s=step_s)
+        return self.query_range(self._sum_by(self.expr(metric, filters), by), window_s=window_s, step_s=step_s, end=end)
 
-    def increase(
-        self, metric: str, filters: Filters = NO_FILTERS, *, window_s: float, by: Sequence[str] | None = None
+    def _over_time(
+        self, func: str, metric: str, filters: Filters, window_s: float, by: Sequence[str] | None, end: float | None
     ) -> pd.DataFrame:
         window, _ = bounded_step(window_s, 1.0)
         matchers = filters.target_matchers()
-        inner = f"increase({selector(metric, matchers)}[{duration(window)}])"
+        if filters.namespace and has_namespace(metric):
+            matchers = {**matchers, "namespace": filters.namespace}
+        inner = f"{func}({selector(metric, matchers)}[{duration(window)}])"
         keys = device_keys(metric)
-        if filters.namespace and keys:
-            alloc = selector(ALLOCATION, {**matchers, "namespace": filters.namespace})
+        if filters.namespace and keys and not has_namespace(metric):
+            alloc = selector(ALLOCATION, {**filters.target_matchers(), "namespace": filters.namespace})
             inner = f"({inner} and on{by_clause(keys)} {alloc})"
-        return self.query(self._sum_by(inner, by))
+        return self.query(self._sum_by(inner, by), None if end is None else self._end(end))
+
+    def increase(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        return self._over_time("increase", metric, filters, window_s, by, end)
+
+    def mean(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        return self._over_time("avg_over_time", metric, filters, window_s, by, end)
+
+    def rule(self, record: str, filters: Filters = NO_FILTERS, *, per_pod: bool) -> str:
+        """A selector for the recorded series ``record`` under ``filters``. Per-pod records keep
+        node and instance but not cluster: the cluster filter joins through the target's
+        ``gpulens_up``."""
+        matchers = filters.target_matchers()
+        if not per_pod:
+            return selector(record, matchers)
+        own = {k: v for k, v in matchers.items() if k != "cluster"}
+        if filters.namespace:
+            own["namespace"] = filters.namespace
+        sel = selector(record, own)
+        if "cluster" in matchers:
+            sel = f"({sel} and on (instance) {selector('gpulens_up', {'cluster': matchers['cluster']})})"
+        return sel
 
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, busy_threshold: float
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         window, step = bounded_step(window_s, step_s)
         target = filters.target_matchers()
         mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
-        everyone = selector(ALLOCATION, target)
-        sm = f"max by (uuid,mig_uuid) ({selector(SM_ACTIVE, target)})"
         pod = by_clause(POD_DEVICE_KEYS)
-        rng = f"[{duration(window)}:{duration(step)}]"
-        thr = f"{float(busy_threshold)!r}"
-        # Subqueries cost in proportion to the labels they carry at every step, so they keep only
-        # pod + device; the other labels (instance, workload...) come from one cheap range query.
-        # a pod's share of a device = the replicas it holds / all replicas held (1/1 unless shared)
-        idle_share = (
-            f"(sum by {pod} ({mine}) / on(uuid,mig_uuid) group_left() count by (uuid,mig_uuid) ({everyone}))"
-            f" * on(uuid,mig_uuid) group_left() ({sm} < bool {thr})"
-        )
+        rng = subquery_range(window, step)
+        # The recording rules hold the definition (dashboard/definitions.py): wasted GPU-equivalents
+        # per container and the leaf idle verdict; this only integrates them over the range.
+        wasted = self.rule("gpulens:pod_gpu_wasted:gpus", filters, per_pod=True)
+        busy = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
         queries = (
             f"max by {by_clause(ALLOCATION_KEYS)} (last_over_time({mine}[{duration(window)}]))",
-            f"sum by {pod} (sum_over_time(({idle_share}){rng})) * {step:g} / 3600",
+            f"sum by {pod} (sum_over_time({wasted}{rng})) * {step:g} / 3600",
             f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng}))",
-            f"max by (uuid,mig_uuid) (max_over_time(timestamp({sm} >= {thr}){rng}))",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({busy} == 0){rng}))",
         )
         # evaluated at the same step-aligned instant as query_range, so the subqueries' steps are
         # the range query's steps (less its first one); side by side, as the backend can
         # evaluate them in parallel
-        at = math.floor(self._clock() / step) * step
+        at = math.floor(self._end(end) / step) * step
         with ThreadPoolExecutor(max_workers=len(queries)) as pool:
-            meta, hours, first, busy = pool.map(lambda q: self.query(q, at), queries)
+            meta, hours, first, last_busy = pool.map(lambda q: self.query(q, at), queries)
         if meta.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
         keys = list(POD_DEVICE_KEYS)
         out = frames.with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
-        hours = frames.with_cols(hours, keys).rename(columns={"value": "idle_gpu_hours"})
+        hours = frames.with_cols(hours, keys).rename(columns={"value": "wasted_gpu_hours"})
         first = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})
-        busy = frames.with_cols(busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
-        out = out.merge(hours[[*keys, "idle_gpu_hours"]], on=keys, how="left")
+        last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
+        out = out.merge(hours[[*keys, "wasted_gpu_hours"]], on=keys, how="left")
         out = out.merge(first[[*keys, "first_allocated"]], on=keys, how="left")
-        out = out.merge(busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
-        out["idle_gpu_hours"] = out["idle_gpu_hours"].fillna(0.0)
+        out = out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
+        out["wasted_gpu_hours"] = out["wasted_gpu_hours"].fillna(0.0)
         return out[list(ACTIVITY_COLUMNS)]
+
+    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+        window, step = bounded_step(window_s, step_s)
+        stop = math.floor(self._end(end) / step) * step
+        promql = f"{{__name__=~{quote(DEVICE_METRICS)},uuid={quote(uuid)}}}"
+        params = {"query": promql, "start": f"{stop - window:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"}
+        data = self._call("/api/v1/query_range", params)
+        rows = []
+        for item in data.get("result") or []:
+            labels = dict(item.get("metric") or {})
+            labels["metric"] = labels.pop("__name__", "")
+            for ts, val in item.get("values") or []:
+                rows.append({**labels, "timestamp": float(ts), "value": _num(val)})
+        return frames.from_rows(rows, time=True)
+
+    def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        at = None if end is None else self._end(end)
+        idle = self.query(f"max by (uuid,mig_uuid) ({self.rule('gpulens:gpu_idle:bool', filters, per_pod=False)})", at)
+        sm = self.query(
+            f"max by (uuid,mig_uuid) ({self.rule('gpulens:gpu_sm_active:ratio_avg5m', filters, per_pod=False)})", at
+        )
+        if idle.empty:
+            if not self.query("count(gpulens_gpu_info)").empty:
+                raise SourceError(
+                    "Prometheus has GPUs but no gpulens:gpu_idle:bool: load the recording rules "
+                    "(deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
+                )
+            return pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
+        idle = frames.with_cols(idle, ("uuid", "mig_uuid"))
+        sm = frames.with_cols(sm, ("uuid", "mig_uuid")).rename(columns={"value": "sm_mean"})
+        out = idle.merge(sm[["uuid", "mig_uuid", "sm_mean"]], on=["uuid", "mig_uuid"], how="left")
+        return out[["uuid", "mig_uuid", "sm_mean", "value"]]
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self.query(f"count by {by_clause([label])} ({selector(metric, within.target_matchers())})")

@@ -68,3 +68,13 @@ def by_clause(labels: Iterable[str]) -> str:
 def duration(seconds: float) -> str:
     """A PromQL duration in whole seconds (at least 1 s), e.g. ``3600s``."""
     return f"{max(1, round(seconds))}s"
+
+
+def subquery_range(window_s: float, step_s: float) -> str:
+    """``[window:step]`` that evaluates exactly window/step steps, ending at the query time.
+
+    Prometheus 2 includes a step that falls exactly on the window's start, Prometheus 3 does not;
+    a window one second shorter gives both the same steps (the end and window/step - 1 before it),
+    the steps the scrape source and the rules' own ``[1h:1m]`` integrate.
+    """
+    return f"[{duration(max(1.0, window_s - 1.0))}:{duration(step_s)}]"

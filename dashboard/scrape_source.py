@@ -8,6 +8,7 @@ the lookback, and a series absent from that scrape is absent (stale) at that ste
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 import time
 from collections import deque
@@ -15,13 +16,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import numpy as np
 import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard import frames
+from dashboard import definitions, frames
 from dashboard.source import (
+    ACTIVITY_COLUMNS,
     ALLOCATION,
+    ALLOCATION_KEYS,
+    DEVICE_METRICS,
     LOOKBACK_SECONDS,
     NO_FILTERS,
     SM_ACTIVE,
@@ -161,11 +166,16 @@ class ScrapeSource:
     def _frame_at(self, metric: str, at: float, hist: dict[str, list[Scrape]]) -> pd.DataFrame:
         return frames.from_rows(self._at(metric, at, hist))
 
-    def _grid(self, window_s: float, step_s: float) -> tuple[list[float], float]:
+    def _end(self, end: float | None) -> float:
+        """The range's end: ``end`` (an absolute range), never later than now; None = now."""
+        now = self._clock()
+        return now if end is None else min(end, now)
+
+    def _grid(self, window_s: float, step_s: float, end_at: float | None = None) -> tuple[list[float], float]:
         window, step = bounded_step(window_s, max(step_s, self.interval_s))
         # ends at now, not at a multiple of the step like Prometheus: the history may be younger
         # than one step, and the newest scrape is the one a user wants to see
-        end = self._clock()
+        end = self._end(end_at)
         n = int(window // step)
         return [end - k * step for k in range(n, -1, -1)], step
 
@@ -175,12 +185,12 @@ class ScrapeSource:
             rows.extend({**r, "timestamp": t} for r in self._at(metric, t, hist))
         return frames.from_rows(rows, time=True)
 
-    def instant(self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None) -> pd.DataFrame:
+    def instant(
+        self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None, end: float | None = None
+    ) -> pd.DataFrame:
         hist = self._snapshot()
-        now = self._clock()
-        df = self._frame_at(metric, now, hist)
-        alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        now = self._end(end)
+        return self._filtered(self._frame_at(metric, now, hist), metric, filters, by, now, hist)
 
     def series(
         self,
@@ -190,18 +200,25 @@ class ScrapeSource:
         window_s: float,
         step_s: float,
         by: Sequence[str] | None = None,
+        end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s)
+        grid, _ = self._grid(window_s, step_s, end)
         df = self._series_raw(metric, grid, hist)
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
         return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
 
     def increase(
-        self, metric: str, filters: Filters = NO_FILTERS, *, window_s: float, by: Sequence[str] | None = None
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        now = self._clock()
+        now = self._end(end)
         window, _ = bounded_step(window_s, 1.0)
         rows: list[dict[str, object]] = []
         for scrapes in hist.values():
@@ -218,23 +235,120 @@ class ScrapeSource:
                     )
                     last[labels] = value
             rows.extend({**dict(labels), "value": g} for labels, g in growth.items())
-        df = frames.from_rows(rows)
+        return self._filtered(frames.from_rows(rows), metric, filters, by, now, hist)
+
+    def _raw(self, metric: str, hist: dict[str, list[Scrape]], start: float, end: float) -> pd.DataFrame:
+        """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp."""
+        rows: list[dict[str, object]] = []
+        for scrapes in hist.values():
+            for s in scrapes:
+                if start <= s.timestamp <= end:
+                    rows.extend(
+                        {**dict(labels), "timestamp": s.timestamp, "value": v}
+                        for labels, v in s.samples.get(metric, ())
+                    )
+        return frames.from_rows(rows, time=True)
+
+    def _idle_at(self, grid: list[float], hist: dict[str, list[Scrape]], filters: Filters) -> pd.DataFrame:
+        """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool)."""
+        start, end = grid[0] - definitions.MEAN_WINDOW_SECONDS, grid[-1]
+        target = Filters(**_targets(filters))
+
+        def raw(metric: str) -> pd.DataFrame:
+            return frames.restrict(self._raw(metric, hist, start, end), target, pd.DataFrame(), ())
+
+        return definitions.leaf_idle_frame(
+            raw(SM_ACTIVE),
+            raw("gpulens_gpu_sm_active_seconds_total"),
+            raw("gpulens_gpu_utilization_ratio"),
+            raw("gpulens_gpu_boundness"),
+            np.asarray(grid, dtype=float),
+            fresh_s=max(2.5 * self.interval_s, self.interval_s + self.timeout_s),
+        )
+
+    def mean(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        hist = self._snapshot()
+        now = self._end(end)
+        window, _ = bounded_step(window_s, 1.0)
+        raw = self._raw(metric, hist, now - window, now)
+        if raw.empty:
+            return pd.DataFrame(columns=["value"])
+        labels = [c for c in raw.columns if c not in ("timestamp", "value")]
+        df = raw.groupby(labels, as_index=False, dropna=False)["value"].mean()
+        return self._filtered(df, metric, filters, by, now, hist)
+
+    def _filtered(
+        self,
+        df: pd.DataFrame,
+        metric: str,
+        filters: Filters,
+        by: Sequence[str] | None,
+        now: float,
+        hist: dict[str, list[Scrape]],
+    ) -> pd.DataFrame:
+        """``df`` (values of ``metric`` at ``now``) under ``filters``, summed ``by``."""
         alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
         return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
 
+    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+        hist = self._snapshot()
+        grid, _ = self._grid(window_s, step_s, end)
+        pattern = re.compile(DEVICE_METRICS)
+        rows: list[dict[str, object]] = []
+        for scrapes in hist.values():
+            times = [s.timestamp for s in scrapes]
+            for t in grid:
+                i = bisect.bisect_right(times, t) - 1
+                if i < 0 or t - scrapes[i].timestamp > LOOKBACK_SECONDS:
+                    continue
+                for name, samples in scrapes[i].samples.items():
+                    if not pattern.fullmatch(name):
+                        continue
+                    for labels, value in samples:
+                        lab = dict(labels)
+                        if lab.get("uuid") == uuid:
+                            rows.append({**lab, "metric": name, "timestamp": t, "value": value})
+        return frames.from_rows(rows, time=True)
+
+    def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        hist = self._snapshot()
+        idle = self._idle_at([self._end(end)], hist, filters)
+        out = idle.assign(value=idle["idle"].astype(float))[[*definitions.LEAF, "sm_mean", "value"]]
+        return out.reset_index(drop=True)
+
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, busy_threshold: float
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, step = self._grid(window_s, step_s)
-        alloc = frames.restrict(
-            self._series_raw(ALLOCATION, grid, hist), Filters(**_targets(filters)), pd.DataFrame(), ()
+        grid, step = self._grid(window_s, step_s, end)
+        # the steps of Prometheus' [window:step] subquery: the range's end back to, not including,
+        # its start (so both sources integrate the same number of steps)
+        grid = grid[1:] if len(grid) > 1 else grid
+        target = Filters(**_targets(filters))
+        alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
+        if alloc.empty:
+            return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
+        now = grid[-1]
+        info = self._frame_at("gpulens_gpu_info", now, hist)
+        mig = self._frame_at("gpulens_mig_instance_info", now, hist)
+        out = definitions.wasted_from_series(
+            alloc,
+            self._idle_at(grid, hist, filters),
+            definitions.gpu_shares(info, mig),
+            keys=ALLOCATION_KEYS,
+            step_s=step,
         )
-        sm = frames.restrict(self._series_raw(SM_ACTIVE, grid, hist), Filters(**_targets(filters)), pd.DataFrame(), ())
-        out = frames.activity_from_series(alloc, sm, step_s=step, busy_threshold=busy_threshold)
         if filters.namespace:
             out = out[out["namespace"] == filters.namespace].reset_index(drop=True)
-        return out
+        return out[list(ACTIVITY_COLUMNS)]
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self._frame_at(metric, self._clock(), self._snapshot())

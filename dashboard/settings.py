@@ -25,8 +25,6 @@ class DashboardSettings:
     prices_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
     """USD per GPU-hour by model name (substring match, ``*`` = default)."""
     refresh_seconds: float = 30.0
-    busy_threshold: float = 0.05
-    """SM activity (0..1) at or above which a GPU counts as busy."""
     timeout_seconds: float = 10.0
     scrape_interval_seconds: float = 5.0
     prometheus_auth: PrometheusAuth = field(default_factory=PrometheusAuth)
@@ -73,7 +71,6 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
         scrape_urls=scrape,
         prices_per_gpu_hour=parse_prices(env.get(ENV_PREFIX + "PRICES", "")),
         refresh_seconds=_float(env, "REFRESH_SECONDS", 30.0),
-        busy_threshold=_float(env, "BUSY_THRESHOLD", 0.05),
         timeout_seconds=_float(env, "TIMEOUT_SECONDS", 10.0),
         scrape_interval_seconds=_float(env, "SCRAPE_INTERVAL_SECONDS", 5.0),
         prometheus_auth=prometheus_auth.from_env(env, ENV_PREFIX),
@@ -85,7 +82,6 @@ def to_env(settings: DashboardSettings) -> dict[str, str]:
     env = {
         ENV_PREFIX + "PRICES": ",".join(f"{k}={v:g}" for k, v in settings.prices_per_gpu_hour.items()),
         ENV_PREFIX + "REFRESH_SECONDS": f"{settings.refresh_seconds:g}",
-        ENV_PREFIX + "BUSY_THRESHOLD": f"{settings.busy_threshold:g}",
         ENV_PREFIX + "TIMEOUT_SECONDS": f"{settings.timeout_seconds:g}",
         ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": f"{settings.scrape_interval_seconds:g}",
         ENV_PREFIX + "PROMETHEUS": settings.prometheus_url or "",

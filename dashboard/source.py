@@ -35,7 +35,10 @@ ALLOCATION_KEYS: tuple[str, ...] = (
 POD_DEVICE_KEYS: tuple[str, ...] = ("namespace", "pod", "container", "uuid", "mig_uuid")
 """The part of ALLOCATION_KEYS that identifies the allocation (the rest describes it)."""
 
-ACTIVITY_COLUMNS: tuple[str, ...] = (*ALLOCATION_KEYS, "idle_gpu_hours", "first_allocated", "last_busy")
+ACTIVITY_COLUMNS: tuple[str, ...] = (*ALLOCATION_KEYS, "wasted_gpu_hours", "first_allocated", "last_busy")
+
+DEVICE_METRICS = r"gpulens_(?:gpu|mig|probe|pod)_.+"
+"""Name pattern of the series the GPU page reads (device, MIG, probe and per-pod series)."""
 
 MAX_POINTS = 720
 """Most points a range series may have; longer windows get a coarser step."""
@@ -109,8 +112,11 @@ class MetricSource(Protocol):
         """Human-readable origin, e.g. ``Prometheus http://prom:9090``."""
         ...
 
-    def instant(self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None) -> pd.DataFrame:
-        """Newest value of every series of ``metric``; with ``by``, the sum by those labels."""
+    def instant(
+        self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """Newest value at ``end`` (Unix s; None = now) of every series of ``metric``; with ``by``,
+        the sum by those labels. Every method takes ``end`` the same way (an absolute range)."""
         ...
 
     def series(
@@ -121,27 +127,57 @@ class MetricSource(Protocol):
         window_s: float,
         step_s: float,
         by: Sequence[str] | None = None,
+        end: float | None = None,
     ) -> pd.DataFrame:
-        """Values over the last ``window_s`` seconds every ``step_s`` (bounded by MAX_POINTS)."""
+        """Values over the ``window_s`` seconds before ``end`` every ``step_s`` (bounded by MAX_POINTS)."""
         ...
 
     def increase(
-        self, metric: str, filters: Filters = NO_FILTERS, *, window_s: float, by: Sequence[str] | None = None
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
     ) -> pd.DataFrame:
-        """How much counter ``metric`` grew over the last ``window_s`` seconds (resets handled)."""
+        """How much counter ``metric`` grew over the ``window_s`` seconds before ``end`` (resets handled)."""
+        ...
+
+    def mean(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        """Mean of each series of gauge ``metric`` over the ``window_s`` seconds before ``end``."""
         ...
 
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, busy_threshold: float
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        """One row per allocated device seen in the window (ACTIVITY_COLUMNS).
+        """One row per allocated device seen in the window (ACTIVITY_COLUMNS), by the one
+        definition of dashboard/definitions.py.
 
-        ``idle_gpu_hours``: steps at which the device was allocated and its SM activity was below
-        ``busy_threshold``, times the step, in hours, split among the pods sharing the device by the
-        time-slicing replicas each holds.
-        ``first_allocated``: first step the allocation was seen; ``last_busy``: last step the
-        device's SM activity reached the threshold (NaN if never in the window); Unix seconds.
+        ``wasted_gpu_hours``: the container's wasted GPU-hours over the window (idle steps x its
+        share of the leaf x the leaf's GPU share x the step). ``first_allocated``: first step the
+        allocation was seen; ``last_busy``: last step its leaf was not idle (NaN if never in the
+        window); Unix seconds.
         """
+        ...
+
+    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+        """Every gpulens series that carries ``uuid`` (the physical GPU: its own series, its MIG
+        instances', its probes' and its allocations'), over the range, in one frame with a
+        ``metric`` column (raw values: counters are not differentiated)."""
+        ...
+
+    def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        """The idle verdict now per leaf: uuid, mig_uuid, sm_mean (mean SM activity over the
+        definition's window) and value (1 idle, 0 busy: in use, launch-bound included)."""
         ...
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:

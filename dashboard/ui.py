@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
@@ -35,7 +37,13 @@ RANGE_PARAM: dict[str, str] = {
     "7d": "Last 7 days",
 }
 """``?range=24h`` in the URL preselects the time range (bookmarkable views, the scale bench)."""
+ABSOLUTE = "Absolute range…"
 POINTS_PER_CHART = 240
+FILTER_PARAMS = ("cluster", "node", "instance", "namespace")
+"""Sidebar filters kept in the URL (``?node=gpu-3``), so a view can be shared."""
+RANGE_PARAMS = ("range", "from", "to")
+"""``range=1h``, or ``from``/``to`` as UTC ``YYYY-MM-DDTHH:MM`` for an absolute range."""
+_END_AWARE = {"instant", "series", "increase", "mean", "allocation_activity", "leaf_idle"}
 
 _CTX = "gpulens_ctx"
 
@@ -52,6 +60,20 @@ class PageContext:
     refresh_s: float | None
     source_error: str | None = None
     started: float = 0.0
+    end_s: float | None = None
+    """End of an absolute range (Unix s); None = a range ending now."""
+    nonce: int = 0
+    """Bumped by "Refresh now": part of every cache key, so the next run queries afresh."""
+
+    @property
+    def at(self) -> float:
+        """The range's end as Unix seconds (now for a relative range)."""
+        return time.time() if self.end_s is None else self.end_s
+
+    def link_params(self) -> dict[str, str]:
+        """The URL parameters of this view's range and filters, for links to other pages."""
+        out = {k: v for k, v in url_state().items() if k in (*RANGE_PARAMS, *FILTER_PARAMS)}
+        return out
 
 
 @st.cache_resource(show_spinner=False)
@@ -79,14 +101,26 @@ def source(cfg: DashboardSettings) -> MetricSource:
 
 
 @st.cache_data(ttl=10, show_spinner=False, max_entries=512)
-def _cached(key: str, method: str, args: tuple[Any, ...], kwargs: tuple[tuple[str, Any], ...], _src: Any) -> Any:
-    return getattr(_src, method)(*args, **dict(kwargs))
+def _cached(
+    key: str, nonce: int, method: str, args: tuple[Any, ...], kwargs: tuple[tuple[str, Any], ...], _src: Any
+) -> tuple[Any, float]:
+    return getattr(_src, method)(*args, **dict(kwargs)), time.time()
+
+
+_AS_OF = "gpulens_as_of"
 
 
 def fetch(ctx: PageContext, method: str, *args: Any, **kwargs: Any) -> Any:
     """``ctx.source.<method>(*args, **kwargs)`` through a short cache shared by all sessions
-    (10 s; Filters and lists hash by value); failures are never cached."""
-    result = _cached(ctx.settings.source_key, method, args, tuple(sorted(kwargs.items())), ctx.source)
+    (10 s; Filters and lists hash by value); failures are never cached. Range-aware methods get
+    the context's range end; the time each answer was fetched feeds the page's "data as of"."""
+    if method in _END_AWARE and "end" not in kwargs:
+        kwargs["end"] = ctx.end_s
+    result, fetched = _cached(
+        ctx.settings.source_key, ctx.nonce, method, args, tuple(sorted(kwargs.items())), ctx.source
+    )
+    seen = st.session_state.get(_AS_OF)
+    st.session_state[_AS_OF] = fetched if seen is None else min(seen, fetched)
     return result.copy() if isinstance(result, pd.DataFrame) else result
 
 
@@ -126,10 +160,20 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
 
     def run() -> None:
         started = time.perf_counter()
+        st.session_state[_AS_OF] = None
         for problem in ctx.source.problems():
             st.warning(f"exporter not answering: {problem}", icon=":material/warning:")
         body(ctx)
-        st.caption(f"gpulens · {ctx.source.description} · rendered in {time.perf_counter() - started:.2f} s")
+        as_of = st.session_state.get(_AS_OF)
+        shown = f"data as of {fmt_time(as_of)}" if as_of else "no data fetched"
+        span = (
+            f"{fmt_time(ctx.at - ctx.window_s)} – {fmt_time(ctx.at)}"
+            if ctx.end_s
+            else f"last {fmt_duration(ctx.window_s)}"
+        )
+        st.caption(
+            f"gpulens · {ctx.source.description} · {span} · {shown} · rendered in {time.perf_counter() - started:.2f} s"
+        )
 
     if ctx.refresh_s:
         st.fragment(run_every=ctx.refresh_s)(run)()
@@ -150,3 +194,129 @@ def fmt_duration(seconds: float) -> str:
     if m:
         return f"{m}m {sec:02d}s"
     return f"{sec}s"
+
+
+def fmt_time(ts: float) -> str:
+    """Unix seconds as ``2026-11-30 11:20:05 UTC``."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in binary units: ``80.0 GiB``; ``""`` for a missing value."""
+    if n != n:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_rate(bps: float) -> str:
+    """Bandwidth in decimal units as datasheets give it: ``3.38 TB/s``, ``55.1 GB/s``."""
+    if bps != bps:
+        return ""
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):
+        if abs(bps) >= scale:
+            return f"{bps / scale:.3g} {unit}" if unit == "TB/s" else f"{bps / scale:.1f} {unit}"
+    return f"{bps:.0f} B/s"
+
+
+def humanize_bytes(df: pd.DataFrame) -> pd.DataFrame:
+    """``*_bytes`` columns as ``GiB`` strings, ``*_bytes_per_second`` as ``GB/s``/``TB/s``."""
+    out = df.copy()
+    for c in out.columns:
+        if c.endswith("_bytes_per_second") or c == "bandwidth":
+            out[c] = [fmt_rate(float(v)) for v in out[c]]
+        elif c.endswith("_bytes"):
+            out[c] = [fmt_bytes(float(v)) for v in out[c]]
+    return out.rename(columns={c: c.removesuffix("_bytes") for c in out.columns if c.endswith("_bytes")})
+
+
+def node_column(df: pd.DataFrame) -> pd.DataFrame:
+    """Keep ``node`` and drop ``instance`` (a pod IP in Kubernetes) where a node label exists;
+    otherwise keep ``instance`` (exporters scraped without relabelling)."""
+    if "node" in df.columns and (df["node"].astype(str) != "").any():
+        return df.drop(columns=[c for c in ("instance",) if c in df.columns])
+    return df.drop(columns=[c for c in ("node",) if c in df.columns])
+
+
+GPU_LINK = "gpu_page"
+
+
+def gpu_url(uuid: str, mig_uuid: str = "", params: dict[str, str] | None = None) -> str:
+    """The GPU page's URL for a device, keeping the view's range and filters."""
+    q = {**(params or {}), "uuid": uuid, **({"mig_uuid": mig_uuid} if mig_uuid else {})}
+    return "gpu?" + urlencode(q)
+
+
+def linked(df: pd.DataFrame, ctx: PageContext | None = None) -> pd.DataFrame:
+    """``df`` with a first column linking each row's GPU (uuid, mig_uuid) to its GPU page."""
+    if "uuid" not in df.columns or df.empty:
+        return df
+    params = (ctx or context()).link_params()
+    mig = df["mig_uuid"] if "mig_uuid" in df.columns else pd.Series([""] * len(df), index=df.index)
+    urls = [gpu_url(str(u), str(m), params) if u else "" for u, m in zip(df["uuid"], mig, strict=True)]
+    return df.assign(**{GPU_LINK: urls})[[GPU_LINK, *df.columns]]
+
+
+COLUMN_CONFIG: dict[str, Any] = {
+    GPU_LINK: st.column_config.LinkColumn("GPU", display_text="open", help="the GPU's page: every metric over time"),
+    "sm_active": st.column_config.NumberColumn("SM active", format="percent"),
+}
+"""Column settings shared by the tables that name a GPU."""
+
+
+def url_state() -> dict[str, str]:
+    """The range and filters as URL parameters, as set by the sidebar in this run."""
+    state: dict[str, str] = st.session_state.get("gpulens_url", {})
+    return dict(state)
+
+
+def set_url_state(params: dict[str, str]) -> None:
+    """Remember ``params`` and write them to the address bar, keeping page-own parameters."""
+    st.session_state["gpulens_url"] = dict(params)
+    for key in (*RANGE_PARAMS, *FILTER_PARAMS):
+        value = params.get(key)
+        if value:
+            if st.query_params.get(key) != value:
+                st.query_params[key] = value
+        elif key in st.query_params:
+            del st.query_params[key]
+
+
+PAGES: dict[str, Any] = {}
+"""url path -> st.Page, registered by app.py each run (for st.switch_page)."""
+
+
+def open_selected_gpu(event: Any) -> None:
+    """Open the GPU page for the first point selected on a chart whose points carry
+    ``custom_data=[uuid, mig_uuid]``; nothing when no point is selected."""
+    points = list(((event or {}).get("selection") or {}).get("points") or [])
+    if not points or "gpu" not in PAGES:
+        return
+    data = points[0].get("customdata") or []
+    if not data or not data[0]:
+        return
+    params = {**context().link_params(), "uuid": str(data[0])}
+    if len(data) > 1 and data[1]:
+        params["mig_uuid"] = str(data[1])
+    st.switch_page(PAGES["gpu"], query_params=params)
+
+
+def gpu_picker(info: pd.DataFrame, key: str) -> None:
+    """A "open a GPU's page" chooser under a chart of many GPUs (node and index from gpulens_gpu_info)."""
+    if info.empty or "gpu" not in PAGES:
+        return
+    g = info.copy()
+    for c in ("uuid", "gpu", "node", "instance"):
+        if c not in g.columns:
+            g[c] = ""
+    g = g.assign(where=g["node"].where(g["node"] != "", g["instance"]), _i=pd.to_numeric(g["gpu"], errors="coerce"))
+    g = g.sort_values(["where", "_i"])
+    labels = {u: f"{w} GPU {i}" for u, w, i in zip(g["uuid"], g["where"], g["gpu"], strict=True)}
+    c1, c2 = st.columns([3, 1])
+    uuid = c1.selectbox("Open a GPU's page", list(labels), format_func=lambda u: labels[u], key=key, index=None)
+    if uuid:
+        c2.page_link(PAGES["gpu"], label="Open", icon=":material/open_in_new:",
+                     query_params={**context().link_params(), "uuid": uuid})  # fmt: skip

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -18,6 +18,7 @@ from exporter import __version__
 from exporter.backends.base import GpuBackend
 from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
+from exporter.model import Snapshot
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 from exporter.server import MetricsServer
 from exporter.webconfig import WebConfigError, load_web_config
@@ -59,18 +60,29 @@ def setup_logging(fmt: str, level: str) -> None:
     root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper(), logging.INFO)))
 
 
+class NoGpuError(RuntimeError):
+    """``--backend nvml`` (the default) and NVML cannot be used: the process must not serve."""
+
+
 def make_backend(cfg: ExporterConfig) -> GpuBackend:
-    """The configured backend; ``auto`` takes NVML when a driver loads, else the simulator."""
+    """The configured backend: ``nvml`` fails loudly without a working driver, ``sim`` is the
+    simulated fleet, ``auto`` (demos only) takes NVML when a driver loads, else the simulator."""
     if cfg.backend in ("nvml", "auto"):
         from exporter.backends.nvml import NvmlBackend
 
         nvml = NvmlBackend()
-        if cfg.backend == "nvml":
-            return nvml
         probe = nvml.sample()
         if probe.up:
             return nvml
         nvml.close()
+        if cfg.backend == "nvml":
+            # Never serve fake or empty data in production: the kubelet shows the crash loop and
+            # restarts the pod, which is the retry once the driver is there.
+            raise NoGpuError(
+                f"--backend nvml: cannot read the GPUs ({probe.error}); check that the NVIDIA driver "
+                "is mounted (NVIDIA runtime, NVIDIA_VISIBLE_DEVICES=all). --backend sim serves a "
+                "simulated fleet on purpose."
+            )
         log.warning("no NVIDIA driver answered (%s): serving the SIMULATED fleet", probe.error)
     from exporter.backends.sim import SimFaults, SimulatedBackend
 
@@ -118,7 +130,10 @@ def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | No
         # The simulated fleet shows probe results within seconds of the demo starting.
         first_delay_seconds=5.0 if backend.name == "sim" else 60.0,
     )
-    runner = SimulatedProbeRunner() if backend.name == "sim" else None
+    # One slow GPU in a simulated fleet, not one per node: GPU 7 of the h200x8 scenario; the other
+    # scenarios' idle GPUs probe healthy, so the slow one has healthy peers of its model to compare with.
+    slow = 7 if cfg.sim_scenario == "h200x8" else None
+    runner = SimulatedProbeRunner(degraded_gpu_index=slow) if backend.name == "sim" else None
     return ProbeScheduler(options, runner=runner)
 
 
@@ -133,8 +148,20 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         probes=make_probes(cfg, backend),
     )
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(sampler.latest, version=__version__, backend=backend.name, include_age=False))
-    return sampler, CachedExposition(registry, sampler.latest), backend
+    checks: dict[str, Callable[[Snapshot], bool]] = {}
+    tails: list[Callable[[Snapshot, bool], bytes]] = []
+    if cfg.compat_dcgm:
+        from exporter.compat_dcgm import DcgmCompatRenderer, default_hostname
+
+        compat = DcgmCompatRenderer(default_hostname(cfg.node_name))
+        checks["compat_dcgm"] = compat.ok
+        tails.append(compat.text)
+    registry.register(
+        SnapshotCollector(
+            sampler.latest, version=__version__, backend=backend.name, include_age=False, render_checks=checks
+        )
+    )
+    return sampler, CachedExposition(registry, sampler.latest, tails=tails), backend
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # e.g. unknown scenario or fault spec
         sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
         return 2
+    except NoGpuError as exc:
+        sys.stderr.write(f"gpulens-exporter: error: {exc}\n")
+        return 1
     try:
         server = MetricsServer(
             cfg.listen_address,

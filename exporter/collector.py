@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -20,7 +20,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporter import metrics as cat
-from exporter.model import BOUNDNESS_CLASSES, GpuSample, LeafSample, Snapshot
+from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES, GpuSample, LeafSample, Snapshot
 from exporter.negotiate import exposition_accept
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families)
         f.add("gpulens_mig_instance_info", lab, 1.0)
     f.add("gpulens_gpu_memory_used_bytes", lab, leaf.memory_used_bytes)
     f.add("gpulens_gpu_memory_total_bytes", lab, leaf.memory_total_bytes)
-    f.add("gpulens_gpu_compute_processes", lab, float(len(leaf.processes)))
+    f.add("gpulens_gpu_compute_processes", lab, float(len(leaf.tenants)))
     gpm = leaf.gpm
     if gpm is not None:
         f.add("gpulens_gpu_sm_active_ratio", lab, gpm.sm_active)
@@ -174,10 +174,14 @@ def _render_leaf(snap: Snapshot, gpu: GpuSample, leaf: LeafSample, f: _Families)
     analysis = snap.analysis.get(leaf.leaf_id)
     if analysis is None:
         return
+    f.add("gpulens_gpu_busy_ratio", lab, analysis.busy_ratio)
+    f.add("gpulens_gpu_busy_seconds_total", lab, analysis.busy_seconds)
     f.add("gpulens_gpu_sm_active_seconds_total", lab, analysis.sm_active_seconds)
     f.add("gpulens_gpu_tensor_active_seconds_total", lab, analysis.tensor_active_seconds)
     f.add("gpulens_gpu_dram_active_seconds_total", lab, analysis.dram_active_seconds)
     f.add("gpulens_gpu_analysis_info", (*lab, analysis.signals), 1.0)
+    if analysis.sharing_mode is not None:
+        f.add("gpulens_gpu_sharing_info", (*lab, analysis.sharing_mode), 1.0)
     if analysis.boundness is not None:
         for cls in BOUNDNESS_CLASSES:
             f.add("gpulens_gpu_boundness", (*lab, cls), 1.0 if cls == analysis.boundness else 0.0)
@@ -208,6 +212,11 @@ def _render_attribution(snap: Snapshot, f: _Families) -> None:
         lab = (u.pod.namespace, u.pod.pod, u.pod.container, u.uuid)
         f.add("gpulens_pod_gpu_memory_used_bytes", lab, u.memory_used_bytes)
         f.add("gpulens_pod_gpu_sm_share_ratio", lab, u.sm_share_ratio)
+    for pb in snap.pod_boundness:
+        p = pb.pod
+        for cls in POD_BOUNDNESS_CLASSES:
+            cls_lab = (p.namespace, p.pod, p.container, pb.uuid, pb.mig_uuid or "", cls)
+            f.add("gpulens_pod_gpu_boundness", cls_lab, 1.0 if cls == pb.boundness else 0.0)
     for uuid, n in sorted(attr.sharing_replicas.items()):
         f.add("gpulens_gpu_sharing_replicas", (uuid,), float(n))
     for uuid, n in sorted(attr.sharing_pods.items()):
@@ -219,13 +228,21 @@ def _render_attribution(snap: Snapshot, f: _Families) -> None:
 
 
 def _render_probes(snap: Snapshot, f: _Families) -> None:
+    # Probe results are keyed by the probed leaf's own UUID (the MIG UUID for an instance); the
+    # series carry the leaf labels every other leaf series has: gpu, the parent uuid, mig_uuid...
+    # A leaf the backend no longer lists keeps its UUID as uuid (its other labels empty).
+    leaves: dict[str, tuple[str, ...]] = {}
+    for gpu in snap.backend.gpus:
+        for leaf in gpu.leaves:
+            leaves[leaf.mig.mig_uuid if leaf.mig is not None else gpu.uuid] = _leaf_labels(gpu, leaf)
+        leaves.setdefault(gpu.uuid, (str(gpu.index), gpu.uuid, "", "", "", ""))
     for r in snap.probe_results:
-        lab = (r.uuid, r.probe)
+        lab = (*leaves.get(r.uuid, ("", r.uuid, "", "", "", "")), r.probe)
         f.add("gpulens_probe_bandwidth_bytes_per_second", lab, r.bandwidth_bytes_per_second)
         f.add("gpulens_probe_efficiency_ratio", lab, r.efficiency_ratio)
         f.add("gpulens_probe_last_success_timestamp_seconds", lab, r.last_success_timestamp)
     for (uuid, result), n in sorted(snap.probe_runs.items()):
-        f.add("gpulens_probe_runs_total", (uuid, result), float(n))
+        f.add("gpulens_probe_runs_total", (*leaves.get(uuid, ("", uuid, "", "", "", "")), result), float(n))
 
 
 class SnapshotCollector(Collector):
@@ -233,8 +250,11 @@ class SnapshotCollector(Collector):
 
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
-    Before the first snapshot only ``gpulens_up 0`` is exported.  With ``include_age=False`` the
-    output depends only on the snapshot, so ``CachedExposition`` can reuse it between scrapes.
+    Before the first snapshot only ``gpulens_up 0`` is exported.  ``render_checks`` (section ->
+    whether that block rendered for the snapshot) report blocks rendered elsewhere, such as the
+    DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
+    ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
+    reuse it between scrapes.
     """
 
     def __init__(
@@ -245,8 +265,10 @@ class SnapshotCollector(Collector):
         wall: Callable[[], float] = time.time,
         extra_families: Callable[[Snapshot, _Families], None] | None = None,
         include_age: bool = True,
+        render_checks: Mapping[str, Callable[[Snapshot], bool]] | None = None,
     ) -> None:
         self._include_age = include_age
+        self._render_checks = dict(render_checks or {})
         self._source = snapshot_source
         self._version = version
         self._backend = backend
@@ -281,6 +303,14 @@ class SnapshotCollector(Collector):
             except Exception:
                 log.exception("rendering %s failed", section)
                 failures[section] = True
+        # Blocks rendered outside this collector (``--compat.dcgm``, see CachedExposition) report
+        # their health here, like a section.
+        for section, check in self._render_checks.items():
+            try:
+                failures[section] = not check(snap)
+            except Exception:
+                log.exception("checking %s failed", section)
+                failures[section] = True
         _render_self(snap, f, now, self._version, self._backend)
         _render_stages(snap, f, {k: v for k, v in failures.items() if v})
         return list(f.emit())
@@ -292,7 +322,8 @@ class CachedExposition:
     A snapshot is immutable and changes once per interval, while Prometheus (HA pairs, several
     scrapers) may ask many times: only ``gpulens_snapshot_age_seconds`` differs between those
     scrapes, so it is appended per request.  ``registry`` must hold a ``SnapshotCollector`` with
-    ``include_age=False``.
+    ``include_age=False``.  ``tails`` add pre-encoded families after the registry's (called with the
+    snapshot and whether the format is OpenMetrics), e.g. the DCGM-compatible block.
     """
 
     def __init__(
@@ -300,7 +331,9 @@ class CachedExposition:
         registry: CollectorRegistry,
         snapshot_source: Callable[[], Snapshot | None],
         wall: Callable[[], float] = time.time,
+        tails: Sequence[Callable[[Snapshot, bool], bytes]] = (),
     ) -> None:
+        self._tails = tuple(tails)
         self._registry = registry
         self._source = snapshot_source
         self._wall = wall
@@ -321,13 +354,25 @@ class CachedExposition:
                 self._bodies = {}
             body = self._bodies.get(ctype)
             if body is None:
-                body = self._bodies[ctype] = encoder(self._registry)
+                body = self._bodies[ctype] = self._encode(encoder, ctype, snap)
         if snap is None:
             return body, ctype
-        spec = cat.spec("gpulens_snapshot_age_seconds")
-        age = max(0.0, self._wall() - snap.timestamp)
-        tail = (f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name} {age!r}\n").encode()
+        return self._with_tail(body, self._age_tail(snap)), ctype
+
+    def _encode(self, encoder: Callable[[CollectorRegistry], bytes], ctype: str, snap: Snapshot | None) -> bytes:
+        openmetrics = ctype.startswith("application/openmetrics-text")
+        # The tails render first so the registry's gpulens_stage_success sees their health.
+        extra = b"".join(tail(snap, openmetrics) for tail in self._tails) if snap is not None else b""
+        return self._with_tail(encoder(self._registry), extra)
+
+    @staticmethod
+    def _with_tail(body: bytes, tail: bytes) -> bytes:
         eof = b"# EOF\n"
         if body.endswith(eof):
-            return body[: -len(eof)] + tail + eof, ctype
-        return body + tail, ctype
+            return body[: -len(eof)] + tail + eof
+        return body + tail
+
+    def _age_tail(self, snap: Snapshot) -> bytes:
+        spec = cat.spec("gpulens_snapshot_age_seconds")
+        age = max(0.0, self._wall() - snap.timestamp)
+        return f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name} {age!r}\n".encode()

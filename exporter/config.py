@@ -1,4 +1,4 @@
-"""Exporter flags (DESIGN §9), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
+"""Exporter flags (docs/flags.md), each with a ``GPULENS_*`` environment twin, parsed into a frozen config.
 
 A bad flag or value exits with status 2 and a message naming the flag (or the environment variable).
 """
@@ -121,6 +121,8 @@ class ExporterConfig:
     probes_skip_allocated: bool
     log_format: str
     log_level: str
+    compat_dcgm: bool = False
+    """Also export dcgm-exporter's series (``--compat.dcgm``)."""
 
 
 def _ratio(text: str) -> float:
@@ -151,12 +153,18 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         "",
         "exporter-toolkit web config (TLS, mTLS, basic auth); empty serves plain HTTP.",
     ),
-    ("--backend", str, "auto", "GPU backend: nvml, sim, or auto (NVML if a driver loads, else sim)."),
+    (
+        "--backend",
+        str,
+        "nvml",
+        "GPU backend: nvml (exits 1 if the GPUs cannot be read), sim (the simulated fleet), or auto "
+        "(NVML if a driver loads, else sim; for demos).",
+    ),
     (
         "--sim.scenario",
         str,
         "h200x8",
-        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice.",
+        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice, mps.",
     ),
     ("--sim.seed", _seed, "0", "Seed of the simulated fleet."),
     ("--sim.faults", str, "", "Faults to inject into the simulator, e.g. 'lost=3;hang=30'."),
@@ -193,12 +201,17 @@ _CHOICES = {
     "backend": ("auto", "nvml", "sim"),
     "log_format": ("logfmt", "json"),
     "log_level": ("debug", "info", "warn", "error"),
-    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice"),
+    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice", "mps"),
 }
 _BOOLS: list[tuple[str, bool, str]] = [
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
     ("probes", True, "Run gated bandwidth probes in child processes."),
     ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
+    (
+        "compat.dcgm",
+        False,
+        "Also export dcgm-exporter's DCGM_FI_* series, units and labels (docs/dcgm-compat.md).",
+    ),
 ]
 
 
@@ -299,6 +312,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         probes_skip_allocated=ns.probes_skip_allocated,
         log_format=ns.log_format,
         log_level=ns.log_level,
+        compat_dcgm=ns.compat_dcgm,
     )
 
 

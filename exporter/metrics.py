@@ -148,6 +148,19 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Highest of the tensor/FP64/FP32/FP16 pipe activities (roofline y).",
         LEAF_LABELS,
     ),
+    _g(
+        "gpulens_gpu_busy_ratio",
+        "ratio",
+        "Busy ratio: fraction of time the leaf ran work (GPM graphics-engine activity; NVML GPU-Util "
+        "where GPM lacks it). The boundness class says what limits the leaf during this time.",
+        LEAF_LABELS,
+    ),
+    _c(
+        "gpulens_gpu_busy_seconds_total",
+        "seconds",
+        "Integral of gpulens_gpu_busy_ratio over time; rate() gives the exact busy ratio of any window.",
+        LEAF_LABELS,
+    ),
     _c(
         "gpulens_gpu_sm_active_seconds_total",
         "seconds",
@@ -172,7 +185,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_gpu_compute_processes",
         "",
-        "Compute processes running on the leaf.",
+        "Compute processes running work on the leaf (tenants; an MPS server is not counted).",
         LEAF_LABELS,
     ),
     # --- physical ----------------------------------------------------------------------
@@ -228,9 +241,21 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_gpu_boundness",
         "",
-        "What limits the leaf over the analysis window: exactly one class is 1 "
-        "(idle, launch, latency, memory, compute, mixed). Absent without GPM.",
+        "What limits the leaf while it works, over the analysis window: exactly one class is 1 "
+        "(idle, launch, latency, memory, compute, mixed). Absent without GPM. How much of the time "
+        "it works is gpulens_gpu_busy_ratio.",
         (*LEAF_LABELS, "class"),
+        "analysis",
+    ),
+    _g(
+        "gpulens_pod_gpu_boundness",
+        "",
+        "The container's class on a leaf it holds: exactly one class is 1 (idle, launch, latency, "
+        "memory, compute, mixed, shared). The leaf's class while the pod is its only holder or the "
+        "only pod with processes on it; shared when several pods run there (the leaf's class "
+        "describes none of them alone); idle for a pod with no process on a leaf others use. "
+        "Absent when the leaf has no class.",
+        (*POD_LABELS, "uuid", "mig_uuid", "class"),
         "analysis",
     ),
     _g(
@@ -258,8 +283,18 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "gpulens_pod_gpu_sm_share_ratio",
         "ratio",
-        "The container's share of SM time on the GPU over the last window (per-process utilisation).",
+        "The container's share of SM time on the GPU over the last window (per-process utilisation). "
+        "Absent under MPS: the driver reports per-process utilisation only for the MPS server, so it "
+        "cannot be split between the clients.",
         (*POD_LABELS, "uuid"),
+        "attribution",
+    ),
+    _g(
+        "gpulens_gpu_sharing_info",
+        "",
+        "How the leaf is shared, always 1: mode is exclusive, time-slicing (the device plugin "
+        "advertises replicas), mps (NVML lists an MPS server or MPS clients on it) or mig.",
+        (*LEAF_LABELS, "mode"),
         "attribution",
     ),
     _g(
@@ -304,22 +339,22 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "bytes",
         "Cached result of the last successful bandwidth probe (bytes/s); see "
         "gpulens_probe_last_success_timestamp_seconds for when it ran.",
-        ("uuid", "probe"),
+        (*LEAF_LABELS, "probe"),
         "probes",
     ),
     _g(
         "gpulens_probe_efficiency_ratio",
         "ratio",
         "Cached probe bandwidth divided by what a healthy GPU of this model reaches (probes/expected.py). "
-        "For a MIG instance, uuid is the MIG UUID.",
-        ("uuid", "probe"),
+        "Leaf labels as on every leaf series: uuid is the physical GPU, mig_uuid the probed MIG instance.",
+        (*LEAF_LABELS, "probe"),
         "probes",
     ),
     _g(
         "gpulens_probe_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the probe's last successful run.",
-        ("uuid", "probe"),
+        (*LEAF_LABELS, "probe"),
         "probes",
     ),
     _c(
@@ -327,7 +362,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "",
         "Probe runs by result (ok, skipped_busy, skipped_memory, skipped_allocated, "
         "skipped_exclusive, failed, timeout).",
-        ("uuid", "result"),
+        (*LEAF_LABELS, "result"),
         "probes",
     ),
 )

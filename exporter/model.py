@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed")
-"""The boundness state set, in the order it is rendered (DESIGN §4)."""
+"""The boundness state set of a leaf, in the order it is rendered (docs/boundness.md)."""
+
+SHARED_CLASS = "shared"
+"""A pod's class on a leaf where several pods run: the leaf's class describes none of them alone."""
+
+POD_BOUNDNESS_CLASSES: tuple[str, ...] = (*BOUNDNESS_CLASSES, SHARED_CLASS)
+"""Values of a pod's class (``gpulens_pod_gpu_boundness``, ``gpulens:pod_gpu_boundness:class``)."""
+
+UNKNOWN_TENANT: tuple[str, str] = ("", "")
+"""Tenant key of a process on a leaf that maps to no known pod (a host process, an unread cgroup)."""
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 
@@ -30,6 +39,9 @@ class GpmSample:
     fp32_active: float | None = None
     fp16_active: float | None = None
     dram_active: float | None = None
+    graphics_active: float | None = None
+    """Graphics-engine activity: fraction of the window a context ran work on the leaf (the busy
+    ratio; the duty cycle boundness is normalised by)."""
 
     def max_pipe_active(self) -> float | None:
         """Highest tensor/FP pipe activity (roofline y); ``None`` if no pipe is known."""
@@ -48,6 +60,13 @@ class ProcessSample:
     memory_util_ratio: float | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    mps_role: str | None = None
+    """``server`` (the MPS server process, not a tenant), ``client`` (an MPS client), or ``None``
+    (a process with its own context)."""
+
+
+MPS_SERVER = "server"
+MPS_CLIENT = "client"
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,8 @@ class LeafSample:
     mig: MigInstance | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    """Memory the driver reserves (NVML memory info v2); ``None`` with v1, whose ``used`` includes it."""
     utilization_ratio: float | None = None
     """NVML "GPU-Util" (time one or more kernels ran); NVML offers it only for whole GPUs."""
     gpm: GpmSample | None = None
@@ -81,6 +102,16 @@ class LeafSample:
     def leaf_id(self) -> str:
         """Stable key of this leaf: the MIG UUID for MIG instances, else the GPU UUID."""
         return self.mig.mig_uuid if self.mig is not None else self.uuid
+
+    @property
+    def tenants(self) -> tuple[ProcessSample, ...]:
+        """Processes that run work for somebody: every process but the MPS server."""
+        return tuple(p for p in self.processes if p.mps_role != MPS_SERVER)
+
+    @property
+    def mps(self) -> bool:
+        """True while MPS serves this leaf (an MPS server or MPS clients are listed on it)."""
+        return any(p.mps_role is not None for p in self.processes)
 
 
 @dataclass(frozen=True)
@@ -219,6 +250,10 @@ class Attribution:
     """Reason -> count of device IDs that matched no known GPU (cumulative)."""
     podresources_last_success_timestamp: float | None = None
     """Unix time (s) of the last successful kubelet refresh (``gpulens_podresources_last_success…``)."""
+    leaf_tenants: Mapping[str, frozenset[tuple[str, str]]] | None = None
+    """Leaf id -> (namespace, pod) of every pod with compute processes on it (``UNKNOWN_TENANT``
+    for a process that maps to no pod); a leaf with no process is absent.  ``None`` when processes
+    cannot be mapped to pods this cycle (no PID source, or it failed)."""
     allocation_conflicts: int = 0
     """Exclusive devices (no replica) currently listed under more than one pod; all holders are
     shown.  Non-zero when an old kubelet still lists a finished pod and the API phase is unknown."""
@@ -233,11 +268,28 @@ class LeafAnalysis:
     """One of BOUNDNESS_CLASSES, or ``None`` when there is no GPM to classify with."""
     signals: str = "gpm"
     """Which signals the class came from: ``gpm`` or ``nvml`` (no class)."""
+    busy_ratio: float | None = None
+    """This cycle's busy ratio (GPM graphics-engine activity, else NVML GPU-Util): the duty cycle
+    the class is normalised by."""
+    busy_seconds: float | None = None
+    sharing_mode: str | None = None
+    """``exclusive``, ``time-slicing``, ``mps`` or ``mig`` (exporter/analysis/sharing.py)."""
     sm_active_seconds: float | None = None
     tensor_active_seconds: float | None = None
     dram_active_seconds: float | None = None
     energy_joules: float | None = None
     """Monotonic energy counter (physical GPUs only)."""
+
+
+@dataclass(frozen=True)
+class PodBoundness:
+    """A container's class on one leaf it holds (``gpulens_pod_gpu_boundness``)."""
+
+    pod: PodRef
+    uuid: str
+    mig_uuid: str | None
+    boundness: str
+    """One of POD_BOUNDNESS_CLASSES."""
 
 
 @dataclass(frozen=True)
@@ -262,8 +314,12 @@ class Snapshot:
     analysis: Mapping[str, LeafAnalysis] = field(default_factory=lambda: MappingProxyType({}))
     """leaf_id -> derived signals."""
     attribution: Attribution | None = None
+    pod_boundness: tuple[PodBoundness, ...] = ()
+    """Per allocated container and leaf: its class (exporter/analysis/pod_class.py)."""
     xid_totals: Mapping[tuple[str, int], int] = field(default_factory=lambda: MappingProxyType({}))
     """(GPU uuid, xid) -> events seen since the exporter started."""
+    xid_last: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """GPU uuid -> the most recent Xid code seen since the exporter started (absent: none yet)."""
     nvml_errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """NVML error code -> errors seen since start (``gpulens_nvml_errors_total``)."""
     probe_results: tuple[ProbeResult, ...] = ()

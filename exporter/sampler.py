@@ -18,13 +18,17 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
+from exporter.analysis.boundness import busy_signal
 from exporter.analysis.counters import ActivityIntegrator, EventCounter, MonotonicCounter
+from exporter.analysis.pod_class import pod_boundness
+from exporter.analysis.sharing import sharing_mode
 from exporter.backends.base import GpuBackend
 from exporter.model import (
     Attribution,
     BackendSample,
     GpmSample,
     LeafAnalysis,
+    PodBoundness,
     ProbeResult,
     Snapshot,
     StageResult,
@@ -110,6 +114,7 @@ class Sampler:
         self._integrals = ActivityIntegrator()
         self._energy = MonotonicCounter()
         self._xid: EventCounter[tuple[str, int]] = EventCounter()
+        self._xid_last: dict[str, int] = {}
         self._nvml_errors: EventCounter[str] = EventCounter()
         self._cycles = 0
 
@@ -180,8 +185,10 @@ class Sampler:
 
         t0 = time.perf_counter()
         analysis: Mapping[str, LeafAnalysis] = MappingProxyType({})
+        pod_classes: tuple[PodBoundness, ...] = ()
         try:
-            analysis = MappingProxyType(self._analyse(sample, now))
+            analysis = MappingProxyType(self._analyse(sample, now, attribution))
+            pod_classes = pod_boundness(attribution, analysis)
             stages.append(StageResult("analysis", True, time.perf_counter() - t0))
         except Exception:
             log.exception("analysis failed")
@@ -193,7 +200,9 @@ class Sampler:
             stages=tuple(stages),
             analysis=analysis,
             attribution=attribution,
+            pod_boundness=pod_classes,
             xid_totals=MappingProxyType(self._xid.totals()),
+            xid_last=MappingProxyType(dict(self._xid_last)),
             nvml_errors=MappingProxyType(self._nvml_errors.totals()),
         )
         snapshot = self._with_probes(snapshot)
@@ -224,13 +233,14 @@ class Sampler:
         self._nvml_errors.add_all(sample.errors)
         return sample
 
-    def _analyse(self, sample: BackendSample, now: float) -> dict[str, LeafAnalysis]:
+    def _analyse(self, sample: BackendSample, now: float, attribution: Attribution | None) -> dict[str, LeafAnalysis]:
         out: dict[str, LeafAnalysis] = {}
         live_leaves: set[str] = set()
         live_gpus: set[str] = set()
         for gpu in sample.gpus:
             for xid in gpu.xid_events:
                 self._xid.add((gpu.uuid, xid))
+                self._xid_last[gpu.uuid] = xid
             if not gpu.up:
                 continue
             live_gpus.add(gpu.uuid)
@@ -239,14 +249,15 @@ class Sampler:
                 leaf_id = leaf.leaf_id
                 live_leaves.add(leaf_id)
                 gpm = leaf.gpm
-                sm = tensor = dram = None
-                if gpm is not None:
-                    sm, tensor, dram = self._integrals.add(
-                        leaf_id, gpm.window_seconds, gpm.sm_active, gpm.tensor_active, gpm.dram_active
-                    )
                 util = leaf.utilization_ratio
                 if util is None and leaf.mig is None:
                     util = gpu.utilization_ratio
+                busy = busy_signal(gpm, util) if gpm is not None else None
+                sm = tensor = dram = busy_s = None
+                if gpm is not None:
+                    sm, tensor, dram, busy_s = self._integrals.add(
+                        leaf_id, gpm.window_seconds, gpm.sm_active, gpm.tensor_active, gpm.dram_active, busy
+                    )
                 boundness: str | None = None
                 if self._classifier is not None:
                     boundness = self._classifier.observe(leaf_id, gpm, util, bool(leaf.processes), now)
@@ -254,6 +265,9 @@ class Sampler:
                     leaf_id=leaf_id,
                     boundness=boundness,
                     signals="gpm" if gpm is not None else "nvml",
+                    busy_ratio=busy,
+                    busy_seconds=busy_s,
+                    sharing_mode=sharing_mode(leaf, attribution),
                     sm_active_seconds=sm,
                     tensor_active_seconds=tensor,
                     dram_active_seconds=dram,

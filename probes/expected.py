@@ -26,7 +26,7 @@ PCIE_GEN5_X16_THEORETICAL = 16 * 32e9 * (128 / 130) / 8
 PCIE_GEN5_X16_ACHIEVABLE = 55.0e9
 """Pinned host<->device copy on an H200 (gen 5 x16), measured with this probe: H2D 55.0e9,
 D2H 55.1e9 B/s (24 MiB; torch 256 MiB in the same run: 55.4e9 / 55.3e9); an earlier H200
-machine gave 53.6e9 / 54.2e9 (FACTS-H200.md)."""
+machine gave 53.6e9 / 54.2e9 (docs/h200-facts.md)."""
 
 PCIE_GEN4_X16_THEORETICAL = PCIE_GEN5_X16_THEORETICAL / 2
 PCIE_GEN4_X16_ACHIEVABLE = PCIE_GEN5_X16_ACHIEVABLE / 2

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Device run for boundness (issue 3): six loads, one at a time, under the real exporter.
+"""Device run for boundness: loads one after another under the real exporter, on GPU 0.
 
-For each load a child process runs it (torch) while this script records GPM over 1 s windows with
-raw pynvml, feeds the trace through exporter.analysis.boundness, and reads the class the exporter
-(``python3 -m exporter --backend nvml``) exports on /metrics each second.  It prints
-``workload | expected class | exported class | seconds to settle`` and writes the traces (JSON
-lines, the test fixtures' format) under --out.  Needs: an NVIDIA GPU with GPM, pynvml, torch.
+Each load runs in one or two child processes (torch) while this script records GPM over 1 s
+windows with raw pynvml, feeds the trace through exporter.analysis.boundness, and reads the class
+and busy ratio the exporter (``python3 -m exporter --backend nvml``) exports on /metrics each
+second.  Two-phase loads (copy then GEMM, copy then nothing, ...) switch when this script tells
+the child to, and their per-second class trace is printed.  It prints ``workload | expected |
+exported | seconds to settle | busy`` and writes the traces (JSON lines, the test fixtures'
+format) under --out.  Needs: an NVIDIA GPU with GPM, pynvml, torch.
 
-    python3 scripts/gpu_boundness.py --out "$OUT"              # all loads, 30 s each
+    python3 scripts/gpu_boundness.py --out "$OUT"              # every load
+    python3 scripts/gpu_boundness.py --out "$OUT" --loads d2d_copy stalled_gemm
     python3 scripts/gpu_boundness.py --make-fixtures RUN_DIR   # traces -> tests/fixtures/gpm_traces
     python3 scripts/gpu_boundness.py --child bf16_gemm         # (internal) run one load
 """
@@ -15,7 +18,6 @@ lines, the test fixtures' format) under --out.  Needs: an NVIDIA GPU with GPM, p
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import re
@@ -24,6 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +37,46 @@ from exporter.analysis.boundness import BoundnessClassifier  # noqa: E402
 from exporter.model import GpmSample  # noqa: E402
 
 GIB = 1 << 30
-LOADS: tuple[tuple[str, str], ...] = (
-    ("nothing", "idle"),
-    ("d2d_copy", "memory"),
-    ("bf16_gemm", "compute"),
-    ("tiny_kernels", "launch"),
-    ("fp32_gemm_no_tf32", "compute"),
-    ("hold_40gib", "idle"),
+
+
+@dataclass(frozen=True)
+class Load:
+    """One row of the run: child processes started together, and the class expected per phase.
+
+    A two-phase load switches from its first to its second phase when the parent tells every
+    child to (a line on its stdin); ``transit`` lists the classes allowed in between besides the
+    two phases' own (the memory -> compute step may show ``mixed`` for up to one window).
+    """
+
+    name: str
+    children: tuple[str, ...]
+    expected: tuple[str, ...]
+    transit: frozenset[str] = frozenset()
+
+    @property
+    def final(self) -> str:
+        return self.expected[-1]
+
+
+LOADS: tuple[Load, ...] = (
+    Load("nothing", (), ("idle",)),
+    Load("d2d_copy", ("d2d_copy",), ("memory",)),
+    Load("bf16_gemm", ("bf16_gemm",), ("compute",)),
+    Load("tiny_kernels", ("tiny_kernels",), ("launch",)),
+    Load("fp32_gemm_no_tf32", ("fp32_gemm_no_tf32",), ("compute",)),
+    Load("hold_40gib", ("hold_40gib",), ("idle",)),
+    # Two tenants time-sliced on one GPU, both flat out: memory half the time, tensor the other.
+    Load("copy_and_gemm_timesliced", ("d2d_copy", "bf16_gemm"), ("mixed",)),
+    # A GEMM job that waits on its input half the time (0.5 s of GEMMs, then 0.5 s of nothing).
+    Load("stalled_gemm", ("stalled_gemm",), ("compute",)),
+    Load("copy_then_idle", ("copy_then_idle",), ("memory", "idle")),
+    Load("copy_then_gemm", ("copy_then_gemm",), ("memory", "compute"), frozenset({"mixed"})),
+    # Further loads of the same kinds, to check the classifier is right for the reason.
+    Load("copy_and_fp32_timesliced", ("d2d_copy", "fp32_gemm_no_tf32"), ("mixed",)),
+    Load("stalled_copy_slow", ("stalled_copy_slow",), ("memory",)),
+    Load("gemm_then_copy", ("gemm_then_copy",), ("compute", "memory"), frozenset({"mixed"})),
+    Load("gemm_then_idle", ("gemm_then_idle",), ("compute", "idle")),
+    Load("copy_and_copy_timesliced", ("d2d_copy", "d2d_copy"), ("memory",)),
 )
 GPM_FIELDS = (
     ("sm_active", "NVML_GPM_METRIC_SM_UTIL"),
@@ -50,62 +86,121 @@ GPM_FIELDS = (
     ("fp32", "NVML_GPM_METRIC_FP32_UTIL"),
     ("fp16", "NVML_GPM_METRIC_FP16_UTIL"),
     ("dram", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
-    # Not used by the classifier (not in GpmSample): recorded to study duty-cycle normalisation.
+    # The busy ratio: fraction of time a context ran work on the GPU.
     ("graphics_util", "NVML_GPM_METRIC_GRAPHICS_UTIL"),
 )
-_BOUNDNESS_LINE = re.compile(r'^gpulens_gpu_boundness\{(?=[^}]*gpu="0")[^}]*class="(\w+)"[^}]*\}\s+1(\.0)?\s*$')
+_SERIES = re.compile(r'^(gpulens_gpu_boundness|gpulens_gpu_busy_ratio)\{(?=[^}]*gpu="0")([^}]*)\}\s+(\S+)\s*$')
+_CLASS = re.compile(r'class="(\w+)"')
 
 
 # --- child: one load ----------------------------------------------------------------------------
 
 
-def run_child(load: str) -> None:
-    """Run one load until killed; print ``ready`` once it is in its steady loop."""
+def _steps(kind: str) -> Any:
+    """(step function, stop-after-sync) for one steady loop kind; allocates its tensors."""
     import torch
 
     dev = torch.device("cuda")
-    step: Any
-    if load == "d2d_copy":
+    if kind == "copy":
         src = torch.empty(2 * GIB // 4, dtype=torch.float32, device=dev).fill_(1.0)
         dst = torch.empty_like(src)
-
-        def step() -> None:
-            dst.copy_(src)
-    elif load == "bf16_gemm":
+        return lambda: dst.copy_(src)
+    if kind == "bf16":
         a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
         b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
         c = torch.empty_like(a)
-
-        def step() -> None:
-            torch.matmul(a, b, out=c)
-    elif load == "fp32_gemm_no_tf32":
+        return lambda: torch.matmul(a, b, out=c)
+    if kind == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         a = torch.randn(4096, 4096, dtype=torch.float32, device=dev)
         b = torch.randn(4096, 4096, dtype=torch.float32, device=dev)
         c = torch.empty_like(a)
-
-        def step() -> None:
-            torch.matmul(a, b, out=c)
-    elif load == "tiny_kernels":
+        return lambda: torch.matmul(a, b, out=c)
+    if kind == "tiny":
         x = torch.zeros(1024, dtype=torch.float32, device=dev)
 
-        def step() -> None:
+        def tiny() -> None:
             for _ in range(1000):  # back to back, never synchronised
                 x.add_(1.0)
-    elif load == "hold_40gib":
-        held = torch.empty(40 * GIB, dtype=torch.uint8, device=dev)
-        held.zero_()
 
-        def step() -> None:
-            time.sleep(0.5)
-    else:
+        return tiny
+    if kind == "idle":
+        return lambda: time.sleep(0.2)
+    raise SystemExit(f"unknown step kind {kind}")
+
+
+def _duty(step: Any, on: float, period: float) -> Any:
+    """A step that works ``on`` seconds of every ``period`` and waits the rest (a stalled input)."""
+    import torch
+
+    def stalled() -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < on:
+            step()
+            torch.cuda.synchronize()
+        time.sleep(max(0.0, period - (time.monotonic() - t0)))
+
+    return stalled
+
+
+CHILD_PHASES: dict[str, tuple[str, ...]] = {
+    "d2d_copy": ("copy",),
+    "bf16_gemm": ("bf16",),
+    "fp32_gemm_no_tf32": ("fp32",),
+    "tiny_kernels": ("tiny",),
+    "hold_40gib": ("idle",),
+    "stalled_gemm": ("bf16@0.5/1",),
+    "stalled_copy_slow": ("copy@2/4",),
+    "copy_then_idle": ("copy", "idle"),
+    "copy_then_gemm": ("copy", "bf16"),
+    "gemm_then_copy": ("bf16", "copy"),
+    "gemm_then_idle": ("bf16", "idle"),
+}
+
+
+def run_child(load: str) -> None:
+    """Run one child kind until killed; print ``ready`` once in its steady loop, ``switched`` after
+    moving to its second phase (on a line from the parent)."""
+    import torch
+
+    if load not in CHILD_PHASES:
         raise SystemExit(f"unknown load {load}")
-    for _ in range(3):
-        step()
+    held = None
+    if load == "hold_40gib":
+        held = torch.empty(40 * GIB, dtype=torch.uint8, device="cuda")
+        held.zero_()
+    steps = []
+    for phase in CHILD_PHASES[load]:
+        kind, _, duty = phase.partition("@")
+        step = _steps(kind)
+        if duty:
+            on, period = (float(x) for x in duty.split("/"))
+            step = _duty(step, on, period)
+        steps.append((kind, step))
+    for kind, step in steps:  # warm both phases before the first one is timed
+        if kind != "idle":
+            for _ in range(3):
+                step()
     torch.cuda.synchronize()
+    switch = threading.Event()
+
+    def wait_switch() -> None:
+        for line in sys.stdin:
+            if line.strip() == "next":
+                switch.set()
+                return
+
+    threading.Thread(target=wait_switch, daemon=True).start()
     print("ready", flush=True)
+    step = steps[0][1]
+    announced = False
     while True:  # the parent kills this process; a full launch queue just blocks the loop
+        if switch.is_set() and not announced and len(steps) > 1:
+            torch.cuda.synchronize()
+            step = steps[1][1]
+            announced = True
+            print("switched", flush=True)
         step()
 
 
@@ -129,6 +224,7 @@ class GpmRecorder:
         self.cur = pynvml.nvmlGpmSampleAlloc()
         pynvml.nvmlGpmSampleGet(self.handle, self.prev)
         self.prev_t = time.monotonic()
+        self.last_proc_ts = 0
 
     def read(self) -> dict[str, Any]:
         nv = self.nv
@@ -151,23 +247,36 @@ class GpmRecorder:
         row["nvml_util"] = nv.nvmlDeviceGetUtilizationRates(self.handle).gpu / 100.0
         row["has_processes"] = bool(nv.nvmlDeviceGetComputeRunningProcesses(self.handle))
         row["memory_used_bytes"] = nv.nvmlDeviceGetMemoryInfo(self.handle).used
+        try:  # per-process SM utilisation (the pods' shares on a time-sliced GPU come from it)
+            samples = nv.nvmlDeviceGetProcessUtilization(self.handle, self.last_proc_ts)
+            row["process_sm_util"] = {str(x.pid): x.smUtil / 100.0 for x in samples}
+            self.last_proc_ts = max([self.last_proc_ts, *(x.timeStamp for x in samples)])
+        except nv.NVMLError:
+            row["process_sm_util"] = {}
         self.prev, self.cur = self.cur, self.prev
         self.prev_t = now
         return row
 
 
-def scrape_class(url: str) -> tuple[str | None, str]:
-    """The class the exporter exports for GPU 0 (MIG off), or None, plus a short error."""
+def scrape(url: str) -> tuple[str | None, float | None, str]:
+    """The class and busy ratio the exporter exports for GPU 0 (MIG off), plus a short error."""
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
             text = resp.read().decode()
     except OSError as exc:
-        return None, type(exc).__name__
+        return None, None, type(exc).__name__
+    cls: str | None = None
+    busy: float | None = None
     for line in text.splitlines():
-        m = _BOUNDNESS_LINE.match(line)
-        if m:
-            return m.group(1), ""
-    return None, "no boundness series"
+        m = _SERIES.match(line)
+        if not m:
+            continue
+        if m.group(1) == "gpulens_gpu_busy_ratio":
+            busy = float(m.group(3))
+        elif float(m.group(3)) == 1.0:
+            c = _CLASS.search(m.group(2))
+            cls = c.group(1) if c else None
+    return cls, busy, "" if cls is not None else "no boundness series"
 
 
 def start_exporter(port: int, window: float, log_path: Path) -> subprocess.Popen[bytes] | None:
@@ -215,11 +324,11 @@ def _version(dist: str) -> str:
         return "?"
 
 
-def settle(rows: list[dict[str, Any]], key: str, ready_t: float, expected: str) -> float | None:
-    """Seconds from ``ready_t`` until rows[key] == expected for the rest of the load."""
+def settle(rows: list[dict[str, Any]], key: str, ready_t: float, expected: str, until: float) -> float | None:
+    """Seconds from ``ready_t`` until rows[key] == expected for the rest of [ready_t, until)."""
     settled: float | None = None
     for r in rows:
-        if r["t"] < ready_t:
+        if r["t"] < ready_t or r["t"] >= until:
             continue
         if r.get(key) == expected:
             if settled is None:
@@ -227,6 +336,56 @@ def settle(rows: list[dict[str, Any]], key: str, ready_t: float, expected: str) 
         else:
             settled = None
     return settled
+
+
+def _spawn(kind: str) -> tuple[subprocess.Popen[str], list[float], list[float]]:
+    """Start one child; its ``ready`` and ``switched`` times land in the two lists."""
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--child", kind],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ready: list[float] = []
+    switched: list[float] = []
+
+    def watch() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            word = line.strip()
+            if word == "ready":
+                ready.append(time.monotonic())
+            elif word == "switched":
+                switched.append(time.monotonic())
+
+    threading.Thread(target=watch, daemon=True).start()
+    return child, ready, switched
+
+
+def _phase_summary(
+    load: Load, rows: list[dict[str, Any]], key: str, bounds: list[tuple[float, float]], window: float
+) -> dict[str, Any]:
+    """Per phase: settle time and the classes seen from the phase start to its settle point."""
+    phases = []
+    for i, ((start, end), expected) in enumerate(zip(bounds, load.expected, strict=True)):
+        s = settle(rows, key, start, expected, end)
+        seen = [r.get(key) for r in rows if start <= r["t"] < end]
+        before = seen[: int(s)] if s is not None else seen
+        allowed = {expected, *load.transit} | ({load.expected[i - 1]} if i else set())
+        if i == 0 and load.name != "nothing":
+            allowed |= {"idle", "latency", "launch", "compute", "memory", "mixed"}  # from the previous load
+        wrong = sorted({c for c in before if c not in allowed and c is not None})
+        phases.append(
+            {
+                "expected": expected,
+                "settle_s": s,
+                "ok": s is not None and s <= 2 * window and (i == 0 or not wrong),
+                "wrong_in_transit": wrong if i else [],
+                "transit_classes": sorted({c for c in before if c is not None}),
+                "mixed_s": sum(1 for c in before if c == "mixed"),
+            }
+        )
+    return {"phases": phases}
 
 
 def run_parent(args: argparse.Namespace) -> int:
@@ -237,38 +396,26 @@ def run_parent(args: argparse.Namespace) -> int:
     url = f"http://127.0.0.1:{args.port}/metrics"
     clf = BoundnessClassifier(window_seconds=args.window)
     print(f"GPU 0: {rec.name}; exporter {'running' if exporter else 'NOT running (in-script class only)'}")
-    loads = [x for x in LOADS if not args.loads or x[0] in args.loads]
+    loads = [x for x in LOADS if not args.loads or x.name in args.loads]
     results: list[dict[str, Any]] = []
     traces = open(out / "traces.jsonl", "w")  # noqa: SIM115
     time.sleep(1.0)
     rec.read()  # align the first window
+    key = "exported_class" if exporter else "in_script_class"
     try:
-        for load, expected in loads:
-            child = None
-            ready: list[float] = []
+        for load in loads:
             t_spawn = time.monotonic()
-            if load != "nothing":
-                child = subprocess.Popen(
-                    [sys.executable, str(Path(__file__).resolve()), "--child", load],
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-
-                def wait_ready(p: subprocess.Popen[str] = child, got: list[float] = ready) -> None:
-                    assert p.stdout is not None
-                    for line in p.stdout:
-                        if line.strip() == "ready":
-                            got.append(time.monotonic())
-                            return
-
-                threading.Thread(target=wait_ready, daemon=True).start()
-            else:
-                ready.append(t_spawn)
+            children = [_spawn(kind) for kind in load.children]
+            two_phase = len(load.expected) > 1
             rows: list[dict[str, Any]] = []
+            ready_t: float | None = t_spawn if not children else None
+            next_sent: float | None = None
             next_tick = time.monotonic() + 1.0
             while True:
                 time.sleep(max(0.0, next_tick - time.monotonic()))
                 next_tick += 1.0
+                if ready_t is None and all(r for _, r, _ in children):
+                    ready_t = max(r[0] for _, r, _ in children)
                 row = rec.read()
                 gpm = GpmSample(
                     window_seconds=row["window_s"],
@@ -279,50 +426,86 @@ def run_parent(args: argparse.Namespace) -> int:
                     fp32_active=row["fp32"],
                     fp16_active=row["fp16"],
                     dram_active=row["dram"],
+                    graphics_active=row["graphics_util"],
                 )
                 row["in_script_class"] = clf.observe("gpu0", gpm, row["nvml_util"], row["has_processes"], row["t"])
-                row["exported_class"], err = scrape_class(url) if exporter else (None, "no exporter")
+                if exporter:
+                    row["exported_class"], row["exported_busy"], err = scrape(url)
+                else:
+                    row["exported_class"], row["exported_busy"], err = None, None, "no exporter"
                 if err:
                     row["scrape_error"] = err
-                row["load"] = load
-                row["phase"] = "run" if ready and row["t"] >= ready[0] else "warmup"
+                row["load"] = load.name
+                if ready_t is None or row["t"] < ready_t:
+                    row["phase"] = "warmup"
+                elif next_sent is None or row["t"] < next_sent:
+                    row["phase"] = "run"
+                else:
+                    row["phase"] = "second"
                 rows.append(row)
                 traces.write(json.dumps(row) + "\n")
                 traces.flush()
-                if ready and row["t"] >= ready[0] + args.seconds:
+                if ready_t is None:
+                    if row["t"] - t_spawn > 120 or any(c.poll() is not None for c, _, _ in children):
+                        print(f"{load.name}: a child never became ready", flush=True)
+                        break
+                    continue
+                if two_phase and next_sent is None and row["t"] >= ready_t + args.seconds:
+                    for c, _, _ in children:
+                        assert c.stdin is not None
+                        c.stdin.write("next\n")
+                        c.stdin.flush()
+                    next_sent = time.monotonic()
+                    continue
+                end_at = (next_sent if next_sent is not None else ready_t) + args.seconds
+                if (not two_phase or next_sent is not None) and row["t"] >= end_at:
                     break
-                if not ready and row["t"] - t_spawn > 120:
-                    print(f"{load}: child never became ready", flush=True)
-                    break
-                if child is not None and child.poll() is not None and not ready:
-                    print(f"{load}: child exited rc={child.returncode}", flush=True)
-                    break
-            if child is not None:
-                child.kill()
-                child.wait()
-            ready_t = ready[0] if ready else float("inf")
-            run_rows = [r for r in rows if r["t"] >= ready_t]
-            key = "exported_class" if exporter else "in_script_class"
+            for c, _, _ in children:
+                c.kill()
+                c.wait()
+            if ready_t is None:
+                results.append({"load": load.name, "expected": load.final, "exported": None, "ok": False})
+                continue
+            switched = [sw[0] for _, _, sw in children if sw]
+            switch_t = max(switched) if switched else next_sent
+            bounds = [(ready_t, switch_t if switch_t is not None else float("inf"))]
+            if two_phase and switch_t is not None:
+                bounds.append((switch_t, float("inf")))
+            summary = _phase_summary(load, rows, key, bounds, args.window)
+            last = [r for r in rows if r["t"] >= bounds[-1][0]][-10:]
+            busy = [r["exported_busy"] for r in last if r.get("exported_busy") is not None]
+            gr = [r["graphics_util"] for r in last if r.get("graphics_util") is not None]
             res = {
-                "load": load,
-                "expected": expected,
-                "exported": run_rows[-1].get(key) if run_rows else None,
-                "in_script": run_rows[-1].get("in_script_class") if run_rows else None,
-                "settle_s": settle(rows, key, ready_t, expected),
-                "settle_in_script_s": settle(rows, "in_script_class", ready_t, expected),
-                "warmup_s": round(ready_t - t_spawn, 2) if ready else None,
-                "ready_t": round(ready_t, 4) if ready else None,
-                "changes_after_settle": 0,
+                "load": load.name,
+                "expected": "->".join(load.expected),
+                "exported": rows[-1].get(key),
+                "in_script": rows[-1].get("in_script_class"),
+                "ok": all(p["ok"] for p in summary["phases"]) and rows[-1].get(key) == load.final,
+                "settle_s": [p["settle_s"] for p in summary["phases"]],
+                "phases": summary["phases"],
+                "busy_last10": round(sum(busy) / len(busy), 3) if busy else None,
+                "graphics_last10": round(sum(gr) / len(gr), 3) if gr else None,
+                "warmup_s": round(ready_t - t_spawn, 2),
+                "ready_t": round(ready_t, 4),
+                "switch_t": round(switch_t, 4) if switch_t is not None else None,
                 "source": "exporter" if exporter else "in-script classifier (exporter not running)",
+                "last10s_means": {
+                    f: round(sum(r[f] or 0.0 for r in last) / max(1, len(last)), 4)
+                    for f in ("sm_active", "sm_occupancy", "tensor", "fp32", "dram", "nvml_util", "graphics_util")
+                },
             }
-            if res["settle_s"] is not None:
-                tail = [r.get(key) for r in run_rows if r["t"] - ready_t >= res["settle_s"]]
-                res["changes_after_settle"] = sum(1 for a, b in itertools.pairwise(tail) if a != b)
-            means = {
-                f: round(sum(r[f] or 0.0 for r in run_rows[-10:]) / max(1, len(run_rows[-10:])), 4)
-                for f in ("sm_active", "sm_occupancy", "tensor", "fp32", "dram", "nvml_util")
-            }
-            res["last10s_means"] = means
+            if len(load.children) > 1:
+                shares = [r.get("process_sm_util", {}) for r in last]
+                res["process_sm_util_last10"] = {
+                    pid: round(sum(s.get(pid, 0.0) for s in shares) / len(shares), 3)
+                    for pid in sorted({p for s in shares for p in s})
+                }
+            if two_phase:
+                res["trace"] = [
+                    (round(r["t"] - bounds[-1][0], 1), r.get(key), r.get("exported_busy"))
+                    for r in rows
+                    if bounds[-1][0] - 3 <= r["t"]
+                ]
             results.append(res)
             print(json.dumps(res), flush=True)
     finally:
@@ -333,28 +516,33 @@ def run_parent(args: argparse.Namespace) -> int:
                 exporter.wait(10)
             except subprocess.TimeoutExpired:
                 exporter.kill()
-    ok = all(
-        r["exported"] == r["expected"] and r["settle_s"] is not None and r["settle_s"] <= 2 * args.window
-        for r in results
-    )
+    ok = all(r["ok"] for r in results)
     lines = [
         f"GPU: {rec.name}, driver {rec.driver}, nvidia-ml-py {_version('nvidia-ml-py')}, torch {_version('torch')}",
-        f"window {args.window:g} s, GPM 1 s; class source: {results[0]['source'] if results else '-'}",
+        f"window {args.window:g} s, GPM 1 s; class source: {results[0].get('source', '-') if results else '-'}",
         "",
-        "| workload | expected class | exported class | seconds to settle | in-script class (settle s) "
-        "| last-10 s means sm / dram / max pipe / GPU-Util |",
-        "|---|---|---|---|---|---|",
+        "| workload | expected | exported | seconds to settle (per phase) | classes in transit | busy ratio "
+        "| last-10 s means sm / dram / max pipe / GPM graphics |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        m = r["last10s_means"]
-        s = "never" if r["settle_s"] is None else f"{r['settle_s']:.1f}"
-        si = "never" if r["settle_in_script_s"] is None else f"{r['settle_in_script_s']:.1f}"
+        m = r.get("last10s_means", {})
+        settles = " / ".join("never" if x is None else f"{x:.1f}" for x in r.get("settle_s", []))
+        transit = " / ".join(",".join(p["transit_classes"]) for p in r.get("phases", [])[1:]) or "-"
         lines.append(
-            f"| {r['load']} | {r['expected']} | {r['exported']} | {s} | {r['in_script']} ({si}) | "
-            f"{m['sm_active']:.4f} / {m['dram']:.3f} / {max(m['tensor'], m['fp32']):.3f} / {m['nvml_util']:.2f} |"
+            f"| {r['load']} | {r['expected']} | {r['exported']} | {settles} | {transit} | {r.get('busy_last10')} | "
+            f"{m.get('sm_active', 0):.4f} / {m.get('dram', 0):.3f} / {max(m.get('tensor', 0), m.get('fp32', 0)):.3f}"
+            f" / {m.get('graphics_util', 0):.3f} |"
         )
     lines.append("")
-    lines.append(f"every row matches within two windows: {'YES' if ok else 'NO'}")
+    for r in results:
+        if "trace" in r:
+            lines.append(f"{r['load']}, per second from the switch (s, class, busy):")
+            lines.append("  " + " ".join(f"{t:g}:{c}:{b}" for t, c, b in r["trace"]))
+        if "process_sm_util_last10" in r:
+            lines.append(f"{r['load']}: NVML per-process SM util, last 10 s: {r['process_sm_util_last10']}")
+    lines.append("")
+    lines.append(f"every row right within two windows, no wrong class in a transition: {'YES' if ok else 'NO'}")
     table = "\n".join(lines)
     print(table)
     (out / "table.md").write_text(table + "\n")
@@ -371,23 +559,26 @@ def make_fixtures(src: Path, dest: Path) -> int:
     summary = {r["load"]: r for r in json.loads((src / "summary.json").read_text())}
     dest.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, Any] = {}
-    for order, (load, expected) in enumerate(LOADS):
-        mine = [r for r in rows if r["load"] == load]
-        if not mine or load not in summary:
+    for order, load in enumerate(LOADS):
+        mine = [r for r in rows if r["load"] == load.name]
+        res = summary.get(load.name)
+        if not mine or res is None or res.get("ready_t") is None:
             continue
-        keep = (*FIXTURE_KEYS, "has_processes", "graphics_util", "exported_class")
+        keep = (*FIXTURE_KEYS, "has_processes", "graphics_util", "exported_class", "exported_busy", "phase")
         t0 = mine[0]["t"]
-        with open(dest / f"{load}.jsonl", "w") as f:
+        with open(dest / f"{load.name}.jsonl", "w") as f:
             for r in mine:
                 out = {k: r.get(k) for k in keep}
                 out["t"] = round(r["t"] - t0, 4)  # seconds since this load's recording began
                 f.write(json.dumps(out) + "\n")
-        manifest[load] = {
-            "file": f"{load}.jsonl",
+        manifest[load.name] = {
+            "file": f"{load.name}.jsonl",
             "order": order,
-            "expected": expected,
-            "load_started_s": round(summary[load]["ready_t"] - t0, 3),
-            "exported_settle_s": summary[load]["settle_s"],
+            "processes": len(load.children),
+            "expected": list(load.expected),
+            "load_started_s": round(res["ready_t"] - t0, 3),
+            "switch_s": round(res["switch_t"] - t0, 3) if res.get("switch_t") is not None else None,
+            "exported_settle_s": res["settle_s"],
         }
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"wrote {len(manifest)} traces to {dest}")
@@ -398,10 +589,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT", "boundness-out"))
-    ap.add_argument("--seconds", type=float, default=30.0, help="run time of each load after warm-up")
+    ap.add_argument("--seconds", type=float, default=30.0, help="run time of each load (of each phase) after warm-up")
     ap.add_argument("--window", type=float, default=10.0, help="classifier window (s)")
     ap.add_argument("--port", type=int, default=9445)
-    ap.add_argument("--loads", nargs="*", help="subset of: " + " ".join(n for n, _ in LOADS))
+    ap.add_argument("--loads", nargs="*", help="subset of: " + " ".join(x.name for x in LOADS))
     ap.add_argument("--make-fixtures", metavar="RUN_DIR", help="turn a run's output into test fixtures")
     ap.add_argument("--fixtures-dir", default=str(ROOT / "tests" / "fixtures" / "gpm_traces"))
     args = ap.parse_args()

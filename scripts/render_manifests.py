@@ -1,6 +1,7 @@
 """Render the Helm chart into the plain manifests under deploy/manifests/ (for kubectl users).
 
-Also copies the canonical rules file into the chart. ``--check`` renders in memory and exits 1
+Also copies the canonical rules file into the chart, and builds the Grafana dashboard
+(scripts/grafana_dashboard.py) into deploy/grafana/ and the chart. ``--check`` renders in memory and exits 1
 when the checked-in files drifted from the chart. Rendering uses Helm's own engine through the
 ``helm-python-sdk`` package (libhelm_c), offline, with no helm binary.
 """
@@ -19,6 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "gpulens"
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 CHART_RULES = CHART / "files" / "gpulens.rules.yml"
+GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"
+CHART_GRAFANA = CHART / "files" / "gpulens-grafana-dashboard.json"
 MANIFESTS = REPO / "deploy" / "manifests"
 RELEASE = "gpulens"
 NAMESPACE = "gpulens"
@@ -29,6 +32,7 @@ KIND_ORDER = [
     "PriorityClass",
     "ServiceAccount",
     "Secret",
+    "ConfigMap",
     "ClusterRole",
     "ClusterRoleBinding",
     "Service",
@@ -94,9 +98,22 @@ def manifests() -> dict[str, str]:
     return {"gpulens.yaml": join(core), "gpulens-prometheus-operator.yaml": join(operator)}
 
 
+def grafana_dashboard() -> str:
+    """deploy/grafana/gpulens.json as scripts/grafana_dashboard.py builds it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("grafana_dashboard", REPO / "scripts" / "grafana_dashboard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up while it loads
+    spec.loader.exec_module(sys.modules[spec.name])
+    return str(sys.modules[spec.name].render())
+
+
 def expected_files() -> dict[Path, str]:
     """Every generated file and the content it must have."""
-    files = {CHART_RULES: RULES.read_text()}
+    dashboard = grafana_dashboard()
+    files = {CHART_RULES: RULES.read_text(), GRAFANA: dashboard, CHART_GRAFANA: dashboard}
     files.update({MANIFESTS / name: text for name, text in manifests().items()})
     return files
 
@@ -106,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if the files are out of date")
     args = parser.parse_args(argv)
-    # The chart embeds the rules file, so sync it before rendering.
+    # The chart embeds the rules file and the Grafana dashboard, so sync them before rendering.
     if not args.check:
         CHART_RULES.write_text(RULES.read_text())
+        GRAFANA.parent.mkdir(parents=True, exist_ok=True)
+        dashboard = grafana_dashboard()
+        GRAFANA.write_text(dashboard)
+        CHART_GRAFANA.write_text(dashboard)
     stale = 0
     for path, text in expected_files().items():
         current = path.read_text() if path.exists() else ""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs everything the tests need on a fresh Debian machine
-# (Prometheus, Chromium, uv, the Python deps), then runs lint, types and the whole pytest suite.
+# (Prometheus, Chromium, the container tools, uv, the Python deps), then runs lint, types and the
+# whole pytest suite, which builds the images with scripts/image.sh and runs them under podman.
 # Exits non-zero if anything fails (pytest's "no tests collected" included). Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,9 @@ cd "$(dirname "$0")/.."
 need=()
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 command -v chromium >/dev/null || need+=(chromium)
+# Images (tests/test_image.py): mmdebstrap + buildah build them, podman + runc + slirp4netns run them.
+for tool in mmdebstrap buildah podman runc slirp4netns; do command -v "$tool" >/dev/null || need+=("$tool"); done
+[ -x /usr/bin/newuidmap ] || need+=(uidmap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "+ apt-get install ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -92,9 +92,10 @@ CASES = [
         "oversized MIG slice",
         usage(mig_profile="3g.71gb", memory_peak_bytes=10 * GIB, sm_active_p95=0.2, sm_active_mean=0.15,
               dram_active_p95=0.1, boundness={"latency": 0.9, "idle": 0.1}, device_hours_idle=16.8),
-        Action.MIG, "1g.18gb", WEEK * (0.5 - 1 / 7),
-        "20 % of a 3/7 slice is 8.6 % of the GPU; x 1.1 fits 1/7; its 3g.71gb takes half the GPU (4 of 8 "
-        "memory slices), a 1g.18gb one seventh",
+        Action.MIG, "1g.18gb", WEEK * 3 / 7 * (1 - (1 / 7) / 0.5),
+        "20 % of a 3/7 slice is 8.6 % of the GPU; x 1.1 fits 1/7. It held 3/7 of a GPU in GPU-hours (compute "
+        "slices, the one weighting of dashboard/definitions.py); its 3g.71gb takes half the GPU from others (4 of "
+        "8 memory slices), a 1g.18gb one seventh, so 1 - (1/7)/(1/2) of those hours are saved",
     ),
     Case(
         "launch-bound pod looks idle by SM activity but is not",

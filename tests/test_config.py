@@ -13,7 +13,7 @@ from exporter.config import env_name, parse_bytes, parse_config, parse_duration
 def test_defaults_follow_the_design() -> None:
     cfg = parse_config([], env={})
     assert cfg.listen_address == ":9445"
-    assert cfg.backend == "auto"
+    assert cfg.backend == "nvml"
     assert cfg.collect_interval == 1.0
     assert cfg.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.probes is True

@@ -13,7 +13,7 @@ from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_expo
 from tests.support.net import free_port
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
-PAGES = ["views/efficiency.py", "views/workloads.py", "views/sharing.py", "views/health.py"]
+PAGES = ["views/efficiency.py", "views/workloads.py", "views/sharing.py", "views/health.py", "views/gpu.py"]
 
 
 @pytest.fixture()
@@ -44,7 +44,7 @@ def _render_all(at: AppTest) -> dict[str, str]:
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert not at.error, (page, [e.value for e in at.error])
-        assert at.title[0].value == Path(page).stem.capitalize()
+        assert at.title[0].value.lower().replace("-", "") == Path(page).stem
         assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
         seen[Path(page).stem] = _texts(at)
     return seen
@@ -65,9 +65,12 @@ def test_fleet_counts_from_prometheus(dashboard_env: pytest.MonkeyPatch) -> None
         dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
         at = AppTest.from_file(APP, default_timeout=60).run()
     metrics = {m.label: m.value for m in at.metric}
-    # h200x8 fixture: 8 GPUs, 6 with a pod; SM active >= 5 % on GPUs 0-3
-    assert metrics["GPUs"] == "8"
-    assert metrics["Busy (SM active ≥ 5%)"] == "4"
+    # h200x8 fixture: 8 GPUs, 7 with a pod; in use (not idle by the rules' definition): GPUs 0-3
+    # (SMs busy), 4 (launch-bound) and 6 (SMs 4.7 % active); allocated and idle: GPU 5
+    assert metrics["Devices"] == "8"
+    assert metrics["Allocated"] == "7"
+    assert metrics["In use"] == "6"
+    assert metrics["Allocated but idle"] == "1"
 
 
 def test_every_page_renders_from_direct_scrape(dashboard_env: pytest.MonkeyPatch) -> None:
@@ -77,7 +80,7 @@ def test_every_page_renders_from_direct_scrape(dashboard_env: pytest.MonkeyPatch
         texts = _render_all(at)
         metrics = {m.label: m.value for m in AppTest.from_file(APP, default_timeout=60).run().metric}
     assert "direct scrape of 3 exporter(s)" in texts["fleet"]
-    assert metrics["GPUs"] == "24"
+    assert metrics["Devices"] == "40", "whole GPUs plus MIG instances, a GPU in MIG mode counted as its instances"
     assert "MIG slices: no data" not in texts["sharing"]
     assert "time-sliced GPUs: no data" not in texts["sharing"]
 

@@ -7,10 +7,11 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import frames
+from dashboard import definitions, frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.promql import label_name, quote, selector
 from dashboard.scrape_source import ScrapeSource, instance_of, metrics_url, parse_exposition
@@ -185,33 +186,79 @@ def _alloc_rows(ts: list[float], pod: str, uuid: str, ns: str = "ml") -> list[di
     return [{"namespace": ns, "pod": pod, "container": "c", "uuid": uuid, "timestamp": t, "value": 1.0} for t in ts]
 
 
-def test_idle_gpu_hours_count_idle_steps_and_split_shared_gpus() -> None:
+def _idle_rows(verdicts: dict[str, list[bool]], ts: list[float]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"uuid": u, "mig_uuid": "", "timestamp": t, "sm_mean": 0.0, "idle": v}
+            for u, vs in verdicts.items()
+            for t, v in zip(ts, vs, strict=True)
+        ]
+    )
+
+
+def test_wasted_hours_count_idle_steps_split_shared_gpus_and_weigh_mig_slices() -> None:
     ts = [0.0, 900.0, 1800.0, 2700.0]
     alloc = frames.from_rows(
         _alloc_rows(ts, "p1", "GPU-A") + _alloc_rows(ts, "p2", "GPU-B") + _alloc_rows(ts, "p3", "GPU-B", "other"),
         time=True,
     )
-    sm = frames.from_rows(
-        [{"uuid": "GPU-A", "timestamp": t, "value": v} for t, v in zip(ts, [0.9, 0.0, 0.01, 0.0], strict=True)]
-        + [{"uuid": "GPU-B", "timestamp": t, "value": 0.0} for t in ts],
-        time=True,
-    )
-    # GPU-C: p4 holds two time-slicing replicas, p5 one
+    # GPU-C: p4 holds two time-slicing replicas, p5 one; MIG-m: a 3g.71gb instance of GPU-M
     replicas = [
         {"namespace": "ml", "pod": pod, "container": "c", "uuid": "GPU-C", "replica": r, "timestamp": t, "value": 1}
         for pod, r in (("p4", "0"), ("p4", "1"), ("p5", "2"))
         for t in ts
     ]
-    alloc = pd.concat([alloc, frames.from_rows(replicas, time=True)], ignore_index=True).fillna("")
-    sm = pd.concat([sm, frames.from_rows([{"uuid": "GPU-C", "timestamp": t, "value": 0.0} for t in ts], time=True)])
-    act = frames.activity_from_series(alloc, sm, step_s=900, busy_threshold=0.05).set_index("pod")
-    assert act.loc["p1", "idle_gpu_hours"] == pytest.approx(3 * 0.25)
-    assert act.loc["p2", "idle_gpu_hours"] == pytest.approx(4 * 0.25 / 2)
-    assert act.loc["p4", "idle_gpu_hours"] == pytest.approx(1.0 * 2 / 3)
-    assert act.loc["p5", "idle_gpu_hours"] == pytest.approx(1.0 / 3)
+    mig = [{**r, "mig_uuid": "MIG-m"} for r in _alloc_rows(ts, "p6", "GPU-M")]
+    alloc = pd.concat(
+        [alloc, frames.from_rows(replicas, time=True), frames.from_rows(mig, time=True)], ignore_index=True
+    ).fillna("")
+    idle = _idle_rows({"GPU-A": [False, True, True, True], "GPU-B": [True] * 4, "GPU-C": [True] * 4}, ts)
+    idle = pd.concat([idle, _idle_rows({"GPU-M": [True] * 4}, ts).assign(mig_uuid="MIG-m")], ignore_index=True)
+    info = frames.from_rows(
+        [{"uuid": u, "name": "NVIDIA H200", "value": 1} for u in ("GPU-A", "GPU-B", "GPU-C", "GPU-M")]
+    )
+    mig_info = frames.from_rows([{"uuid": "GPU-M", "mig_uuid": "MIG-m", "mig_profile": "3g.71gb", "value": 1}])
+    keys = ("namespace", "pod", "container", "uuid", "mig_uuid")
+    act = definitions.wasted_from_series(
+        alloc, idle, definitions.gpu_shares(info, mig_info), keys=keys, step_s=900
+    ).set_index("pod")
+    assert act.loc["p1", "wasted_gpu_hours"] == pytest.approx(3 * 0.25)
+    assert act.loc["p2", "wasted_gpu_hours"] == pytest.approx(4 * 0.25 / 2)
+    assert act.loc["p4", "wasted_gpu_hours"] == pytest.approx(1.0 * 2 / 3)
+    assert act.loc["p5", "wasted_gpu_hours"] == pytest.approx(1.0 / 3)
+    assert act.loc["p6", "wasted_gpu_hours"] == pytest.approx(1.0 * 3 / 7)
     assert act.loc["p1", "last_busy"] == 0.0
     assert math.isnan(act.loc["p2", "last_busy"])
     assert act.loc["p1", "first_allocated"] == 0.0
+
+
+def test_leaf_idle_frame_is_the_rules_definition() -> None:
+    """SM mean < 1 % over 5 m and no kernels: GPU-Util >= 5 % or the launch class keep a GPU busy."""
+    ts = np.arange(0.0, 601.0, 10.0)
+
+    def raw(metric_rows: list[tuple[str, float]]) -> pd.DataFrame:
+        return frames.from_rows(
+            [{"uuid": u, "timestamp": t, "value": v} for u, v in metric_rows for t in ts], time=True
+        )
+
+    sm = raw([("GPU-idle", 0.0), ("GPU-busy", 0.5), ("GPU-launch", 0.001), ("GPU-util", 0.002), ("GPU-edge", 0.01)])
+    util = raw([("GPU-idle", 0.0), ("GPU-busy", 0.9), ("GPU-launch", 0.0), ("GPU-util", 0.05), ("GPU-edge", 0.0)])
+    launch = frames.from_rows(
+        [{"uuid": "GPU-launch", "class": "launch", "timestamp": t, "value": 1.0 if t == 500 else 0.0} for t in ts],
+        time=True,
+    )
+    out = definitions.leaf_idle_frame(sm, pd.DataFrame(), util, launch, np.array([600.0]), fresh_s=15.0)
+    verdict = dict(zip(out["uuid"], out["idle"], strict=True))
+    assert verdict == {
+        "GPU-idle": True,
+        "GPU-busy": False,
+        "GPU-launch": False,  # launch-bound is in use, not idle
+        "GPU-util": False,  # GPU-Util at the threshold (inclusive) means kernels ran
+        "GPU-edge": False,  # SM active at the threshold is not below it
+    }
+    # a leaf whose series went stale drops out, as the rules' "and x" makes it
+    stale = definitions.leaf_idle_frame(sm, pd.DataFrame(), util, launch, np.array([700.0]), fresh_s=15.0)
+    assert stale.empty
 
 
 def test_idle_allocations_say_who_and_for_how_long() -> None:
@@ -228,7 +275,9 @@ def test_idle_allocations_say_who_and_for_how_long() -> None:
             {"namespace": "ml", "pod": "p2", "container": "c", "uuid": "GPU-B", "value": 1.0},
         ]
     )
-    sm = frames.from_rows([{"uuid": "GPU-A", "value": 0.0}, {"uuid": "GPU-B", "value": 0.7}])
+    idle_now = frames.from_rows(
+        [{"uuid": "GPU-A", "sm_mean": 0.0, "value": 1.0}, {"uuid": "GPU-B", "sm_mean": 0.7, "value": 0.0}]
+    )
     act = frames.from_rows(
         [
             {
@@ -242,33 +291,35 @@ def test_idle_allocations_say_who_and_for_how_long() -> None:
             }
         ]
     )
-    idle = frames.idle_allocations(alloc, sm, act, now=10000.0, window_s=10000.0, busy_threshold=0.05)
+    idle = frames.idle_allocations(alloc, idle_now, act, now=10000.0, window_s=10000.0)
     assert idle["pod"].tolist() == ["p1"]
     assert idle.loc[0, "idle_seconds"] == pytest.approx(3600.0)
     assert idle.loc[0, "workload"] == "Job/j"
     assert not idle.loc[0, "idle_at_least"]
 
 
-def test_fleet_counts_use_sm_activity_not_gpu_util() -> None:
+def test_fleet_counts_devices_by_the_one_idle_definition() -> None:
     clock = _Clock()
     src = _scraper({"http://a:1/metrics": [H200]}, clock)
     src.scrape_once()
     counts = frames.fleet_counts(
         src.instant("gpulens_gpu_info"),
+        src.instant("gpulens_mig_instance_info"),
         src.instant("gpulens_pod_gpu_allocation"),
-        src.instant("gpulens_gpu_sm_active_ratio"),
-        0.05,
+        src.leaf_idle(),
     )
-    # fixture: GPUs 0-3 run kernels with SMs active; GPU 4 is launch-bound (GPU-Util high, SM ~0)
-    assert counts == {"gpus": 8, "allocated": 7, "busy": 4, "allocated_idle": 3}
+    # fixture: GPUs 0-3 run kernels with SMs active; GPU 4 is launch-bound (GPU-Util high, SM ~0):
+    # in use, not idle, as in the rules; GPU 6 has SMs 4.7 % active: in use (the old 5 % threshold
+    # called it idle); GPU 5 is the one allocated idle device, GPU 7 is unallocated
+    assert counts == {"gpus": 8, "devices": 8, "allocated": 7, "in_use": 6, "allocated_idle": 1}
 
 
-def test_waste_costs_weight_mig_slices_and_use_model_prices() -> None:
+def test_waste_by_namespace_sums_wasted_hours_and_prices_them_by_model() -> None:
     act = frames.from_rows(
         [
-            {"namespace": "a", "pod": "p1", "uuid": "GPU-1", "idle_gpu_hours": 2.0, "value": 0},
-            {"namespace": "a", "pod": "p2", "uuid": "GPU-2", "mig_uuid": "MIG-x", "idle_gpu_hours": 7.0, "value": 0},
-            {"namespace": "b", "pod": "p3", "uuid": "GPU-3", "idle_gpu_hours": 1.0, "value": 0},
+            {"namespace": "a", "pod": "p1", "uuid": "GPU-1", "wasted_gpu_hours": 2.0, "value": 0},
+            {"namespace": "a", "pod": "p2", "uuid": "GPU-2", "mig_uuid": "MIG-x", "wasted_gpu_hours": 3.0, "value": 0},
+            {"namespace": "b", "pod": "p3", "uuid": "GPU-3", "wasted_gpu_hours": 1.0, "value": 0},
         ]
     )
     info = frames.from_rows(
@@ -278,8 +329,7 @@ def test_waste_costs_weight_mig_slices_and_use_model_prices() -> None:
             {"uuid": "GPU-3", "name": "Tesla T4", "value": 1},
         ]
     )
-    mig = frames.from_rows([{"uuid": "GPU-2", "mig_uuid": "MIG-x", "mig_profile": "3g.71gb", "value": 1}])
-    waste = frames.waste_by_namespace(act, info, mig, {"H200": 4.0}).set_index("namespace")
+    waste = frames.waste_by_namespace(act, info, {"H200": 4.0}).set_index("namespace")
     assert waste.loc["a", "gpu_hours"] == pytest.approx(2.0 + 3.0)
     assert waste.loc["a", "cost_usd"] == pytest.approx(20.0)
     assert math.isnan(waste.loc["b", "cost_usd"]), "no price for T4: unknown, not $0"
@@ -287,17 +337,41 @@ def test_waste_costs_weight_mig_slices_and_use_model_prices() -> None:
     assert frames.price_for("Tesla T4", {"A100": 1.0, "*": 2.0}) == 2.0
 
 
-def test_probe_comparison_against_the_fleet_median() -> None:
+def test_probe_comparison_flags_the_slow_gpu_against_healthy_peers() -> None:
+    effs = [0.97, 0.99, 0.98, 0.80]  # GPU-3 exactly at the threshold: slow (inclusive)
     bw = frames.from_rows(
-        [{"uuid": f"GPU-{i}", "probe": "hbm_copy", "value": v} for i, v in enumerate([4.0e12, 4.1e12, 3.2e12])]
+        [{"uuid": f"GPU-{i}", "gpu": str(i), "probe": "hbm_copy", "value": e * 4.2e12} for i, e in enumerate(effs)]
     )
     eff = frames.from_rows(
-        [{"uuid": f"GPU-{i}", "probe": "hbm_copy", "value": v} for i, v in enumerate([0.97, 0.99, 0.77])]
+        [{"uuid": f"GPU-{i}", "gpu": str(i), "probe": "hbm_copy", "value": e} for i, e in enumerate(effs)]
     )
-    info = frames.from_rows([{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "value": 1} for i in range(3)])
+    info = frames.from_rows([{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "value": 1} for i in range(4)])
     out = frames.probe_comparison(eff, bw, info).set_index("uuid")
-    assert out.loc["GPU-2", "vs_fleet"] == pytest.approx(3.2 / 4.0)
-    assert out.loc["GPU-0", "vs_fleet"] == pytest.approx(1.0)
+    # the reference is the healthy peers' median (0.98), not a median over the probed set with itself in it
+    assert out.loc["GPU-3", "vs_peers"] == pytest.approx(0.80 / 0.98)
+    assert out.loc["GPU-0", "vs_peers"] == pytest.approx(0.97 / 0.985)
+    assert out["slow"].tolist() == [True, False, False, False] and out.index[0] == "GPU-3"
+    # only the slow GPU probed (the others are busy): no peer to compare with, still slow by efficiency
+    alone = frames.probe_comparison(eff[eff["uuid"] == "GPU-3"], bw[bw["uuid"] == "GPU-3"], info)
+    assert alone["slow"].tolist() == [True] and math.isnan(alone.loc[0, "vs_peers"])
+    # MIG instances are compared with instances of the same profile only
+    mig_eff = frames.from_rows(
+        [
+            {"uuid": "GPU-0", "mig_uuid": "MIG-a", "probe": "hbm_copy", "value": 0.95},
+            {"uuid": "GPU-0", "mig_uuid": "MIG-b", "probe": "hbm_copy", "value": 0.70},
+            {"uuid": "GPU-1", "mig_uuid": "MIG-c", "probe": "hbm_copy", "value": 0.90},
+        ]
+    )
+    mig_info = frames.from_rows(
+        [
+            {"uuid": "GPU-0", "mig_uuid": "MIG-a", "mig_profile": "1g.18gb", "value": 1},
+            {"uuid": "GPU-0", "mig_uuid": "MIG-b", "mig_profile": "1g.18gb", "value": 1},
+            {"uuid": "GPU-1", "mig_uuid": "MIG-c", "mig_profile": "3g.71gb", "value": 1},
+        ]
+    )
+    m = frames.probe_comparison(mig_eff, pd.DataFrame(columns=["value"]), info, mig_info).set_index("mig_uuid")
+    assert m.loc["MIG-b", "vs_peers"] == pytest.approx(0.70 / 0.95)
+    assert math.isnan(m.loc["MIG-c", "vs_peers"])
 
 
 def test_mig_layout_lists_every_slice_with_its_holder() -> None:
@@ -320,8 +394,15 @@ def test_mig_layout_lists_every_slice_with_its_holder() -> None:
 def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
     info = frames.from_rows([{"uuid": u, "value": 1} for u in ("GPU-A", "GPU-B")])
     alloc = frames.from_rows([{"namespace": "n", "pod": "p", "uuid": "GPU-A", "value": 1}])
-    sm = frames.from_rows([{"uuid": "GPU-A", "value": "NaN"}, {"uuid": "GPU-B", "value": 0.9}])
-    counts = frames.fleet_counts(info, alloc, sm, 0.05)
-    assert counts == {"gpus": 2, "allocated": 1, "busy": 1, "allocated_idle": 0}
-    idle = frames.idle_allocations(alloc, sm, pd.DataFrame(), now=0.0, window_s=60.0, busy_threshold=0.05)
+    ts = np.array([0.0, 10.0, 20.0])
+    sm = frames.from_rows(
+        [{"uuid": "GPU-A", "timestamp": t, "value": "NaN"} for t in ts]
+        + [{"uuid": "GPU-B", "timestamp": t, "value": 0.9} for t in ts],
+        time=True,
+    )
+    verdict = definitions.leaf_idle_frame(sm, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), ts[-1:], 15.0)
+    idle_now = verdict.assign(value=verdict["idle"].astype(float))
+    counts = frames.fleet_counts(info, pd.DataFrame(), alloc, idle_now)
+    assert counts == {"gpus": 2, "devices": 2, "allocated": 1, "in_use": 1, "allocated_idle": 0}
+    idle = frames.idle_allocations(alloc, idle_now, pd.DataFrame(), now=0.0, window_s=60.0)
     assert idle.empty

@@ -132,20 +132,23 @@ def test_prices_parse_and_reject_garbage() -> None:
 
 def test_cli_settings_reach_the_app_through_the_environment() -> None:
     args = build_parser().parse_args(
-        ["--prometheus", "http://prom:9090", "--price-per-gpu-hour", "H200=3.5", "--busy-threshold", "0.1"]
+        ["--prometheus", "http://prom:9090", "--price-per-gpu-hour", "H200=3.5", "--refresh", "15"]
     )
     cfg = settings_from_args(args)
     assert from_env(to_env(cfg)) == DashboardSettings(
         prometheus_url="http://prom:9090",
         prices_per_gpu_hour={"H200": 3.5},
-        busy_threshold=0.1,
+        refresh_seconds=15.0,
     )
     scrape = settings_from_args(build_parser().parse_args(["--scrape", "a:9445, b:9445"]))
     assert scrape.scrape_urls == ("a:9445", "b:9445")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--prometheus", "x", "--scrape", "y"])
     with pytest.raises(ValueError):
-        settings_from_args(build_parser().parse_args(["--scrape", "a", "--busy-threshold", "5"]))
+        settings_from_args(build_parser().parse_args(["--scrape", "a", "--refresh", "-1"]))
+    # one idle definition for rules, dashboard and advisor: no flag to move the dashboard's alone
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--scrape", "a", "--busy-threshold", "0.1"])
     argv = streamlit_argv("127.0.0.1", 8600)
     assert "--server.headless=true" in argv and "--browser.gatherUsageStats=false" in argv
     assert "--server.port=8600" in argv

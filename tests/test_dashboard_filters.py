@@ -15,12 +15,14 @@ from tests.support.exporter import run_exporter
 from tests.support.prometheus import run_prometheus, wait_for_query
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+RULES = Path(__file__).resolve().parents[1] / "deploy" / "rules" / "gpulens.rules.yml"
 
 
 def _two_cluster_config(east: str, west: str) -> str:
     """Static target labels stand in for the relabelling a ServiceMonitor does (cluster, node)."""
     return (
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "rule_files: [gpulens.rules.yml]\n"
         "scrape_configs:\n  - job_name: gpulens\n    honor_labels: true\n    static_configs:\n"
         f"      - targets: ['{east}']\n        labels: {{cluster: east, node: gpu-east-1}}\n"
         f"      - targets: ['{west}']\n        labels: {{cluster: west, node: gpu-west-1}}\n"
@@ -32,7 +34,10 @@ def two_clusters() -> Iterator[str]:
     with (
         run_exporter("--sim.scenario", "h200x8") as east,
         run_exporter("--sim.scenario", "timeslice") as west,
-        run_prometheus(_two_cluster_config(east.removeprefix("http://"), west.removeprefix("http://"))) as prom,
+        run_prometheus(
+            _two_cluster_config(east.removeprefix("http://"), west.removeprefix("http://")),
+            {"gpulens.rules.yml": RULES.read_text()},
+        ) as prom,
     ):
         wait_for_query(prom, "count by (node) (gpulens_gpu_info)", lambda r: len(r) == 2)
         wait_for_query(prom, "count by (node) (gpulens_pod_gpu_allocation)", lambda r: len(r) == 2)
@@ -62,4 +67,4 @@ def test_choosing_a_cluster_offers_only_its_nodes(two_clusters: str, monkeypatch
     node = at.sidebar.selectbox(key="f_node")
     assert node.options == ["All", "gpu-east-1"]
     assert node.value == "All", "a node of the other cluster is no longer selected"
-    assert {m.label: m.value for m in at.metric}["GPUs"] == "8", "the fleet page counts the east cluster only"
+    assert {m.label: m.value for m in at.metric}["Devices"] == "8", "the fleet page counts the east cluster only"

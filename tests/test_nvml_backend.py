@@ -533,3 +533,29 @@ def test_close_does_not_hang_behind_a_stuck_nvml_call(clock: Clock) -> None:
     release.set()
     worker.join(5)
     assert backend.sample().up is False
+
+
+def test_driver_reserved_memory_comes_from_memory_info_v2_and_is_unknown_with_v1(clock: Clock) -> None:
+    fake = FakeNvml([h200(0, memory_used=8 << 30, memory_reserved=512 << 20)])
+    leaf = gpu(make(fake, clock).sample(), 0).leaves[0]
+    assert (leaf.memory_used_bytes, leaf.memory_reserved_bytes) == (8 << 30, 512 << 20)
+    fake_v1 = FakeNvml([h200(0, memory_used=8 << 30, memory_reserved=512 << 20)])
+    fake_v1.nvmlMemory_v2 = None  # type: ignore[attr-defined]  # an nvidia-ml-py without the v2 struct
+    leaf = gpu(make(fake_v1, clock).sample(), 0).leaves[0]
+    assert (leaf.memory_used_bytes, leaf.memory_reserved_bytes) == ((8 << 30) + (512 << 20), None)
+
+
+def test_both_backends_spell_nvml_error_codes_the_same() -> None:
+    # The simulator's injected failures and the NVML backend's both count lower-case NVML codes,
+    # so gpulens_nvml_errors_total{code} means one thing whichever backend produced it.
+    from exporter.backends.sim import SimFaults, SimulatedBackend
+
+    fake = FakeNvml([h200(0)])
+    fake.fail_always("nvmlDeviceGetTemperature", "UNKNOWN")
+    clock = Clock()
+    (real,) = cycles(make(fake, clock), clock, 1)
+    faults = SimFaults()
+    backend = SimulatedBackend("h200x8", faults=faults)
+    backend.sample()
+    faults.transient["temperature_celsius"] = 1
+    assert set(real.errors) == set(backend.sample().errors) == {"unknown"}

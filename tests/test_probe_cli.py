@@ -92,7 +92,7 @@ def _info(cache: int, free: int) -> DeviceInfo:
 
 
 def test_buffers_dwarf_the_h200_l2_and_take_a_small_share_of_memory() -> None:
-    l2 = 50 * MiB  # H200 (FACTS-H200.md)
+    l2 = 50 * MiB  # H200 datasheet (docs/h200-facts.md)
     free = 140 * 1024 * MiB
     plan = plan_buffers(_info(l2, free))
     assert plan.copy_bytes >= 16 * l2

@@ -395,7 +395,8 @@ def test_hundred_scrapes_and_result_reads_never_start_a_probe() -> None:
     sampler.run_once()  # publishes the finished run
     reg = CollectorRegistry()
     reg.register(SnapshotCollector(sampler.latest, backend="sim"))
-    labels = {"uuid": gpu.uuid, "result": "ok"}
+    leaf = {"gpu": str(gpu.index), "mig_uuid": "", "gpu_instance_id": "", "compute_instance_id": "", "mig_profile": ""}
+    labels = {**leaf, "uuid": gpu.uuid, "result": "ok"}
     before = reg.get_sample_value("gpulens_probe_runs_total", labels)
     assert before == 1
     clock.now += 10 * 3600  # long overdue: only a sampling cycle may act on that
@@ -404,7 +405,9 @@ def test_hundred_scrapes_and_result_reads_never_start_a_probe() -> None:
         sched.results()
     assert reg.get_sample_value("gpulens_probe_runs_total", labels) == before
     assert len(runner.requests) == 1
-    bw = reg.get_sample_value("gpulens_probe_bandwidth_bytes_per_second", {"uuid": gpu.uuid, "probe": "hbm_copy"})
+    bw = reg.get_sample_value(
+        "gpulens_probe_bandwidth_bytes_per_second", {**leaf, "uuid": gpu.uuid, "probe": "hbm_copy"}
+    )
     assert bw == 4.0e12
 
 

@@ -30,6 +30,7 @@ ALERTS = {
     "GPUThermalThrottling",
     "GPUExporterDown",
     "GPUExporterStageFailing",
+    "GPULost",
 }
 POD_ALERTS = {"GPUAllocatedButIdle", "GPUUnderutilized", "GPULaunchBound"}
 ROUTING_LABELS = {"namespace", "pod", "workload"}

@@ -18,8 +18,6 @@ from tests.support.prometheus import query, run_prometheus, scrape_config
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 
-pytestmark = pytest.mark.slow
-
 
 def rules_with_short_for(alert: str, for_: str = "3s") -> str:
     """The shipped rules file with ``alert``'s ``for:`` shortened, everything else untouched."""

@@ -248,7 +248,7 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
         namespace, pod, phase, kind, workload = owners[d.pod_uid]
         assert (d.namespace, d.pod) == (namespace, pod)
         assert phase == "Running" and kind in {"Deployment", "Job", "StatefulSet", "CronJob"}
-        assert namespace in {"ml-training", "inference", "research", "notebooks"}
+        assert namespace in {"ml-training", "inference", "research", "notebooks", "etl"}
         assert pod.startswith(workload)
         assert d.resource.startswith("nvidia.com/")
         for device in d.device_ids:
@@ -258,11 +258,15 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
             if device.startswith("MIG-"):
                 assert re.fullmatch("MIG-" + UUID_RE, device)
                 assert d.resource.startswith("nvidia.com/mig-")
-    # Every process belongs to a container that holds the device it runs on.
+    # Every process belongs to a container that holds the device it runs on, except the MPS
+    # server, which runs in the MPS control daemon's pod (that pod holds no GPU).
     procs = [(g, leaf, p) for g in sample.gpus for leaf in g.leaves for p in leaf.processes]
     assert procs and {p.pid for _, _, p in procs} == set(pids)
     for g, leaf, p in procs:
         owner = pids[p.pid]
+        if p.mps_role == "server":
+            assert owners[str(owner[0])][1].startswith("nvidia-device-plugin-mps")
+            continue
         if leaf.mig is not None:
             assert held[leaf.mig.mig_uuid] == owner
         else:
@@ -366,7 +370,7 @@ def test_timeslice_gpu0_has_four_replicas_held_by_three_pods_each_with_its_own_s
     assert per_pid[0] != per_pid[1] != per_pid[2]
     # Exclusive GPUs are plain GPU-<uuid> devices.
     exclusive = {i for d in backend.pod_devices() for i in d.device_ids if "::" not in i}
-    assert {samples[-1].gpus[i].uuid for i in (4, 5, 6)} == exclusive
+    assert {samples[-1].gpus[i].uuid for i in (4, 5, 6, 7)} == exclusive
 
 
 # --- faults ------------------------------------------------------------------------------
@@ -420,7 +424,7 @@ def test_transient_error_fails_for_n_cycles_counts_unknown_then_recovers() -> No
     for _ in range(2):
         s = backend.sample()
         assert all(g.temperature_celsius is None for g in s.gpus)
-        assert s.errors == {"Unknown": 8}
+        assert s.errors == {"unknown": 8}
     s = backend.sample()
     assert all(g.temperature_celsius is not None for g in s.gpus)
     assert not s.errors
@@ -434,7 +438,7 @@ def test_transient_leaf_field_counts_one_error_per_leaf_that_has_it() -> None:
     leaves = sum(len(g.leaves) for g in sample.gpus)
     faults.transient = {"sm_active": 1}
     s = backend.sample()
-    assert s.errors == {"Unknown": leaves}
+    assert s.errors == {"unknown": leaves}
     assert all(leaf.gpm is not None and leaf.gpm.sm_active is None for g in s.gpus for leaf in g.leaves)
 
 

@@ -18,10 +18,12 @@ from typing import TextIO
 
 import numpy as np
 
+from exporter.analysis.pod_class import pod_class
 from exporter.metrics import spec
+from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES
 
 GIB = 2**30
-CLASSES = ("idle", "launch", "latency", "memory", "compute", "mixed")
+CLASSES = BOUNDNESS_CLASSES
 H200, H100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
 
 
@@ -141,6 +143,9 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
             cls = ["compute" if v >= 0.5 else c for v, c in zip(s, cls, strict=True)]
         for c in CLASSES:
             add("gpulens_gpu_boundness", {**leaf, "class": c}, ["1" if x == c else "0" for x in cls])
+        holders = frozenset((h.namespace, p) for h in d.holders for p in h.pods)
+        # shared holders run processes there (they have their own memory and SM share)
+        tenants = frozenset((h.namespace, p) for h in d.holders if h.pod_sm_share is not None for p in h.pods)
         for h in d.holders:
             for i, pod in enumerate(h.pods):
                 lo, hi = steps * i // len(h.pods), steps * (i + 1) // len(h.pods)
@@ -157,6 +162,13 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
                         [*pad, *[f"{v * h.pod_memory_bytes / d.memory_bytes:.0f}" for v in mem[lo:hi]]])  # fmt: skip
                 if h.pod_sm_share is not None:
                     add("gpulens_pod_gpu_sm_share_ratio", pod_labels, [*pad, *[f"{h.pod_sm_share:g}"] * (hi - lo)])
+                mine = [
+                    pod_class(c, (h.namespace, pod), holders, tenants if len(d.holders) > 1 else None)
+                    for c in cls[lo:hi]
+                ]
+                for c in POD_BOUNDNESS_CLASSES:
+                    add("gpulens_pod_gpu_boundness", {**pod_labels, "mig_uuid": d.mig_uuid, "class": c},
+                        [*pad, *["1" if x == c else "0" for x in mine]])  # fmt: skip
     for name, series in by_metric.items():
         s_ = spec(name)
         out.write(f"# TYPE {name} {s_.type}\n# HELP {name} {s_.help}\n")

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dashboard import definitions
 from dashboard.advisor.profiles import COMPUTE_SLICES, GpuModel, MigProfile, faster_models, model_for
 
 _SLICES = re.compile(r"^(\d+)g\.")
@@ -172,8 +173,12 @@ def recommend(
     prices = prices or {}
     model = model_for(usage.gpu_model)
     share, sm_fraction = current_share(usage, model)
-    held = usage.device_hours_held * share
-    idle = usage.device_hours_idle * share
+    # GPU-hours weigh a MIG instance by its compute slices, as the rules and the dashboard do
+    # (dashboard/definitions.py); ``share`` (the larger of compute and memory share) only compares
+    # the device held with a smaller one
+    weight = definitions.gpu_share(usage.mig_profile, usage.gpu_model)
+    held = usage.device_hours_held * weight
+    idle = usage.device_hours_idle * weight
     idle_share = usage.device_hours_idle / usage.device_hours_held if usage.device_hours_held > 0 else 0.0
     busy = max(0.0, 1.0 - usage.boundness.get("idle", idle_share))
     sm_p95 = None if usage.sm_active_p95 is None else usage.sm_active_p95 * sm_fraction
@@ -204,15 +209,20 @@ def recommend(
         return Recommendation(usage, action, target, reason, evidence, held, saved, cost)
 
     if usage.device_hours_held < policy.min_hours:
-        return done(Action.KEEP, "keep", f"held {usage.device_hours_held:.1f} h: too little history to judge", 0.0)
+        return done(
+            Action.KEEP,
+            "keep",
+            f"held {usage.device_hours_held:.2g} device-hours ({held:.2g} GPU-hours), under {policy.min_hours:g}: "
+            "too little history to judge",
+            0.0,
+        )
 
     launch = usage.boundness.get("launch", 0.0)
     if idle_share >= policy.release_idle_share and launch < policy.release_max_launch_share:
         return done(
             Action.RELEASE,
             "release",
-            f"idle {idle_share:.0%} of the {usage.device_hours_held:.0f} device-hours held "
-            f"(SM active p95 {_pct(usage.sm_active_p95)})",
+            f"idle {idle_share:.0%} of the {held:.1f} GPU-hours held (SM active p95 {_pct(usage.sm_active_p95)})",
             idle,
         )
 

@@ -13,9 +13,14 @@ Signals per (workload, device) at each step:
 - Memory: the device's ``gpulens_gpu_memory_used_bytes`` (everything on it, conservative); on a
   shared GPU the workload's ``gpulens_pod_gpu_memory_used_bytes``, else the GPU's. Peaks take the
   highest raw sample within each step (``max_over_time(x[step])``) so a short spike is not missed.
-- DRAM activity and boundness: the device's (on a shared GPU, the whole GPU's).
-- Hours held: steps held x step, split evenly among workloads holding a device at the same step.
-- Hours idle: held steps at which the device's SM activity was below ``idle_threshold``.
+- DRAM activity: the device's (on a shared GPU, the whole GPU's).
+- Boundness: the pod's own class, ``gpulens_pod_gpu_boundness`` (the device's class only where the
+  pod is alone on it; ``shared`` or ``idle`` where several pods hold it).
+- Hours held: steps held x step x the pod's share of the device (the replicas it holds over all
+  replicas held on it: 1 unless time-sliced).
+- Hours idle: the same at the steps at which the device was idle by the one definition of
+  dashboard/definitions.py (SM active < 1 % over 5 m and no kernels; the recording rule
+  gpulens:gpu_idle:bool, inlined here so backfilled history without recorded series works too).
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard import frames
+from dashboard import definitions, frames
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy, Recommendation, WorkloadUsage, recommend_all
 from dashboard.prometheus_source import PrometheusSource
-from dashboard.promql import by_clause, duration, selector
+from dashboard.promql import by_clause, duration, selector, subquery_range
 from dashboard.source import NO_FILTERS, Filters
 
 WORKLOAD = ("namespace", "workload_kind", "workload")
@@ -50,8 +55,6 @@ class Window:
     step_s: float | None = None
     """None: max(60 s, window / 1008), i.e. 10 minutes over 7 days."""
     end: float | None = None
-    idle_threshold: float = 0.01
-    """SM activity below which a held device counts as idle (the recording rules' 1 %)."""
 
     def resolved_step(self) -> float:
         step = self.step_s if self.step_s else max(60.0, self.window_s / 1008)
@@ -70,9 +73,12 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     )
     a = f"max by {by_clause(KEYS)} ({alloc})"
     holders = f"count by (uuid,mig_uuid) ({a})"
-    share = f"({a} / on(uuid,mig_uuid) group_left() {holders})"
+    # the pod's share of the device: replicas it holds / replicas held (definitions.holding_share_promql)
+    share = (
+        f"(count by {by_clause(KEYS)} ({alloc}) / on(uuid,mig_uuid) group_left() count by (uuid,mig_uuid) ({alloc}))"
+    )
     step = duration(win.resolved_step())
-    rng = f"[{duration(win.window_s)}:{step}]"
+    rng = subquery_range(win.window_s, win.resolved_step())
 
     def leaf(metric: str, peak: bool = False, extra: str = "") -> str:
         sel = selector(metric, target)
@@ -95,9 +101,12 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         f"({per_pod_on_shared('gpulens_pod_gpu_memory_used_bytes', True)}"
         f" or {joined('gpulens_gpu_memory_used_bytes', True)})"
     )
-    below = f"({leaf('gpulens_gpu_sm_active_ratio')} < bool {win.idle_threshold!r})"
+    below = f"max by (uuid,mig_uuid) ({definitions.leaf_idle_promql(target)})"
     idle = f"({share} * on(uuid,mig_uuid) group_left() {below})"
-    classes = leaf("gpulens_gpu_boundness", extra=",class")
+    # the pod's own class (the leaf's only where the pod is alone there; "shared" or "idle" where
+    # several pods hold the leaf), with the allocation's owner labels
+    pod_cls = f"max by (namespace,pod,uuid,mig_uuid,class) ({selector('gpulens_pod_gpu_boundness', target)})"
+    owned = f"({pod_cls} * on(namespace,pod,uuid,mig_uuid) group_left(workload_kind,workload) {a})"
     hours = f"{win.resolved_step():g} / 3600"
     window = duration(win.window_s)
     return {
@@ -110,14 +119,8 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
         # share of the pod's held time during which others held the device too
         "shared_share": f"avg_over_time(({a} * on(uuid,mig_uuid) group_left() ({holders} > bool 1)){rng})",
-        # boundness per (pod, device, class) where one pod holds the device (the class series are
-        # the "many" side, so the pod must be unique per device) ...
-        "boundness": (
-            f"avg_over_time(({classes} * on(uuid,mig_uuid) group_left({','.join(POD)})"
-            f" ({a} and on(uuid,mig_uuid) ({holders} == 1))){rng})"
-        ),
-        # ... and per (device, class) for shared devices: the GPU's mix while shared
-        "boundness_shared": f"avg_over_time(({classes} and on(uuid,mig_uuid) ({holders} > 1)){rng})",
+        # share of the held time the pod's own class was each class (a state set: 0 or 1)
+        "boundness": f"avg_over_time({owned}{rng})",
         "info": f"max by (uuid,name) (last_over_time({selector('gpulens_gpu_info', target)}[{window}]))",
         "mig": (
             f"max by (mig_uuid,mig_profile) (last_over_time({selector('gpulens_mig_instance_info', target)}[{window}]))"
@@ -140,15 +143,8 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     """
     queries = _queries(filters, win)
     at = win.end if win.end is not None else time.time()
-    shared_q = queries.pop("boundness_shared")
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
-    # only worth its cost (a join at every step) when some device was shared
-    holders = results["holders"]
-    if not holders.empty and bool((holders["value"] > 1).any()):
-        results["boundness_shared"] = src.query(shared_q, at)
-    else:
-        results["boundness_shared"] = pd.DataFrame(columns=["value"])
     held = frames.with_cols(results["held"], KEYS)
     if held.empty:
         return []
@@ -165,13 +161,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     mixes: dict[tuple[str, ...], dict[str, float]] = {}
     for rec in frames.with_cols(results["boundness"], (*KEYS, "class")).to_dict("records"):
         mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[str(rec["class"])] = float(rec["value"])
-    shared_mix: dict[tuple[str, str], dict[str, float]] = {}
-    for rec in frames.with_cols(results["boundness_shared"], (*LEAF, "class")).to_dict("records"):
-        shared_mix.setdefault((str(rec["uuid"]), str(rec["mig_uuid"])), {})[str(rec["class"])] = float(rec["value"])
-    rows["mix"] = [
-        mixes.get(tuple(str(r[k]) for k in KEYS)) or shared_mix.get((str(r["uuid"]), str(r["mig_uuid"])), {})
-        for r in rows.to_dict("records")
-    ]
+    rows["mix"] = [mixes.get(tuple(str(r[k]) for k in KEYS), {}) for r in rows.to_dict("records")]
     # a pod without an owner is its own workload
     bare = rows["workload"] == ""
     rows.loc[bare, "workload"] = rows.loc[bare, "pod"]

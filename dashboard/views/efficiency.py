@@ -11,16 +11,22 @@ def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     with ui.panel("Roofline"):
         st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
-        st.caption("Right = memory-bound, top = compute-bound, bottom-left = idle, launch- or latency-bound.")
-        dram = ui.fetch(ctx, "instant", "gpulens_gpu_dram_active_ratio", f)
-        pipe = ui.fetch(ctx, "instant", "gpulens_gpu_pipe_active_max_ratio", f)
+        st.caption(
+            f"Means over the last {ui.fmt_duration(ctx.window_s)}; colour = class now. Right = memory-bound, "
+            "top = compute-bound, bottom-left = idle, launch- or latency-bound. Click a point to open its GPU."
+        )
+        dram = ui.fetch(ctx, "mean", "gpulens_gpu_dram_active_ratio", f, window_s=ctx.window_s)
+        pipe = ui.fetch(ctx, "mean", "gpulens_gpu_pipe_active_max_ratio", f, window_s=ctx.window_s)
         bound = ui.fetch(ctx, "instant", "gpulens_gpu_boundness", f)
         alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
         points = frames.roofline_points(dram, pipe, bound, alloc)
         if points.empty:
             ui.no_data("roofline (needs GPM: Hopper or newer)")
         else:
-            st.plotly_chart(figures.roofline_scatter(points), key="roofline")
+            event = st.plotly_chart(
+                figures.roofline_scatter(points), key="roofline", on_select="rerun", selection_mode="points"
+            )
+            ui.open_selected_gpu(event)
 
     with ui.panel("Boundness over time"):
         st.subheader("Boundness over time")
@@ -36,9 +42,10 @@ def body(ctx: ui.PageContext) -> None:
         if not points.empty:
             st.subheader("GPUs and slices by class")
             st.dataframe(
-                points.sort_values(["class", "instance", "gpu"]),
+                ui.linked(ui.node_column(points.sort_values(["class", "node", "instance", "gpu"]))),
                 hide_index=True,
                 column_config={
+                    **ui.COLUMN_CONFIG,
                     "dram_active": st.column_config.ProgressColumn("DRAM active", min_value=0.0, max_value=1.0),
                     "pipe_active": st.column_config.ProgressColumn("pipe active", min_value=0.0, max_value=1.0),
                 },

@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import definitions, figures, frames, ui
+from dashboard.source import SourceError
 
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
-    thr = ctx.settings.busy_threshold
-    with ui.panel("GPU counts"):
+    with ui.panel("Device counts"):
         info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
+        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
         alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
         sm = ui.fetch(ctx, "instant", "gpulens_gpu_sm_active_ratio", f)
-        counts = frames.fleet_counts(info, alloc, sm, thr)
+        try:
+            idle = ui.fetch(ctx, "leaf_idle", f)
+        except SourceError as exc:  # no recording rules: the counts that need none still show
+            st.error(str(exc), icon=":material/warning:")
+            idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
+        counts = frames.fleet_counts(info, mig, alloc, idle)
         c1, c2, c3, c4 = st.columns(4)
-        c1.metric("GPUs", counts["gpus"])
+        c1.metric("Devices", counts["devices"])
         c2.metric("Allocated", counts["allocated"])
-        c3.metric(f"Busy (SM active ≥ {thr:.0%})", counts["busy"])
-        c4.metric("Allocated but idle (GPUs/slices)", counts["allocated_idle"])
+        c3.metric("In use", counts["in_use"])
+        c4.metric("Allocated but idle", counts["allocated_idle"])
+        st.caption(
+            f"{counts['gpus']} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
+            f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW} and no kernels running "
+            "(launch-bound devices are in use): the recording rules' definition."
+        )
         if info.empty:
             ui.no_data("GPUs")
 
@@ -29,21 +41,25 @@ def body(ctx: ui.PageContext) -> None:
         down = gpu_up[gpu_up["value"] < 1] if not gpu_up.empty else gpu_up
         bad = up[up["value"] < 1] if not up.empty else up
         if not bad.empty:
-            st.error(f"{len(bad)} exporter(s) cannot read their GPUs: " + ", ".join(frames.col(bad, "instance")))
+            names = frames.col(bad, "node").where(frames.col(bad, "node") != "", frames.col(bad, "instance"))
+            st.error(f"{len(bad)} exporter(s) cannot read their GPUs: " + ", ".join(names))
         if not down.empty:
-            st.error(f"{len(down)} GPU(s) lost or unreadable", icon=":material/error:")
-            st.dataframe(frames.with_cols(down, ["instance", "gpu", "uuid"])[["instance", "gpu", "uuid"]])
+            st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
+            table = frames.with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
+            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("SM activity"):
-        st.subheader("SM activity per GPU")
+        st.subheader(f"SM activity per GPU (mean over the last {ui.fmt_duration(ctx.window_s)})")
         st.caption(
             "GPM SM activity (warps resident), not NVML GPU-Util: a stream of tiny kernels "
-            "shows as busy in nvidia-smi while the SMs idle."
+            "shows as busy in nvidia-smi while the SMs idle. MIG instances show their busiest."
         )
-        if sm.empty:
+        sm_mean = ui.fetch(ctx, "mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s)
+        if sm_mean.empty:
             ui.no_data("SM activity")
         else:
-            st.plotly_chart(figures.sm_heatmap(sm), key="sm_heatmap")
+            st.plotly_chart(figures.sm_heatmap(sm_mean), key="sm_heatmap")
+            ui.gpu_picker(info, key="fleet_gpu")
 
     with ui.panel("GPU-Util vs SM activity"):
         util = ui.fetch(ctx, "instant", "gpulens_gpu_utilization_ratio", f)
@@ -52,7 +68,10 @@ def body(ctx: ui.PageContext) -> None:
             both = frames.with_cols(util, ["instance", "gpu", "uuid"]).merge(
                 sm_gpu.rename(columns={"value": "sm_active"}), on="uuid"
             )
-            lie = both[(both["value"] >= 0.1) & (both["sm_active"] < thr)]
+            lie = both[
+                (both["value"] >= definitions.KERNELS_UTIL_AT_LEAST)
+                & (both["sm_active"] < definitions.IDLE_SM_ACTIVE_BELOW)
+            ]
             if not lie.empty:
                 st.warning(
                     f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling)"

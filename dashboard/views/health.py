@@ -1,7 +1,8 @@
-"""Health page: probe bandwidth vs expected and vs the fleet, Xid and ECC errors, throttling."""
+"""Health page: slow GPUs by bandwidth probe, lost GPUs, Xid and ECC errors, throttling, exporter stages."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
@@ -10,57 +11,104 @@ from dashboard import figures, frames, ui
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     window = ui.fmt_duration(ctx.window_s)
+    info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
     with ui.panel("Probes"):
         st.subheader("Bandwidth probes")
         st.caption(
-            "Efficiency = measured / expected for the model; vs fleet = measured / median of the same model and probe."
+            f"Efficiency = measured / expected for the model. vs peers = efficiency / the median of healthy peers "
+            f"(other GPUs or MIG instances of the same model, profile and probe above {frames.SLOW_EFFICIENCY:.0%}). "
+            f"Slow: efficiency ≤ {frames.SLOW_EFFICIENCY:.0%} or vs peers ≤ {frames.SLOW_VS_PEERS:.0%}. "
+            "Probes run on unallocated, idle devices only, so the newest result in the range is shown."
         )
         eff = ui.fetch(ctx, "instant", "gpulens_probe_efficiency_ratio", f)
         bw = ui.fetch(ctx, "instant", "gpulens_probe_bandwidth_bytes_per_second", f)
-        info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
-        probes = frames.probe_comparison(eff, bw, info)
+        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
+        probes = frames.probe_comparison(eff, bw, info, mig)
         if probes.empty:
             ui.no_data("probe results")
         else:
-            slow = probes[(probes["vs_fleet"] < 0.9) | (probes["efficiency"] < 0.8)]
+            slow = probes[probes["slow"]]
             if not slow.empty:
-                st.warning(f"{len(slow)} probe result(s) at least 10 % below the fleet or 20 % below expected")
+                where = ", ".join(
+                    sorted(
+                        {
+                            f"{n or i} GPU {g}"
+                            for n, i, g in zip(slow["node"], slow["instance"], slow["gpu"], strict=True)
+                        }
+                    )
+                )
+                st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
             st.plotly_chart(figures.probe_efficiency_bar(probes), key="probe_bar")
-            st.dataframe(probes, hide_index=True)
+            st.dataframe(
+                ui.linked(ui.node_column(ui.humanize_bytes(probes))),
+                hide_index=True,
+                column_config={
+                    **ui.COLUMN_CONFIG,
+                    "efficiency": st.column_config.NumberColumn("efficiency", format="percent"),
+                    "vs_peers": st.column_config.NumberColumn("vs peers", format="percent"),
+                },
+            )
+
+    with ui.panel("Lost GPUs"):
+        gpu_up = ui.fetch(ctx, "instant", "gpulens_gpu_up", f)
+        down = gpu_up[gpu_up["value"] < 1] if not gpu_up.empty else gpu_up
+        if not down.empty:
+            st.subheader("Lost GPUs")
+            st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
+            table = frames.with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
+            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Xid errors"):
         st.subheader(f"Xid errors (last {window})")
         xid = ui.fetch(ctx, "increase", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s)
-        table = frames.nonzero(xid, ["instance", "gpu", "uuid", "xid"])
-        if table.empty:
-            st.success("no Xid errors") if not xid.empty else ui.no_data("Xid counters")
-        else:
-            st.dataframe(table.rename(columns={"value": "events"}), hide_index=True)
+        # the exporter creates an Xid counter at its first event: no counter = no Xid yet
+        _errors(frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
+        if info.empty:
+            ui.no_data("GPUs")
+        elif frames.nonzero(xid, ["uuid"]).empty:
+            st.success(f"No Xid errors in the last {window}.")
 
     with ui.panel("ECC errors"):
         st.subheader(f"ECC errors (last {window})")
         ecc = ui.fetch(ctx, "increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s)
-        table = frames.nonzero(ecc, ["instance", "gpu", "uuid", "severity"])
-        if table.empty:
-            st.success("no ECC errors") if not ecc.empty else ui.no_data("ECC counters")
-        else:
-            st.dataframe(table.rename(columns={"value": "errors"}), hide_index=True)
+        _errors(frames.nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
+        if ecc.empty:
+            ui.no_data("ECC counters (ECC off or not supported)")
+        elif frames.nonzero(ecc, ["uuid"]).empty:
+            st.success(f"No ECC errors in the last {window}.")
 
     with ui.panel("Throttling"):
-        st.subheader("Clock events (throttling) now")
-        events = frames.active_clock_events(ui.fetch(ctx, "instant", "gpulens_gpu_clock_event_active", f))
+        st.subheader(f"Throttling (last {window})")
+        st.caption("Share of the range each reason held the clocks down; an idle GPU's low clocks are not throttling.")
+        means = ui.fetch(ctx, "mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s)
+        events = frames.active_clock_events(means)
         if events.empty:
-            st.success("no clock event holds clocks down")
+            st.success(f"No throttling in the last {window}.")
         else:
             st.plotly_chart(figures.clock_event_bar(events), key="clock_events")
-            st.dataframe(events, hide_index=True)
+            st.dataframe(
+                ui.linked(ui.node_column(events)),
+                hide_index=True,
+                column_config={**ui.COLUMN_CONFIG, "share": st.column_config.NumberColumn("share", format="percent")},
+            )
 
     with ui.panel("Exporter stages"):
         stages = ui.fetch(ctx, "instant", "gpulens_stage_success", f)
         failed = stages[stages["value"] < 1] if not stages.empty else stages
         if not failed.empty:
             st.subheader("Failing exporter stages")
-            st.dataframe(frames.with_cols(failed, ["instance", "stage"])[["instance", "stage"]], hide_index=True)
+            table = frames.with_cols(failed, ["node", "instance", "stage"])[["node", "instance", "stage"]]
+            st.dataframe(ui.node_column(table), hide_index=True)
+
+
+def _errors(table: pd.DataFrame, unit: str) -> None:
+    """An error-counter table (devices with a positive increase), linked to their GPU pages."""
+    if not table.empty:
+        st.dataframe(
+            ui.linked(ui.node_column(table.rename(columns={"value": unit}))),
+            hide_index=True,
+            column_config=ui.COLUMN_CONFIG,
+        )
 
 
 ui.page("Health", body)

@@ -19,11 +19,12 @@ def body(ctx: ui.PageContext) -> None:
             ui.no_data("MIG slices")
         else:
             st.plotly_chart(figures.mig_layout_figure(layout), key="mig_layout")
-            st.dataframe(layout, hide_index=True)
+            st.dataframe(ui.linked(ui.node_column(layout)), hide_index=True, column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Time-slicing"):
         st.subheader("Time-sliced GPUs: share of SM time per pod")
-        shares = ui.fetch(ctx, "instant", "gpulens_pod_gpu_sm_share_ratio", f)
+        st.caption(f"Mean share of the GPU's SM time each pod used over the last {ui.fmt_duration(ctx.window_s)}.")
+        shares = ui.fetch(ctx, "mean", "gpulens_pod_gpu_sm_share_ratio", f, window_s=ctx.window_s)
         replicas = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_replicas", f)
         pods = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_pods", f)
         table = frames.timeslice_shares(shares, replicas, pods)
@@ -32,9 +33,12 @@ def body(ctx: ui.PageContext) -> None:
         else:
             st.plotly_chart(figures.sm_share_bar(table), key="sm_share")
             st.dataframe(
-                table,
+                ui.linked(table),
                 hide_index=True,
-                column_config={"sm_share": st.column_config.ProgressColumn("SM share", min_value=0.0, max_value=1.0)},
+                column_config={
+                    **ui.COLUMN_CONFIG,
+                    "sm_share": st.column_config.ProgressColumn("SM share", min_value=0.0, max_value=1.0),
+                },
             )
 
 

@@ -2,38 +2,39 @@
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import definitions, figures, frames, ui
 
 ACTIVITY_POINTS = 80
 
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
-    thr = ctx.settings.busy_threshold
     with ui.panel("Allocated but idle"):
         st.subheader("Allocated but idle now")
+        st.caption(
+            f"Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW} and no kernels "
+            "running: the definition the recording rules and the advisor use. Launch-bound devices are listed below."
+        )
         alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
         sm = ui.fetch(ctx, "instant", "gpulens_gpu_sm_active_ratio", f)
+        idle_now = ui.fetch(ctx, "leaf_idle", f)
         # a third of the chart resolution: these are subqueries over the whole range (the costly
         # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the
-        # idle hours of a fleet well (18 minutes apart over 24 h)
+        # wasted hours of a fleet well (18 minutes apart over 24 h)
         activity = ui.fetch(
             ctx,
             "allocation_activity",
             f,
             window_s=ctx.window_s,
             step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
-            busy_threshold=thr,
         )
-        idle = frames.idle_allocations(alloc, sm, activity, now=time.time(), window_s=ctx.window_s, busy_threshold=thr)
+        idle = frames.idle_allocations(alloc, idle_now, activity, now=ctx.at, window_s=ctx.window_s)
         if alloc.empty:
             ui.no_data("GPU allocations")
         elif idle.empty:
-            st.success(f"Every allocated GPU is busy (SM active ≥ {thr:.0%}).")
+            st.success("Every allocated GPU and MIG instance is in use.")
         else:
             idle = idle.assign(
                 idle_for=[
@@ -42,32 +43,52 @@ def body(ctx: ui.PageContext) -> None:
                 ]
             )
             st.dataframe(
-                idle[
-                    [
-                        "namespace",
-                        "pod",
-                        "container",
-                        "workload",
-                        "idle_for",
-                        "sm_active",
-                        "instance",
-                        "uuid",
-                        "mig_uuid",
-                    ]
-                ],
+                ui.linked(
+                    ui.node_column(
+                        idle[
+                            [
+                                "namespace",
+                                "pod",
+                                "container",
+                                "workload",
+                                "idle_for",
+                                "sm_active",
+                                "node",
+                                "instance",
+                                "uuid",
+                                "mig_uuid",
+                            ]
+                        ]
+                    )
+                ),
                 hide_index=True,
                 key="idle_table",
+                column_config=ui.COLUMN_CONFIG,
+            )
+
+    with ui.panel("Launch-bound"):
+        st.subheader("Launch-bound now")
+        bound = ui.fetch(ctx, "instant", "gpulens_gpu_boundness", f)
+        launch = frames.launch_bound(bound, alloc)
+        if launch.empty:
+            st.success("No allocated device is launch-bound.")
+        else:
+            st.caption(
+                "Kernels run, but so briefly that the SMs stay idle: not idle (nothing to release) but a misuse "
+                "of its own kind: batch the work, use CUDA graphs (alert GPULaunchBound)."
+            )
+            st.dataframe(
+                ui.linked(ui.node_column(launch)), hide_index=True, key="launch_table", column_config=ui.COLUMN_CONFIG
             )
 
     with ui.panel("Wasted GPU-hours"):
         st.subheader("Wasted GPU-hours by namespace")
         st.caption(
-            f"Hours a device was allocated while its SM activity stayed below {thr:.0%}, over the chosen range; "
-            "shared GPUs split among their pods, MIG slices weighted by size."
+            "Hours a device was allocated while idle (as above), over the chosen range; a time-sliced GPU split among "
+            "its pods by the replicas each holds, a MIG instance weighted by its compute slices (3g = 3/7 of a GPU)."
         )
         info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
-        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
-        waste = frames.waste_by_namespace(activity, info, mig, ctx.settings.prices_per_gpu_hour)
+        waste = frames.waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
         if waste.empty:
             ui.no_data("wasted GPU-hours")
         else:
@@ -107,13 +128,15 @@ def body(ctx: ui.PageContext) -> None:
                     "resource",
                     "sm_active",
                     "memory_used_bytes",
+                    "node",
                     "instance",
                     "uuid",
                     "mig_uuid",
                 )
                 if c in pods.columns
             ]
-            st.dataframe(pods[cols].sort_values(["namespace", "pod"]), hide_index=True)
+            table = ui.humanize_bytes(pods[cols].sort_values(["namespace", "pod"]))
+            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=ui.COLUMN_CONFIG)
 
 
 ui.page("Workloads", body)

@@ -1,7 +1,10 @@
-"""Boundness classification: what limits each leaf (GPU or MIG instance) over a sliding time window.
+"""Boundness classification: what limits each leaf (GPU or MIG instance) while it works.
 
-Turns per-cycle GPM ratios into one of ``BOUNDNESS_CLASSES`` with hysteresis; docs/boundness.md
-gives the physical reasoning behind every threshold and the H200 measurements.
+Two questions, answered apart: *how much of the time does the leaf work* (the busy ratio, GPM
+graphics-engine activity) and *what limits it while it works* (the class).  Each GPM sample is
+classed on its DRAM and pipe activity divided by its own busy fraction; the class of a leaf is
+the one that holds most of the busy time in a sliding time window, with hysteresis and a minimum
+dwell.  docs/boundness.md gives the physical reasoning behind every level and the H200 runs.
 """
 
 from __future__ import annotations
@@ -11,51 +14,67 @@ from dataclasses import dataclass
 
 from exporter.model import GpmSample
 
-_SM, _OCC, _DRAM, _PIPE, _UTIL = range(5)
-_N_SIGNALS = 5
+BUSY_CLASSES: tuple[str, ...] = ("launch", "latency", "memory", "compute", "mixed")
+"""Classes a working leaf can have (``idle`` is the absence of work)."""
+
+# Window signal slots: raw means first, then busy-seconds per busy class.
+_BUSY, _SM, _OCC, _DRAM, _PIPE, _UTIL = range(6)
+_VOTE0 = 6
+_N_SIGNALS = _VOTE0 + len(BUSY_CLASSES)
 _RESUM_EVERY = 4096
 """Appends between exact re-summations of a window (bounds float drift of the running sums)."""
+_MIN_BUSY = 1e-6
+"""A sample busier than this is classed; below it the leaf did nothing measurable."""
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Decision thresholds, all ratios 0..1 of a window mean; each has an enter and an exit level.
+    """Decision levels, all ratios 0..1.  See docs/boundness.md for why each sits where it does.
 
-    A condition switches on when its window mean reaches the *enter* level and off only when it
-    falls past the *exit* level (a Schmitt trigger), so a mean hovering at one level cannot flap.
-    See docs/boundness.md for why each level sits where it does.
+    Per-sample levels apply to activity *per busy time* (a resource's activity divided by the
+    sample's busy fraction); window levels apply to shares of the window's busy time.
     """
 
     memory_dram_enter: float = 0.60
-    """GPM DRAM bandwidth utilisation (fraction of the theoretical peak) at which DRAM binds."""
+    """DRAM bandwidth per busy time (fraction of the theoretical peak) at which DRAM binds."""
     memory_dram_exit: float = 0.50
     compute_pipe_enter: float = 0.60
-    """Busiest tensor/FP64/FP32/FP16 pipe activity at which arithmetic binds."""
+    """Busiest tensor/FP64/FP32/FP16 pipe activity per busy time at which arithmetic binds."""
     compute_pipe_exit: float = 0.50
-    launch_sm_enter: float = 0.02
-    """Below this SM activity, kernels that ran kept the SMs idle: launch/host bound."""
-    launch_sm_exit: float = 0.04
-    launch_sm_per_busy_enter: float = 0.2
-    """Launch needs narrow kernels: SM activity / GPU-Util (SMs holding work while kernels ran)
-    below this.  Keeps the fading tail of a wide workload (both means shrinking together) out."""
-    launch_sm_per_busy_exit: float = 0.3
-    busy_util_enter: float = 0.02
-    """NVML GPU-Util (whole GPUs) at which "kernels ran" (launch vs idle)."""
-    busy_util_exit: float = 0.01
+    mixed_sum_enter: float = 0.60
+    """DRAM + busiest pipe per busy time at which the two resources together bind ..."""
+    mixed_sum_exit: float = 0.50
+    mixed_part: float = 0.20
+    """... provided each of the two accounts for at least this much of the busy time."""
+    launch_sm_per_busy_enter: float = 0.02
+    """SM activity per busy time below which the kernels that ran kept the SMs idle (launch)."""
+    launch_sm_per_busy_exit: float = 0.04
+    busy_enter: float = 0.01
+    """Window busy ratio at which the leaf counts as working (below the exit level: ``idle``)."""
+    busy_exit: float = 0.005
     busy_sm_trace_enter: float = 1e-4
-    """GPM SM activity that proves kernels ran when GPU-Util is unknown (MIG instances)."""
+    """Fallback when no busy signal exists (MIG without GPM graphics activity): SM activity that
+    proves kernels ran on a leaf whose processes NVML lists."""
     busy_sm_trace_exit: float = 5e-5
+    alternation_share: float = 0.40
+    """Memory-bound and compute-bound samples each holding this share of the busy time: the
+    leaf alternates between the two (slow phases, tenants taking turns), so ``mixed``."""
+    switch_margin: float = 0.20
+    """The exported busy class yields only to a class whose share of busy time exceeds its own
+    by this much (hysteresis: a 50/50 split cannot flap)."""
     min_dwell_seconds: float = 2.0
-    """A new class is exported only once it has been the candidate this long (suppresses the
-    short transit through an intermediate class while the window slides across a step)."""
+    """A new class is exported only once it has been the candidate this long."""
 
     def __post_init__(self) -> None:
+        for name in ("mixed_part", "alternation_share", "switch_margin"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: thresholds must be ratios in 0..1")
         pairs = (
             ("memory_dram", self.memory_dram_enter, self.memory_dram_exit, True),
             ("compute_pipe", self.compute_pipe_enter, self.compute_pipe_exit, True),
-            ("launch_sm", self.launch_sm_enter, self.launch_sm_exit, False),
+            ("mixed_sum", self.mixed_sum_enter, self.mixed_sum_exit, True),
             ("launch_sm_per_busy", self.launch_sm_per_busy_enter, self.launch_sm_per_busy_exit, False),
-            ("busy_util", self.busy_util_enter, self.busy_util_exit, True),
+            ("busy", self.busy_enter, self.busy_exit, True),
             ("busy_sm_trace", self.busy_sm_trace_enter, self.busy_sm_trace_exit, True),
         )
         for name, enter, exit_, rising in pairs:
@@ -67,10 +86,58 @@ class Thresholds:
             raise ValueError("min_dwell_seconds must be >= 0")
 
 
+class _SampleClasser:
+    """Classes one GPM sample at a time by its activity per busy time, with per-leaf hysteresis.
+
+    DRAM and pipe activity are divided by the sample's busy fraction: a job that stalls half the
+    time on its input moves half as many bytes per second of wall time but exactly as many per
+    second of work.  Small grids are not divided away: SM activity counts SM-time, so 20 blocks
+    on 132 SMs read a low SM activity per busy time and land in ``latency``, where low
+    parallelism belongs.  Each level is a Schmitt trigger across consecutive samples, so a
+    workload whose per-sample value hovers at a level keeps one class.
+    """
+
+    __slots__ = ("compute", "launch", "memory", "mixed", "th")
+
+    def __init__(self, th: Thresholds) -> None:
+        self.th = th
+        self.memory = _Schmitt(th.memory_dram_enter, th.memory_dram_exit)
+        self.compute = _Schmitt(th.compute_pipe_enter, th.compute_pipe_exit)
+        self.mixed = _Schmitt(th.mixed_sum_enter, th.mixed_sum_exit)
+        self.launch = _Schmitt(th.launch_sm_per_busy_enter, th.launch_sm_per_busy_exit, rising=False)
+
+    def classify(
+        self, busy: float, sm_active: float | None, dram_active: float | None, max_pipe_active: float | None
+    ) -> str:
+        """The busy class of a sample whose leaf was busy ``busy`` (> 0) of the sample's time."""
+        dram = min(1.0, (dram_active or 0.0) / busy)
+        pipe = min(1.0, (max_pipe_active or 0.0) / busy)
+        memory = self.memory.update(dram)
+        compute = self.compute.update(pipe)
+        together = self.mixed.update(dram + pipe) and min(dram, pipe) >= self.th.mixed_part
+        launch = self.launch.update(None if sm_active is None else sm_active / busy)
+        if launch:
+            return "launch"
+        if memory and compute:
+            return "mixed"
+        # Hysteresis holds a class against noise, not against a second resource joining in: a
+        # resource kept on only by its exit level does not dominate a mixture.
+        dominant = dram >= self.th.memory_dram_enter or pipe >= self.th.compute_pipe_enter
+        if together and not dominant:
+            return "mixed"
+        if memory:
+            return "memory"
+        if compute:
+            return "compute"
+        return "mixed" if together else "latency"
+
+
 @dataclass(frozen=True)
 class WindowMeans:
     """Time-weighted means (ratios 0..1) over the classifier window; ``None`` = no data."""
 
+    busy: float | None
+    """Busy ratio: GPM graphics-engine activity (NVML GPU-Util where GPM lacks it)."""
     sm_active: float | None
     sm_occupancy: float | None
     dram_active: float | None
@@ -78,10 +145,19 @@ class WindowMeans:
     utilization: float | None
     covered_seconds: float
     """Seconds of samples the means are taken over (<= the window)."""
+    busy_shares: dict[str, float]
+    """Busy class -> share of the window's busy time its samples hold (sums to 1, or empty)."""
+
+    def per_busy(self, value: float | None) -> float | None:
+        """``value`` per busy time (roofline coordinates of the work itself); ``None`` if unknown."""
+        if value is None or self.busy is None or self.busy <= _MIN_BUSY:
+            return None
+        return min(1.0, value / self.busy)
 
 
 class _Schmitt:
-    """One hysteretic condition: ``value >= enter`` switches on, ``value < exit`` switches off."""
+    """One hysteretic condition: ``value >= enter`` switches on, ``value < exit`` switches off
+    (mirrored when ``rising`` is False: below ``enter`` on, at or above ``exit`` off)."""
 
     __slots__ = ("enter", "exit", "on", "rising")
 
@@ -92,12 +168,10 @@ class _Schmitt:
         self.on = False
 
     def update(self, value: float | None) -> bool:
-        """Feed a window mean; ``None`` (signal unknown) keeps the current state."""
+        """Feed a value; ``None`` (signal unknown) keeps the current state."""
         if value is not None:
-            if self.rising:
-                self.on = value >= self.enter if not self.on else value >= self.exit
-            else:
-                self.on = value < self.enter if not self.on else value < self.exit
+            level = self.exit if self.on else self.enter
+            self.on = value >= level if self.rising else value < level
         return self.on
 
 
@@ -148,8 +222,20 @@ class _Window:
                 out.append(min(1.0, max(0.0, swv[i] / sw[i])))
             else:
                 out.append(None)
-        covered = max(sw) if self._entries else 0.0
-        return WindowMeans(out[_SM], out[_OCC], out[_DRAM], out[_PIPE], out[_UTIL], max(0.0, covered))
+        votes = [v or 0.0 for v in out[_VOTE0:]]
+        total = sum(votes)
+        shares = {c: v / total for c, v in zip(BUSY_CLASSES, votes, strict=True)} if total > 1e-12 else {}
+        covered = max(sw[:_VOTE0]) if self._entries else 0.0
+        return WindowMeans(
+            busy=out[_BUSY],
+            sm_active=out[_SM],
+            sm_occupancy=out[_OCC],
+            dram_active=out[_DRAM],
+            max_pipe_active=out[_PIPE],
+            utilization=out[_UTIL],
+            covered_seconds=max(0.0, covered),
+            busy_shares=shares,
+        )
 
     def _accumulate(self, duration: float, values: tuple[float | None, ...], sign: float) -> None:
         for i, v in enumerate(values):
@@ -176,30 +262,28 @@ class _Window:
 
 
 class _LeafState:
-    __slots__ = (
-        "busy_sm",
-        "busy_util",
-        "candidate",
-        "candidate_since",
-        "compute",
-        "current",
-        "launch",
-        "memory",
-        "narrow",
-        "window",
-    )
+    __slots__ = ("busy", "busy_trace", "candidate", "candidate_since", "classer", "current", "window")
 
     def __init__(self, span: float, th: Thresholds) -> None:
         self.window = _Window(span)
-        self.memory = _Schmitt(th.memory_dram_enter, th.memory_dram_exit)
-        self.compute = _Schmitt(th.compute_pipe_enter, th.compute_pipe_exit)
-        self.launch = _Schmitt(th.launch_sm_enter, th.launch_sm_exit, rising=False)
-        self.busy_util = _Schmitt(th.busy_util_enter, th.busy_util_exit)
-        self.busy_sm = _Schmitt(th.busy_sm_trace_enter, th.busy_sm_trace_exit)
-        self.narrow = _Schmitt(th.launch_sm_per_busy_enter, th.launch_sm_per_busy_exit, rising=False)
+        self.classer = _SampleClasser(th)
+        self.busy = _Schmitt(th.busy_enter, th.busy_exit)
+        self.busy_trace = _Schmitt(th.busy_sm_trace_enter, th.busy_sm_trace_exit)
         self.current: str | None = None
         self.candidate: str | None = None
         self.candidate_since = 0.0
+
+
+def busy_signal(gpm: GpmSample | None, utilization_ratio: float | None) -> float | None:
+    """The busy ratio of one sample: GPM graphics-engine activity, else NVML GPU-Util, else None.
+
+    Graphics-engine activity is the fraction of time a context ran work on the leaf (GPM gives it
+    per MIG instance too); NVML GPU-Util is the same duty cycle for whole GPUs on drivers whose
+    GPM lacks the metric.  On the H200 the two agree within 0.01 (docs/boundness.md).
+    """
+    if gpm is not None and gpm.graphics_active is not None:
+        return gpm.graphics_active
+    return utilization_ratio
 
 
 class BoundnessClassifier:
@@ -228,21 +312,16 @@ class BoundnessClassifier:
 
         ``gpm`` covers ``[now - gpm.window_seconds, now]`` (the backend's window); ``now`` is in
         seconds on any clock that only moves forward (a jump backwards restarts the leaf).
-        ``utilization_ratio`` is NVML GPU-Util (``None`` for MIG instances); ``has_processes`` says
-        whether NVML lists compute processes on the leaf.
+        ``utilization_ratio`` is NVML GPU-Util (``None`` for MIG instances), the busy signal when
+        GPM has no graphics activity; ``has_processes`` says whether NVML lists compute processes
+        on the leaf (used only without any busy signal).
         A ``None`` GPM (pre-Hopper, GPM refused, first cycle) adds nothing and returns ``None``;
         the leaf's earlier samples still age out of the window by time.
         """
         if gpm is None:
             return None
-        values: tuple[float | None, ...] = (
-            gpm.sm_active,
-            gpm.sm_occupancy,
-            gpm.dram_active,
-            gpm.max_pipe_active(),
-            utilization_ratio,
-        )
-        if values[_SM] is None and values[_DRAM] is None and values[_PIPE] is None:
+        pipe = gpm.max_pipe_active()
+        if gpm.sm_active is None and gpm.dram_active is None and pipe is None:
             return None
         state = self._leaves.get(leaf_id)
         if state is None:
@@ -254,6 +333,14 @@ class BoundnessClassifier:
         duration = gpm.window_seconds
         if not duration > 0.0:
             duration = (now - last) if last is not None and now > last else 1.0
+        busy = busy_signal(gpm, utilization_ratio)
+        votes = [0.0] * len(BUSY_CLASSES)
+        # Without a busy signal every sample weighs by time alone and nothing is normalised.
+        weight = 1.0 if busy is None else busy
+        if weight > _MIN_BUSY:
+            cls = state.classer.classify(weight, gpm.sm_active, gpm.dram_active, pipe)
+            votes[BUSY_CLASSES.index(cls)] = weight
+        values = (busy, gpm.sm_active, gpm.sm_occupancy, gpm.dram_active, pipe, utilization_ratio, *votes)
         state.window.add(now, duration, values)
         means = state.window.means(now)
         candidate = self._decide(state, means, has_processes)
@@ -270,30 +357,26 @@ class BoundnessClassifier:
             del self._leaves[leaf_id]
 
     def _decide(self, state: _LeafState, m: WindowMeans, has_processes: bool) -> str:
-        # Every trigger sees every window mean, so its state is current whichever branch decides.
-        memory = state.memory.update(m.dram_active)
-        compute = state.compute.update(m.max_pipe_active)
-        sm_low = state.launch.update(m.sm_active if m.sm_active is not None else 0.0)
-        util_busy = state.busy_util.update(m.utilization)
-        trace_busy = state.busy_sm.update(m.sm_active)
-        narrow = state.narrow.update(
-            (m.sm_active or 0.0) / m.utilization if m.utilization is not None and m.utilization > 0 else None
-        )
-        if memory and compute:
+        th = self.thresholds
+        if m.busy is not None:
+            working = state.busy.update(m.busy)
+        else:
+            # No duty-cycle signal (MIG instance on a driver without GPM graphics activity): a
+            # trace of SM activity on a leaf whose processes NVML lists is the evidence of work.
+            working = state.busy_trace.update(m.sm_active) and has_processes
+        if not working or not m.busy_shares:
+            state.classer = _SampleClasser(th)  # the next load is classed afresh
+            return "idle"
+        shares = m.busy_shares
+        current = state.current
+        # Alternation keeps its own hysteresis: once mixed, it takes a clearer majority to leave.
+        alternation = th.alternation_share - (th.switch_margin / 2 if current == "mixed" else 0.0)
+        if shares["memory"] >= alternation and shares["compute"] >= alternation:
             return "mixed"
-        if memory:
-            return "memory"
-        if compute:
-            return "compute"
-        if not sm_low:
-            return "latency"
-        # MIG: NVML has no per-instance GPU-Util.  A trace of SM activity on a leaf whose
-        # processes NVML lists is then the evidence that kernels ran (see docs/boundness.md).
-        # On a whole GPU the kernels must also have been narrow: SMs nearly idle *while kernels
-        # ran*.  When a wide workload stops, SM activity and GPU-Util fade out of the window
-        # together, and that tail is not a launch-bound phase.
-        kernels_ran = (util_busy and narrow) if m.utilization is not None else (trace_busy and has_processes)
-        return "launch" if kernels_ran else "idle"
+        best = max(BUSY_CLASSES, key=lambda c: shares[c])
+        if current in shares and current != best and shares[current] + th.switch_margin >= shares[best]:
+            return current
+        return best
 
     def _settle(self, state: _LeafState, candidate: str, now: float) -> str:
         if state.current is None:

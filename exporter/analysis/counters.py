@@ -19,10 +19,11 @@ class _LeafIntegrals:
     sm: float = 0.0
     tensor: float = 0.0
     dram: float = 0.0
+    busy: float = 0.0
 
 
 class ActivityIntegrator:
-    """Integrates GPM ratios over their windows: seconds of SM / tensor / DRAM activity per leaf.
+    """Integrates GPM ratios over their windows: seconds of SM / tensor / DRAM / busy time per leaf.
 
     A ratio ``r`` measured over a window of ``w`` seconds adds ``r * w`` seconds.  Windows come
     from the backend (the time between two GPM samples), so missed cycles are not double counted
@@ -39,8 +40,9 @@ class ActivityIntegrator:
         sm: float | None,
         tensor: float | None,
         dram: float | None,
-    ) -> tuple[float | None, float | None, float | None]:
-        """Add one window; returns the running (sm, tensor, dram) seconds, ``None`` where unknown."""
+        busy: float | None = None,
+    ) -> tuple[float | None, float | None, float | None, float | None]:
+        """Add one window; returns the running (sm, tensor, dram, busy) seconds, ``None`` where unknown."""
         acc = self._leaves.setdefault(leaf_id, _LeafIntegrals())
         w = max(0.0, window_seconds)
         if sm is not None:
@@ -49,10 +51,13 @@ class ActivityIntegrator:
             acc.tensor += tensor * w
         if dram is not None:
             acc.dram += dram * w
+        if busy is not None:
+            acc.busy += busy * w
         return (
             acc.sm if sm is not None else None,
             acc.tensor if tensor is not None else None,
             acc.dram if dram is not None else None,
+            acc.busy if busy is not None else None,
         )
 
     def forget(self, keep: Iterable[str]) -> None:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.attribution.deviceids import DeviceIndex, DeviceRef
-from exporter.model import Allocation, BackendSample, ContainerDevices, PodRef, PodUsage
+from exporter.model import UNKNOWN_TENANT, Allocation, BackendSample, ContainerDevices, PodRef, PodUsage
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 """Pod phases whose devices are free again even if an old kubelet still lists them (k8s #119423)."""
@@ -199,7 +199,7 @@ def build_usages(
     acc: dict[tuple[str, str, str], list[Any]] = {}
     for gpu in sample.gpus:
         for leaf in gpu.leaves:
-            for proc in leaf.processes:
+            for proc in leaf.tenants:  # the MPS server's utilisation is its clients', not its own
                 owner = pid_owners.get(proc.pid)
                 if owner is None:
                     continue
@@ -227,3 +227,22 @@ def build_usages(
             )
         )
     return tuple(usages)
+
+
+def leaf_tenants(
+    sample: BackendSample, pid_owners: Mapping[int, PidOwner], pods: PodDirectory
+) -> Mapping[str, frozenset[tuple[str, str]]]:
+    """Leaf id -> (namespace, pod) of each pod with compute processes on it.
+
+    A process whose PID maps to no pod of this node (a host process, an unread cgroup, a pod the
+    API has not shown yet) adds ``UNKNOWN_TENANT``: somebody runs there, we cannot say who.
+    """
+    out: dict[str, set[tuple[str, str]]] = {}
+    for gpu in sample.gpus:
+        for leaf in gpu.leaves:
+            for proc in leaf.tenants:
+                owner = pid_owners.get(proc.pid)
+                meta = pods.by_uid.get(owner.pod_uid) if owner is not None else None
+                key = (meta.namespace, meta.name) if meta is not None else UNKNOWN_TENANT
+                out.setdefault(leaf.leaf_id, set()).add(key)
+    return MappingProxyType({leaf: frozenset(t) for leaf, t in out.items()})

@@ -25,6 +25,7 @@ from exporter.attribution.merge import (
     UnmappedCounter,
     build_allocations,
     build_usages,
+    leaf_tenants,
 )
 from exporter.model import Attribution, BackendSample, ContainerDevices, PodUsage, StageResult
 
@@ -135,12 +136,14 @@ class PipelineAttributor:
         allocs = self._allocations(index, view, pods)
 
         usages: tuple[PodUsage, ...] = ()
+        tenants: Mapping[str, frozenset[tuple[str, str]]] | None = None
         if self._pids is not None:
             pids = [p.pid for g in sample.gpus for leaf in g.leaves for p in leaf.processes]
             owners, result = self._pids.owners(pids)
             stages.append(result)
             if owners is not None and pods is not None:
                 usages = build_usages(sample, owners, pods, allocs.allocations)
+                tenants = leaf_tenants(sample, owners, pods)
 
         replicas = allocs.sharing_replicas
         if self._sharing_replicas is not None and not index.empty:
@@ -156,6 +159,7 @@ class PipelineAttributor:
             unmapped_devices=self._unmapped.snapshot(),
             podresources_last_success_timestamp=last_success,
             allocation_conflicts=allocs.conflicts,
+            leaf_tenants=tenants,
         )
         return attribution, tuple(stages)
 

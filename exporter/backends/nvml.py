@@ -20,7 +20,15 @@ from typing import Any
 
 from exporter.backends.nvml_gpm import GpmReading, GpmTracker
 from exporter.backends.nvml_query import GpuLost, NeedsReinit, NvmlQuery
-from exporter.model import BackendSample, GpuSample, LeafSample, MigInstance, ProcessSample
+from exporter.model import (
+    MPS_CLIENT,
+    MPS_SERVER,
+    BackendSample,
+    GpuSample,
+    LeafSample,
+    MigInstance,
+    ProcessSample,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -41,6 +49,8 @@ _MHZ = 1e6
 _KIB = 1024  # NVML's PCIe throughput unit "KB/s" is KiB/s
 _NOT_AVAILABLE_U32 = 0xFFFFFFFF
 _MIG_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb")
+MPS_SERVER_PROCESS = "nvidia-cuda-mps-server"
+"""Executable name of the MPS server (the control daemon starts one per GPU set and user)."""
 _BACKOFF_FIRST_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 60.0
 _MAX_EVENTS_PER_CYCLE = 1024
@@ -424,8 +434,9 @@ class NvmlBackend:
 
     # ------------------------------------------------------------------ fields
 
-    def _memory_info(self, scope: str, handle: Any) -> tuple[int | None, int | None]:
-        """(used, total) bytes; v2 (used excludes driver-reserved memory) when the driver has it."""
+    def _memory_info(self, scope: str, handle: Any) -> tuple[int | None, int | None, int | None]:
+        """(used, total, reserved) bytes; v2 (used excludes driver-reserved memory) when the driver
+        has it, else v1 (reserved ``None``: v1's used includes it)."""
         q, nvml = self._q, self._nvml
         assert q is not None
         version = getattr(nvml, "nvmlMemory_v2", None)
@@ -435,8 +446,9 @@ class NvmlBackend:
         if info is None and (version is None or q.is_unsupported(scope, "memory_info_v2")):
             info = q.call(scope, "nvmlDeviceGetMemoryInfo", handle)
         if info is None:
-            return None, None
-        return int(info.used), int(info.total)
+            return None, None, None
+        reserved = getattr(info, "reserved", None)
+        return int(info.used), int(info.total), None if reserved is None else int(reserved)
 
     def _memory_temperature(self, gpu: _Gpu) -> float | None:
         q, nvml = self._q, self._nvml
@@ -537,12 +549,13 @@ class NvmlBackend:
         mig_enabled: bool,
         now: float,
         util: float | None,
-        memory: tuple[int | None, int | None],
+        memory: tuple[int | None, int | None, int | None],
     ) -> tuple[tuple[LeafSample, ...], tuple[float | None, float | None]]:
         """Leaves of one GPU and its NVLink (tx, rx) bytes/s from the GPU-level GPM window."""
         nvlink: tuple[float | None, float | None] = (None, None)
         if not mig_enabled:
             running = self._running(gpu.uuid, gpu.handle)
+            roles = self._mps_roles(gpu.uuid, gpu.handle, running)
             proc_util = self._process_utilization(gpu, wanted=bool(running))
             reading = self._gpm_read(gpu, gpu.uuid, None, now)
             if reading is not None:
@@ -551,18 +564,22 @@ class NvmlBackend:
                 uuid=gpu.uuid,
                 memory_used_bytes=memory[0],
                 memory_total_bytes=memory[1],
+                memory_reserved_bytes=memory[2],
                 utilization_ratio=util,
                 gpm=reading.sample if reading is not None else None,
-                processes=self._process_samples(running, proc_util),
+                processes=self._process_samples(running, proc_util, roles=roles),
             )
             return (leaf,), nvlink
         found = self._mig_devices(gpu)
         running_per_mig = [self._running(m.mig.mig_uuid, m.handle) for m in found]
+        roles_per_mig = [
+            self._mps_roles(m.mig.mig_uuid, m.handle, r) for m, r in zip(found, running_per_mig, strict=True)
+        ]
         proc_util = self._process_utilization(gpu, wanted=any(running_per_mig))
         leaves = []
-        for mig, running in zip(found, running_per_mig, strict=True):
+        for mig, running, roles in zip(found, running_per_mig, roles_per_mig, strict=True):
             mig_uuid = mig.mig.mig_uuid
-            used, total = self._memory_info(mig_uuid, mig.handle)
+            used, total, reserved = self._memory_info(mig_uuid, mig.handle)
             reading = self._gpm_read(gpu, mig_uuid, mig.mig.gpu_instance_id, now)
             leaves.append(
                 LeafSample(
@@ -570,8 +587,9 @@ class NvmlBackend:
                     mig=mig.mig,
                     memory_used_bytes=used,
                     memory_total_bytes=total,
+                    memory_reserved_bytes=reserved,
                     gpm=reading.sample if reading is not None else None,
-                    processes=self._process_samples(running, proc_util, mig.mig),
+                    processes=self._process_samples(running, proc_util, mig.mig, roles),
                 )
             )
         return tuple(leaves), nvlink
@@ -672,11 +690,37 @@ class NvmlBackend:
         assert self._q is not None
         return list(self._q.call(scope, "nvmlDeviceGetComputeRunningProcesses", handle) or [])
 
+    def _mps_roles(self, scope: str, handle: Any, running: list[Any]) -> dict[int, str]:
+        """pid -> MPS role on one leaf; adds MPS clients missing from ``running`` to it.
+
+        NVML lists MPS clients apart (``nvmlDeviceGetMPSComputeRunningProcesses``); the compute
+        process list holds them and the MPS server. The server is told by its process name
+        (``nvidia-cuda-mps-server``), asked only while the leaf has MPS clients.
+        """
+        assert self._q is not None
+        clients = list(
+            self._q.call(scope, "nvmlDeviceGetMPSComputeRunningProcesses", handle, expect=("NOT_FOUND",)) or []
+        )
+        if not clients:
+            return {}
+        roles = {int(p.pid): MPS_CLIENT for p in clients}
+        listed = {int(p.pid) for p in running}
+        running.extend(p for p in clients if int(p.pid) not in listed)
+        for p in running:
+            pid = int(p.pid)
+            if pid in roles:
+                continue
+            name = _text(self._q.call(scope, "nvmlSystemGetProcessName", pid, expect=("NOT_FOUND",))) or ""
+            if name.rsplit("/", 1)[-1] == MPS_SERVER_PROCESS:
+                roles[pid] = MPS_SERVER
+        return roles
+
     @staticmethod
     def _process_samples(
         running: list[Any],
         utilization: Mapping[int, tuple[float | None, float | None]],
         mig: MigInstance | None = None,
+        roles: Mapping[int, str] | None = None,
     ) -> tuple[ProcessSample, ...]:
         out = []
         for p in running:
@@ -691,6 +735,7 @@ class NvmlBackend:
                     memory_util_ratio=mem,
                     gpu_instance_id=mig.gpu_instance_id if mig else _id_or_none(gi),
                     compute_instance_id=mig.compute_instance_id if mig else _id_or_none(ci),
+                    mps_role=(roles or {}).get(int(p.pid)),
                 )
             )
         return tuple(out)

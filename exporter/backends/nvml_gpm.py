@@ -24,6 +24,7 @@ RATIO_METRICS: dict[str, str] = {
     "fp32_active": "NVML_GPM_METRIC_FP32_UTIL",
     "fp16_active": "NVML_GPM_METRIC_FP16_UTIL",
     "dram_active": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+    "graphics_active": "NVML_GPM_METRIC_GRAPHICS_UTIL",
 }
 #: NVLink totals (MiB/s), asked only on physical GPUs that have NVLink.
 NVLINK_METRICS: dict[str, str] = {

@@ -16,7 +16,15 @@ from typing import Any
 
 from exporter.backends import sim_scenarios as sc
 from exporter.backends.sim_faults import FaultView, SimFaults
-from exporter.model import BackendSample, ContainerDevices, GpmSample, GpuSample, LeafSample, ProcessSample
+from exporter.model import (
+    MPS_SERVER,
+    BackendSample,
+    ContainerDevices,
+    GpmSample,
+    GpuSample,
+    LeafSample,
+    ProcessSample,
+)
 
 __all__ = ["SCENARIOS", "SimFaults", "SimulatedBackend"]
 
@@ -186,7 +194,7 @@ class SimulatedBackend:
             for proc, act in zip(leaf.processes, acts, strict=True):
                 has_process = True
                 share = act.share * scale
-                sig = proc.workload.signature
+                sig = act.signature or proc.workload.signature
                 sm += share * sig.sm_active
                 occ += share * sig.sm_occupancy
                 dram += share * sig.dram_active
@@ -205,8 +213,9 @@ class SimulatedBackend:
                 pcie_rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction
                 pcie_tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction
                 nvlink += act.nvlink_bytes_per_second * leaf.compute_fraction
-                # NVML has no per-process utilisation for MIG instances.
-                per_process = windowed and mig is None
+                # NVML has no per-process utilisation for MIG instances, and under MPS reports it
+                # for the server only (set below, the clients' sum).
+                per_process = windowed and mig is None and proc.mps_role is None
                 procs.append(
                     ProcessSample(
                         pid=proc.pid,
@@ -215,8 +224,16 @@ class SimulatedBackend:
                         memory_util_ratio=_ratio(share * sig.memory_utilization) if per_process else None,
                         gpu_instance_id=mig.gpu_instance_id if mig else None,
                         compute_instance_id=mig.compute_instance_id if mig else None,
+                        mps_role=proc.mps_role,
                     )
                 )
+            if windowed and mig is None:
+                procs = [
+                    replace(p, sm_util_ratio=_ratio(util), memory_util_ratio=_ratio(mem_util))
+                    if p.mps_role == MPS_SERVER
+                    else p
+                    for p in procs
+                ]
             busy = max(busy, util)
             whole_mem_util = mem_util
             # Noise is drawn even when the window is not reported, so the random stream (and every
@@ -231,6 +248,9 @@ class SimulatedBackend:
                 fp32_active=_ratio(fp32 * (1 + g(0, 0.01))),
                 fp16_active=_ratio(fp16 * (1 + g(0, 0.02))),
                 dram_active=_ratio(dram * (1 + g(0, 0.01))),
+                # GPM graphics-engine activity tracks NVML GPU-Util on the H200 (within 0.01), and
+                # GPM has it per MIG instance too; no draw of its own keeps the random stream.
+                graphics_active=_ratio(util),
             )
             if not windowed:
                 gpm = None
@@ -240,6 +260,7 @@ class SimulatedBackend:
                     mig=mig,
                     memory_used_bytes=sum(p.memory_bytes for p in leaf.processes),
                     memory_total_bytes=leaf.memory_total_bytes,
+                    memory_reserved_bytes=sc.DRIVER_RESERVED_BYTES if mig is None else None,
                     # NVML offers GPU-Util only for whole GPUs.
                     utilization_ratio=_ratio(util) if mig is None else None,
                     gpm=gpm,
@@ -293,7 +314,7 @@ class SimulatedBackend:
             pci_bus_id=spec.pci_bus_id,
             compute_capability="9.0",
             mig_mode="enabled" if spec.mig_enabled else "disabled",
-            compute_mode="default",
+            compute_mode=spec.compute_mode,
             # In MIG mode NVML answers NotSupported for device-level utilisation.
             utilization_ratio=whole.utilization_ratio if whole else None,
             memory_utilization_ratio=_ratio(whole_mem_util) if whole else None,
@@ -354,7 +375,7 @@ class SimulatedBackend:
                 changes["leaves"] = tuple(leaves)
             out.append(replace(gpu, **changes) if changes else gpu)
         if failed:
-            errors["Unknown"] = failed
+            errors["unknown"] = failed
         return out
 
 

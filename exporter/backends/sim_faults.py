@@ -54,7 +54,7 @@ class SimFaults:
     - ``lost``: GPU indices that answer ``GpuSample(up=False, index, uuid)`` only.
     - ``unsupported``: field names (``FAULTABLE_FIELDS``) that read ``None`` on every GPU/leaf.
     - ``transient``: field -> number of upcoming cycles in which it fails; each failed read
-      (per GPU or leaf that has the field) counts as one ``"Unknown"`` error in
+      (per GPU or leaf that has the field) counts as one ``"unknown"`` error in
       ``BackendSample.errors``.
     - ``hang_seconds``: every ``sample()`` blocks this long before answering (setting it to 0
       through the property wakes a call that is already blocked).

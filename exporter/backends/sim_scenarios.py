@@ -20,6 +20,8 @@ MIB = 1024**2
 GIB = 1024**3
 
 H200_MEMORY_BYTES = 143771 * MIB
+DRIVER_RESERVED_BYTES = 512 * MIB
+"""Memory the simulated driver reserves on a whole GPU (NVML memory info v2 ``reserved``)."""
 H200_POWER_LIMIT_WATTS = 700.0
 H200_SM_CLOCK_MAX_HERTZ = 1980e6
 H200_MEMORY_CLOCK_HERTZ = 3201e6
@@ -63,6 +65,8 @@ class ProcessSpec:
     memory_bytes: int
     pod_uid: str | None
     container: str | None
+    mps_role: str | None = None
+    """``server`` / ``client`` under MPS (see exporter.model.ProcessSample.mps_role)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class GpuSpec:
     mig_enabled: bool = False
     ecc_corrected: int = 0
     remapped_correctable: int = 0
+    compute_mode: str = "default"
+    """``default`` or ``exclusive_process`` (MPS deployments often allow only the MPS server)."""
 
 
 @dataclass(frozen=True)
@@ -158,13 +164,18 @@ class _NodeBuilder:
         self.devices.append(ContainerDevices(namespace, name, container, resource, device_ids, pod_uid))
 
     def proc(
-        self, workload: w.Workload, memory_bytes: int, pod_uid: str | None = None, container: str | None = None
+        self,
+        workload: w.Workload,
+        memory_bytes: int,
+        pod_uid: str | None = None,
+        container: str | None = None,
+        mps_role: str | None = None,
     ) -> ProcessSpec:
         self._pid += 1 + self._rng.randrange(400)
         if pod_uid is not None and container is not None:
             self.pids[self._pid] = (pod_uid, container)
         # Memory is allocated in 2 MiB pages.
-        return ProcessSpec(self._pid, workload, memory_bytes // (2 * MIB) * 2 * MIB, pod_uid, container)
+        return ProcessSpec(self._pid, workload, memory_bytes // (2 * MIB) * 2 * MIB, pod_uid, container, mps_role)
 
     def add_gpu(
         self,
@@ -173,6 +184,7 @@ class _NodeBuilder:
         mig_enabled: bool = False,
         ecc_corrected: int = 0,
         remapped_correctable: int = 0,
+        compute_mode: str = "default",
     ) -> GpuSpec:
         spec = GpuSpec(
             index,
@@ -182,6 +194,7 @@ class _NodeBuilder:
             mig_enabled,
             ecc_corrected,
             remapped_correctable,
+            compute_mode,
         )
         self.gpus.append(spec)
         return spec
@@ -404,7 +417,8 @@ def _mig7x8() -> Scenario:
 
 
 def _timeslice() -> Scenario:
-    """GPUs 0-3 time-sliced (4 replicas each, resource ``nvidia.com/gpu.shared``), 4-7 exclusive."""
+    """GPUs 0-3 time-sliced (4 replicas each, resource ``nvidia.com/gpu.shared``), 4-7 exclusive; one
+    alternating mixture (3), one job changing load (6) and one stalled on its input (7)."""
     b = _NodeBuilder("timeslice")
     shared = "nvidia.com/gpu.shared"
 
@@ -437,16 +451,73 @@ def _timeslice() -> Scenario:
     b.hold(uid, "vllm", shared, (replica(2, 1),))
     p2 = b.proc(w.Diurnal(w.LLM_DECODE, low=0.3, high=0.7), 50 * GIB, uid, "vllm")
     b.add_gpu(2, b.whole(p1, p2))
-    # GPU 3: shared but nobody holds a replica.
-    b.add_gpu(3, b.whole())
+    # GPU 3: 2 of 4 replicas held by a memory-bound and a tensor-bound tenant, both flat out:
+    # they take turns, so the GPU is fully used, half on DRAM and half on tensor cores (mixed).
+    uid, _ = b.pod("etl", "Job", "embedding-backfill")
+    b.hold(uid, "copier", shared, (replica(3, 0),))
+    p1 = b.proc(w.Steady(w.MEMORY_COPY), 12 * GIB, uid, "copier")
+    uid, _ = b.pod("research", "Job", "attention-sweep")
+    b.hold(uid, "sweep", shared, (replica(3, 1),))
+    p2 = b.proc(w.Steady(w.BF16_GEMM), 30 * GIB, uid, "sweep")
+    b.add_gpu(3, b.whole(p1, p2))
     for gpu in range(4):
         b.sharing[b.gpu_uuid(gpu)] = 4
     # GPUs 4-7 exclusive.
     _exclusive(b, 4, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
     _exclusive(b, 5, "inference", "Deployment", "llm-decode", "vllm",
                w.Diurnal(w.LLM_DECODE, low=0.86, high=1.0), int(0.9 * H200_MEMORY_BYTES))  # fmt: skip
-    _exclusive(b, 6, "research", "Job", "cfd-solver", "solver", w.Steady(w.FP32_GEMM), 22 * GIB)
-    b.add_gpu(7, b.whole())
+    # GPU 6: a benchmark that changes what limits it: copy, then GEMMs, then nothing, repeated.
+    phases = ((w.MEMORY_COPY, 60.0), (w.BF16_GEMM, 60.0), (w.IDLE, 30.0))
+    _exclusive(b, 6, "research", "Job", "kernel-bench", "bench", w.Phased(w.MEMORY_COPY, phases=phases), 22 * GIB)
+    # GPU 7: a GEMM job starved by its data loader: works half of every second.
+    _exclusive(b, 7, "ml-training", "Job", "resnet-dataloader-bound", "trainer", w.Stalled(w.BF16_GEMM), 40 * GIB)
+    return b.build()
+
+
+def _mps() -> Scenario:
+    """MPS (the device plugin's MPS sharing: 4 replicas of ``nvidia.com/gpu`` per MPS GPU).
+
+    GPU 0: a memory-bound and a tensor-bound tenant as MPS clients of one MPS server, compute mode
+    exclusive-process (only the server may open a context). GPU 1: one MPS client alone. GPU 2:
+    two pods time-sliced without MPS, for contrast. GPU 3: exclusive. GPUs 4-7: free.
+    NVML's shapes under MPS: the compute-process list holds the server and the clients, each
+    client with its own memory; per-process utilisation has one entry, the server's.
+    """
+    b = _NodeBuilder("mps")
+    shared = "nvidia.com/gpu"
+    daemon, _ = b.pod("kube-system", "DaemonSet", "nvidia-device-plugin-mps-control-daemon")
+
+    def replica(gpu: int, n: int) -> str:
+        return f"{b.gpu_uuid(gpu)}::{n}"
+
+    def server() -> ProcessSpec:
+        return b.proc(w.Idle(), 300 * MIB, daemon, "mps-control-daemon", mps_role="server")
+
+    procs = [server()]
+    for n, (ns, name, container, wl, mem) in enumerate(
+        (
+            ("inference", "llm-decode-mps", "vllm", w.Steady(w.LLM_DECODE, level=0.6), 40 * GIB),
+            ("inference", "reranker-mps", "reranker", w.Steady(w.BF16_GEMM, level=0.4), 12 * GIB),
+        )
+    ):
+        uid, _ = b.pod(ns, "Deployment", name)
+        b.hold(uid, container, shared, (replica(0, n),))
+        procs.append(b.proc(wl, mem, uid, container, mps_role="client"))
+    b.add_gpu(0, b.whole(*procs), compute_mode="exclusive_process")
+    uid, _ = b.pod("inference", "Deployment", "embedder-mps")
+    b.hold(uid, "embedder", shared, (replica(1, 0),))
+    b.add_gpu(1, b.whole(server(), b.proc(w.Steady(w.MEMORY_COPY), 9 * GIB, uid, "embedder", mps_role="client")))
+    ts = []
+    for i, wl in enumerate((w.Steady(w.MEMORY_COPY), w.Steady(w.BF16_GEMM))):
+        uid, _ = b.pod("research", "Job", f"sweep-{i}")
+        b.hold(uid, "trial", "nvidia.com/gpu.shared", (replica(2, i),))
+        ts.append(b.proc(wl, 20 * GIB, uid, "trial"))
+    b.add_gpu(2, b.whole(*ts))
+    for gpu in (0, 1, 2):
+        b.sharing[b.gpu_uuid(gpu)] = 4
+    _exclusive(b, 3, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
+    for gpu in range(4, 8):
+        b.add_gpu(gpu, b.whole())
     return b.build()
 
 
@@ -455,6 +526,7 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "mig": _mig,
     "mig7x8": _mig7x8,
     "timeslice": _timeslice,
+    "mps": _mps,
 }
 
 SCENARIOS: tuple[str, ...] = tuple(BUILDERS)

@@ -1,7 +1,7 @@
 """Simulated GPU workloads: measured H200 signatures and how each workload varies over time.
 
 A ``Signature`` is what a workload shows while its kernels run alone on a whole H200 (GPM
-ratios from ../shared/FACTS-H200.md, NVML utilisation and power).  A ``Workload`` adds time:
+ratios measured on an H200, docs/boundness.md; NVML utilisation and power).  A ``Workload`` adds time:
 ``activity(t, rng)`` says which fraction of the window its kernels ran and what it moved over
 PCIe / NVLink, so a training job alternates compute and data loading and an inference server
 follows a daily load curve while keeping its signature.
@@ -38,7 +38,7 @@ class Signature:
     """If set, GPU-Util is drawn inside this band each window (launch-bound kernels jitter)."""
 
 
-# GPM signatures measured on an H200 (FACTS-H200.md, 1 s GPM window); power is our estimate.
+# GPM signatures measured on an H200 (docs/boundness.md, 1 s GPM window); power is our estimate.
 MEMORY_COPY = Signature(0.99, 0.80, 0.88, utilization=1.0, memory_utilization=1.0, power_watts=540.0)
 BF16_GEMM = Signature(
     0.96, 0.14, 0.17, tensor_active=0.93, utilization=0.99, memory_utilization=0.25, power_watts=760.0
@@ -94,6 +94,9 @@ class Activity:
     pcie_tx_bytes_per_second: float = 0.0
     nvlink_bytes_per_second: float = 0.0
     """Each direction."""
+    signature: Signature | None = None
+    """What its kernels did in this window, when that changes over time (``Phased``); ``None`` =
+    the workload's own signature."""
 
 
 @dataclass(frozen=True)
@@ -193,4 +196,46 @@ class Idle(Workload):
     signature: Signature = IDLE
 
     def activity(self, t: float, rng: random.Random) -> Activity:
+        return Activity(0.0)
+
+
+@dataclass(frozen=True)
+class Stalled(Workload):
+    """A job waiting on its input part of the time: works ``on_seconds`` of every ``period_seconds``.
+
+    Each 1 s window gets the overlap of the working phases with it, so a 1 s period at half duty
+    reads 0.5 in every window, and a 4 s period reads whole busy and whole idle windows.
+    """
+
+    on_seconds: float = 0.5
+    period_seconds: float = 1.0
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        start, end = t - 1.0 + self.offset_seconds, t + self.offset_seconds
+        busy = 0.0
+        k = math.floor(start / self.period_seconds)
+        while k * self.period_seconds < end:
+            on_from = k * self.period_seconds
+            busy += max(0.0, min(end, on_from + self.on_seconds) - max(start, on_from))
+            k += 1
+        share = _jitter(rng, busy * 0.99, 0.005) if busy > 0 else 0.0
+        return Activity(share, 0.3 * GB * busy, 0.05 * GB)
+
+
+@dataclass(frozen=True)
+class Phased(Workload):
+    """A job that changes what limits it: each phase runs one signature flat out (or nothing,
+    for ``IDLE``) for its seconds, and the sequence repeats."""
+
+    phases: tuple[tuple[Signature, float], ...] = ()
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        cycle = sum(seconds for _, seconds in self.phases)
+        pos = (t + self.offset_seconds) % cycle if cycle > 0 else 0.0
+        for sig, seconds in self.phases:
+            if pos < seconds:
+                if sig is IDLE:
+                    return Activity(0.0, signature=sig)
+                return Activity(_jitter(rng, 0.98, 0.01), 0.3 * GB, 0.1 * GB, signature=sig)
+            pos -= seconds
         return Activity(0.0)

@@ -68,6 +68,7 @@ nvmlClocksEventReasonHwThermalSlowdown = 0x40
 nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 nvmlClocksEventReasonDisplayClockSetting = 0x100
 
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
 NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
@@ -122,6 +123,10 @@ class FakeProcess:
     used_memory: int | None = 1 << 30
     gpu_instance_id: int = 0xFFFFFFFF
     compute_instance_id: int = 0xFFFFFFFF
+    name: str = "python3"
+    """What ``nvmlSystemGetProcessName`` answers (the MPS server: ``nvidia-cuda-mps-server``)."""
+    mps_client: bool = False
+    """Listed by ``nvmlDeviceGetMPSComputeRunningProcesses`` too."""
 
 
 @dataclass
@@ -148,6 +153,8 @@ class FakeGpu:
     compute_capability: tuple[int, int] = (9, 0)
     memory_total: int = 150_754_820_096
     memory_used: int = 4 << 20
+    memory_reserved: int = 0
+    """Driver-reserved memory, reported only by the v2 memory info (v1's ``used`` includes it)."""
     util_gpu: int = 0
     util_memory: int = 0
     power_mw: int | None = 75_000
@@ -381,11 +388,14 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, h: FakeHandle, version: int | None = None) -> Any:
         self._enter("nvmlDeviceGetMemoryInfo", h)
+        reserved = 0
         if h.mig is not None:
             used, total = h.mig.memory_used, h.mig.memory_total
         else:
-            used, total = h.gpu.memory_used, h.gpu.memory_total
-        return SimpleNamespace(version=version, total=total, used=used, free=total - used, reserved=0)
+            used, total, reserved = h.gpu.memory_used, h.gpu.memory_total, h.gpu.memory_reserved
+        if version is None:  # v1: no reserved field, and used includes the reserved memory
+            return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+        return SimpleNamespace(version=version, total=total, used=used, free=total - used - reserved, reserved=reserved)
 
     def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetPowerUsage", h)
@@ -501,6 +511,28 @@ class FakeNvml:
             )
             for p in procs
         ]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:
+        self._enter("nvmlDeviceGetMPSComputeRunningProcesses", h)
+        procs = h.mig.processes if h.mig is not None else h.gpu.processes
+        return [
+            SimpleNamespace(
+                pid=p.pid,
+                usedGpuMemory=p.used_memory,
+                gpuInstanceId=p.gpu_instance_id,
+                computeInstanceId=p.compute_instance_id,
+            )
+            for p in procs
+            if p.mps_client
+        ]
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self._enter("nvmlSystemGetProcessName")
+        for g in self.gpus:
+            for p in [*g.processes, *(q for m in g.migs for q in m.processes)]:
+                if p.pid == pid:
+                    return p.name
+        raise NVMLError(code("NOT_FOUND"))
 
     def nvmlDeviceGetProcessUtilization(self, h: FakeHandle, timestamp: int) -> list[Any]:
         self._enter("nvmlDeviceGetProcessUtilization", h)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tests.support.net import free_port
 from tests.support.process import managed_process
@@ -68,3 +70,93 @@ def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 120.0) 
         timeout=timeout_s * 1000,
     )
     return time.perf_counter() - started
+
+
+REPR_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"DeltaGenerator", "a Streamlit DeltaGenerator"),
+    (r"<[\w.]+ object at 0x[0-9a-fA-F]+>|object at 0x[0-9a-fA-F]+", "a Python object repr"),
+    (r"Traceback \(most recent call last\)", "a traceback"),
+    (r"streamlit\.(?:delta_generator|runtime|elements)\.", "a Streamlit module path"),
+    (r"\b(?:Timestamp|Series|DataFrame)\(", "a pandas repr"),
+    (r"\bdtype: (?:object|float64|int64)\b", "a pandas Series repr"),
+)
+
+
+# Streamlit's frontend finds its server by probing the page's own path first: a deep link to
+# /health asks /health/_stcore/health (404), then /_stcore/health. Those two probes are the only
+# failed loads a browser test lets through; any other 404 or console error fails it.
+BASE_PROBE = re.compile(r"^https?://[^/]+/[A-Za-z0-9_-]+/_stcore/(?:health|host-config)$")
+
+
+class PageWatch:
+    """Collects what a browser test must fail on while pages load: console errors, uncaught page
+    errors and every request to a host other than the dashboard's own."""
+
+    def __init__(self, page: object, base_url: str) -> None:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        self.host = urlsplit(base_url).netloc
+        self.console_errors: list[str] = []
+        self.page_errors: list[str] = []
+        self.foreign_requests: list[str] = []
+        self.failed_responses: list[str] = []
+        page.on("response", self._response)
+        page.on("console", self._console)
+        page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+        page.on("request", self._request)
+
+    def _response(self, response: object) -> None:
+        status, url = int(getattr(response, "status", 0)), str(getattr(response, "url", ""))
+        if status >= 400 and not (status == 404 and BASE_PROBE.match(url)):
+            self.failed_responses.append(f"{status} {url}")
+
+    def _console(self, message: object) -> None:
+        if getattr(message, "type", "") != "error":
+            return
+        where = str((getattr(message, "location", None) or {}).get("url", ""))
+        if "status of 404" in str(getattr(message, "text", "")) and BASE_PROBE.match(where):
+            return
+        self.console_errors.append(f"{getattr(message, 'text', '')} ({where})")
+
+    def _request(self, request: object) -> None:
+        url = str(getattr(request, "url", ""))
+        parts = urlsplit(url)
+        if parts.scheme in ("data", "blob", "about") or not parts.netloc:
+            return
+        if parts.netloc != self.host:
+            self.foreign_requests.append(url)
+
+    def problems(self) -> list[str]:
+        """Everything seen so far that a page must not do; empty when clean."""
+        return (
+            [f"console error: {m}" for m in self.console_errors]
+            + [f"page error: {m}" for m in self.page_errors]
+            + [f"request to another host: {u}" for u in self.foreign_requests]
+            + [f"HTTP error: {r}" for r in self.failed_responses]
+        )
+
+
+def text_problems(page: object) -> list[str]:
+    """Streamlit exceptions, Python reprs, Streamlit internals and stray ``None`` blocks on the page."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    out: list[str] = []
+    exceptions = page.locator('[data-testid="stException"]')
+    for i in range(exceptions.count()):
+        out.append(f"Streamlit exception: {exceptions.nth(i).inner_text()[:300]}")
+    text = page.locator("body").inner_text()
+    for pattern, what in REPR_PATTERNS:
+        m = re.search(pattern, text)
+        if m:
+            out.append(f"{what} in the page text: {text[max(0, m.start() - 80) : m.end() + 80]!r}")
+    # a block whose whole text is a bare Python constant is what magic draws for a None/True value
+    blocks = page.locator(
+        '[data-testid="stMarkdownContainer"], [data-testid="stText"], [data-testid="stJson"], '
+        '[data-testid="stCode"], [data-testid="stElementContainer"]'
+    )
+    for value in blocks.all_inner_texts():
+        if value.strip() in ("None", "True", "False", "nan", "NaN", "[]", "{}"):
+            out.append(f"a block showing only {value.strip()!r}")
+    return out

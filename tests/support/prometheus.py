@@ -85,9 +85,10 @@ def run_prometheus(
                     print((root / "prometheus.log").read_text())
 
 
-def query(base: str, promql: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Instant query -> the ``data.result`` list; raises on an API error."""
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+def query(base: str, promql: str, timeout: float = 10.0, at: float | None = None) -> list[dict[str, Any]]:
+    """Instant query (now, or at Unix time ``at``) -> the ``data.result`` list; raises on an API error."""
+    params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         doc = json.load(resp)
     if doc.get("status") != "success":
@@ -119,3 +120,38 @@ def scrape_config(targets: Sequence[str], interval: str = "1s", job: str = "gpul
         "    honor_labels: true\n"
         f"    static_configs:\n      - targets: [{quoted}]\n"
     )
+
+
+RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rules" / "gpulens.rules.yml"
+DASHBOARD_RECORDS = ("gpulens:gpu_sm_active:ratio_avg5m", "gpulens:gpu_idle:bool", "gpulens:pod_gpu_wasted:gpus")
+"""The recording rules the dashboard's Prometheus mode reads; all computed from raw series, so one
+promtool pass can backfill them."""
+
+
+def backfill_recording_rules(
+    data: Path, start: float, end: float, work: Path, records: Sequence[str] = DASHBOARD_RECORDS
+) -> None:
+    """Evaluate ``records`` (from deploy/rules/gpulens.rules.yml) every minute over [start, end]
+    of the TSDB in ``data`` with ``promtool tsdb create-blocks-from rules`` and add the blocks to
+    ``data``: what a Prometheus that had the rules loaded all along would have recorded. A
+    Prometheus is started on ``data`` for promtool to query, then stopped."""
+    import subprocess
+
+    import yaml
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    exprs = {r["record"]: r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]
+             if "record" in r}  # fmt: skip
+    rules = work / "backfill-rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "backfill", "rules": [
+        {"record": r, "expr": exprs[r]} for r in records]}]}))  # fmt: skip
+    blocks = work / "backfill-blocks"
+    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
+    with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}", f"--end={end:.0f}",
+                        f"--url={base}", f"--output-dir={blocks}", "--eval-interval=60s", str(rules)],
+                       check=True, stdout=subprocess.DEVNULL, timeout=1800)  # fmt: skip
+    for block in blocks.iterdir():
+        shutil.move(str(block), str(data / block.name))

@@ -1,0 +1,345 @@
+"""The one definition of idle, launch-bound and wasted GPU-hours, for the rules, the dashboard and
+the advisor.
+
+- **Idle leaf** (a whole GPU or a MIG instance) at time t: its mean SM activity over the
+  ``MEAN_WINDOW`` before t is below ``IDLE_SM_ACTIVE_BELOW`` *and* it ran no kernels in that
+  window. "Ran kernels" = NVML GPU-Util averaged at least ``KERNELS_UTIL_AT_LEAST`` (whole GPUs) or
+  the boundness class ``launch`` at any moment (GPM; MIG instances too). The mean SM activity is
+  exact from the integral counter once the counter is older than the window, else the mean of the
+  sampled gauge.
+- **Launch-bound** is not idle: a stream of tiny kernels keeps SM activity near 0 while the GPU is
+  in use. It is a misuse of its own kind (alert ``GPULaunchBound``, class ``launch``).
+- **Wasted GPU-hours** of a container: the time its leaf was idle while allocated to it, times
+  the container's share of the leaf (the time-slicing replicas it holds over all replicas held on
+  the leaf; 1 for an exclusive device), times the leaf's share of a physical GPU
+  (:func:`gpu_share`: a MIG instance weighs its compute slices over the GPU's, ``3g.71gb`` on an
+  H200 = 3/7; a whole GPU 1). Integrated every ``WASTE_RESOLUTION_SECONDS``.
+
+The recording rules (deploy/rules/gpulens.rules.yml) carry the same expressions: ``RULES`` below is
+what their ``expr`` fields must read, and tests/test_rules_definitions.py fails when the file and
+this module drift. In Prometheus mode the dashboard reads those recorded series; the advisor, which
+must also work on history recorded before the rules were loaded, inlines the same PromQL
+(:func:`leaf_idle_promql`); scrape mode computes the same thing in pandas (:func:`leaf_idle_frame`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dashboard.promql import selector
+
+IDLE_SM_ACTIVE_BELOW = 0.01
+"""Mean SM activity (0..1) below which a leaf is idle (unless it ran kernels)."""
+KERNELS_UTIL_AT_LEAST = 0.05
+"""Mean NVML GPU-Util (0..1) at or above which a GPU ran kernels, whatever its SM activity."""
+MEAN_WINDOW = "5m"
+MEAN_WINDOW_SECONDS = 300.0
+"""The window of both means above."""
+LAUNCH_CLASS = "launch"
+WASTE_RESOLUTION_SECONDS = 60.0
+"""Step at which wasted GPU-hours are integrated (the rule's ``[1h:1m]`` subquery)."""
+COMPUTE_SLICES = 7
+"""Compute slices of a MIG-capable GPU (A100, H100, H200, B200...)."""
+COMPUTE_SLICES_BY_MODEL: Mapping[str, int] = {"A30": 4}
+"""Models divided into another number of compute slices (substring of the NVML name)."""
+
+LEAF = ("uuid", "mig_uuid")
+_SLICES = re.compile(r"^(\d+)g\.")
+
+
+def compute_slices(model: str) -> int:
+    """Compute slices a GPU of NVML name ``model`` divides into."""
+    upper = model.upper()
+    return next((n for key, n in COMPUTE_SLICES_BY_MODEL.items() if key in upper), COMPUTE_SLICES)
+
+
+def gpu_share(mig_profile: str, model: str = "") -> float:
+    """Share of a physical GPU a leaf weighs in GPU-hours: 1 for a whole GPU (``""``), the MIG
+    profile's compute slices over the GPU's (``3g.71gb`` -> 3/7); an unknown shape counts whole."""
+    m = _SLICES.match(mig_profile or "")
+    if not m:
+        return 1.0
+    return min(1.0, int(m.group(1)) / compute_slices(model))
+
+
+# --- PromQL --------------------------------------------------------------------------------
+def _sel(metric: str, matchers: Mapping[str, str] | None, extra: Mapping[str, str] | None = None) -> str:
+    return selector(metric, {**(matchers or {}), **(extra or {})})
+
+
+def sm_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Mean SM activity of each leaf over MEAN_WINDOW (``gpulens:gpu_sm_active:ratio_avg5m``)."""
+    counter = _sel("gpulens_gpu_sm_active_seconds_total", matchers)
+    gauge = _sel("gpulens_gpu_sm_active_ratio", matchers)
+    w = MEAN_WINDOW
+    return f"(rate({counter}[{w}]) and {counter} and {counter} offset {w}) or (avg_over_time({gauge}[{w}]) and {gauge})"
+
+
+def util_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Mean NVML GPU-Util over MEAN_WINDOW (``gpulens:gpu_utilization:ratio_avg5m``)."""
+    util = _sel("gpulens_gpu_utilization_ratio", matchers)
+    return f"avg_over_time({util}[{MEAN_WINDOW}]) and {util}"
+
+
+def kernels_active_promql(util_mean: str, matchers: Mapping[str, str] | None = None) -> str:
+    """1 if the leaf ran kernels in the window by a signal other than SM activity, else 0
+    (``gpulens:gpu_kernels_active:bool``); ``util_mean`` is the GPU-Util mean's expression."""
+    launch = _sel("gpulens_gpu_boundness", matchers, {"class": LAUNCH_CLASS})
+    return (
+        f"max by (uuid, mig_uuid) (({util_mean} >= bool {KERNELS_UTIL_AT_LEAST!r})"
+        f" or max_over_time({launch}[{MEAN_WINDOW}]))"
+    )
+
+
+def idle_promql(sm_mean: str, kernels_active: str) -> str:
+    """1 if the leaf is idle, 0 if busy (``gpulens:gpu_idle:bool``), from the two expressions."""
+    below = f"({sm_mean} < bool {IDLE_SM_ACTIVE_BELOW!r})"
+    return f"({below} * on (uuid, mig_uuid) group_left () ({kernels_active} == bool 0)) or {below}"
+
+
+def leaf_idle_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """``gpulens:gpu_idle:bool`` computed from raw exporter series (for the advisor)."""
+    return idle_promql(
+        f"({sm_mean_promql(matchers)})", kernels_active_promql(f"({util_mean_promql(matchers)})", matchers)
+    )
+
+
+def _regex_sel(metric: str, matchers: Mapping[str, str] | None, label: str, regex: str) -> str:
+    """``metric{matchers..., label=~"regex"}`` (``regex`` is a trusted constant of this module)."""
+    base = _sel(metric, matchers)
+    inner = base[base.index("{") + 1 : -1] + "," if base.endswith("}") else ""
+    return f'{metric}{{{inner}{label}=~"{regex}"}}'
+
+
+def _profile_re(slices: int) -> str:
+    """PromQL regex (as written inside a double-quoted string) for profiles named ``<slices>g.*``."""
+    return f"{slices}g" + "\\\\" + "..*"
+
+
+def gpu_share_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Each leaf's share of a physical GPU (``gpulens:leaf_gpu_share:ratio``), as :func:`gpu_share`:
+    MIG instances by the compute slices in their profile name; whole GPUs, unknown shapes and
+    instances whose GPU's model is unknown 1."""
+    mig = _sel("gpulens_mig_instance_info", matchers)
+    info = _sel("gpulens_gpu_info", matchers)
+    slices = " or ".join(
+        f"max by (uuid, mig_uuid) ({_regex_sel('gpulens_mig_instance_info', matchers, 'mig_profile', _profile_re(n))})"
+        f" * {n}"
+        for n in range(1, COMPUTE_SLICES + 1)
+    )
+    totals = " or ".join(
+        [
+            *(
+                f"max by (uuid) ({_regex_sel('gpulens_gpu_info', matchers, 'name', f'(?i).*{key}.*')}) * {n}"
+                for key, n in COMPUTE_SLICES_BY_MODEL.items()
+            ),
+            f"max by (uuid) ({info}) * {COMPUTE_SLICES}",
+        ]
+    )
+    alloc = _sel("gpulens_pod_gpu_allocation", matchers)
+    return (
+        f"clamp_max(({slices}) / on (uuid) group_left () ({totals}), 1)"
+        f" or max by (uuid, mig_uuid) ({mig}) * 0 + 1"
+        f" or max by (uuid, mig_uuid) ({alloc}) * 0 + 1"
+    )
+
+
+POD_KEYS = ("namespace", "pod", "container", "workload_kind", "workload", "uuid", "mig_uuid", "instance", "node")
+"""Labels of the per-container recorded series."""
+
+
+def holding_share_promql(allocation: str) -> str:
+    """Each container's share of its leaf (``gpulens:pod_gpu_holding:ratio``): the allocation
+    series (one per replica) it holds over all held on the leaf; ``allocation`` is the selector."""
+    keys = ", ".join(POD_KEYS)
+    return (
+        f"count by ({keys}) ({allocation}) / on (uuid, mig_uuid) group_left () count by (uuid, mig_uuid) ({allocation})"
+    )
+
+
+def wasted_promql(holding: str, idle: str, share: str) -> str:
+    """GPU-equivalents a container wastes now (``gpulens:pod_gpu_wasted:gpus``): holding share x
+    idle (0/1) x the leaf's GPU share; integrate over time for GPU-hours."""
+    return (
+        f"{holding} * on (uuid, mig_uuid) group_left () max by (uuid, mig_uuid) ({idle})"
+        f" * on (uuid, mig_uuid) group_left () max by (uuid, mig_uuid) ({share})"
+    )
+
+
+RULES: Mapping[str, str] = {
+    "gpulens:gpu_sm_active:ratio_avg5m": sm_mean_promql(),
+    "gpulens:gpu_utilization:ratio_avg5m": util_mean_promql(),
+    "gpulens:gpu_kernels_active:bool": kernels_active_promql("gpulens:gpu_utilization:ratio_avg5m"),
+    # from raw series, not from the two rules above: a rule reading another rule's output lags it by
+    # an evaluation (more when backfilled), and the dashboard's scrape mode and the advisor, which
+    # compute from raw series, would then disagree with it at every transition
+    "gpulens:gpu_idle:bool": leaf_idle_promql(),
+    "gpulens:leaf_gpu_share:ratio": gpu_share_promql(),
+    "gpulens:pod_gpu_holding:ratio": holding_share_promql("gpulens_pod_gpu_allocation"),
+    "gpulens:pod_gpu_wasted:gpus": wasted_promql(
+        holding_share_promql("gpulens_pod_gpu_allocation"), leaf_idle_promql(), gpu_share_promql()
+    ),
+}
+"""Recording rule name -> the expression the rule file must hold (compared without whitespace)."""
+
+
+# --- pandas (scrape mode) ------------------------------------------------------------------
+def _window_stats(
+    raw: pd.DataFrame, keys: list[str], grid: np.ndarray, window_s: float, fresh_s: float
+) -> pd.DataFrame:
+    """Per key and grid time t: mean, max and count of the samples in (t - window_s, t], the
+    first/last sample (time, value) in it, and whether the newest sample is within ``fresh_s``."""
+    rows: list[tuple[object, ...]] = []
+    cols = [*keys, "timestamp", "mean", "max", "n", "t0", "v0", "t1", "v1", "fresh"]
+    if raw.empty:
+        return pd.DataFrame(columns=cols).astype({"timestamp": float, "fresh": bool})
+    for key, g in raw.sort_values("timestamp").groupby(keys, sort=False):
+        ts = g["timestamp"].to_numpy(dtype=float)
+        vs = g["value"].to_numpy(dtype=float)
+        hi = np.searchsorted(ts, grid, side="right")
+        lo = np.searchsorted(ts, grid - window_s, side="right")
+        key_t = key if isinstance(key, tuple) else (key,)
+        for t, a, b in zip(grid, lo, hi, strict=True):
+            n = int(b - a)
+            if n <= 0:
+                continue
+            rows.append(
+                (
+                    *key_t,
+                    float(t),
+                    float(vs[a:b].mean()),
+                    float(vs[a:b].max()),
+                    n,
+                    ts[a],
+                    vs[a],
+                    ts[b - 1],
+                    vs[b - 1],
+                    t - ts[b - 1] <= fresh_s,
+                )
+            )
+    return pd.DataFrame(rows, columns=cols).astype({"timestamp": float, "fresh": bool})
+
+
+def leaf_idle_frame(
+    sm_ratio: pd.DataFrame,
+    sm_seconds: pd.DataFrame,
+    util: pd.DataFrame,
+    boundness: pd.DataFrame,
+    grid: np.ndarray,
+    fresh_s: float,
+) -> pd.DataFrame:
+    """``gpulens:gpu_idle:bool`` in pandas: per leaf and grid time, ``sm_mean`` and ``idle`` (bool).
+
+    Inputs are raw samples (labels + timestamp + value, one row per scrape); a leaf counts at t
+    only if its SM series was scraped within ``fresh_s`` of t (the rules' ``and x``: a stale leaf
+    drops out). The mean SM activity comes from the counter where it spans the whole window (its
+    increase over the covered time), else from the gauge's samples.
+    """
+    cols = [*LEAF, "timestamp", "sm_mean", "idle"]
+    if sm_ratio.empty and sm_seconds.empty:
+        return pd.DataFrame(columns=cols)
+    keys = list(LEAF)
+    gauge = _window_stats(_leafy(sm_ratio), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    gauge = gauge[gauge["fresh"]][[*keys, "timestamp", "mean"]]
+    counter = _window_stats(_leafy(sm_seconds), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    # rate() needs two samples, and the rule wants the counter to exist a whole window ago
+    born = _leafy(sm_seconds).groupby(keys, as_index=False)["timestamp"].min().rename(columns={"timestamp": "born"})
+    counter = counter.merge(born, on=keys, how="left")
+    counter = counter[
+        counter["fresh"] & (counter["n"] >= 2) & (counter["born"] <= counter["timestamp"] - MEAN_WINDOW_SECONDS)
+    ]
+    counter = counter.assign(rate=(counter["v1"] - counter["v0"]) / (counter["t1"] - counter["t0"]))
+    sm = gauge.merge(counter[[*keys, "timestamp", "rate"]], on=[*keys, "timestamp"], how="outer")
+    sm["sm_mean"] = sm["rate"].where(sm["rate"].notna(), sm["mean"])
+    sm = sm.dropna(subset=["sm_mean"])
+    util_stats = _window_stats(_leafy(util), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    util_stats = util_stats[util_stats["fresh"]]
+    busy_util = util_stats.assign(k=util_stats["mean"] >= KERNELS_UTIL_AT_LEAST)[[*keys, "timestamp", "k"]]
+    b = _leafy(boundness)
+    b = b[b["class"] == LAUNCH_CLASS] if "class" in b.columns else b.iloc[0:0]
+    launch = _window_stats(b, keys, grid, MEAN_WINDOW_SECONDS, np.inf)
+    launch = launch.assign(k=launch["max"] >= 1)[[*keys, "timestamp", "k"]]
+    kernels = pd.concat([busy_util, launch]).groupby([*keys, "timestamp"], as_index=False)["k"].max()
+    sm = sm.merge(kernels, on=[*keys, "timestamp"], how="left")
+    sm["idle"] = (sm["sm_mean"] < IDLE_SM_ACTIVE_BELOW) & ~(sm["k"].astype("boolean").fillna(False).astype(bool))
+    return sm[cols].reset_index(drop=True)
+
+
+def _leafy(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for c in (*LEAF, "timestamp", "value"):
+        if c not in out.columns:
+            out[c] = "" if c in LEAF else np.nan
+    return out
+
+
+def wasted_from_series(
+    allocation: pd.DataFrame,
+    idle: pd.DataFrame,
+    shares: Mapping[tuple[str, str], float],
+    *,
+    keys: Sequence[str],
+    step_s: float,
+) -> pd.DataFrame:
+    """Wasted GPU-hours per allocation (``keys``) from aligned steps: allocation rows (one per
+    replica, with ``timestamp``), :func:`leaf_idle_frame` output and :func:`gpu_shares`.
+
+    At each step a container wastes its holding share x the leaf's idle (0/1) x the leaf's GPU
+    share, for ``step_s`` seconds (``gpulens:pod_gpu_wasted:gpus`` integrated). A step without an
+    idle verdict for the leaf (no SM data) wastes nothing. Columns: ``keys``, wasted_gpu_hours,
+    first_allocated (first step held), last_busy (last step the leaf was not idle; NaN if never).
+    """
+    cols = [*keys, "wasted_gpu_hours", "first_allocated", "last_busy"]
+    if allocation.empty:
+        return pd.DataFrame(columns=cols)
+    a = allocation.copy()
+    for k in keys:
+        if k not in a.columns:
+            a[k] = ""
+    held = a.groupby([*keys, "timestamp"], as_index=False).size().rename(columns={"size": "held"})
+    held["holding"] = held["held"] / held.groupby([*LEAF, "timestamp"])["held"].transform("sum")
+    verdict = (
+        idle[[*LEAF, "timestamp", "idle"]] if not idle.empty else pd.DataFrame(columns=[*LEAF, "timestamp", "idle"])
+    )
+    joined = held.merge(verdict, on=[*LEAF, "timestamp"], how="left")
+    share = [shares.get((u, m), 1.0) for u, m in zip(joined["uuid"], joined["mig_uuid"], strict=True)]
+    is_idle = joined["idle"].astype("boolean").fillna(False).astype(float)
+    joined["wasted_gpu_hours"] = joined["holding"] * is_idle * pd.Series(share, index=joined.index) * step_s / 3600.0
+    out = joined.groupby(list(keys), as_index=False).agg(
+        wasted_gpu_hours=("wasted_gpu_hours", "sum"), first_allocated=("timestamp", "min")
+    )
+    busy = verdict[verdict["idle"] == False]  # noqa: E712 (a pandas mask)
+    last = busy.groupby(list(LEAF), as_index=False)["timestamp"].max().rename(columns={"timestamp": "last_busy"})
+    out = out.merge(last, on=list(LEAF), how="left")
+    out["last_busy"] = pd.to_numeric(out["last_busy"], errors="coerce")
+    return out[cols]
+
+
+def gpu_shares(info: pd.DataFrame, mig_info: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(uuid, mig_uuid) -> :func:`gpu_share`, from gpulens_gpu_info and gpulens_mig_instance_info rows."""
+    models = dict(zip(_col(info, "uuid"), _col(info, "name"), strict=True))
+    out: dict[tuple[str, str], float] = {(u, ""): 1.0 for u in models}
+    for u, m, p in zip(_col(mig_info, "uuid"), _col(mig_info, "mig_uuid"), _col(mig_info, "mig_profile"), strict=True):
+        out[(u, m)] = gpu_share(p, models[u]) if u in models else 1.0
+    return out
+
+
+def _col(df: pd.DataFrame, name: str) -> list[str]:
+    return [str(x) for x in df[name]] if name in df.columns else [""] * len(df)
+
+
+def rule_yaml(name: str) -> str:
+    """The ``expr`` of recording rule ``name`` as the rule file holds it (one clause a line)."""
+    text = RULES[name]
+    for sep in (" or ", " * on (uuid, mig_uuid) group_left () ", " / on (uuid, mig_uuid) group_left () "):
+        text = text.replace(sep, "\n" + sep.strip() + " ")
+    return text
+
+
+if __name__ == "__main__":  # print the generated rule expressions, for deploy/rules/gpulens.rules.yml
+    for record in RULES:
+        print(f"- record: {record}\n  expr: |\n" + "\n".join("    " + line for line in rule_yaml(record).splitlines()))

@@ -1,0 +1,361 @@
+"""``--compat.dcgm``: dcgm-exporter's names, units and labels from the same snapshot, per-pod labels
+where one container holds a device, the shared-GPU behaviour, caching, and failure isolation."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.cli import build
+from exporter.collector import CachedExposition, SnapshotCollector
+from exporter.compat_dcgm import FIELDS, DcgmCompatRenderer, default_hostname, render_lines
+from exporter.config import parse_config
+from exporter.model import (
+    Allocation,
+    Attribution,
+    BackendSample,
+    GpmSample,
+    GpuSample,
+    LeafSample,
+    MigInstance,
+    PodRef,
+    PodUsage,
+    Snapshot,
+    StageResult,
+)
+from exporter.sampler import Sampler
+from tests.fakes_backend import ScriptedBackend, gpu
+
+MIB = 1 << 20
+TRAINER = PodRef("ml", "trainer-0", "main")
+NOTEBOOK_A = PodRef("nb", "alice-0", "notebook")
+NOTEBOOK_B = PodRef("nb", "bob-0", "notebook")
+
+
+class _Scrape:
+    """One scrape of an exporter wired like the CLI: native registry plus the compat block."""
+
+    def __init__(self, snap: Snapshot, hostname: str = "node-a", openmetrics: bool = False) -> None:
+        compat = DcgmCompatRenderer(hostname)
+        reg = CollectorRegistry()
+        reg.register(SnapshotCollector(lambda: snap, include_age=False, render_checks={"compat_dcgm": compat.ok}))
+        accept = "application/openmetrics-text; version=1.0.0" if openmetrics else "text/plain"
+        self.text = CachedExposition(reg, lambda: snap, tails=[compat.text]).render(accept)[0].decode()
+        parse = openmetrics_families if openmetrics else text_string_to_metric_families
+        self.samples = [s for fam in parse(self.text) for s in fam.samples]
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        for s in self.samples:
+            if s.name == name and s.labels == (labels or {}):
+                return float(s.value)
+        return None
+
+
+def _registry(snap: Snapshot, hostname: str = "node-a") -> _Scrape:
+    return _Scrape(snap, hostname)
+
+
+def _gpu_labels(g: GpuSample, **extra: str) -> dict[str, str]:
+    return {
+        "gpu": str(g.index),
+        "UUID": g.uuid,
+        "pci_bus_id": g.pci_bus_id or "",
+        "device": f"nvidia{g.index}",
+        "modelName": "NVIDIA H200",
+        "Hostname": "node-a",
+        "DCGM_FI_DRIVER_VERSION": "580.159.04",
+        **extra,
+    }
+
+
+def _whole(index: int, **kw: object) -> GpuSample:
+    base = gpu(index, pci_bus_id=f"00000000:{0x18 + index:02X}:00.0", **kw)
+    leaf = replace(base.leaves[0], memory_reserved_bytes=512 * MIB, memory_total_bytes=80 << 30)
+    return replace(base, leaves=(leaf,))
+
+
+def _mig_gpu(index: int) -> GpuSample:
+    base = gpu(index, pci_bus_id="00000000:9A:00.0", utilization_ratio=None, mig_mode="enabled")
+    leaves = tuple(
+        LeafSample(
+            uuid=base.uuid,
+            mig=MigInstance(f"MIG-{index}-{gi}", gi, 0, "3g.71gb"),
+            memory_used_bytes=(gi + 1) * MIB * 1024,
+            memory_total_bytes=70 << 30,
+            gpm=GpmSample(window_seconds=1.0, sm_active=0.1 * gi, tensor_active=0.05 * gi),
+        )
+        for gi in (1, 2)
+    )
+    return replace(base, leaves=leaves)
+
+
+def _snapshot(gpus: tuple[GpuSample, ...], attribution: Attribution | None = None, **kw: object) -> Snapshot:
+    backend = BackendSample(up=True, driver_version="580.159.04", gpus=gpus)
+    stages = (StageResult("nvml", True, 0.001), StageResult("cgroup", True, 0.001))
+    return Snapshot(timestamp=1000.0, backend=backend, stages=stages, attribution=attribution, **kw)  # type: ignore[arg-type]
+
+
+def test_device_series_carry_dcgm_exporters_names_units_and_identity_labels() -> None:
+    g = _whole(0, sm_clock_hertz=1980e6, memory_clock_hertz=3201e6, temperature_celsius=61.0)
+    reg = _registry(_snapshot((g,)))
+    lab = _gpu_labels(g)
+    assert reg.get_sample_value("DCGM_FI_DEV_SM_CLOCK", lab) == 1980  # MHz
+    assert reg.get_sample_value("DCGM_FI_DEV_MEM_CLOCK", lab) == 3201
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", lab) == 61  # degrees C
+    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", lab) == 300  # W
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", lab) == 50  # percent, not a ratio
+    assert reg.get_sample_value("DCGM_FI_PROF_SM_ACTIVE", lab) == 0.5  # ratios stay ratios
+    assert reg.get_sample_value("DCGM_FI_PROF_DRAM_ACTIVE", lab) == 0.25
+    assert reg.get_sample_value("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", lab) == 0.1
+    # framebuffer in MiB: total = used + free + reserved (NVML memory info v2)
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", lab) == 1024
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_RESERVED", lab) == 512
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_FREE", lab) == 80 * 1024 - 1024 - 512
+    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", {**lab, "err_code": "0"}) == 0
+
+
+def test_energy_is_a_millijoule_counter_from_the_monotonic_total() -> None:
+    from exporter.model import LeafAnalysis
+
+    g = _whole(0)
+    analysis = {g.uuid: LeafAnalysis(leaf_id=g.uuid, energy_joules=12.5)}
+    reg = _registry(_snapshot((g,), analysis=analysis))
+    assert reg.get_sample_value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", _gpu_labels(g)) == 12500
+
+
+def test_fb_free_without_the_v2_reserved_figure_is_total_minus_used() -> None:
+    g = _whole(0)
+    g = replace(g, leaves=(replace(g.leaves[0], memory_reserved_bytes=None),))
+    reg = _registry(_snapshot((g,)))
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_FREE", _gpu_labels(g)) == 80 * 1024 - 1024
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_RESERVED", _gpu_labels(g)) is None
+
+
+def test_a_gpu_held_by_one_container_labels_all_its_device_series_with_that_pod() -> None:
+    g0, g1 = _whole(0), _whole(1)
+    attr = Attribution(allocations=(Allocation(TRAINER, "nvidia.com/gpu", g0.uuid),))
+    reg = _registry(_snapshot((g0, g1), attr))
+    held = _gpu_labels(g0, namespace="ml", pod="trainer-0", container="main")
+    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_SM_ACTIVE"):
+        assert reg.get_sample_value(name, held) is not None, name
+        assert reg.get_sample_value(name, _gpu_labels(g0)) is None, f"{name} must not also appear unlabelled"
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", _gpu_labels(g1)) == 50
+
+
+def test_mig_instances_carry_gpu_i_id_and_profile_and_their_own_pod() -> None:
+    g = _mig_gpu(4)
+    attr = Attribution(
+        allocations=(
+            Allocation(TRAINER, "nvidia.com/mig-3g.71gb", g.uuid, mig_uuid="MIG-4-1"),
+            Allocation(NOTEBOOK_A, "nvidia.com/mig-3g.71gb", g.uuid, mig_uuid="MIG-4-2"),
+        )
+    )
+    reg = _registry(_snapshot((g,), attr))
+    base = _gpu_labels(g)
+    gi1 = {**base, "GPU_I_PROFILE": "3g.71gb", "GPU_I_ID": "1", "namespace": "ml", "pod": "trainer-0"}
+    gi1["container"] = "main"
+    gi2 = {**base, "GPU_I_PROFILE": "3g.71gb", "GPU_I_ID": "2", "namespace": "nb", "pod": "alice-0"}
+    gi2["container"] = "notebook"
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", gi1) == 2048
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", gi2) == 3072
+    assert reg.get_sample_value("DCGM_FI_PROF_SM_ACTIVE", gi2) == pytest.approx(0.2)
+    # Device-wide readings appear once per physical GPU, without instance or pod labels: two pods
+    # share the board, and summing power over instances must not count it twice.
+    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", base) == 300
+    text = reg.text
+    assert text.count("DCGM_FI_DEV_POWER_USAGE{") == 1
+    # NVML has no GPU-Util for a MIG-enabled GPU: absent, never 0.
+    assert "DCGM_FI_DEV_GPU_UTIL{" not in text
+
+
+def _time_sliced(g: GpuSample, *usages: PodUsage) -> Attribution:
+    """Alice and Bob each hold one time-slicing replica of ``g``."""
+    return Attribution(
+        allocations=(
+            Allocation(NOTEBOOK_A, "nvidia.com/gpu.shared", g.uuid, replica="0"),
+            Allocation(NOTEBOOK_B, "nvidia.com/gpu.shared", g.uuid, replica="1"),
+        ),
+        usages=usages,
+    )
+
+
+def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_adds_per_pod_util_and_memory() -> None:
+    g = _whole(0)
+    attr = _time_sliced(g, PodUsage(NOTEBOOK_A, g.uuid, memory_used_bytes=3 * 1024 * MIB, sm_share_ratio=0.3))
+    reg = _registry(_snapshot((g,), attr))
+    base = _gpu_labels(g)
+    alice = {**base, "namespace": "nb", "pod": "alice-0", "container": "notebook"}
+    bob = {**base, "namespace": "nb", "pod": "bob-0", "container": "notebook"}
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", base) == 50
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", alice) == pytest.approx(30)
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", alice) == 3072
+    # bob holds a replica but runs nothing on it (the process table was read): 0, as dcgm-exporter
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", bob) == 0
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", bob) == 0
+    # other device series are not copied per pod (sums per namespace would multiply them)
+    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", alice) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", base) == 300
+
+
+def test_without_process_mapping_an_idle_looking_pod_is_not_invented() -> None:
+    g = _whole(0)
+    attr = _time_sliced(g)
+    snap = replace(_snapshot((g,), attr), stages=(StageResult("cgroup", False, 0.001),))
+    reg = _registry(snap)
+    bob = {**_gpu_labels(g), "namespace": "nb", "pod": "bob-0", "container": "notebook"}
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", bob) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", bob) is None
+
+
+def test_last_xid_is_the_value_and_its_code_a_label() -> None:
+    backend = ScriptedBackend(lambda n: BackendSample(up=True, gpus=(gpu(0, xid_events=(31,) if n == 0 else (79,)),)))
+    sampler = Sampler(backend)
+    sampler.run_once()
+    snap = sampler.run_once()
+    assert snap.xid_last == {gpu(0).uuid: 79}
+    text = _registry(snap).text
+    assert 'err_code="79"' in text
+    assert 'err_code="31"' not in text
+
+
+def test_lost_gpu_has_no_compat_series() -> None:
+    lost = GpuSample(index=0, uuid=gpu(0).uuid, up=False)
+    assert render_lines(_snapshot((lost,)), "node-a") == {}
+
+
+def test_hostname_is_the_node_name_else_the_host_name() -> None:
+    import socket
+
+    assert default_hostname("gpu-node-7") == "gpu-node-7"
+    assert default_hostname("") == socket.gethostname()
+
+
+def test_compat_is_off_by_default_and_the_flag_or_its_env_twin_turns_it_on() -> None:
+    def body(argv: list[str], env: dict[str, str]) -> str:
+        sampler, exposition, _ = build(parse_config(["--backend", "sim", "--no-probes", *argv], env=env))
+        sampler.run_once()
+        return exposition.render("text/plain")[0].decode()
+
+    assert "DCGM_FI_" not in body([], {})
+    on = body(["--compat.dcgm"], {"NODE_NAME": "gpu-node-7"})
+    assert 'Hostname="gpu-node-7"' in on
+    assert "DCGM_FI_DEV_GPU_UTIL{" in on
+    assert "DCGM_FI_DEV_GPU_UTIL{" in body([], {"GPULENS_COMPAT_DCGM": "true"})
+
+
+def test_bad_env_twin_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config([], env={"GPULENS_COMPAT_DCGM": "maybe"})
+    assert exc.value.code == 2
+    assert "GPULENS_COMPAT_DCGM" in capsys.readouterr().err
+
+
+def test_the_block_is_built_once_per_snapshot_and_label_sets_are_encoded_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import exporter.compat_dcgm as compat_module
+
+    calls: list[Snapshot] = []
+    real = compat_module.render_lines
+
+    def counting(snap: Snapshot, host: str, cache: dict) -> dict:  # type: ignore[type-arg]
+        calls.append(snap)
+        return real(snap, host, cache)
+
+    monkeypatch.setattr(compat_module, "render_lines", counting)
+    renderer = DcgmCompatRenderer("node-a")
+    first, second = _snapshot((_whole(0),)), _snapshot((_whole(0, power_watts=301.0),))
+    a = renderer.text(first, False)
+    assert renderer.text(first, False) is a
+    assert renderer.ok(first)
+    b = renderer.text(second, False)
+    assert calls == [first, second]
+    assert b"DCGM_FI_DEV_POWER_USAGE{" in b and b" 301.0\n" in b and a != b
+
+
+def test_openmetrics_scrape_parses_and_keeps_the_dcgm_names() -> None:
+    scrape = _Scrape(_snapshot((_whole(0, pcie_replay_errors=2),)), openmetrics=True)
+    assert scrape.text.endswith("# EOF\n")
+    assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER unknown" in scrape.text
+    assert scrape.get_sample_value("DCGM_FI_DEV_GPU_UTIL", _gpu_labels(_whole(0))) == 50
+
+
+def test_label_values_are_escaped() -> None:
+    g = replace(_whole(0), name='NVIDIA "H200"\\x')
+    scrape = _registry(_snapshot((g,)))
+    assert scrape.get_sample_value("DCGM_FI_DEV_GPU_UTIL", {**_gpu_labels(g), "modelName": 'NVIDIA "H200"\\x'}) == 50
+
+
+def test_a_failing_compat_render_drops_only_the_compat_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.compat_dcgm as compat_module
+
+    def broken(*_args: object) -> dict:  # type: ignore[type-arg]
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(compat_module, "render_lines", broken)
+    scrape = _registry(_snapshot((_whole(0),)))
+    assert scrape.get_sample_value("gpulens_stage_success", {"stage": "render_compat_dcgm"}) == 0
+    assert scrape.get_sample_value("gpulens_gpu_up", {"gpu": "0", "uuid": gpu(0).uuid}) == 1
+    assert "DCGM_FI_" not in scrape.text
+
+
+def test_every_field_has_a_source_dcgm_naming_and_a_row_in_the_mapping_doc() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "dcgm-compat.md").read_text()
+    assert len({f.name for f in FIELDS}) == len(FIELDS)
+    for f in FIELDS:
+        assert f.name.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_")), f.name
+        assert f.type in ("gauge", "unknown")
+        assert f.source
+        # the doc groups siblings in one row (`DCGM_FI_PROF_PIPE_FP64_ACTIVE`, `_FP32_ACTIVE`, ...)
+        parts = f.name.split("_")
+        named = f.name in doc or any(f"`_{'_'.join(parts[-k:])}`" in doc for k in (2, 3))
+        assert named, f"{f.name} is missing from docs/dcgm-compat.md"
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
+def test_promtool_flags_only_dcgm_exporters_own_names(scenario: str) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    sampler, exposition, _ = build(
+        parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes", "--compat.dcgm"], env={})
+    )
+    sampler.run_once()
+    sampler.run_once()
+    body = exposition.render("text/plain")[0]
+    assert b"DCGM_FI_PROF_SM_ACTIVE{" in body
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60)
+    problems = [line for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()]
+    assert result.returncode in (0, 3), problems  # 3: lint findings only; 1 would be a parse error
+    # Two findings are dcgm-exporter's own names, which consumers query verbatim: the camelCase
+    # modelName label, and DCGM_FI_DEV_PCIE_REPLAY_COUNTER's "COUNTER". Nothing else may be
+    # flagged (the native series stay clean).
+    camel = "label names should be written in 'snake_case' not 'camelCase'"
+    replay = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'"
+    assert all((p.startswith("DCGM_FI_") and p.endswith(camel)) or p == replay for p in problems), problems
+
+
+def test_graphics_engine_activity_is_the_busy_ratio_else_nvml_gpu_util() -> None:
+    from exporter.model import LeafAnalysis
+
+    g0, g1 = _whole(0), _whole(1, utilization_ratio=0.25)
+    m = _mig_gpu(2)
+    analysis = {
+        g0.uuid: LeafAnalysis(leaf_id=g0.uuid, busy_ratio=0.75),
+        "MIG-2-1": LeafAnalysis(leaf_id="MIG-2-1", busy_ratio=0.4),
+    }
+    reg = _registry(_snapshot((g0, g1, m), analysis=analysis))
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _gpu_labels(g0)) == 0.75
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _gpu_labels(g1)) == 0.25  # no analysis yet
+    gi1 = {**_gpu_labels(m), "GPU_I_PROFILE": "3g.71gb", "GPU_I_ID": "1"}
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gi1) == 0.4
+    gi2 = {**gi1, "GPU_I_ID": "2"}
+    assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gi2) is None  # MIG: no NVML fallback

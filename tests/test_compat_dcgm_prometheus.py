@@ -1,0 +1,308 @@
+"""A real Prometheus scrapes real exporters run with ``--compat.dcgm`` (simulated h200x8, mig and
+timeslice nodes) with the shipped recording rules loaded, and answers:
+
+- the queries of NVIDIA's DCGM Grafana dashboard (id 12239) with dcgm-exporter's labels and units;
+- per-pod GPU utilisation and memory as cost-allocation tools ask for them;
+- ``avg by (namespace, pod)`` GPU utilisation as an autoscaler asks for it;
+- every PromQL expression of deploy/grafana/gpulens.json, with its template variables set to All.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.cli import build
+from exporter.config import parse_config
+from exporter.model import Snapshot
+from tests.support.exporter import run_exporter
+from tests.support.prometheus import query, run_prometheus, wait_for_query
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
+GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"
+SCENARIOS = ("h200x8", "mig", "timeslice")
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Node:
+    scenario: str
+    instance: str
+    node: str
+    snapshot: Snapshot
+    """What the same simulated node looks like in-process: the expected identities and pods."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    prom: str
+    nodes: dict[str, Node]
+
+
+def _expected(scenario: str) -> Snapshot:
+    sampler, _, _ = build(parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={}))
+    sampler.run_once()
+    return sampler.run_once()
+
+
+def _config(nodes: list[Node]) -> str:
+    targets = "".join(
+        f"      - targets: ['{n.instance}']\n        labels: {{cluster: test, node: {n.node}}}\n" for n in nodes
+    )
+    return (
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "rule_files: [gpulens.rules.yml]\n"
+        "scrape_configs:\n  - job_name: gpulens\n    honor_labels: true\n    static_configs:\n" + targets
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with ExitStack() as stack:
+        nodes = []
+        for scenario in SCENARIOS:
+            name = f"gpu-node-{scenario}"
+            base = stack.enter_context(
+                run_exporter("--sim.scenario", scenario, "--compat.dcgm", env={"NODE_NAME": name})
+            )
+            nodes.append(Node(scenario, base.removeprefix("http://"), name, _expected(scenario)))
+        prom = stack.enter_context(run_prometheus(_config(nodes), rule_files={"gpulens.rules.yml": RULES.read_text()}))
+        wait_for_query(prom, 'count(up{job="gpulens"} == 1)', lambda r: r and float(r[0]["value"][1]) == len(nodes))
+        wait_for_query(prom, "count(DCGM_FI_DEV_GPU_TEMP)", lambda r: r and float(r[0]["value"][1]) == 24)
+        time.sleep(2.5)  # the tests query 2 s in the past, where one scrape holds every series
+        yield Cluster(prom, {n.scenario: n for n in nodes})
+
+
+def _api(base: str, path: str, **params: str) -> Any:
+    url = f"{base}{path}?" + urllib.parse.urlencode(params)
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            doc = json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{params}: {exc.read().decode()}") from None
+    assert doc["status"] == "success", doc
+    return doc["data"]
+
+
+def q(base: str, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+    """Instant query at ``at`` (default: 2 s ago, so every series of one scrape is in)."""
+    return query(base, promql, at=at or time.time() - 2)
+
+
+def _values(result: list[dict[str, Any]], *keys: str) -> dict[tuple[str, ...], float]:
+    return {tuple(r["metric"].get(k, "") for k in keys): float(r["value"][1]) for r in result}
+
+
+# --- NVIDIA's DCGM dashboard (12239): its panel queries, $instance set to one node, $gpu to All ----
+
+
+DCGM_DASHBOARD = {
+    # panel: (its query, the native series it must equal, the scale between them)
+    "GPU Temperature": (
+        'DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"}',
+        "gpulens_gpu_temperature_celsius",
+        1,
+    ),
+    "GPU Power Usage": ('DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"}', "gpulens_gpu_power_watts", 1),
+    "GPU SM Clocks": (
+        'DCGM_FI_DEV_SM_CLOCK{instance=~"$instance", gpu=~"$gpu"} * 1000000',
+        "gpulens_gpu_sm_clock_hertz",
+        1,
+    ),
+    "GPU Utilization": (
+        'DCGM_FI_DEV_GPU_UTIL{instance=~"$instance", gpu=~"$gpu"}',
+        "gpulens_gpu_utilization_ratio",
+        100,
+    ),
+}
+
+
+def _dcgm(expr: str, node: Node) -> str:
+    return expr.replace("$instance", node.instance).replace("$gpu", ".*")
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+def test_dcgm_dashboard_device_panels_show_every_gpu_in_dcgm_units(cluster: Cluster, scenario: str) -> None:
+    node = cluster.nodes[scenario]
+    gpus = {str(g.index): g for g in node.snapshot.backend.gpus}
+    whole = {i for i, g in gpus.items() if g.mig_mode != "enabled"}
+    at = time.time() - 2
+    for panel, (expr, native, scale) in DCGM_DASHBOARD.items():
+        got = q(cluster.prom, _dcgm(expr, node), at)
+        expected = whole if panel == "GPU Utilization" else set(gpus)  # NVML has no GPU-Util under MIG
+        assert {r["metric"]["gpu"] for r in got} == expected, panel
+        truth = _values(q(cluster.prom, f'{native}{{instance="{node.instance}"}}', at), "gpu")
+        for r in got:
+            m = r["metric"]
+            g = gpus[m["gpu"]]
+            assert m["UUID"] == g.uuid and m["device"] == f"nvidia{g.index}", panel
+            assert m["modelName"] == "NVIDIA H200" and m["pci_bus_id"] == g.pci_bus_id, panel
+            assert m["Hostname"] == node.node and m["DCGM_FI_DRIVER_VERSION"] == "580.159.04", panel
+            assert float(r["value"][1]) == pytest.approx(truth[(m["gpu"],)] * scale, rel=1e-9), panel
+    # the stat panels aggregate the same series
+    assert q(cluster.prom, _dcgm('avg(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"})', node))
+    assert q(cluster.prom, _dcgm('sum(DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"})', node))
+    # and the dashboard's variables list the node and its GPUs
+    labels = _api(
+        cluster.prom, "/api/v1/label/gpu/values", **{"match[]": f'DCGM_FI_DEV_GPU_TEMP{{instance="{node.instance}"}}'}
+    )
+    assert set(labels) == set(gpus)
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+def test_dcgm_dashboard_framebuffer_and_tensor_panels_cover_every_leaf(cluster: Cluster, scenario: str) -> None:
+    node = cluster.nodes[scenario]
+    leaves = {
+        (str(g.index), str(leaf.mig.gpu_instance_id) if leaf.mig else ""): (g, leaf)
+        for g in node.snapshot.backend.gpus
+        for leaf in g.leaves
+    }
+    at = time.time() - 2
+    # native leaf series, keyed like the DCGM ones (GPU_I_ID = gpu_instance_id)
+    relabel = 'label_replace({}{{instance="' + node.instance + '"}}, "GPU_I_ID", "$1", "gpu_instance_id", "(.*)")'
+    fb = q(cluster.prom, _dcgm('DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}', node), at)
+    used = _values(q(cluster.prom, relabel.format("gpulens_gpu_memory_used_bytes"), at), "gpu", "GPU_I_ID")
+    assert {(r["metric"]["gpu"], r["metric"].get("GPU_I_ID", "")) for r in fb} == set(leaves)
+    for r in fb:
+        key = (r["metric"]["gpu"], r["metric"].get("GPU_I_ID", ""))
+        _, leaf = leaves[key]
+        assert float(r["value"][1]) == pytest.approx(used[key] / MIB), "FB_USED is in MiB"
+        if leaf.mig is not None:
+            assert r["metric"]["GPU_I_PROFILE"] == leaf.mig.profile
+    tensor = q(cluster.prom, _dcgm('DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}', node), at)
+    native = _values(q(cluster.prom, relabel.format("gpulens_gpu_tensor_active_ratio"), at), "gpu", "GPU_I_ID")
+    got = _values(tensor, "gpu", "GPU_I_ID")
+    assert set(got) == set(leaves)
+    assert got == pytest.approx(native), "tensor activity stays a 0..1 ratio"
+    if scenario == "mig":
+        assert any(k[1] for k in got), "MIG instances appear with GPU_I_ID"
+
+
+# --- cost allocation and autoscaling ---------------------------------------------------------------
+
+
+def _holders(node: Node, whole_only: bool) -> set[tuple[str, str, str]]:
+    attr = node.snapshot.attribution
+    assert attr is not None
+    return {(a.pod.namespace, a.pod.pod, a.pod.container) for a in attr.allocations if not (whole_only and a.mig_uuid)}
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+def test_per_pod_gpu_util_and_memory_for_cost_allocation(cluster: Cluster, scenario: str) -> None:
+    node = cluster.nodes[scenario]
+    inst = f'instance="{node.instance}"'
+    # how OpenCost-style tools ask: per container, averaged over the window
+    util = q(
+        cluster.prom,
+        f'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{{container!="", {inst}}}[1m])) by (container, pod, namespace)',
+    )
+    mem = q(
+        cluster.prom,
+        f'sum(avg_over_time(DCGM_FI_DEV_FB_USED{{container!="", {inst}}}[1m])) by (container, pod, namespace)',
+    )
+    keys = ("namespace", "pod", "container")
+    assert set(_values(util, *keys)) == _holders(node, whole_only=True)  # MIG has no GPU-Util
+    assert set(_values(mem, *keys)) == _holders(node, whole_only=False)
+    assert all(0 <= v <= 100 for v in _values(util, *keys).values())
+    at = time.time() - 2
+    dcgm_mem = _values(
+        q(cluster.prom, f'sum by (namespace, pod, container) (DCGM_FI_DEV_FB_USED{{container!="", {inst}}})', at), *keys
+    )
+    native_mem = _values(
+        q(cluster.prom, f"sum by (namespace, pod, container) (gpulens_pod_gpu_memory_used_bytes{{{inst}}})", at), *keys
+    )
+    assert dcgm_mem == pytest.approx({k: v / MIB for k, v in native_mem.items()})
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+def test_autoscaler_average_gpu_util_per_pod(cluster: Cluster, scenario: str) -> None:
+    node = cluster.nodes[scenario]
+    at = time.time() - 2
+    got = _values(
+        q(cluster.prom, f'avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{instance="{node.instance}", pod!=""}})', at),
+        "namespace",
+        "pod",
+    )
+    util = _values(q(cluster.prom, f'gpulens_gpu_utilization_ratio{{instance="{node.instance}"}}', at), "uuid")
+    attr = node.snapshot.attribution
+    assert attr is not None
+    per_pod: dict[tuple[str, str], list[float]] = {}
+    for a in attr.allocations:
+        if not a.mig_uuid:
+            per_pod.setdefault((a.pod.namespace, a.pod.pod), []).append(util[(a.uuid,)] * 100)
+    assert got == pytest.approx({k: sum(v) / len(v) for k, v in per_pod.items()})
+    if scenario == "h200x8":
+        assert len(per_pod[("ml-training", "llama3-8b-finetune-fkn48")]) == 2, "a two-GPU pod averages both"
+
+
+def test_time_sliced_gpu_keeps_device_series_and_splits_util_and_memory_per_pod(cluster: Cluster) -> None:
+    node = cluster.nodes["timeslice"]
+    inst = f'instance="{node.instance}"'
+    at = time.time() - 2
+    attr = node.snapshot.attribution
+    assert attr is not None
+    shared = set(attr.sharing_pods)
+    assert shared
+    for uuid in shared:
+        device = q(cluster.prom, f'DCGM_FI_DEV_FB_USED{{{inst}, UUID="{uuid}", pod=""}}', at)
+        pods = q(cluster.prom, f'DCGM_FI_DEV_FB_USED{{{inst}, UUID="{uuid}", pod!=""}}', at)
+        assert len(device) == 1 and len(pods) >= 2
+        # pods' processes account for the device's memory (the simulator has no other process)
+        assert sum(float(r["value"][1]) for r in pods) == pytest.approx(float(device[0]["value"][1]))
+        # device-wide series are not copied per pod
+        assert len(q(cluster.prom, f'DCGM_FI_DEV_POWER_USAGE{{{inst}, UUID="{uuid}"}}', at)) == 1
+
+
+# --- the gpulens Grafana dashboard -------------------------------------------------------------
+
+
+def _grafana() -> dict[str, Any]:
+    return dict(json.loads(GRAFANA.read_text()))
+
+
+def _substitute(expr: str) -> str:
+    """Template variables set to All, as Grafana sends them (allValue ``.*``)."""
+    return re.sub(r"\$(cluster|node|gpu|namespace)\b", ".*", expr)
+
+
+def test_grafana_dashboard_has_no_hard_coded_datasource() -> None:
+    text = GRAFANA.read_text()
+    uids = set(re.findall(r'"uid":\s*"([^"]*)"', text)) - {"gpulens-overview"}
+    assert uids == {"${datasource}"}
+    names = {v["name"] for v in _grafana()["templating"]["list"]}
+    assert {"datasource", "cluster", "node", "gpu", "namespace"} <= names
+
+
+def test_every_grafana_expression_returns_data(cluster: Cluster) -> None:
+    doc = _grafana()
+    targets = [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]
+    assert len(targets) >= 25
+    pending = {title + " | " + expr: _substitute(expr) for title, expr in targets}
+    deadline = time.monotonic() + 120
+    while pending and time.monotonic() < deadline:
+        for key, expr in list(pending.items()):
+            if q(cluster.prom, expr, time.time()):
+                del pending[key]
+        if pending:
+            time.sleep(2.0)
+    assert not pending, f"no data for: {sorted(pending)}"
+    for var in doc["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", var["query"]["query"])
+        assert m, var["query"]
+        selector, label = _substitute(m.group(1)), m.group(2)
+        values = _api(cluster.prom, f"/api/v1/label/{label}/values", **{"match[]": selector})
+        assert values, f"variable {var['name']} has no values"

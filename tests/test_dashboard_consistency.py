@@ -1,0 +1,228 @@
+"""One fleet history, three readers, one answer: the recording rules (evaluated by promtool over the
+history, read back through a real Prometheus by the dashboard's Prometheus source), the dashboard's
+scrape source (the same history scraped into its own memory) and the advisor (raw series, the same
+definition inlined) find the same idle devices and the same wasted GPU-hours.
+
+The history (15 s samples, 45 minutes, one node): GPU a idle; b busy; l launch-bound (SMs ~0 but
+GPU-Util 25 % and class ``launch``: in use, not idle); h busy for 20.5 minutes then idle; a 3g.71gb MIG
+instance idle (3/7 of a GPU-hour per hour); t time-sliced and idle, 3 replicas held by web/t-0 and
+1 by batch/t-1; u idle but unallocated. Samples sit 7 s off the minute so no rule evaluation lands
+on a sample at the edge of its 5 m window (Prometheus 2 closes that edge, the pandas reader opens it).
+
+promtool backfills the recording rules over the history (``tsdb create-blocks-from rules``) and
+Prometheus serves the result: the values a live Prometheus would have recorded every minute. The
+scrape source and the advisor agree exactly; the rules too for devices that stayed idle or busy, and
+within one evaluation (a minute) for the device that turned idle: a reader sees a recorded series as
+of the rule's last evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dashboard.advisor.engine import recommend
+from dashboard.advisor.query import Window, measure
+from dashboard.prometheus_source import PrometheusSource
+from dashboard.scrape_source import ScrapeSource
+from exporter.metrics import spec
+from tests.support.prometheus import backfill_recording_rules, run_prometheus
+
+REPO = Path(__file__).resolve().parents[1]
+STEP = 60.0
+SAMPLE = 15.0
+HISTORY = 45 * 60.0
+WINDOW = 30 * 60.0
+IDLE_FROM = 20 * 60 + 30.0
+"""When GPU h turns idle: its last busy sample then lies 30 s from the edge of any rule evaluation's
+5 m window (promtool's backfill evaluates a few seconds off the minute it stamps)."""
+NODE = "n1:9445"
+H200 = "NVIDIA H200"
+CLASSES = ("idle", "launch", "latency", "memory", "compute", "mixed")
+
+
+def _leaves(t: float, t0: float) -> list[dict[str, Any]]:
+    """Each leaf's state at time t: labels, SM activity, GPU-Util (whole GPUs), class."""
+    late = t - t0 >= IDLE_FROM
+    whole = [
+        ("GPU-a", 0, 0.0, 0.0, "idle"),
+        ("GPU-b", 1, 0.6, 0.9, "compute"),
+        ("GPU-l", 2, 0.001, 0.25, "launch"),
+        ("GPU-h", 3, 0.0 if late else 0.55, 0.0 if late else 0.8, "idle" if late else "compute"),
+        ("GPU-t", 5, 0.0, 0.0, "idle"),
+        ("GPU-u", 6, 0.0, 0.0, "idle"),
+    ]
+    out = [{"gpu": str(g), "uuid": u, "mig_uuid": "", "profile": "", "sm": sm, "util": ut, "cls": c}
+           for u, g, sm, ut, c in whole]  # fmt: skip
+    out.append({"gpu": "4", "uuid": "GPU-m", "mig_uuid": "MIG-3", "profile": "3g.71gb", "gi": "2", "sm": 0.0,
+                "util": 0.0, "cls": "idle"})  # fmt: skip
+    out.append({"gpu": "4", "uuid": "GPU-m", "mig_uuid": "MIG-1", "profile": "1g.18gb", "gi": "9", "sm": 0.0,
+                "util": 0.0, "cls": "idle"})  # fmt: skip
+    return out
+
+
+ALLOCATIONS = (  # namespace, pod, uuid, mig_uuid, replicas
+    ("ml", "a-0", "GPU-a", "", ("",)),
+    ("ml", "b-0", "GPU-b", "", ("",)),
+    ("web", "l-0", "GPU-l", "", ("",)),
+    ("web", "h-0", "GPU-h", "", ("",)),
+    ("ml", "m-0", "GPU-m", "MIG-3", ("",)),
+    ("web", "t-0", "GPU-t", "", ("0", "1", "2")),
+    ("batch", "t-1", "GPU-t", "", ("3",)),
+)
+
+
+def _labels(d: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(d.items()) if v) + "}"
+
+
+def _samples(t: float, t0: float) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every series of the node at t (without instance/job), by metric name."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    def add(name: str, labels: dict[str, str], value: float) -> None:
+        out.setdefault(name, []).append((labels, value))
+
+    elapsed = t - t0
+    seen: set[str] = set()
+    for leaf in _leaves(t, t0):
+        phys = {"gpu": leaf["gpu"], "uuid": leaf["uuid"]}
+        lab = {**phys, "mig_uuid": leaf["mig_uuid"]}
+        if leaf["mig_uuid"]:
+            lab.update({"gpu_instance_id": leaf["gi"], "compute_instance_id": "0", "mig_profile": leaf["profile"]})
+            add("gpulens_mig_instance_info", lab, 1.0)
+        if leaf["uuid"] not in seen:
+            seen.add(leaf["uuid"])
+            add(
+                "gpulens_gpu_info", {**phys, "name": H200, "mig_mode": "enabled" if leaf["mig_uuid"] else "disabled"}, 1
+            )
+            add("gpulens_gpu_utilization_ratio", phys, leaf["util"])
+        add("gpulens_gpu_sm_active_ratio", lab, leaf["sm"])
+        # the integral counter, as if the leaf had always run at its current level since t0
+        add("gpulens_gpu_sm_active_seconds_total", lab, _integral(leaf["uuid"], leaf["mig_uuid"], elapsed))
+        for c in CLASSES:
+            add("gpulens_gpu_boundness", {**lab, "class": c}, 1.0 if leaf["cls"] == c else 0.0)
+    for ns, pod, uuid, mig, replicas in ALLOCATIONS:
+        for r in replicas:
+            who = {"namespace": ns, "pod": pod, "container": "main", "workload_kind": "Deployment"}
+            labels = {**who, "workload": pod.split("-")[0], "uuid": uuid, "mig_uuid": mig, "replica": r}
+            add("gpulens_pod_gpu_allocation", labels, 1.0)
+    return out
+
+
+def _integral(uuid: str, mig: str, elapsed: float) -> float:
+    busy = {"GPU-b": 0.6, "GPU-l": 0.001}.get(uuid, 0.0)
+    if uuid == "GPU-h":
+        return 0.55 * min(elapsed, IDLE_FROM)
+    return busy * elapsed
+
+
+def _exposition(samples: dict[str, list[tuple[dict[str, str], float]]], extra: dict[str, str]) -> str:
+    lines = []
+    for name, rows in samples.items():
+        family = name.removesuffix("_total") if spec(name).type == "counter" else name
+        lines.append(f"# TYPE {family} {spec(name).type}")
+        lines += [f"{name}{_labels({**labels, **extra})} {value:g}" for labels, value in rows]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ScrapeSource, float]]:
+    """(Prometheus URL with raw and recorded series, a ScrapeSource fed the same scrapes, the
+    evaluation time T: a whole minute, the end of the history)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    tmp = tmp_path_factory.mktemp("consistency")
+    end = math.floor(time.time() / 3600) * 3600 - 3600.0  # an hour in the past, out of the TSDB head's way
+    t0 = end - HISTORY
+    times = [t0 + 7.0 + SAMPLE * k for k in range(int(HISTORY // SAMPLE))]
+    # OpenMetrics for promtool: one family block per metric, samples in time order
+    by_series: dict[str, dict[str, list[str]]] = {}
+    for t in times:
+        for name, rows in _samples(t, t0).items():
+            for labels, value in rows:
+                key = _labels({**labels, "instance": NODE, "job": "gpulens"})
+                by_series.setdefault(name, {}).setdefault(key, []).append(f"{name}{key} {value:g} {t:.0f}")
+    om = tmp / "history.om"
+    with om.open("w") as out:
+        for name, series in by_series.items():
+            family = name.removesuffix("_total") if spec(name).type == "counter" else name
+            out.write(f"# TYPE {family} {spec(name).type}\n")
+            for lines in series.values():
+                out.write("\n".join(lines) + "\n")
+        out.write("# EOF\n")
+    data = tmp / "data"
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    backfill_recording_rules(data, t0, end, tmp)
+    # the scrape source, fed the same samples at the same times
+    clock = {"t": times[0]}
+    pages = {t: _exposition(_samples(t, t0), {}) for t in times}
+    src = ScrapeSource([f"http://{NODE}/metrics"], interval_s=SAMPLE, history=len(times) + 1,
+                       fetch=lambda _url: pages[clock["t"]], clock=lambda: clock["t"])  # fmt: skip
+    for t in times:
+        clock["t"] = t
+        src.scrape_once()
+    clock["t"] = end
+    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
+    with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
+        yield base, src, end
+
+
+def _by_pod(df: pd.DataFrame) -> dict[tuple[str, str], float]:
+    return {(str(r["namespace"]), str(r["pod"])): float(r["wasted_gpu_hours"]) for r in df.to_dict("records")}
+
+
+def test_the_same_devices_are_idle(history: tuple[str, ScrapeSource, float]) -> None:
+    prom, scrape, end = history
+    expected = {("GPU-a", ""), ("GPU-h", ""), ("GPU-t", ""), ("GPU-u", ""), ("GPU-m", "MIG-3"), ("GPU-m", "MIG-1")}
+    for name, src in (("rules", PrometheusSource(prom)), ("scrape", scrape)):
+        verdict = src.leaf_idle(end=end)
+        idle = {(str(u), str(m)) for u, m, v in zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"],
+                                                    strict=True) if v >= 0.5}  # fmt: skip
+        busy = {(str(u), str(m)) for u, m, v in zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"],
+                                                    strict=True) if v < 0.5}  # fmt: skip
+        assert idle == expected, name
+        assert busy == {("GPU-b", ""), ("GPU-l", "")}, f"{name}: the launch-bound GPU is in use, not idle"
+
+
+def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> None:
+    prom, scrape, end = history
+    expected = {
+        ("ml", "a-0"): 0.5,  # 30 minutes of an idle whole GPU
+        ("ml", "b-0"): 0.0,
+        ("web", "l-0"): 0.0,  # launch-bound: not wasted
+        ("web", "h-0"): 20 / 60,  # idle from minute 20.5 + the 5 m mean: minutes 26-45, 20 steps
+        ("ml", "m-0"): 0.5 * 3 / 7,  # a 3g.71gb instance weighs 3/7
+        ("web", "t-0"): 0.5 * 3 / 4,  # 3 of the 4 replicas of an idle GPU
+        ("batch", "t-1"): 0.5 * 1 / 4,
+    }
+    rules = _by_pod(PrometheusSource(prom).allocation_activity(window_s=WINDOW, step_s=STEP, end=end))
+    pandas = _by_pod(scrape.allocation_activity(window_s=WINDOW, step_s=STEP, end=end))
+    assert set(rules) == set(pandas) == set(expected)
+    for pod, hours in expected.items():
+        assert pandas[pod] == pytest.approx(hours, abs=1e-9), (pod, pandas[pod])
+        # Prometheus evaluates a rule every minute at an offset of its own (the backfill, a few
+        # seconds after the minute), and a reader at a whole minute sees the previous evaluation:
+        # across a transition the recorded series is at most one evaluation late
+        slack = STEP / 3600 if pod == ("web", "h-0") else 0.0
+        assert abs(rules[pod] - hours) <= slack + 1e-9, (pod, rules[pod], hours)
+    # the advisor, from raw series with the definition inlined, per workload in GPU-hours
+    usages = measure(PrometheusSource(prom), Window(window_s=WINDOW, step_s=STEP, end=end))
+    advisor = {u.namespace + "/" + u.workload: recommend(u).evidence["gpu_hours_idle"] for u in usages}
+    by_workload: dict[str, float] = {}
+    for (ns, pod), hours in pandas.items():
+        key = f"{ns}/{pod.split('-')[0]}"
+        by_workload[key] = by_workload.get(key, 0.0) + hours
+    assert set(advisor) == set(by_workload)
+    for key, hours in by_workload.items():
+        assert advisor[key] == pytest.approx(hours, abs=1e-9), (key, advisor[key], hours)
