@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -369,7 +370,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.h.receive_data(b"")
         if not self.busy and not self.tls_pending:
             self._process()
-        return self.busy  # keep the write side open only while a reply is on its way
+        # Keep the write side open only while a reply is on its way (TLS cannot half-close).
+        return self.busy and self.server._tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -506,7 +508,8 @@ class _Connection(asyncio.BufferedProtocol):
         closing = h.their_state is not h11.DONE or h.our_state is h11.MUST_CLOSE
         if closing:
             headers.append(("Connection", "close"))
-        out = [h.send(h11.Response(status_code=response.status, headers=headers)) or b""]
+        reason = HTTPStatus(response.status).phrase.encode()
+        out = [h.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""]
         if request.method != b"HEAD" and response.body:  # passthrough: the body is not copied
             out += h.send_with_data_passthrough(h11.Data(data=response.body)) or []
         out.append(h.send(h11.EndOfMessage()) or b"")

@@ -22,7 +22,10 @@ command -v uv >/dev/null || python3 -m pip install -q uv
 [ -x .venv/bin/python ] || uv venv -q -p python3 .venv
 uv pip install -q -p .venv -e '.[dev]'
 
-echo "+ ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
+# One command per line: under set -e a failure on the left of && would not stop the script.
+echo "+ ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 echo "+ mypy"; .venv/bin/mypy
 echo "+ pytest"
 set +e

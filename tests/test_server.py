@@ -179,7 +179,7 @@ def test_the_request_head_has_one_total_deadline_not_one_per_read() -> None:
         server.shutdown()
 
 
-def test_the_tls_handshake_counts_against_the_same_deadline(tmp_path: object) -> None:
+def test_a_silent_connection_is_closed_at_the_deadline() -> None:
     server, _ = _serve_with(Limits(request_deadline=1.0))
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:

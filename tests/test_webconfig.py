@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import os
 import ssl
@@ -17,7 +18,7 @@ import pytest
 import trustme
 
 from exporter.sampler import Sampler
-from exporter.server import MetricsServer
+from exporter.server import Limits, MetricsServer
 from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
 from tests.fakes_backend import ScriptedBackend, healthy
 from tests.support.net import free_port
@@ -38,7 +39,7 @@ def _write_pair(ca: trustme.CA, folder: Path, name: str = "server") -> tuple[Pat
     return cert_path, key_path
 
 
-def _serve(config_path: Path) -> Iterator[int]:
+def _serve(config_path: Path, limits: Limits | None = None) -> Iterator[int]:
     from prometheus_client import CollectorRegistry
 
     from exporter.collector import SnapshotCollector
@@ -47,7 +48,8 @@ def _serve(config_path: Path) -> Iterator[int]:
     sampler.run_once()
     reg = CollectorRegistry()
     reg.register(SnapshotCollector(sampler.latest))
-    server = MetricsServer("127.0.0.1:0", reg, ready=lambda: True, web_config=load_web_config(str(config_path)))
+    web_config = load_web_config(str(config_path))
+    server = MetricsServer("127.0.0.1:0", reg, ready=lambda: True, web_config=web_config, limits=limits)
     server.start()
     try:
         yield server.port
@@ -356,3 +358,21 @@ def test_a_kubernetes_data_symlink_swap_is_picked_up_even_with_equal_mtimes(tmp_
         assert _get(port, _client_ctx(new_ca)) == 200
         with pytest.raises(ssl.SSLError):
             _get(port, _client_ctx(ca))
+
+
+def test_a_stalled_tls_handshake_is_closed_at_the_head_deadline(tmp_path: Path, ca: trustme.CA) -> None:
+    """The handshake counts against the same single deadline as the request head; while one
+    client stalls mid-handshake, others are served."""
+    import socket
+
+    cert, key = _write_pair(ca, tmp_path)
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    for port in _serve(cfg, Limits(request_deadline=1.0)):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"\x16\x03\x01\x02\x00")  # the start of a ClientHello, never finished
+            assert _get(port, _client_ctx(ca)) == 200
+            t0 = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):  # closed with a reset: as good
+                assert s.recv(1024) == b"", "a stalled handshake was answered"
+            assert time.monotonic() - t0 < 3.0
