@@ -8,7 +8,7 @@
 # The version is pyproject.toml's. Two builds of the same tree from empty storage give the same
 # image digests (docs/deploy.md, "Images"); build/images/<name>-<version>.digest holds each one.
 #
-# Usage: scripts/image.sh [exporter|dashboard|exporter-cuda12|all]   (default: all = exporter, dashboard)
+# Usage: scripts/image.sh [exporter|dashboard|exporter-cuda12|all]...   (default: all = exporter, dashboard)
 # Needs (Debian): mmdebstrap buildah uidmap, and uv; runs as root (mmdebstrap --mode=root).
 # Env: GPULENS_IMAGE_REGISTRY (default ghcr.io/gpulens): the names the archives carry;
 #      GPULENS_DEBIAN_MIRROR / GPULENS_DEBIAN_SECURITY: Debian mirrors;
@@ -18,12 +18,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-WHAT=${1:-all}
-case $WHAT in exporter | dashboard | exporter-cuda12 | all) ;; *)
-  echo "usage: $0 [exporter|dashboard|exporter-cuda12|all]" >&2
-  exit 2
-  ;;
-esac
+TARGETS=" ${*:-all} "
+for target in $TARGETS; do
+  case $target in exporter | dashboard | exporter-cuda12 | all) ;; *)
+    echo "usage: $0 [exporter|dashboard|exporter-cuda12|all]..." >&2
+    exit 2
+    ;;
+  esac
+done
+wants() { [[ $TARGETS == *" $1 "* ]]; }
 
 if [ "$(id -u)" != 0 ]; then
   echo "scripts/image.sh: run as root (mmdebstrap --mode=root, buildah with vfs storage)" >&2
@@ -155,15 +158,15 @@ size = sum(layer["size"] for layer in layers) / 1e6
 print(f"{size:.1f} MB uncompressed, {len(layers)} layers")' "$manifest")"
 }
 
-if [ "$WHAT" = all ] || [ "$WHAT" = exporter ]; then
+if wants all || wants exporter; then
   build_image gpulens-exporter "$VERSION" exporter deploy/image/requirements-exporter.txt gpulens-exporter 9445 \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 fi
-if [ "$WHAT" = all ] || [ "$WHAT" = dashboard ]; then
+if wants all || wants dashboard; then
   build_image gpulens-dashboard "$VERSION" dashboard deploy/image/requirements-dashboard.txt gpulens-dashboard 8501 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 fi
-if [ "$WHAT" = exporter-cuda12 ]; then
+if wants exporter-cuda12; then
   build_image gpulens-exporter "$VERSION-cuda12" exporter deploy/image/requirements-exporter-cuda12.txt \
     gpulens-exporter 9445 NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 fi
