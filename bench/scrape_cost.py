@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -209,11 +210,14 @@ def main() -> int:
     a = ap.parse_args()
     if a.compat:
         scenarios = a.scenario or ["h200x8", "mig7x8"]
+        # The machine's other work moves tail latencies; say how busy it was.
+        print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
         for sc in scenarios:
             print(compare_compat_render(sc) + "\n")
         pairs = [compare_compat(sc, a.scrapes, a.quiet_seconds) for sc in scenarios]
         for on, off in pairs:
             print(compat_table(on, off) + "\n")
+        print(f"load average at end: {os.getloadavg()[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
         if a.json:
             Path(a.json).write_text(json.dumps([asdict(f) for pair in pairs for f in pair], indent=2))
         return 0
