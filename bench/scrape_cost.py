@@ -12,13 +12,15 @@ Prometheus does) -> CPU seconds per second from /proc/PID/stat; RSS (10^6 bytes)
 scraped alternately: back-to-back scrapes (which mostly reuse the body cached for the current
 snapshot), then one scrape per second each for the quiet period. A scrape a second is what
 Prometheus does, and each of those meets a new snapshot, so its latency includes rendering and
-encoding the whole exposition: that is the figure the compat rendering adds to.
+encoding the whole exposition: that is the figure the compat rendering adds to. Before both, the
+rendering of 300 new snapshots is timed in-process (no HTTP, no scheduling between processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -129,6 +131,38 @@ def compare_compat(scenario: str, scrapes: int, quiet_seconds: float) -> list[Co
         ]
 
 
+def compare_compat_render(scenario: str, cycles: int = 300) -> str:
+    """In-process: the time to render one new snapshot's exposition, compat on vs off.
+
+    Two pipelines (``exporter.cli.build``, probes off) take a cycle each in turn; after each cycle
+    the OpenMetrics body of the new snapshot is rendered and timed. No HTTP and no other process in
+    the loop, so the figure is the rendering work alone; the order alternates every cycle.
+    """
+    from exporter.cli import build
+    from exporter.config import parse_config
+
+    accept = "application/openmetrics-text; version=1.0.0"
+    base = ["--backend", "sim", "--sim.scenario", scenario, "--no-probes"]
+    pipelines = {
+        "compat on": build(parse_config([*base, "--compat.dcgm"], env={}))[:2],
+        "compat off": build(parse_config(base, env={}))[:2],
+    }
+    times: dict[str, list[float]] = {label: [] for label in pipelines}
+    for i in range(cycles):
+        order = list(pipelines.items())
+        for label, (sampler, exposition) in order if i % 2 else reversed(order):
+            sampler.run_once()
+            t0 = time.perf_counter()
+            exposition.render(accept)
+            times[label].append(time.perf_counter() - t0)
+    on, off = times["compat on"], times["compat off"]
+    rows = ["| render of a new snapshot (ms) | compat on | compat off | on / off |", "|---|---|---|---|"]
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        a, b = percentile(on, q) * 1e3, percentile(off, q) * 1e3
+        rows.append(f"| {scenario} {name} | {a:.2f} | {b:.2f} | {a / b:.2f} |")
+    return "\n".join(rows)
+
+
 def compat_table(on: CompatFigures, off: CompatFigures) -> str:
     """Markdown: the pair and the on/off ratio of every figure."""
     rows = [
@@ -175,9 +209,15 @@ def main() -> int:
     ap.add_argument("--scenario", action="append", help="with --compat: scenarios (default h200x8, mig7x8)")
     a = ap.parse_args()
     if a.compat:
-        pairs = [compare_compat(sc, a.scrapes, a.quiet_seconds) for sc in a.scenario or ["h200x8", "mig7x8"]]
+        scenarios = a.scenario or ["h200x8", "mig7x8"]
+        # The machine's other work moves tail latencies; say how busy it was.
+        print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
+        for sc in scenarios:
+            print(compare_compat_render(sc) + "\n")
+        pairs = [compare_compat(sc, a.scrapes, a.quiet_seconds) for sc in scenarios]
         for on, off in pairs:
             print(compat_table(on, off) + "\n")
+        print(f"load average at end: {os.getloadavg()[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
         if a.json:
             Path(a.json).write_text(json.dumps([asdict(f) for pair in pairs for f in pair], indent=2))
         return 0

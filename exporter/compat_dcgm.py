@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
 
+from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
 from exporter.model import Allocation, GpuSample, LeafSample, PodRef, PodUsage, Snapshot
 
 log = logging.getLogger(__name__)
@@ -443,7 +444,7 @@ def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels, sna
 
 
 def _process_mapping_ok(snap: Snapshot) -> bool:
-    return any(st.stage == "cgroup" and st.success for st in snap.stages)
+    return any(st.stage == CGROUP_STAGE and st.success for st in snap.stages)
 
 
 def _render_shared(b: _Builder, g: Labels, gpu: GpuSample, allocs: list[Allocation], snap: Snapshot) -> None:
