@@ -43,7 +43,9 @@ from tests.support.process import managed_process
 from tests.support.prometheus import backfill_recording_rules
 
 REPO = Path(__file__).resolve().parents[1]
-VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 1000}}
+VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 6000}}
+"""Tall enough that every chart of every page is on screen: Streamlit draws a chart only once it
+is scrolled into view, and the timing is for a fully drawn page."""
 PAGES = (  # title, url path, plotly charts the page draws at least
     ("Fleet", "", 1),
     ("Efficiency", "efficiency", 2),
@@ -64,7 +66,13 @@ READY_JS = """([title, n]) => {
 
 
 def _wait(page: Any, title: str, charts: int) -> None:
-    page.wait_for_function(READY_JS, arg=[title, charts], timeout=180_000, polling=50)
+    try:
+        page.wait_for_function(READY_JS, arg=[title, charts], timeout=180_000, polling=50)
+    except Exception as exc:
+        shot = REPO / "artifacts" / "dashboard" / f"bench-failed-{title}.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+        raise RuntimeError(f"page {title} was not drawn (screenshot {shot}): {exc}") from exc
 
 
 def first_load(browser: Any, url: str, title: str, charts: int) -> float:
