@@ -52,7 +52,7 @@ PAGES = (  # title, url path, plotly charts the page draws at least
     ("Workloads", "workloads", 1),
     ("Sharing", "sharing", 0),
     ("Health", "health", 0),
-    ("GPU", "gpu", 3),
+    ("GPU", "gpu", 2),  # the class strip and utilisation: the backfilled history has no other device series
 )
 READY_JS = """([title, n]) => {
     const h = document.querySelector('h1');
