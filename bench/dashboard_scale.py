@@ -108,10 +108,12 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
     """A backfilled Prometheus (raw history + recorded rules) and the dashboard on it; yields its URL."""
     om, data = tmp / "fleet.om", tmp / "data"
     t0 = time.perf_counter()
-    end = time.time()
+    # the history runs an hour past now: the timed runs take minutes, and instant queries find
+    # nothing once the newest sample is older than Prometheus' 5 m lookback
+    end = time.time() + 3600.0
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
-         str(a.nodes), "--hours", str(a.hours), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
+         str(a.nodes), "--hours", str(a.hours + 1), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
          str(om)],
         check=True,
     )  # fmt: skip
@@ -120,7 +122,7 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     om.unlink()
-    backfill_recording_rules(data, end - a.hours * 3600, end, tmp)
+    backfill_recording_rules(data, end - 3600.0 - a.hours * 3600, end, tmp)
     (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
     pport, dport = free_port(), free_port()
     prom_url, dash_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}"
