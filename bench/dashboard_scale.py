@@ -43,14 +43,16 @@ from tests.support.process import managed_process
 from tests.support.prometheus import backfill_recording_rules
 
 REPO = Path(__file__).resolve().parents[1]
-VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 1000}}
+VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 6000}}
+"""Tall enough that every chart of every page is on screen: Streamlit draws a chart only once it
+is scrolled into view, and the timing is for a fully drawn page."""
 PAGES = (  # title, url path, plotly charts the page draws at least
     ("Fleet", "", 1),
     ("Efficiency", "efficiency", 2),
     ("Workloads", "workloads", 1),
     ("Sharing", "sharing", 0),
     ("Health", "health", 0),
-    ("GPU", "gpu", 3),
+    ("GPU", "gpu", 2),  # the class strip and utilisation: the backfilled history has no other device series
 )
 READY_JS = """([title, n]) => {
     const h = document.querySelector('h1');
@@ -64,7 +66,13 @@ READY_JS = """([title, n]) => {
 
 
 def _wait(page: Any, title: str, charts: int) -> None:
-    page.wait_for_function(READY_JS, arg=[title, charts], timeout=180_000, polling=50)
+    try:
+        page.wait_for_function(READY_JS, arg=[title, charts], timeout=180_000, polling=50)
+    except Exception as exc:
+        shot = REPO / "artifacts" / "dashboard" / f"bench-failed-{title}.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+        raise RuntimeError(f"page {title} was not drawn (screenshot {shot}): {exc}") from exc
 
 
 def first_load(browser: Any, url: str, title: str, charts: int) -> float:
@@ -100,10 +108,12 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
     """A backfilled Prometheus (raw history + recorded rules) and the dashboard on it; yields its URL."""
     om, data = tmp / "fleet.om", tmp / "data"
     t0 = time.perf_counter()
-    end = time.time()
+    # the history runs an hour past now: the timed runs take minutes, and instant queries find
+    # nothing once the newest sample is older than Prometheus' 5 m lookback
+    end = time.time() + 3600.0
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
-         str(a.nodes), "--hours", str(a.hours), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
+         str(a.nodes), "--hours", str(a.hours + 1), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
          str(om)],
         check=True,
     )  # fmt: skip
@@ -112,7 +122,7 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     om.unlink()
-    backfill_recording_rules(data, end - a.hours * 3600, end, tmp)
+    backfill_recording_rules(data, end - 3600.0 - a.hours * 3600, end, tmp)
     (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
     pport, dport = free_port(), free_port()
     prom_url, dash_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}"

@@ -12,6 +12,14 @@ uv pip install -q -p .venv -e '.[nvml,k8s,probes,dashboard]'
 EXPORTER_PORT=${GPULENS_EXPORTER_PORT:-9445}
 DASHBOARD_PORT=${GPULENS_DASHBOARD_PORT:-8501}
 SCENARIO=${GPULENS_SIM_SCENARIO:-h200x8}
+# A port another process listens on (a first demo still running) would make the readiness check
+# below pass against that process's exporter: refuse to start instead.
+port_free() { .venv/bin/python -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, \
+socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.close()" "$1" 2>/dev/null; }
+for port in "$EXPORTER_PORT" "$DASHBOARD_PORT"; do
+  port_free "$port" || { echo "port $port is in use (another demo running?): stop it, or set" \
+    "GPULENS_EXPORTER_PORT / GPULENS_DASHBOARD_PORT" >&2; exit 2; }
+done
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
@@ -21,7 +29,10 @@ trap cleanup EXIT INT TERM
 pids+=($!)
 ready() { .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
   "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null 2>&1; }
-for _ in $(seq 1 100); do ready && break; sleep 0.2; done
+for _ in $(seq 1 100); do
+  kill -0 "${pids[0]}" 2>/dev/null || { echo "exporter exited before it was ready" >&2; exit 1; }
+  ready && break; sleep 0.2
+done
 ready || { echo "exporter did not start" >&2; exit 1; }
 
 .venv/bin/python -m dashboard --scrape "http://127.0.0.1:${EXPORTER_PORT}/metrics" \

@@ -6,6 +6,8 @@ Screenshots land in artifacts/dashboard/; a dead Prometheus gives a banner, not 
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 import urllib.parse
 import urllib.request
@@ -94,6 +96,9 @@ def test_every_page_loads_clean_with_its_key_elements(
                 raise AssertionError(f"{mode}: page /{path} did not render: {exc}") from exc
             page.wait_for_timeout(300)  # late console errors (favicon, fonts) of this page
             page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+            if mode == "prometheus" and path != "rightsizing" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
+                # the docs' screenshots (the right-sizing one comes from the advisor's test, with data)
+                shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
             for text in texts:
                 assert page.get_by_text(text, exact=False).count() > 0, (mode, path, text)
             assert page.locator(".js-plotly-plot").count() >= MIN_CHARTS[path], (mode, path)

@@ -115,7 +115,7 @@ def test_waste_bar_and_sm_share_and_probe_charts() -> None:
             "probe": ["hbm_copy"],
             "bandwidth": [3e12],
             "efficiency": [0.75],
-            "vs_fleet": [0.8],
+            "vs_peers": [0.8],
         }
     )
     pf = figures.probe_efficiency_bar(probes)

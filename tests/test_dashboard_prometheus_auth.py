@@ -29,7 +29,7 @@ from dashboard.prometheus_source import PrometheusSource
 from dashboard.settings import ENV_PREFIX, from_env, to_env
 from dashboard.source import SourceError
 from tests.support.exporter import run_exporter
-from tests.support.prometheus import run_prometheus, scrape_config
+from tests.support.prometheus import RULES_FILE, run_prometheus, scrape_config
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "dashboard" / "app.py")
@@ -119,7 +119,8 @@ def secured(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secu
     with (
         run_exporter("--sim.scenario", "h200x8") as exporter,
         run_prometheus(
-            scrape_config([exporter.removeprefix("http://")]),
+            scrape_config([exporter.removeprefix("http://")]) + "rule_files: [gpulens.rules.yml]\n",
+            {"gpulens.rules.yml": RULES_FILE.read_text()},
             web_config=web_config,
             ready_context=_ready_context(pki),
             ready_headers=_basic("first-secret"),
@@ -127,7 +128,7 @@ def secured(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secu
     ):
         ready = Secured(url, web_config, password_file, pki)
         src = PrometheusSource(url, auth=ready.auth())
-        _wait(lambda: len(src.label_values("uuid")) == 8)
+        _wait(lambda: len(src.label_values("uuid")) == 8 and len(src.query("gpulens:gpu_idle:bool")) == 8)
         yield ready
 
 
@@ -210,7 +211,7 @@ def test_the_dashboard_app_reads_a_secured_prometheus(secured: Secured, monkeypa
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert {m.label: m.value for m in at.metric}["GPUs"] == "8"
+    assert {m.label: m.value for m in at.metric}["Devices"] == "8"
 
 
 def test_the_dashboard_app_names_a_bad_auth_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def body(ctx: ui.PageContext) -> None:
         util = ui.fetch(ctx, "instant", "gpulens_gpu_utilization_ratio", f)
         if not util.empty and not sm.empty:
             sm_gpu = frames.with_cols(sm, ["uuid"]).groupby("uuid", as_index=False)["value"].max()
-            both = frames.with_cols(util, ["instance", "gpu", "uuid"]).merge(
+            both = frames.with_cols(util, ["node", "instance", "gpu", "uuid"]).merge(
                 sm_gpu.rename(columns={"value": "sm_active"}), on="uuid"
             )
             lie = both[
@@ -76,9 +76,16 @@ def body(ctx: ui.PageContext) -> None:
                 st.warning(
                     f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling)"
                 )
+                table = lie.rename(columns={"value": "gpu_util"})[
+                    ["node", "instance", "gpu", "uuid", "gpu_util", "sm_active"]
+                ]
                 st.dataframe(
-                    lie.rename(columns={"value": "gpu_util"})[["instance", "gpu", "uuid", "gpu_util", "sm_active"]],
+                    ui.linked(ui.node_column(table)),
                     hide_index=True,
+                    column_config={
+                        **ui.COLUMN_CONFIG,
+                        "gpu_util": st.column_config.NumberColumn("GPU-Util", format="percent"),
+                    },
                 )
 
     with ui.panel("Models"):
