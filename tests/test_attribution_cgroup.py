@@ -6,6 +6,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,7 +189,7 @@ def test_a_fifo_as_a_cgroup_file_does_not_block_the_sampler(tmp_path: Path) -> N
     (tmp_path / "10").mkdir()
     (tmp_path / "10" / "cgroup").write_text(_POD_LINE)
     src = CgroupPidSource(str(tmp_path))
-    done: list[object] = []
+    done: list[tuple[Any, Any]] = []
     worker = threading.Thread(target=lambda: done.append(src.owners([9, 10])), daemon=True)
     worker.start()
     worker.join(5)
@@ -197,6 +198,6 @@ def test_a_fifo_as_a_cgroup_file_does_not_block_the_sampler(tmp_path: Path) -> N
         os.close(fd)
         worker.join(5)
         pytest.fail("reading a FIFO blocked the cgroup stage")
-    owners, result = done[0]  # type: ignore[misc]
+    owners, result = done[0]
     assert result.success
     assert set(owners) == {10}

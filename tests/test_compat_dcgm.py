@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -264,7 +265,7 @@ def test_the_block_is_built_once_per_snapshot_and_label_sets_are_encoded_once(
     calls: list[Snapshot] = []
     real = compat_module.render_lines
 
-    def counting(snap: Snapshot, host: str, cache: dict) -> dict:  # type: ignore[type-arg]
+    def counting(snap: Snapshot, host: str, cache: dict[Any, Any]) -> dict[Any, Any]:
         calls.append(snap)
         return real(snap, host, cache)
 
@@ -295,7 +296,7 @@ def test_label_values_are_escaped() -> None:
 def test_a_failing_compat_render_drops_only_the_compat_series(monkeypatch: pytest.MonkeyPatch) -> None:
     import exporter.compat_dcgm as compat_module
 
-    def broken(*_args: object) -> dict:  # type: ignore[type-arg]
+    def broken(*_args: object) -> dict[Any, Any]:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(compat_module, "render_lines", broken)

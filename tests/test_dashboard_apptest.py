@@ -82,7 +82,7 @@ def test_every_page_renders_from_direct_scrape(dashboard_env: pytest.MonkeyPatch
     assert "direct scrape of 3 exporter(s)" in texts["fleet"]
     assert metrics["Devices"] == "40", "whole GPUs plus MIG instances, a GPU in MIG mode counted as its instances"
     assert "MIG slices: no data" not in texts["sharing"]
-    assert "time-sliced GPUs: no data" not in texts["sharing"]
+    assert "shared GPUs: no data" not in texts["sharing"]
 
 
 def test_prometheus_down_shows_a_banner_and_keeps_navigation(dashboard_env: pytest.MonkeyPatch) -> None:
@@ -137,3 +137,25 @@ def test_namespace_filter_is_escaped_in_every_query(dashboard_env: pytest.Monkey
     for q in filtered:
         assert 'namespace="ml\\"} or vector(1) or {x=\\""' in q
         assert 'namespace="ml"}' not in q
+
+
+def test_mps_pods_show_why_their_sm_share_is_missing_instead_of_a_blank(dashboard_env: pytest.MonkeyPatch) -> None:
+    # tests/fixtures/dashboard/mps.prom is the simulator's mps node (tests/golden/mps.prom): two MPS
+    # clients on GPU 0, one on GPU 1, no per-pod SM share on either (NVML gives the server's only).
+    with serve_exposition("mps.prom") as urls:
+        dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        at.switch_page("views/sharing.py").run()
+        assert not at.exception and not at.error
+        sharing = _texts(at)
+        at.switch_page("views/workloads.py").run()
+        assert not at.exception and not at.error
+        workloads = _texts(at)
+        tables = [t.value for t in at.dataframe]
+    note = "per-pod SM share is not reported by the driver under MPS"
+    assert note in sharing
+    assert note in workloads
+    pods = next(t for t in tables if "sm_share_note" in t.columns)
+    mps_rows = pods[pods["pod"].str.contains("-mps-")]
+    assert len(mps_rows) == 3 and set(mps_rows["sm_share_note"]) == {note}
+    assert set(pods[pods["pod"].str.startswith("llm-decode-mps")]["class"]) == {"shared"}

@@ -220,8 +220,8 @@ def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> 
     usages = measure(PrometheusSource(prom), Window(window_s=WINDOW, step_s=STEP, end=end))
     advisor = {u.namespace + "/" + u.workload: recommend(u).evidence["gpu_hours_idle"] for u in usages}
     by_workload: dict[str, float] = {}
-    for (ns, pod), hours in pandas.items():
-        key = f"{ns}/{pod.split('-')[0]}"
+    for (ns, pod_name), hours in pandas.items():
+        key = f"{ns}/{pod_name.split('-')[0]}"
         by_workload[key] = by_workload.get(key, 0.0) + hours
     assert set(advisor) == set(by_workload)
     for key, hours in by_workload.items():

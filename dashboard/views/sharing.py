@@ -1,4 +1,4 @@
-"""Sharing page: each MIG GPU with its slices and holders; time-sliced GPUs with per-pod SM share."""
+"""Sharing page: each MIG GPU with its slices and holders; time-sliced and MPS GPUs with per-pod SM share."""
 
 from __future__ import annotations
 
@@ -21,17 +21,29 @@ def body(ctx: ui.PageContext) -> None:
             st.plotly_chart(figures.mig_layout_figure(layout), key="mig_layout")
             st.dataframe(ui.linked(ui.node_column(layout)), hide_index=True, column_config=ui.COLUMN_CONFIG)
 
-    with ui.panel("Time-slicing"):
-        st.subheader("Time-sliced GPUs: share of SM time per pod")
-        st.caption(f"Mean share of the GPU's SM time each pod used over the last {ui.fmt_duration(ctx.window_s)}.")
+    with ui.panel("Time-slicing and MPS"):
+        st.subheader("Shared GPUs: share of SM time per pod")
+        st.caption(
+            f"Mean share of the GPU's SM time each pod used over the last {ui.fmt_duration(ctx.window_s)} "
+            "(time-slicing), and the pods of MPS GPUs."
+        )
         shares = ui.fetch(ctx, "mean", "gpulens_pod_gpu_sm_share_ratio", f, window_s=ctx.window_s)
         replicas = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_replicas", f)
         pods = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_pods", f)
-        table = frames.timeslice_shares(shares, replicas, pods)
+        sharing = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_info", f)
+        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
+        table = frames.timeslice_shares(shares, replicas, pods, sharing, alloc)
         if table.empty:
-            ui.no_data("time-sliced GPUs")
+            ui.no_data("shared GPUs")
         else:
-            st.plotly_chart(figures.sm_share_bar(table), key="sm_share")
+            if (table["mode"] == "mps").any():
+                st.info(
+                    f"MPS GPUs: {frames.MPS_SM_SHARE_NOTE}. NVML reports one per-process utilisation entry "
+                    "there, the MPS server's, so SM time cannot be split between the clients; each pod's "
+                    "memory is still its own (Workloads).",
+                    icon=":material/info:",
+                )
+            st.plotly_chart(figures.sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
             st.dataframe(
                 ui.linked(table),
                 hide_index=True,

@@ -69,7 +69,8 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Launch-bound"):
         st.subheader("Launch-bound now")
         bound = ui.fetch(ctx, "instant", "gpulens_gpu_boundness", f)
-        launch = frames.launch_bound(bound, alloc)
+        pod_bound = ui.fetch(ctx, "instant", "gpulens_pod_gpu_boundness", f)
+        launch = frames.launch_bound(pod_bound, alloc, bound)
         if launch.empty:
             st.success("No allocated device is launch-bound.")
         else:
@@ -109,6 +110,23 @@ def body(ctx: ui.PageContext) -> None:
             pods = frames.with_cols(alloc, (*frames.ALLOCATION_KEYS, "resource"))
             sm_leaf = frames.with_cols(sm, frames.LEAF).groupby(list(frames.LEAF), as_index=False)["value"].max()
             pods = pods.merge(sm_leaf.rename(columns={"value": "sm_active"}), on=list(frames.LEAF), how="left")
+            classes = frames.pod_classes(ui.fetch(ctx, "instant", "gpulens_pod_gpu_boundness", f))
+            pods = pods.merge(classes, on=list(frames.POD_KEYS), how="left")
+            share = ui.fetch(ctx, "instant", "gpulens_pod_gpu_sm_share_ratio", f)
+            if not share.empty:
+                sh = frames.with_cols(share, ["namespace", "pod", "container", "uuid"])
+                sh = sh.groupby(["namespace", "pod", "container", "uuid"], as_index=False)["value"].sum()
+                pods = pods.merge(
+                    sh.rename(columns={"value": "sm_share"}), on=["namespace", "pod", "container", "uuid"], how="left"
+                )
+            modes = frames.sharing_modes(ui.fetch(ctx, "instant", "gpulens_gpu_sharing_info", f))
+            on_mps = pods["uuid"].map(lambda u: modes.get(str(u)) == "mps")
+            if on_mps.any():
+                pods["sm_share_note"] = [frames.MPS_SM_SHARE_NOTE if m else "" for m in on_mps]
+                st.caption(
+                    f"SM share: the pod's own share on a shared GPU; blank with a note on MPS GPUs "
+                    f"({frames.MPS_SM_SHARE_NOTE})."
+                )
             if not mem.empty:
                 m = frames.with_cols(mem, ["namespace", "pod", "container", "uuid"])
                 m = m.groupby(["namespace", "pod", "container", "uuid"], as_index=False)["value"].sum()
@@ -126,7 +144,10 @@ def body(ctx: ui.PageContext) -> None:
                     "workload_kind",
                     "workload",
                     "resource",
+                    "class",
                     "sm_active",
+                    "sm_share",
+                    "sm_share_note",
                     "memory_used_bytes",
                     "node",
                     "instance",
