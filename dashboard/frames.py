@@ -268,7 +268,7 @@ def timeslice_shares(
     extra = [u for u, m in modes.items() if m == "mps" and u not in set(shared["uuid"])]
     if extra:
         shared = pd.concat([shared, pd.DataFrame({"uuid": extra})], ignore_index=True)
-    is_mps = shared["uuid"].map(lambda u: modes.get(str(u)) == "mps")
+    is_mps = shared["uuid"].map(lambda u: modes.get(str(u)) == "mps").astype(bool)
     shared = shared[(shared["replicas"].fillna(0) > 1) | (shared["pods"].fillna(0) > 1) | is_mps]
     if shared.empty:
         return pd.DataFrame(columns=cols)

@@ -140,8 +140,9 @@ def test_namespace_filter_is_escaped_in_every_query(dashboard_env: pytest.Monkey
 
 
 def test_mps_pods_show_why_their_sm_share_is_missing_instead_of_a_blank(dashboard_env: pytest.MonkeyPatch) -> None:
-    # tests/fixtures/dashboard/mps.prom is the simulator's mps node (tests/golden/mps.prom): two MPS
-    # clients on GPU 0, one on GPU 1, no per-pod SM share on either (NVML gives the server's only).
+    # tests/fixtures/dashboard/mps.prom is a scrape of `python -m exporter --backend sim --sim.scenario
+    # mps`: two MPS clients on GPU 0, one on GPU 1, no per-pod SM share on either (NVML reports the
+    # MPS server's utilisation only).
     with serve_exposition("mps.prom") as urls:
         dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
         at = AppTest.from_file(APP, default_timeout=60).run()
