@@ -499,8 +499,8 @@ class FakeNvml:
         event_set.freed = True
 
     # -- processes -------------------------------------------------------------------------------
-    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:
-        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+    @staticmethod
+    def _process_infos(h: FakeHandle, mps_only: bool = False) -> list[Any]:
         procs = h.mig.processes if h.mig is not None else h.gpu.processes
         return [
             SimpleNamespace(
@@ -510,21 +510,16 @@ class FakeNvml:
                 computeInstanceId=p.compute_instance_id,
             )
             for p in procs
+            if p.mps_client or not mps_only
         ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+        return self._process_infos(h)
 
     def nvmlDeviceGetMPSComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:
         self._enter("nvmlDeviceGetMPSComputeRunningProcesses", h)
-        procs = h.mig.processes if h.mig is not None else h.gpu.processes
-        return [
-            SimpleNamespace(
-                pid=p.pid,
-                usedGpuMemory=p.used_memory,
-                gpuInstanceId=p.gpu_instance_id,
-                computeInstanceId=p.compute_instance_id,
-            )
-            for p in procs
-            if p.mps_client
-        ]
+        return self._process_infos(h, mps_only=True)
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         self._enter("nvmlSystemGetProcessName")
