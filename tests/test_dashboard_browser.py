@@ -30,7 +30,7 @@ PAGES: dict[str, list[str]] = {
     "": ["GPUs", "Allocated", "SM activity per GPU", "Models"],
     "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
     "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
-    "sharing": ["MIG GPUs and their slices", "Time-sliced GPUs: share of SM time per pod"],
+    "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
     "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
     "rightsizing": ["Right-sizing"],
     "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
