@@ -7,7 +7,20 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUTSIDE = re.compile(r"\.\./shared|DESIGN §|DESIGN\.md|RELIABILITY [0-9]|RELIABILITY\.md|FACTS-H200|STYLE\.md")
+# Spelled in pieces so that this file does not match itself.
+OUTSIDE = re.compile(
+    "|".join(
+        (
+            r"\.\./" + "shared",
+            "DESIGN" + " §",
+            r"DESIGN\.md",
+            "RELIABILITY" + " [0-9]",
+            r"RELIABILITY\.md",
+            "FACTS-" + "H200",
+            r"STYLE\.md",
+        )
+    )
+)
 
 
 def test_no_file_points_at_documents_outside_the_repository() -> None:
@@ -15,7 +28,7 @@ def test_no_file_points_at_documents_outside_the_repository() -> None:
     offenders = []
     for name in files:
         path = REPO / name
-        if name == "tests/test_standalone.py" or not path.is_file() or path.suffix in {".png", ".svg", ".jsonl"}:
+        if not path.is_file() or path.suffix in {".png", ".svg", ".jsonl"}:
             continue
         try:
             text = path.read_text()
