@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.analysis.boundness import BoundnessClassifier
+from exporter.analysis.sharing import SHARING_MODES
 from exporter.attribution.pipeline import AttributionOptions, build_attributor
 from exporter.backends.nvml import NvmlBackend
 from exporter.backends.sim import SimulatedBackend
@@ -161,6 +162,7 @@ def test_the_mps_daemon_pod_is_not_a_tenant(mps_snapshot: Snapshot) -> None:
 def test_sharing_modes_of_the_simulated_node(mps_snapshot: Snapshot) -> None:
     modes = {lab["gpu"]: lab["mode"] for lab, _ in _values(_registry(mps_snapshot), "gpulens_gpu_sharing_info")}
     assert modes == {"0": "mps", "1": "mps", "2": "time-slicing", **{str(i): "exclusive" for i in range(3, 8)}}
+    assert set(modes.values()) <= set(SHARING_MODES)
 
 
 # --- probes never disturb MPS tenants --------------------------------------------------------------

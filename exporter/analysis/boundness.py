@@ -148,12 +148,6 @@ class WindowMeans:
     busy_shares: dict[str, float]
     """Busy class -> share of the window's busy time its samples hold (sums to 1, or empty)."""
 
-    def per_busy(self, value: float | None) -> float | None:
-        """``value`` per busy time (roofline coordinates of the work itself); ``None`` if unknown."""
-        if value is None or self.busy is None or self.busy <= _MIN_BUSY:
-            return None
-        return min(1.0, value / self.busy)
-
 
 class _Schmitt:
     """One hysteretic condition: ``value >= enter`` switches on, ``value < exit`` switches off
