@@ -11,45 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.backends.sim import SimulatedBackend
-from exporter.cli import make_attributor, make_classifier
-from exporter.collector import SnapshotCollector
-from exporter.config import parse_config
-from exporter.sampler import Sampler
+from tests.support.sim_exposition import render
 
 GOLDEN = Path(__file__).parent / "golden"
-CYCLES = 15
-EPOCH = 1_790_000_000.0
-
-
-def render(scenario: str, cycles: int = CYCLES) -> str:
-    """Exposition of ``scenario`` (seed 0) after ``cycles`` cycles on a simulated clock."""
-    cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
-    backend = SimulatedBackend(scenario, seed=0)
-    tick = [0.0]
-    sampler = Sampler(
-        backend,
-        attributor=make_attributor(cfg, backend),
-        classifier=make_classifier(cfg),
-        clock=lambda: tick[0],
-        wall=lambda: EPOCH + tick[0],
-    )
-    try:
-        for _ in range(cycles):
-            sampler.run_once()
-            tick[0] += 1.0
-    finally:
-        sampler.stop()
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0]))
-    text = generate_latest(reg).decode()
-    # Stage durations and refresh timestamps are wall-clock readings: the only non-deterministic values.
-    volatile = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_success_timestamp_seconds ")
-    return "\n".join(
-        line.rsplit(" ", 1)[0] + " <wallclock>" if line.startswith(volatile) else line for line in text.splitlines()
-    )
 
 
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])

@@ -1,0 +1,66 @@
+"""A seeded simulated node, sampled on a simulated clock and rendered: the one source of the golden
+expositions (tests/golden) and of the dashboard fixtures (tests/fixtures/dashboard).
+
+Everything is deterministic (seed 0, a fake clock, probes waited for each cycle) except two readings
+of the wall clock, which are replaced by ``volatile``: the stage durations and the kubelet refresh
+timestamp.
+"""
+
+from __future__ import annotations
+
+import random
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.backends.sim import SimulatedBackend
+from exporter.cli import make_attributor, make_classifier
+from exporter.collector import SnapshotCollector
+from exporter.config import parse_config
+from exporter.probe_scheduler import ProbeOptions, ProbeScheduler, SimulatedProbeRunner
+from exporter.sampler import Sampler
+
+EPOCH = 1_790_000_000.0
+"""Unix time of the simulated clock's zero."""
+CYCLES = 15
+VOLATILE = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_success_timestamp_seconds ")
+"""Series whose values are wall-clock readings."""
+
+
+def _probes(scenario: str, tick: list[float]) -> ProbeScheduler:
+    # As the demo: results within seconds, and one slow GPU (GPU 7) only on the h200x8 node, so
+    # the slow one has healthy peers of its model to compare with.
+    options = ProbeOptions(enabled=True, first_delay_seconds=5.0, interval_seconds=60.0)
+    runner = SimulatedProbeRunner(degraded_gpu_index=7 if scenario == "h200x8" else None)
+    return ProbeScheduler(
+        options, clock=lambda: tick[0], wall=lambda: EPOCH + tick[0], runner=runner, rng=random.Random(0)
+    )
+
+
+def render(scenario: str, cycles: int = CYCLES, probes: bool = False, volatile: str = "<wallclock>") -> str:
+    """Exposition of ``scenario`` (seed 0) after ``cycles`` one-second cycles, without a final newline."""
+    cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
+    backend = SimulatedBackend(scenario, seed=0)
+    tick = [0.0]
+    scheduler = _probes(scenario, tick) if probes else None
+    sampler = Sampler(
+        backend,
+        attributor=make_attributor(cfg, backend),
+        classifier=make_classifier(cfg),
+        probes=scheduler,
+        clock=lambda: tick[0],
+        wall=lambda: EPOCH + tick[0],
+    )
+    try:
+        for _ in range(cycles):
+            sampler.run_once()
+            if scheduler is not None:
+                assert scheduler.wait_until_idle(10.0), "a simulated probe did not finish"
+            tick[0] += 1.0
+    finally:
+        sampler.stop()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0]))
+    text = generate_latest(reg).decode()
+    return "\n".join(
+        line.rsplit(" ", 1)[0] + f" {volatile}" if line.startswith(VOLATILE) else line for line in text.splitlines()
+    )
