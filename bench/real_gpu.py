@@ -25,7 +25,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.procstat import cpu_seconds, rss_bytes
+from tests.support.procstat import cpu_seconds, rss_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = (
