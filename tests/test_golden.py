@@ -1,6 +1,7 @@
-"""Golden exposition: a seeded simulated node renders byte-for-byte the checked-in file.
+"""Golden exposition: a seeded simulated node renders byte-for-byte the checked-in file; the
+dashboard's fixtures are scrapes of the same simulator.
 
-Regenerate only on purpose: ``.venv/bin/python -m pytest tests/test_golden.py --update-golden``,
+Regenerate both only on purpose: ``.venv/bin/python -m pytest tests/test_golden.py --update-golden``,
 then review the diff like any contract change.
 """
 
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.sim_exposition import render
+from tests.support.sim_exposition import DASHBOARD_FIXTURES, dashboard_fixture, render
 
 GOLDEN = Path(__file__).parent / "golden"
+DASHBOARD = Path(__file__).parent / "fixtures" / "dashboard"
 
 
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
@@ -25,6 +27,16 @@ def test_exposition_matches_golden(scenario: str, update_golden: bool) -> None:
         path.write_text(text + "\n")
     assert path.exists(), f"missing {path}: run with --update-golden once, on purpose"
     assert text + "\n" == path.read_text(), f"{scenario} exposition changed; if intended, --update-golden"
+
+
+@pytest.mark.parametrize("scenario", sorted(DASHBOARD_FIXTURES))
+def test_dashboard_fixture_is_a_scrape_of_the_simulator(scenario: str, update_golden: bool) -> None:
+    """The dashboard's tests read what the exporter exports today, not an old scrape."""
+    text = dashboard_fixture(scenario)
+    path = DASHBOARD / f"{scenario}.prom"
+    if update_golden:
+        path.write_text(text)
+    assert text == path.read_text(), f"tests/fixtures/dashboard/{scenario}.prom drifted: --update-golden"
 
 
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])

@@ -17,6 +17,7 @@ from exporter.model import Snapshot
 from exporter.sampler import Sampler
 from exporter.scopes import SCOPES, Frame
 from tests.fakes_backend import ScriptedBackend, gpu, healthy
+from tests.support.sim_exposition import DASHBOARD_FIXTURES
 from tests.support.sim_exposition import render as render_sim
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,3 +152,22 @@ def test_compat_sources_name_real_families() -> None:
     for field in FIELDS:
         for name in re.findall(r"gpulens_[a-z0-9_]+", field.source):
             assert name in metrics.BY_NAME, (field.name, name)
+
+
+NOT_SIMULATED = {
+    "gpulens_gpu_fan_speed_ratio": "the simulated H200 boards are passively cooled (NVML: not supported)",
+    "gpulens_unmapped_devices_total": "the simulated kubelet lists only devices of its own node",
+}
+"""Families no dashboard fixture has, and why: every other family must be in one."""
+
+
+def test_every_family_reaches_the_dashboard_fixtures() -> None:
+    """A metric without a simulator value would be missing from every dashboard test: add the value
+    to the simulator (exporter/backends/sim*.py), then regenerate with --update-golden."""
+    found = set()
+    for scenario in DASHBOARD_FIXTURES:
+        text = (REPO / "tests" / "fixtures" / "dashboard" / f"{scenario}.prom").read_text()
+        found |= {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    missing = {m.name for m in metrics.CATALOGUE} - found - set(NOT_SIMULATED)
+    assert not missing, f"no dashboard fixture has {sorted(missing)}"
+    assert not set(NOT_SIMULATED) & found, "a family listed as not simulated is simulated now: drop it from the list"

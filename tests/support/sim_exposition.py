@@ -12,7 +12,7 @@ import random
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.backends.sim import SimulatedBackend
+from exporter.backends.sim import SimFaults, SimulatedBackend
 from exporter.cli import make_attributor, make_classifier
 from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
@@ -36,10 +36,14 @@ def _probes(scenario: str, tick: list[float]) -> ProbeScheduler:
     )
 
 
-def render(scenario: str, cycles: int = CYCLES, probes: bool = False, volatile: str = "<wallclock>") -> str:
-    """Exposition of ``scenario`` (seed 0) after ``cycles`` one-second cycles, without a final newline."""
+def render(
+    scenario: str, cycles: int = CYCLES, probes: bool = False, faults: str = "", volatile: str = "<wallclock>"
+) -> str:
+    """Exposition of ``scenario`` (seed 0) after ``cycles`` one-second cycles, without a final newline.
+
+    ``probes`` runs the simulated probes; ``faults`` is a ``--sim.faults`` spec."""
     cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
-    backend = SimulatedBackend(scenario, seed=0)
+    backend = SimulatedBackend(scenario, seed=0, faults=SimFaults.parse(faults))
     tick = [0.0]
     scheduler = _probes(scenario, tick) if probes else None
     sampler = Sampler(
@@ -64,3 +68,24 @@ def render(scenario: str, cycles: int = CYCLES, probes: bool = False, volatile: 
     return "\n".join(
         line.rsplit(" ", 1)[0] + f" {volatile}" if line.startswith(VOLATILE) else line for line in text.splitlines()
     )
+
+
+DASHBOARD_FIXTURES: dict[str, str] = {
+    "h200x8": "xid=3:79;transient=power_watts:2",
+    "mig": "",
+    "timeslice": "",
+    "mps": "",
+}
+"""Scenarios with a scrape in tests/fixtures/dashboard (the dashboard's tests read them), and the
+simulated faults each has: the h200x8 node shows an Xid and NVML errors on its health page."""
+
+
+def dashboard_fixture(scenario: str) -> str:
+    """A scrape of the simulated ``scenario`` for the dashboard's tests: every family the simulator
+    exports, probes and the scenario's faults included, with fixed stand-ins for the wall-clock
+    readings (1 ms per stage, the kubelet refreshed at the last cycle)."""
+    text = render(scenario, probes=True, faults=DASHBOARD_FIXTURES[scenario])
+    stamp = f"{EPOCH + CYCLES - 1:.1f}"
+    text = text.replace("gpulens_podresources_last_success_timestamp_seconds <wallclock>",
+                        f"gpulens_podresources_last_success_timestamp_seconds {stamp}")  # fmt: skip
+    return text.replace("<wallclock>", "0.001") + "\n"
