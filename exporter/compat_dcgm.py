@@ -25,6 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
 from exporter.model import Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
+from exporter.scopes import GpuView, gpu_view
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +41,6 @@ LEAF = "leaf"
 """Scope: once per leaf, a whole GPU or a MIG instance."""
 POD = "pod"
 """Scope: once per container on a shared GPU (time-slicing), from per-process readings."""
-
-
-@dataclass(frozen=True)
-class GpuView:
-    """What a device-wide field reads: the GPU, its own analysis entry and its last Xid (0: none)."""
-
-    gpu: GpuSample
-    analysis: LeafAnalysis | None
-    last_xid: int
 
 
 @dataclass(frozen=True)
@@ -82,7 +74,7 @@ class DcgmField:
     source: str
     """The gpulens series (or model field) the value comes from, for docs/dcgm-compat.md."""
     read: Callable[[Any], Value]
-    """The value from the scope's view (a GpuView or a LeafView), in DCGM's unit."""
+    """The value from the scope's view (exporter/scopes.py's GpuView, or a LeafView), in DCGM's unit."""
     extra_labels: Callable[[Any], Labels] | None = None
     """Labels after the identity labels (the Xid's ``err_code``)."""
     shared: Callable[[TenantView], Value] | None = None
@@ -554,7 +546,7 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
         base = _gpu_labels(gpu, hostname, driver)
         holder = holders.exclusive.get(gpu.uuid)
         g = base + _pod_labels(holder) if holder is not None else base
-        gview = GpuView(gpu, snap.analysis.get(gpu.uuid), snap.xid_last.get(gpu.uuid, 0))
+        gview = gpu_view(snap, gpu)
         for field in _GPU_FIELDS:
             _add(b, field, g, gview)
         for leaf in gpu.leaves:

@@ -79,17 +79,20 @@ def _one(value: Callable[[V], Value]) -> Callable[[V], Iterable[Sample]]:
     return lambda view: (((), value(view)),)
 
 
-def _entry(
+def _m(
     kind: MetricType,
     name: str,
     unit: str,
     help_: str,
     scope: Scope[V],
-    value: Callable[[V], Value] | None,
-    each: Callable[[V], Iterable[Sample]] | None,
-    labels: tuple[str, ...],
-    section: str,
+    value: Callable[[V], Value] | None = None,
+    *,
+    each: Callable[[V], Iterable[Sample]] | None = None,
+    labels: tuple[str, ...] = (),
+    section: str = "device",
 ) -> MetricSpec:
+    """One entry: ``value`` reads one sample per scope instance; ``each`` reads several and gives
+    the values of the ``labels`` the entry adds (a counter's name ends in ``_total``)."""
     if (value is None) == (each is None):
         raise ValueError(f"{name}: give exactly one of value= (one sample) or each= (several)")
     if value is not None and labels:
@@ -97,36 +100,6 @@ def _entry(
     read = _one(value) if value is not None else each
     assert read is not None
     return MetricSpec(name, kind, unit, help_, scope, labels, read, section)
-
-
-def _g(
-    name: str,
-    unit: str,
-    help_: str,
-    scope: Scope[V],
-    value: Callable[[V], Value] | None = None,
-    *,
-    each: Callable[[V], Iterable[Sample]] | None = None,
-    labels: tuple[str, ...] = (),
-    section: str = "device",
-) -> MetricSpec:
-    """A gauge: ``value`` reads one sample per instance, ``each`` several with ``labels``' values."""
-    return _entry("gauge", name, unit, help_, scope, value, each, labels, section)
-
-
-def _c(
-    name: str,
-    unit: str,
-    help_: str,
-    scope: Scope[V],
-    value: Callable[[V], Value] | None = None,
-    *,
-    each: Callable[[V], Iterable[Sample]] | None = None,
-    labels: tuple[str, ...] = (),
-    section: str = "device",
-) -> MetricSpec:
-    """A counter (its name ends in ``_total``), read like ``_g``."""
-    return _entry("counter", name, unit, help_, scope, value, each, labels, section)
 
 
 def _flag(on: bool) -> float:
@@ -181,7 +154,8 @@ def _xids(snap: Snapshot) -> Iterable[Sample]:
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     # --- self-health -------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_up",
         "",
         "1 when the GPU backend (NVML or simulator) answers, else 0.",
@@ -189,7 +163,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda f: _flag(f.snapshot is not None and f.snapshot.backend.up),
         section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_build_info",
         "",
         "Exporter build: version and the backend in use (nvml or sim); always 1.",
@@ -198,7 +173,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("version", "backend"),
         section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_stage_success",
         "",
         "1 if the pipeline stage succeeded in the newest snapshot, 0 if it failed (its series are absent).",
@@ -207,7 +183,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("stage",),
         section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_stage_duration_seconds",
         "seconds",
         "Wall time the pipeline stage took in the newest snapshot.",
@@ -216,7 +193,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("stage",),
         section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_snapshot_age_seconds",
         "seconds",
         "Age of the snapshot this scrape rendered; grows if sampling is stuck.",
@@ -224,7 +202,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         _age,
         section="self",
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_nvml_errors_total",
         "",
         "NVML calls that failed with a transient error, by NVML error code.",
@@ -234,7 +213,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="self",
     ),
     # --- identity ----------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_info",
         "",
         "Identity of a physical GPU; always 1. Join on uuid.",
@@ -253,8 +233,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ),
         labels=("name", "pci_bus_id", "driver_version", "compute_capability", "mig_mode"),
     ),
-    _g("gpulens_gpu_up", "", "1 if the GPU answers, 0 if it is lost or unreadable.", DEVICE, lambda g: _flag(g.up)),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_gpu_up",
+        "",
+        "1 if the GPU answers, 0 if it is lost or unreadable.",
+        DEVICE,
+        lambda g: _flag(g.up),
+    ),
+    _m(
+        "gauge",
         "gpulens_mig_instance_info",
         "",
         "Identity of a MIG instance on its physical GPU; always 1.",
@@ -262,7 +250,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda leaf: 1.0 if leaf.mig is not None else None,
     ),
     # --- utilisation (NVML) ------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_utilization_ratio",
         "ratio",
         "NVML GPU-Util: fraction of time one or more kernels ran (what nvidia-smi shows). "
@@ -270,7 +259,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         GPU,
         lambda v: v.gpu.utilization_ratio,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_memory_utilization_ratio",
         "ratio",
         "NVML util.mem: fraction of time the memory controller was busy (not capacity used).",
@@ -278,45 +268,51 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda v: v.gpu.memory_utilization_ratio,
     ),
     # --- GPM profiling (per leaf) ------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sm_active_ratio",
         "ratio",
         "GPM: fraction of SM cycles with a warp resident.",
         GPM,
         _gpm("sm_active"),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sm_occupancy_ratio",
         "ratio",
         "GPM: resident warps as a fraction of the SMs' maximum.",
         GPM,
         _gpm("sm_occupancy"),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_tensor_active_ratio",
         "ratio",
         "GPM: tensor pipe activity (any precision).",
         GPM,
         _gpm("tensor_active"),
     ),
-    _g("gpulens_gpu_fp64_active_ratio", "ratio", "GPM: FP64 pipe activity.", GPM, _gpm("fp64_active")),
-    _g("gpulens_gpu_fp32_active_ratio", "ratio", "GPM: FP32 pipe activity.", GPM, _gpm("fp32_active")),
-    _g("gpulens_gpu_fp16_active_ratio", "ratio", "GPM: FP16 pipe activity.", GPM, _gpm("fp16_active")),
-    _g(
+    _m("gauge", "gpulens_gpu_fp64_active_ratio", "ratio", "GPM: FP64 pipe activity.", GPM, _gpm("fp64_active")),
+    _m("gauge", "gpulens_gpu_fp32_active_ratio", "ratio", "GPM: FP32 pipe activity.", GPM, _gpm("fp32_active")),
+    _m("gauge", "gpulens_gpu_fp16_active_ratio", "ratio", "GPM: FP16 pipe activity.", GPM, _gpm("fp16_active")),
+    _m(
+        "gauge",
         "gpulens_gpu_dram_active_ratio",
         "ratio",
         "GPM: DRAM bandwidth used as a fraction of peak (roofline x).",
         GPM,
         _gpm("dram_active"),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_pipe_active_max_ratio",
         "ratio",
         "Highest of the tensor/FP64/FP32/FP16 pipe activities (roofline y).",
         GPM,
         lambda gpm: gpm.max_pipe_active(),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_busy_ratio",
         "ratio",
         "Busy ratio: fraction of time the leaf ran work (GPM graphics-engine activity; NVML GPU-Util "
@@ -324,28 +320,32 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         LEAF_ANALYSIS,
         lambda a: a.busy_ratio,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_busy_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_busy_ratio over time; rate() gives the exact busy ratio of any window.",
         LEAF_ANALYSIS,
         lambda a: a.busy_seconds,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_sm_active_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_sm_active_ratio over time; rate() gives the exact mean.",
         LEAF_ANALYSIS,
         lambda a: a.sm_active_seconds,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_tensor_active_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_tensor_active_ratio over time.",
         LEAF_ANALYSIS,
         lambda a: a.tensor_active_seconds,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_dram_active_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_dram_active_ratio over time.",
@@ -353,21 +353,24 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda a: a.dram_active_seconds,
     ),
     # --- memory (per leaf) -------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_memory_used_bytes",
         "bytes",
         "Device memory in use on the leaf.",
         LEAF,
         lambda leaf: leaf.memory_used_bytes,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_memory_total_bytes",
         "bytes",
         "Device memory of the leaf.",
         LEAF,
         lambda leaf: leaf.memory_total_bytes,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_compute_processes",
         "",
         "Compute processes running work on the leaf (tenants; an MPS server is not counted).",
@@ -375,40 +378,54 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda leaf: float(len(leaf.tenants)),
     ),
     # --- physical ----------------------------------------------------------------------
-    _g("gpulens_gpu_power_watts", "watts", "Power draw.", GPU, lambda v: v.gpu.power_watts),
-    _g("gpulens_gpu_power_limit_watts", "watts", "Enforced power limit.", GPU, lambda v: v.gpu.power_limit_watts),
-    _c(
+    _m("gauge", "gpulens_gpu_power_watts", "watts", "Power draw.", GPU, lambda v: v.gpu.power_watts),
+    _m(
+        "gauge",
+        "gpulens_gpu_power_limit_watts",
+        "watts",
+        "Enforced power limit.",
+        GPU,
+        lambda v: v.gpu.power_limit_watts,
+    ),
+    _m(
+        "counter",
         "gpulens_gpu_energy_joules_total",
         "joules",
         "Energy used since the exporter first saw the GPU (monotonic across driver counter resets).",
         GPU,
         lambda v: v.analysis.energy_joules if v.analysis is not None else None,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_temperature_celsius",
         "celsius",
         "GPU die temperature.",
         GPU,
         lambda v: v.gpu.temperature_celsius,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_memory_temperature_celsius",
         "celsius",
         "HBM temperature.",
         GPU,
         lambda v: v.gpu.memory_temperature_celsius,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_fan_speed_ratio",
         "ratio",
         "Fan speed as a fraction of maximum.",
         GPU,
         lambda v: v.gpu.fan_speed_ratio,
     ),
-    _g("gpulens_gpu_sm_clock_hertz", "hertz", "SM clock.", GPU, lambda v: v.gpu.sm_clock_hertz),
-    _g("gpulens_gpu_sm_clock_max_hertz", "hertz", "Maximum SM clock.", GPU, lambda v: v.gpu.sm_clock_max_hertz),
-    _g("gpulens_gpu_memory_clock_hertz", "hertz", "Memory clock.", GPU, lambda v: v.gpu.memory_clock_hertz),
-    _g(
+    _m("gauge", "gpulens_gpu_sm_clock_hertz", "hertz", "SM clock.", GPU, lambda v: v.gpu.sm_clock_hertz),
+    _m(
+        "gauge", "gpulens_gpu_sm_clock_max_hertz", "hertz", "Maximum SM clock.", GPU, lambda v: v.gpu.sm_clock_max_hertz
+    ),
+    _m("gauge", "gpulens_gpu_memory_clock_hertz", "hertz", "Memory clock.", GPU, lambda v: v.gpu.memory_clock_hertz),
+    _m(
+        "gauge",
         "gpulens_gpu_clock_event_active",
         "",
         "1 while the clock event (throttle) reason holds the clocks down, else 0.",
@@ -416,37 +433,56 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         each=lambda v: (((reason,), _flag(on)) for reason, on in sorted((v.gpu.clock_events or {}).items())),
         labels=("reason",),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_pcie_tx_bytes_per_second",
         "bytes",
         "PCIe transmit throughput (bytes/s).",
         GPU,
         lambda v: v.gpu.pcie_tx_bytes_per_second,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_pcie_rx_bytes_per_second",
         "bytes",
         "PCIe receive throughput (bytes/s).",
         GPU,
         lambda v: v.gpu.pcie_rx_bytes_per_second,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_pcie_link_generation",
         "",
         "Current PCIe link generation.",
         GPU,
         lambda v: v.gpu.pcie_link_generation,
     ),
-    _g("gpulens_gpu_pcie_link_width", "", "Current PCIe link width (lanes).", GPU, lambda v: v.gpu.pcie_link_width),
-    _c("gpulens_gpu_pcie_replay_errors_total", "", "PCIe replay counter.", GPU, lambda v: v.gpu.pcie_replay_errors),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_link_width",
+        "",
+        "Current PCIe link width (lanes).",
+        GPU,
+        lambda v: v.gpu.pcie_link_width,
+    ),
+    _m(
+        "counter",
+        "gpulens_gpu_pcie_replay_errors_total",
+        "",
+        "PCIe replay counter.",
+        GPU,
+        lambda v: v.gpu.pcie_replay_errors,
+    ),
+    _m(
+        "gauge",
         "gpulens_gpu_nvlink_tx_bytes_per_second",
         "bytes",
         "NVLink transmit throughput (bytes/s).",
         GPU,
         lambda v: v.gpu.nvlink_tx_bytes_per_second,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_nvlink_rx_bytes_per_second",
         "bytes",
         "NVLink receive throughput (bytes/s).",
@@ -454,7 +490,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda v: v.gpu.nvlink_rx_bytes_per_second,
     ),
     # --- health ------------------------------------------------------------------------
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_ecc_errors_total",
         "",
         "Volatile ECC errors since the driver loaded, by severity (corrected, uncorrected).",
@@ -462,7 +499,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         each=lambda v: (((severity,), float(n)) for severity, n in sorted((v.gpu.ecc_errors or {}).items())),
         labels=("severity",),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_remapped_rows",
         "",
         "HBM rows remapped, by cause (correctable, uncorrectable).",
@@ -472,21 +510,24 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ),
         labels=("cause",),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_row_remap_pending",
         "",
         "1 if a row remap waits for a GPU reset.",
         GPU,
         lambda v: (v.gpu.remapped_rows or {}).get("pending"),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_row_remap_failure",
         "",
         "1 if a row remap failed.",
         GPU,
         lambda v: (v.gpu.remapped_rows or {}).get("failure"),
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_xid_errors_total",
         "",
         "Xid events seen since the exporter started, by Xid code.",
@@ -495,7 +536,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=(*GPU_LABELS, "xid"),
     ),
     # --- analysis ----------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_boundness",
         "",
         "What limits the leaf while it works, over the analysis window: exactly one class is 1 "
@@ -506,7 +548,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("class",),
         section="analysis",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_boundness",
         "",
         "The container's class on a leaf it holds: exactly one class is 1 (idle, launch, latency, "
@@ -519,7 +562,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("class",),
         section="analysis",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_analysis_info",
         "",
         "Which signals the leaf's analysis used: signals=gpm (boundness exported) or nvml (no GPM).",
@@ -529,7 +573,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="analysis",
     ),
     # --- attribution -------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_allocation",
         "",
         "1 per device the kubelet allocated to a container; the join key for per-pod views.",
@@ -550,7 +595,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("uuid", "mig_uuid", "replica", "resource", "workload_kind", "workload"),
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_memory_used_bytes",
         "bytes",
         "Device memory used by the container's processes on the GPU.",
@@ -558,7 +604,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda u: u.memory_used_bytes,
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_sm_share_ratio",
         "ratio",
         "The container's share of SM time on the GPU over the last window (per-process utilisation). "
@@ -568,7 +615,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda u: u.sm_share_ratio,
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sharing_info",
         "",
         "How the leaf is shared, always 1: mode is exclusive, time-slicing (the device plugin "
@@ -578,7 +626,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("mode",),
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sharing_replicas",
         "",
         "Time-slicing replicas the device plugin advertises for the GPU.",
@@ -587,7 +636,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("uuid",),
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sharing_pods",
         "",
         "Pods holding a time-slicing replica of the GPU.",
@@ -596,7 +646,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("uuid",),
         section="attribution",
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_unmapped_devices_total",
         "",
         "Device IDs from the kubelet that matched no GPU on this node, by reason.",
@@ -605,7 +656,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("reason",),
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_allocation_conflicts",
         "",
         "Exclusive devices the kubelet lists under more than one pod (all holders are shown); non-zero "
@@ -614,7 +666,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         lambda at: float(at.allocation_conflicts),
         section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_podresources_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the last successful kubelet PodResources refresh.",
@@ -623,7 +676,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="attribution",
     ),
     # --- probes ------------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_probe_bandwidth_bytes_per_second",
         "bytes",
         "Cached result of the last successful bandwidth probe (bytes/s); see "
@@ -633,7 +687,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("probe",),
         section="probes",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_probe_efficiency_ratio",
         "ratio",
         "Cached probe bandwidth divided by what a healthy GPU of this model reaches (probes/expected.py). "
@@ -643,7 +698,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("probe",),
         section="probes",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_probe_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the probe's last successful run.",
@@ -652,7 +708,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("probe",),
         section="probes",
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_probe_runs_total",
         "",
         "Probe runs by result (ok, skipped_busy, skipped_memory, skipped_allocated, "

@@ -70,6 +70,8 @@ class GpuView:
     driver_version: str
     analysis: LeafAnalysis | None
     """The GPU's own analysis entry (keyed by its UUID): the monotonic energy counter."""
+    last_xid: int = 0
+    """The most recent Xid seen on the GPU since the exporter started (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -124,9 +126,14 @@ def _walk_gpu(frame: Frame) -> Iterator[tuple[LabelValues, GpuView]]:
     if frame.snapshot is None:
         return
     snap = frame.snapshot
-    driver = snap.backend.driver_version or ""
     for gpu in _up_gpus(frame):
-        yield _gpu_values(gpu), GpuView(gpu, driver, snap.analysis.get(gpu.uuid))
+        yield _gpu_values(gpu), gpu_view(snap, gpu)
+
+
+def gpu_view(snap: Snapshot, gpu: GpuSample) -> GpuView:
+    """What a device-wide series of ``gpu`` reads in ``snap`` (the native and the DCGM ones)."""
+    driver = snap.backend.driver_version or ""
+    return GpuView(gpu, driver, snap.analysis.get(gpu.uuid), snap.xid_last.get(gpu.uuid, 0))
 
 
 def _walk_gpm(frame: Frame) -> Iterator[tuple[LabelValues, GpmSample]]:
