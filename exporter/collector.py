@@ -104,9 +104,9 @@ class SnapshotCollector(Collector):
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
     Before the first snapshot only ``gpulens_up 0`` and the build info are exported.  Every family
-    is an entry of ``catalogue`` (exporter/metrics.py), rendered by ``render``.  ``render_checks`` (section ->
-    whether that block rendered for the snapshot) report blocks rendered elsewhere, such as the
-    DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
+    is an entry of ``catalogue`` (exporter/metrics.py), rendered by ``render``.  ``render_checks``
+    (section -> whether that block rendered for the snapshot) report blocks rendered elsewhere,
+    such as the DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
     ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
     reuse it between scrapes.
     """
