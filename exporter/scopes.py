@@ -152,21 +152,26 @@ def _walk_leaf_analysis(frame: Frame) -> Iterator[tuple[LabelValues, LeafAnalysi
             yield values, found
 
 
+def _attribution(frame: Frame) -> Attribution | None:
+    return frame.snapshot.attribution if frame.snapshot is not None else None
+
+
 def _walk_attribution(frame: Frame) -> Iterator[tuple[LabelValues, Attribution]]:
-    if frame.snapshot is not None and frame.snapshot.attribution is not None:
-        yield (), frame.snapshot.attribution
+    attr = _attribution(frame)
+    if attr is not None:
+        yield (), attr
 
 
 def _walk_allocation(frame: Frame) -> Iterator[tuple[LabelValues, Allocation]]:
-    for attr in _walk_attribution(frame):
-        for a in attr[1].allocations:
-            yield (a.pod.namespace, a.pod.pod, a.pod.container), a
+    attr = _attribution(frame)
+    for a in attr.allocations if attr is not None else ():
+        yield (a.pod.namespace, a.pod.pod, a.pod.container), a
 
 
 def _walk_pod_usage(frame: Frame) -> Iterator[tuple[LabelValues, PodUsage]]:
-    for attr in _walk_attribution(frame):
-        for u in attr[1].usages:
-            yield (u.pod.namespace, u.pod.pod, u.pod.container, u.uuid), u
+    attr = _attribution(frame)
+    for u in attr.usages if attr is not None else ():
+        yield (u.pod.namespace, u.pod.pod, u.pod.container, u.uuid), u
 
 
 def _walk_pod_class(frame: Frame) -> Iterator[tuple[LabelValues, PodBoundness]]:
