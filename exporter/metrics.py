@@ -34,6 +34,7 @@ from exporter.scopes import (
     POD_USAGE,
     PROBE,
     PROBE_RUNS,
+    SCOPES,
     Frame,
     LabelValues,
     Scope,
@@ -747,10 +748,15 @@ def markdown() -> str:
         "Generated from `exporter/metrics.py` by `python -m exporter.metrics --markdown > docs/metrics.md`;",
         "a test fails when this file and the catalogue drift. Ratios are 0..1; unsupported values are",
         "omitted, never 0 or NaN. MIG labels (`mig_uuid`, `gpu_instance_id`, `compute_instance_id`,",
-        "`mig_profile`) are empty on whole-GPU series. The *per* column is the scope a series is",
-        "exported once per (exporter/scopes.py).",
+        "`mig_profile`) are empty on whole-GPU series. The *per* column says what a series is",
+        "exported once per (its scope, in `exporter/scopes.py`).",
         "",
     ]
+    out += ["## Scopes", "", "| per | covers | identity labels |", "|---|---|---|"]
+    for scope in SCOPES:
+        labels = ", ".join(f"`{label}`" for label in scope.labels) or "-"
+        out.append(f"| {scope.name} | {scope.doc} | {labels} |")
+    out.append("")
     for section, title in titles.items():
         rows = [m for m in CATALOGUE if m.section == section]
         if not rows:

@@ -80,6 +80,7 @@ class Scope(Generic[V]):
     and the walk that yields ``(label values, view)`` for each instance in a Frame."""
 
     name: str
+    """What a series is exported once per, as docs/metrics.md says it (unique)."""
     labels: tuple[str, ...]
     walk: Callable[[Frame], Iterable[tuple[LabelValues, V]]]
     doc: str
@@ -215,26 +216,28 @@ def _walk_probe_runs(frame: Frame) -> Iterator[tuple[LabelValues, tuple[str, int
 
 EXPORTER: Scope[Frame] = Scope("exporter", (), _walk_exporter, "the exporter itself, once")
 NODE: Scope[Snapshot] = Scope("node", (), _walk_node, "the node's snapshot, once")
-DEVICE: Scope[GpuSample] = Scope("device", GPU_LABELS, _walk_device, "every GPU the backend lists, lost ones too")
-GPU: Scope[GpuView] = Scope("gpu", GPU_LABELS, _walk_gpu, "every answering physical GPU")
-LEAF: Scope[LeafSample] = Scope("leaf", LEAF_LABELS, _leaves, "every leaf: a whole GPU or a MIG instance")
-GPM: Scope[GpmSample] = Scope("gpm", LEAF_LABELS, _walk_gpm, "every leaf with GPM readings")
-LEAF_ANALYSIS: Scope[LeafAnalysis] = Scope(
-    "leaf analysis", LEAF_LABELS, _walk_leaf_analysis, "every leaf the analysis stage covered"
+DEVICE: Scope[GpuSample] = Scope(
+    "GPU, lost ones too", GPU_LABELS, _walk_device, "every GPU the backend lists, answering or lost"
 )
-ATTRIBUTION: Scope[Attribution] = Scope("attribution", (), _walk_attribution, "the node's attribution, once")
+GPU: Scope[GpuView] = Scope("GPU", GPU_LABELS, _walk_gpu, "every answering physical GPU")
+LEAF: Scope[LeafSample] = Scope("leaf", LEAF_LABELS, _leaves, "every leaf: a whole GPU or a MIG instance")
+GPM: Scope[GpmSample] = Scope("leaf with GPM", LEAF_LABELS, _walk_gpm, "every leaf with GPM readings")
+LEAF_ANALYSIS: Scope[LeafAnalysis] = Scope(
+    "analysed leaf", LEAF_LABELS, _walk_leaf_analysis, "every leaf the analysis stage covered"
+)
+ATTRIBUTION: Scope[Attribution] = Scope("node with attribution", (), _walk_attribution, "the node's attribution, once")
 ALLOCATION: Scope[Allocation] = Scope(
-    "allocation", POD_LABELS, _walk_allocation, "every device a container holds (kubelet)"
+    "allocated device", POD_LABELS, _walk_allocation, "every device a container holds (kubelet)"
 )
 POD_USAGE: Scope[PodUsage] = Scope(
-    "pod usage", (*POD_LABELS, "uuid"), _walk_pod_usage, "every container with processes on a GPU"
+    "container on a GPU", (*POD_LABELS, "uuid"), _walk_pod_usage, "every container with processes on a GPU"
 )
 POD_CLASS: Scope[PodBoundness] = Scope(
-    "pod class", (*POD_LABELS, "uuid", "mig_uuid"), _walk_pod_class, "every leaf a container holds"
+    "container on a leaf", (*POD_LABELS, "uuid", "mig_uuid"), _walk_pod_class, "every leaf a container holds"
 )
-PROBE: Scope[ProbeResult] = Scope("probe", LEAF_LABELS, _walk_probe, "every cached probe result on a leaf")
+PROBE: Scope[ProbeResult] = Scope("probe result", LEAF_LABELS, _walk_probe, "every cached probe result on a leaf")
 PROBE_RUNS: Scope[tuple[str, int]] = Scope(
-    "probe runs", LEAF_LABELS, _walk_probe_runs, "every (leaf, result) probe-run counter"
+    "leaf and run result", LEAF_LABELS, _walk_probe_runs, "every (leaf, result) probe-run counter"
 )
 
 SCOPES: tuple[Scope[Any], ...] = (
