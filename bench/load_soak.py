@@ -145,12 +145,12 @@ def soak(scrapes: int, warmup: int = 3000) -> SoakResult:
 
     from prometheus_client import CollectorRegistry
 
-    from exporter.backends.sim import SimFaults, SimulatedBackend
     from exporter.cli import make_classifier
     from exporter.collector import CachedExposition, SnapshotCollector
     from exporter.config import parse_config
     from exporter.sampler import Sampler
     from exporter.server import MetricsServer
+    from exporter.sim import SimFaults, SimulatedBackend
 
     faults = SimFaults()
     cfg = parse_config(["--backend", "sim"], env={})

@@ -1,7 +1,7 @@
 """Simulated GPU backend: a seeded, deterministic H200 node for CI, the demo and golden tests.
 
-``SimulatedBackend`` plays one of the named scenarios in ``sim_scenarios`` (which GPU runs what,
-MIG layouts, pods) through the workloads of ``sim_workloads`` and returns the same model types
+``SimulatedBackend`` plays one of the named scenarios in ``scenarios`` (which GPU runs what,
+MIG layouts, pods) through the workloads of ``workloads`` and returns the same model types
 as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
 N-th sample depends only on (scenario, seed, N) and the faults injected, never on the clock.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any
 
-from exporter.backends import sim_scenarios as sc
-from exporter.backends.sim_faults import FaultView, SimFaults
+from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.model import (
     MPS_SERVER,
     BackendSample,
@@ -25,6 +25,8 @@ from exporter.model import (
     LeafSample,
     ProcessSample,
 )
+from exporter.sim import scenarios as sc
+from exporter.sim.faults import FaultView, SimFaults
 
 __all__ = ["SCENARIOS", "SimFaults", "SimulatedBackend"]
 
@@ -84,7 +86,8 @@ class SimulatedBackend:
     ``seed`` changes the noise and starting counters, not identities (UUIDs, PIDs, pods).
     ``faults`` can be flipped while sampling runs (``SimFaults``).  Besides ``sample()`` it
     answers what a Kubernetes node would: ``pod_devices()`` (kubelet PodResources),
-    ``pod_owners()`` (API server), ``pid_containers()`` (cgroups), ``sharing_replicas()``.
+    ``pods()`` (API server), ``pid_owners()`` (cgroups), ``sharing_replicas()`` (device plugin);
+    ``exporter.sim.attribution`` turns those into attribution sources.
     """
 
     name = "sim"
@@ -161,13 +164,13 @@ class SimulatedBackend:
         """Kubelet PodResources view: device IDs (``GPU-…``, ``MIG-…``, ``GPU-…::N``) per container."""
         return self._scenario.pod_devices
 
-    def pod_owners(self) -> dict[str, tuple[str, str, str, str, str]]:
-        """API server view: pod UID -> (namespace, pod, phase, workload kind, workload)."""
-        return dict(self._scenario.pod_owners)
+    def pods(self) -> tuple[PodMeta, ...]:
+        """API server view: every simulated pod with its phase and owner workload."""
+        return self._scenario.pods
 
-    def pid_containers(self) -> dict[int, tuple[str, str]]:
-        """cgroup view: host PID of every simulated pod process -> (pod UID, container)."""
-        return dict(self._scenario.pid_containers)
+    def pid_owners(self) -> Mapping[int, PidOwner]:
+        """cgroup view: host PID of every simulated pod process -> its pod UID and container."""
+        return MappingProxyType(self._scenario.pid_owners)
 
     def sharing_replicas(self) -> dict[str, int]:
         """GPU UUID -> time-slicing replicas advertised (only shared GPUs)."""
