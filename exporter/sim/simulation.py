@@ -4,12 +4,15 @@ the attribution stage and the probe runner, so that the choice of simulation is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter.attribution.pipeline import PipelineAttributor
 from exporter.sim.attribution import simulated_attributor
 from exporter.sim.backend import SimulatedBackend
 from exporter.sim.faults import SimFaults
-from exporter.sim.probes import SimulatedProbeRunner
+
+if TYPE_CHECKING:
+    from exporter.sim.probes import SimulatedProbeRunner
 
 DEGRADED_PROBE_GPU: dict[str, int] = {"h200x8": 7}
 """Scenario -> the one GPU whose simulated HBM copy probe runs slow.  One per fleet, not one per
@@ -37,4 +40,6 @@ class Simulation:
 
     def probe_runner(self) -> SimulatedProbeRunner:
         """Simulated probe results, slow on this scenario's degraded GPU if it has one."""
+        from exporter.sim.probes import SimulatedProbeRunner  # only when probes are on
+
         return SimulatedProbeRunner(degraded_gpu_index=DEGRADED_PROBE_GPU.get(self.backend.scenario))
