@@ -53,7 +53,10 @@ _CLOCK_REASONS = (
     "sw_thermal_slowdown",
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
+    "display_clock_setting",
 )
+"""Every reason the H200's NVML lists as supported (docs/gpu-validation.md), as the NVML backend
+labels them; tests/test_backend_contract.py fails when the two lists differ."""
 _GPU_FIELDS = frozenset(f.name for f in fields(GpuSample))
 _LEAF_FIELDS = frozenset(f.name for f in fields(LeafSample))
 _GPM_FIELDS = frozenset(f.name for f in fields(GpmSample))
@@ -338,8 +341,10 @@ class SimulatedBackend:
             pcie_link_generation=5,
             pcie_link_width=16,
             pcie_replay_errors=0,
-            nvlink_tx_bytes_per_second=_kib(nvlink),
-            nvlink_rx_bytes_per_second=_kib(nvlink),
+            # The NVML backend reads NVLink throughput from the whole GPU's GPM counters, which a
+            # GPU in MIG mode does not sample.
+            nvlink_tx_bytes_per_second=None if spec.mig_enabled else _kib(nvlink),
+            nvlink_rx_bytes_per_second=None if spec.mig_enabled else _kib(nvlink),
             ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
             remapped_rows=MappingProxyType(
                 {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}
