@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import exporter
+from exporter.attribution import stages
 from exporter.attribution.pipeline import AttributionOptions
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, parse_config
 from exporter.model import BOUNDNESS_CLASSES
@@ -127,3 +128,16 @@ def test_the_podresources_socket_path_is_written_once() -> None:
         if isinstance(node, ast.Constant) and node.value == DEFAULT_PODRESOURCES_SOCKET
     ]
     assert [p.split(":")[0] for p in found] == ["exporter/config.py"], found
+
+
+def test_the_attribution_stage_names_are_written_once() -> None:
+    # The real sources and the pipeline's simulated ones each spelled them (podresources.STAGE and
+    # pipeline.STAGE_PODRESOURCES, ...).
+    names = {stages.PODRESOURCES, stages.KUBE_API}
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in _python_files()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert {p.split(":")[0] for p in found} == {"exporter/attribution/stages.py"}, found

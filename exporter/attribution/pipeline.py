@@ -29,10 +29,6 @@ from exporter.model import Attribution, BackendSample, PodUsage, StageResult
 
 log = logging.getLogger(__name__)
 
-STAGE_PODRESOURCES = "podresources"
-STAGE_KUBE_API = "kube_api"
-STAGE_CGROUP = "cgroup"
-
 
 @dataclass(frozen=True)
 class AttributionOptions:

@@ -12,13 +12,9 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, TypeVar
 
+from exporter.attribution import stages
 from exporter.attribution.merge import KubeletView, PidOwner, PodDirectory, PodMeta
-from exporter.attribution.pipeline import (
-    STAGE_CGROUP,
-    STAGE_KUBE_API,
-    STAGE_PODRESOURCES,
-    PipelineAttributor,
-)
+from exporter.attribution.pipeline import PipelineAttributor
 from exporter.model import ContainerDevices, StageResult
 
 log = logging.getLogger(__name__)
@@ -66,7 +62,7 @@ class SimulatedKubeletSource:
 
     def latest(self) -> tuple[KubeletView | None, StageResult, float | None]:
         """Ask the simulator now (it is in memory); keep the view object while it is unchanged."""
-        devices, result = _timed(STAGE_PODRESOURCES, lambda: tuple(self._node.pod_devices()))
+        devices, result = _timed(stages.PODRESOURCES, lambda: tuple(self._node.pod_devices()))
         if devices is None:
             return None, result, self._last_success
         self._last_success = time.time()
@@ -87,7 +83,7 @@ class SimulatedPodSource:
 
     def latest(self) -> tuple[PodDirectory | None, StageResult]:
         """Directory of the simulated pods; the same object while the simulator's answer is unchanged."""
-        pods, result = _timed(STAGE_KUBE_API, lambda: tuple(self._node.pods()))
+        pods, result = _timed(stages.KUBE_API, lambda: tuple(self._node.pods()))
         if pods is None:
             return None, result
         if self._last is None or self._last[0] != pods:
@@ -106,7 +102,7 @@ class SimulatedPidSource:
 
     def owners(self, pids: Collection[int]) -> tuple[Mapping[int, PidOwner] | None, StageResult]:
         """Owners of the given PIDs that the simulator places in pods."""
-        table, result = _timed(STAGE_CGROUP, self._node.pid_owners)
+        table, result = _timed(stages.CGROUP, self._node.pid_owners)
         if table is None:
             return None, result
         return {pid: table[pid] for pid in pids if pid in table}, result
