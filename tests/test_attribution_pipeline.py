@@ -53,7 +53,7 @@ def meta(uid: str, namespace: str, name: str, phase: str, kind: str | None, work
     return PodMeta(uid, namespace, name, phase=phase, workload_kind=kind, workload=workload)
 
 
-class FakeSimBackend:
+class FakeSimNode:
     """A simulated node's Kubernetes side; ``fail`` names methods that raise (fault injection)."""
 
     def __init__(self) -> None:
@@ -115,11 +115,11 @@ def shared_processes() -> tuple[ProcessSample, ...]:
 
 
 @pytest.fixture
-def sim() -> FakeSimBackend:
-    return FakeSimBackend()
+def sim() -> FakeSimNode:
+    return FakeSimNode()
 
 
-def test_simulated_backend_gets_simulated_sources_and_all_three_stages(sim: FakeSimBackend) -> None:
+def test_simulated_backend_gets_simulated_sources_and_all_three_stages(sim: FakeSimNode) -> None:
     attributor = simulated_attributor(sim)
     try:
         attribution, stages = attributor.attribute(node_sample(shared_processes()), time.time())
@@ -145,7 +145,7 @@ def test_simulated_backend_gets_simulated_sources_and_all_three_stages(sim: Fake
     assert attribution.podresources_last_success_timestamp is not None
 
 
-def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSimBackend) -> None:
+def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSimNode) -> None:
     attributor = simulated_attributor(sim)
     attribution, _ = attributor.attribute(node_sample(shared_processes()), time.time())
     usage = {(u.pod.pod, u.pod.container, u.uuid): u for u in attribution.usages}
@@ -164,7 +164,7 @@ def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSi
     ],
 )
 def test_one_failing_source_fails_only_its_stage_and_recovers(
-    sim: FakeSimBackend, method: str, stage: str, still_there: str
+    sim: FakeSimNode, method: str, stage: str, still_there: str
 ) -> None:
     attributor = simulated_attributor(sim)
     sample = node_sample(shared_processes())
@@ -184,7 +184,7 @@ def test_one_failing_source_fails_only_its_stage_and_recovers(
     assert attribution.allocations and attribution.usages
 
 
-def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimBackend) -> None:
+def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimNode) -> None:
     attributor = simulated_attributor(sim)
     sim.fail.add("sharing_replicas")
     attribution, stages = attributor.attribute(node_sample(shared_processes()), time.time())
@@ -194,7 +194,7 @@ def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimBac
     assert len(attribution.allocations) == 5
 
 
-def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimBackend) -> None:
+def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimNode) -> None:
     attributor = simulated_attributor(sim)
     sim.fail.add("pods")
     attribution, _ = attributor.attribute(node_sample(), time.time())
@@ -206,7 +206,7 @@ def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimBacken
     assert attribution.allocation_conflicts == 0, "with phases the finished pod is dropped: no conflict"
 
 
-def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: FakeSimBackend) -> None:
+def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: FakeSimNode) -> None:
     attributor = simulated_attributor(sim)
     attribution, stages = attributor.attribute(BackendSample(up=False, error="no driver"), time.time())
     assert attribution.allocations == ()
@@ -215,7 +215,7 @@ def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: F
     assert all(s.success for s in stages)
 
 
-def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimBackend) -> None:
+def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimNode) -> None:
     sim.devices.append(
         ContainerDevices(
             "x",
@@ -237,7 +237,7 @@ def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimBackend) ->
     }, "non-GPU resources are ignored; each unknown GPU ID counts once, not once per cycle"
 
 
-def test_allocations_are_merged_again_only_when_an_input_changes(sim: FakeSimBackend) -> None:
+def test_allocations_are_merged_again_only_when_an_input_changes(sim: FakeSimNode) -> None:
     for i in range(1000):
         sim.devices.append(ContainerDevices("bulk", f"p{i}", "c", "nvidia.com/gpu", (U1 + f"::{i}",), pod_uid=f"u{i}"))
         sim.owners[f"u{i}"] = meta(f"u{i}", "bulk", f"p{i}", "Running", "Deployment", "bulk")
