@@ -141,3 +141,33 @@ def test_the_attribution_stage_names_are_written_once() -> None:
         if isinstance(node, ast.Constant) and node.value in names
     ]
     assert {p.split(":")[0] for p in found} == {"exporter/attribution/stages.py"}, found
+
+
+def test_library_defaults_are_the_flag_defaults() -> None:
+    # Components keep defaults of their own for tests and embedding; a user only ever gets the
+    # flags' (exporter.config). Where both exist they must say the same thing.
+    import inspect
+
+    from exporter.analysis.boundness import BoundnessClassifier
+    from exporter.probe_scheduler import ProbeOptions
+    from exporter.sampler import SamplerOptions
+
+    cfg = parse_config([], env={})
+    probes = ProbeOptions(enabled=True)
+    sampler = SamplerOptions()
+    window = inspect.signature(BoundnessClassifier).parameters["window_seconds"].default
+    assert (sampler.interval_seconds, sampler.deadline_seconds) == (cfg.collect_interval, cfg.collect_deadline)
+    assert window == cfg.analysis_window
+    assert (
+        probes.interval_seconds,
+        probes.timeout_seconds,
+        probes.max_utilization_ratio,
+        probes.min_free_memory_bytes,
+        probes.skip_allocated,
+    ) == (
+        cfg.probes_interval,
+        cfg.probes_timeout,
+        cfg.probes_max_utilization,
+        cfg.probes_min_free_memory,
+        cfg.probes_skip_allocated,
+    )
