@@ -171,3 +171,11 @@ def test_library_defaults_are_the_flag_defaults() -> None:
         cfg.probes_min_free_memory,
         cfg.probes_skip_allocated,
     )
+
+
+def test_the_scenario_flag_accepts_exactly_the_simulators_scenarios() -> None:
+    from exporter.config import SIM_SCENARIOS
+    from exporter.sim import SCENARIOS
+
+    assert SIM_SCENARIOS == SCENARIOS
+    assert [p.split(":")[0] for p in _restatements(SCENARIOS)] == ["exporter/config.py"], _restatements(SCENARIOS)
