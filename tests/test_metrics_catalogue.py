@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import metrics
-from exporter.backends.sim_scenarios import SCENARIOS
 from exporter.collector import LabelMismatch, SnapshotCollector, render_family
 from exporter.model import Snapshot
 from exporter.sampler import Sampler
 from exporter.scopes import SCOPES, Frame
+from exporter.sim import SCENARIOS
 from tests.fakes_backend import ScriptedBackend, gpu, healthy
 from tests.support.sim_exposition import DASHBOARD_FIXTURES
 from tests.support.sim_exposition import render as render_sim
@@ -163,7 +163,7 @@ NOT_SIMULATED = {
 
 def test_every_family_reaches_the_dashboard_fixtures() -> None:
     """A metric without a simulator value would be missing from every dashboard test: add the value
-    to the simulator (exporter/backends/sim*.py), then regenerate with --update-golden."""
+    to the simulator (exporter/sim/), then regenerate with --update-golden."""
     found = set()
     for scenario in DASHBOARD_FIXTURES:
         text = (REPO / "tests" / "fixtures" / "dashboard" / f"{scenario}.prom").read_text()

@@ -12,12 +12,12 @@ import random
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.backends.sim import SimFaults, SimulatedBackend
 from exporter.cli import make_attributor, make_classifier
 from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
-from exporter.probe_scheduler import ProbeOptions, ProbeScheduler, SimulatedProbeRunner
+from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
 from exporter.sampler import Sampler
+from exporter.sim import Simulation
 
 EPOCH = 1_790_000_000.0
 """Unix time of the simulated clock's zero."""
@@ -26,13 +26,17 @@ VOLATILE = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_succes
 """Series whose values are wall-clock readings."""
 
 
-def _probes(scenario: str, tick: list[float]) -> ProbeScheduler:
-    # As the demo: results within seconds, and one slow GPU (GPU 7) only on the h200x8 node, so
-    # the slow one has healthy peers of its model to compare with.
-    options = ProbeOptions(enabled=True, first_delay_seconds=5.0, interval_seconds=60.0)
-    runner = SimulatedProbeRunner(degraded_gpu_index=7 if scenario == "h200x8" else None)
+def _probes(simulation: Simulation, tick: list[float]) -> ProbeScheduler:
+    # As the demo (results within seconds, the scenario's slow GPU), on the fake clock and seeded.
+    options = ProbeOptions(
+        enabled=True, first_delay_seconds=simulation.probe_first_delay_seconds, interval_seconds=60.0
+    )
     return ProbeScheduler(
-        options, clock=lambda: tick[0], wall=lambda: EPOCH + tick[0], runner=runner, rng=random.Random(0)
+        options,
+        clock=lambda: tick[0],
+        wall=lambda: EPOCH + tick[0],
+        runner=simulation.probe_runner(),
+        rng=random.Random(0),
     )
 
 
@@ -43,12 +47,12 @@ def render(
 
     ``probes`` runs the simulated probes; ``faults`` is a ``--sim.faults`` spec."""
     cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
-    backend = SimulatedBackend(scenario, seed=0, faults=SimFaults.parse(faults))
+    simulation = Simulation.create(scenario, seed=0, faults=faults)
     tick = [0.0]
-    scheduler = _probes(scenario, tick) if probes else None
+    scheduler = _probes(simulation, tick) if probes else None
     sampler = Sampler(
-        backend,
-        attributor=make_attributor(cfg, backend),
+        simulation.backend,
+        attributor=make_attributor(cfg, simulation),
         classifier=make_classifier(cfg),
         probes=scheduler,
         clock=lambda: tick[0],
