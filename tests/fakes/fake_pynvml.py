@@ -187,6 +187,9 @@ class FakeGpu:
     migs: list[FakeMig] = field(default_factory=list)
     max_mig_devices: int = 7
     lost: bool = False
+    answers: dict[str, Any] = field(default_factory=dict)
+    """Raw answers of plain device getters the fake has no method for (``nvmlDeviceGetX(handle)``
+    -> value); a getter absent here answers NOT_SUPPORTED, as a GPU without the feature does."""
 
 
 @dataclass
@@ -259,7 +262,19 @@ class FakeNvml:
         # Constants and error classes live at module level, as in pynvml.
         if name.startswith(("NVML", "nvml")) and name in globals():
             return globals()[name]
+        if name.startswith("nvmlDeviceGet"):
+            return self._plain_getter(name)
         raise AttributeError(name)
+
+    def _plain_getter(self, name: str) -> Any:
+        """``nvmlDeviceGetX(handle)`` answered from ``FakeGpu.answers``: a new NVML read needs no
+        new method here, only its answer where a test wants one."""
+
+        def getter(h: FakeHandle) -> Any:
+            self._enter(name, h)
+            return self._value(h.gpu.answers.get(name))
+
+        return getter
 
     def __dir__(self) -> list[str]:
         names = set(super().__dir__())
