@@ -127,7 +127,10 @@ class DeviceFields:
         if self._energy_mj is None or (cycle - self._index) % self._energy_every == 0:
             self._energy_mj = q.call(u, f.nvmlDeviceGetTotalEnergyConsumption, h)
         if (cycle - self._index) % self._pcie_every == 0:
-            self._pcie = (self._pcie_throughput("TX"), self._pcie_throughput("RX"))
+            self._pcie = (
+                self._pcie_throughput(nvml.NVML_PCIE_UTIL_TX_BYTES, "pcie_TX"),
+                self._pcie_throughput(nvml.NVML_PCIE_UTIL_RX_BYTES, "pcie_RX"),
+            )
         compute_mode = q.call(u, f.nvmlDeviceGetComputeMode, h)
         sm_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM, key="clock_sm")
         mem_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM, key="clock_mem")
@@ -202,12 +205,9 @@ class DeviceFields:
             reasons[label] = bool(active & bit)
         return MappingProxyType(reasons)
 
-    def _pcie_throughput(self, direction: str) -> float | None:
-        """Bytes/s over NVML's sampling window in one direction (``TX`` or ``RX``)."""
-        counter = getattr(self._q.nvml, f"NVML_PCIE_UTIL_{direction}_BYTES")
-        kib = self._q.call(
-            self._uuid, self._q.fns.nvmlDeviceGetPcieThroughput, self._handle, counter, key="pcie_" + direction
-        )
+    def _pcie_throughput(self, counter: int, key: str) -> float | None:
+        """Bytes/s over NVML's sampling window for one direction's ``counter``."""
+        kib = self._q.call(self._uuid, self._q.fns.nvmlDeviceGetPcieThroughput, self._handle, counter, key=key)
         return float(kib) * _KIB if kib is not None else None
 
     def _ecc(self) -> Mapping[str, int] | None:

@@ -92,7 +92,7 @@ class NvmlFunctions:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """Every function name the backend may call."""
-        return tuple(f.name for f in fields(cls))
+        return tuple(field.name for field in fields(cls))
 
     @classmethod
     def resolve(cls, nvml: Any) -> NvmlFunctions:

@@ -137,6 +137,12 @@ class FakeMig:
     gpu_instance_id: int
     compute_instance_id: int = 0
     name: str = "NVIDIA H200 MIG 1g.18gb"
+    """The MIG device's name; older drivers leave the profile out of it."""
+    profile_id: int = 0
+    """NVML GPU instance profile id of its GPU instance (``nvmlGpuInstanceGetInfo``)."""
+    profile_name: str = "MIG 1g.18gb"
+    profile_slices: int = 1
+    profile_memory_mib: int = 16_384
     memory_used: int = 1 << 30
     memory_total: int = 18 << 30
     processes: list[FakeProcess] = field(default_factory=list)
@@ -561,6 +567,31 @@ class FakeNvml:
         if h.mig is None:
             raise NVMLError(code("INVALID_ARGUMENT"))
         return h.mig.compute_instance_id
+
+    def nvmlDeviceGetGpuInstanceById(self, h: FakeHandle, gpu_instance_id: int) -> FakeHandle:
+        """A GPU instance, modelled as a handle on its first MIG device."""
+        self._enter("nvmlDeviceGetGpuInstanceById", h)
+        for mig in h.gpu.migs:
+            if mig.gpu_instance_id == gpu_instance_id:
+                return FakeHandle(h.gpu, self.generation, mig)
+        raise NVMLError(code("NOT_FOUND"))
+
+    def nvmlGpuInstanceGetInfo(self, instance: FakeHandle) -> Any:
+        self._enter("nvmlGpuInstanceGetInfo", instance)
+        assert instance.mig is not None
+        return SimpleNamespace(device=instance, id=instance.mig.gpu_instance_id, profileId=instance.mig.profile_id)
+
+    def nvmlDeviceGetGpuInstanceProfileInfoById(self, h: FakeHandle, profile_id: int) -> Any:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfoById", h)
+        for mig in h.gpu.migs:
+            if mig.profile_id == profile_id:
+                return SimpleNamespace(
+                    id=profile_id,
+                    sliceCount=mig.profile_slices,
+                    memorySizeMB=mig.profile_memory_mib,
+                    name=mig.profile_name.encode(),  # a c_char array reads as bytes
+                )
+        raise NVMLError(code("INVALID_ARGUMENT"))
 
     # -- GPM -------------------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> Any:
