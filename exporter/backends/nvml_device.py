@@ -31,6 +31,15 @@ _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "excl
 _MHZ = 1e6
 _KIB = 1024  # NVML's PCIe throughput unit "KB/s" is KiB/s
 
+
+def _reason_bits(nvml: Any, supported_mask: int | None) -> tuple[tuple[str, int], ...]:
+    """(label, bit) per clock event reason the binding defines and the GPU supports (all if unknown)."""
+    bits = ((label, getattr(nvml, const, None)) for const, label in CLOCK_EVENT_REASONS.items())
+    return tuple(
+        (label, bit) for label, bit in bits if bit is not None and (supported_mask is None or supported_mask & bit)
+    )
+
+
 Memory = tuple[int | None, int | None, int | None]
 """(used, total, driver-reserved) bytes of a GPU or MIG device."""
 
@@ -81,7 +90,9 @@ class DeviceFields:
         self._pci_bus_id: str | None = None
         self._compute_capability: str | None = None
         self._sm_clock_max_hertz: float | None = None
-        self._clock_reason_mask: int | None = None
+        # (label, bit) of each clock event reason the binding defines, narrowed by read_identity
+        # to those the GPU supports.
+        self._clock_reasons = _reason_bits(q.nvml, None)
         self._pcie: tuple[float | None, float | None] = (None, None)
         self._energy_mj: float | None = None
 
@@ -100,7 +111,7 @@ class DeviceFields:
         mask = q.call(u, f.nvmlDeviceGetSupportedClocksEventReasons, h)
         if mask is None:
             mask = q.call(u, f.nvmlDeviceGetSupportedClocksThrottleReasons, h)
-        self._clock_reason_mask = mask
+        self._clock_reasons = _reason_bits(q.nvml, mask)
 
     def core(self) -> DeviceCore:
         """Utilisation, memory and MIG mode, read before the leaves that reuse them."""
@@ -190,20 +201,13 @@ class DeviceFields:
 
     def _clock_events(self) -> Mapping[str, bool] | None:
         """Active clock event reasons among those the GPU supports; the pre-12.x name as fallback."""
-        q, f, nvml = self._q, self._q.fns, self._q.nvml
+        q, f = self._q, self._q.fns
         active = q.call(self._uuid, f.nvmlDeviceGetCurrentClocksEventReasons, self._handle)
         if active is None and q.is_unsupported(self._uuid, f.nvmlDeviceGetCurrentClocksEventReasons.name):
             active = q.call(self._uuid, f.nvmlDeviceGetCurrentClocksThrottleReasons, self._handle)
         if active is None:
             return None
-        mask = self._clock_reason_mask
-        reasons = {}
-        for const, label in CLOCK_EVENT_REASONS.items():
-            bit = getattr(nvml, const, None)
-            if bit is None or (mask is not None and not mask & bit):
-                continue
-            reasons[label] = bool(active & bit)
-        return MappingProxyType(reasons)
+        return MappingProxyType({label: bool(active & bit) for label, bit in self._clock_reasons})
 
     def _pcie_throughput(self, counter: int, key: str) -> float | None:
         """Bytes/s over NVML's sampling window for one direction's ``counter``."""

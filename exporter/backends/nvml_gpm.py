@@ -71,6 +71,9 @@ class GpmTracker:
         # Metric ids the binding defines (an older one may lack some), resolved once.
         self._ratio_ids = _metric_ids(nvml, RATIO_METRICS)
         self._all_ids = {**self._ratio_ids, **_metric_ids(nvml, NVLINK_METRICS)}
+        self._request_type = nvml.c_nvmlGpmMetricsGet_t
+        self._request_version = nvml.NVML_GPM_METRICS_GET_VERSION
+        self._success = nvml.NVML_SUCCESS
 
     def read(
         self,
@@ -106,10 +109,9 @@ class GpmTracker:
         return reading
 
     def _metrics(self, scope: str, first: Any, second: Any, seconds: float, nvlink: bool) -> GpmReading | None:
-        nvml = self._q.nvml
         ids = self._all_ids if nvlink else self._ratio_ids
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request = self._request_type()
+        request.version = self._request_version
         request.numMetrics = len(ids)
         request.sample1 = first
         request.sample2 = second
@@ -120,7 +122,7 @@ class GpmTracker:
         values: dict[str, float | None] = {}
         for slot, field in enumerate(ids):
             metric = request.metrics[slot]
-            if metric.nvmlReturn != nvml.NVML_SUCCESS:
+            if metric.nvmlReturn != self._success:
                 values[field] = None
                 continue
             raw = float(metric.value)

@@ -222,6 +222,17 @@ class _Metric:
         self.value = 0.0
 
 
+class _MetricArray(dict[int, _Metric]):
+    """The struct's ``metrics[NVML_GPM_METRIC_MAX]`` array; entries are made on first use, so a
+    request costs what the few metrics asked cost (a ctypes struct is one allocation)."""
+
+    def __missing__(self, slot: int) -> _Metric:
+        if not 0 <= slot < NVML_GPM_METRIC_MAX:
+            raise IndexError(slot)
+        metric = self[slot] = _Metric()
+        return metric
+
+
 class _GpmMetricsGet:
     """Mirror of the ctypes struct: version, numMetrics, sample1, sample2, metrics[]."""
 
@@ -230,7 +241,7 @@ class _GpmMetricsGet:
         self.numMetrics = 0
         self.sample1: Any = None
         self.sample2: Any = None
-        self.metrics = [_Metric() for _ in range(NVML_GPM_METRIC_MAX)]
+        self.metrics = _MetricArray()
 
 
 c_nvmlGpmMetricsGet_t = _GpmMetricsGet
@@ -629,7 +640,7 @@ class FakeNvml:
         assert request.version == NVML_GPM_METRICS_GET_VERSION
         assert request.sample1.filled and request.sample2.filled
         assert request.sample1 is not request.sample2
-        for metric in request.metrics[: request.numMetrics]:
+        for metric in (request.metrics[slot] for slot in range(request.numMetrics)):
             if metric.metricId in request.sample2.values:
                 metric.value = request.sample2.values[metric.metricId]
                 metric.nvmlReturn = NVML_SUCCESS
