@@ -28,6 +28,33 @@ _BACKOFF_FIRST_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 60.0
 
 
+class _InitRetry:
+    """When ``nvmlInit`` may be tried again: 1 s after a failure, doubling up to 60 s."""
+
+    def __init__(self) -> None:
+        self.error = "nvml not initialised yet"
+        """Why NVML is unavailable, as of the last attempt."""
+        self._next_at = 0.0
+        self._delay = _BACKOFF_FIRST_SECONDS
+
+    def waiting(self, now: float) -> bool:
+        """True while the delay after the last failure has not passed."""
+        return now < self._next_at
+
+    def failed(self, now: float, error: str, grow: bool) -> float:
+        """Record a failed attempt at ``now``; returns the delay before the next one."""
+        self.error = error
+        delay = self._delay
+        self._next_at = now + delay
+        if grow:
+            self._delay = min(delay * 2, _BACKOFF_MAX_SECONDS)
+        return delay
+
+    def succeeded(self) -> None:
+        """``nvmlInit`` worked: the next failure waits the first delay again."""
+        self._delay = _BACKOFF_FIRST_SECONDS
+
+
 class NvmlBackend:
     """GpuBackend over NVML (``pynvml``), safe against missing drivers and failing GPUs.
 
@@ -55,7 +82,6 @@ class NvmlBackend:
         close_timeout: float = 5.0,
     ) -> None:
         self._nvml = nvml
-        self._clock = clock
         self._options = ReaderOptions(
             clock=clock, wall_clock=wall_clock, pcie_every=max(1, pcie_every), energy_every=max(1, energy_every)
         )
@@ -63,9 +89,7 @@ class NvmlBackend:
         self._lock = threading.Lock()
         self._session: NvmlSession | None = None
         self._closed = False
-        self._next_init_at = 0.0
-        self._backoff = _BACKOFF_FIRST_SECONDS
-        self._init_error = "nvml not initialised yet"
+        self._retry = _InitRetry()
         # Outlive sessions: a GPU without a handle keeps its UUID; a failing GPU logs once.
         self._known_uuids: dict[int, str] = {}
         self._failed_once: set[str] = set()
@@ -123,9 +147,9 @@ class NvmlBackend:
 
         Retries wait with a doubling backoff (1 s up to 60 s) unless ``force``d.
         """
-        now = self._clock()
-        if not force and now < self._next_init_at:
-            return self._init_error
+        now = self._options.clock()
+        if not force and self._retry.waiting(now):
+            return self._retry.error
         try:
             nvml = self._module()
             fns = NvmlFunctions.resolve(nvml)
@@ -133,18 +157,17 @@ class NvmlBackend:
                 raise RuntimeError("the NVML binding has no nvmlInit")
             fns.nvmlInit.fn()
         except Exception as exc:
-            self._init_error = f"nvml unavailable: {self._describe_init_failure(exc)}"
-            self._next_init_at = now + self._backoff
-            _log.warning("%s; retrying in %.0f s", self._init_error, self._backoff)
-            self._backoff = min(self._backoff * 2, _BACKOFF_MAX_SECONDS)
-            return self._init_error
-        self._backoff = _BACKOFF_FIRST_SECONDS
+            error = f"nvml unavailable: {self._describe_init_failure(exc)}"
+            delay = self._retry.failed(now, error, grow=True)
+            _log.warning("%s; retrying in %.0f s", error, delay)
+            return error
+        self._retry.succeeded()
         try:
             session = NvmlSession(nvml, fns, self._options, self._known_uuids, self._failed_once)
         except (NeedsReinit, GpuLost) as exc:
-            self._init_error = f"nvml unavailable: {exc} during enumeration"
-            self._next_init_at = now + self._backoff
-            return self._init_error
+            error = f"nvml unavailable: {exc} during enumeration"
+            self._retry.failed(now, error, grow=False)
+            return error
         _log.info("nvml ready: driver %s, %d GPU(s)", session.driver_version, session.gpu_count)
         self._session = session
         return session
