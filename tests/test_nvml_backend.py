@@ -280,6 +280,19 @@ def test_driver_reload_reinitialises_with_the_same_uuids_and_fresh_handles(clock
     assert again.up and all(g.up for g in again.gpus), "no stale handle survives the re-init"
 
 
+def test_after_a_driver_reload_gpm_starts_afresh_and_stale_buffers_are_not_touched(clock: Clock) -> None:
+    fake = FakeNvml([h200(0, gpm={SM: 40.0})])
+    backend = make(fake, clock)
+    warm = list(cycles(backend, clock, 2))
+    assert warm[-1].gpus[0].leaves[0].gpm is not None
+    fake.reload_driver()
+    reloaded, settled = cycles(backend, clock, 2)
+    assert reloaded.up and reloaded.gpus[0].leaves[0].gpm is None, "a new session's window needs two samples"
+    assert settled.gpus[0].leaves[0].gpm is not None
+    assert fake.calls["nvmlGpmSampleFree"] == 0, "buffers of the lost session are stale pointers: never freed"
+    assert fake.calls["nvmlEventSetFree"] == 0
+
+
 def test_each_xid_event_is_reported_exactly_once(clock: Clock) -> None:
     fake = FakeNvml([h200(0), h200(1)])
     backend = make(fake, clock)
