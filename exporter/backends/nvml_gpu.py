@@ -42,20 +42,20 @@ class GpuReader:
     ) -> None:
         self.index = index
         self.uuid = uuid
+        self._q = q
         self._handle = handle
         self._clock = options.clock
         self._identity_read = False
         self._device = DeviceFields(q, index, handle, uuid, options.pcie_every, options.energy_every)
         self._mig = MigDevices(q, handle, uuid)
         self._processes = Processes(q, handle, uuid, options.wall_clock)
-        self.gpm = GpmReader(q, tracker, handle, uuid)
+        self._gpm = GpmReader(q, tracker, handle, uuid)
         self._events = XidEvents(q, handle, uuid)
-        self._q = q
 
     def read_identity(self) -> None:
         """Static identity, GPM and NVLink support, Xid registration; done once per GPU."""
         self._device.read_identity()
-        self.gpm.probe()
+        self._gpm.probe()
         self._events.register()
         self._identity_read = True
 
@@ -72,6 +72,11 @@ class GpuReader:
             leaves, nvlink = self._whole_gpu_leaf(core, now)
         return self._device.sample(cycle, core, leaves, nvlink, self._events.drain())
 
+    @property
+    def gpm_supported(self) -> bool:
+        """True while the GPU gives GPM windows (Hopper or later, not refused)."""
+        return self._gpm.supported
+
     def free(self) -> None:
         """Release the NVML objects this GPU holds (its Xid event set)."""
         self._events.free()
@@ -80,7 +85,7 @@ class GpuReader:
         """The GPU as its only leaf, and its NVLink rates from the same GPM window."""
         listed = self._processes.on_leaf(self.uuid, self._handle)
         utilization = self._processes.utilization(wanted=bool(listed.running))
-        reading = self.gpm.read(self.uuid, None, now)
+        reading = self._gpm.read(self.uuid, None, now)
         leaf = LeafSample(
             uuid=self.uuid,
             memory_used_bytes=core.memory[0],
@@ -103,7 +108,7 @@ class GpuReader:
         for device, processes in zip(devices, listed, strict=True):
             mig = device.mig
             used, total, reserved = memory_info(self._q, mig.mig_uuid, device.handle)
-            reading = self.gpm.read(mig.mig_uuid, mig.gpu_instance_id, now)
+            reading = self._gpm.read(mig.mig_uuid, mig.gpu_instance_id, now)
             leaves.append(
                 LeafSample(
                     uuid=self.uuid,

@@ -139,4 +139,4 @@ class NvmlSession:
         present = [g for g in self._gpus if g is not None]
         if not present:
             return None
-        return any(g.gpm.supported for g in present)
+        return any(g.gpm_supported for g in present)
