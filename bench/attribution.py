@@ -30,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from exporter.attribution import stages  # noqa: E402
 from exporter.attribution.cgroup import CgroupPidSource  # noqa: E402
 from exporter.attribution.deviceids import DeviceIndex  # noqa: E402
 from exporter.attribution.kubeapi import KubePodSource  # noqa: E402
@@ -104,7 +105,7 @@ class _FixedPods:
         self.directory = directory
 
     def latest(self) -> tuple[PodDirectory, StageResult]:
-        return self.directory, StageResult("kube_api", True, 0.0)
+        return self.directory, StageResult(stages.KUBE_API, True, 0.0)
 
     def close(self) -> None:
         pass
@@ -115,7 +116,7 @@ class _FixedKubelet:
         self.view = view
 
     def latest(self) -> tuple[KubeletView, StageResult, float]:
-        return self.view, StageResult("podresources", True, 0.0), 0.0
+        return self.view, StageResult(stages.PODRESOURCES, True, 0.0), 0.0
 
     def close(self) -> None:
         pass

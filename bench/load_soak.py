@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bench.procstat import open_fds, rss_bytes
+from exporter.attribution import stages
 from exporter.model import Allocation, Attribution, BackendSample, PodRef, PodUsage, StageResult
 from tests.support.process import managed_process
 
@@ -120,7 +121,7 @@ class ChurningAttributor:
             allocations.append(Allocation(pod=pod, resource="nvidia.com/gpu", uuid=gpu.uuid))
             usages.append(PodUsage(pod=pod, uuid=gpu.uuid, memory_used_bytes=1 << 30, sm_share_ratio=0.5))
         return Attribution(allocations=tuple(allocations), usages=tuple(usages)), (
-            StageResult("podresources", True, 0.0),
+            StageResult(stages.PODRESOURCES, True, 0.0),
         )
 
     def close(self) -> None:
@@ -145,12 +146,12 @@ def soak(scrapes: int, warmup: int = 3000) -> SoakResult:
 
     from prometheus_client import CollectorRegistry
 
-    from exporter.backends.sim import SimFaults, SimulatedBackend
     from exporter.cli import make_classifier
     from exporter.collector import CachedExposition, SnapshotCollector
     from exporter.config import parse_config
     from exporter.sampler import Sampler
     from exporter.server import MetricsServer
+    from exporter.sim import SimFaults, SimulatedBackend
 
     faults = SimFaults()
     cfg = parse_config(["--backend", "sim"], env={})

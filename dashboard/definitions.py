@@ -40,6 +40,8 @@ MEAN_WINDOW = "5m"
 MEAN_WINDOW_SECONDS = 300.0
 """The window of both means above."""
 LAUNCH_CLASS = "launch"
+UNKNOWN_CLASS = "unknown"
+"""Shown for a series with no boundness class (no GPM to classify with); not an exporter class."""
 WASTE_RESOLUTION_SECONDS = 60.0
 """Step at which wasted GPU-hours are integrated (the rule's ``[1h:1m]`` subquery)."""
 COMPUTE_SLICES = 7

@@ -6,6 +6,9 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from dashboard.definitions import UNKNOWN_CLASS
+from exporter.model import POD_BOUNDNESS_CLASSES
+
 CLASS_COLORS: dict[str, str] = {
     "idle": "#9e9e9e",
     "launch": "#ff9800",
@@ -18,9 +21,9 @@ CLASS_COLORS: dict[str, str] = {
 }
 """One colour per boundness class, the same on every page."""
 
-CLASS_ORDER = ["idle", "launch", "latency", "memory", "compute", "mixed", "shared", "unknown"]
-"""``shared``: a pod's class when several pods have processes on its leaf (the recording rule
-gpulens:pod_gpu_boundness:class); a leaf itself never has it."""
+CLASS_ORDER = [*POD_BOUNDNESS_CLASSES, UNKNOWN_CLASS]
+"""The exporter's classes (``shared``: a pod's class when several pods have processes on its leaf,
+the recording rule gpulens:pod_gpu_boundness:class; a leaf itself never has it), then ``unknown``."""
 
 _UNIT_SCALE: dict[str, tuple[float, str, str]] = {
     # unit -> (divide by, axis title, tick format)

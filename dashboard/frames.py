@@ -212,7 +212,7 @@ def roofline_points(
     pts = d[["node", "instance", "gpu", *LEAF, "dram_active"]].merge(p[[*LEAF, "pipe_active"]], on=list(LEAF))
     cls = boundness_now(boundness)[[*LEAF, "class"]]
     pts = pts.merge(cls, on=list(LEAF), how="left").merge(holders(allocation), on=list(LEAF), how="left")
-    pts["class"] = pts["class"].fillna("unknown")
+    pts["class"] = pts["class"].fillna(definitions.UNKNOWN_CLASS)
     pts["holders"] = pts["holders"].fillna("(unallocated)")
     return pts[cols].drop_duplicates(list(LEAF)).reset_index(drop=True)
 

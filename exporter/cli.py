@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +23,9 @@ from exporter.model import Snapshot
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 from exporter.server import MetricsServer
 from exporter.webconfig import WebConfigError, load_web_config
+
+if TYPE_CHECKING:
+    from exporter.sim import Simulation
 
 log = logging.getLogger("gpulens")
 
@@ -64,16 +68,17 @@ class NoGpuError(RuntimeError):
     """``--backend nvml`` (the default) and NVML cannot be used: the process must not serve."""
 
 
-def make_backend(cfg: ExporterConfig) -> GpuBackend:
-    """The configured backend: ``nvml`` fails loudly without a working driver, ``sim`` is the
-    simulated fleet, ``auto`` (demos only) takes NVML when a driver loads, else the simulator."""
+def open_gpus(cfg: ExporterConfig) -> tuple[GpuBackend, Simulation | None]:
+    """The configured backend, and the simulated node when it is simulated (the one place that
+    chooses simulation): ``nvml`` fails loudly without a working driver, ``sim`` is the simulated
+    fleet, ``auto`` (demos only) takes NVML when a driver loads, else the simulator."""
     if cfg.backend in ("nvml", "auto"):
         from exporter.backends.nvml import NvmlBackend
 
         nvml = NvmlBackend()
         probe = nvml.sample()
         if probe.up:
-            return nvml
+            return nvml, None
         nvml.close()
         if cfg.backend == "nvml":
             # Never serve fake or empty data in production: the kubelet shows the crash loop and
@@ -84,10 +89,15 @@ def make_backend(cfg: ExporterConfig) -> GpuBackend:
                 "simulated fleet on purpose."
             )
         log.warning("no NVIDIA driver answered (%s): serving the SIMULATED fleet", probe.error)
-    from exporter.backends.sim import SimFaults, SimulatedBackend
+    from exporter.sim import Simulation
 
-    faults = SimFaults.parse(cfg.sim_faults) if cfg.sim_faults else None
-    return SimulatedBackend(cfg.sim_scenario, seed=cfg.sim_seed, faults=faults)
+    simulation = Simulation.create(cfg.sim_scenario, seed=cfg.sim_seed, faults=cfg.sim_faults)
+    return simulation.backend, simulation
+
+
+def make_backend(cfg: ExporterConfig) -> GpuBackend:
+    """The configured backend alone (see ``open_gpus``)."""
+    return open_gpus(cfg)[0]
 
 
 def make_classifier(cfg: ExporterConfig) -> Classifier:
@@ -97,13 +107,14 @@ def make_classifier(cfg: ExporterConfig) -> Classifier:
     return BoundnessClassifier(window_seconds=cfg.analysis_window)
 
 
-def make_attributor(cfg: ExporterConfig, backend: GpuBackend) -> Attributor:
-    """Pod attribution from the kubelet, the API and /proc (simulated pods with the sim backend)."""
+def make_attributor(cfg: ExporterConfig, simulation: Simulation | None) -> Attributor:
+    """Pod attribution from the kubelet, the API and /proc; the simulated node's own pods with the
+    simulator, unless a kubelet socket other than the default was given."""
+    socket: str | None = cfg.podresources_socket or None
+    if simulation is not None and socket in (None, DEFAULT_PODRESOURCES_SOCKET):
+        return simulation.attributor()
     from exporter.attribution.pipeline import AttributionOptions, build_attributor
 
-    socket: str | None = cfg.podresources_socket or None
-    if backend.name == "sim" and socket == DEFAULT_PODRESOURCES_SOCKET and not os.path.exists(socket):
-        socket = None  # the demo on a laptop: the simulated fleet carries its own pods
     options = AttributionOptions(
         podresources_socket=socket,
         node_name=cfg.node_name or None,
@@ -111,14 +122,14 @@ def make_attributor(cfg: ExporterConfig, backend: GpuBackend) -> Attributor:
         procfs=cfg.procfs,
         refresh_seconds=cfg.kube_refresh_interval,
     )
-    return build_attributor(options, backend)
+    return build_attributor(options)
 
 
-def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | None:
-    """Probe scheduler (simulated probe results with the sim backend), or None when disabled."""
+def make_probes(cfg: ExporterConfig, simulation: Simulation | None) -> ProbeScheduler | None:
+    """Probe scheduler (simulated probe results with the simulator), or None when disabled."""
     if not cfg.probes:
         return None
-    from exporter.probe_scheduler import ProbeOptions, ProbeScheduler, SimulatedProbeRunner
+    from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
 
     options = ProbeOptions(
         enabled=True,
@@ -127,25 +138,22 @@ def make_probes(cfg: ExporterConfig, backend: GpuBackend) -> ProbeScheduler | No
         max_utilization_ratio=cfg.probes_max_utilization,
         min_free_memory_bytes=cfg.probes_min_free_memory,
         skip_allocated=cfg.probes_skip_allocated,
-        # The simulated fleet shows probe results within seconds of the demo starting.
-        first_delay_seconds=5.0 if backend.name == "sim" else 60.0,
     )
-    # One slow GPU in a simulated fleet, not one per node: GPU 7 of the h200x8 scenario; the other
-    # scenarios' idle GPUs probe healthy, so the slow one has healthy peers of its model to compare with.
-    slow = 7 if cfg.sim_scenario == "h200x8" else None
-    runner = SimulatedProbeRunner(degraded_gpu_index=slow) if backend.name == "sim" else None
-    return ProbeScheduler(options, runner=runner)
+    if simulation is None:
+        return ProbeScheduler(options)
+    options = replace(options, first_delay_seconds=simulation.probe_first_delay_seconds)
+    return ProbeScheduler(options, runner=simulation.probe_runner())
 
 
 def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     """Wire the pipeline without starting threads (tests use this)."""
-    backend = make_backend(cfg)
+    backend, simulation = open_gpus(cfg)
     sampler = Sampler(
         backend,
         SamplerOptions(interval_seconds=cfg.collect_interval, deadline_seconds=cfg.collect_deadline),
-        attributor=make_attributor(cfg, backend),
+        attributor=make_attributor(cfg, simulation),
         classifier=make_classifier(cfg),
-        probes=make_probes(cfg, backend),
+        probes=make_probes(cfg, simulation),
     )
     registry = CollectorRegistry(auto_describe=True)
     checks: dict[str, Callable[[Snapshot], bool]] = {}

@@ -18,6 +18,10 @@ from exporter.server import parse_listen_address
 
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
+SIM_SCENARIOS: tuple[str, ...] = ("h200x8", "mig", "mig7x8", "timeslice", "mps")
+"""Values ``--sim.scenario`` accepts: the simulator's scenarios (a test checks they are
+``exporter.sim.SCENARIOS``; this module does not import the simulator)."""
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
@@ -163,8 +167,8 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
     (
         "--sim.scenario",
         str,
-        "h200x8",
-        "Simulated fleet (with --backend sim): h200x8, mig, mig7x8, timeslice, mps.",
+        SIM_SCENARIOS[0],
+        f"Simulated fleet (with --backend sim): {', '.join(SIM_SCENARIOS)}.",
     ),
     ("--sim.seed", _seed, "0", "Seed of the simulated fleet."),
     ("--sim.faults", str, "", "Faults to inject into the simulator, e.g. 'lost=3;hang=30'."),
@@ -201,7 +205,7 @@ _CHOICES = {
     "backend": ("auto", "nvml", "sim"),
     "log_format": ("logfmt", "json"),
     "log_level": ("debug", "info", "warn", "error"),
-    "sim_scenario": ("h200x8", "mig", "mig7x8", "timeslice", "mps"),
+    "sim_scenario": SIM_SCENARIOS,
 }
 _BOOLS: list[tuple[str, bool, str]] = [
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),

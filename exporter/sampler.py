@@ -116,17 +116,11 @@ class Sampler:
         self._xid: EventCounter[tuple[str, int]] = EventCounter()
         self._xid_last: dict[str, int] = {}
         self._nvml_errors: EventCounter[str] = EventCounter()
-        self._cycles = 0
 
     # --- public -----------------------------------------------------------------------
     def latest(self) -> Snapshot | None:
         """The newest complete Snapshot, or ``None`` before the first cycle finished."""
         return self._latest
-
-    @property
-    def cycles(self) -> int:
-        """Completed cycles since start."""
-        return self._cycles
 
     def running(self) -> bool:
         """True while the sampling thread lives (False before ``start()``, after ``stop()``, and
@@ -207,7 +201,6 @@ class Sampler:
         )
         snapshot = self._with_probes(snapshot)
         self._latest = snapshot
-        self._cycles += 1
         return snapshot
 
     # --- stages -----------------------------------------------------------------------

@@ -18,8 +18,6 @@ from typing import Any, Protocol
 
 MiB = 1 << 20
 
-PROBES: tuple[str, ...] = ("hbm_copy", "h2d", "d2h")
-
 
 class ProbeError(Exception):
     """A probe could not run; ``kind`` is the machine-readable reason printed in the JSON error."""

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 PROBES: tuple[str, ...] = ("hbm_copy", "h2d", "d2h")
+"""The probes, in the order they run and are reported (the ``probe`` label's values)."""
 """Probe names as exported in the ``probe`` label."""
 
 HBM_COPY_FRACTION_H200 = 0.880

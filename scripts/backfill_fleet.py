@@ -21,11 +21,12 @@ from typing import TextIO
 import numpy as np
 
 from exporter.metrics import spec
+from exporter.model import BOUNDNESS_CLASSES
 
 NAMESPACES = ("ml-training", "inference", "research", "notebooks", "batch")
 KINDS = ("compute", "memory", "latency", "idle_held", "launch", "free", "mixed")
 KIND_WEIGHTS = (0.30, 0.15, 0.15, 0.12, 0.05, 0.20, 0.03)
-CLASSES = ("idle", "launch", "latency", "memory", "compute", "mixed")
+CLASSES = BOUNDNESS_CLASSES
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter.analysis.boundness import BoundnessClassifier  # noqa: E402
-from exporter.model import GpmSample  # noqa: E402
+from exporter.model import BOUNDNESS_CLASSES, GpmSample  # noqa: E402
 
 GIB = 1 << 30
 
@@ -373,7 +373,7 @@ def _phase_summary(
         before = seen[: int(s)] if s is not None else seen
         allowed = {expected, *load.transit} | ({load.expected[i - 1]} if i else set())
         if i == 0 and load.name != "nothing":
-            allowed |= {"idle", "latency", "launch", "compute", "memory", "mixed"}  # from the previous load
+            allowed |= set(BOUNDNESS_CLASSES)  # from the previous load
         wrong = sorted({c for c in before if c not in allowed and c is not None})
         phases.append(
             {

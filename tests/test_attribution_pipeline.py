@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 
-from exporter.attribution.pipeline import (
-    AttributionOptions,
-    PipelineAttributor,
-    build_attributor,
-    is_simulated,
-)
+from exporter.attribution.merge import PidOwner, PodMeta
+from exporter.attribution.pipeline import PipelineAttributor
+from exporter.cli import make_attributor
+from exporter.config import DEFAULT_PODRESOURCES_SOCKET, parse_config
 from exporter.model import (
     BackendSample,
     ContainerDevices,
@@ -21,6 +19,8 @@ from exporter.model import (
     MigInstance,
     ProcessSample,
 )
+from exporter.sim import Simulation
+from exporter.sim.attribution import simulated_attributor
 
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
@@ -49,10 +49,12 @@ def node_sample(processes: tuple[ProcessSample, ...] = ()) -> BackendSample:
     )
 
 
-class FakeSimBackend:
-    """Duck-types the simulator's pod methods; ``fail`` names methods that raise (fault injection)."""
+def meta(uid: str, namespace: str, name: str, phase: str, kind: str | None, workload: str | None) -> PodMeta:
+    return PodMeta(uid, namespace, name, phase=phase, workload_kind=kind, workload=workload)
 
-    name = "sim"
+
+class FakeSimNode:
+    """A simulated node's Kubernetes side; ``fail`` names methods that raise (fault injection)."""
 
     def __init__(self) -> None:
         self.fail: set[str] = set()
@@ -65,11 +67,11 @@ class FakeSimBackend:
             ContainerDevices("old", "done", "main", "nvidia.com/gpu", (U0,), pod_uid="uid-done"),
         ]
         self.owners = {
-            "uid-train": ("ml", "train-0", "Running", "StatefulSet", "train"),
-            "uid-a": ("ml", "infer-a", "Running", "Deployment", "infer"),
-            "uid-b": ("ml", "infer-b", "Running", "Deployment", "infer"),
-            "uid-nb": ("dev", "nb", "Running", None, None),
-            "uid-done": ("old", "done", "Succeeded", "Job", "done"),
+            "uid-train": meta("uid-train", "ml", "train-0", "Running", "StatefulSet", "train"),
+            "uid-a": meta("uid-a", "ml", "infer-a", "Running", "Deployment", "infer"),
+            "uid-b": meta("uid-b", "ml", "infer-b", "Running", "Deployment", "infer"),
+            "uid-nb": meta("uid-nb", "dev", "nb", "Running", None, None),
+            "uid-done": meta("uid-done", "old", "done", "Succeeded", "Job", "done"),
         }
 
     def _maybe_fail(self, method: str) -> None:
@@ -86,13 +88,17 @@ class FakeSimBackend:
         self._maybe_fail("pod_devices")
         return tuple(self.devices)
 
-    def pod_owners(self) -> dict[str, tuple[str, str, str, str | None, str | None]]:
-        self._maybe_fail("pod_owners")
-        return dict(self.owners)
+    def pods(self) -> tuple[PodMeta, ...]:
+        self._maybe_fail("pods")
+        return tuple(self.owners.values())
 
-    def pid_containers(self) -> dict[int, tuple[str, str]]:
-        self._maybe_fail("pid_containers")
-        return {101: ("uid-a", "srv"), 102: ("uid-b", "srv"), 103: ("uid-b", "srv")}
+    def pid_owners(self) -> dict[int, PidOwner]:
+        self._maybe_fail("pid_owners")
+        return {
+            101: PidOwner("uid-a", container="srv"),
+            102: PidOwner("uid-b", container="srv"),
+            103: PidOwner("uid-b", container="srv"),
+        }
 
     def sharing_replicas(self) -> dict[str, int]:
         self._maybe_fail("sharing_replicas")
@@ -109,13 +115,12 @@ def shared_processes() -> tuple[ProcessSample, ...]:
 
 
 @pytest.fixture
-def sim() -> FakeSimBackend:
-    return FakeSimBackend()
+def sim() -> FakeSimNode:
+    return FakeSimNode()
 
 
-def test_simulated_backend_gets_simulated_sources_and_all_three_stages(sim: FakeSimBackend) -> None:
-    assert is_simulated(sim)
-    attributor = build_attributor(AttributionOptions(), sim)
+def test_simulated_backend_gets_simulated_sources_and_all_three_stages(sim: FakeSimNode) -> None:
+    attributor = simulated_attributor(sim)
     try:
         attribution, stages = attributor.attribute(node_sample(shared_processes()), time.time())
     finally:
@@ -140,8 +145,8 @@ def test_simulated_backend_gets_simulated_sources_and_all_three_stages(sim: Fake
     assert attribution.podresources_last_success_timestamp is not None
 
 
-def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSimBackend) -> None:
-    attributor = build_attributor(AttributionOptions(), sim)
+def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSimNode) -> None:
+    attributor = simulated_attributor(sim)
     attribution, _ = attributor.attribute(node_sample(shared_processes()), time.time())
     usage = {(u.pod.pod, u.pod.container, u.uuid): u for u in attribution.usages}
     assert set(usage) == {("infer-a", "srv", U1), ("infer-b", "srv", U1)}
@@ -154,14 +159,14 @@ def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSi
     ("method", "stage", "still_there"),
     [
         ("pod_devices", "podresources", "usages"),
-        ("pod_owners", "kube_api", "allocations"),
-        ("pid_containers", "cgroup", "allocations"),
+        ("pods", "kube_api", "allocations"),
+        ("pid_owners", "cgroup", "allocations"),
     ],
 )
 def test_one_failing_source_fails_only_its_stage_and_recovers(
-    sim: FakeSimBackend, method: str, stage: str, still_there: str
+    sim: FakeSimNode, method: str, stage: str, still_there: str
 ) -> None:
-    attributor = build_attributor(AttributionOptions(), sim)
+    attributor = simulated_attributor(sim)
     sample = node_sample(shared_processes())
     sim.fail.add(method)
     attribution, stages = attributor.attribute(sample, time.time())
@@ -179,8 +184,8 @@ def test_one_failing_source_fails_only_its_stage_and_recovers(
     assert attribution.allocations and attribution.usages
 
 
-def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimBackend) -> None:
-    attributor = build_attributor(AttributionOptions(), sim)
+def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimNode) -> None:
+    attributor = simulated_attributor(sim)
     sim.fail.add("sharing_replicas")
     attribution, stages = attributor.attribute(node_sample(shared_processes()), time.time())
     assert all(s.success for s in stages)
@@ -189,9 +194,9 @@ def test_simulated_replica_count_failing_does_not_fail_the_cycle(sim: FakeSimBac
     assert len(attribution.allocations) == 5
 
 
-def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimBackend) -> None:
-    attributor = build_attributor(AttributionOptions(), sim)
-    sim.fail.add("pod_owners")
+def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimNode) -> None:
+    attributor = simulated_attributor(sim)
+    sim.fail.add("pods")
     attribution, _ = attributor.attribute(node_sample(), time.time())
     holders = {a.pod.pod for a in attribution.allocations if a.uuid == U0}
     assert holders == {"train-0", "done"}
@@ -201,8 +206,8 @@ def test_without_api_phase_both_holders_of_a_device_are_shown(sim: FakeSimBacken
     assert attribution.allocation_conflicts == 0, "with phases the finished pod is dropped: no conflict"
 
 
-def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: FakeSimBackend) -> None:
-    attributor = build_attributor(AttributionOptions(), sim)
+def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: FakeSimNode) -> None:
+    attributor = simulated_attributor(sim)
     attribution, stages = attributor.attribute(BackendSample(up=False, error="no driver"), time.time())
     assert attribution.allocations == ()
     assert dict(attribution.unmapped_devices) == {}
@@ -210,7 +215,7 @@ def test_backend_down_gives_no_allocations_and_counts_nothing_as_unmapped(sim: F
     assert all(s.success for s in stages)
 
 
-def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimBackend) -> None:
+def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimNode) -> None:
     sim.devices.append(
         ContainerDevices(
             "x",
@@ -221,7 +226,7 @@ def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimBackend) ->
         )
     )
     sim.devices.append(ContainerDevices("x", "nic", "c", "example.com/sriov", ("0000:3b:00.2",)))
-    attributor = build_attributor(AttributionOptions(), sim)
+    attributor = simulated_attributor(sim)
     for _ in range(3):
         attribution, _ = attributor.attribute(node_sample(), time.time())
     assert dict(attribution.unmapped_devices) == {
@@ -232,28 +237,45 @@ def test_unknown_devices_are_counted_once_each_by_reason(sim: FakeSimBackend) ->
     }, "non-GPU resources are ignored; each unknown GPU ID counts once, not once per cycle"
 
 
-def test_allocations_are_merged_again_only_when_an_input_changes(sim: FakeSimBackend) -> None:
+def test_allocations_are_merged_again_only_when_an_input_changes(sim: FakeSimNode) -> None:
     for i in range(1000):
         sim.devices.append(ContainerDevices("bulk", f"p{i}", "c", "nvidia.com/gpu", (U1 + f"::{i}",), pod_uid=f"u{i}"))
-        sim.owners[f"u{i}"] = ("bulk", f"p{i}", "Running", "Deployment", "bulk")
-    attributor: Any = build_attributor(AttributionOptions(), sim)
+        sim.owners[f"u{i}"] = meta(f"u{i}", "bulk", f"p{i}", "Running", "Deployment", "bulk")
+    attributor: Any = simulated_attributor(sim)
     assert isinstance(attributor, PipelineAttributor)
     sample = node_sample(shared_processes())
     first, _ = attributor.attribute(sample, time.time())
     assert len(first.allocations) == 1005
     again, _ = attributor.attribute(node_sample(shared_processes()), time.time())
     assert again.allocations is first.allocations, "same inputs: the cached merge is reused"
-    sim.owners["u7"] = ("bulk", "p7", "Failed", "Deployment", "bulk")
+    sim.owners["u7"] = meta("u7", "bulk", "p7", "Failed", "Deployment", "bulk")
     changed, _ = attributor.attribute(sample, time.time())
     assert len(changed.allocations) == 1004, "a pod that finished is dropped on the next cycle"
 
 
-def test_explicit_socket_overrides_the_simulated_kubelet(sim: FakeSimBackend, tmp_path: Any) -> None:
-    options = AttributionOptions(podresources_socket=str(tmp_path / "missing.sock"), kube_api=False)
-    attributor = build_attributor(options, sim)
+def _stages(attributor: Any) -> list[tuple[str, bool]]:
     try:
-        attribution, stages = attributor.attribute(node_sample(), time.time())
+        _attribution, stages = attributor.attribute(node_sample(), time.time())
     finally:
         attributor.close()
-    assert [(s.stage, s.success) for s in stages] == [("podresources", False)]
-    assert attribution.allocations == ()
+    return [(s.stage, s.success) for s in stages]
+
+
+@pytest.mark.parametrize("socket", ["", DEFAULT_PODRESOURCES_SOCKET])
+def test_the_simulator_brings_its_own_pods_unless_a_socket_is_given(socket: str) -> None:
+    cfg = parse_config(["--backend", "sim", "--kubernetes.podresources-socket", socket], env={})
+    attributor = make_attributor(cfg, Simulation.create("h200x8"))
+    assert _stages(attributor) == [("podresources", True), ("kube_api", True), ("cgroup", True)]
+
+
+def test_explicit_socket_overrides_the_simulated_kubelet(tmp_path: Any) -> None:
+    missing = str(tmp_path / "missing.sock")
+    cfg = parse_config(["--backend", "sim", "--kubernetes.podresources-socket", missing], env={})
+    attributor = make_attributor(cfg, Simulation.create("h200x8"))
+    assert isinstance(attributor, PipelineAttributor)
+    assert _stages(attributor) == [("podresources", False)], "the real kubelet source, failing: no socket"
+
+
+def test_without_the_simulator_the_default_socket_is_the_real_kubelet() -> None:
+    attributor = make_attributor(parse_config([], env={}), None)
+    assert _stages(attributor) == [("podresources", False)], "no kubelet on this machine"

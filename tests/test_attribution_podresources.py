@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
 
 import grpc
 import pytest
 
 from exporter.attribution.merge import PidOwner, PodDirectory, PodMeta
-from exporter.attribution.pipeline import AttributionOptions, PipelineAttributor, build_attributor
+from exporter.attribution.pipeline import PipelineAttributor
 from exporter.attribution.podresources import PodResourcesClient, PodResourcesSource
+from exporter.cli import make_attributor
+from exporter.config import parse_config
 from exporter.model import Attribution, BackendSample, GpuSample, LeafSample, MigInstance, StageResult
 from tests.fakes.kubelet_server import FakeKubelet, devices, pod
 
@@ -197,9 +200,13 @@ def test_missing_socket_fails_only_the_podresources_stage(tmp_path: object) -> N
     assert attribution.podresources_last_success_timestamp is None
 
 
+def kubelet_attributor(socket_path: str) -> Any:
+    """The attributor the exporter builds from ``--kubernetes.podresources-socket`` (no API watch)."""
+    return make_attributor(parse_config(["--kubernetes.podresources-socket", socket_path], env={}), None)
+
+
 def test_socket_missing_through_build_attributor_keeps_the_exporter_up() -> None:
-    options = AttributionOptions(podresources_socket="/nonexistent/kubelet.sock", kube_api=False)
-    attributor = build_attributor(options, object())
+    attributor = kubelet_attributor("/nonexistent/kubelet.sock")
     try:
         attribution, stages = attributor.attribute(whole_gpus(1), time.time())
     finally:
@@ -257,7 +264,7 @@ def test_old_kubelet_without_get_allocatable_resources_still_attributes(kubelet:
 
 def test_kubelet_is_asked_once_per_refresh_not_once_per_cycle(kubelet: FakeKubelet) -> None:
     kubelet.pods = [pod("ml", "p", [("c", [("nvidia.com/gpu", [gpu_uuid(0)])])])]
-    attributor = build_attributor(AttributionOptions(podresources_socket=kubelet.socket_path, kube_api=False), object())
+    attributor = kubelet_attributor(kubelet.socket_path)
     try:
         for _ in range(200):
             attribution, _ = attributor.attribute(whole_gpus(1), time.time())

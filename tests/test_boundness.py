@@ -530,7 +530,7 @@ def test_recorded_h200_loads_back_to_back_each_settle_within_two_windows() -> No
 
 def classify_sim(scenario: str, cycles: int = 240) -> dict[tuple[int, str], list[str | None]]:
     """Play a simulated node through the classifier as the sampler does; classes per (gpu, leaf)."""
-    from exporter.backends.sim import SimulatedBackend
+    from exporter.sim import SimulatedBackend
 
     backend = SimulatedBackend(scenario, seed=1)
     clf = BoundnessClassifier()
@@ -699,7 +699,7 @@ def test_simulated_time_sliced_node_shows_the_h200_signatures() -> None:
 
 
 def test_simulated_stalled_job_exports_a_busy_ratio_of_about_a_half() -> None:
-    from exporter.backends.sim import SimulatedBackend
+    from exporter.sim import SimulatedBackend
 
     backend = SimulatedBackend("timeslice", seed=1)
     busy = []

@@ -34,6 +34,7 @@ from dashboard.advisor.query import Window, measure
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from exporter.metrics import spec
+from exporter.model import BOUNDNESS_CLASSES
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ IDLE_FROM = 20 * 60 + 30.0
 5 m window (promtool's backfill evaluates a few seconds off the minute it stamps)."""
 NODE = "n1:9445"
 H200 = "NVIDIA H200"
-CLASSES = ("idle", "launch", "latency", "memory", "compute", "mixed")
+CLASSES = BOUNDNESS_CLASSES
 
 
 def _leaves(t: float, t0: float) -> list[dict[str, Any]]:

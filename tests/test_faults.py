@@ -6,9 +6,9 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from exporter.backends.sim import SimFaults, SimulatedBackend
 from exporter.collector import SnapshotCollector
 from exporter.sampler import Sampler, SamplerOptions
+from exporter.sim import SimFaults, SimulatedBackend
 from tests.support.exporter import run_exporter
 from tests.support.net import get
 

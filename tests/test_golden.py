@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.backends.sim import SimulatedBackend
 from exporter.cli import make_attributor, make_classifier
 from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
 from exporter.sampler import Sampler
+from exporter.sim import Simulation
 
 GOLDEN = Path(__file__).parent / "golden"
 CYCLES = 15
@@ -27,11 +27,12 @@ EPOCH = 1_790_000_000.0
 def render(scenario: str, cycles: int = CYCLES) -> str:
     """Exposition of ``scenario`` (seed 0) after ``cycles`` cycles on a simulated clock."""
     cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
-    backend = SimulatedBackend(scenario, seed=0)
+    simulation = Simulation.create(scenario, seed=0)
+    backend = simulation.backend
     tick = [0.0]
     sampler = Sampler(
         backend,
-        attributor=make_attributor(cfg, backend),
+        attributor=make_attributor(cfg, simulation),
         classifier=make_classifier(cfg),
         clock=lambda: tick[0],
         wall=lambda: EPOCH + tick[0],

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from exporter.backends.sim import SimulatedBackend
+from exporter.sim import SimulatedBackend
 from tests.support.exporter import run_exporter
 from tests.support.net import free_port, get, wait_http
 from tests.support.prometheus import run_prometheus, scrape_config, wait_for_query

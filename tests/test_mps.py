@@ -11,14 +11,14 @@ from prometheus_client import CollectorRegistry
 
 from exporter.analysis.boundness import BoundnessClassifier
 from exporter.analysis.sharing import SHARING_MODES
-from exporter.attribution.pipeline import AttributionOptions, build_attributor
 from exporter.backends.nvml import NvmlBackend
-from exporter.backends.sim import SimulatedBackend
 from exporter.collector import SnapshotCollector
 from exporter.metrics import spec
 from exporter.model import MPS_CLIENT, MPS_SERVER, Snapshot
 from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
 from exporter.sampler import Sampler
+from exporter.sim import SimulatedBackend
+from exporter.sim.attribution import simulated_attributor
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
 
 GiB = 1 << 30
@@ -113,9 +113,7 @@ def test_a_gpu_without_mps_asks_no_process_names() -> None:
 @pytest.fixture(scope="module")
 def mps_snapshot() -> Snapshot:
     backend = SimulatedBackend("mps", seed=1)
-    sampler = Sampler(
-        backend, attributor=build_attributor(AttributionOptions(), backend), classifier=BoundnessClassifier()
-    )
+    sampler = Sampler(backend, attributor=simulated_attributor(backend), classifier=BoundnessClassifier())
     for _ in range(20):
         snap = sampler.run_once()
     return snap

@@ -589,7 +589,7 @@ def test_driver_reserved_memory_comes_from_memory_info_v2_and_is_unknown_with_v1
 def test_both_backends_spell_nvml_error_codes_the_same() -> None:
     # The simulator's injected failures and the NVML backend's both count lower-case NVML codes,
     # so gpulens_nvml_errors_total{code} means one thing whichever backend produced it.
-    from exporter.backends.sim import SimFaults, SimulatedBackend
+    from exporter.sim import SimFaults, SimulatedBackend
 
     fake = FakeNvml([h200(0)])
     fake.fail_always("nvmlDeviceGetTemperature", "UNKNOWN")

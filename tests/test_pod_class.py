@@ -112,11 +112,11 @@ def _series(reg: CollectorRegistry, name: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def timeslice_registry() -> CollectorRegistry:
-    from exporter.attribution.pipeline import AttributionOptions, build_attributor
-    from exporter.backends.sim import SimulatedBackend
+    from exporter.sim import SimulatedBackend
+    from exporter.sim.attribution import simulated_attributor
 
     backend = SimulatedBackend("timeslice", seed=1)
-    attributor = build_attributor(AttributionOptions(), backend)
+    attributor = simulated_attributor(backend)
     sampler = Sampler(backend, attributor=attributor, classifier=BoundnessClassifier())
     for _ in range(30):
         sampler.run_once()

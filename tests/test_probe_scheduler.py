@@ -33,10 +33,10 @@ from exporter.probe_scheduler import (
     ProbeOutcome,
     ProbeRequest,
     ProbeScheduler,
-    SimulatedProbeRunner,
     parse_probe_output,
 )
 from exporter.sampler import Sampler
+from exporter.sim.probes import SimulatedProbeRunner
 from tests.fakes_backend import ScriptedBackend
 
 GiB = 1 << 30

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import pytest
 
 from exporter.backends.base import GpuBackend
-from exporter.backends.sim import SCENARIOS, SimFaults, SimulatedBackend
-from exporter.backends.sim_scenarios import MIG_PROFILES
 from exporter.model import BackendSample, GpmSample, GpuSample, LeafSample
+from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
+from exporter.sim.scenarios import MIG_PROFILES
 
 MIB = 1024**2
 GIB = 1024**3
@@ -184,10 +184,10 @@ def test_allocated_but_idle_gpu_holds_40_gib_held_by_a_pod_and_does_nothing(h200
         assert (g.clock_events or {}).get("gpu_idle") is True
     (proc,) = h200x8[-1].gpus[5].leaves[0].processes
     assert proc.used_memory_bytes == 40 * GIB
-    uid, _ = backend.pid_containers()[proc.pid]
+    uid = backend.pid_owners()[proc.pid].pod_uid
     holders = [d for d in backend.pod_devices() if h200x8[0].gpus[5].uuid in d.device_ids]
     assert [d.pod_uid for d in holders] == [uid]
-    assert backend.pod_owners()[uid][0] == "notebooks"
+    assert {p.uid: p for p in backend.pods()}[uid].namespace == "notebooks"
 
 
 def test_unallocated_gpu_is_idle_and_held_by_nobody(h200x8: list[BackendSample]) -> None:
@@ -240,16 +240,17 @@ def _device_targets(sample: BackendSample, replicas: dict[str, int]) -> set[str]
 def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str) -> None:
     backend = SimulatedBackend(scenario)
     sample = run(backend, 2)[-1]
-    devices, owners, pids = backend.pod_devices(), backend.pod_owners(), backend.pid_containers()
+    devices, owners, pids = backend.pod_devices(), {p.uid: p for p in backend.pods()}, backend.pid_owners()
     targets = _device_targets(sample, backend.sharing_replicas())
     held: dict[str, tuple[str | None, str]] = {}
     for d in devices:
         assert d.pod_uid in owners
-        namespace, pod, phase, kind, workload = owners[d.pod_uid]
+        o = owners[d.pod_uid]
+        namespace, pod, phase, kind, workload = o.namespace, o.name, o.phase, o.workload_kind, o.workload
         assert (d.namespace, d.pod) == (namespace, pod)
         assert phase == "Running" and kind in {"Deployment", "Job", "StatefulSet", "CronJob"}
         assert namespace in {"ml-training", "inference", "research", "notebooks", "etl"}
-        assert pod.startswith(workload)
+        assert workload is not None and pod.startswith(workload)
         assert d.resource.startswith("nvidia.com/")
         for device in d.device_ids:
             assert device in targets, f"{device} matches no GPU, MIG instance or replica"
@@ -263,9 +264,9 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
     procs = [(g, leaf, p) for g in sample.gpus for leaf in g.leaves for p in leaf.processes]
     assert procs and {p.pid for _, _, p in procs} == set(pids)
     for g, leaf, p in procs:
-        owner = pids[p.pid]
+        owner = (pids[p.pid].pod_uid, pids[p.pid].container)
         if p.mps_role == "server":
-            assert owners[str(owner[0])][1].startswith("nvidia-device-plugin-mps")
+            assert owners[owner[0]].name.startswith("nvidia-device-plugin-mps")
             continue
         if leaf.mig is not None:
             assert held[leaf.mig.mig_uuid] == owner
@@ -281,7 +282,7 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
 
 def test_h200x8_pods_cover_the_owner_kinds_and_a_two_gpu_training_pod() -> None:
     backend = SimulatedBackend("h200x8")
-    kinds = {o[3] for o in backend.pod_owners().values()}
+    kinds = {o.workload_kind for o in backend.pods()}
     assert kinds == {"Deployment", "Job", "StatefulSet", "CronJob"}
     assert sorted(len(d.device_ids) for d in backend.pod_devices()) == [1, 1, 1, 1, 1, 2]
     assert backend.sharing_replicas() == {}

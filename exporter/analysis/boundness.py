@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from exporter.model import GpmSample
+from exporter.model import BOUNDNESS_CLASSES, GpmSample
 
-BUSY_CLASSES: tuple[str, ...] = ("launch", "latency", "memory", "compute", "mixed")
+BUSY_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c != "idle")
 """Classes a working leaf can have (``idle`` is the absence of work)."""
 
 # Window signal slots: raw means first, then busy-seconds per busy class.

@@ -15,10 +15,11 @@ import stat
 import time
 from collections.abc import Collection, Mapping
 
+from exporter.attribution import stages
 from exporter.attribution.merge import PidOwner
 from exporter.model import StageResult
 
-STAGE = "cgroup"
+STAGE = stages.CGROUP
 
 _POD_UID = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?$"

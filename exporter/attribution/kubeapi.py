@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from exporter.attribution import stages
 from exporter.attribution.merge import PodDirectory, PodMeta
 from exporter.model import StageResult
 
 log = logging.getLogger(__name__)
 
-STAGE = "kube_api"
+STAGE = stages.KUBE_API
 _HTTP_GONE = 410
 _HTTP_FORBIDDEN = 403
 

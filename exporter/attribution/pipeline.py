@@ -3,17 +3,16 @@
 Each source (kubelet PodResources, Kubernetes API, /proc cgroups) refreshes on its own schedule and
 can fail alone; ``attribute`` only reads their latest state and merges it, so it costs well under
 a millisecond when nothing changed.  The simulated backend supplies simulated sources that go
-through the same merge code.
+through the same merge code (``exporter.sim.attribution``).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Protocol
 
 from exporter.attribution.deviceids import DeviceIndex
 from exporter.attribution.merge import (
@@ -21,36 +20,33 @@ from exporter.attribution.merge import (
     KubeletView,
     PidOwner,
     PodDirectory,
-    PodMeta,
     UnmappedCounter,
     build_allocations,
     build_usages,
     leaf_tenants,
 )
-from exporter.model import Attribution, BackendSample, ContainerDevices, PodUsage, StageResult
+from exporter.model import Attribution, BackendSample, PodUsage, StageResult
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-
-STAGE_PODRESOURCES = "podresources"
-STAGE_KUBE_API = "kube_api"
-STAGE_CGROUP = "cgroup"
 
 
 @dataclass(frozen=True)
 class AttributionOptions:
-    """What the command line says about attribution."""
+    """What the command line says about attribution.
 
-    podresources_socket: str | None = DEFAULT_PODRESOURCES_SOCKET
+    No field has a default: the flags (``exporter.config``) are the one place that says what is
+    on when nothing is given.
+    """
+
+    podresources_socket: str | None
     """Kubelet PodResources unix socket; ``None`` disables the kubelet source."""
-    node_name: str | None = None
+    node_name: str | None
     """This node's name (``--kubernetes.node-name`` / ``NODE_NAME``); ``None`` = no API watch."""
-    kube_api: bool = True
+    kube_api: bool
     """``--[no-]kubernetes.api``: watch pod metadata (phase, owner workload, container IDs)."""
-    procfs: str = "/proc"
+    procfs: str
     """``--path.procfs``: where host PIDs' ``cgroup`` files are (needs hostPID or host /proc)."""
-    refresh_seconds: float = 10.0
+    refresh_seconds: float
     """``--kubernetes.refresh-interval``: kubelet refresh period, seconds."""
 
 
@@ -103,7 +99,11 @@ class PidSource(Protocol):
 
 
 class PipelineAttributor:
-    """Merges whichever sources are enabled; caches the allocation part until an input changes."""
+    """Merges whichever sources are enabled; caches the allocation part until an input changes.
+
+    ``sharing_replicas``, when given, is a device plugin's own count of time-slicing replicas per
+    GPU UUID; it replaces the count inferred from the kubelet's ``::N`` device IDs.
+    """
 
     def __init__(
         self,
@@ -149,8 +149,8 @@ class PipelineAttributor:
         if self._sharing_replicas is not None and not index.empty:
             try:
                 replicas = MappingProxyType(dict(self._sharing_replicas()))
-            except Exception as exc:  # the simulator's own answer only; keep the kubelet's
-                log.debug("simulated sharing_replicas failed: %s", exc)
+            except Exception as exc:  # keep the kubelet's count
+                log.debug("sharing_replicas source failed: %s", exc)
         attribution = Attribution(
             allocations=allocs.allocations,
             usages=usages,
@@ -193,108 +193,9 @@ class PipelineAttributor:
                     log.exception("closing attribution source")
 
 
-# --- simulated sources ----------------------------------------------------------------------
-
-
-def _timed(stage: str, fn: Callable[[], Any]) -> tuple[Any, StageResult]:
-    start = time.perf_counter()
-    try:
-        value = fn()
-    except Exception as exc:  # a simulated fault: this stage fails, the others go on
-        log.debug("simulated %s source failed: %s", stage, exc)
-        return None, StageResult(stage, False, time.perf_counter() - start)
-    return value, StageResult(stage, True, time.perf_counter() - start)
-
-
-class SimulatedKubeletSource:
-    """Kubelet view from ``backend.pod_devices()``; a raising call is a failed refresh."""
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self._last: tuple[tuple[ContainerDevices, ...], KubeletView] | None = None
-        self._last_success: float | None = None
-
-    def latest(self) -> tuple[KubeletView | None, StageResult, float | None]:
-        """Ask the simulator now (it is in memory); keep the view object while it is unchanged."""
-        devices, result = _timed(STAGE_PODRESOURCES, lambda: tuple(self._backend.pod_devices()))
-        if devices is None:
-            return None, result, self._last_success
-        self._last_success = time.time()
-        if self._last is None or self._last[0] != devices:
-            self._last = (devices, KubeletView(devices=devices, allocatable=None))
-        return self._last[1], result, self._last_success
-
-    def close(self) -> None:
-        """Nothing to stop."""
-
-
-class SimulatedPodSource:
-    """Pod metadata from ``backend.pod_owners()``: uid -> (namespace, pod, phase, kind, workload)."""
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self._last: tuple[object, PodDirectory] | None = None
-
-    def latest(self) -> tuple[PodDirectory | None, StageResult]:
-        """Directory of the simulated pods; the same object while the simulator's answer is unchanged."""
-        owners, result = _timed(STAGE_KUBE_API, lambda: dict(self._backend.pod_owners()))
-        if owners is None:
-            return None, result
-        if self._last is None or self._last[0] != owners:
-            metas = [
-                PodMeta(uid=uid, namespace=ns, name=pod, phase=phase, workload_kind=kind, workload=workload)
-                for uid, (ns, pod, phase, kind, workload) in owners.items()
-            ]
-            self._last = (owners, PodDirectory.of(metas))
-        return self._last[1], result
-
-    def close(self) -> None:
-        """Nothing to stop."""
-
-
-class SimulatedPidSource:
-    """PID owners from ``backend.pid_containers()``: pid -> (pod_uid, container)."""
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-
-    def owners(self, pids: Collection[int]) -> tuple[Mapping[int, PidOwner] | None, StageResult]:
-        """Owners of the given PIDs that the simulator places in pods."""
-        table, result = _timed(STAGE_CGROUP, lambda: dict(self._backend.pid_containers()))
-        if table is None:
-            return None, result
-        found = {pid: PidOwner(pod_uid=table[pid][0], container=table[pid][1]) for pid in pids if pid in table}
-        return found, result
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-_SIM_METHODS = ("pod_devices", "pod_owners", "pid_containers", "sharing_replicas")
-
-
-def is_simulated(backend: object) -> bool:
-    """True for a backend that carries simulated pods (duck-typed on the simulator's methods)."""
-    return all(callable(getattr(backend, m, None)) for m in _SIM_METHODS)
-
-
-def build_attributor(options: AttributionOptions, backend: object) -> Attributor:
-    """The attributor for these options: simulated sources for the simulator (unless a socket was
-    given explicitly), else the enabled real sources."""
-    explicit_socket = options.podresources_socket not in (None, DEFAULT_PODRESOURCES_SOCKET)
-    if is_simulated(backend) and not explicit_socket:
-        sim: Any = backend
-        return PipelineAttributor(
-            SimulatedKubeletSource(sim),
-            SimulatedPodSource(sim),
-            SimulatedPidSource(sim),
-            sharing_replicas=lambda: sim.sharing_replicas(),
-        )
-    return build_real_attributor(options)
-
-
-def build_real_attributor(options: AttributionOptions) -> PipelineAttributor:
-    """Kubelet gRPC, API watch and /proc sources, each only when its option enables it.
+def build_attributor(options: AttributionOptions) -> PipelineAttributor:
+    """Kubelet gRPC, API watch and /proc sources, each only when its option enables it (and only
+    then imported: gRPC and the Kubernetes client are loaded by the sources that use them).
 
     The /proc source needs the API (cgroups name pod UIDs, the kubelet does not), so it is
     enabled with it.

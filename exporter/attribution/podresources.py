@@ -15,13 +15,14 @@ import time
 
 import grpc
 
+from exporter.attribution import stages
 from exporter.attribution._proto import api_pb2, api_pb2_grpc
 from exporter.attribution.merge import KubeletView
 from exporter.model import ContainerDevices, StageResult
 
 log = logging.getLogger(__name__)
 
-STAGE = "podresources"
+STAGE = stages.PODRESOURCES
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest reply accepted: 1,000 pods with SR-IOV NICs and CPU lists exceed the 4 MiB default."""
 

@@ -7,10 +7,6 @@ from typing import Protocol, runtime_checkable
 from exporter.model import BackendSample
 
 
-class BackendUnavailable(Exception):
-    """The backend cannot answer at all (no driver, library mismatch); carries the reason."""
-
-
 @runtime_checkable
 class GpuBackend(Protocol):
     """Source of one ``BackendSample`` per sampling cycle.

@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.backends import sim_workloads as w
+from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.model import ContainerDevices, MigInstance
+from exporter.sim import workloads as w
 
 MIB = 1024**2
 GIB = 1024**3
@@ -39,19 +40,17 @@ class MigProfile:
     name: str
     compute_slices: int
     memory_bytes: int
-    first_gpu_instance_id: int
-    """Where NVML starts numbering GPU instances of this size (placements)."""
 
 
 MIG_PROFILES: dict[str, MigProfile] = {
     p.name: p
     for p in (
-        MigProfile("1g.18gb", 1, int(17.25 * GIB), 7),
-        MigProfile("1g.35gb", 1, int(34.75 * GIB), 3),
-        MigProfile("2g.35gb", 2, int(34.75 * GIB), 3),
-        MigProfile("3g.71gb", 3, 70 * GIB, 1),
-        MigProfile("4g.71gb", 4, 70 * GIB, 1),
-        MigProfile("7g.141gb", 7, int(139.625 * GIB), 0),
+        MigProfile("1g.18gb", 1, int(17.25 * GIB)),
+        MigProfile("1g.35gb", 1, int(34.75 * GIB)),
+        MigProfile("2g.35gb", 2, int(34.75 * GIB)),
+        MigProfile("3g.71gb", 3, 70 * GIB),
+        MigProfile("4g.71gb", 4, 70 * GIB),
+        MigProfile("7g.141gb", 7, int(139.625 * GIB)),
     )
 }
 
@@ -102,10 +101,10 @@ class Scenario:
     name: str
     gpus: tuple[GpuSpec, ...]
     pod_devices: tuple[ContainerDevices, ...]
-    pod_owners: dict[str, tuple[str, str, str, str, str]]
-    """pod UID -> (namespace, pod, phase, workload kind, workload name)."""
-    pid_containers: dict[int, tuple[str, str]]
-    """host PID -> (pod UID, container)."""
+    pods: tuple[PodMeta, ...]
+    """What the API server would say about the node's pods (phase, owner workload)."""
+    pid_owners: dict[int, PidOwner]
+    """host PID -> the pod and container it runs in (what /proc/<pid>/cgroup would say)."""
     sharing_replicas: dict[str, int] = field(default_factory=dict)
     """GPU UUID -> time-slicing replicas the device plugin advertises."""
 
@@ -127,8 +126,8 @@ class _NodeBuilder:
         self._pid = 3100 + self._rng.randrange(900)
         self.gpus: list[GpuSpec] = []
         self.devices: list[ContainerDevices] = []
-        self.owners: dict[str, tuple[str, str, str, str, str]] = {}
-        self.pids: dict[int, tuple[str, str]] = {}
+        self.owners: dict[str, PodMeta] = {}
+        self.pids: dict[int, PidOwner] = {}
         self.sharing: dict[str, int] = {}
 
     def _uuid(self, key: str) -> str:
@@ -148,20 +147,20 @@ class _NodeBuilder:
         if kind == "Deployment":
             name = f"{workload}-{self._suffix(10)}-{self._suffix(5)}"
         elif kind == "StatefulSet":
-            ordinal = sum(1 for o in self.owners.values() if o[4] == workload and o[3] == kind)
+            ordinal = sum(1 for o in self.owners.values() if o.workload == workload and o.workload_kind == kind)
             name = f"{workload}-{ordinal}"
         elif kind == "CronJob":
             name = f"{workload}-{29410000 + self._rng.randrange(90000)}-{self._suffix(5)}"
         else:
             name = f"{workload}-{self._suffix(5)}"
         uid = self._uuid(f"pod/{namespace}/{name}")
-        self.owners[uid] = (namespace, name, phase, kind, workload)
+        self.owners[uid] = PodMeta(uid, namespace, name, phase=phase, workload_kind=kind, workload=workload)
         return uid, name
 
     def hold(self, pod_uid: str, container: str, resource: str, device_ids: tuple[str, ...]) -> None:
         """The kubelet allocated ``device_ids`` of ``resource`` to this container."""
-        namespace, name = self.owners[pod_uid][:2]
-        self.devices.append(ContainerDevices(namespace, name, container, resource, device_ids, pod_uid))
+        pod = self.owners[pod_uid]
+        self.devices.append(ContainerDevices(pod.namespace, pod.name, container, resource, device_ids, pod_uid))
 
     def proc(
         self,
@@ -173,7 +172,7 @@ class _NodeBuilder:
     ) -> ProcessSpec:
         self._pid += 1 + self._rng.randrange(400)
         if pod_uid is not None and container is not None:
-            self.pids[self._pid] = (pod_uid, container)
+            self.pids[self._pid] = PidOwner(pod_uid=pod_uid, container=container)
         # Memory is allocated in 2 MiB pages.
         return ProcessSpec(self._pid, workload, memory_bytes // (2 * MIB) * 2 * MIB, pod_uid, container, mps_role)
 
@@ -208,7 +207,12 @@ class _NodeBuilder:
 
     def build(self) -> Scenario:
         return Scenario(
-            self.scenario, tuple(self.gpus), tuple(self.devices), dict(self.owners), dict(self.pids), self.sharing
+            self.scenario,
+            tuple(self.gpus),
+            tuple(self.devices),
+            tuple(self.owners.values()),
+            dict(self.pids),
+            self.sharing,
         )
 
 

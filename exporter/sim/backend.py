@@ -1,7 +1,7 @@
 """Simulated GPU backend: a seeded, deterministic H200 node for CI, the demo and golden tests.
 
-``SimulatedBackend`` plays one of the named scenarios in ``sim_scenarios`` (which GPU runs what,
-MIG layouts, pods) through the workloads of ``sim_workloads`` and returns the same model types
+``SimulatedBackend`` plays one of the named scenarios in ``scenarios`` (which GPU runs what,
+MIG layouts, pods) through the workloads of ``workloads`` and returns the same model types
 as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
 N-th sample depends only on (scenario, seed, N) and the faults injected, never on the clock.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any
 
-from exporter.backends import sim_scenarios as sc
-from exporter.backends.sim_faults import FaultView, SimFaults
+from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.model import (
     MPS_SERVER,
     BackendSample,
@@ -25,6 +25,8 @@ from exporter.model import (
     LeafSample,
     ProcessSample,
 )
+from exporter.sim import scenarios as sc
+from exporter.sim.faults import FaultView, SimFaults
 
 __all__ = ["SCENARIOS", "SimFaults", "SimulatedBackend"]
 
@@ -51,7 +53,10 @@ _CLOCK_REASONS = (
     "sw_thermal_slowdown",
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
+    "display_clock_setting",
 )
+"""Every reason the H200's NVML lists as supported (docs/gpu-validation.md), as the NVML backend
+labels them; tests/test_backend_contract.py fails when the two lists differ."""
 _GPU_FIELDS = frozenset(f.name for f in fields(GpuSample))
 _LEAF_FIELDS = frozenset(f.name for f in fields(LeafSample))
 _GPM_FIELDS = frozenset(f.name for f in fields(GpmSample))
@@ -84,7 +89,8 @@ class SimulatedBackend:
     ``seed`` changes the noise and starting counters, not identities (UUIDs, PIDs, pods).
     ``faults`` can be flipped while sampling runs (``SimFaults``).  Besides ``sample()`` it
     answers what a Kubernetes node would: ``pod_devices()`` (kubelet PodResources),
-    ``pod_owners()`` (API server), ``pid_containers()`` (cgroups), ``sharing_replicas()``.
+    ``pods()`` (API server), ``pid_owners()`` (cgroups), ``sharing_replicas()`` (device plugin);
+    ``exporter.sim.attribution`` turns those into attribution sources.
     """
 
     name = "sim"
@@ -161,13 +167,13 @@ class SimulatedBackend:
         """Kubelet PodResources view: device IDs (``GPU-…``, ``MIG-…``, ``GPU-…::N``) per container."""
         return self._scenario.pod_devices
 
-    def pod_owners(self) -> dict[str, tuple[str, str, str, str, str]]:
-        """API server view: pod UID -> (namespace, pod, phase, workload kind, workload)."""
-        return dict(self._scenario.pod_owners)
+    def pods(self) -> tuple[PodMeta, ...]:
+        """API server view: every simulated pod with its phase and owner workload."""
+        return self._scenario.pods
 
-    def pid_containers(self) -> dict[int, tuple[str, str]]:
-        """cgroup view: host PID of every simulated pod process -> (pod UID, container)."""
-        return dict(self._scenario.pid_containers)
+    def pid_owners(self) -> Mapping[int, PidOwner]:
+        """cgroup view: host PID of every simulated pod process -> its pod UID and container."""
+        return MappingProxyType(self._scenario.pid_owners)
 
     def sharing_replicas(self) -> dict[str, int]:
         """GPU UUID -> time-slicing replicas advertised (only shared GPUs)."""
@@ -335,8 +341,10 @@ class SimulatedBackend:
             pcie_link_generation=5,
             pcie_link_width=16,
             pcie_replay_errors=0,
-            nvlink_tx_bytes_per_second=_kib(nvlink),
-            nvlink_rx_bytes_per_second=_kib(nvlink),
+            # The NVML backend reads NVLink throughput from the whole GPU's GPM counters, which a
+            # GPU in MIG mode does not sample.
+            nvlink_tx_bytes_per_second=None if spec.mig_enabled else _kib(nvlink),
+            nvlink_rx_bytes_per_second=None if spec.mig_enabled else _kib(nvlink),
             ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
             remapped_rows=MappingProxyType(
                 {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}
