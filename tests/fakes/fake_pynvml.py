@@ -137,6 +137,12 @@ class FakeMig:
     gpu_instance_id: int
     compute_instance_id: int = 0
     name: str = "NVIDIA H200 MIG 1g.18gb"
+    """The MIG device's name; older drivers leave the profile out of it."""
+    profile_id: int = 0
+    """NVML GPU instance profile id of its GPU instance (``nvmlGpuInstanceGetInfo``)."""
+    profile_name: str = "MIG 1g.18gb"
+    profile_slices: int = 1
+    profile_memory_mib: int = 16_384
     memory_used: int = 1 << 30
     memory_total: int = 18 << 30
     processes: list[FakeProcess] = field(default_factory=list)
@@ -216,6 +222,17 @@ class _Metric:
         self.value = 0.0
 
 
+class _MetricArray(dict[int, _Metric]):
+    """The struct's ``metrics[NVML_GPM_METRIC_MAX]`` array; entries are made on first use, so a
+    request costs what the few metrics asked cost (a ctypes struct is one allocation)."""
+
+    def __missing__(self, slot: int) -> _Metric:
+        if not 0 <= slot < NVML_GPM_METRIC_MAX:
+            raise IndexError(slot)
+        metric = self[slot] = _Metric()
+        return metric
+
+
 class _GpmMetricsGet:
     """Mirror of the ctypes struct: version, numMetrics, sample1, sample2, metrics[]."""
 
@@ -224,7 +241,7 @@ class _GpmMetricsGet:
         self.numMetrics = 0
         self.sample1: Any = None
         self.sample2: Any = None
-        self.metrics = [_Metric() for _ in range(NVML_GPM_METRIC_MAX)]
+        self.metrics = _MetricArray()
 
 
 c_nvmlGpmMetricsGet_t = _GpmMetricsGet
@@ -562,6 +579,31 @@ class FakeNvml:
             raise NVMLError(code("INVALID_ARGUMENT"))
         return h.mig.compute_instance_id
 
+    def nvmlDeviceGetGpuInstanceById(self, h: FakeHandle, gpu_instance_id: int) -> FakeHandle:
+        """A GPU instance, modelled as a handle on its first MIG device."""
+        self._enter("nvmlDeviceGetGpuInstanceById", h)
+        for mig in h.gpu.migs:
+            if mig.gpu_instance_id == gpu_instance_id:
+                return FakeHandle(h.gpu, self.generation, mig)
+        raise NVMLError(code("NOT_FOUND"))
+
+    def nvmlGpuInstanceGetInfo(self, instance: FakeHandle) -> Any:
+        self._enter("nvmlGpuInstanceGetInfo", instance)
+        assert instance.mig is not None
+        return SimpleNamespace(device=instance, id=instance.mig.gpu_instance_id, profileId=instance.mig.profile_id)
+
+    def nvmlDeviceGetGpuInstanceProfileInfoById(self, h: FakeHandle, profile_id: int) -> Any:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfoById", h)
+        for mig in h.gpu.migs:
+            if mig.profile_id == profile_id:
+                return SimpleNamespace(
+                    id=profile_id,
+                    sliceCount=mig.profile_slices,
+                    memorySizeMB=mig.profile_memory_mib,
+                    name=mig.profile_name.encode(),  # a c_char array reads as bytes
+                )
+        raise NVMLError(code("INVALID_ARGUMENT"))
+
     # -- GPM -------------------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> Any:
         self._enter("nvmlGpmQueryDeviceSupport", h)
@@ -598,7 +640,7 @@ class FakeNvml:
         assert request.version == NVML_GPM_METRICS_GET_VERSION
         assert request.sample1.filled and request.sample2.filled
         assert request.sample1 is not request.sample2
-        for metric in request.metrics[: request.numMetrics]:
+        for metric in (request.metrics[slot] for slot in range(request.numMetrics)):
             if metric.metricId in request.sample2.values:
                 metric.value = request.sample2.values[metric.metricId]
                 metric.nvmlReturn = NVML_SUCCESS
