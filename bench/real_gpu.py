@@ -8,7 +8,9 @@ state -> client-side latency p50/p99 (full body read); (2) a quiet 60 s with one
 of each (what Prometheus does) -> CPU seconds per second of each process from /proc/PID/stat
 (threads included, children not); RSS at the end. ``--peer`` replaces the nvitop-exporter command
 (for a dry run on a machine without a GPU); ``--load matmul`` keeps a bf16 matmul child busy
-on the GPU meanwhile (so per-process utilisation is read too).
+on the GPU meanwhile (so per-process utilisation is read too); ``--kubelet`` serves a real gRPC
+PodResources socket (one pod holding every GPU that ``nvidia-smi -L`` lists) and points gpulens at
+it, as on a Kubernetes node, so the kubelet client is loaded and refreshed during the run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tests.fakes.kubelet_server import FakeKubelet, devices, pod
 from tests.support.procstat import cpu_seconds, rss_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +66,19 @@ class Figures:
     scrape_max_ms: float
     cpu_cores: float
     rss_mb: float
+
+
+def start_kubelet() -> FakeKubelet:
+    """A PodResources server whose one pod holds every GPU of this machine."""
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError:  # a dry run without a GPU
+        listing = ""
+    uuids = [line.split("UUID: ")[1].rstrip(")") for line in listing.splitlines() if "UUID: GPU-" in line]
+    kubelet = FakeKubelet().start()
+    kubelet.pods = [pod("ml", "train-0", [("main", [("nvidia.com/gpu", uuids)])])]
+    kubelet.allocatable = [devices("nvidia.com/gpu", uuids)]
+    return kubelet
 
 
 def scrape(url: str) -> tuple[float, bytes]:
@@ -172,8 +188,12 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=500)
     parser.add_argument("--tag", default="", help="file name stem of the outputs")
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
+    parser.add_argument("--kubelet", action="store_true", help="serve a PodResources socket and point gpulens at it")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    kubelet = start_kubelet() if args.kubelet else None
+    if kubelet is not None:
+        args.ours += f" --kubernetes.podresources-socket {kubelet.socket_path}"
 
     ours = Exporter("gpulens", args.ours, "http://127.0.0.1:9445/metrics")
     peer = Exporter(args.peer_label, args.peer, args.peer_url)
@@ -191,6 +211,8 @@ def main() -> None:
         time.sleep(5.0)
         figs = run(ours, peer, args.scrapes, args.quiet_seconds)
     finally:
+        if kubelet is not None:
+            kubelet.close()
         if load is not None:
             load.kill()
             load.wait()
@@ -208,6 +230,8 @@ def main() -> None:
         "commands": {"gpulens": args.ours, args.peer_label: args.peer},
         "scrapes": args.scrapes,
         "load": args.load,
+        "kubelet": args.kubelet,
+        "gpulens_podresources_ok": b'gpulens_stage_success{stage="podresources"} 1' in ours.body,
         "quiet_seconds": args.quiet_seconds,
         "latency_mean_ms": {e.label: statistics.fmean(e.latencies) * 1e3 for e in (ours, peer)},
     }

@@ -181,7 +181,11 @@ def unprivileged_check() -> dict[str, Any]:
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            backend = NvmlBackend()
+            import pynvml
+
+            # The Xid event set is waited on each cycle only once registration succeeded.
+            timed = TimedModule(pynvml)
+            backend = NvmlBackend(nvml=timed)
             backend.sample()
             time.sleep(1.0)
             s = backend.sample()
@@ -192,7 +196,7 @@ def unprivileged_check() -> dict[str, Any]:
                 "gpm": g.leaves[0].gpm is not None,
                 "energy": g.energy_joules is not None,
                 "fields_filled": len(describe(g)),
-                "xid_registered": any(x is not None and x.event_set is not None for x in backend._gpus),
+                "xid_registered": bool(timed.seconds.get("nvmlEventSetWait")),
                 "errors": dict(s.errors),
             }
             backend.close()

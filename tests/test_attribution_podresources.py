@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
+from exporter.attribution.grpc_unary import RpcError, StatusCode
 from exporter.attribution.merge import PidOwner, PodDirectory, PodMeta
 from exporter.attribution.pipeline import PipelineAttributor
 from exporter.attribution.podresources import PodResourcesClient, PodResourcesSource
@@ -289,7 +290,7 @@ def test_malformed_entries_never_crash_and_are_counted(kubelet: FakeKubelet) -> 
 
 def test_client_reports_unavailable_for_a_missing_socket() -> None:
     client = PodResourcesClient("/nonexistent/kubelet.sock", timeout_seconds=2)
-    with pytest.raises(grpc.RpcError) as info:
+    with pytest.raises(RpcError) as info:
         client.list()
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert info.value.code == StatusCode.UNAVAILABLE
     client.close()

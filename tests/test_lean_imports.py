@@ -1,5 +1,6 @@
 """The exporter loads only what its flags need: the Kubernetes client only with the API watch,
-gRPC only with a kubelet socket, the probes only with probes on, and never the dashboard's stack.
+the HTTP/2 client (h2) only with a kubelet socket and never grpcio or protobuf, the probes only
+with probes on, and never the dashboard's stack.
 
 Each case builds the exporter as ``python -m exporter`` would (``exporter.cli.build``), runs one
 sampling cycle and renders a scrape in a fresh interpreter, then lists the heavy modules loaded.
@@ -16,7 +17,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-HEAVY = ("kubernetes", "grpc", "google.protobuf", "streamlit", "plotly", "pandas", "numpy", "dashboard", "probes")
+HEAVY = (
+    "kubernetes",
+    "grpc",
+    "google.protobuf",
+    "h2",
+    "hpack",
+    "hyperframe",
+    "streamlit",
+    "plotly",
+    "pandas",
+    "numpy",
+    "dashboard",
+    "probes",
+)
 """Top-level packages the default start path must not load unless a flag asks for them."""
 
 _PROGRAM = """
@@ -46,6 +60,8 @@ def loaded_heavy_modules(*flags: str) -> set[str]:
 
 
 NO_SOCKET = ("--kubernetes.podresources-socket", "")
+KUBELET_CLIENT = {"h2", "hpack", "hyperframe"}
+"""What a kubelet socket adds: the HTTP/2 state machine under the PodResources client."""
 MISSING_SOCKET = ("--kubernetes.podresources-socket", "/nonexistent/pod-resources/kubelet.sock")
 
 
@@ -54,8 +70,8 @@ MISSING_SOCKET = ("--kubernetes.podresources-socket", "/nonexistent/pod-resource
     [
         (("--backend", "sim", "--no-probes"), set()),
         (("--backend", "nvml", "--no-probes", *NO_SOCKET), set()),
-        (("--backend", "sim", "--no-probes", *MISSING_SOCKET), {"grpc", "google.protobuf"}),
-        (("--backend", "nvml", "--no-probes"), {"grpc", "google.protobuf"}),  # the default socket
+        (("--backend", "sim", "--no-probes", *MISSING_SOCKET), KUBELET_CLIENT),
+        (("--backend", "nvml", "--no-probes"), KUBELET_CLIENT),  # the default socket
         (("--backend", "nvml", *NO_SOCKET), {"probes"}),  # probes.expected: the bandwidth table, no CuPy
     ],
     ids=["sim", "nvml-no-kubelet", "sim-kubelet", "nvml-default-socket", "nvml-probes"],

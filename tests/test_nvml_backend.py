@@ -255,6 +255,18 @@ def test_missing_pynvml_module_reports_down_instead_of_raising(clock: Clock, mon
     assert not sample.up and sample.error is not None and "nvidia-ml-py" in sample.error
 
 
+def test_enumeration_failing_right_after_init_reports_down_and_retries(clock: Clock) -> None:
+    fake = FakeNvml([h200(0)])
+    fake.fail("nvmlDeviceGetCount", "UNINITIALIZED")
+    backend = make(fake, clock)
+    failed = backend.sample()
+    assert not failed.up and failed.error is not None and "during enumeration" in failed.error
+    assert backend.sample() == failed, "no new attempt before the first backoff second"
+    clock.now += 1.0
+    recovered = backend.sample()
+    assert recovered.up and gpu(recovered, 0).up and fake.calls["nvmlInit"] == 2
+
+
 def test_driver_reload_reinitialises_with_the_same_uuids_and_fresh_handles(clock: Clock) -> None:
     fake = FakeNvml([h200(i) for i in range(2)])
     backend = make(fake, clock)
@@ -266,6 +278,19 @@ def test_driver_reload_reinitialises_with_the_same_uuids_and_fresh_handles(clock
     assert fake.calls["nvmlInit"] == 2
     again = backend.sample()
     assert again.up and all(g.up for g in again.gpus), "no stale handle survives the re-init"
+
+
+def test_after_a_driver_reload_gpm_starts_afresh_and_stale_buffers_are_not_touched(clock: Clock) -> None:
+    fake = FakeNvml([h200(0, gpm={SM: 40.0})])
+    backend = make(fake, clock)
+    warm = list(cycles(backend, clock, 2))
+    assert warm[-1].gpus[0].leaves[0].gpm is not None
+    fake.reload_driver()
+    reloaded, settled = cycles(backend, clock, 2)
+    assert reloaded.up and reloaded.gpus[0].leaves[0].gpm is None, "a new session's window needs two samples"
+    assert settled.gpus[0].leaves[0].gpm is not None
+    assert fake.calls["nvmlGpmSampleFree"] == 0, "buffers of the lost session are stale pointers: never freed"
+    assert fake.calls["nvmlEventSetFree"] == 0
 
 
 def test_each_xid_event_is_reported_exactly_once(clock: Clock) -> None:
@@ -343,6 +368,22 @@ def test_mig_reconfiguration_swaps_leaves_without_crashing_or_leaking(clock: Clo
     assert gpu(settled, 0).leaves[0].mig.profile == "2g.35gb"  # type: ignore[union-attr]
     live = [s for s in fake.gpm_samples if not s.freed]
     assert len(live) == 2, "only the current instance holds GPM buffers; the old ones were freed"
+
+
+def test_mig_profile_comes_from_the_gpu_instance_profile_when_the_device_name_lacks_it(clock: Clock) -> None:
+    # Older drivers name MIG devices without the profile; the GPU instance profile names it, or
+    # failing that its slice count and memory size do.
+    dev = mig_gpu()
+    dev.migs[0].name = dev.migs[1].name = "NVIDIA H200 MIG"
+    dev.migs[0].profile_id, dev.migs[0].profile_name = 19, "MIG 1g.18gb"
+    dev.migs[1].profile_id, dev.migs[1].profile_name = 9, ""
+    dev.migs[1].profile_slices, dev.migs[1].profile_memory_mib = 3, 71 * 1024
+    fake = FakeNvml([dev])
+    samples = list(cycles(make(fake, clock), clock, 3))
+    profiles = {leaf.leaf_id: leaf.mig.profile for leaf in samples[-1].gpus[0].leaves if leaf.mig is not None}
+    assert profiles == {"MIG-aaaa": "1g.18gb", "MIG-bbbb": "3g.71gb"}
+    assert fake.calls["nvmlDeviceGetGpuInstanceProfileInfoById"] == 2, "asked once per instance, then remembered"
+    assert all(dict(s.errors) == {} for s in samples)
 
 
 def test_gpm_refused_leaves_gpm_empty_and_says_so(clock: Clock) -> None:

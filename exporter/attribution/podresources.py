@@ -4,6 +4,9 @@
 advertises (time-slicing replicas).  The kubelet is asked once per refresh period by a background
 thread, never per scrape or per sampling cycle (dcgm-exporter's per-scrape calls burnt cores on
 MIG nodes).  Replies over gRPC's default 4 MiB are accepted.
+
+The calls go through :mod:`exporter.attribution.grpc_unary` (``h2``) rather than ``grpcio``;
+that module says why.
 """
 
 from __future__ import annotations
@@ -13,93 +16,65 @@ import os
 import threading
 import time
 
-import grpc
-
 from exporter.attribution import stages
-from exporter.attribution._proto import api_pb2, api_pb2_grpc
+from exporter.attribution.grpc_unary import RpcError, StatusCode, UnaryConnection
 from exporter.attribution.merge import KubeletView
+from exporter.attribution.podresources_wire import allocatable_reply, list_reply
 from exporter.model import ContainerDevices, StageResult
 
 log = logging.getLogger(__name__)
 
 STAGE = stages.PODRESOURCES
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-"""Largest reply accepted: 1,000 pods with SR-IOV NICs and CPU lists exceed the 4 MiB default."""
+"""Largest reply accepted: 1,000 pods with SR-IOV NICs and CPU lists exceed gRPC's 4 MiB default."""
+LIST = "/v1.PodResourcesLister/List"
+ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
+EMPTY_REQUEST = b""
+"""Both requests are empty messages, whose protobuf encoding is no bytes."""
 
 
 class PodResourcesClient:
-    """Blocking v1 client; the channel is rebuilt after any failure so a recreated socket
-    (kubelet restart) is picked up on the next call instead of after gRPC's reconnect backoff."""
+    """Blocking v1 client.  Each refresh dials the socket afresh (one connection for both calls),
+    so a recreated socket (kubelet restart) is used at once, with no reconnect backoff."""
 
     def __init__(self, socket_path: str, timeout_seconds: float = 5.0) -> None:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
-        self._channel: grpc.Channel | None = None
-        self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
 
-    def _get_stub(self) -> api_pb2_grpc.PodResourcesListerStub:
-        if self._stub is None:
-            self._channel = grpc.insecure_channel(
-                "unix://" + os.path.abspath(self.socket_path),
-                options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.enable_http_proxy", 0),
-                ],
-            )
-            self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
-        return self._stub
+    def connect(self) -> UnaryConnection:
+        """A connection for one refresh; each call on it is bounded by ``timeout_seconds``."""
+        return UnaryConnection(os.path.abspath(self.socket_path), self.timeout_seconds, MAX_MESSAGE_BYTES)
 
-    def list(self) -> tuple[ContainerDevices, ...]:
-        """Every container's devices, one entry per (container, resource); raises ``grpc.RpcError``."""
-        try:
-            reply = self._get_stub().List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds)
-        except grpc.RpcError:
-            self.reset()
-            raise
-        out: list[ContainerDevices] = []
-        for pod in reply.pod_resources:
-            for container in pod.containers:
-                for dev in container.devices:
-                    out.append(
-                        ContainerDevices(
-                            namespace=pod.namespace,
-                            pod=pod.name,
-                            container=container.name,
-                            resource=dev.resource_name,
-                            device_ids=tuple(dev.device_ids),
-                        )
-                    )
-        return tuple(out)
+    def list(self, conn: UnaryConnection | None = None) -> tuple[ContainerDevices, ...]:
+        """Every container's devices, one entry per (container, resource); raises ``RpcError``
+        or ``WireError``."""
+        if conn is None:
+            with self.connect() as own:
+                return list_reply(own.call(LIST, EMPTY_REQUEST))
+        return list_reply(conn.call(LIST, EMPTY_REQUEST))
 
-    def allocatable(self) -> tuple[str, ...] | None:
+    def allocatable(self, conn: UnaryConnection | None = None) -> tuple[str, ...] | None:
         """Device IDs the node can allocate, all resources; ``None`` on kubelets without the call
         (UNIMPLEMENTED before Kubernetes 1.23 or with the feature gate off)."""
         try:
-            reply = self._get_stub().GetAllocatableResources(
-                api_pb2.AllocatableResourcesRequest(), timeout=self.timeout_seconds
-            )
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            if conn is None:
+                with self.connect() as own:
+                    payload = own.call(ALLOCATABLE, EMPTY_REQUEST)
+            else:
+                payload = conn.call(ALLOCATABLE, EMPTY_REQUEST)
+        except RpcError as exc:
+            if exc.code == StatusCode.UNIMPLEMENTED:
                 return None
-            self.reset()
             raise
-        return tuple(i for dev in reply.devices for i in dev.device_ids)
-
-    def reset(self) -> None:
-        """Drop the channel; the next call dials the socket afresh."""
-        if self._channel is not None:
-            self._channel.close()
-        self._channel = None
-        self._stub = None
+        return allocatable_reply(payload)
 
     def close(self) -> None:
-        """Close the channel; idempotent."""
-        self.reset()
+        """Nothing stays open between refreshes; kept so owners can close uniformly."""
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.RpcError):
-        return f"{exc.code().name}: {exc.details()}"
+    if isinstance(exc, RpcError):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -144,8 +119,9 @@ class PodResourcesSource:
         """Ask the kubelet now; True on success.  Never raises."""
         start = time.perf_counter()
         try:
-            devices = self._client.list()
-            allocatable = self._client.allocatable()
+            with self._client.connect() as conn:
+                devices = self._client.list(conn)
+                allocatable = self._client.allocatable(conn)
         except Exception as exc:  # any failure of this source only fails this stage
             error = _describe(exc)
             with self._lock:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.backends.nvml_query import NvmlQuery
+from exporter.backends.nvml_query import ANY_SCOPE, NvmlQuery
 from exporter.model import GpmSample
 
 #: GpmSample field -> NVML metric constant name (NVML returns each in percent).
@@ -36,6 +36,12 @@ _MIB = 1024 * 1024
 _PERCENT_SLACK = 0.5
 
 
+def _metric_ids(nvml: Any, metrics: dict[str, str]) -> dict[str, int]:
+    """GpmSample field -> NVML metric id, for the metrics the binding ``nvml`` defines."""
+    ids = {field: getattr(nvml, const, None) for field, const in metrics.items()}
+    return {field: i for field, i in ids.items() if isinstance(i, int)}
+
+
 @dataclass
 class _Window:
     previous: Any  # nvmlGpmSample_t holding the last cycle's counters
@@ -53,12 +59,21 @@ class GpmReading:
 
 
 class GpmTracker:
-    """Holds two GPM sample buffers per leaf and turns consecutive samples into ratios."""
+    """Holds two GPM sample buffers per leaf and turns consecutive samples into ratios.
 
-    def __init__(self, nvml: Any, query: NvmlQuery) -> None:
-        self._nvml = nvml
+    One per session, shared by its GPUs: ``retain`` frees the buffers of every leaf that is gone.
+    """
+
+    def __init__(self, query: NvmlQuery) -> None:
         self._q = query
         self._windows: dict[str, _Window] = {}
+        nvml = query.nvml
+        # Metric ids the binding defines (an older one may lack some), resolved once.
+        self._ratio_ids = _metric_ids(nvml, RATIO_METRICS)
+        self._all_ids = {**self._ratio_ids, **_metric_ids(nvml, NVLINK_METRICS)}
+        self._request_type = nvml.c_nvmlGpmMetricsGet_t
+        self._request_version = nvml.NVML_GPM_METRICS_GET_VERSION
+        self._success = nvml.NVML_SUCCESS
 
     def read(
         self,
@@ -75,8 +90,9 @@ class GpmTracker:
         """
         window = self._windows.get(leaf_id)
         if window is None:
-            first = self._q.call(scope, "nvmlGpmSampleAlloc", key="gpm")
-            second = self._q.call(scope, "nvmlGpmSampleAlloc", key="gpm") if first is not None else None
+            alloc = self._q.fns.nvmlGpmSampleAlloc
+            first = self._q.call(scope, alloc, key="gpm")
+            second = self._q.call(scope, alloc, key="gpm") if first is not None else None
             if second is None:
                 self._free(first)
                 return None
@@ -93,25 +109,20 @@ class GpmTracker:
         return reading
 
     def _metrics(self, scope: str, first: Any, second: Any, seconds: float, nvlink: bool) -> GpmReading | None:
-        nvml = self._nvml
-        wanted = dict(RATIO_METRICS)
-        if nvlink:
-            wanted.update(NVLINK_METRICS)
-        ids = {field: getattr(nvml, const, None) for field, const in wanted.items()}
-        ids = {f: i for f, i in ids.items() if isinstance(i, int)}
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        ids = self._all_ids if nvlink else self._ratio_ids
+        request = self._request_type()
+        request.version = self._request_version
         request.numMetrics = len(ids)
         request.sample1 = first
         request.sample2 = second
         for slot, metric_id in enumerate(ids.values()):
             request.metrics[slot].metricId = metric_id
-        if self._q.call(scope, "nvmlGpmMetricsGet", request, key="gpm_metrics") is None:
+        if self._q.call(scope, self._q.fns.nvmlGpmMetricsGet, request, key="gpm_metrics") is None:
             return None
         values: dict[str, float | None] = {}
         for slot, field in enumerate(ids):
             metric = request.metrics[slot]
-            if metric.nvmlReturn != nvml.NVML_SUCCESS:
+            if metric.nvmlReturn != self._success:
                 values[field] = None
                 continue
             raw = float(metric.value)
@@ -146,14 +157,57 @@ class GpmTracker:
             self._free(window.previous)
             self._free(window.spare)
 
-    def forget(self, free: bool = True) -> None:
-        """Drop every buffer; ``free=False`` after NVML lost its state (the pointers are stale)."""
-        if free:
-            self.retain(())
-        self._windows.clear()
+    def forget(self) -> None:
+        """Free every buffer (GPUs re-enumerated, session closing)."""
+        self.retain(())
 
     def _free(self, buffer: Any) -> None:
         if buffer is None:
             return
         with contextlib.suppress(Exception):  # a failing free must not break close()
-            self._q.call("*", "nvmlGpmSampleFree", buffer, key="gpm_free")
+            self._q.call(ANY_SCOPE, self._q.fns.nvmlGpmSampleFree, buffer, key="gpm_free")
+
+
+class GpmReader:
+    """GPM windows of one physical GPU and of its MIG instances, kept in the session's tracker."""
+
+    def __init__(self, q: NvmlQuery, tracker: GpmTracker, handle: Any, uuid: str) -> None:
+        self._q = q
+        self._tracker = tracker
+        self._handle = handle
+        self._uuid = uuid
+        self._capable = False
+        self._has_nvlink = False
+
+    def probe(self) -> None:
+        """Ask once whether the GPU has GPM (Hopper and later) and NVLink (for NVLink throughput)."""
+        q, f = self._q, self._q.fns
+        support = q.call(self._uuid, f.nvmlGpmQueryDeviceSupport, self._handle)
+        self._capable = bool(support is not None and getattr(support, "isSupportedDevice", 0))
+        self._has_nvlink = q.call(self._uuid, f.nvmlDeviceGetNvLinkState, self._handle, 0) is not None
+
+    @property
+    def supported(self) -> bool:
+        """True while the GPU has GPM and NVML has not refused GPM samples on it."""
+        return self._capable and not self._q.is_unsupported(self._uuid, "gpm")
+
+    def read(self, leaf_id: str, gpu_instance_id: int | None, now: float) -> GpmReading | None:
+        """The window ending ``now`` for the whole GPU (``gpu_instance_id=None``) or one MIG instance."""
+        q, u, h = self._q, self._uuid, self._handle
+        if not self.supported:
+            return None
+        if gpu_instance_id is None:
+            sample_get = q.fns.nvmlGpmSampleGet
+
+            def fetch(buffer: Any) -> bool:
+                return q.call(u, sample_get, h, buffer, key="gpm") is not None
+
+        else:
+            if q.is_unsupported(u, "gpm_mig"):
+                return None
+            mig_sample_get = q.fns.nvmlGpmMigSampleGet
+
+            def fetch(buffer: Any) -> bool:
+                return q.call(u, mig_sample_get, h, gpu_instance_id, buffer, key="gpm_mig") is not None
+
+        return self._tracker.read(u, leaf_id, fetch, now, nvlink=self._has_nvlink and gpu_instance_id is None)

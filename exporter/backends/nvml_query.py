@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
+
+from exporter.backends.nvml_functions import NvmlFunction, NvmlFunctions
 
 _log = logging.getLogger(__name__)
 
@@ -18,6 +20,7 @@ _UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NO_PERMISSION")
 _LOST = ("GPU_IS_LOST", "RESET_REQUIRED")
 #: Errors that mean the library lost its state (driver reload, shutdown): re-initialise.
 _REINIT = ("UNINITIALIZED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "LIBRARY_NOT_FOUND")
+_ERROR_PREFIX = "NVML_ERROR_"
 
 ANY_SCOPE = "*"
 """Scope used for a function missing from the binding: it is missing for every device."""
@@ -31,28 +34,39 @@ class NeedsReinit(Exception):
     """NVML lost its state (``Uninitialized``, driver unloaded or swapped): re-init the library."""
 
 
-class NvmlQuery:
-    """Calls binding functions by name and turns NVML errors into data.
+def error_names(nvml: Any) -> dict[int, str]:
+    """NVML error code -> upper-case name (``3`` -> ``NOT_SUPPORTED``), from the binding's constants."""
+    names: dict[int, str] = {}
+    for attr in dir(nvml):
+        if attr.startswith(_ERROR_PREFIX):
+            value = getattr(nvml, attr)
+            if isinstance(value, int):
+                names.setdefault(value, attr[len(_ERROR_PREFIX) :])
+    return names
 
-    ``call()`` returns the function's result, or ``None`` when the value is unavailable this
-    cycle. Per (scope, call) it remembers NotSupported / FunctionNotFound / NoPermission and a
-    function missing from the binding (AttributeError), and never calls those again. Transient
-    errors (Unknown, Timeout, ...) are counted in ``errors`` by lower-case code name
-    (``unknown``, ``timeout``) and retried next cycle. GpuIsLost raises :class:`GpuLost`;
-    Uninitialized and driver errors raise :class:`NeedsReinit`.
+
+class NvmlQuery:
+    """Calls binding functions and turns NVML errors into data.
+
+    ``fns`` holds every function the backend uses, resolved from the binding ``nvml`` once;
+    ``nvml`` stays reachable for constants and structs. ``call()`` returns the function's result,
+    or ``None`` when the value is unavailable this cycle. Per (scope, key) it remembers
+    NotSupported / FunctionNotFound / NoPermission and a function missing from the binding, and
+    never calls those again. Transient errors (Unknown, Timeout, ...) are counted in ``errors``
+    by lower-case code name (``unknown``, ``timeout``) and retried next cycle. GpuIsLost raises
+    :class:`GpuLost`; Uninitialized and driver errors raise :class:`NeedsReinit`.
     """
 
-    def __init__(self, nvml: Any) -> None:
-        self._nvml = nvml
+    def __init__(self, nvml: Any, fns: NvmlFunctions) -> None:
+        self.nvml = nvml
+        self.fns = fns
         self.unsupported: set[tuple[str, str]] = set()
         self.errors: Counter[str] = Counter()
-        self._names: dict[int, str] = {}
-        for attr in dir(nvml):
-            if attr.startswith("NVML_ERROR_"):
-                value = getattr(nvml, attr)
-                if isinstance(value, int):
-                    self._names.setdefault(value, attr[len("NVML_ERROR_") :])
+        self._names = error_names(nvml)
         self._error_type: type[BaseException] = nvml.NVMLError
+        missing = fns.missing()
+        if missing:
+            _log.info("nvml binding has no %s; treating them as unsupported", ", ".join(missing))
 
     def code(self, exc: BaseException) -> str:
         """Upper-case NVML code name of an NVML exception, e.g. ``NOT_SUPPORTED``."""
@@ -60,14 +74,6 @@ class NvmlQuery:
         if isinstance(value, int) and value in self._names:
             return self._names[value]
         return f"CODE_{value}"
-
-    def is_nvml_error(self, exc: BaseException) -> bool:
-        """True for the binding's NVMLError (and subclasses)."""
-        return isinstance(exc, self._error_type)
-
-    def code_value(self, name: str) -> int:
-        """Numeric code of an NVML error name such as ``NOT_FOUND``."""
-        return int(getattr(self._nvml, "NVML_ERROR_" + name))
 
     def is_unsupported(self, scope: str, key: str) -> bool:
         """True once (scope, key) or the bare function was found unsupported."""
@@ -80,35 +86,34 @@ class NvmlQuery:
     def call(
         self,
         scope: str,
-        name: str,
+        function: NvmlFunction,
         *args: Any,
         key: str | None = None,
         expect: Collection[str] = (),
         default: Any = None,
     ) -> Any:
-        """Call ``nvml.<name>(*args)`` for the device ``scope``.
+        """Call ``function(*args)`` for the device ``scope``.
 
         ``key`` distinguishes calls of one function with different arguments (ECC corrected vs
-        uncorrected). Codes in ``expect`` (names like ``NOT_FOUND``) are normal answers: they
-        return ``default`` without being counted.
+        uncorrected); it defaults to the function's name. Codes in ``expect`` (names like
+        ``NOT_FOUND``) are normal answers: they return ``default`` without being counted.
         """
-        key = key or name
+        key = key or function.name
         if self.is_unsupported(scope, key):
             return default
-        fn: Callable[..., Any] | None = getattr(self._nvml, name, None)
+        fn = function.fn
         if fn is None:
             self.unsupported.add((ANY_SCOPE, key))
-            _log.info("nvml binding has no %s; treating it as unsupported", name)
             return default
         try:
             return fn(*args)
         except AttributeError:
             # Some binding wrappers reach for a struct/constant a newer API needs.
             self.unsupported.add((ANY_SCOPE, key))
-            _log.info("nvml binding cannot call %s (AttributeError); treating it as unsupported", name)
+            _log.info("nvml binding cannot call %s (AttributeError); treating it as unsupported", function.name)
             return default
         except Exception as exc:
-            if not self.is_nvml_error(exc):
+            if not isinstance(exc, self._error_type):
                 raise
             code = self.code(exc)
             if code in expect:

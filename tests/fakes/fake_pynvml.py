@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from exporter.backends.nvml_functions import NvmlFunctions
+
 # --- constants (values as in nvidia-ml-py) -------------------------------------------------------
 NVML_SUCCESS = 0
 _ERROR_CODES = {
@@ -137,6 +139,12 @@ class FakeMig:
     gpu_instance_id: int
     compute_instance_id: int = 0
     name: str = "NVIDIA H200 MIG 1g.18gb"
+    """The MIG device's name; older drivers leave the profile out of it."""
+    profile_id: int = 0
+    """NVML GPU instance profile id of its GPU instance (``nvmlGpuInstanceGetInfo``)."""
+    profile_name: str = "MIG 1g.18gb"
+    profile_slices: int = 1
+    profile_memory_mib: int = 16_384
     memory_used: int = 1 << 30
     memory_total: int = 18 << 30
     processes: list[FakeProcess] = field(default_factory=list)
@@ -188,8 +196,9 @@ class FakeGpu:
     max_mig_devices: int = 7
     lost: bool = False
     answers: dict[str, Any] = field(default_factory=dict)
-    """Raw answers of plain device getters the fake has no method for (``nvmlDeviceGetX(handle)``
-    -> value); a getter absent here answers NOT_SUPPORTED, as a GPU without the feature does."""
+    """Raw answers of plain device getters the backend declares and the fake has no method for
+    (``nvmlDeviceGetX(handle)`` -> value); one absent here answers NOT_SUPPORTED, as a GPU without
+    the feature does."""
 
 
 @dataclass
@@ -219,6 +228,17 @@ class _Metric:
         self.value = 0.0
 
 
+class _MetricArray(dict[int, _Metric]):
+    """The struct's ``metrics[NVML_GPM_METRIC_MAX]`` array; entries are made on first use, so a
+    request costs what the few metrics asked cost (a ctypes struct is one allocation)."""
+
+    def __missing__(self, slot: int) -> _Metric:
+        if not 0 <= slot < NVML_GPM_METRIC_MAX:
+            raise IndexError(slot)
+        metric = self[slot] = _Metric()
+        return metric
+
+
 class _GpmMetricsGet:
     """Mirror of the ctypes struct: version, numMetrics, sample1, sample2, metrics[]."""
 
@@ -227,7 +247,7 @@ class _GpmMetricsGet:
         self.numMetrics = 0
         self.sample1: Any = None
         self.sample2: Any = None
-        self.metrics = [_Metric() for _ in range(NVML_GPM_METRIC_MAX)]
+        self.metrics = _MetricArray()
 
 
 c_nvmlGpmMetricsGet_t = _GpmMetricsGet
@@ -262,13 +282,15 @@ class FakeNvml:
         # Constants and error classes live at module level, as in pynvml.
         if name.startswith(("NVML", "nvml")) and name in globals():
             return globals()[name]
-        if name.startswith("nvmlDeviceGet"):
+        if name.startswith("nvmlDeviceGet") and name in NvmlFunctions.names():
             return self._plain_getter(name)
         raise AttributeError(name)
 
     def _plain_getter(self, name: str) -> Any:
-        """``nvmlDeviceGetX(handle)`` answered from ``FakeGpu.answers``: a new NVML read needs no
-        new method here, only its answer where a test wants one."""
+        """``nvmlDeviceGetX(handle)`` answered from ``FakeGpu.answers``, for a getter the backend
+        declares (exporter/backends/nvml_functions.py) and the fake has no method for: a new NVML
+        read needs no new method here, only its answer where a test wants one.  A name the backend
+        does not declare (a misspelling) stays absent, as from the real binding."""
 
         def getter(h: FakeHandle) -> Any:
             self._enter(name, h)
@@ -577,6 +599,31 @@ class FakeNvml:
             raise NVMLError(code("INVALID_ARGUMENT"))
         return h.mig.compute_instance_id
 
+    def nvmlDeviceGetGpuInstanceById(self, h: FakeHandle, gpu_instance_id: int) -> FakeHandle:
+        """A GPU instance, modelled as a handle on its first MIG device."""
+        self._enter("nvmlDeviceGetGpuInstanceById", h)
+        for mig in h.gpu.migs:
+            if mig.gpu_instance_id == gpu_instance_id:
+                return FakeHandle(h.gpu, self.generation, mig)
+        raise NVMLError(code("NOT_FOUND"))
+
+    def nvmlGpuInstanceGetInfo(self, instance: FakeHandle) -> Any:
+        self._enter("nvmlGpuInstanceGetInfo", instance)
+        assert instance.mig is not None
+        return SimpleNamespace(device=instance, id=instance.mig.gpu_instance_id, profileId=instance.mig.profile_id)
+
+    def nvmlDeviceGetGpuInstanceProfileInfoById(self, h: FakeHandle, profile_id: int) -> Any:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfoById", h)
+        for mig in h.gpu.migs:
+            if mig.profile_id == profile_id:
+                return SimpleNamespace(
+                    id=profile_id,
+                    sliceCount=mig.profile_slices,
+                    memorySizeMB=mig.profile_memory_mib,
+                    name=mig.profile_name.encode(),  # a c_char array reads as bytes
+                )
+        raise NVMLError(code("INVALID_ARGUMENT"))
+
     # -- GPM -------------------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> Any:
         self._enter("nvmlGpmQueryDeviceSupport", h)
@@ -613,7 +660,7 @@ class FakeNvml:
         assert request.version == NVML_GPM_METRICS_GET_VERSION
         assert request.sample1.filled and request.sample2.filled
         assert request.sample1 is not request.sample2
-        for metric in request.metrics[: request.numMetrics]:
+        for metric in (request.metrics[slot] for slot in range(request.numMetrics)):
             if metric.metricId in request.sample2.values:
                 metric.value = request.sample2.values[metric.metricId]
                 metric.nvmlReturn = NVML_SUCCESS

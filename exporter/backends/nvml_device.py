@@ -1,0 +1,250 @@
+"""Device fields of one physical GPU: identity once, telemetry every cycle, PCIe and energy staggered.
+
+To read a new NVML field: add the function to ``nvml_functions.py``, read it in
+:meth:`DeviceFields.sample` next to the ``GpuSample`` field it fills, and teach the fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from exporter.backends.nvml_query import NvmlQuery
+from exporter.backends.nvml_values import MAX_POWER_WATTS, field_value, milli, percent, temperature, text
+from exporter.model import GpuSample, LeafSample
+
+#: Clock event (throttle) reason bits, by the binding's constant name -> our reason label.
+CLOCK_EVENT_REASONS: dict[str, str] = {
+    "nvmlClocksEventReasonGpuIdle": "gpu_idle",
+    "nvmlClocksEventReasonApplicationsClocksSetting": "applications_clocks_setting",
+    "nvmlClocksEventReasonSwPowerCap": "sw_power_cap",
+    "nvmlClocksEventReasonHwSlowdown": "hw_slowdown",
+    "nvmlClocksEventReasonSyncBoost": "sync_boost",
+    "nvmlClocksEventReasonSwThermalSlowdown": "sw_thermal_slowdown",
+    "nvmlClocksEventReasonHwThermalSlowdown": "hw_thermal_slowdown",
+    "nvmlClocksEventReasonHwPowerBrakeSlowdown": "hw_power_brake_slowdown",
+    "nvmlClocksEventReasonDisplayClockSetting": "display_clock_setting",
+}
+_COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+_MHZ = 1e6
+_KIB = 1024  # NVML's PCIe throughput unit "KB/s" is KiB/s
+
+
+def _reason_bits(nvml: Any, supported_mask: int | None) -> tuple[tuple[str, int], ...]:
+    """(label, bit) per clock event reason the binding defines and the GPU supports (all if unknown)."""
+    bits = ((label, getattr(nvml, const, None)) for const, label in CLOCK_EVENT_REASONS.items())
+    return tuple(
+        (label, bit) for label, bit in bits if bit is not None and (supported_mask is None or supported_mask & bit)
+    )
+
+
+Memory = tuple[int | None, int | None, int | None]
+"""(used, total, driver-reserved) bytes of a GPU or MIG device."""
+
+
+def memory_info(q: NvmlQuery, scope: str, handle: Any) -> Memory:
+    """(used, total, reserved) bytes; v2 (used excludes driver-reserved memory) when the driver
+    has it, else v1 (reserved ``None``: v1's used includes it)."""
+    fn = q.fns.nvmlDeviceGetMemoryInfo
+    version = getattr(q.nvml, "nvmlMemory_v2", None)
+    info = None
+    if version is not None:
+        info = q.call(scope, fn, handle, version, key="memory_info_v2")
+    if info is None and (version is None or q.is_unsupported(scope, "memory_info_v2")):
+        info = q.call(scope, fn, handle)
+    if info is None:
+        return None, None, None
+    reserved = getattr(info, "reserved", None)
+    return int(info.used), int(info.total), None if reserved is None else int(reserved)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCore:
+    """The device fields the leaves need too: busy ratios, memory and the MIG mode."""
+
+    utilization_ratio: float | None
+    memory_utilization_ratio: float | None
+    memory: Memory
+    mig_mode: str | None
+    """``enabled`` / ``disabled``; ``None`` when the GPU has no MIG."""
+
+
+class DeviceFields:
+    """Reads the fields of one physical GPU that belong to the GPU itself (not to its leaves).
+
+    PCIe throughput is read every ``pcie_every`` cycles and total energy every ``energy_every``
+    cycles, staggered by GPU index so the GPUs of a node do not all pay in the same cycle; the
+    cycles in between repeat the last value.
+    """
+
+    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, pcie_every: int, energy_every: int) -> None:
+        self._q = q
+        self._index = index
+        self._handle = handle
+        self._uuid = uuid
+        self._pcie_every = pcie_every
+        self._energy_every = energy_every
+        self._name: str | None = None
+        self._pci_bus_id: str | None = None
+        self._compute_capability: str | None = None
+        self._sm_clock_max_hertz: float | None = None
+        # (label, bit) of each clock event reason the binding defines, narrowed by read_identity
+        # to those the GPU supports.
+        self._clock_reasons = _reason_bits(q.nvml, None)
+        self._pcie: tuple[float | None, float | None] = (None, None)
+        self._energy_mj: float | None = None
+
+    def read_identity(self) -> None:
+        """Name, PCI bus id, compute capability, maximum SM clock and the supported clock reasons."""
+        q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
+        self._name = text(q.call(u, f.nvmlDeviceGetName, h))
+        pci = q.call(u, f.nvmlDeviceGetPciInfo, h)
+        if pci is not None:
+            self._pci_bus_id = text(getattr(pci, "busId", None))
+        cc = q.call(u, f.nvmlDeviceGetCudaComputeCapability, h)
+        if cc is not None:
+            self._compute_capability = f"{cc[0]}.{cc[1]}"
+        max_sm = q.call(u, f.nvmlDeviceGetMaxClockInfo, h, q.nvml.NVML_CLOCK_SM)
+        self._sm_clock_max_hertz = max_sm * _MHZ if max_sm else None
+        mask = q.call(u, f.nvmlDeviceGetSupportedClocksEventReasons, h)
+        if mask is None:
+            mask = q.call(u, f.nvmlDeviceGetSupportedClocksThrottleReasons, h)
+        self._clock_reasons = _reason_bits(q.nvml, mask)
+
+    def core(self) -> DeviceCore:
+        """Utilisation, memory and MIG mode, read before the leaves that reuse them."""
+        q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
+        util = q.call(u, f.nvmlDeviceGetUtilizationRates, h)
+        mig_state = q.call(u, f.nvmlDeviceGetMigMode, h)
+        return DeviceCore(
+            utilization_ratio=percent(q, util.gpu) if util is not None else None,
+            memory_utilization_ratio=percent(q, util.memory) if util is not None else None,
+            memory=memory_info(q, u, h),
+            mig_mode=None if mig_state is None else ("enabled" if mig_state[0] else "disabled"),
+        )
+
+    def sample(
+        self,
+        cycle: int,
+        core: DeviceCore,
+        leaves: tuple[LeafSample, ...],
+        nvlink: tuple[float | None, float | None],
+        xid_events: tuple[int, ...],
+    ) -> GpuSample:
+        """The GPU's sample: ``core`` and the other readers' parts plus every remaining device field."""
+        q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
+        if self._energy_mj is None or (cycle - self._index) % self._energy_every == 0:
+            self._energy_mj = q.call(u, f.nvmlDeviceGetTotalEnergyConsumption, h)
+        if (cycle - self._index) % self._pcie_every == 0:
+            self._pcie = (
+                self._pcie_throughput(nvml.NVML_PCIE_UTIL_TX_BYTES, "pcie_TX"),
+                self._pcie_throughput(nvml.NVML_PCIE_UTIL_RX_BYTES, "pcie_RX"),
+            )
+        compute_mode = q.call(u, f.nvmlDeviceGetComputeMode, h)
+        sm_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM, key="clock_sm")
+        mem_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM, key="clock_mem")
+        return GpuSample(
+            index=self._index,
+            uuid=u,
+            name=self._name,
+            pci_bus_id=self._pci_bus_id,
+            compute_capability=self._compute_capability,
+            mig_mode=core.mig_mode,
+            compute_mode=_COMPUTE_MODES.get(compute_mode) if compute_mode is not None else None,
+            utilization_ratio=core.utilization_ratio,
+            memory_utilization_ratio=core.memory_utilization_ratio,
+            memory_used_bytes=core.memory[0],
+            memory_total_bytes=core.memory[1],
+            power_watts=milli(q, q.call(u, f.nvmlDeviceGetPowerUsage, h), MAX_POWER_WATTS),
+            power_limit_watts=milli(q, q.call(u, f.nvmlDeviceGetEnforcedPowerLimit, h), MAX_POWER_WATTS),
+            energy_joules=self._energy_mj / 1000.0 if self._energy_mj is not None else None,
+            temperature_celsius=temperature(q, q.call(u, f.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)),
+            memory_temperature_celsius=self._memory_temperature(),
+            fan_speed_ratio=percent(q, q.call(u, f.nvmlDeviceGetFanSpeed, h)),
+            sm_clock_hertz=sm_clock * _MHZ if sm_clock is not None else None,
+            memory_clock_hertz=mem_clock * _MHZ if mem_clock is not None else None,
+            sm_clock_max_hertz=self._sm_clock_max_hertz,
+            clock_events=self._clock_events(),
+            pcie_tx_bytes_per_second=self._pcie[0],
+            pcie_rx_bytes_per_second=self._pcie[1],
+            pcie_link_generation=q.call(u, f.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            pcie_link_width=q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h),
+            pcie_replay_errors=q.call(u, f.nvmlDeviceGetPcieReplayCounter, h),
+            nvlink_tx_bytes_per_second=nvlink[0],
+            nvlink_rx_bytes_per_second=nvlink[1],
+            ecc_errors=self._ecc(),
+            remapped_rows=self._remapped_rows(),
+            xid_events=xid_events,
+            leaves=leaves,
+        )
+
+    def _memory_temperature(self) -> float | None:
+        """HBM temperature (°C) from the field-values API; a per-field NotSupported is remembered."""
+        q, nvml = self._q, self._q.nvml
+        field_id = getattr(nvml, "NVML_FI_DEV_MEMORY_TEMP", None)
+        if field_id is None:
+            return None
+        values = q.call(self._uuid, q.fns.nvmlDeviceGetFieldValues, self._handle, [field_id], key="memory_temp")
+        if not values:
+            return None
+        entry = values[0]
+        code = entry.nvmlReturn
+        if code != nvml.NVML_SUCCESS:
+            if code == nvml.NVML_ERROR_NOT_SUPPORTED:
+                q.unsupported.add((self._uuid, "memory_temp"))
+            else:
+                q.count(q.code(nvml.NVMLError(code)).lower())
+            return None
+        return temperature(q, field_value(nvml, entry))
+
+    def _clock_events(self) -> Mapping[str, bool] | None:
+        """Active clock event reasons among those the GPU supports; the pre-12.x name as fallback."""
+        q, f = self._q, self._q.fns
+        active = q.call(self._uuid, f.nvmlDeviceGetCurrentClocksEventReasons, self._handle)
+        if active is None and q.is_unsupported(self._uuid, f.nvmlDeviceGetCurrentClocksEventReasons.name):
+            active = q.call(self._uuid, f.nvmlDeviceGetCurrentClocksThrottleReasons, self._handle)
+        if active is None:
+            return None
+        return MappingProxyType({label: bool(active & bit) for label, bit in self._clock_reasons})
+
+    def _pcie_throughput(self, counter: int, key: str) -> float | None:
+        """Bytes/s over NVML's sampling window for one direction's ``counter``."""
+        kib = self._q.call(self._uuid, self._q.fns.nvmlDeviceGetPcieThroughput, self._handle, counter, key=key)
+        return float(kib) * _KIB if kib is not None else None
+
+    def _ecc(self) -> Mapping[str, int] | None:
+        """Volatile ECC error counts by severity; ``None`` when neither count is available."""
+        q, nvml = self._q, self._q.nvml
+        counts = {}
+        for severity, error_type in (
+            ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
+            value = q.call(
+                self._uuid,
+                q.fns.nvmlDeviceGetTotalEccErrors,
+                self._handle,
+                error_type,
+                nvml.NVML_VOLATILE_ECC,
+                key="ecc_" + severity,
+            )
+            if value is not None:
+                counts[severity] = int(value)
+        return MappingProxyType(counts) if counts else None
+
+    def _remapped_rows(self) -> Mapping[str, int] | None:
+        """Remapped rows by cause, plus the pending and failure flags as 0/1."""
+        rows = self._q.call(self._uuid, self._q.fns.nvmlDeviceGetRemappedRows, self._handle)
+        if rows is None:
+            return None
+        correctable, uncorrectable, pending, failure = rows
+        return MappingProxyType(
+            {
+                "correctable": int(correctable),
+                "uncorrectable": int(uncorrectable),
+                "pending": int(bool(pending)),
+                "failure": int(bool(failure)),
+            }
+        )

@@ -1,0 +1,123 @@
+"""One physical GPU of an NVML session: its handle and the readers that together fill its sample."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.backends.nvml_device import DeviceCore, DeviceFields, memory_info
+from exporter.backends.nvml_events import XidEvents
+from exporter.backends.nvml_gpm import GpmReader, GpmTracker
+from exporter.backends.nvml_mig import MigDevices
+from exporter.backends.nvml_processes import Processes, process_samples
+from exporter.backends.nvml_query import NvmlQuery
+from exporter.model import GpuSample, LeafSample
+
+NvlinkRates = tuple[float | None, float | None]
+"""NVLink (tx, rx) bytes/s of a physical GPU, from its GPM window."""
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How the readers of every GPU pace themselves (see ``NvmlBackend`` for the reasons)."""
+
+    clock: Callable[[], float]
+    """Monotonic seconds: the end of each GPM window."""
+    wall_clock: Callable[[], float]
+    """Unix seconds: the start of each per-process utilisation window."""
+    pcie_every: int
+    energy_every: int
+
+
+class GpuReader:
+    """Reads one physical GPU: identity once, then device fields, leaves, GPM and Xid every cycle.
+
+    Built at enumeration from the GPU's handle and UUID. ``sample()`` raises ``GpuLost`` when the
+    GPU stops answering; until its identity has been read completely it is read again first.
+    """
+
+    def __init__(
+        self, q: NvmlQuery, index: int, handle: Any, uuid: str, tracker: GpmTracker, options: ReaderOptions
+    ) -> None:
+        self.index = index
+        self.uuid = uuid
+        self._q = q
+        self._handle = handle
+        self._clock = options.clock
+        self._identity_read = False
+        self._device = DeviceFields(q, index, handle, uuid, options.pcie_every, options.energy_every)
+        self._mig = MigDevices(q, handle, uuid)
+        self._processes = Processes(q, handle, uuid, options.wall_clock)
+        self._gpm = GpmReader(q, tracker, handle, uuid)
+        self._events = XidEvents(q, handle, uuid)
+
+    def read_identity(self) -> None:
+        """Static identity, GPM and NVLink support, Xid registration; done once per GPU."""
+        self._device.read_identity()
+        self._gpm.probe()
+        self._events.register()
+        self._identity_read = True
+
+    def sample(self, cycle: int) -> GpuSample:
+        """This cycle's sample; ``cycle`` paces the staggered PCIe and energy reads."""
+        if not self._identity_read:
+            self.read_identity()
+        now = self._clock()
+        core = self._device.core()
+        nvlink: NvlinkRates = (None, None)
+        if core.mig_mode == "enabled":
+            leaves = self._mig_leaves(now)
+        else:
+            leaves, nvlink = self._whole_gpu_leaf(core, now)
+        return self._device.sample(cycle, core, leaves, nvlink, self._events.drain())
+
+    @property
+    def gpm_supported(self) -> bool:
+        """True while the GPU gives GPM windows (Hopper or later, not refused)."""
+        return self._gpm.supported
+
+    def free(self) -> None:
+        """Release the NVML objects this GPU holds (its Xid event set)."""
+        self._events.free()
+
+    def _whole_gpu_leaf(self, core: DeviceCore, now: float) -> tuple[tuple[LeafSample, ...], NvlinkRates]:
+        """The GPU as its only leaf, and its NVLink rates from the same GPM window."""
+        listed = self._processes.on_leaf(self.uuid, self._handle)
+        utilization = self._processes.utilization(wanted=bool(listed.running))
+        reading = self._gpm.read(self.uuid, None, now)
+        leaf = LeafSample(
+            uuid=self.uuid,
+            memory_used_bytes=core.memory[0],
+            memory_total_bytes=core.memory[1],
+            memory_reserved_bytes=core.memory[2],
+            utilization_ratio=core.utilization_ratio,
+            gpm=reading.sample if reading is not None else None,
+            processes=process_samples(listed, utilization),
+        )
+        if reading is None:
+            return (leaf,), (None, None)
+        return (leaf,), (reading.nvlink_tx_bytes_per_second, reading.nvlink_rx_bytes_per_second)
+
+    def _mig_leaves(self, now: float) -> tuple[LeafSample, ...]:
+        """One leaf per MIG device present now, each with its memory, GPM window and processes."""
+        devices = self._mig.present()
+        listed = [self._processes.on_leaf(d.mig.mig_uuid, d.handle) for d in devices]
+        utilization = self._processes.utilization(wanted=any(p.running for p in listed))
+        leaves = []
+        for device, processes in zip(devices, listed, strict=True):
+            mig = device.mig
+            used, total, reserved = memory_info(self._q, mig.mig_uuid, device.handle)
+            reading = self._gpm.read(mig.mig_uuid, mig.gpu_instance_id, now)
+            leaves.append(
+                LeafSample(
+                    uuid=self.uuid,
+                    mig=mig,
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
+                    memory_reserved_bytes=reserved,
+                    gpm=reading.sample if reading is not None else None,
+                    processes=process_samples(processes, utilization, mig),
+                )
+            )
+        return tuple(leaves)
