@@ -23,6 +23,7 @@ from exporter.analysis.counters import ActivityIntegrator, EventCounter, Monoton
 from exporter.analysis.pod_class import pod_boundness
 from exporter.analysis.sharing import sharing_mode
 from exporter.backends.base import GpuBackend
+from exporter.heap import HeapTrimmer
 from exporter.model import (
     Attribution,
     BackendSample,
@@ -116,6 +117,7 @@ class Sampler:
         self._xid: EventCounter[tuple[str, int]] = EventCounter()
         self._xid_last: dict[str, int] = {}
         self._nvml_errors: EventCounter[str] = EventCounter()
+        self.heap = HeapTrimmer()
 
     # --- public -----------------------------------------------------------------------
     def latest(self) -> Snapshot | None:
@@ -311,6 +313,7 @@ class Sampler:
                 self.run_once()
             except Exception:
                 log.exception("sampling cycle failed")
+            self.heap.due(self._clock())  # after the first cycle, then every few minutes
             next_at += interval
             delay = next_at - self._clock()
             if delay < 0:
