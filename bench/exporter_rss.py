@@ -2,7 +2,7 @@
 
 ``python -m bench.exporter_rss`` starts ``python -m exporter`` on a free loopback port for each
 configuration, waits for ``/readyz``, scrapes ``/metrics`` once a second for ``--seconds``, then
-reads the process' RSS (bench/procstat.py) and stops it; ``--runs`` times each, median reported.
+reads the process' RSS (tests/support/procstat.py) and stops it; ``--runs`` times each, median reported.
 ``--source DIR`` runs the exporter of another source tree (an exported older commit) with the same
 interpreter, for a before/after comparison in one run.
 """
@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.procstat import rss_bytes
+from tests.support.procstat import rss_bytes
 
 HOST = "127.0.0.1"
 

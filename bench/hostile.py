@@ -46,9 +46,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.procstat import rss_bytes, thread_count
 from tests.support.net import free_port
 from tests.support.process import managed_process
+from tests.support.procstat import rss_bytes, thread_count
 
 HOST = "127.0.0.1"
 USER = "prometheus"

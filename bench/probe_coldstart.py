@@ -5,7 +5,7 @@ first run after a node boots reads everything from disk.  This bench runs ``pyth
 --array cupy --device 0`` as the scheduler does, each run timed from the caller (interpreter start
 to exit), alternating the current package and a baseline (``--baseline DIR``: a directory holding
 another revision's ``probes/``), with the page cache dropped before every cold run
-(``bench/pagecache.py``) and not before warm ones.  It then splits the cold start into its parts
+(``tests/support/pagecache.py``) and not before warm ones.  It then splits the cold start into its parts
 (interpreter, loading CuPy's runtime bindings vs ``import cupy``, first CUDA context).
 
 GPU machine only; writes ``OUT/probe_coldstart.json`` and prints a markdown table.  Usage:
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.pagecache import drop_page_cache
+from tests.support.pagecache import drop_page_cache
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,8 +27,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.procstat import cpu_seconds, rss_bytes
 from tests.fakes.kubelet_server import FakeKubelet, devices, pod
+from tests.support.procstat import cpu_seconds, rss_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = (

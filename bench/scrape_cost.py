@@ -28,10 +28,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.procstat import cpu_seconds, rss_bytes
 from bench.real_gpu import Figures, percentile, scrape
 from tests.support.net import free_port
 from tests.support.process import managed_process
+from tests.support.procstat import cpu_seconds, rss_bytes
 
 
 def measure(url: str, pid: int, label: str, scrapes: int = 500, quiet_seconds: float = 30.0) -> Figures:

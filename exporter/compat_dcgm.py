@@ -6,8 +6,10 @@ Identity labels follow dcgm-exporter: ``gpu`` (index), ``UUID`` (physical GPU), 
 ``device`` (``nvidia<index>``), ``modelName``, ``GPU_I_PROFILE`` and ``GPU_I_ID`` on MIG instance
 series, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and ``namespace``/``pod``/``container`` where one
 container holds the device.  Units follow DCGM: percent, MiB, MHz, W, mJ, degrees C; the profiling
-fields are ratios.  Families are built once per snapshot and reused (a scrape between two
-snapshots costs nothing here); no NVML.
+fields are ratios.  Each entry of ``FIELDS`` states its scope (GPU or leaf), its source series and
+how its value is read from the snapshot, like the native catalogue (exporter/metrics.py); one loop
+renders them all.  Families are built once per snapshot and reused (a scrape between two snapshots
+costs nothing here); no NVML.
 """
 
 from __future__ import annotations
@@ -15,16 +17,23 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
 from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
-from exporter.model import Allocation, GpuSample, LeafSample, PodRef, PodUsage, Snapshot
+from exporter.model import Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
+from exporter.scopes import GpuView, gpu_view
 
 log = logging.getLogger(__name__)
 
 MIB = 1024**2
+
+Labels = tuple[tuple[str, str], ...]
+"""Label pairs in dcgm-exporter's order; tuples so their encoded form can be cached."""
+Value = float | int | None
 
 GPU = "gpu"
 """Scope: once per physical GPU (device-wide readings)."""
@@ -35,8 +44,26 @@ POD = "pod"
 
 
 @dataclass(frozen=True)
+class LeafView:
+    """What a per-leaf field reads: the leaf, its GPU and the leaf's analysis entry."""
+
+    gpu: GpuSample
+    leaf: LeafSample
+    analysis: LeafAnalysis | None
+
+
+@dataclass(frozen=True)
+class TenantView:
+    """A container holding a shared GPU: its own usage there, and whether processes were mapped to
+    pods this cycle (mapped with no usage: the container has no process on the GPU, so 0)."""
+
+    usage: PodUsage | None
+    mapped: bool
+
+
+@dataclass(frozen=True)
 class DcgmField:
-    """One DCGM field gpulens renders: its name, exposition type, help, scope and source."""
+    """One DCGM field gpulens renders: its name, exposition type, help, scope, source and reads."""
 
     name: str
     type: str
@@ -46,239 +73,37 @@ class DcgmField:
     scope: str
     source: str
     """The gpulens series (or model field) the value comes from, for docs/dcgm-compat.md."""
+    read: Callable[[Any], Value]
+    """The value from the scope's view (exporter/scopes.py's GpuView, or a LeafView), in DCGM's unit."""
+    extra_labels: Callable[[Any], Labels] | None = None
+    """Labels after the identity labels (the Xid's ``err_code``)."""
+    shared: Callable[[TenantView], Value] | None = None
+    """The per-container value on a shared GPU (dcgm-exporter's virtual-GPU mode), if it has one."""
 
 
-# Field order is dcgm-exporter's default counter order where it has the field.
-FIELDS: tuple[DcgmField, ...] = (
-    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", GPU, "gpulens_gpu_sm_clock_hertz / 1e6"),
-    DcgmField(
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "gauge",
-        "Memory clock frequency (in MHz).",
-        GPU,
-        "gpulens_gpu_memory_clock_hertz / 1e6",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_MAX_SM_CLOCK", "gauge", "Maximum SM clock (in MHz).", GPU, "gpulens_gpu_sm_clock_max_hertz / 1e6"
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_MEMORY_TEMP",
-        "gauge",
-        "Memory temperature (in C).",
-        GPU,
-        "gpulens_gpu_memory_temperature_celsius",
-    ),
-    DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", GPU, "gpulens_gpu_temperature_celsius"),
-    DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", GPU, "gpulens_gpu_power_watts"),
-    DcgmField(
-        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
-        "gauge",
-        "Power limit the driver enforces (in W).",
-        GPU,
-        "gpulens_gpu_power_limit_watts",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "unknown",
-        "Total energy consumption since the exporter first saw the GPU (in mJ; a counter).",
-        GPU,
-        "gpulens_gpu_energy_joules_total * 1000",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "unknown",
-        "Total number of PCIe retries (a counter).",
-        GPU,
-        "gpulens_gpu_pcie_replay_errors_total",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "Current PCIe link generation.", GPU, "gpulens_gpu_pcie_link_generation"
-    ),
-    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width.", GPU, "gpulens_gpu_pcie_link_width"),
-    DcgmField(
-        "DCGM_FI_DEV_GPU_UTIL",
-        "gauge",
-        "GPU utilization (in %).",
-        GPU,
-        "gpulens_gpu_utilization_ratio * 100 (per pod on a shared GPU: gpulens_pod_gpu_sm_share_ratio * 100)",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "gauge",
-        "Memory utilization (in %).",
-        GPU,
-        "gpulens_gpu_memory_utilization_ratio * 100",
-    ),
-    DcgmField("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in %).", GPU, "gpulens_gpu_fan_speed_ratio * 100"),
-    DcgmField(
-        "DCGM_FI_DEV_XID_ERRORS",
-        "gauge",
-        "Value of the last Xid error seen since the exporter started (0: none).",
-        GPU,
-        "the newest gpulens_gpu_xid_errors_total{xid} to increase",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_FB_FREE",
-        "gauge",
-        "Framebuffer memory free (in MiB).",
-        LEAF,
-        "(gpulens_gpu_memory_total_bytes - gpulens_gpu_memory_used_bytes - reserved) / 2^20",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_FB_USED",
-        "gauge",
-        "Framebuffer memory used (in MiB).",
-        LEAF,
-        "gpulens_gpu_memory_used_bytes / 2^20 (per pod on a shared GPU: gpulens_pod_gpu_memory_used_bytes / 2^20)",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_FB_RESERVED",
-        "gauge",
-        "Framebuffer memory reserved by the driver (in MiB).",
-        LEAF,
-        "NVML memory info v2 reserved / 2^20 (not a native series)",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_FB_TOTAL",
-        "gauge",
-        "Framebuffer memory total (in MiB).",
-        LEAF,
-        "gpulens_gpu_memory_total_bytes / 2^20",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "unknown",
-        "Total number of single-bit volatile ECC errors (a counter).",
-        GPU,
-        'gpulens_gpu_ecc_errors_total{severity="corrected"}',
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "unknown",
-        "Total number of double-bit volatile ECC errors (a counter).",
-        GPU,
-        'gpulens_gpu_ecc_errors_total{severity="uncorrected"}',
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "unknown",
-        "Number of remapped rows for uncorrectable errors (a counter).",
-        GPU,
-        'gpulens_gpu_remapped_rows{cause="uncorrectable"}',
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "unknown",
-        "Number of remapped rows for correctable errors (a counter).",
-        GPU,
-        'gpulens_gpu_remapped_rows{cause="correctable"}',
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "gauge",
-        "Whether remapping of rows has failed.",
-        GPU,
-        "gpulens_gpu_row_remap_failure",
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        "gauge",
-        "Whether rows are pending remapping (a GPU reset is needed).",
-        GPU,
-        "gpulens_gpu_row_remap_pending",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "gauge",
-        "Ratio of time the graphics engine is active.",
-        LEAF,
-        "gpulens_gpu_busy_ratio (GPM graphics-engine activity; NVML GPU-Util where GPM lacks it)",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_SM_ACTIVE",
-        "gauge",
-        "The ratio of cycles an SM has at least 1 warp assigned.",
-        LEAF,
-        "gpulens_gpu_sm_active_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_SM_OCCUPANCY",
-        "gauge",
-        "The ratio of number of warps resident on an SM.",
-        LEAF,
-        "gpulens_gpu_sm_occupancy_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "gauge",
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-        LEAF,
-        "gpulens_gpu_tensor_active_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
-        "gauge",
-        "Ratio of cycles the fp64 pipes are active.",
-        LEAF,
-        "gpulens_gpu_fp64_active_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
-        "gauge",
-        "Ratio of cycles the fp32 pipes are active.",
-        LEAF,
-        "gpulens_gpu_fp32_active_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
-        "gauge",
-        "Ratio of cycles the fp16 pipes are active.",
-        LEAF,
-        "gpulens_gpu_fp16_active_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "gauge",
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-        LEAF,
-        "gpulens_gpu_dram_active_ratio",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gauge",
-        "The rate of data transmitted over the PCIe bus (in bytes per second).",
-        GPU,
-        "gpulens_gpu_pcie_tx_bytes_per_second",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gauge",
-        "The rate of data received over the PCIe bus (in bytes per second).",
-        GPU,
-        "gpulens_gpu_pcie_rx_bytes_per_second",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        "gauge",
-        "The rate of data transmitted over NVLink (in bytes per second).",
-        GPU,
-        "gpulens_gpu_nvlink_tx_bytes_per_second",
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_NVLINK_RX_BYTES",
-        "gauge",
-        "The rate of data received over NVLink (in bytes per second).",
-        GPU,
-        "gpulens_gpu_nvlink_rx_bytes_per_second",
-    ),
-)
+def _gpu(
+    name: str,
+    type_: str,
+    help_: str,
+    source: str,
+    read: Callable[[GpuView], Value],
+    *,
+    extra_labels: Callable[[GpuView], Labels] | None = None,
+    shared: Callable[[TenantView], Value] | None = None,
+) -> DcgmField:
+    return DcgmField(name, type_, help_, GPU, source, read, extra_labels, shared)
 
-Labels = tuple[tuple[str, str], ...]
-"""Label pairs in dcgm-exporter's order; tuples so their encoded form can be cached."""
-Value = float | int | None
 
-MAX_CACHED_LABEL_SETS = 50_000
-"""Bound of the encoded-label cache: pods come and go, the cache must not grow with them."""
+def _leaf(
+    name: str,
+    type_: str,
+    help_: str,
+    source: str,
+    read: Callable[[LeafView], Value],
+    *,
+    shared: Callable[[TenantView], Value] | None = None,
+) -> DcgmField:
+    return DcgmField(name, type_, help_, LEAF, source, read, None, shared)
 
 
 def _percent(ratio: float | None) -> float | None:
@@ -291,6 +116,302 @@ def _mhz(hertz: float | None) -> float | None:
 
 def _mib(n: int | None) -> float | None:
     return None if n is None else n / MIB
+
+
+def _energy_mj(v: GpuView) -> Value:
+    joules = v.analysis.energy_joules if v.analysis is not None else None
+    return None if joules is None else joules * 1000.0
+
+
+def _fb_free(v: LeafView) -> Value:
+    used, total, reserved = v.leaf.memory_used_bytes, v.leaf.memory_total_bytes, v.leaf.memory_reserved_bytes
+    if used is None or total is None:
+        return None
+    # NVML v2: total = used + free + reserved; v1 (reserved unknown): total = used + free.
+    return _mib(max(0, total - used - (reserved or 0)))
+
+
+def _busy(v: LeafView) -> Value:
+    busy = v.analysis.busy_ratio if v.analysis is not None else None
+    if busy is None and v.leaf.mig is None:
+        busy = v.gpu.utilization_ratio  # no GPM (pre-Hopper): NVML GPU-Util, the same duty cycle
+    return busy
+
+
+def _gpm(attr: str) -> Callable[[LeafView], Value]:
+    """A GPM ratio of the leaf (the same definition and 0..1 unit as DCGM's profiling field)."""
+    return lambda v: getattr(v.leaf.gpm, attr) if v.leaf.gpm is not None else None
+
+
+def _tenant(value: Callable[[PodUsage], Value]) -> Callable[[TenantView], Value]:
+    """A container's own reading on a shared GPU; 0 when mapped without a process there."""
+    return lambda t: value(t.usage) if t.usage is not None else (0.0 if t.mapped else None)
+
+
+# Field order is dcgm-exporter's default counter order where it has the field.
+FIELDS: tuple[DcgmField, ...] = (
+    _gpu(
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gauge",
+        "SM clock frequency (in MHz).",
+        "gpulens_gpu_sm_clock_hertz / 1e6",
+        lambda v: _mhz(v.gpu.sm_clock_hertz),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "Memory clock frequency (in MHz).",
+        "gpulens_gpu_memory_clock_hertz / 1e6",
+        lambda v: _mhz(v.gpu.memory_clock_hertz),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_MAX_SM_CLOCK",
+        "gauge",
+        "Maximum SM clock (in MHz).",
+        "gpulens_gpu_sm_clock_max_hertz / 1e6",
+        lambda v: _mhz(v.gpu.sm_clock_max_hertz),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "gauge",
+        "Memory temperature (in C).",
+        "gpulens_gpu_memory_temperature_celsius",
+        lambda v: v.gpu.memory_temperature_celsius,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_GPU_TEMP",
+        "gauge",
+        "GPU temperature (in C).",
+        "gpulens_gpu_temperature_celsius",
+        lambda v: v.gpu.temperature_celsius,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "gpulens_gpu_power_watts", lambda v: v.gpu.power_watts
+    ),
+    _gpu(
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+        "gauge",
+        "Power limit the driver enforces (in W).",
+        "gpulens_gpu_power_limit_watts",
+        lambda v: v.gpu.power_limit_watts,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "unknown",
+        "Total energy consumption since the exporter first saw the GPU (in mJ; a counter).",
+        "gpulens_gpu_energy_joules_total * 1000",
+        _energy_mj,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "unknown",
+        "Total number of PCIe retries (a counter).",
+        "gpulens_gpu_pcie_replay_errors_total",
+        lambda v: v.gpu.pcie_replay_errors,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_PCIE_LINK_GEN",
+        "gauge",
+        "Current PCIe link generation.",
+        "gpulens_gpu_pcie_link_generation",
+        lambda v: v.gpu.pcie_link_generation,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+        "gauge",
+        "Current PCIe link width.",
+        "gpulens_gpu_pcie_link_width",
+        lambda v: v.gpu.pcie_link_width,
+    ),
+    _gpu(
+        "DCGM_FI_DEV_GPU_UTIL",
+        "gauge",
+        "GPU utilization (in %).",
+        "gpulens_gpu_utilization_ratio * 100 (per pod on a shared GPU: gpulens_pod_gpu_sm_share_ratio * 100)",
+        lambda v: _percent(v.gpu.utilization_ratio),
+        shared=_tenant(lambda u: _percent(u.sm_share_ratio)),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "gauge",
+        "Memory utilization (in %).",
+        "gpulens_gpu_memory_utilization_ratio * 100",
+        lambda v: _percent(v.gpu.memory_utilization_ratio),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_FAN_SPEED",
+        "gauge",
+        "Fan speed (in %).",
+        "gpulens_gpu_fan_speed_ratio * 100",
+        lambda v: _percent(v.gpu.fan_speed_ratio),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gauge",
+        "Value of the last Xid error seen since the exporter started (0: none).",
+        "the newest gpulens_gpu_xid_errors_total{xid} to increase",
+        lambda v: v.last_xid,
+        extra_labels=lambda v: (("err_code", str(v.last_xid)),),
+    ),
+    _leaf(
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "Framebuffer memory free (in MiB).",
+        "(gpulens_gpu_memory_total_bytes - gpulens_gpu_memory_used_bytes - reserved) / 2^20",
+        _fb_free,
+    ),
+    _leaf(
+        "DCGM_FI_DEV_FB_USED",
+        "gauge",
+        "Framebuffer memory used (in MiB).",
+        "gpulens_gpu_memory_used_bytes / 2^20 (per pod on a shared GPU: gpulens_pod_gpu_memory_used_bytes / 2^20)",
+        lambda v: _mib(v.leaf.memory_used_bytes),
+        shared=_tenant(lambda u: _mib(u.memory_used_bytes)),
+    ),
+    _leaf(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "gauge",
+        "Framebuffer memory reserved by the driver (in MiB).",
+        "NVML memory info v2 reserved / 2^20 (not a native series)",
+        lambda v: _mib(v.leaf.memory_reserved_bytes),
+    ),
+    _leaf(
+        "DCGM_FI_DEV_FB_TOTAL",
+        "gauge",
+        "Framebuffer memory total (in MiB).",
+        "gpulens_gpu_memory_total_bytes / 2^20",
+        lambda v: _mib(v.leaf.memory_total_bytes),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "unknown",
+        "Total number of single-bit volatile ECC errors (a counter).",
+        'gpulens_gpu_ecc_errors_total{severity="corrected"}',
+        lambda v: (v.gpu.ecc_errors or {}).get("corrected"),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "unknown",
+        "Total number of double-bit volatile ECC errors (a counter).",
+        'gpulens_gpu_ecc_errors_total{severity="uncorrected"}',
+        lambda v: (v.gpu.ecc_errors or {}).get("uncorrected"),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "unknown",
+        "Number of remapped rows for uncorrectable errors (a counter).",
+        'gpulens_gpu_remapped_rows{cause="uncorrectable"}',
+        lambda v: (v.gpu.remapped_rows or {}).get("uncorrectable"),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "unknown",
+        "Number of remapped rows for correctable errors (a counter).",
+        'gpulens_gpu_remapped_rows{cause="correctable"}',
+        lambda v: (v.gpu.remapped_rows or {}).get("correctable"),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "gauge",
+        "Whether remapping of rows has failed.",
+        "gpulens_gpu_row_remap_failure",
+        lambda v: (v.gpu.remapped_rows or {}).get("failure"),
+    ),
+    _gpu(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "gauge",
+        "Whether rows are pending remapping (a GPU reset is needed).",
+        "gpulens_gpu_row_remap_pending",
+        lambda v: (v.gpu.remapped_rows or {}).get("pending"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        "gpulens_gpu_busy_ratio (GPM graphics-engine activity; NVML GPU-Util where GPM lacks it)",
+        _busy,
+    ),
+    _leaf(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "gauge",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        "gpulens_gpu_sm_active_ratio",
+        _gpm("sm_active"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gauge",
+        "The ratio of number of warps resident on an SM.",
+        "gpulens_gpu_sm_occupancy_ratio",
+        _gpm("sm_occupancy"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "gpulens_gpu_tensor_active_ratio",
+        _gpm("tensor_active"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+        "gauge",
+        "Ratio of cycles the fp64 pipes are active.",
+        "gpulens_gpu_fp64_active_ratio",
+        _gpm("fp64_active"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        "gauge",
+        "Ratio of cycles the fp32 pipes are active.",
+        "gpulens_gpu_fp32_active_ratio",
+        _gpm("fp32_active"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+        "gauge",
+        "Ratio of cycles the fp16 pipes are active.",
+        "gpulens_gpu_fp16_active_ratio",
+        _gpm("fp16_active"),
+    ),
+    _leaf(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "gpulens_gpu_dram_active_ratio",
+        _gpm("dram_active"),
+    ),
+    _gpu(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus (in bytes per second).",
+        "gpulens_gpu_pcie_tx_bytes_per_second",
+        lambda v: v.gpu.pcie_tx_bytes_per_second,
+    ),
+    _gpu(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus (in bytes per second).",
+        "gpulens_gpu_pcie_rx_bytes_per_second",
+        lambda v: v.gpu.pcie_rx_bytes_per_second,
+    ),
+    _gpu(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over NVLink (in bytes per second).",
+        "gpulens_gpu_nvlink_tx_bytes_per_second",
+        lambda v: v.gpu.nvlink_tx_bytes_per_second,
+    ),
+    _gpu(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "gauge",
+        "The rate of data received over NVLink (in bytes per second).",
+        "gpulens_gpu_nvlink_rx_bytes_per_second",
+        lambda v: v.gpu.nvlink_rx_bytes_per_second,
+    ),
+)
+
+MAX_CACHED_LABEL_SETS = 50_000
+"""Bound of the encoded-label cache: pods come and go, the cache must not grow with them."""
 
 
 def _valid(value: Value) -> bool:
@@ -379,76 +500,22 @@ def _leaf_labels(base: Labels, leaf: LeafSample) -> Labels:
     return base[:5] + mig + base[5:]  # dcgm-exporter's order: after modelName, before Hostname
 
 
-def _render_gpu(b: _Builder, gpu: GpuSample, g: Labels, snap: Snapshot) -> None:
-    b.add("DCGM_FI_DEV_SM_CLOCK", g, _mhz(gpu.sm_clock_hertz))
-    b.add("DCGM_FI_DEV_MEM_CLOCK", g, _mhz(gpu.memory_clock_hertz))
-    b.add("DCGM_FI_DEV_MAX_SM_CLOCK", g, _mhz(gpu.sm_clock_max_hertz))
-    b.add("DCGM_FI_DEV_MEMORY_TEMP", g, gpu.memory_temperature_celsius)
-    b.add("DCGM_FI_DEV_GPU_TEMP", g, gpu.temperature_celsius)
-    b.add("DCGM_FI_DEV_POWER_USAGE", g, gpu.power_watts)
-    b.add("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", g, gpu.power_limit_watts)
-    energy = snap.analysis.get(gpu.uuid)
-    if energy is not None and energy.energy_joules is not None:
-        b.add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", g, energy.energy_joules * 1000.0)
-    b.add("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", g, gpu.pcie_replay_errors)
-    b.add("DCGM_FI_DEV_PCIE_LINK_GEN", g, gpu.pcie_link_generation)
-    b.add("DCGM_FI_DEV_PCIE_LINK_WIDTH", g, gpu.pcie_link_width)
-    b.add("DCGM_FI_DEV_GPU_UTIL", g, _percent(gpu.utilization_ratio))
-    b.add("DCGM_FI_DEV_MEM_COPY_UTIL", g, _percent(gpu.memory_utilization_ratio))
-    b.add("DCGM_FI_DEV_FAN_SPEED", g, _percent(gpu.fan_speed_ratio))
-    xid = snap.xid_last.get(gpu.uuid, 0)
-    b.add("DCGM_FI_DEV_XID_ERRORS", (*g, ("err_code", str(xid))), xid)
-    ecc = gpu.ecc_errors or {}
-    b.add("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", g, ecc.get("corrected"))
-    b.add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", g, ecc.get("uncorrected"))
-    rows = gpu.remapped_rows or {}
-    b.add("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", g, rows.get("uncorrectable"))
-    b.add("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", g, rows.get("correctable"))
-    b.add("DCGM_FI_DEV_ROW_REMAP_FAILURE", g, rows.get("failure"))
-    b.add("DCGM_FI_DEV_ROW_REMAP_PENDING", g, rows.get("pending"))
-    b.add("DCGM_FI_PROF_PCIE_TX_BYTES", g, gpu.pcie_tx_bytes_per_second)
-    b.add("DCGM_FI_PROF_PCIE_RX_BYTES", g, gpu.pcie_rx_bytes_per_second)
-    b.add("DCGM_FI_PROF_NVLINK_TX_BYTES", g, gpu.nvlink_tx_bytes_per_second)
-    b.add("DCGM_FI_PROF_NVLINK_RX_BYTES", g, gpu.nvlink_rx_bytes_per_second)
+_GPU_FIELDS = tuple(f for f in FIELDS if f.scope == GPU)
+_LEAF_FIELDS = tuple(f for f in FIELDS if f.scope == LEAF)
+_SHARED_FIELDS = tuple(f for f in FIELDS if f.shared is not None)
 
 
-_GPM_FIELDS: tuple[tuple[str, str], ...] = (
-    ("DCGM_FI_PROF_SM_ACTIVE", "sm_active"),
-    ("DCGM_FI_PROF_SM_OCCUPANCY", "sm_occupancy"),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "tensor_active"),
-    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "fp64_active"),
-    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "fp32_active"),
-    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "fp16_active"),
-    ("DCGM_FI_PROF_DRAM_ACTIVE", "dram_active"),
-)
-"""DCGM profiling field -> the GpmSample ratio it is (same definition, same 0..1 unit)."""
-
-
-def _render_leaf(b: _Builder, gpu: GpuSample, leaf: LeafSample, lab: Labels, snap: Snapshot) -> None:
-    used, total, reserved = leaf.memory_used_bytes, leaf.memory_total_bytes, leaf.memory_reserved_bytes
-    b.add("DCGM_FI_DEV_FB_USED", lab, _mib(used))
-    if used is not None and total is not None:
-        # NVML v2: total = used + free + reserved; v1 (reserved unknown): total = used + free.
-        b.add("DCGM_FI_DEV_FB_FREE", lab, _mib(max(0, total - used - (reserved or 0))))
-    b.add("DCGM_FI_DEV_FB_RESERVED", lab, _mib(reserved))
-    b.add("DCGM_FI_DEV_FB_TOTAL", lab, _mib(total))
-    analysis = snap.analysis.get(leaf.leaf_id)
-    busy = analysis.busy_ratio if analysis is not None else None
-    if busy is None and leaf.mig is None:
-        busy = gpu.utilization_ratio  # no GPM (pre-Hopper): NVML GPU-Util, the same duty cycle
-    b.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lab, busy)
-    gpm = leaf.gpm
-    if gpm is not None:
-        for name, attr in _GPM_FIELDS:
-            b.add(name, lab, getattr(gpm, attr))
+def _add(b: _Builder, field: DcgmField, labels: Labels, view: Any) -> None:
+    extra = field.extra_labels(view) if field.extra_labels is not None else ()
+    b.add(field.name, labels + extra, field.read(view))
 
 
 def _process_mapping_ok(snap: Snapshot) -> bool:
     return any(st.stage == CGROUP_STAGE and st.success for st in snap.stages)
 
 
-def _render_shared(b: _Builder, g: Labels, gpu: GpuSample, allocs: list[Allocation], snap: Snapshot) -> None:
-    """Per-container GPU_UTIL and FB_USED on a shared GPU, as dcgm-exporter's virtual-GPU mode."""
+def _tenants(gpu: GpuSample, allocs: list[Allocation], snap: Snapshot) -> Iterator[tuple[PodRef, TenantView]]:
+    """Each container holding a shared GPU once, with its own usage there."""
     usage: dict[tuple[str, str, str], PodUsage] = {}
     if snap.attribution is not None:
         for u in snap.attribution.usages:
@@ -458,22 +525,18 @@ def _render_shared(b: _Builder, g: Labels, gpu: GpuSample, allocs: list[Allocati
     seen: set[tuple[str, str, str]] = set()
     for a in allocs:
         key = (a.pod.namespace, a.pod.pod, a.pod.container)
-        if key in seen:
-            continue
-        seen.add(key)
-        lab = g + _pod_labels(a.pod)
-        found = usage.get(key)
-        if found is not None:
-            b.add("DCGM_FI_DEV_GPU_UTIL", lab, _percent(found.sm_share_ratio))
-            b.add("DCGM_FI_DEV_FB_USED", lab, _mib(found.memory_used_bytes))
-        elif mapped:
-            # The process table was read and this container has no process on the GPU.
-            b.add("DCGM_FI_DEV_GPU_UTIL", lab, 0.0)
-            b.add("DCGM_FI_DEV_FB_USED", lab, 0.0)
+        if key not in seen:
+            seen.add(key)
+            yield a.pod, TenantView(usage.get(key), mapped)
 
 
 def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] | None = None) -> dict[str, list[str]]:
-    """Sample lines of every DCGM-compatible family for ``snap``, by family name."""
+    """Sample lines of every DCGM-compatible family for ``snap``, by family name.
+
+    One loop over FIELDS per instance of their scope: each answering GPU (device-wide fields, with
+    the pod labels of the one container holding it), each of its leaves (per-leaf fields, likewise),
+    and each container of a shared GPU (the fields with a per-container reading, as dcgm-exporter's
+    virtual-GPU mode)."""
     b = _Builder({} if label_cache is None else label_cache)
     driver = snap.backend.driver_version or ""
     holders = _holders(snap)
@@ -482,14 +545,21 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
             continue
         base = _gpu_labels(gpu, hostname, driver)
         holder = holders.exclusive.get(gpu.uuid)
-        _render_gpu(b, gpu, base + _pod_labels(holder) if holder is not None else base, snap)
+        g = base + _pod_labels(holder) if holder is not None else base
+        gview = gpu_view(snap, gpu)
+        for field in _GPU_FIELDS:
+            _add(b, field, g, gview)
         for leaf in gpu.leaves:
             lab = _leaf_labels(base, leaf)
             leaf_holder = holders.exclusive.get(leaf.leaf_id)
-            _render_leaf(b, gpu, leaf, lab + _pod_labels(leaf_holder) if leaf_holder is not None else lab, snap)
-        allocs = holders.shared.get(gpu.uuid)
-        if allocs:
-            _render_shared(b, base, gpu, allocs, snap)
+            lab = lab + _pod_labels(leaf_holder) if leaf_holder is not None else lab
+            lview = LeafView(gpu, leaf, snap.analysis.get(leaf.leaf_id))
+            for field in _LEAF_FIELDS:
+                _add(b, field, lab, lview)
+        for pod, tenant in _tenants(gpu, holders.shared.get(gpu.uuid, []), snap):
+            for field in _SHARED_FIELDS:
+                assert field.shared is not None
+                b.add(field.name, base + _pod_labels(pod), field.shared(tenant))
     return b.lines
 
 

@@ -1,38 +1,58 @@
-"""The metric catalogue: every series gpulens exports, with type, unit, help and labels.
+"""The metric catalogue: every series gpulens exports, and how each is read from a snapshot.
 
-The collector builds its families from here, docs/metrics.md is generated from here
-(``python -m exporter.metrics --markdown``), and the dashboard imports names from here.
-Renaming an entry breaks users' dashboards and alerts: change it only on purpose.
+Each entry states its name, type, unit, help, the scope it is exported once per (a GPU, a leaf, a
+pod's device, a probe... see exporter/scopes.py), the labels it adds to the scope's identity labels,
+and the function that reads its value (or values) from the scope's view of the snapshot.  The
+collector renders every entry with one generic loop (exporter/collector.py), docs/metrics.md is
+generated from here (``python -m exporter.metrics --markdown``), and the dashboard imports names from
+here.  Renaming an entry breaks users' dashboards and alerts: change it only on purpose.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
+
+from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES, GpmSample, Snapshot
+from exporter.scopes import (
+    ALLOCATION,
+    ATTRIBUTION,
+    DEVICE,
+    EXPORTER,
+    GPM,
+    GPU,
+    GPU_LABELS,
+    LEAF,
+    LEAF_ANALYSIS,
+    LEAF_LABELS,
+    NODE,
+    POD_CLASS,
+    POD_LABELS,
+    POD_USAGE,
+    PROBE,
+    PROBE_RUNS,
+    SCOPES,
+    Frame,
+    LabelValues,
+    Scope,
+)
+
+__all__ = ["BY_NAME", "CATALOGUE", "GPU_LABELS", "LEAF_LABELS", "POD_LABELS", "MetricSpec", "spec"]
 
 MetricType = Literal["gauge", "counter"]
-
-GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
-"""Physical-GPU identity: index and UUID."""
-
-LEAF_LABELS: tuple[str, ...] = (
-    "gpu",
-    "uuid",
-    "mig_uuid",
-    "gpu_instance_id",
-    "compute_instance_id",
-    "mig_profile",
-)
-"""Leaf identity (whole GPU or MIG instance); the MIG labels are empty for whole GPUs."""
-
-POD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+Value = float | None
+"""A reading; ``None`` (and NaN or infinity) means "not available" and is omitted, never 0."""
+Sample = tuple[LabelValues, Value]
+"""The values of an entry's own labels (after its scope's) and the reading."""
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """One metric family of the public contract."""
+    """One metric family of the public contract, and where its samples come from."""
 
     name: str
     type: MetricType
@@ -40,214 +60,497 @@ class MetricSpec:
     """Base unit (``bytes``, ``seconds``, ``watts``, ``joules``, ``hertz``, ``celsius``,
     ``ratio``) or ``""`` for counts, states and info series."""
     help: str
-    labels: tuple[str, ...] = ()
-    section: str = "core"
-    """Which part of the exporter renders it (docs grouping)."""
+    scope: Scope[Any]
+    """What the family is exported once per; its label names come first in ``labels``."""
+    own_labels: tuple[str, ...]
+    """The labels this entry adds after its scope's identity labels."""
+    read: Callable[[Any], Iterable[Sample]]
+    """The samples of one scope instance: its own label values and the reading."""
+    section: str = "device"
+    """Which part of the exporter produces it (docs grouping)."""
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every label name of the family, in order: the scope's, then the entry's own."""
+        return (*self.scope.labels, *self.own_labels)
 
 
-def _g(name: str, unit: str, help_: str, labels: tuple[str, ...] = (), section: str = "device") -> MetricSpec:
-    return MetricSpec(name, "gauge", unit, help_, labels, section)
+def _one(value: Callable[[V], Value]) -> Callable[[V], Iterable[Sample]]:
+    """A read of one sample per instance that adds no label."""
+    return lambda view: (((), value(view)),)
 
 
-def _c(name: str, unit: str, help_: str, labels: tuple[str, ...] = (), section: str = "device") -> MetricSpec:
-    return MetricSpec(name, "counter", unit, help_, labels, section)
+def _m(
+    kind: MetricType,
+    name: str,
+    unit: str,
+    help_: str,
+    scope: Scope[V],
+    value: Callable[[V], Value] | None = None,
+    *,
+    each: Callable[[V], Iterable[Sample]] | None = None,
+    labels: tuple[str, ...] = (),
+    section: str = "device",
+) -> MetricSpec:
+    """One entry: ``value`` reads one sample per scope instance; ``each`` reads several and gives
+    the values of the ``labels`` the entry adds (a counter's name ends in ``_total``)."""
+    if (value is None) == (each is None):
+        raise ValueError(f"{name}: give exactly one of value= (one sample) or each= (several)")
+    if value is not None and labels:
+        raise ValueError(f"{name}: an entry that adds labels {labels} reads its samples with each=")
+    read = _one(value) if value is not None else each
+    assert read is not None
+    return MetricSpec(name, kind, unit, help_, scope, labels, read, section)
+
+
+def _flag(on: bool) -> float:
+    return 1.0 if on else 0.0
+
+
+def _stages(frame: Frame) -> Iterable[Sample]:
+    """Each pipeline stage of the snapshot once, then every render stage that failed."""
+    seen: set[str] = set()
+    if frame.snapshot is not None:
+        for st in frame.snapshot.stages:
+            if st.stage not in seen:
+                seen.add(st.stage)
+                yield (st.stage,), _flag(st.success)
+    for stage in sorted(frame.failed_renders):
+        yield (f"render_{stage}",), 0.0
+
+
+def _stage_durations(frame: Frame) -> Iterable[Sample]:
+    seen: set[str] = set()
+    if frame.snapshot is not None:
+        for st in frame.snapshot.stages:
+            if st.stage not in seen:
+                seen.add(st.stage)
+                yield (st.stage,), st.duration_seconds
+
+
+def _age(frame: Frame) -> Value:
+    if frame.snapshot is None or frame.now is None:
+        return None
+    return max(0.0, frame.now - frame.snapshot.timestamp)
+
+
+def _gpm(attr: str) -> Callable[[GpmSample], Value]:
+    """The GPM ratio ``attr`` of a leaf."""
+    return lambda gpm: getattr(gpm, attr)
+
+
+def _classes(classes: tuple[str, ...], current: str | None) -> Iterable[Sample]:
+    """A state set: one sample per class, 1 for the current one; nothing without a class."""
+    if current is None:
+        return ()
+    return (((cls,), _flag(cls == current)) for cls in classes)
+
+
+def _xids(snap: Snapshot) -> Iterable[Sample]:
+    """Xid counts by GPU and code; a GPU the backend no longer lists keeps its UUID (index empty)."""
+    index_of = {g.uuid: str(g.index) for g in snap.backend.gpus}
+    for (uuid, xid), n in sorted(snap.xid_totals.items()):
+        yield (index_of.get(uuid, ""), uuid, str(xid)), float(n)
 
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     # --- self-health -------------------------------------------------------------------
-    _g("gpulens_up", "", "1 when the GPU backend (NVML or simulator) answers, else 0.", (), "self"),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_up",
+        "",
+        "1 when the GPU backend (NVML or simulator) answers, else 0.",
+        EXPORTER,
+        lambda f: _flag(f.snapshot is not None and f.snapshot.backend.up),
+        section="self",
+    ),
+    _m(
+        "gauge",
         "gpulens_build_info",
         "",
         "Exporter build: version and the backend in use (nvml or sim); always 1.",
-        ("version", "backend"),
-        "self",
+        EXPORTER,
+        each=lambda f: (((f.version, f.backend), 1.0),),
+        labels=("version", "backend"),
+        section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_stage_success",
         "",
         "1 if the pipeline stage succeeded in the newest snapshot, 0 if it failed (its series are absent).",
-        ("stage",),
-        "self",
+        EXPORTER,
+        each=_stages,
+        labels=("stage",),
+        section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_stage_duration_seconds",
         "seconds",
         "Wall time the pipeline stage took in the newest snapshot.",
-        ("stage",),
-        "self",
+        EXPORTER,
+        each=_stage_durations,
+        labels=("stage",),
+        section="self",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_snapshot_age_seconds",
         "seconds",
         "Age of the snapshot this scrape rendered; grows if sampling is stuck.",
-        (),
-        "self",
+        EXPORTER,
+        _age,
+        section="self",
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_nvml_errors_total",
         "",
         "NVML calls that failed with a transient error, by NVML error code.",
-        ("code",),
-        "self",
+        NODE,
+        each=lambda s: (((str(code),), float(n)) for code, n in sorted(s.nvml_errors.items())),
+        labels=("code",),
+        section="self",
     ),
     # --- identity ----------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_info",
         "",
         "Identity of a physical GPU; always 1. Join on uuid.",
-        ("gpu", "uuid", "name", "pci_bus_id", "driver_version", "compute_capability", "mig_mode"),
+        GPU,
+        each=lambda v: (
+            (
+                (
+                    v.gpu.name or "",
+                    v.gpu.pci_bus_id or "",
+                    v.driver_version,
+                    v.gpu.compute_capability or "",
+                    v.gpu.mig_mode or "",
+                ),
+                1.0,
+            ),
+        ),
+        labels=("name", "pci_bus_id", "driver_version", "compute_capability", "mig_mode"),
     ),
-    _g("gpulens_gpu_up", "", "1 if the GPU answers, 0 if it is lost or unreadable.", GPU_LABELS),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_gpu_up",
+        "",
+        "1 if the GPU answers, 0 if it is lost or unreadable.",
+        DEVICE,
+        lambda g: _flag(g.up),
+    ),
+    _m(
+        "gauge",
         "gpulens_mig_instance_info",
         "",
         "Identity of a MIG instance on its physical GPU; always 1.",
-        ("gpu", "uuid", "mig_uuid", "gpu_instance_id", "compute_instance_id", "mig_profile"),
+        LEAF,
+        lambda leaf: 1.0 if leaf.mig is not None else None,
     ),
     # --- utilisation (NVML) ------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_utilization_ratio",
         "ratio",
         "NVML GPU-Util: fraction of time one or more kernels ran (what nvidia-smi shows). "
         "Not SM activity: see gpulens_gpu_sm_active_ratio.",
-        GPU_LABELS,
+        GPU,
+        lambda v: v.gpu.utilization_ratio,
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_memory_utilization_ratio",
         "ratio",
         "NVML util.mem: fraction of time the memory controller was busy (not capacity used).",
-        GPU_LABELS,
+        GPU,
+        lambda v: v.gpu.memory_utilization_ratio,
     ),
     # --- GPM profiling (per leaf) ------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sm_active_ratio",
         "ratio",
         "GPM: fraction of SM cycles with a warp resident.",
-        LEAF_LABELS,
+        GPM,
+        _gpm("sm_active"),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sm_occupancy_ratio",
         "ratio",
         "GPM: resident warps as a fraction of the SMs' maximum.",
-        LEAF_LABELS,
+        GPM,
+        _gpm("sm_occupancy"),
     ),
-    _g("gpulens_gpu_tensor_active_ratio", "ratio", "GPM: tensor pipe activity (any precision).", LEAF_LABELS),
-    _g("gpulens_gpu_fp64_active_ratio", "ratio", "GPM: FP64 pipe activity.", LEAF_LABELS),
-    _g("gpulens_gpu_fp32_active_ratio", "ratio", "GPM: FP32 pipe activity.", LEAF_LABELS),
-    _g("gpulens_gpu_fp16_active_ratio", "ratio", "GPM: FP16 pipe activity.", LEAF_LABELS),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_gpu_tensor_active_ratio",
+        "ratio",
+        "GPM: tensor pipe activity (any precision).",
+        GPM,
+        _gpm("tensor_active"),
+    ),
+    _m("gauge", "gpulens_gpu_fp64_active_ratio", "ratio", "GPM: FP64 pipe activity.", GPM, _gpm("fp64_active")),
+    _m("gauge", "gpulens_gpu_fp32_active_ratio", "ratio", "GPM: FP32 pipe activity.", GPM, _gpm("fp32_active")),
+    _m("gauge", "gpulens_gpu_fp16_active_ratio", "ratio", "GPM: FP16 pipe activity.", GPM, _gpm("fp16_active")),
+    _m(
+        "gauge",
         "gpulens_gpu_dram_active_ratio",
         "ratio",
         "GPM: DRAM bandwidth used as a fraction of peak (roofline x).",
-        LEAF_LABELS,
+        GPM,
+        _gpm("dram_active"),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_pipe_active_max_ratio",
         "ratio",
         "Highest of the tensor/FP64/FP32/FP16 pipe activities (roofline y).",
-        LEAF_LABELS,
+        GPM,
+        lambda gpm: gpm.max_pipe_active(),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_busy_ratio",
         "ratio",
         "Busy ratio: fraction of time the leaf ran work (GPM graphics-engine activity; NVML GPU-Util "
         "where GPM lacks it). The boundness class says what limits the leaf during this time.",
-        LEAF_LABELS,
+        LEAF_ANALYSIS,
+        lambda a: a.busy_ratio,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_busy_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_busy_ratio over time; rate() gives the exact busy ratio of any window.",
-        LEAF_LABELS,
+        LEAF_ANALYSIS,
+        lambda a: a.busy_seconds,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_sm_active_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_sm_active_ratio over time; rate() gives the exact mean.",
-        LEAF_LABELS,
+        LEAF_ANALYSIS,
+        lambda a: a.sm_active_seconds,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_tensor_active_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_tensor_active_ratio over time.",
-        LEAF_LABELS,
+        LEAF_ANALYSIS,
+        lambda a: a.tensor_active_seconds,
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_dram_active_seconds_total",
         "seconds",
         "Integral of gpulens_gpu_dram_active_ratio over time.",
-        LEAF_LABELS,
+        LEAF_ANALYSIS,
+        lambda a: a.dram_active_seconds,
     ),
     # --- memory (per leaf) -------------------------------------------------------------
-    _g("gpulens_gpu_memory_used_bytes", "bytes", "Device memory in use on the leaf.", LEAF_LABELS),
-    _g("gpulens_gpu_memory_total_bytes", "bytes", "Device memory of the leaf.", LEAF_LABELS),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_gpu_memory_used_bytes",
+        "bytes",
+        "Device memory in use on the leaf.",
+        LEAF,
+        lambda leaf: leaf.memory_used_bytes,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_memory_total_bytes",
+        "bytes",
+        "Device memory of the leaf.",
+        LEAF,
+        lambda leaf: leaf.memory_total_bytes,
+    ),
+    _m(
+        "gauge",
         "gpulens_gpu_compute_processes",
         "",
         "Compute processes running work on the leaf (tenants; an MPS server is not counted).",
-        LEAF_LABELS,
+        LEAF,
+        lambda leaf: float(len(leaf.tenants)),
     ),
     # --- physical ----------------------------------------------------------------------
-    _g("gpulens_gpu_power_watts", "watts", "Power draw.", GPU_LABELS),
-    _g("gpulens_gpu_power_limit_watts", "watts", "Enforced power limit.", GPU_LABELS),
-    _c(
+    _m("gauge", "gpulens_gpu_power_watts", "watts", "Power draw.", GPU, lambda v: v.gpu.power_watts),
+    _m(
+        "gauge",
+        "gpulens_gpu_power_limit_watts",
+        "watts",
+        "Enforced power limit.",
+        GPU,
+        lambda v: v.gpu.power_limit_watts,
+    ),
+    _m(
+        "counter",
         "gpulens_gpu_energy_joules_total",
         "joules",
         "Energy used since the exporter first saw the GPU (monotonic across driver counter resets).",
-        GPU_LABELS,
+        GPU,
+        lambda v: v.analysis.energy_joules if v.analysis is not None else None,
     ),
-    _g("gpulens_gpu_temperature_celsius", "celsius", "GPU die temperature.", GPU_LABELS),
-    _g("gpulens_gpu_memory_temperature_celsius", "celsius", "HBM temperature.", GPU_LABELS),
-    _g("gpulens_gpu_fan_speed_ratio", "ratio", "Fan speed as a fraction of maximum.", GPU_LABELS),
-    _g("gpulens_gpu_sm_clock_hertz", "hertz", "SM clock.", GPU_LABELS),
-    _g("gpulens_gpu_sm_clock_max_hertz", "hertz", "Maximum SM clock.", GPU_LABELS),
-    _g("gpulens_gpu_memory_clock_hertz", "hertz", "Memory clock.", GPU_LABELS),
-    _g(
+    _m(
+        "gauge",
+        "gpulens_gpu_temperature_celsius",
+        "celsius",
+        "GPU die temperature.",
+        GPU,
+        lambda v: v.gpu.temperature_celsius,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_memory_temperature_celsius",
+        "celsius",
+        "HBM temperature.",
+        GPU,
+        lambda v: v.gpu.memory_temperature_celsius,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_fan_speed_ratio",
+        "ratio",
+        "Fan speed as a fraction of maximum.",
+        GPU,
+        lambda v: v.gpu.fan_speed_ratio,
+    ),
+    _m("gauge", "gpulens_gpu_sm_clock_hertz", "hertz", "SM clock.", GPU, lambda v: v.gpu.sm_clock_hertz),
+    _m(
+        "gauge", "gpulens_gpu_sm_clock_max_hertz", "hertz", "Maximum SM clock.", GPU, lambda v: v.gpu.sm_clock_max_hertz
+    ),
+    _m("gauge", "gpulens_gpu_memory_clock_hertz", "hertz", "Memory clock.", GPU, lambda v: v.gpu.memory_clock_hertz),
+    _m(
+        "gauge",
         "gpulens_gpu_clock_event_active",
         "",
         "1 while the clock event (throttle) reason holds the clocks down, else 0.",
-        (*GPU_LABELS, "reason"),
+        GPU,
+        each=lambda v: (((reason,), _flag(on)) for reason, on in sorted((v.gpu.clock_events or {}).items())),
+        labels=("reason",),
     ),
-    _g("gpulens_gpu_pcie_tx_bytes_per_second", "bytes", "PCIe transmit throughput (bytes/s).", GPU_LABELS),
-    _g("gpulens_gpu_pcie_rx_bytes_per_second", "bytes", "PCIe receive throughput (bytes/s).", GPU_LABELS),
-    _g("gpulens_gpu_pcie_link_generation", "", "Current PCIe link generation.", GPU_LABELS),
-    _g("gpulens_gpu_pcie_link_width", "", "Current PCIe link width (lanes).", GPU_LABELS),
-    _c("gpulens_gpu_pcie_replay_errors_total", "", "PCIe replay counter.", GPU_LABELS),
-    _g("gpulens_gpu_nvlink_tx_bytes_per_second", "bytes", "NVLink transmit throughput (bytes/s).", GPU_LABELS),
-    _g("gpulens_gpu_nvlink_rx_bytes_per_second", "bytes", "NVLink receive throughput (bytes/s).", GPU_LABELS),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_tx_bytes_per_second",
+        "bytes",
+        "PCIe transmit throughput (bytes/s).",
+        GPU,
+        lambda v: v.gpu.pcie_tx_bytes_per_second,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_rx_bytes_per_second",
+        "bytes",
+        "PCIe receive throughput (bytes/s).",
+        GPU,
+        lambda v: v.gpu.pcie_rx_bytes_per_second,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_link_generation",
+        "",
+        "Current PCIe link generation.",
+        GPU,
+        lambda v: v.gpu.pcie_link_generation,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_link_width",
+        "",
+        "Current PCIe link width (lanes).",
+        GPU,
+        lambda v: v.gpu.pcie_link_width,
+    ),
+    _m(
+        "counter",
+        "gpulens_gpu_pcie_replay_errors_total",
+        "",
+        "PCIe replay counter.",
+        GPU,
+        lambda v: v.gpu.pcie_replay_errors,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_nvlink_tx_bytes_per_second",
+        "bytes",
+        "NVLink transmit throughput (bytes/s).",
+        GPU,
+        lambda v: v.gpu.nvlink_tx_bytes_per_second,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_nvlink_rx_bytes_per_second",
+        "bytes",
+        "NVLink receive throughput (bytes/s).",
+        GPU,
+        lambda v: v.gpu.nvlink_rx_bytes_per_second,
+    ),
     # --- health ------------------------------------------------------------------------
-    _c(
+    _m(
+        "counter",
         "gpulens_gpu_ecc_errors_total",
         "",
         "Volatile ECC errors since the driver loaded, by severity (corrected, uncorrected).",
-        (*GPU_LABELS, "severity"),
+        GPU,
+        each=lambda v: (((severity,), float(n)) for severity, n in sorted((v.gpu.ecc_errors or {}).items())),
+        labels=("severity",),
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_remapped_rows",
         "",
         "HBM rows remapped, by cause (correctable, uncorrectable).",
-        (*GPU_LABELS, "cause"),
+        GPU,
+        each=lambda v: (
+            ((cause,), (v.gpu.remapped_rows or {}).get(cause)) for cause in ("correctable", "uncorrectable")
+        ),
+        labels=("cause",),
     ),
-    _g("gpulens_gpu_row_remap_pending", "", "1 if a row remap waits for a GPU reset.", GPU_LABELS),
-    _g("gpulens_gpu_row_remap_failure", "", "1 if a row remap failed.", GPU_LABELS),
-    _c(
+    _m(
+        "gauge",
+        "gpulens_gpu_row_remap_pending",
+        "",
+        "1 if a row remap waits for a GPU reset.",
+        GPU,
+        lambda v: (v.gpu.remapped_rows or {}).get("pending"),
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_row_remap_failure",
+        "",
+        "1 if a row remap failed.",
+        GPU,
+        lambda v: (v.gpu.remapped_rows or {}).get("failure"),
+    ),
+    _m(
+        "counter",
         "gpulens_gpu_xid_errors_total",
         "",
         "Xid events seen since the exporter started, by Xid code.",
-        (*GPU_LABELS, "xid"),
+        NODE,
+        each=lambda s: _xids(s),
+        labels=(*GPU_LABELS, "xid"),
     ),
     # --- analysis ----------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_boundness",
         "",
         "What limits the leaf while it works, over the analysis window: exactly one class is 1 "
         "(idle, launch, latency, memory, compute, mixed). Absent without GPM. How much of the time "
         "it works is gpulens_gpu_busy_ratio.",
-        (*LEAF_LABELS, "class"),
-        "analysis",
+        LEAF_ANALYSIS,
+        each=lambda a: _classes(BOUNDNESS_CLASSES, a.boundness),
+        labels=("class",),
+        section="analysis",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_boundness",
         "",
         "The container's class on a leaf it holds: exactly one class is 1 (idle, launch, latency, "
@@ -255,115 +558,167 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "only pod with processes on it; shared when several pods run there (the leaf's class "
         "describes none of them alone); idle for a pod with no process on a leaf others use. "
         "Absent when the leaf has no class.",
-        (*POD_LABELS, "uuid", "mig_uuid", "class"),
-        "analysis",
+        POD_CLASS,
+        each=lambda pb: _classes(POD_BOUNDNESS_CLASSES, pb.boundness),
+        labels=("class",),
+        section="analysis",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_analysis_info",
         "",
         "Which signals the leaf's analysis used: signals=gpm (boundness exported) or nvml (no GPM).",
-        (*LEAF_LABELS, "signals"),
-        "analysis",
+        LEAF_ANALYSIS,
+        each=lambda a: (((a.signals,), 1.0),),
+        labels=("signals",),
+        section="analysis",
     ),
     # --- attribution -------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_allocation",
         "",
         "1 per device the kubelet allocated to a container; the join key for per-pod views.",
-        (*POD_LABELS, "uuid", "mig_uuid", "replica", "resource", "workload_kind", "workload"),
-        "attribution",
+        ALLOCATION,
+        each=lambda a: (
+            (
+                (
+                    a.uuid,
+                    a.mig_uuid or "",
+                    a.replica or "",
+                    a.resource,
+                    a.pod.workload_kind or "",
+                    a.pod.workload or "",
+                ),
+                1.0,
+            ),
+        ),
+        labels=("uuid", "mig_uuid", "replica", "resource", "workload_kind", "workload"),
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_memory_used_bytes",
         "bytes",
         "Device memory used by the container's processes on the GPU.",
-        (*POD_LABELS, "uuid"),
-        "attribution",
+        POD_USAGE,
+        lambda u: u.memory_used_bytes,
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_sm_share_ratio",
         "ratio",
         "The container's share of SM time on the GPU over the last window (per-process utilisation). "
         "Absent under MPS: the driver reports per-process utilisation only for the MPS server, so it "
         "cannot be split between the clients.",
-        (*POD_LABELS, "uuid"),
-        "attribution",
+        POD_USAGE,
+        lambda u: u.sm_share_ratio,
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sharing_info",
         "",
         "How the leaf is shared, always 1: mode is exclusive, time-slicing (the device plugin "
         "advertises replicas), mps (NVML lists an MPS server or MPS clients on it) or mig.",
-        (*LEAF_LABELS, "mode"),
-        "attribution",
+        LEAF_ANALYSIS,
+        each=lambda a: (((a.sharing_mode,), 1.0),) if a.sharing_mode is not None else (),
+        labels=("mode",),
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sharing_replicas",
         "",
         "Time-slicing replicas the device plugin advertises for the GPU.",
-        ("uuid",),
-        "attribution",
+        ATTRIBUTION,
+        each=lambda at: (((uuid,), float(n)) for uuid, n in sorted(at.sharing_replicas.items())),
+        labels=("uuid",),
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_gpu_sharing_pods",
         "",
         "Pods holding a time-slicing replica of the GPU.",
-        ("uuid",),
-        "attribution",
+        ATTRIBUTION,
+        each=lambda at: (((uuid,), float(n)) for uuid, n in sorted(at.sharing_pods.items())),
+        labels=("uuid",),
+        section="attribution",
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_unmapped_devices_total",
         "",
         "Device IDs from the kubelet that matched no GPU on this node, by reason.",
-        ("reason",),
-        "attribution",
+        ATTRIBUTION,
+        each=lambda at: (((reason,), float(n)) for reason, n in sorted(at.unmapped_devices.items())),
+        labels=("reason",),
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_pod_gpu_allocation_conflicts",
         "",
         "Exclusive devices the kubelet lists under more than one pod (all holders are shown); non-zero "
         "when an old kubelet still lists a finished pod and the API cannot say which one runs.",
-        (),
-        "attribution",
+        ATTRIBUTION,
+        lambda at: float(at.allocation_conflicts),
+        section="attribution",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_podresources_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the last successful kubelet PodResources refresh.",
-        (),
-        "attribution",
+        ATTRIBUTION,
+        lambda at: at.podresources_last_success_timestamp,
+        section="attribution",
     ),
     # --- probes ------------------------------------------------------------------------
-    _g(
+    _m(
+        "gauge",
         "gpulens_probe_bandwidth_bytes_per_second",
         "bytes",
         "Cached result of the last successful bandwidth probe (bytes/s); see "
         "gpulens_probe_last_success_timestamp_seconds for when it ran.",
-        (*LEAF_LABELS, "probe"),
-        "probes",
+        PROBE,
+        each=lambda r: (((r.probe,), r.bandwidth_bytes_per_second),),
+        labels=("probe",),
+        section="probes",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_probe_efficiency_ratio",
         "ratio",
         "Cached probe bandwidth divided by what a healthy GPU of this model reaches (probes/expected.py). "
         "Leaf labels as on every leaf series: uuid is the physical GPU, mig_uuid the probed MIG instance.",
-        (*LEAF_LABELS, "probe"),
-        "probes",
+        PROBE,
+        each=lambda r: (((r.probe,), r.efficiency_ratio),),
+        labels=("probe",),
+        section="probes",
     ),
-    _g(
+    _m(
+        "gauge",
         "gpulens_probe_last_success_timestamp_seconds",
         "seconds",
         "Unix time of the probe's last successful run.",
-        (*LEAF_LABELS, "probe"),
-        "probes",
+        PROBE,
+        each=lambda r: (((r.probe,), r.last_success_timestamp),),
+        labels=("probe",),
+        section="probes",
     ),
-    _c(
+    _m(
+        "counter",
         "gpulens_probe_runs_total",
         "",
         "Probe runs by result (ok, skipped_busy, skipped_memory, skipped_allocated, "
         "skipped_exclusive, failed, timeout).",
-        (*LEAF_LABELS, "result"),
-        "probes",
+        PROBE_RUNS,
+        each=lambda run: (((run[0],), float(run[1])),),
+        labels=("result",),
+        section="probes",
     ),
 )
 
@@ -371,8 +726,11 @@ BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOGUE}
 
 
 def spec(name: str) -> MetricSpec:
-    """The catalogue entry for ``name``; KeyError names the unknown metric."""
-    return BY_NAME[name]
+    """The catalogue entry for ``name``; an unknown name raises KeyError naming it."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r}: not in exporter/metrics.py CATALOGUE") from None
 
 
 def markdown() -> str:
@@ -390,17 +748,23 @@ def markdown() -> str:
         "Generated from `exporter/metrics.py` by `python -m exporter.metrics --markdown > docs/metrics.md`;",
         "a test fails when this file and the catalogue drift. Ratios are 0..1; unsupported values are",
         "omitted, never 0 or NaN. MIG labels (`mig_uuid`, `gpu_instance_id`, `compute_instance_id`,",
-        "`mig_profile`) are empty on whole-GPU series.",
+        "`mig_profile`) are empty on whole-GPU series. The *per* column says what a series is",
+        "exported once per (its scope, in `exporter/scopes.py`).",
         "",
     ]
+    out += ["## Scopes", "", "| per | covers | identity labels |", "|---|---|---|"]
+    for scope in SCOPES:
+        labels = ", ".join(f"`{label}`" for label in scope.labels) or "-"
+        out.append(f"| {scope.name} | {scope.doc} | {labels} |")
+    out.append("")
     for section, title in titles.items():
         rows = [m for m in CATALOGUE if m.section == section]
         if not rows:
             continue
-        out += [f"## {title}", "", "| name | type | unit | labels | help |", "|---|---|---|---|---|"]
+        out += [f"## {title}", "", "| name | type | unit | per | labels | help |", "|---|---|---|---|---|---|"]
         for m in rows:
             labels = ", ".join(f"`{label}`" for label in m.labels)
-            out.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.help} |")
+            out.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {m.scope.name} | {labels} | {m.help} |")
         out.append("")
     return "\n".join(out)
 

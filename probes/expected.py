@@ -8,8 +8,7 @@ the sources; ``basis`` says whether the achievable figure was measured or assume
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PROBES: tuple[str, ...] = ("hbm_copy", "h2d", "d2h")
@@ -79,8 +78,7 @@ MODELS: tuple[GpuModelBandwidth, ...] = (
     GpuModelBandwidth("NVIDIA A100-PCIE-40GB", 1.555e12, 4, _NVIDIA_A100),
     GpuModelBandwidth("NVIDIA A30", 0.933e12, 4, _NVIDIA_A30),
 )
-"""Known models. Unknown models get no efficiency (the series is omitted); the fleet median still
-compares them with their peers."""
+"""Known models. Unknown models get no efficiency (the series is omitted)."""
 
 BY_NAME: Mapping[str, GpuModelBandwidth] = {m.name.lower(): m for m in MODELS}
 
@@ -125,26 +123,3 @@ def efficiency_ratio(
     if expected is None or measured_bytes_per_second <= 0:
         return None
     return measured_bytes_per_second / expected.achievable_bytes_per_second
-
-
-def fleet_medians(samples: Iterable[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
-    """Median bandwidth per (GPU model, probe) from ``(model, probe, bytes_per_second)`` rows.
-
-    The dashboard divides each GPU's bandwidth by its model's median to say "this GPU is 20 %
-    slower than its peers", which needs no table and so works for unknown models too.
-    """
-    groups: dict[tuple[str, str], list[float]] = {}
-    for model, probe, value in samples:
-        if value > 0:
-            groups.setdefault((model, probe), []).append(value)
-    return {key: statistics.median(values) for key, values in groups.items()}
-
-
-def ratio_to_fleet(
-    model: str, probe: str, bytes_per_second: float, medians: Mapping[tuple[str, str], float]
-) -> float | None:
-    """``bytes_per_second`` over the fleet median of its model and probe; ``None`` without peers."""
-    median = medians.get((model, probe))
-    if not median:
-        return None
-    return bytes_per_second / median

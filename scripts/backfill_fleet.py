@@ -14,13 +14,12 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
 import numpy as np
 
-from exporter.metrics import spec
+from dashboard.openmetrics import OpenMetricsHistory
 from exporter.model import BOUNDNESS_CLASSES
 
 NAMESPACES = ("ml-training", "inference", "research", "notebooks", "batch")
@@ -41,10 +40,6 @@ class Gpu:
     workload_kind: str
     ends_at: float
     """Fraction of the window after which the pod is gone (1.0 = held to the end)."""
-
-
-def _labels(d: dict[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in d.items()) + "}"
 
 
 def make_fleet(gpus: int, nodes: int, seed: int) -> list[Gpu]:
@@ -104,11 +99,6 @@ def boundness(sm: np.ndarray, util: np.ndarray, dram: np.ndarray, pipe: np.ndarr
     return cls
 
 
-def _family(out: TextIO, name: str) -> None:
-    s = spec(name)
-    out.write(f"# TYPE {name} {s.type}\n# HELP {name} {s.help}\n")
-
-
 def write_openmetrics(
     out: TextIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int
 ) -> int:
@@ -120,7 +110,7 @@ def write_openmetrics(
     rng = np.random.default_rng(seed + 1)
     acts = [activity(g, t, rng) for g in fleet]
     classes = [boundness(a["sm"], a["util"], a["dram"], a["pipe"]) for a in acts]
-    written = 0
+    history = OpenMetricsHistory(out)
 
     def target(g: Gpu) -> dict[str, str]:
         return {
@@ -130,56 +120,42 @@ def write_openmetrics(
             "node": f"node-{g.node:03d}",
         }
 
-    def series(name: str, labels: dict[str, str], values: Iterator[str] | list[str]) -> None:
-        nonlocal written
-        lbl = _labels(labels)
-        out.write("".join(f"{name}{lbl} {v} {ts}\n" for v, ts in zip(values, stamps, strict=True)))
-        written += steps
-
-    _family(out, "gpulens_up")
     for node in sorted({(g.cluster, g.node) for g in fleet}):
         first = next(g for g in fleet if g.node == node[1])
-        series("gpulens_up", target(first), ["1"] * steps)
-    _family(out, "gpulens_gpu_info")
+        history.series("gpulens_up", target(first), ["1"] * steps, stamps)
     for g in fleet:
         info = {**target(g), "gpu": str(g.index), "uuid": g.uuid, "name": "NVIDIA H200", "mig_mode": "disabled"}
-        series("gpulens_gpu_info", {**info, "driver_version": "580.159.04"}, ["1"] * steps)
+        history.series("gpulens_gpu_info", {**info, "driver_version": "580.159.04"}, ["1"] * steps, stamps)
     for name, key in (
         ("gpulens_gpu_sm_active_ratio", "sm"),
         ("gpulens_gpu_utilization_ratio", "util"),
         ("gpulens_gpu_dram_active_ratio", "dram"),
         ("gpulens_gpu_pipe_active_max_ratio", "pipe"),
     ):
-        _family(out, name)
         for g, a in zip(fleet, acts, strict=True):
-            series(name, {**target(g), "gpu": str(g.index), "uuid": g.uuid}, [f"{v:.4g}" for v in a[key]])
-    _family(out, "gpulens_gpu_boundness")
+            labels = {**target(g), "gpu": str(g.index), "uuid": g.uuid}
+            history.series(name, labels, [f"{v:.4g}" for v in a[key]], stamps)
     for g, cls in zip(fleet, classes, strict=True):
         for ci, cname in enumerate(CLASSES):
             values = ["1" if c == ci else "0" for c in cls]
-            series("gpulens_gpu_boundness", {**target(g), "class": cname, "gpu": str(g.index), "uuid": g.uuid}, values)
-    _family(out, "gpulens_pod_gpu_allocation")
+            labels = {**target(g), "class": cname, "gpu": str(g.index), "uuid": g.uuid}
+            history.series("gpulens_gpu_boundness", labels, values, stamps)
     for g, a in zip(fleet, acts, strict=True):
         if not g.namespace:
             continue
-        held = a["held"]
-        last = int(held.nonzero()[0].max()) + 1
-        pod = f"{g.workload}-{g.index}"
+        last = int(a["held"].nonzero()[0].max()) + 1
         labels = {
             **target(g),
             "container": "main",
             "namespace": g.namespace,
-            "pod": pod,
+            "pod": f"{g.workload}-{g.index}",
             "resource": "nvidia.com/gpu",
             "uuid": g.uuid,
             "workload": g.workload,
             "workload_kind": g.workload_kind,
         }
-        lbl = _labels(labels)
-        out.write("".join(f"gpulens_pod_gpu_allocation{lbl} 1 {ts}\n" for ts in stamps[:last]))
-        written += last
-    out.write("# EOF\n")
-    return written
+        history.series("gpulens_pod_gpu_allocation", labels, ["1"] * last + [None] * (steps - last), stamps)
+    return history.close()
 
 
 def main(argv: list[str] | None = None) -> int:

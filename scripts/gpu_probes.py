@@ -27,7 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.pagecache import drop_page_cache  # noqa: E402
+from tests.support.pagecache import drop_page_cache  # noqa: E402
 
 RUNS = 5
 

@@ -50,7 +50,7 @@ _STARTS_SOMETHING = (
     "playwright",
     "AppTest",
     "scripts/image.sh",
-    "bench.load_soak",
+    "tests.support.load_soak",
 )
 
 

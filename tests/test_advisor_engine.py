@@ -168,14 +168,20 @@ def test_recommendation_table(case: Case) -> None:
 
 def test_recommended_slice_always_holds_the_observed_peak_times_headroom() -> None:
     model = H200
+    targets: set[str] = set()
     for peak_gib in range(1, 140, 3):
-        for p95 in (0.0, 0.05, 0.1, 0.3, 0.6):
+        for p95 in (0.0, 0.05, 0.1, 0.2, 0.3, 0.6):
             rec = recommend(usage(memory_peak_bytes=peak_gib * GIB, sm_active_p95=p95, sm_active_mean=p95))
-            if rec.action == Action.MIG:
-                prof = model.profile(rec.target)
-                assert prof is not None
-                assert prof.memory_bytes >= peak_gib * GIB * 1.2, (peak_gib, p95, rec.target)
-                assert prof.compute_fraction >= p95 * 1.1
+            if rec.action != Action.MIG:
+                continue
+            targets.add(rec.target)
+            prof = model.profile(rec.target)
+            assert prof is not None
+            assert prof.memory_bytes >= peak_gib * GIB * 1.2, (peak_gib, p95, rec.target)
+            assert prof.compute_fraction >= p95 * 1.1
+    # The sweep must reach the checks above, across slices of different memory and compute sizes
+    # (otherwise it passes without asserting anything).
+    assert {"1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb"} <= targets, targets
 
 
 def test_compute_headroom_is_a_knob() -> None:

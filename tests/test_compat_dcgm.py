@@ -360,3 +360,22 @@ def test_graphics_engine_activity_is_the_busy_ratio_else_nvml_gpu_util() -> None
     assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gi1) == 0.4
     gi2 = {**gi1, "GPU_I_ID": "2"}
     assert reg.get_sample_value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gi2) is None  # MIG: no NVML fallback
+
+
+def test_every_field_is_rendered_by_the_one_loop_in_some_simulated_scenario() -> None:
+    """Each field states its scope and how it is read; the simulator reaches all but the fan."""
+    seen: set[str] = set()
+    for scenario in ("h200x8", "mig", "timeslice", "mps"):
+        sampler, _, _ = build(parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={}))
+        try:
+            sampler.run_once()
+            sampler.run_once()
+            snap = sampler.latest()
+        finally:
+            sampler.stop()
+        assert snap is not None
+        seen |= set(render_lines(snap, "node-a"))
+    for f in FIELDS:
+        assert f.scope in ("gpu", "leaf") and callable(f.read), f.name
+    assert {f.name for f in FIELDS} - seen == {"DCGM_FI_DEV_FAN_SPEED"}  # passively cooled boards
+    assert {f.name for f in FIELDS if f.shared is not None} == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}

@@ -31,6 +31,7 @@ import pytest
 
 from dashboard.advisor.engine import recommend
 from dashboard.advisor.query import Window, measure
+from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from exporter.metrics import spec
@@ -81,10 +82,6 @@ ALLOCATIONS = (  # namespace, pod, uuid, mig_uuid, replicas
 )
 
 
-def _labels(d: dict[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(d.items()) if v) + "}"
-
-
 def _samples(t: float, t0: float) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Every series of the node at t (without instance/job), by metric name."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -131,7 +128,7 @@ def _exposition(samples: dict[str, list[tuple[dict[str, str], float]]], extra: d
     for name, rows in samples.items():
         family = name.removesuffix("_total") if spec(name).type == "counter" else name
         lines.append(f"# TYPE {family} {spec(name).type}")
-        lines += [f"{name}{_labels({**labels, **extra})} {value:g}" for labels, value in rows]
+        lines += [f"{name}{label_text({**labels, **extra})} {value:g}" for labels, value in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -147,20 +144,21 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Scr
     t0 = end - HISTORY
     times = [t0 + 7.0 + SAMPLE * k for k in range(int(HISTORY // SAMPLE))]
     # OpenMetrics for promtool: one family block per metric, samples in time order
-    by_series: dict[str, dict[str, list[str]]] = {}
+    by_series: dict[str, dict[str, tuple[dict[str, str], list[str | None], list[str]]]] = {}
     for t in times:
         for name, rows in _samples(t, t0).items():
             for labels, value in rows:
-                key = _labels({**labels, "instance": NODE, "job": "gpulens"})
-                by_series.setdefault(name, {}).setdefault(key, []).append(f"{name}{key} {value:g} {t:.0f}")
+                full = {**labels, "instance": NODE, "job": "gpulens"}
+                _, values, stamps = by_series.setdefault(name, {}).setdefault(label_text(full), (full, [], []))
+                values.append(f"{value:g}")
+                stamps.append(f"{t:.0f}")
     om = tmp / "history.om"
     with om.open("w") as out:
+        history = OpenMetricsHistory(out)
         for name, series in by_series.items():
-            family = name.removesuffix("_total") if spec(name).type == "counter" else name
-            out.write(f"# TYPE {family} {spec(name).type}\n")
-            for lines in series.values():
-                out.write("\n".join(lines) + "\n")
-        out.write("# EOF\n")
+            for labels, values, stamps in series.values():
+                history.series(name, labels, values, stamps)
+        history.close()
     data = tmp / "data"
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip

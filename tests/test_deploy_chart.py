@@ -3,48 +3,19 @@ version, stay in sync, and deploy a hardened, least-privilege exporter."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-CHART = REPO / "deploy" / "helm" / "gpulens"
-MANIFESTS = REPO / "deploy" / "manifests"
+from tests.support.deploy import CHART, MANIFESTS, REPO, objects, one, renderer
+
 SUPPORTED_KUBERNETES = [f"1.{minor}.0" for minor in range(28, 38)]
-
-
-def _load_renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_manifests", REPO / "scripts" / "render_manifests.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-renderer = _load_renderer()
-
-
-def objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    return list(renderer.render_objects(values))
-
-
-def one(objs: list[dict[str, Any]], kind: str, component: str | None = None) -> dict[str, Any]:
-    found = [
-        o
-        for o in objs
-        if o["kind"] == kind
-        and (component is None or o["metadata"]["labels"].get("app.kubernetes.io/component") == component)
-    ]
-    assert len(found) == 1, f"expected one {kind} {component or ''}, got {len(found)}"
-    return found[0]
 
 
 def exporter_pod(values: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -6,7 +6,6 @@ its structure checked; tests/test_image.py compares it with the images scripts/i
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -14,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-DOCKERFILE = REPO / "deploy" / "Dockerfile"
+from tests.support.deploy import DOCKERFILE, dockerfile_stages
 
 
 def hadolint() -> str:
@@ -41,22 +39,6 @@ def test_hadolint_does_flag_a_careless_dockerfile(tmp_path: Path) -> None:
     result = lint(bad)
     assert result.returncode != 0
     assert "DL3007" in result.stdout
-
-
-def dockerfile_stages() -> dict[str, list[str]]:
-    """Stage name -> its instructions (one string per instruction, continuations joined)."""
-    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
-    stages: dict[str, list[str]] = {}
-    current: list[str] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.IGNORECASE)
-        if m:
-            current = stages.setdefault(m.group(1), [])
-        current.append(line)
-    return stages
 
 
 def test_dockerfile_is_multi_stage_with_exporter_and_dashboard_targets() -> None:

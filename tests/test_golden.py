@@ -1,6 +1,7 @@
-"""Golden exposition: a seeded simulated node renders byte-for-byte the checked-in file.
+"""Golden exposition: a seeded simulated node renders byte-for-byte the checked-in file; the
+dashboard's fixtures are scrapes of the same simulator.
 
-Regenerate only on purpose: ``.venv/bin/python -m pytest tests/test_golden.py --update-golden``,
+Regenerate both only on purpose: ``.venv/bin/python -m pytest tests/test_golden.py --update-golden``,
 then review the diff like any contract change.
 """
 
@@ -11,46 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.cli import make_attributor, make_classifier
-from exporter.collector import SnapshotCollector
-from exporter.config import parse_config
-from exporter.sampler import Sampler
-from exporter.sim import Simulation
+from tests.support.sim_exposition import DASHBOARD_FIXTURES, dashboard_fixture, render
 
 GOLDEN = Path(__file__).parent / "golden"
-CYCLES = 15
-EPOCH = 1_790_000_000.0
-
-
-def render(scenario: str, cycles: int = CYCLES) -> str:
-    """Exposition of ``scenario`` (seed 0) after ``cycles`` cycles on a simulated clock."""
-    cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
-    simulation = Simulation.create(scenario, seed=0)
-    backend = simulation.backend
-    tick = [0.0]
-    sampler = Sampler(
-        backend,
-        attributor=make_attributor(cfg, simulation),
-        classifier=make_classifier(cfg),
-        clock=lambda: tick[0],
-        wall=lambda: EPOCH + tick[0],
-    )
-    try:
-        for _ in range(cycles):
-            sampler.run_once()
-            tick[0] += 1.0
-    finally:
-        sampler.stop()
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0]))
-    text = generate_latest(reg).decode()
-    # Stage durations and refresh timestamps are wall-clock readings: the only non-deterministic values.
-    volatile = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_success_timestamp_seconds ")
-    return "\n".join(
-        line.rsplit(" ", 1)[0] + " <wallclock>" if line.startswith(volatile) else line for line in text.splitlines()
-    )
+DASHBOARD = Path(__file__).parent / "fixtures" / "dashboard"
 
 
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
@@ -61,6 +27,16 @@ def test_exposition_matches_golden(scenario: str, update_golden: bool) -> None:
         path.write_text(text + "\n")
     assert path.exists(), f"missing {path}: run with --update-golden once, on purpose"
     assert text + "\n" == path.read_text(), f"{scenario} exposition changed; if intended, --update-golden"
+
+
+@pytest.mark.parametrize("scenario", sorted(DASHBOARD_FIXTURES))
+def test_dashboard_fixture_is_a_scrape_of_the_simulator(scenario: str, update_golden: bool) -> None:
+    """The dashboard's tests read what the exporter exports today, not an old scrape."""
+    text = dashboard_fixture(scenario)
+    path = DASHBOARD / f"{scenario}.prom"
+    if update_golden:
+        path.write_text(text)
+    assert text == path.read_text(), f"tests/fixtures/dashboard/{scenario}.prom drifted: --update-golden"
 
 
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])

@@ -28,9 +28,8 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
+from tests.support.deploy import DOCKERFILE, dockerfile_stages, objects, one
 from tests.support.net import free_port, get, wait_http
-from tests.test_deploy_chart import objects, one
-from tests.test_deploy_dockerfile import DOCKERFILE, dockerfile_stages
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_CONF = REPO / "deploy" / "image"

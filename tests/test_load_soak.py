@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.load_soak import load, sim_exporter, soak
+from tests.support.load_soak import load, sim_exporter, soak
 from tests.support.net import free_port
 
 

@@ -1,13 +1,27 @@
-"""The metric catalogue is the contract: docs match it, names follow Prometheus conventions."""
+"""The metric catalogue is the contract: docs match it, names follow Prometheus conventions, and
+what renders is the catalogue: a read whose label values do not match its entry is caught."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
 from exporter import metrics
+from exporter.collector import LabelMismatch, SnapshotCollector, render_family
+from exporter.model import Snapshot
+from exporter.sampler import Sampler
+from exporter.scopes import SCOPES, Frame
+from exporter.sim import SCENARIOS
+from tests.fakes_backend import ScriptedBackend, gpu, healthy
+from tests.support.sim_exposition import DASHBOARD_FIXTURES
+from tests.support.sim_exposition import render as render_sim
 
 REPO = Path(__file__).resolve().parents[1]
+EMPTY_MIG = {"mig_uuid": "", "gpu_instance_id": "", "compute_instance_id": "", "mig_profile": ""}
 
 
 def test_docs_metrics_md_is_generated_from_the_catalogue() -> None:
@@ -56,3 +70,104 @@ def test_design_core_names_are_present() -> None:
         "gpulens_snapshot_age_seconds",
     }
     assert core <= set(metrics.BY_NAME)
+
+
+# --- the catalogue is what renders: one loop, label values checked per entry ----------------------
+
+
+def _healthy_snapshot() -> Snapshot:
+    sampler = Sampler(ScriptedBackend(healthy(2)))
+    sampler.run_once()
+    snap = sampler.latest()
+    assert snap is not None
+    return snap
+
+
+def _scrape(catalogue: list[metrics.MetricSpec]) -> CollectorRegistry:
+    snap = _healthy_snapshot()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(lambda: snap, backend="sim", catalogue=catalogue))
+    return reg
+
+
+def _with(name: str, **changes: object) -> list[metrics.MetricSpec]:
+    assert name in metrics.BY_NAME
+    return [replace(s, **changes) if s.name == name else s for s in metrics.CATALOGUE]  # type: ignore[arg-type]
+
+
+def test_every_entry_declares_its_scope_and_its_labels_extend_the_scopes() -> None:
+    for m in metrics.CATALOGUE:
+        assert m.scope in SCOPES, m.name
+        assert m.labels[: len(m.scope.labels)] == m.scope.labels, m.name
+        assert len(set(m.labels)) == len(m.labels), f"{m.name}: a label twice"
+    assert len(metrics.BY_NAME) == len(metrics.CATALOGUE), "two entries share a name"
+
+
+def test_a_label_count_mismatch_raises_naming_the_family() -> None:
+    snap = _healthy_snapshot()
+    bad = replace(metrics.spec("gpulens_gpu_clock_event_active"), own_labels=("reason", "extra"))
+    frame = Frame(
+        replace(
+            snap,
+            backend=replace(snap.backend, gpus=(replace(snap.backend.gpus[0], clock_events={"hw_slowdown": True}),)),
+        )
+    )
+    with pytest.raises(LabelMismatch, match="gpulens_gpu_clock_event_active"):
+        render_family(bad, list(bad.scope.walk(frame)))
+
+
+def test_a_label_count_mismatch_drops_only_that_family_and_reports_it() -> None:
+    # Too few values for the labels: prometheus_client alone would export the sample truncated.
+    reg = _scrape(_with("gpulens_gpu_power_watts", own_labels=("extra",)))
+    g0 = {"gpu": "0", "uuid": gpu(0).uuid}
+    assert reg.get_sample_value("gpulens_stage_success", {"stage": "render_gpulens_gpu_power_watts"}) == 0
+    assert "# TYPE gpulens_gpu_power_watts " not in generate_latest(reg).decode()
+    # Its scope's other families and every other section still render.
+    assert reg.get_sample_value("gpulens_gpu_utilization_ratio", g0) == 0.5
+    assert reg.get_sample_value("gpulens_gpu_sm_active_ratio", {**g0, **EMPTY_MIG}) == 0.5
+    assert reg.get_sample_value("gpulens_up") == 1
+
+
+def test_too_many_label_values_are_caught_too() -> None:
+    too_many = _with("gpulens_gpu_temperature_celsius", read=lambda _v: [(("x",), 40.0)])
+    reg = _scrape(too_many)
+    assert reg.get_sample_value("gpulens_stage_success", {"stage": "render_gpulens_gpu_temperature_celsius"}) == 0
+    assert reg.get_sample_value("gpulens_gpu_power_watts", {"gpu": "0", "uuid": gpu(0).uuid}) == 300
+
+
+def test_an_unknown_metric_name_is_a_clear_error() -> None:
+    with pytest.raises(KeyError, match="unknown metric 'gpulens_gpu_power_wats'"):
+        metrics.spec("gpulens_gpu_power_wats")
+
+
+def test_no_simulated_scenario_makes_any_family_fail() -> None:
+    for scenario in SCENARIOS:
+        text = render_sim(scenario, cycles=3, probes=True)
+        assert 'stage="render_' not in text, (scenario, [x for x in text.splitlines() if 'stage="render_' in x])
+
+
+def test_compat_sources_name_real_families() -> None:
+    from exporter.compat_dcgm import FIELDS
+
+    for field in FIELDS:
+        for name in re.findall(r"gpulens_[a-z0-9_]+", field.source):
+            assert name in metrics.BY_NAME, (field.name, name)
+
+
+NOT_SIMULATED = {
+    "gpulens_gpu_fan_speed_ratio": "the simulated H200 boards are passively cooled (NVML: not supported)",
+    "gpulens_unmapped_devices_total": "the simulated kubelet lists only devices of its own node",
+}
+"""Families no dashboard fixture has, and why: every other family must be in one."""
+
+
+def test_every_family_reaches_the_dashboard_fixtures() -> None:
+    """A metric without a simulator value would be missing from every dashboard test: add the value
+    to the simulator (exporter/sim/), then regenerate with --update-golden."""
+    found = set()
+    for scenario in DASHBOARD_FIXTURES:
+        text = (REPO / "tests" / "fixtures" / "dashboard" / f"{scenario}.prom").read_text()
+        found |= {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    missing = {m.name for m in metrics.CATALOGUE} - found - set(NOT_SIMULATED)
+    assert not missing, f"no dashboard fixture has {sorted(missing)}"
+    assert not set(NOT_SIMULATED) & found, "a family listed as not simulated is simulated now: drop it from the list"

@@ -9,8 +9,6 @@ from probes.expected import (
     PCIE_GEN5_X16_ACHIEVABLE,
     efficiency_ratio,
     expected_bandwidth,
-    fleet_medians,
-    ratio_to_fleet,
 )
 
 
@@ -59,18 +57,3 @@ def test_mig_slice_is_expected_to_reach_its_share_of_hbm_but_full_pcie() -> None
     assert whole is not None and slice_ is not None and pcie is not None
     assert slice_.achievable_bytes_per_second == pytest.approx(whole.achievable_bytes_per_second / 7)
     assert pcie.achievable_bytes_per_second == PCIE_GEN5_X16_ACHIEVABLE
-
-
-def test_fleet_median_flags_the_gpu_slower_than_its_peers() -> None:
-    rows = [
-        ("NVIDIA H200", "hbm_copy", 4.0e12),
-        ("NVIDIA H200", "hbm_copy", 4.1e12),
-        ("NVIDIA H200", "hbm_copy", 3.2e12),
-        ("NVIDIA H100 80GB HBM3", "hbm_copy", 2.9e12),
-        ("NVIDIA H200", "h2d", 0.0),  # a failed run is no evidence about the peers
-    ]
-    medians = fleet_medians(rows)
-    assert medians[("NVIDIA H200", "hbm_copy")] == 4.0e12
-    assert ("NVIDIA H200", "h2d") not in medians
-    assert ratio_to_fleet("NVIDIA H200", "hbm_copy", 3.2e12, medians) == pytest.approx(0.8)
-    assert ratio_to_fleet("NVIDIA H200", "h2d", 5e10, medians) is None

@@ -8,6 +8,7 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.collector import SnapshotCollector
+from exporter.metrics import CATALOGUE
 from exporter.model import BackendSample, GpmSample, GpuSample, LeafSample, MigInstance
 from exporter.sampler import Sampler, SamplerOptions
 from tests.fakes_backend import ScriptedBackend, gpu, healthy
@@ -171,17 +172,23 @@ def test_mig_leaves_carry_their_identity_labels() -> None:
     assert reg.get_sample_value("gpulens_gpu_energy_joules_total", {"gpu": "0", "uuid": base.uuid}) == 0
 
 
-def test_a_failing_render_section_drops_only_itself() -> None:
+def test_a_failing_family_drops_only_itself() -> None:
     sampler = Sampler(ScriptedBackend(healthy(1)))
     sampler.run_once()
 
-    def broken(_snap: object, _f: object) -> None:
+    def broken(_view: object) -> list[tuple[tuple[str, ...], float]]:
         raise RuntimeError("boom")
 
+    catalogue = [replace(s, read=broken) if s.name == "gpulens_gpu_power_watts" else s for s in CATALOGUE]
     reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest, extra_families=broken))
-    assert reg.get_sample_value("gpulens_stage_success", {"stage": "render_extra"}) == 0
-    assert reg.get_sample_value("gpulens_gpu_up", {"gpu": "0", "uuid": gpu(0).uuid}) == 1
+    reg.register(SnapshotCollector(sampler.latest, catalogue=catalogue))
+    g0 = {"gpu": "0", "uuid": gpu(0).uuid}
+    assert reg.get_sample_value("gpulens_stage_success", {"stage": "render_gpulens_gpu_power_watts"}) == 0
+    assert reg.get_sample_value("gpulens_gpu_power_watts", g0) is None
+    # The rest of the GPU's device series, same scope included, still render.
+    assert reg.get_sample_value("gpulens_gpu_up", g0) == 1
+    assert reg.get_sample_value("gpulens_gpu_utilization_ratio", g0) == 0.5
+    assert reg.get_sample_value("gpulens_gpu_energy_joules_total", g0) == 0
 
 
 def test_cached_exposition_encodes_once_per_snapshot_and_keeps_age_fresh() -> None:

@@ -18,8 +18,8 @@ from typing import TextIO
 
 import numpy as np
 
+from dashboard.openmetrics import OpenMetricsHistory
 from exporter.analysis.pod_class import pod_class
-from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES
 
 GIB = 2**30
@@ -106,10 +106,6 @@ DEVICES: tuple[Device, ...] = (
 )  # fmt: skip
 
 
-def _labels(d: dict[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(d.items()) if v) + "}"
-
-
 def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, seed: int = 7) -> int:
     """Write ``days`` (plus one hour, so a window of ``days`` is fully covered) of history ending
     at ``end``; return the number of samples written."""
@@ -117,11 +113,11 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
     stamps = [f"{x:.0f}" for x in end - interval_s * np.arange(steps - 1, -1, -1, dtype=float)]
     rng = np.random.default_rng(seed)
     sm = [d.sm(rng, steps) for d in DEVICES]
-    written = 0
-    by_metric: dict[str, list[tuple[dict[str, str], list[str]]]] = {}
+    by_metric: dict[str, list[tuple[dict[str, str], list[str | None]]]] = {}
 
-    def add(name: str, labels: dict[str, str], values: list[str]) -> None:
-        by_metric.setdefault(name, []).append((labels, values))
+    def add(name: str, labels: dict[str, str], values: list[str | None]) -> None:
+        # a pod replaced by a rollout is absent after it ends
+        by_metric.setdefault(name, []).append((labels, [*values, *[None] * (steps - len(values))]))
 
     for d, s in zip(DEVICES, sm, strict=True):
         target = {"instance": f"{d.node}:9445", "job": "gpulens", "node": d.node}
@@ -149,7 +145,7 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
         for h in d.holders:
             for i, pod in enumerate(h.pods):
                 lo, hi = steps * i // len(h.pods), steps * (i + 1) // len(h.pods)
-                pad = ["NaN"] * lo  # written as absent below
+                pad: list[str | None] = [None] * lo  # absent before this pod existed
                 pod_labels = {**target, "namespace": h.namespace, "pod": pod, "container": "main", "uuid": d.uuid}
                 resource = f"nvidia.com/mig-{d.mig_profile}" if d.mig_profile else "nvidia.com/gpu"
                 alloc = {**pod_labels, "mig_uuid": d.mig_uuid, "workload_kind": h.kind, "workload": h.workload,
@@ -169,16 +165,11 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
                 for c in POD_BOUNDNESS_CLASSES:
                     add("gpulens_pod_gpu_boundness", {**pod_labels, "mig_uuid": d.mig_uuid, "class": c},
                         [*pad, *["1" if x == c else "0" for x in mine]])  # fmt: skip
+    history = OpenMetricsHistory(out)
     for name, series in by_metric.items():
-        s_ = spec(name)
-        out.write(f"# TYPE {name} {s_.type}\n# HELP {name} {s_.help}\n")
         for labels, values in series:
-            lbl = _labels(labels)
-            lines = [f"{name}{lbl} {v} {ts}\n" for v, ts in zip(values, stamps, strict=False) if v != "NaN"]
-            out.write("".join(lines))
-            written += len(lines)
-    out.write("# EOF\n")
-    return written
+            history.series(name, labels, values, stamps)
+    return history.close()
 
 
 def main(argv: list[str] | None = None) -> int:

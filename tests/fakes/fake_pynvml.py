@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from exporter.backends.nvml_functions import NvmlFunctions
+
 # --- constants (values as in nvidia-ml-py) -------------------------------------------------------
 NVML_SUCCESS = 0
 _ERROR_CODES = {
@@ -193,6 +195,10 @@ class FakeGpu:
     migs: list[FakeMig] = field(default_factory=list)
     max_mig_devices: int = 7
     lost: bool = False
+    answers: dict[str, Any] = field(default_factory=dict)
+    """Raw answers of plain device getters the backend declares and the fake has no method for
+    (``nvmlDeviceGetX(handle)`` -> value); one absent here answers NOT_SUPPORTED, as a GPU without
+    the feature does."""
 
 
 @dataclass
@@ -276,7 +282,21 @@ class FakeNvml:
         # Constants and error classes live at module level, as in pynvml.
         if name.startswith(("NVML", "nvml")) and name in globals():
             return globals()[name]
+        if name.startswith("nvmlDeviceGet") and name in NvmlFunctions.names():
+            return self._plain_getter(name)
         raise AttributeError(name)
+
+    def _plain_getter(self, name: str) -> Any:
+        """``nvmlDeviceGetX(handle)`` answered from ``FakeGpu.answers``, for a getter the backend
+        declares (exporter/backends/nvml_functions.py) and the fake has no method for: a new NVML
+        read needs no new method here, only its answer where a test wants one.  A name the backend
+        does not declare (a misspelling) stays absent, as from the real binding."""
+
+        def getter(h: FakeHandle) -> Any:
+            self._enter(name, h)
+            return self._value(h.gpu.answers.get(name))
+
+        return getter
 
     def __dir__(self) -> list[str]:
         names = set(super().__dir__())

@@ -1,0 +1,95 @@
+"""A seeded simulated node, sampled on a simulated clock and rendered: the one source of the golden
+expositions (tests/golden) and of the dashboard fixtures (tests/fixtures/dashboard).
+
+Everything is deterministic (seed 0, a fake clock, probes waited for each cycle) except two readings
+of the wall clock, which are replaced by ``volatile``: the stage durations and the kubelet refresh
+timestamp.
+"""
+
+from __future__ import annotations
+
+import random
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.cli import make_attributor, make_classifier
+from exporter.collector import SnapshotCollector
+from exporter.config import parse_config
+from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
+from exporter.sampler import Sampler
+from exporter.sim import Simulation
+
+EPOCH = 1_790_000_000.0
+"""Unix time of the simulated clock's zero."""
+CYCLES = 15
+VOLATILE = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_success_timestamp_seconds ")
+"""Series whose values are wall-clock readings."""
+
+
+def _probes(simulation: Simulation, tick: list[float]) -> ProbeScheduler:
+    # As the demo (results within seconds, the scenario's slow GPU), on the fake clock and seeded.
+    options = ProbeOptions(
+        enabled=True, first_delay_seconds=simulation.probe_first_delay_seconds, interval_seconds=60.0
+    )
+    return ProbeScheduler(
+        options,
+        clock=lambda: tick[0],
+        wall=lambda: EPOCH + tick[0],
+        runner=simulation.probe_runner(),
+        rng=random.Random(0),
+    )
+
+
+def render(
+    scenario: str, cycles: int = CYCLES, probes: bool = False, faults: str = "", volatile: str = "<wallclock>"
+) -> str:
+    """Exposition of ``scenario`` (seed 0) after ``cycles`` one-second cycles, without a final newline.
+
+    ``probes`` runs the simulated probes; ``faults`` is a ``--sim.faults`` spec."""
+    cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
+    simulation = Simulation.create(scenario, seed=0, faults=faults)
+    tick = [0.0]
+    scheduler = _probes(simulation, tick) if probes else None
+    sampler = Sampler(
+        simulation.backend,
+        attributor=make_attributor(cfg, simulation),
+        classifier=make_classifier(cfg),
+        probes=scheduler,
+        clock=lambda: tick[0],
+        wall=lambda: EPOCH + tick[0],
+    )
+    try:
+        for _ in range(cycles):
+            sampler.run_once()
+            if scheduler is not None:
+                assert scheduler.wait_until_idle(10.0), "a simulated probe did not finish"
+            tick[0] += 1.0
+    finally:
+        sampler.stop()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0]))
+    text = generate_latest(reg).decode()
+    return "\n".join(
+        line.rsplit(" ", 1)[0] + f" {volatile}" if line.startswith(VOLATILE) else line for line in text.splitlines()
+    )
+
+
+DASHBOARD_FIXTURES: dict[str, str] = {
+    "h200x8": "xid=3:79;transient=power_watts:2",
+    "mig": "",
+    "timeslice": "",
+    "mps": "",
+}
+"""Scenarios with a scrape in tests/fixtures/dashboard (the dashboard's tests read them), and the
+simulated faults each has: the h200x8 node shows an Xid and NVML errors on its health page."""
+
+
+def dashboard_fixture(scenario: str) -> str:
+    """A scrape of the simulated ``scenario`` for the dashboard's tests: every family the simulator
+    exports, probes and the scenario's faults included, with fixed stand-ins for the wall-clock
+    readings (1 ms per stage, the kubelet refreshed at the last cycle)."""
+    text = render(scenario, probes=True, faults=DASHBOARD_FIXTURES[scenario])
+    stamp = f"{EPOCH + CYCLES - 1:.1f}"
+    text = text.replace("gpulens_podresources_last_success_timestamp_seconds <wallclock>",
+                        f"gpulens_podresources_last_success_timestamp_seconds {stamp}")  # fmt: skip
+    return text.replace("<wallclock>", "0.001") + "\n"
