@@ -14,11 +14,13 @@ import json
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +81,31 @@ def run_victoriametrics(
             yield base
 
 
+class _AlertSink(BaseHTTPRequestHandler):
+    """Stands in for Alertmanager (vmalert needs one when a rule file has alerts): accepts and
+    keeps what vmalert sends."""
+
+    received: list[bytes]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(min(int(self.headers.get("Content-Length", "0")), 1 << 20))
+        if len(self.received) < 1000:
+            self.received.append(body)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
 @contextmanager
 def run_vmalert(datasource: str, rules: str, interval: str = "1s") -> Iterator[str]:
     """``vmalert`` evaluating the rule file ``rules`` (YAML text) every ``interval`` against
-    ``datasource`` and writing recorded series and alert state back to it; yields its URL."""
+    ``datasource`` and writing recorded series and alert state back to it; yields its URL.
+    Alerts go to a loopback sink standing in for Alertmanager."""
+    handler = type("Sink", (_AlertSink,), {"received": []})
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
     with tempfile.TemporaryDirectory(prefix="gpulens-vmalert-") as tmp:
         root = Path(tmp)
         (root / "rules.yml").write_text(rules)
@@ -94,14 +117,17 @@ def run_vmalert(datasource: str, rules: str, interval: str = "1s") -> Iterator[s
             f"-datasource.url={datasource}",
             f"-remoteWrite.url={datasource}",
             "-remoteWrite.flushInterval=1s",
-            # alerts go nowhere: the tests read their state from the store (ALERTS series)
-            "-notifier.blackhole",
+            f"-notifier.url=http://127.0.0.1:{sink.server_address[1]}",
             f"-evaluationInterval={interval}",
             f"-httpListenAddr=127.0.0.1:{port}",
             "-loggerLevel=WARN",
         ]
-        with managed_process(argv, f"{base}/health", log=root / "vmalert.log", cwd=root, timeout=60):
-            yield base
+        try:
+            with managed_process(argv, f"{base}/health", log=root / "vmalert.log", cwd=root, timeout=60):
+                yield base
+        finally:
+            sink.shutdown()
+            sink.server_close()
 
 
 def _to_milliseconds(line: str) -> str:
