@@ -273,3 +273,16 @@ def test_vmalert_records_what_the_expression_says(
         expected = _series((prom_query if raw_only else vm_query)(reference, expr, at=at))
         problems += [f"t={at:.0f}: {d}" for d in _compare(expected, recorded, _tolerance(expr))]
     assert problems == [], "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_every_recorded_series_keeps_the_cluster(
+    record: str, stores: Stores, history: tuple[Path, float, float]
+) -> None:
+    """A store holding several clusters keeps them apart in every recorded series: per leaf, per
+    pod, per namespace and the fleet mix are all per cluster (the history has two)."""
+    at = _instants(history)[-1]
+    for url, query in ((stores.prometheus, prom_query), (stores.vmalert, vm_query)):
+        result = query(url, record, at=at)
+        clusters = {item["metric"].get("cluster", "") for item in result}
+        assert result and "" not in clusters, (url, record, clusters)
