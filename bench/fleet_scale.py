@@ -21,7 +21,8 @@ page/range pairs), then waits out the dashboard's 10 s query cache; the figure i
 values), as for a user moving between pages. The advisor: ``measure()`` over 7 days at its default
 step (10 minutes), median of ``--runs``, timed alone (no dashboard running).
 
-Writes ``artifacts/fleet/scale-GPUS.json`` and prints a table.
+Writes ``artifacts/fleet/scale-GPUS.json`` and prints a table; ``--report FILE...`` prints the
+markdown tables of docs/benchmarks.md from such files.
 """
 
 from __future__ import annotations
@@ -165,9 +166,36 @@ def time_advisor(store: str, runs: int, days: float) -> dict[str, Any]:
     return {"median_s": round(statistics.median(took), 1), "max_s": round(max(took), 1), "workloads": workloads}
 
 
+def report(paths: list[Path]) -> str:
+    """Markdown tables (stores, then page loads) from the JSON files of earlier runs."""
+    runs = sorted((json.loads(p.read_text()) for p in paths), key=lambda r: r["gpus"])
+    cols = [(r, s) for r in runs for s in ("victoriametrics", "prometheus") if s in r]
+    name = {"victoriametrics": "VM", "prometheus": "Prometheus"}
+    head = " | ".join(f"{r['gpus']:,} GPUs, {name[s]}" for r, s in cols)
+    lines = [f"| | {head} |", "|---" * (len(cols) + 1) + "|"]
+
+    def row(label: str, cell: Any) -> None:
+        lines.append(f"| {label} | " + " | ".join(cell(r, s) for r, s in cols) + " |")
+
+    row("samples (raw)", lambda r, s: f"{r['samples'] / 1e6:.1f} M")
+    row("import / rules (s)", lambda r, s: f"{r[s]['import_s']:g} / {r[s]['rules_s']:g}")
+    row("disk, raw (MiB)", lambda r, s: f"{r[s]['disk_raw_bytes'] / 2**20:.1f}")
+    row("bytes per raw sample", lambda r, s: f"{r[s]['bytes_per_raw_sample']:g}")
+    row("disk with the rules (MiB)", lambda r, s: f"{r[s]['disk_bytes'] / 2**20:.1f}")
+    row("peak memory (MiB)", lambda r, s: f"{r[s]['peak_rss_bytes'] / 2**20:.0f}")
+    row("advisor, 7 days (s)", lambda r, s: f"**{r[s]['advisor']['median_s']:g}** ({r[s]['advisor']['max_s']:g})")
+    row("load average (1 m) before / after", lambda r, s: f"{r['load_before'][0]:.1f} / {r[s]['load_after'][0]:.1f}")
+    pages = [k for k in next((r[s].get("pages", {}) for r, s in cols), {})]
+    for page in pages:
+        row(f"{page} (s)", lambda r, s, p=page: f"{r[s]['pages'][p]['median_s']:.2f} ({r[s]['pages'][p]['max_s']:.2f})"
+            if "pages" in r[s] else "–")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="fleet scale on VictoriaMetrics and Prometheus")
-    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--report", nargs="+", type=Path, metavar="JSON", help="print tables from earlier runs' JSON")
+    p.add_argument("--gpus", type=int)
     p.add_argument("--clusters", type=int, default=4)
     p.add_argument("--days", type=float, default=7.0)
     p.add_argument("--interval", type=float, default=240.0, help="seconds between samples (< 300)")
@@ -177,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tmp", default=None, help="work directory (default: a temporary one)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    if a.report:
+        print(report(a.report))
+        return 0
+    if not a.gpus or a.gpus < 1:
+        p.error("--gpus must be a positive number")
     stores = a.store or ["victoriametrics"]
     result: dict[str, Any] = {"gpus": a.gpus, "clusters": a.clusters, "days": a.days, "interval_s": a.interval,
                               "runs": a.runs, "load_before": os.getloadavg()}  # fmt: skip
