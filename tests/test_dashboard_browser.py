@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import PageWatch, chromium_page, load, run_dashboard, text_problems
+from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.net import free_port
 from tests.support.prometheus import query as prom_query
@@ -89,23 +89,10 @@ def test_every_page_loads_clean_with_its_key_elements(
         for path, texts in PAGES.items():
             name = f"{mode}-{path or 'fleet'}"
             # 15 minutes: a 4 s step, so the few seconds of history already give range points
-            try:
-                load(page, f"{dash}/{path}?range=15m", MIN_CHARTS[path])
-            except Exception as exc:
-                page.screenshot(path=str(out / f"failed-{name}.png"), full_page=True)
-                raise AssertionError(f"{mode}: page /{path} did not render: {exc}") from exc
-            page.wait_for_timeout(300)  # late console errors (favicon, fonts) of this page
-            page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png")
             if mode == "prometheus" and path != "rightsizing" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
                 # the docs' screenshots (the right-sizing one comes from the advisor's test, with data)
                 shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
-            for text in texts:
-                assert page.get_by_text(text, exact=False).count() > 0, (mode, path, text)
-            assert page.locator(".js-plotly-plot").count() >= MIN_CHARTS[path], (mode, path)
-            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, (mode, path)
-            assert text_problems(page) == [], (mode, path)
-            problems = watch.problems()
-            assert problems == [], f"{mode} /{path}: {problems}"
         if mode == "prometheus":
             # filters: the relabelled cluster and node labels become sidebar filters
             assert page.get_by_text("Cluster", exact=True).count() > 0

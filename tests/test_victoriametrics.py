@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import PageWatch, chromium_page, load, run_dashboard, text_problems
+from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.victoriametrics import RULES_FILE, query, run_victoriametrics, run_vmalert
 from tests.test_dashboard_browser import MIN_CHARTS, PAGES
@@ -65,22 +65,10 @@ def test_every_page_renders_with_data_on_victoriametrics(vm_dashboard: tuple[str
         assert isinstance(page, Page)
         watch = PageWatch(page, dash)
         for path, texts in PAGES.items():
-            name = f"victoriametrics-{path or 'fleet'}"
-            try:
-                load(page, f"{dash}/{path}?range=15m", MIN_CHARTS[path])
-            except Exception as exc:
-                page.screenshot(path=str(out / f"failed-{name}.png"), full_page=True)
-                raise AssertionError(f"page /{path} did not render on VictoriaMetrics: {exc}") from exc
-            page.wait_for_timeout(300)
-            page.screenshot(path=str(out / f"{name}.png"), full_page=True)
-            for text in texts:
-                assert page.get_by_text(text, exact=False).count() > 0, (path, text)
-            assert page.locator(".js-plotly-plot").count() >= MIN_CHARTS[path], path
-            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, path
+            shot = out / f"victoriametrics-{path or 'fleet'}.png"
+            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], shot)
             if path != "rightsizing":  # its week-long window's 10-minute grid has no point yet, on any store
                 assert page.get_by_text("no data").count() == 0, path
-            assert text_problems(page) == [], path
-            assert watch.problems() == [], (path, watch.problems())
 
 
 def test_fleet_page_counts_every_device_on_victoriametrics(vm_dashboard: tuple[str, str]) -> None:
