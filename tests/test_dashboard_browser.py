@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,8 +18,8 @@ import pytest
 from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.net import free_port
+from tests.support.prometheus import demo_scrape_config, run_prometheus
 from tests.support.prometheus import query as prom_query
-from tests.support.prometheus import run_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -45,18 +43,7 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
     dashboard scraping the exporters itself: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
     with ExitStack() as es:
         targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in ("h200x8", "mig", "timeslice")]
-        static = "\n".join(
-            f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
-            for i, t in enumerate(targets)
-        )
-        config = (
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "rule_files: [gpulens.rules.yml]\n"
-            "scrape_configs:\n"
-            "  - job_name: gpulens\n"
-            "    honor_labels: true\n"
-            f"    static_configs:\n{static}\n"
-        )
+        config = demo_scrape_config(targets, rules=True)
         prom = es.enter_context(run_prometheus(config, {"gpulens.rules.yml": RULES.read_text()}))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

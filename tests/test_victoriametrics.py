@@ -7,7 +7,6 @@ same checks as on Prometheus (tests/test_dashboard_browser.py)."""
 from __future__ import annotations
 
 import time
-import urllib.parse
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
+from tests.support.prometheus import demo_scrape_config
 from tests.support.victoriametrics import RULES_FILE, query, run_victoriametrics, run_vmalert
 from tests.test_dashboard_browser import MIN_CHARTS, PAGES
 
@@ -25,17 +25,7 @@ def vm_dashboard() -> Iterator[tuple[str, str]]:
     """(VictoriaMetrics URL, the dashboard's URL on it) once the rules have recorded a few seconds."""
     with ExitStack() as es:
         targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in ("h200x8", "mig", "timeslice")]
-        static = "\n".join(
-            f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
-            for i, t in enumerate(targets)
-        )
-        config = (
-            "global: {scrape_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: gpulens\n"
-            "    honor_labels: true\n"
-            f"    static_configs:\n{static}\n"
-        )
+        config = demo_scrape_config(targets, rules=False)
         vm = es.enter_context(run_victoriametrics(scrape_config=config))
         es.enter_context(run_vmalert(vm, RULES_FILE.read_text(), interval="1s"))
         deadline = time.monotonic() + 90

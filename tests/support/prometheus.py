@@ -172,3 +172,19 @@ def backfill_recording_rules(
             shutil.move(str(block), str(data / block.name))
         if not todo:
             break
+
+
+def demo_scrape_config(targets: Sequence[str], *, rules: bool) -> str:
+    """A prometheus.yml (also read by VictoriaMetrics' scraper) scraping exporter URLs ``targets``
+    every second with honor_labels, each relabelled into cluster ``demo`` as node-0, node-1, ...;
+    with ``rules``, loading gpulens.rules.yml (beside the config) every second."""
+    static = "\n".join(
+        f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
+        for i, t in enumerate(targets)
+    )
+    head = (
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\nrule_files: [gpulens.rules.yml]\n"
+        if rules
+        else "global: {scrape_interval: 1s}\n"
+    )
+    return f"{head}scrape_configs:\n  - job_name: gpulens\n    honor_labels: true\n    static_configs:\n{static}\n"
