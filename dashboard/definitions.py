@@ -92,7 +92,7 @@ def kernels_active_promql(util_mean: str, matchers: Mapping[str, str] | None = N
     (``gpulens:gpu_kernels_active:bool``); ``util_mean`` is the GPU-Util mean's expression."""
     launch = _sel("gpulens_gpu_boundness", matchers, {"class": LAUNCH_CLASS})
     return (
-        f"max by (uuid, mig_uuid) (({util_mean} >= bool {KERNELS_UTIL_AT_LEAST!r})"
+        f"max by (cluster, uuid, mig_uuid) (({util_mean} >= bool {KERNELS_UTIL_AT_LEAST!r})"
         f" or max_over_time({launch}[{MEAN_WINDOW}]))"
     )
 
@@ -129,8 +129,8 @@ def gpu_share_promql(matchers: Mapping[str, str] | None = None) -> str:
     mig = _sel("gpulens_mig_instance_info", matchers)
     info = _sel("gpulens_gpu_info", matchers)
     slices = " or ".join(
-        f"max by (uuid, mig_uuid) ({_regex_sel('gpulens_mig_instance_info', matchers, 'mig_profile', _profile_re(n))})"
-        f" * {n}"
+        "max by (cluster, uuid, mig_uuid) "
+        f"({_regex_sel('gpulens_mig_instance_info', matchers, 'mig_profile', _profile_re(n))}) * {n}"
         for n in range(1, COMPUTE_SLICES + 1)
     )
     totals = " or ".join(
@@ -145,13 +145,26 @@ def gpu_share_promql(matchers: Mapping[str, str] | None = None) -> str:
     alloc = _sel("gpulens_pod_gpu_allocation", matchers)
     return (
         f"clamp_max(({slices}) / on (uuid) group_left () ({totals}), 1)"
-        f" or max by (uuid, mig_uuid) ({mig}) * 0 + 1"
-        f" or max by (uuid, mig_uuid) ({alloc}) * 0 + 1"
+        f" or max by (cluster, uuid, mig_uuid) ({mig}) * 0 + 1"
+        f" or max by (cluster, uuid, mig_uuid) ({alloc}) * 0 + 1"
     )
 
 
-POD_KEYS = ("namespace", "pod", "container", "workload_kind", "workload", "uuid", "mig_uuid", "instance", "node")
-"""Labels of the per-container recorded series."""
+POD_KEYS = (
+    "cluster",
+    "namespace",
+    "pod",
+    "container",
+    "workload_kind",
+    "workload",
+    "uuid",
+    "mig_uuid",
+    "instance",
+    "node",
+)
+"""Labels of the per-container recorded series. ``cluster`` is kept where the series have it (a
+store holding several clusters: docs/capacity.md); on a Prometheus that has no such label the
+``by`` clause simply yields none."""
 
 
 def holding_share_promql(allocation: str) -> str:

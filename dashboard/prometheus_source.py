@@ -166,7 +166,11 @@ class PrometheusSource:
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        return self.query_range(self._sum_by(self.expr(metric, filters), by), window_s=window_s, step_s=step_s, end=end)
+        expr = self._sum_by(self.expr(metric, filters), by)
+        if metric == BOUNDNESS and by is not None and list(by) == ["class"] and _fleet_wide(filters):
+            # the fleet's mix over time: the recorded per-cluster sum, not every leaf's 6 series
+            expr = f"sum by (class) ({selector(FLEET_BOUNDNESS_MIX, filters.target_matchers())})"
+        return self.query_range(expr, window_s=window_s, step_s=step_s, end=end)
 
     def _over_time(
         self, func: str, metric: str, filters: Filters, window_s: float, by: Sequence[str] | None, end: float | None
@@ -295,6 +299,16 @@ class PrometheusSource:
 
     def problems(self) -> list[str]:
         return []
+
+
+BOUNDNESS = "gpulens_gpu_boundness"
+FLEET_BOUNDNESS_MIX = "class:gpulens_gpu_boundness:sum"
+"""Recording rule: leaves per boundness class (time-weighted over 10 m), per cluster."""
+
+
+def _fleet_wide(filters: Filters) -> bool:
+    """True when ``filters`` select whole clusters (or everything): what the fleet rules cover."""
+    return not (filters.node or filters.instance or filters.namespace)
 
 
 def _reason(exc: BaseException) -> str:

@@ -42,7 +42,9 @@ class Gpu:
     """Fraction of the window after which the pod is gone (1.0 = held to the end)."""
 
 
-def make_fleet(gpus: int, nodes: int, seed: int) -> list[Gpu]:
+def make_fleet(gpus: int, nodes: int, seed: int, clusters: int = 2) -> list[Gpu]:
+    """``gpus`` GPUs on ``nodes`` nodes, the nodes split evenly over ``clusters`` clusters
+    (prod-a, prod-b, ...)."""
     rng = np.random.default_rng(seed)
     per_node = math.ceil(gpus / nodes)
     fleet = []
@@ -56,7 +58,7 @@ def make_fleet(gpus: int, nodes: int, seed: int) -> list[Gpu]:
                 node=node,
                 index=index,
                 uuid=f"GPU-{seed:04x}{i:04x}-5eed-4a11-9000-{i:012x}",
-                cluster="prod-a" if node < nodes / 2 else "prod-b",
+                cluster=f"prod-{chr(ord('a') + node * clusters // nodes)}",
                 kind=kind,
                 namespace=ns,
                 workload=f"{ns[:5]}-{kind[:4]}-{i // 4:03d}" if ns else "",
@@ -100,10 +102,10 @@ def boundness(sm: np.ndarray, util: np.ndarray, dram: np.ndarray, pipe: np.ndarr
 
 
 def write_openmetrics(
-    out: TextIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int
+    out: TextIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
 ) -> int:
     """Write the fleet's history; return the number of samples written."""
-    fleet = make_fleet(gpus, nodes, seed)
+    fleet = make_fleet(gpus, nodes, seed, clusters)
     steps = int(hours * 3600 // interval_s) + 1
     t = end - interval_s * np.arange(steps - 1, -1, -1, dtype=float)
     stamps = [f"{x:.0f}" for x in t]
@@ -165,15 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hours", type=float, default=24.0)
     p.add_argument("--interval", type=float, default=120.0, help="seconds between samples (<= 300 for instant queries)")
     p.add_argument("--end", type=float, default=None, help="Unix time of the last sample (default: now)")
+    p.add_argument("--clusters", type=int, default=2, help="clusters the nodes are split over (prod-a, prod-b, ...)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", required=True, help="OpenMetrics file to write ('-' = stdout)")
     a = p.parse_args(argv)
     end = float(int(a.end if a.end is not None else time.time()))
     started = time.perf_counter()
     with open(a.out, "w") if a.out != "-" else sys.stdout as out:
-        n = write_openmetrics(out, a.gpus, a.nodes, a.hours, a.interval, end, a.seed)
+        n = write_openmetrics(out, a.gpus, a.nodes, a.hours, a.interval, end, a.seed, a.clusters)
     print(
-        f"{n} samples, {a.gpus} GPUs on {a.nodes} nodes, {a.hours:g} h every {a.interval:g} s "
+        f"{n} samples, {a.gpus} GPUs on {a.nodes} nodes in {a.clusters} clusters, {a.hours:g} h every {a.interval:g} s "
         f"in {time.perf_counter() - started:.1f} s",
         file=sys.stderr,
     )

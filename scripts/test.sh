@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs everything the tests need on a fresh Debian machine
-# (Prometheus, Chromium, the container tools, uv, the Python deps), then runs lint, types and the
+# (Prometheus, VictoriaMetrics, Chromium, the container tools, uv, the Python deps), then runs lint, types and the
 # whole pytest suite, which builds the images with scripts/image.sh and runs them under podman.
 # Exits non-zero if anything fails (pytest's "no tests collected" included). Extra args go to pytest.
 set -euo pipefail
@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 command -v chromium >/dev/null || need+=(chromium)
+# VictoriaMetrics (tests/support/victoriametrics.py): the single-node server and vmalert.
+command -v victoria-metrics >/dev/null && command -v vmalert >/dev/null || need+=(victoria-metrics)
 # Images (tests/test_image.py): mmdebstrap + buildah build them, podman + runc + slirp4netns run them.
 for tool in mmdebstrap buildah podman runc slirp4netns; do command -v "$tool" >/dev/null || need+=("$tool"); done
 [ -x /usr/bin/newuidmap ] || need+=(uidmap)

@@ -1,7 +1,8 @@
 """The advisor against a real Prometheus backfilled (promtool tsdb create-blocks-from openmetrics)
 with 7 days of simulated workloads whose right answer is known: the CLI, the measurement layer, the
 dashboard page (AppTest) and the page in headless Chromium give the expected advice and savings.
-No recording rules are loaded: the advisor computes from raw series."""
+No recording rules are loaded: the advisor computes from raw series. The CLI and the measurements
+run on a VictoriaMetrics with the same history too (imported; its MetricsQL dialect)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ from dashboard.advisor.backfill import write_openmetrics
 from dashboard.advisor.query import Window, measure
 from dashboard.prometheus_source import PrometheusSource
 from tests.support.prometheus import run_prometheus
+from tests.support.victoriametrics import import_openmetrics, run_victoriametrics
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
 WEEK = 168.0
+STORES = ("prometheus", "victoriametrics")
 PRICES = ["--price", "H200=3.5", "--price", "H100=2.5"]
 # workload -> (recommendation, target, GPU-hours saved, USD saved); reasoning in the engine tests
 EXPECTED = {
@@ -61,32 +64,50 @@ TOTAL_USD = sum(v[3] for v in EXPECTED.values())
 
 
 @pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Prometheus serving 7 days (and an hour) of the simulated workloads, ending now."""
-    tmp = tmp_path_factory.mktemp("advisor")
-    om = tmp / "advisor.om"
+def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """7 days (and an hour) of the simulated workloads, ending now, as an OpenMetrics file."""
+    om = tmp_path_factory.mktemp("advisor") / "advisor.om"
     with om.open("w") as out:
         write_openmetrics(out, days=7, interval_s=240, end=float(int(time.time())))
+    return om
+
+
+@pytest.fixture(scope="module")
+def prom(history: Path) -> Iterator[str]:
+    """A Prometheus serving the history (promtool backfill)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
-    data = tmp / "data"
+    data = history.parent / "data"
     # one block instead of 85 two-hour blocks: 1 s instead of 20 s
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=240h", str(om),
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=240h", str(history),
                     str(data)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
-    om.unlink()
     config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
     with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
         yield base
+
+
+@pytest.fixture(scope="module")
+def vm(history: Path) -> Iterator[str]:
+    """A VictoriaMetrics serving the same history (imported)."""
+    with run_victoriametrics() as base:
+        import_openmetrics(base, history)
+        yield base
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    """The URL of either store with the same history: the advisor must say the same on both."""
+    return str(request.getfixturevalue("prom" if request.param == "prometheus" else "vm"))
 
 
 def _approx(actual: float | None, expected: float) -> bool:
     return actual is not None and abs(actual - expected) <= max(0.02 * abs(expected), 0.5)
 
 
-def test_cli_json_gives_the_expected_advice_and_savings(prom: str) -> None:
+def test_cli_json_gives_the_expected_advice_and_savings(store: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "dashboard.advisor", "--prometheus", prom, "--window", "7d", "--format", "json",
+        [sys.executable, "-m", "dashboard.advisor", "--prometheus", store, "--window", "7d", "--format", "json",
          *PRICES],
         capture_output=True, text=True, cwd=REPO, timeout=60, check=True,
     )  # fmt: skip
@@ -104,8 +125,8 @@ def test_cli_json_gives_the_expected_advice_and_savings(prom: str) -> None:
     assert doc["window_seconds"] == 7 * 86400
 
 
-def test_measurements_follow_workloads_across_pods_slices_and_shared_gpus(prom: str) -> None:
-    usages = {u.name: u for u in measure(PrometheusSource(prom, timeout_s=30), Window())}
+def test_measurements_follow_workloads_across_pods_slices_and_shared_gpus(store: str) -> None:
+    usages = {u.name: u for u in measure(PrometheusSource(store, timeout_s=30), Window())}
     embedder = usages["inference/Deployment/embedder"]
     assert embedder.devices == 1 and embedder.device_hours_held == pytest.approx(WEEK, abs=0.2), (
         "two pods, one workload"
@@ -230,10 +251,10 @@ def test_dashboard_page_in_chromium(prom: str, artifacts_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("step_s", [300, 360, 420, 480, 540, 600, 660, 720, 780, 840])
-def test_a_rolling_update_handover_is_not_sharing_at_any_grid_phase(prom: str, step_s: int) -> None:
+def test_a_rolling_update_handover_is_not_sharing_at_any_grid_phase(store: str, step_s: int) -> None:
     # The embedder's Deployment replaced its pod once: old and new pod overlap within Prometheus'
     # 5 m lookback at some subquery grid points and not at others, depending on where the grid
     # falls (it is aligned to multiples of the step). Either way the workload held its GPU alone,
     # so the advice must not flip to "already shares its GPU".
-    usages = {u.name: u for u in measure(PrometheusSource(prom, timeout_s=30), Window(step_s=step_s))}
+    usages = {u.name: u for u in measure(PrometheusSource(store, timeout_s=30), Window(step_s=step_s))}
     assert usages["inference/Deployment/embedder"].shared is False

@@ -9,19 +9,17 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.support.browser import PageWatch, chromium_page, load, run_dashboard, text_problems
+from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.net import free_port
+from tests.support.prometheus import demo_scrape_config, run_prometheus
 from tests.support.prometheus import query as prom_query
-from tests.support.prometheus import run_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -45,18 +43,7 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
     dashboard scraping the exporters itself: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
     with ExitStack() as es:
         targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in ("h200x8", "mig", "timeslice")]
-        static = "\n".join(
-            f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
-            for i, t in enumerate(targets)
-        )
-        config = (
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "rule_files: [gpulens.rules.yml]\n"
-            "scrape_configs:\n"
-            "  - job_name: gpulens\n"
-            "    honor_labels: true\n"
-            f"    static_configs:\n{static}\n"
-        )
+        config = demo_scrape_config(targets, rules=True)
         prom = es.enter_context(run_prometheus(config, {"gpulens.rules.yml": RULES.read_text()}))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -89,23 +76,10 @@ def test_every_page_loads_clean_with_its_key_elements(
         for path, texts in PAGES.items():
             name = f"{mode}-{path or 'fleet'}"
             # 15 minutes: a 4 s step, so the few seconds of history already give range points
-            try:
-                load(page, f"{dash}/{path}?range=15m", MIN_CHARTS[path])
-            except Exception as exc:
-                page.screenshot(path=str(out / f"failed-{name}.png"), full_page=True)
-                raise AssertionError(f"{mode}: page /{path} did not render: {exc}") from exc
-            page.wait_for_timeout(300)  # late console errors (favicon, fonts) of this page
-            page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png")
             if mode == "prometheus" and path != "rightsizing" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
                 # the docs' screenshots (the right-sizing one comes from the advisor's test, with data)
                 shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
-            for text in texts:
-                assert page.get_by_text(text, exact=False).count() > 0, (mode, path, text)
-            assert page.locator(".js-plotly-plot").count() >= MIN_CHARTS[path], (mode, path)
-            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, (mode, path)
-            assert text_problems(page) == [], (mode, path)
-            problems = watch.problems()
-            assert problems == [], f"{mode} /{path}: {problems}"
         if mode == "prometheus":
             # filters: the relabelled cluster and node labels become sidebar filters
             assert page.get_by_text("Cluster", exact=True).count() > 0

@@ -36,7 +36,8 @@ from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
-from tests.support.prometheus import backfill_recording_rules, run_prometheus
+from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus
+from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = 60.0
@@ -49,6 +50,7 @@ IDLE_FROM = 20 * 60 + 30.0
 NODE = "n1:9445"
 H200 = "NVIDIA H200"
 CLASSES = BOUNDNESS_CLASSES
+STORES = ("prometheus", "victoriametrics")
 
 
 def _leaves(t: float, t0: float) -> list[dict[str, Any]]:
@@ -133,12 +135,9 @@ def _exposition(samples: dict[str, list[tuple[dict[str, str], float]]], extra: d
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ScrapeSource, float]]:
-    """(Prometheus URL with raw and recorded series, a ScrapeSource fed the same scrapes, the
-    evaluation time T: a whole minute, the end of the history)."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ScrapeSource, float, float]:
+    """(the OpenMetrics history, a ScrapeSource fed the same scrapes, its start, the evaluation
+    time T: a whole minute, the end of the history)."""
     tmp = tmp_path_factory.mktemp("consistency")
     end = math.floor(time.time() / 3600) * 3600 - 3600.0  # an hour in the past, out of the TSDB head's way
     t0 = end - HISTORY
@@ -159,10 +158,6 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Scr
             for labels, values, stamps in series.values():
                 history.series(name, labels, values, stamps)
         history.close()
-    data = tmp / "data"
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
-    backfill_recording_rules(data, t0, end, tmp)
     # the scrape source, fed the same samples at the same times
     clock = {"t": times[0]}
     pages = {t: _exposition(_samples(t, t0), {}) for t in times}
@@ -172,6 +167,33 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Scr
         clock["t"] = t
         src.scrape_once()
     clock["t"] = end
+    return om, src, t0, end
+
+
+@pytest.fixture(scope="module", params=STORES)
+def history(
+    request: pytest.FixtureRequest,
+    recorded: tuple[Path, ScrapeSource, float, float],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, ScrapeSource, float]]:
+    """(URL of a store with the raw and recorded series, the ScrapeSource, the evaluation time T),
+    once on Prometheus (promtool backfills history and rules) and once on VictoriaMetrics (the
+    history imported, vmalert replays the rules)."""
+    om, src, t0, end = recorded
+    tmp_path = tmp_path_factory.mktemp(str(request.param))
+    if request.param == "victoriametrics":
+        with run_victoriametrics() as base:
+            import_openmetrics(base, om)
+            replay_rules(base, t0, end, tmp_path, DASHBOARD_RECORDS)
+            yield base, src, end
+        return
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    data = tmp_path / "data"
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    backfill_recording_rules(data, t0, end, tmp_path)
     config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
     with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
         yield base, src, end

@@ -75,6 +75,22 @@ def test_prometheus_source_reads_instant_and_range_answers() -> None:
     assert {"timestamp", "value", "uuid"} <= set(series.columns)
 
 
+def test_the_fleet_boundness_mix_reads_the_recorded_per_cluster_sum() -> None:
+    """Fleet-wide (or one cluster) the mix over time comes from class:gpulens_gpu_boundness:sum, a
+    few series per cluster, not from every leaf's six class series; narrower filters need the raw
+    series."""
+    with fake_prometheus("h200x8.prom") as (url, state):
+        src = PrometheusSource(url)
+        for filters in (Filters(), Filters(cluster="prod-a")):
+            df = src.series("gpulens_gpu_boundness", filters, window_s=600, step_s=60, by=["class"])
+            assert state.queries[-1].startswith("sum by (class) (class:gpulens_gpu_boundness:sum")
+            assert ("cluster" in state.queries[-1]) == (filters.cluster is not None)
+            assert set(df["class"]) >= {"compute", "idle"} and len(set(df["class"])) == len(df.groupby("class"))
+        for filters in (Filters(node="node-a"), Filters(namespace="ml")):
+            src.series("gpulens_gpu_boundness", filters, window_s=600, step_s=60, by=["class"])
+            assert "class:gpulens_gpu_boundness:sum" not in state.queries[-1], filters
+
+
 def test_prometheus_failures_become_source_errors_with_a_reason() -> None:
     with pytest.raises(SourceError, match="unreachable"):
         PrometheusSource(f"http://127.0.0.1:{free_port()}").instant("gpulens_up")

@@ -35,7 +35,8 @@ ALERTS = {
 POD_ALERTS = {"GPUAllocatedButIdle", "GPUUnderutilized", "GPULaunchBound"}
 ROUTING_LABELS = {"namespace", "pod", "workload"}
 # Labels Prometheus adds to every scraped series (node by the ServiceMonitor's relabelling).
-TARGET_LABELS = {"instance", "job", "node"}
+TARGET_LABELS = {"instance", "job", "node", "cluster"}
+"""Labels the scrape (or the store: a `cluster` label per cluster in a shared store) adds."""
 
 
 def promtool() -> str:

@@ -160,3 +160,26 @@ def text_problems(page: object) -> list[str]:
         if value.strip() in ("None", "True", "False", "nan", "NaN", "[]", "{}"):
             out.append(f"a block showing only {value.strip()!r}")
     return out
+
+
+def check_page(page: object, watch: PageWatch, url: str, texts: list[str], min_charts: int, shot: Path) -> None:
+    """Open ``url`` and fail unless it renders with ``texts`` and ``min_charts`` charts and without
+    an error banner, a text problem (:func:`text_problems`) or anything ``watch`` collects; the page
+    is saved to ``shot`` (``failed-<name>`` beside it when it does not render)."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    try:
+        load(page, url, min_charts)
+    except Exception as exc:
+        page.screenshot(path=str(shot.with_name(f"failed-{shot.name}")), full_page=True)
+        raise AssertionError(f"{url} did not render: {exc}") from exc
+    page.wait_for_timeout(300)  # late console errors (favicon, fonts) of this page
+    page.screenshot(path=str(shot), full_page=True)
+    for text in texts:
+        assert page.get_by_text(text, exact=False).count() > 0, (url, text)
+    assert page.locator(".js-plotly-plot").count() >= min_charts, url
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0, url
+    assert text_problems(page) == [], url
+    problems = watch.problems()
+    assert problems == [], f"{url}: {problems}"

@@ -123,9 +123,15 @@ def scrape_config(targets: Sequence[str], interval: str = "1s", job: str = "gpul
 
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rules" / "gpulens.rules.yml"
-DASHBOARD_RECORDS = ("gpulens:gpu_sm_active:ratio_avg5m", "gpulens:gpu_idle:bool", "gpulens:pod_gpu_wasted:gpus")
-"""The recording rules the dashboard's Prometheus mode reads; all computed from raw series, so one
-promtool pass can backfill them."""
+DASHBOARD_RECORDS = (
+    "gpulens:gpu_sm_active:ratio_avg5m",
+    "gpulens:gpu_idle:bool",
+    "gpulens:pod_gpu_wasted:gpus",
+    "gpulens:gpu_boundness:ratio_avg10m",
+    "class:gpulens_gpu_boundness:sum",
+)
+"""The recording rules the dashboard's Prometheus mode reads (the fleet's boundness mix reads the
+per-leaf class shares: backfilled in a second pass)."""
 
 
 def backfill_recording_rules(
@@ -134,7 +140,9 @@ def backfill_recording_rules(
     """Evaluate ``records`` (from deploy/rules/gpulens.rules.yml) every minute over [start, end]
     of the TSDB in ``data`` with ``promtool tsdb create-blocks-from rules`` and add the blocks to
     ``data``: what a Prometheus that had the rules loaded all along would have recorded. A
-    Prometheus is started on ``data`` for promtool to query, then stopped."""
+    Prometheus is started on ``data`` for promtool to query, then stopped (once per pass: rules
+    reading other rules of ``records`` come in a later pass)."""
+    import re
     import subprocess
 
     import yaml
@@ -144,14 +152,39 @@ def backfill_recording_rules(
         pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
     exprs = {r["record"]: r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]
              if "record" in r}  # fmt: skip
-    rules = work / "backfill-rules.yml"
-    rules.write_text(yaml.safe_dump({"groups": [{"name": "backfill", "rules": [
-        {"record": r, "expr": exprs[r]} for r in records]}]}))  # fmt: skip
-    blocks = work / "backfill-blocks"
-    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
-    with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}", f"--end={end:.0f}",
-                        f"--url={base}", f"--output-dir={blocks}", "--eval-interval=60s", str(rules)],
-                       check=True, stdout=subprocess.DEVNULL, timeout=1800)  # fmt: skip
-    for block in blocks.iterdir():
-        shutil.move(str(block), str(data / block.name))
+    # promtool cannot read what it records in the same pass: a rule reading another of ``records``
+    # waits for a later pass, after the earlier one's blocks joined ``data``
+    todo = list(records)
+    for n in range(len(todo)):
+        now = [r for r in todo if not any(re.search(rf"(?<![\w:]){re.escape(o)}(?![\w:])", exprs[r])
+                                          for o in todo if o != r)]  # fmt: skip
+        todo = [r for r in todo if r not in now]
+        rules = work / f"backfill-rules-{n}.yml"
+        rules.write_text(yaml.safe_dump({"groups": [{"name": "backfill", "rules": [
+            {"record": r, "expr": exprs[r]} for r in now]}]}))  # fmt: skip
+        blocks = work / f"backfill-blocks-{n}"
+        config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
+        with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
+            subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}",
+                            f"--end={end:.0f}", f"--url={base}", f"--output-dir={blocks}", "--eval-interval=60s",
+                            str(rules)], check=True, stdout=subprocess.DEVNULL, timeout=1800)  # fmt: skip
+        for block in blocks.iterdir():
+            shutil.move(str(block), str(data / block.name))
+        if not todo:
+            break
+
+
+def demo_scrape_config(targets: Sequence[str], *, rules: bool) -> str:
+    """A prometheus.yml (also read by VictoriaMetrics' scraper) scraping exporter URLs ``targets``
+    every second with honor_labels, each relabelled into cluster ``demo`` as node-0, node-1, ...;
+    with ``rules``, loading gpulens.rules.yml (beside the config) every second."""
+    static = "\n".join(
+        f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
+        for i, t in enumerate(targets)
+    )
+    head = (
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\nrule_files: [gpulens.rules.yml]\n"
+        if rules
+        else "global: {scrape_interval: 1s}\n"
+    )
+    return f"{head}scrape_configs:\n  - job_name: gpulens\n    honor_labels: true\n    static_configs:\n{static}\n"

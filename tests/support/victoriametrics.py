@@ -1,0 +1,235 @@
+"""Run a real VictoriaMetrics (Debian package ``victoria-metrics``) and its rule evaluator
+``vmalert`` on free loopback ports, the way tests/support/prometheus.py runs Prometheus.
+
+VictoriaMetrics speaks the Prometheus query API (``/api/v1/query``, ``/api/v1/query_range``) with
+its own dialect, MetricsQL; the dashboard and the advisor read it in their Prometheus mode. History
+is loaded from the same OpenMetrics files the Prometheus tests backfill with promtool
+(:func:`import_openmetrics`), and recording rules are evaluated over that history by ``vmalert``'s
+replay mode (:func:`replay_rules`): what a vmalert that ran all along would have written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.net import free_port
+from tests.support.process import managed_process
+
+RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rules" / "gpulens.rules.yml"
+IMPORT_CHUNK_BYTES = 8 << 20
+"""Bytes of exposition text per import request (VictoriaMetrics streams it; this bounds our memory)."""
+SERVER_FLAGS = (
+    # the default (30 s) hides the newest samples of a query near "now"; tests read seconds-old data
+    "-search.latencyOffset=1s",
+    # backfilled history lands behind data already queried: never answer from a stale cache
+    "-search.disableCache",
+    "-retentionPeriod=1y",
+    "-loggerLevel=WARN",
+)
+"""Flags every test/bench VictoriaMetrics gets (besides its port and data directory)."""
+
+
+def binary(name: str) -> str:
+    """Path of ``victoria-metrics`` or ``vmalert``; fails the test (not skip) if the test command
+    did not install the Debian package."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run the README test command (scripts/test.sh)")
+    return path
+
+
+@contextmanager
+def run_victoriametrics(
+    storage_dir: str | Path | None = None, scrape_config: str | None = None, extra_args: Sequence[str] = ()
+) -> Iterator[str]:
+    """Start single-node VictoriaMetrics on a free loopback port; yield its base URL.
+
+    ``storage_dir`` keeps the data (default: a temporary directory); ``scrape_config`` (a
+    prometheus.yml ``scrape_configs`` document) makes it scrape targets itself, as vmagent or
+    Prometheus would.
+    """
+    with tempfile.TemporaryDirectory(prefix="gpulens-vm-") as tmp:
+        root = Path(tmp)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        argv = [
+            binary("victoria-metrics"),
+            f"-storageDataPath={storage_dir or root / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            *SERVER_FLAGS,
+            *extra_args,
+        ]
+        if scrape_config is not None:
+            (root / "scrape.yml").write_text(scrape_config)
+            argv += [f"-promscrape.config={root / 'scrape.yml'}", "-promscrape.config.strictParse=false"]
+        with managed_process(argv, f"{base}/health", log=root / "vm.log", cwd=root, timeout=60):
+            yield base
+
+
+class _AlertSink(BaseHTTPRequestHandler):
+    """Stands in for Alertmanager (vmalert needs one when a rule file has alerts): accepts and
+    keeps what vmalert sends."""
+
+    received: list[bytes]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(min(int(self.headers.get("Content-Length", "0")), 1 << 20))
+        if len(self.received) < 1000:
+            self.received.append(body)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@contextmanager
+def run_vmalert(datasource: str, rules: str, interval: str = "1s") -> Iterator[str]:
+    """``vmalert`` evaluating the rule file ``rules`` (YAML text) every ``interval`` against
+    ``datasource`` and writing recorded series and alert state back to it; yields its URL.
+    Alerts go to a loopback sink standing in for Alertmanager."""
+    handler = type("Sink", (_AlertSink,), {"received": []})
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    with tempfile.TemporaryDirectory(prefix="gpulens-vmalert-") as tmp:
+        root = Path(tmp)
+        (root / "rules.yml").write_text(rules)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        argv = [
+            binary("vmalert"),
+            f"-rule={root / 'rules.yml'}",
+            f"-datasource.url={datasource}",
+            f"-remoteWrite.url={datasource}",
+            "-remoteWrite.flushInterval=1s",
+            f"-notifier.url=http://127.0.0.1:{sink.server_address[1]}",
+            f"-evaluationInterval={interval}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=WARN",
+        ]
+        try:
+            with managed_process(argv, f"{base}/health", log=root / "vmalert.log", cwd=root, timeout=60):
+                yield base
+        finally:
+            sink.shutdown()
+            sink.server_close()
+
+
+def _to_milliseconds(line: str) -> str:
+    """One OpenMetrics sample line with its timestamp (seconds) rewritten in milliseconds, the
+    unit of the Prometheus text format that ``/api/v1/import/prometheus`` reads."""
+    head, _, stamp = line.rstrip("\n").rpartition(" ")
+    seconds = float(stamp)
+    return f"{head} {round(seconds * 1000)}\n"
+
+
+def import_openmetrics(base: str, path: Path, extra_labels: dict[str, str] | None = None) -> int:
+    """Load an OpenMetrics history file (every sample with a timestamp in seconds, as promtool's
+    backfill reads it) into VictoriaMetrics at ``base``; return the samples sent. Comments and
+    ``# EOF`` are dropped; the data is flushed so the next query sees it."""
+    params = urllib.parse.urlencode([("extra_label", f"{k}={v}") for k, v in (extra_labels or {}).items()])
+    url = f"{base}/api/v1/import/prometheus" + (f"?{params}" if params else "")
+    sent = 0
+    chunk: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal chunk, size
+        if chunk:
+            req = urllib.request.Request(url, data="".join(chunk).encode(), method="POST")
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                if resp.status not in (200, 204):
+                    raise RuntimeError(f"import into {base} answered HTTP {resp.status}")
+        chunk, size = [], 0
+
+    with path.open() as f:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                continue
+            out = _to_milliseconds(line)
+            chunk.append(out)
+            size += len(out)
+            sent += 1
+            if size >= IMPORT_CHUNK_BYTES:
+                flush()
+    flush()
+    force_flush(base)
+    return sent
+
+
+def force_flush(base: str) -> None:
+    """Make everything ingested so far searchable now (VictoriaMetrics otherwise takes ~1 s)."""
+    with urllib.request.urlopen(f"{base}/internal/force_flush", timeout=60) as resp:
+        resp.read()
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def rule_groups(records: Sequence[str] | None = None, alerts: bool = False) -> list[dict[str, Any]]:
+    """The groups of deploy/rules/gpulens.rules.yml with only the recording rules ``records``
+    (all if None) and, with ``alerts``, the alerting rules."""
+    out = []
+    for g in yaml.safe_load(RULES_FILE.read_text())["groups"]:
+        rules = [r for r in g["rules"] if ("record" in r and (records is None or r["record"] in records))
+                 or ("alert" in r and alerts)]  # fmt: skip
+        if rules:
+            out.append({**g, "rules": rules})
+    return out
+
+
+def replay_rules(
+    base: str, start: float, end: float, work: Path, records: Sequence[str] | None = None, interval_s: float = 60.0
+) -> None:
+    """Evaluate recording rules of deploy/rules/gpulens.rules.yml (``records``; all if None) every
+    ``interval_s`` over [start, end] with ``vmalert``'s replay mode, writing the results into the
+    VictoriaMetrics at ``base``: the same role as promtool's ``tsdb create-blocks-from rules`` for
+    Prometheus. One rule per replay, in file order, flushed in between, so a rule that reads another
+    rule's output finds all of it."""
+    vmalert = binary("vmalert")
+    for group in rule_groups(records):
+        for rule in group["rules"]:
+            rules = work / "replay-rules.yml"
+            rules.write_text(yaml.safe_dump({"groups": [{"name": group["name"], "interval": f"{interval_s:g}s",
+                                                         "rules": [rule]}]}))  # fmt: skip
+            run = subprocess.run(
+                [vmalert, f"-rule={rules}", f"-datasource.url={base}", f"-remoteWrite.url={base}",
+                 # the range query's step (default 5m): one evaluation per interval, as a live vmalert
+                 f"-datasource.queryStep={interval_s:g}s",
+                 f"-replay.timeFrom={_rfc3339(start)}", f"-replay.timeTo={_rfc3339(end)}",
+                 "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-remoteWrite.flushInterval=100ms",
+                 "-loggerLevel=ERROR"],
+                capture_output=True, text=True, timeout=1800,
+            )  # fmt: skip
+            if run.returncode != 0:
+                raise RuntimeError(
+                    f"vmalert replay of {rule['record']} failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+                )
+            force_flush(base)
+
+
+def query(base: str, promql: str, at: float | None = None, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Instant query (now, or at Unix time ``at``) -> the ``data.result`` list; raises on an API error."""
+    params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+    req = urllib.request.Request(f"{base}/api/v1/query", data=urllib.parse.urlencode(params).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        doc = json.load(resp)
+    if doc.get("status") != "success":
+        raise RuntimeError(f"query {promql!r} failed: {doc}")
+    return list(doc["data"]["result"])
