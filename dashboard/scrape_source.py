@@ -353,7 +353,7 @@ _DEVICE = re.compile(DEVICE_METRICS)
 
 def _duration(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
-    return f"{m // 60}h {m % 60:02d}m" if m >= 60 else f"{m}m {s:02d}s"
+    return f"{m // 60}h {m % 60:02d}m" if m >= 60 else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
 def _targets(filters: Filters) -> dict[str, str]:
