@@ -102,6 +102,18 @@ def returning_load(context: Any, url: str, title: str, charts: int) -> float:
     return took
 
 
+RENDERED_JS = """() => {
+    const c = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+        .map(e => e.innerText).find(t => t.includes('rendered in'));
+    const m = c && c.match(/rendered in ([0-9.]+) s/);
+    return m ? parseFloat(m[1]) : null;
+}"""
+"""The page's own footer: seconds the server spent running the page (queries, frames, figures)."""
+
+SERVER_S: dict[str, list[float]] = {}
+"""Per page, the server-side seconds of each timed page switch (the rest is the browser's)."""
+
+
 def page_switches(browser: Any, base: str, query: str) -> dict[str, float]:
     """Seconds per page from a click on its sidebar link to the drawn page, in one session."""
     context = browser.new_context(**VIEW)
@@ -114,6 +126,7 @@ def page_switches(browser: Any, base: str, query: str) -> dict[str, float]:
         page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title, exact=True).click()
         _wait(page, title, charts)
         out[title] = time.perf_counter() - started
+        SERVER_S.setdefault(title, []).append(float(page.evaluate(RENDERED_JS) or "nan"))
     context.close()
     return out
 
@@ -267,17 +280,18 @@ def main(argv: list[str] | None = None) -> int:
             "returning_load_max_s": round(max(again[t]), 2),
             "page_switch_median_s": round(statistics.median(switch[t]), 2),
             "page_switch_max_s": round(max(switch[t]), 2),
+            "page_switch_server_median_s": round(statistics.median(SERVER_S.get(t, [float("nan")])), 2),
         }
         for t, _, _ in PAGES
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{a.mode}: {a.gpus} GPUs on {a.nodes} nodes, range {rng}, median of {a.runs}")
-    print(f"{'page':<12} {'first load':>11} {'returning':>10} {'page switch':>12}")
+    print(f"{'page':<12} {'first load':>11} {'returning':>10} {'page switch':>12} {'(server)':>9}")
     for t, r in result["pages"].items():
         print(
             f"{t:<12} {r['first_load_median_s']:>10.2f}s {r['returning_load_median_s']:>9.2f}s"
-            f" {r['page_switch_median_s']:>11.2f}s"
+            f" {r['page_switch_median_s']:>11.2f}s {r['page_switch_server_median_s']:>8.2f}s"
         )
     print(f"dashboard RSS {result['dashboard_rss_mib']} MiB (peak {result['dashboard_peak_rss_mib']} MiB)")
     print(f"nproc={os.cpu_count()}  load average at the end {result['load_average']}  json: {out}")

@@ -244,7 +244,8 @@ def frame(
     rows: list[np.ndarray] = []
     stamps_out: list[np.ndarray] = []
     values: list[np.ndarray] = []
-    ids: list[str] = []
+    ids: list[np.ndarray] = []
+    known: dict[tuple[int, str], int] = {}
     offset = 0
     for target, (snap, indices, stamps) in enumerate(picks):
         groups: dict[int, tuple[Layout, np.ndarray, pd.DataFrame, list[float], list[np.ndarray]]] = {}
@@ -265,8 +266,9 @@ def frame(
             rows.append(np.tile(np.arange(offset, offset + k), n))
             stamps_out.append(np.repeat(np.asarray(ts, dtype=np.float64), k))
             values.append(np.concatenate(vals))
-            if series_id:
-                ids.extend([f"{target}|{layout.keys[p]}" for p in pos.tolist()] * n)
+            if series_id:  # one number per (target, series), whichever layout it is read from
+                sid = [known.setdefault((target, layout.keys[p]), len(known)) for p in pos.tolist()]
+                ids.append(np.tile(np.asarray(sid, dtype=np.int64), n))
             offset += k
     base = ["timestamp", "value"] if time else ["value"]
     if not rows:
@@ -274,9 +276,86 @@ def frame(
     labels = _combined(select, layouts, labs)
     df = labels.iloc[np.concatenate(rows)].reset_index(drop=True)
     if series_id:
-        df["_series"] = ids
+        df["_series"] = np.concatenate(ids)
     df["timestamp"] = np.concatenate(stamps_out)
     df["value"] = np.concatenate(values)
     if len(layouts) > 1 or len(rows[0]) > len(labs[0]):
         df = df.sort_values("timestamp", kind="stable", ignore_index=True)
     return df if time else df.drop(columns="timestamp")
+
+
+def _grouped(
+    select: Selector, snap: Snapshot, indices: np.ndarray
+) -> list[tuple[Layout, np.ndarray, pd.DataFrame, np.ndarray]]:
+    """A target's picked scrapes by layout: (layout, positions, labels, values: scrapes x series)."""
+    groups: dict[int, tuple[Layout, np.ndarray, pd.DataFrame, list[np.ndarray]]] = {}
+    for i in indices.tolist():
+        scrape = snap.scrapes[i]
+        group = groups.get(id(scrape.layout))
+        if group is None:
+            group = groups[id(scrape.layout)] = (scrape.layout, *select.pick(scrape.layout), [])
+        if len(group[1]):
+            group[3].append(scrape.values[group[1]])
+    return [(lay, pos, lab, np.vstack(vals)) for lay, pos, lab, vals in groups.values() if vals]
+
+
+def _mean(v: np.ndarray) -> np.ndarray:
+    """Per column, the mean of its non-NaN values (NaN when none), as pandas' groupby mean."""
+    seen = ~np.isnan(v)
+    count = seen.sum(axis=0)
+    total = np.where(seen, v, 0.0).sum(axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _increase(v: np.ndarray) -> np.ndarray:
+    """Per column, a counter's growth over its rows (oldest first); a drop is a reset, after
+    which the new value is all growth."""
+    if len(v) < 2:
+        return np.zeros(v.shape[1])
+    d = v[1:] - v[:-1]
+    return np.where(d >= 0, d, v[1:]).sum(axis=0)
+
+
+def _pandas_reduce(raw: pd.DataFrame, how: str) -> pd.DataFrame:
+    """``how`` per series of ``raw`` (with ``_series``), for a target whose series changed layout
+    within the window."""
+    labels = [c for c in raw.columns if c not in ("timestamp", "value", "_series")]
+    raw = raw.sort_values(["_series", "timestamp"], kind="stable")
+    if how == "increase":
+        first = raw["_series"].ne(raw["_series"].shift())
+        prev, v = raw["value"].shift(), raw["value"]
+        raw = raw.assign(value=np.where(first, 0.0, np.where(v >= prev, v - prev, v)))
+        out = raw.groupby(["_series", *labels], sort=False)["value"].sum()
+    else:
+        out = raw.groupby(["_series", *labels], sort=False)["value"].mean()
+    return out.reset_index().drop(columns="_series")
+
+
+def reduced(select: Selector, picks: Iterable[tuple[Snapshot, np.ndarray, np.ndarray]], how: str) -> pd.DataFrame:
+    """Per selected series, ``how`` ("mean": of its values; "increase": a counter's growth) over
+    the picked scrapes: label columns and ``value``, without a row per sample."""
+    layouts: list[Layout] = []
+    labs: list[pd.DataFrame] = []
+    values: list[np.ndarray] = []
+    slow: list[pd.DataFrame] = []
+    for snap, indices, stamps in picks:
+        groups = _grouped(select, snap, indices)
+        if len(groups) == 1:
+            layout, _pos, lab, v = groups[0]
+            layouts.append(layout)
+            labs.append(lab)
+            values.append(_increase(v) if how == "increase" else _mean(v))
+        elif groups:
+            raw = frame(select, [(snap, indices, stamps)], time=True, series_id=True)
+            slow.append(_pandas_reduce(raw, how))
+    parts = []
+    if layouts:
+        fast = _combined(select, layouts, labs).copy()
+        fast["value"] = np.concatenate(values)
+        parts.append(fast)
+    if not parts and not slow:
+        return pd.DataFrame(columns=["value"])
+    df = pd.concat([*parts, *slow], ignore_index=True, sort=False)
+    labels = sorted(c for c in df.columns if c != "value")
+    df[labels] = df[labels].fillna("")
+    return df[[*labels, "value"]]

@@ -19,7 +19,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard import definitions, frames
-from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric
+from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
@@ -236,16 +236,7 @@ class ScrapeSource:
         hist = self._snapshot()
         now = self._end(end)
         window, _ = bounded_step(window_s, 1.0)
-        raw = frame(of_metric(metric), self._within(hist, now - window, now), time=True, series_id=True)
-        if raw.empty:
-            return self._filtered(pd.DataFrame(columns=["value"]), metric, filters, by, now, hist)
-        raw = raw.sort_values(["_series", "timestamp"], kind="stable")
-        prev = raw.groupby("_series", sort=False)["value"].shift()
-        v = raw["value"]
-        # a drop is a counter reset: the new value is all growth since the reset
-        raw = raw.assign(value=np.where(prev.isna(), 0.0, np.where(v >= prev, v - prev, v)))
-        labels = [c for c in raw.columns if c not in ("timestamp", "value")]
-        df = raw.groupby(labels, as_index=False, sort=False)["value"].sum().drop(columns="_series")
+        df = reduced(of_metric(metric), self._within(hist, now - window, now), "increase")
         return self._filtered(df, metric, filters, by, now, hist)
 
     def _raw(self, metric: str, hist: list[Snapshot], start: float, end: float) -> pd.DataFrame:
@@ -281,11 +272,9 @@ class ScrapeSource:
         hist = self._snapshot()
         now = self._end(end)
         window, _ = bounded_step(window_s, 1.0)
-        raw = self._raw(metric, hist, now - window, now)
-        if raw.empty:
+        df = reduced(of_metric(metric), self._within(hist, now - window, now), "mean")
+        if df.empty:
             return pd.DataFrame(columns=["value"])
-        labels = [c for c in raw.columns if c not in ("timestamp", "value")]
-        df = raw.groupby(labels, as_index=False, dropna=False)["value"].mean()
         return self._filtered(df, metric, filters, by, now, hist)
 
     def _filtered(
