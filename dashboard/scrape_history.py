@@ -198,9 +198,18 @@ class Selector:
     pick: Callable[[Layout], tuple[np.ndarray, pd.DataFrame]]
 
 
-def of_metric(metric: str) -> Selector:
-    """The series of ``metric``."""
-    return Selector(metric, lambda layout: (layout.positions(metric), layout.label_frame(metric)))
+def of_metric(metric: str, labels: Sequence[str] | None = None) -> Selector:
+    """The series of ``metric``; with ``labels``, only those label columns (fewer columns to copy
+    for every sample of a long range)."""
+    if labels is None:
+        return Selector(metric, lambda layout: (layout.positions(metric), layout.label_frame(metric)))
+    keep = list(labels)
+
+    def pick(layout: Layout) -> tuple[np.ndarray, pd.DataFrame]:
+        lab = layout.label_frame(metric)
+        return layout.positions(metric), lab[[c for c in keep if c in lab.columns]]
+
+    return Selector(f"{metric}|{','.join(keep)}", pick)
 
 
 def of_device(pattern: re.Pattern[str], uuid: str) -> Selector:

@@ -239,9 +239,12 @@ class ScrapeSource:
         df = reduced(of_metric(metric), self._within(hist, now - window, now), "increase")
         return self._filtered(df, metric, filters, by, now, hist)
 
-    def _raw(self, metric: str, hist: list[Snapshot], start: float, end: float) -> pd.DataFrame:
-        """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp."""
-        return frame(of_metric(metric), self._within(hist, start, end), time=True)
+    def _raw(
+        self, metric: str, hist: list[Snapshot], start: float, end: float, labels: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp (only
+        the ``labels`` columns when given)."""
+        return frame(of_metric(metric, labels), self._within(hist, start, end), time=True)
 
     def _idle_at(self, grid: list[float], hist: list[Snapshot], filters: Filters) -> pd.DataFrame:
         """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool)."""
@@ -249,7 +252,8 @@ class ScrapeSource:
         target = Filters(**_targets(filters))
 
         def raw(metric: str) -> pd.DataFrame:
-            return frames.restrict(self._raw(metric, hist, start, end), target, pd.DataFrame(), ())
+            slim = self._raw(metric, hist, start, end, labels=_IDLE_LABELS)
+            return frames.restrict(slim, target, pd.DataFrame(), ())
 
         return definitions.leaf_idle_frame(
             raw(SM_ACTIVE),
@@ -338,6 +342,8 @@ class ScrapeSource:
 
 
 _DEVICE = re.compile(DEVICE_METRICS)
+_IDLE_LABELS = ("cluster", "node", "instance", *definitions.LEAF, "class")
+"""The labels the idle verdict reads: the target's (for filters), the leaf's and the class."""
 
 
 def _duration(seconds: float) -> str:
