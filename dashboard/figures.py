@@ -108,7 +108,7 @@ def roofline_scatter(points: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(range=[-0.02, 1.02], tickformat=".0%", title_text="DRAM bandwidth active")
     fig.update_yaxes(range=[-0.02, 1.02], tickformat=".0%", title_text="busiest pipe active (tensor/FP)")
     fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line={"dash": "dot", "color": "#bbb"})
-    fig.update_layout(height=480, legend_title_text="bound by")
+    fig.update_layout(height=480, legend_title_text="bound by", showlegend=True)
     return fig
 
 
@@ -134,7 +134,7 @@ def boundness_area(series: pd.DataFrame) -> go.Figure:
     ]
     fig = go.Figure(traces)
     fig.update_yaxes(title_text="GPUs / MIG slices")
-    fig.update_layout(height=360, legend_title_text="bound by", hovermode="x unified")
+    fig.update_layout(height=360, legend_title_text="bound by", hovermode="x unified", showlegend=True)
     return fig
 
 
@@ -272,7 +272,8 @@ def time_lines(df: pd.DataFrame, unit: str) -> go.Figure:
     ]
     fig = go.Figure(traces)
     fig.update_yaxes(title_text=title, tickformat=fmt or None)
-    fig.update_layout(height=300, margin={"t": 20, "b": 10}, legend_title_text="", hovermode="x")
+    # a legend even for one line: it names the series
+    fig.update_layout(height=300, margin={"t": 20, "b": 10}, legend_title_text="", hovermode="x", showlegend=True)
     return fig
 
 
@@ -302,5 +303,7 @@ def state_strip(timeline: pd.DataFrame, label: str) -> go.Figure:
         for part in [d[d[label] == state]]
     ]
     fig = go.Figure(traces)
-    fig.update_layout(height=max(200, 60 + 40 * d[y].nunique()), margin={"t": 20}, legend_title_text=label)
+    fig.update_layout(
+        height=max(200, 60 + 40 * d[y].nunique()), margin={"t": 20}, legend_title_text=label, showlegend=True
+    )
     return fig
