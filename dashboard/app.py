@@ -89,7 +89,7 @@ def main() -> None:
     except ValueError as exc:
         st.error(f"bad dashboard setting: {exc}")
         st.stop()
-    st.sidebar.markdown("### gpulens" + ui.preload_links(), unsafe_allow_html=True)
+    st.sidebar.markdown("### gpulens")
     try:
         src = ui.source(cfg)
     except SourceError as exc:

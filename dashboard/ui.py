@@ -6,19 +6,16 @@ panel only (never a traceback) and the rest of the page still renders.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
-from streamlit import file_util
 
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
@@ -92,22 +89,6 @@ def _source(key: str, settings: DashboardSettings) -> MetricSource:
             settings.scrape_urls, interval_s=settings.scrape_interval_seconds, timeout_s=settings.timeout_seconds
         ).start()
     raise SourceError("no data source configured: start with --prometheus URL or --scrape URL[,URL...]")
-
-
-LAZY_CHUNKS = ("PlotlyChart.", "DataFrame.", "arrowFormatUtils.")
-"""Streamlit's JavaScript chunks the pages need that it loads only once the first chart or table
-arrives (the Plotly one is 4.7 MB): named in :func:`preload_links`, so a browser fetches and
-compiles them while the session starts and the queries run, instead of after."""
-
-
-@functools.cache
-def preload_links() -> str:
-    """``<link rel="modulepreload">`` tags for LAZY_CHUNKS, as found in Streamlit's static files
-    (their names carry a content hash); empty when none is found (another Streamlit layout)."""
-    js = Path(file_util.get_static_dir()) / "static" / "js"
-    names = sorted(p.name for p in js.glob("*.js") if p.name.startswith(LAZY_CHUNKS)) if js.is_dir() else []
-    # relative to the page, so a dashboard served under a path prefix finds them too
-    return "".join(f'<link rel="modulepreload" href="static/js/{n}">' for n in names)
 
 
 def settings() -> DashboardSettings:
