@@ -77,14 +77,18 @@ def _wait(page: Any, title: str, charts: int) -> None:
         raise RuntimeError(f"page {title} was not drawn (screenshot {shot}): {exc}") from exc
 
 
-def first_load(browser: Any, url: str, title: str, charts: int) -> float:
-    """Seconds from navigation to a fully drawn page in a browser context that never saw the app."""
-    context = browser.new_context(**VIEW)
-    page = context.new_page()
+def _timed(page: Any, url: str, title: str, charts: int) -> float:
+    """Seconds from navigating ``page`` to ``url`` until the page is fully drawn."""
     started = time.perf_counter()
     page.goto(url)
     _wait(page, title, charts)
-    took = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def first_load(browser: Any, url: str, title: str, charts: int) -> float:
+    """Seconds from navigation to a fully drawn page in a browser context that never saw the app."""
+    context = browser.new_context(**VIEW)
+    took = _timed(context.new_page(), url, title, charts)
     context.close()
     return took
 
@@ -94,10 +98,7 @@ def returning_load(context: Any, url: str, title: str, charts: int) -> float:
     the app before: a new Streamlit session and every query, but Streamlit's hashed JavaScript
     comes from the browser's cache (Streamlit serves it ``immutable``), as for a returning user."""
     page = context.new_page()
-    started = time.perf_counter()
-    page.goto(url)
-    _wait(page, title, charts)
-    took = time.perf_counter() - started
+    took = _timed(page, url, title, charts)
     page.close()
     return took
 
