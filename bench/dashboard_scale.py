@@ -12,8 +12,10 @@ each (the exposition of ``python -m exporter --backend sim``, one scrape per nod
 UUIDs), ``python -m dashboard --scrape`` scrapes them every 5 s and keeps its own bounded history
 (an hour at most: scrape mode has no 24 h), measured after ``--warmup`` s of scraping.
 
-Two timings per page, each the median of ``--runs``, each after the 10 s query cache expired:
-``first load`` (a new browser context: Streamlit's JS, a new session, every query of the page) and
+Three timings per page, each the median of ``--runs``, each after the 10 s query cache expired:
+``first load`` (a new browser context: Streamlit's JS, a new session, every query of the page),
+``returning load`` (a new tab in a context that opened the app before: Streamlit's hashed JS from
+the browser's cache, which Streamlit serves ``immutable``; a new session, every query) and
 ``page switch`` (a click in the sidebar of an open session, until the new page's footer and every
 plotly chart are drawn and nothing is stale). The time range is ``?range=`` (24h, or 1h in scrape
 mode).
@@ -75,16 +77,42 @@ def _wait(page: Any, title: str, charts: int) -> None:
         raise RuntimeError(f"page {title} was not drawn (screenshot {shot}): {exc}") from exc
 
 
-def first_load(browser: Any, url: str, title: str, charts: int) -> float:
-    """Seconds from navigation to a fully drawn page in a browser context that never saw the app."""
-    context = browser.new_context(**VIEW)
-    page = context.new_page()
+def _timed(page: Any, url: str, title: str, charts: int) -> float:
+    """Seconds from navigating ``page`` to ``url`` until the page is fully drawn."""
     started = time.perf_counter()
     page.goto(url)
     _wait(page, title, charts)
-    took = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def first_load(browser: Any, url: str, title: str, charts: int) -> float:
+    """Seconds from navigation to a fully drawn page in a browser context that never saw the app."""
+    context = browser.new_context(**VIEW)
+    took = _timed(context.new_page(), url, title, charts)
     context.close()
     return took
+
+
+def returning_load(context: Any, url: str, title: str, charts: int) -> float:
+    """Seconds from navigation to a fully drawn page in a new tab of a browser context that opened
+    the app before: a new Streamlit session and every query, but Streamlit's hashed JavaScript
+    comes from the browser's cache (Streamlit serves it ``immutable``), as for a returning user."""
+    page = context.new_page()
+    took = _timed(page, url, title, charts)
+    page.close()
+    return took
+
+
+RENDERED_JS = """() => {
+    const c = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+        .map(e => e.innerText).find(t => t.includes('rendered in'));
+    const m = c && c.match(/rendered in ([0-9.]+) s/);
+    return m ? parseFloat(m[1]) : null;
+}"""
+"""The page's own footer: seconds the server spent running the page (queries, frames, figures)."""
+
+SERVER_S: dict[str, list[float]] = {}
+"""Per page, the server-side seconds of each timed page switch (the rest is the browser's)."""
 
 
 def page_switches(browser: Any, base: str, query: str) -> dict[str, float]:
@@ -99,6 +127,7 @@ def page_switches(browser: Any, base: str, query: str) -> dict[str, float]:
         page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title, exact=True).click()
         _wait(page, title, charts)
         out[title] = time.perf_counter() - started
+        SERVER_S.setdefault(title, []).append(float(page.evaluate(RENDERED_JS) or "nan"))
     context.close()
     return out
 
@@ -134,8 +163,9 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
             "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
     with (
         managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=300),
-        managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120),
+        managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120) as proc,
     ):
+        result["dashboard_pid"] = proc.pid
         yield dash_url
 
 
@@ -180,7 +210,8 @@ def scrape_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -
         dash_url = f"http://127.0.0.1:{dport}"
         dash = [sys.executable, "-m", "dashboard", "--scrape", ",".join(urls), "--port", str(dport),
                 "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
-        es.enter_context(managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120))
+        proc = es.enter_context(managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120))
+        result["dashboard_pid"] = proc.pid
         # the source starts scraping on the first page view
         import urllib.request
 
@@ -188,6 +219,15 @@ def scrape_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -
         time.sleep(a.warmup)
         result["history_s"] = a.warmup
         yield dash_url
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """The dashboard process' resident memory now and at its peak (VmRSS, VmHWM), in MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {
+        "dashboard_rss_mib": round(int(fields["VmRSS"].split()[0]) / 1024, 1),
+        "dashboard_peak_rss_mib": round(int(fields["VmHWM"].split()[0]) / 1024, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,32 +255,47 @@ def main(argv: list[str] | None = None) -> int:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 # warm Streamlit's static files and the sources once; not timed
                 first_load(browser, f"{dash_url}/?range={rng}", "Fleet", 1)
+                returning = browser.new_context(**VIEW)  # its HTTP cache holds Streamlit's JavaScript
+                returning_load(returning, f"{dash_url}/?range={rng}", "Fleet", 1)
                 first: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
+                again: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
                 switch: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
                 for _ in range(a.runs):
                     for title, path, charts in PAGES:
                         time.sleep(11)  # past the 10 s query cache: every query runs again
                         first[title].append(first_load(browser, f"{dash_url}/{path}?range={rng}", title, charts))
+                        time.sleep(11)
+                        again[title].append(returning_load(returning, f"{dash_url}/{path}?range={rng}", title, charts))
                     time.sleep(11)
                     for title, took in page_switches(browser, dash_url, f"range={rng}").items():
                         switch[title].append(took)
+                returning.close()
                 browser.close()
+            result.update(memory_mib(result.pop("dashboard_pid")))
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]
     result["pages"] = {
         t: {
             "first_load_median_s": round(statistics.median(first[t]), 2),
             "first_load_max_s": round(max(first[t]), 2),
+            "returning_load_median_s": round(statistics.median(again[t]), 2),
+            "returning_load_max_s": round(max(again[t]), 2),
             "page_switch_median_s": round(statistics.median(switch[t]), 2),
             "page_switch_max_s": round(max(switch[t]), 2),
+            "page_switch_server_median_s": round(statistics.median(SERVER_S.get(t, [float("nan")])), 2),
         }
         for t, _, _ in PAGES
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{a.mode}: {a.gpus} GPUs on {a.nodes} nodes, range {rng}, median of {a.runs}")
-    print(f"{'page':<12} {'first load':>11} {'page switch':>12}")
+    print(f"{'page':<12} {'first load':>11} {'returning':>10} {'page switch':>12} {'(server)':>9}")
     for t, r in result["pages"].items():
-        print(f"{t:<12} {r['first_load_median_s']:>10.2f}s {r['page_switch_median_s']:>11.2f}s")
-    print(f"nproc={os.cpu_count()}  json: {out}")
+        print(
+            f"{t:<12} {r['first_load_median_s']:>10.2f}s {r['returning_load_median_s']:>9.2f}s"
+            f" {r['page_switch_median_s']:>11.2f}s {r['page_switch_server_median_s']:>8.2f}s"
+        )
+    print(f"dashboard RSS {result['dashboard_rss_mib']} MiB (peak {result['dashboard_peak_rss_mib']} MiB)")
+    print(f"nproc={os.cpu_count()}  load average at the end {result['load_average']}  json: {out}")
     return 0
 
 

@@ -207,36 +207,45 @@ def _window_stats(
     raw: pd.DataFrame, keys: list[str], grid: np.ndarray, window_s: float, fresh_s: float
 ) -> pd.DataFrame:
     """Per key and grid time t: mean, max and count of the samples in (t - window_s, t], the
-    first/last sample (time, value) in it, and whether the newest sample is within ``fresh_s``."""
-    rows: list[tuple[object, ...]] = []
+    first/last sample (time, value) in it, and whether the newest sample is within ``fresh_s``.
+
+    Vectorised over keys and times (a fleet has thousands of leaves and hundreds of steps): the
+    samples are sorted by (key, time) into one array, each window found by one searchsorted, sums
+    from per-key cumulative sums, maxima by one ``maximum.reduceat``."""
     cols = [*keys, "timestamp", "mean", "max", "n", "t0", "v0", "t1", "v1", "fresh"]
-    if raw.empty:
+    grid = np.asarray(grid, dtype=float)
+    if raw.empty or not len(grid):
         return pd.DataFrame(columns=cols).astype({"timestamp": float, "fresh": bool})
-    for key, g in raw.sort_values("timestamp").groupby(keys, sort=False):
-        ts = g["timestamp"].to_numpy(dtype=float)
-        vs = g["value"].to_numpy(dtype=float)
-        hi = np.searchsorted(ts, grid, side="right")
-        lo = np.searchsorted(ts, grid - window_s, side="right")
-        key_t = key if isinstance(key, tuple) else (key,)
-        for t, a, b in zip(grid, lo, hi, strict=True):
-            n = int(b - a)
-            if n <= 0:
-                continue
-            rows.append(
-                (
-                    *key_t,
-                    float(t),
-                    float(vs[a:b].mean()),
-                    float(vs[a:b].max()),
-                    n,
-                    ts[a],
-                    vs[a],
-                    ts[b - 1],
-                    vs[b - 1],
-                    t - ts[b - 1] <= fresh_s,
-                )
-            )
-    return pd.DataFrame(rows, columns=cols).astype({"timestamp": float, "fresh": bool})
+    df = raw.assign(_g=raw.groupby(keys, sort=False).ngroup())
+    df = df[df["_g"] >= 0].sort_values(["_g", "timestamp"], kind="stable")
+    code = df["_g"].to_numpy(dtype=np.int64)
+    ts = df["timestamp"].to_numpy(dtype=float)
+    vs = df["value"].to_numpy(dtype=float)
+    first = df.drop_duplicates("_g")
+    n_groups = len(first)
+    # one sorted axis: key code * span + time since base, so a window never crosses keys
+    base = min(float(ts.min()), float(grid.min()) - window_s)
+    span = max(float(ts.max()), float(grid.max())) - base + 1.0
+    axis = code * span + (ts - base)
+    g = np.arange(n_groups, dtype=np.int64)[:, None] * span
+    hi = np.searchsorted(axis, g + (grid[None, :] - base), side="right")
+    lo = np.searchsorted(axis, g + (grid[None, :] - window_s - base), side="right")
+    n = hi - lo
+    gi, ti = np.nonzero(n > 0)
+    lo, hi, n = lo[gi, ti], hi[gi, ti], n[gi, ti]
+    # one reduceat per statistic: each window [lo, hi) reduced as ndarray.sum/max would
+    bounds = np.stack([lo, hi], axis=1).ravel()
+    mean = np.add.reduceat(np.append(vs, 0.0), bounds)[::2] / n
+    peaks = np.maximum.reduceat(np.append(vs, -np.inf), bounds)[::2]
+    out = first[keys].iloc[gi].reset_index(drop=True)
+    out["timestamp"] = grid[ti]
+    out["mean"] = mean
+    out["max"] = peaks
+    out["n"] = n
+    out["t0"], out["v0"] = ts[lo], vs[lo]
+    out["t1"], out["v1"] = ts[hi - 1], vs[hi - 1]
+    out["fresh"] = grid[ti] - ts[hi - 1] <= fresh_s
+    return out[cols].astype({"timestamp": float, "fresh": bool})
 
 
 def leaf_idle_frame(

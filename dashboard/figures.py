@@ -76,7 +76,8 @@ def sm_heatmap(sm: pd.DataFrame) -> go.Figure:
 
 
 def roofline_scatter(points: pd.DataFrame) -> go.Figure:
-    """x = DRAM bandwidth active, y = busiest pipe active, colour = boundness class, pods on hover."""
+    """x = DRAM bandwidth active, y = busiest pipe active, colour = boundness class, pods on hover;
+    each point carries ``customdata`` [uuid, mig_uuid, holders, leaf] (a click opens its GPU)."""
     if points.empty:
         return empty_figure()
     df = points.assign(
@@ -85,23 +86,32 @@ def roofline_scatter(points: pd.DataFrame) -> go.Figure:
             for m, i, g in zip(points["mig_uuid"], points["instance"], points["gpu"], strict=True)
         ]
     )
-    fig = px.scatter(
-        df,
-        x="dram_active",
-        y="pipe_active",
-        color="class",
-        color_discrete_map=CLASS_COLORS,
-        category_orders={"class": CLASS_ORDER},
-        hover_name="leaf",
-        custom_data=["uuid", "mig_uuid"],
-        hover_data={"holders": True, "uuid": True, "dram_active": ":.0%", "pipe_active": ":.0%", "class": True},
-        labels={"dram_active": "DRAM bandwidth active", "pipe_active": "busiest pipe active (tensor/FP)"},
-    )
-    fig.update_traces(marker={"size": 11, "line": {"width": 1, "color": "white"}})
-    fig.update_xaxes(range=[-0.02, 1.02], tickformat=".0%")
-    fig.update_yaxes(range=[-0.02, 1.02], tickformat=".0%")
+    present = set(df["class"])
+    traces = []
+    for cls in [*CLASS_ORDER, *sorted(present - set(CLASS_ORDER))]:
+        if cls not in present:
+            continue
+        part = df[df["class"] == cls]
+        traces.append(
+            go.Scatter(
+                x=part["dram_active"].round(4),
+                y=part["pipe_active"].round(4),
+                mode="markers",
+                name=cls,
+                marker={"size": 11, "color": CLASS_COLORS.get(cls), "line": {"width": 1, "color": "white"}},
+                customdata=part[["uuid", "mig_uuid", "holders", "leaf"]].to_numpy(),
+                hovertemplate=(
+                    "<b>%{customdata[3]}</b><br>holders: %{customdata[2]}<br>uuid: %{customdata[0]}<br>"
+                    "DRAM bandwidth active: %{x:.0%}<br>busiest pipe active: %{y:.0%}<br>"
+                    f"class: {cls}<extra></extra>"
+                ),
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_xaxes(range=[-0.02, 1.02], tickformat=".0%", title_text="DRAM bandwidth active")
+    fig.update_yaxes(range=[-0.02, 1.02], tickformat=".0%", title_text="busiest pipe active (tensor/FP)")
     fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line={"dash": "dot", "color": "#bbb"})
-    fig.update_layout(height=480, legend_title_text="bound by")
+    fig.update_layout(height=480, legend_title_text="bound by", showlegend=True)
     return fig
 
 
@@ -110,16 +120,24 @@ def boundness_area(series: pd.DataFrame) -> go.Figure:
     if series.empty or "class" not in series.columns:
         return empty_figure()
     df = series.assign(time=pd.to_datetime(series["timestamp"], unit="s", utc=True)).sort_values("time")
-    fig = px.area(
-        df,
-        x="time",
-        y="value",
-        color="class",
-        color_discrete_map=CLASS_COLORS,
-        category_orders={"class": CLASS_ORDER},
-        labels={"value": "GPUs / MIG slices", "time": ""},
-    )
-    fig.update_layout(height=360, legend_title_text="bound by")
+    present = set(df["class"])
+    traces = [
+        go.Scatter(
+            x=part["time"],
+            y=part["value"],
+            mode="lines",
+            name=cls,
+            stackgroup="classes",
+            line={"color": CLASS_COLORS.get(cls)},
+            hovertemplate=f"{cls}: %{{y}}<extra></extra>",
+        )
+        for cls in [*CLASS_ORDER, *sorted(present - set(CLASS_ORDER))]
+        if cls in present
+        for part in [df[df["class"] == cls]]
+    ]
+    fig = go.Figure(traces)
+    fig.update_yaxes(title_text="GPUs / MIG slices")
+    fig.update_layout(height=360, legend_title_text="bound by", hovermode="x unified", showlegend=True)
     return fig
 
 
@@ -236,15 +254,29 @@ def clock_event_bar(events: pd.DataFrame) -> go.Figure:
 
 
 def time_lines(df: pd.DataFrame, unit: str) -> go.Figure:
-    """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %)."""
+    """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %).
+
+    Built from graph_objects, not plotly.express: the GPU page draws a dozen of these, and express
+    costs about 0.1 s of server time per figure."""
     if df.empty:
         return empty_figure()
     scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ""))
     d = df.assign(time=pd.to_datetime(df["timestamp"], unit="s", utc=True), value=df["value"] / scale)
-    fig = px.line(d.sort_values("time"), x="time", y="value", color="series", labels={"value": title, "time": ""})
-    if fmt:
-        fig.update_yaxes(tickformat=fmt)
-    fig.update_layout(height=300, margin={"t": 20, "b": 10}, legend_title_text="")
+    d = d.sort_values("time", kind="stable")
+    traces = [
+        go.Scatter(
+            x=part["time"],
+            y=part["value"],
+            mode="lines",
+            name=str(name),
+            hovertemplate="%{y}<extra>%{fullData.name}</extra>",
+        )
+        for name, part in d.groupby("series", sort=False)
+    ]
+    fig = go.Figure(traces)
+    fig.update_yaxes(title_text=title, tickformat=fmt or None)
+    # a legend even for one line: it names the series
+    fig.update_layout(height=300, margin={"t": 20, "b": 10}, legend_title_text="", hovermode="x", showlegend=True)
     return fig
 
 
@@ -253,16 +285,28 @@ def state_strip(timeline: pd.DataFrame, label: str) -> go.Figure:
     if timeline.empty:
         return empty_figure("never")
     d = timeline.assign(time=pd.to_datetime(timeline["timestamp"], unit="s", utc=True))
-    colors = CLASS_COLORS if label == "class" else None
-    fig = px.scatter(
-        d,
-        x="time",
-        y="leaf" if label == "class" else label,
-        color=label,
-        color_discrete_map=colors,
-        category_orders={"class": CLASS_ORDER} if label == "class" else None,
-        labels={"time": "", "leaf": ""},
+    y = "leaf" if label == "class" else label
+    states = list(dict.fromkeys(d[label]))
+    if label == "class":
+        states = [c for c in CLASS_ORDER if c in states] + [c for c in states if c not in CLASS_ORDER]
+    traces = [
+        go.Scatter(
+            x=part["time"],
+            y=part[y],
+            mode="markers",
+            name=str(state),
+            marker={
+                "symbol": "square",
+                "size": 9,
+                **({"color": CLASS_COLORS[state]} if label == "class" and state in CLASS_COLORS else {}),
+            },
+            hovertemplate=f"%{{y}}: {state}<br>%{{x}}<extra></extra>",
+        )
+        for state in states
+        for part in [d[d[label] == state]]
+    ]
+    fig = go.Figure(traces)
+    fig.update_layout(
+        height=max(200, 60 + 40 * d[y].nunique()), margin={"t": 20}, legend_title_text=label, showlegend=True
     )
-    fig.update_traces(marker={"symbol": "square", "size": 9})
-    fig.update_layout(height=max(200, 60 + 40 * d[label if label != "class" else "leaf"].nunique()), margin={"t": 20})
     return fig

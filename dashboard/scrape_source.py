@@ -7,13 +7,10 @@ the lookback, and a series absent from that scrape is absent (stale) at that ste
 
 from __future__ import annotations
 
-import bisect
 import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -22,6 +19,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard import definitions, frames
+from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
@@ -34,16 +32,6 @@ from dashboard.source import (
     bounded_step,
     device_keys,
 )
-
-Labels = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class Scrape:
-    """One scrape of one target: when, and its samples by sample name (``..._total`` for counters)."""
-
-    timestamp: float
-    samples: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
 
 
 def parse_exposition(text: str, instance: str) -> dict[str, list[tuple[Labels, float]]]:
@@ -72,7 +60,9 @@ def metrics_url(url: str) -> str:
 
 
 class ScrapeSource:
-    """Scrapes ``urls`` every ``interval_s`` on a daemon thread, keeping ``history`` scrapes each."""
+    """Scrapes ``urls`` every ``interval_s`` on a daemon thread, keeping ``history`` scrapes each
+    and ``max_samples`` values over all targets (dashboard.scrape_history: a large fleet keeps a
+    shorter history, not more memory)."""
 
     def __init__(
         self,
@@ -80,6 +70,7 @@ class ScrapeSource:
         *,
         interval_s: float = 5.0,
         history: int = 720,
+        max_samples: int = MAX_SAMPLES,
         timeout_s: float = 5.0,
         fetch: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.time,
@@ -92,7 +83,9 @@ class ScrapeSource:
         self._fetch = fetch or self._http_get
         self._clock = clock
         self._lock = threading.Lock()
-        self._history: dict[str, deque[Scrape]] = {u: deque(maxlen=history) for u in self.urls}
+        self._history: dict[str, TargetHistory] = {u: TargetHistory(instance_of(u), history) for u in self.urls}
+        for h in self._history.values():
+            h.max_samples = max(1, max_samples // len(self.urls))
         self._errors: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,7 +93,26 @@ class ScrapeSource:
 
     @property
     def description(self) -> str:
-        return f"direct scrape of {len(self.urls)} exporter(s)"
+        return f"direct scrape of {len(self.urls)} exporter(s), {self.kept()}"
+
+    def kept(self) -> str:
+        """What the bounded history holds now, e.g. ``history 14m 35s: 176 scrapes of 61,250 series``."""
+        with self._lock:
+            spans = [
+                (h.scrapes[-1].timestamp - h.scrapes[0].timestamp, len(h.scrapes))
+                for h in self._history.values()
+                if h.scrapes
+            ]
+            series = sum(len(h.scrapes[-1].values) for h in self._history.values() if h.scrapes)
+        if not spans:
+            return "no scrape yet"
+        span, n = min(spans)
+        return f"history {_duration(span)}: {n} scrapes of {series:,} series"
+
+    def samples_kept(self) -> int:
+        """Values held over all targets (bounded by ``max_samples``)."""
+        with self._lock:
+            return sum(h.samples for h in self._history.values())
 
     # --- scraping ----------------------------------------------------------------------
     def _http_get(self, url: str) -> str:
@@ -113,24 +125,21 @@ class ScrapeSource:
         for url in self.urls:
             now = self._clock()
             try:
-                samples = parse_exposition(self._fetch(url), instance_of(url))
+                text = self._fetch(url)
+                with self._lock:
+                    self._history[url].add(now, text)
+                    self._errors.pop(url, None)
             except requests.ConnectionError:
                 self._failed(url, now, "connection refused or host unreachable")
-                continue
             except requests.Timeout:
                 self._failed(url, now, f"no answer within {self.timeout_s:g} s")
-                continue
             except Exception as exc:  # any failure of one target must not stop the others
                 self._failed(url, now, f"{type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            with self._lock:
-                self._errors.pop(url, None)
-                self._history[url].append(Scrape(now, samples))
 
     def _failed(self, url: str, now: float, why: str) -> None:
         with self._lock:
             self._errors[url] = why
-            self._history[url].append(Scrape(now))  # an empty scrape makes its series stale
+            self._history[url].failed(now)  # an empty scrape makes its series stale
 
     def start(self) -> ScrapeSource:
         """Start the background scraper (idempotent); the first scrape happens before returning."""
@@ -148,23 +157,33 @@ class ScrapeSource:
             self.scrape_once()
 
     # --- reading -----------------------------------------------------------------------
-    def _snapshot(self) -> dict[str, list[Scrape]]:
+    def _snapshot(self) -> list[Snapshot]:
         with self._lock:
-            return {u: list(h) for u, h in self._history.items()}
+            return [Snapshot.of(h) for h in self._history.values()]
 
-    def _at(self, metric: str, at: float, hist: dict[str, list[Scrape]]) -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = []
-        for scrapes in hist.values():
-            times = [s.timestamp for s in scrapes]
-            i = bisect.bisect_right(times, at) - 1
-            if i < 0 or at - scrapes[i].timestamp > LOOKBACK_SECONDS:
-                continue
-            for labels, value in scrapes[i].samples.get(metric, ()):
-                rows.append({**dict(labels), "value": value})
-        return rows
+    @staticmethod
+    def _on_grid(hist: list[Snapshot], grid: Sequence[float]) -> list[tuple[Snapshot, np.ndarray, np.ndarray]]:
+        """Per target, the scrape each grid time reads (the newest within the lookback), stamped
+        with the grid time."""
+        g = np.asarray(grid, dtype=np.float64)
+        out = []
+        for snap in hist:
+            idx = snap.at(g, LOOKBACK_SECONDS)
+            ok = idx >= 0
+            out.append((snap, idx[ok], g[ok]))
+        return out
 
-    def _frame_at(self, metric: str, at: float, hist: dict[str, list[Scrape]]) -> pd.DataFrame:
-        return frames.from_rows(self._at(metric, at, hist))
+    @staticmethod
+    def _within(hist: list[Snapshot], start: float, end: float) -> list[tuple[Snapshot, np.ndarray, np.ndarray]]:
+        """Per target, every scrape taken in [start, end], stamped with its own time."""
+        out = []
+        for snap in hist:
+            idx = np.nonzero((snap.times >= start) & (snap.times <= end))[0]
+            out.append((snap, idx, snap.times[idx]))
+        return out
+
+    def _frame_at(self, metric: str, at: float, hist: list[Snapshot]) -> pd.DataFrame:
+        return frame(of_metric(metric), self._on_grid(hist, [at]), time=False)
 
     def _end(self, end: float | None) -> float:
         """The range's end: ``end`` (an absolute range), never later than now; None = now."""
@@ -179,11 +198,8 @@ class ScrapeSource:
         n = int(window // step)
         return [end - k * step for k in range(n, -1, -1)], step
 
-    def _series_raw(self, metric: str, grid: list[float], hist: dict[str, list[Scrape]]) -> pd.DataFrame:
-        rows: list[dict[str, object]] = []
-        for t in grid:
-            rows.extend({**r, "timestamp": t} for r in self._at(metric, t, hist))
-        return frames.from_rows(rows, time=True)
+    def _series_raw(self, metric: str, grid: list[float], hist: list[Snapshot]) -> pd.DataFrame:
+        return frame(of_metric(metric), self._on_grid(hist, grid), time=True)
 
     def instant(
         self, metric: str, filters: Filters = NO_FILTERS, *, by: Sequence[str] | None = None, end: float | None = None
@@ -220,42 +236,24 @@ class ScrapeSource:
         hist = self._snapshot()
         now = self._end(end)
         window, _ = bounded_step(window_s, 1.0)
-        rows: list[dict[str, object]] = []
-        for scrapes in hist.values():
-            growth: dict[Labels, float] = {}
-            last: dict[Labels, float] = {}
-            for s in scrapes:
-                if s.timestamp < now - window or s.timestamp > now:
-                    continue
-                for labels, value in s.samples.get(metric, ()):
-                    prev = last.get(labels)
-                    # a drop is a counter reset: the new value is all growth since the reset
-                    growth[labels] = growth.get(labels, 0.0) + (
-                        0.0 if prev is None else (value - prev if value >= prev else value)
-                    )
-                    last[labels] = value
-            rows.extend({**dict(labels), "value": g} for labels, g in growth.items())
-        return self._filtered(frames.from_rows(rows), metric, filters, by, now, hist)
+        df = reduced(of_metric(metric), self._within(hist, now - window, now), "increase")
+        return self._filtered(df, metric, filters, by, now, hist)
 
-    def _raw(self, metric: str, hist: dict[str, list[Scrape]], start: float, end: float) -> pd.DataFrame:
-        """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp."""
-        rows: list[dict[str, object]] = []
-        for scrapes in hist.values():
-            for s in scrapes:
-                if start <= s.timestamp <= end:
-                    rows.extend(
-                        {**dict(labels), "timestamp": s.timestamp, "value": v}
-                        for labels, v in s.samples.get(metric, ())
-                    )
-        return frames.from_rows(rows, time=True)
+    def _raw(
+        self, metric: str, hist: list[Snapshot], start: float, end: float, labels: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp (only
+        the ``labels`` columns when given)."""
+        return frame(of_metric(metric, labels), self._within(hist, start, end), time=True)
 
-    def _idle_at(self, grid: list[float], hist: dict[str, list[Scrape]], filters: Filters) -> pd.DataFrame:
+    def _idle_at(self, grid: list[float], hist: list[Snapshot], filters: Filters) -> pd.DataFrame:
         """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool)."""
         start, end = grid[0] - definitions.MEAN_WINDOW_SECONDS, grid[-1]
         target = Filters(**_targets(filters))
 
         def raw(metric: str) -> pd.DataFrame:
-            return frames.restrict(self._raw(metric, hist, start, end), target, pd.DataFrame(), ())
+            slim = self._raw(metric, hist, start, end, labels=_IDLE_LABELS)
+            return frames.restrict(slim, target, pd.DataFrame(), ())
 
         return definitions.leaf_idle_frame(
             raw(SM_ACTIVE),
@@ -278,11 +276,9 @@ class ScrapeSource:
         hist = self._snapshot()
         now = self._end(end)
         window, _ = bounded_step(window_s, 1.0)
-        raw = self._raw(metric, hist, now - window, now)
-        if raw.empty:
+        df = reduced(of_metric(metric), self._within(hist, now - window, now), "mean")
+        if df.empty:
             return pd.DataFrame(columns=["value"])
-        labels = [c for c in raw.columns if c not in ("timestamp", "value")]
-        df = raw.groupby(labels, as_index=False, dropna=False)["value"].mean()
         return self._filtered(df, metric, filters, by, now, hist)
 
     def _filtered(
@@ -292,7 +288,7 @@ class ScrapeSource:
         filters: Filters,
         by: Sequence[str] | None,
         now: float,
-        hist: dict[str, list[Scrape]],
+        hist: list[Snapshot],
     ) -> pd.DataFrame:
         """``df`` (values of ``metric`` at ``now``) under ``filters``, summed ``by``."""
         alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
@@ -301,22 +297,7 @@ class ScrapeSource:
     def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
         grid, _ = self._grid(window_s, step_s, end)
-        pattern = re.compile(DEVICE_METRICS)
-        rows: list[dict[str, object]] = []
-        for scrapes in hist.values():
-            times = [s.timestamp for s in scrapes]
-            for t in grid:
-                i = bisect.bisect_right(times, t) - 1
-                if i < 0 or t - scrapes[i].timestamp > LOOKBACK_SECONDS:
-                    continue
-                for name, samples in scrapes[i].samples.items():
-                    if not pattern.fullmatch(name):
-                        continue
-                    for labels, value in samples:
-                        lab = dict(labels)
-                        if lab.get("uuid") == uuid:
-                            rows.append({**lab, "metric": name, "timestamp": t, "value": value})
-        return frames.from_rows(rows, time=True)
+        return frame(of_device(_DEVICE, uuid), self._on_grid(hist, grid), time=True)
 
     def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
@@ -358,6 +339,16 @@ class ScrapeSource:
     def problems(self) -> list[str]:
         with self._lock:
             return [f"{url}: {err}" for url, err in sorted(self._errors.items())]
+
+
+_DEVICE = re.compile(DEVICE_METRICS)
+_IDLE_LABELS = ("cluster", "node", "instance", *definitions.LEAF, "class")
+"""The labels the idle verdict reads: the target's (for filters), the leaf's and the class."""
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}h {m % 60:02d}m" if m >= 60 else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
 def _targets(filters: Filters) -> dict[str, str]:

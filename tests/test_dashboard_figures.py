@@ -152,3 +152,27 @@ def test_cli_settings_reach_the_app_through_the_environment() -> None:
     argv = streamlit_argv("127.0.0.1", 8600)
     assert "--server.headless=true" in argv and "--browser.gatherUsageStats=false" in argv
     assert "--server.port=8600" in argv
+
+
+def test_gpu_page_lines_and_strips_name_even_a_single_series() -> None:
+    lines = pd.DataFrame({"timestamp": [0.0, 60.0, 0.0, 60.0], "series": ["a", "a", "b", "b"], "value": [1, 2, 3, 4]})
+    fig = figures.time_lines(lines, "watts")
+    assert [t.name for t in fig.data] == ["a", "b"]
+    assert list(fig.data[1].y) == [3, 4]
+    one = figures.time_lines(lines[lines["series"] == "a"], "ratio")
+    assert one.layout.showlegend is True, "one line still says what it is"
+    assert one.layout.yaxis.tickformat == ".0%"
+    strip = figures.state_strip(
+        pd.DataFrame({"timestamp": [0.0, 60.0], "leaf": ["GPU", "GPU"], "class": ["memory", "memory"]}), "class"
+    )
+    assert [t.name for t in strip.data] == ["memory"]
+    assert strip.data[0].marker.color == figures.CLASS_COLORS["memory"]
+    assert strip.layout.showlegend is True
+
+
+def test_roofline_points_carry_uuid_and_mig_uuid_first_for_the_click() -> None:
+    fig = figures.roofline_scatter(_points())
+    for trace in fig.data:
+        for row in trace.customdata:
+            assert str(row[0]).startswith("GPU-") or row[0] == ""
+    assert fig.layout.showlegend is True

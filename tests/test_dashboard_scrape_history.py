@@ -1,0 +1,94 @@
+"""Scrape mode's history: compact (labels once, values as float64), bounded by a fleet-wide
+sample budget, and read back exactly as the exposition said (same frames as prometheus_client's
+parser gives)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dashboard import frames
+from dashboard.scrape_history import TargetHistory, sample_lines
+from dashboard.scrape_source import ScrapeSource, parse_exposition
+
+FIX = Path(__file__).parent / "fixtures" / "dashboard"
+H200 = (FIX / "h200x8.prom").read_text()
+
+
+def _source(pages: dict[str, str], **kw: object) -> tuple[ScrapeSource, dict[str, float]]:
+    clock = {"t": 1_000_000.0}
+    src = ScrapeSource(list(pages), fetch=lambda url: pages[url], clock=lambda: clock["t"], interval_s=5, **kw)  # type: ignore[arg-type]
+    return src, clock
+
+
+@pytest.mark.parametrize("fixture", ["h200x8.prom", "mig.prom", "mps.prom", "timeslice.prom"])
+def test_every_series_reads_back_as_prometheus_client_parses_it(fixture: str) -> None:
+    text = (FIX / fixture).read_text()
+    src, _clock = _source({"http://n1:9445/metrics": text})
+    src.scrape_once()
+    expected = parse_exposition(text, "n1:9445")
+    for name, samples in expected.items():
+        want = frames.from_rows({**dict(labels), "value": v} for labels, v in samples)
+        got = src.instant(name)
+        key = sorted(c for c in want.columns if c != "value")
+        pd.testing.assert_frame_equal(
+            got.sort_values(key).reset_index(drop=True), want.sort_values(key).reset_index(drop=True), check_dtype=False
+        )
+
+
+def test_sample_lines_take_escapes_spaces_and_timestamps() -> None:
+    text = (
+        "# HELP m a metric\n# TYPE m gauge\n"
+        'm{name="NVIDIA H200",path="a\\"b} c"} 1.5\n'
+        "plain 2\n"
+        'stamped{x="1"} 3 1700000000000\n'
+        "plain_stamped 4e0 1700000000000\n"
+    )
+    assert list(sample_lines(text)) == [
+        ('m{name="NVIDIA H200",path="a\\"b} c"}', "1.5"),
+        ("plain", "2"),
+        ('stamped{x="1"}', "3"),
+        ("plain_stamped", "4e0"),
+    ]
+    h = TargetHistory("n:1", 10)
+    h.add(1.0, text)
+    scrape = h.scrapes[-1]
+    assert dict(scrape.layout.labels[0]) == {"instance": "n:1", "name": "NVIDIA H200", "path": 'a"b} c'}
+    assert scrape.values.tolist() == [1.5, 2.0, 3.0, 4.0]
+
+
+def test_scrapes_of_the_same_series_share_one_layout_and_keep_8_bytes_a_sample() -> None:
+    h = TargetHistory("n:1", 10)
+    for t in range(3):
+        h.add(float(t), H200.replace("gpulens_up 1.0", f"gpulens_up {t % 2}.0"))
+    layouts = {id(s.layout) for s in h.scrapes}
+    assert len(layouts) == 1, "labels are kept once, not per scrape"
+    n = len(h.scrapes[0].layout.names)
+    assert all(s.values.dtype.itemsize == 8 and len(s.values) == n for s in h.scrapes)
+    assert h.samples == 3 * n
+
+
+def test_series_that_come_and_go_do_not_pile_up() -> None:
+    h = TargetHistory("n:1", 3)
+    for t in range(50):
+        h.add(float(t), f'gpulens_pod_gpu_allocation{{pod="p{t}"}} 1\ngpulens_up 1\n')
+    assert len(h._series) == 2, "the registry holds the series of the newest scrape only"
+    assert len(h.scrapes) == 3
+
+
+def test_the_history_is_bounded_by_a_fleet_wide_sample_budget() -> None:
+    urls = [f"http://n{i}:9445/metrics" for i in range(4)]
+    pages = {u: H200.replace("GPU-", f"GPU-n{i}-") for i, u in enumerate(urls)}
+    series = sum(1 for _ in sample_lines(H200))
+    budget = 4 * 10 * series  # ten scrapes of each target
+    src, clock = _source(pages, max_samples=budget, history=720)
+    for _ in range(30):
+        clock["t"] += 5
+        src.scrape_once()
+    assert src.samples_kept() <= budget
+    kept = src.series("gpulens_up", window_s=3600, step_s=5)
+    assert kept["timestamp"].nunique() == 10, "the oldest scrapes go first"
+    assert "history 45s: 10 scrapes of" in src.description, "the page says what is kept"
+    assert src.instant("gpulens_gpu_info")["uuid"].nunique() == 32
