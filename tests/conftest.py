@@ -42,6 +42,7 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 _STARTS_SOMETHING = (
     "tests.support.prometheus",
+    "tests.support.victoriametrics",
     "tests.support.browser",
     "tests.support.exporter",
     "tests.support.process",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
+from tests.support.browser import MIN_CHARTS, PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.net import free_port
 from tests.support.prometheus import demo_scrape_config, run_prometheus
@@ -23,17 +23,6 @@ from tests.support.prometheus import query as prom_query
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
-PAGES: dict[str, list[str]] = {
-    # url path -> texts that must be on the page once it has rendered
-    "": ["GPUs", "Allocated", "SM activity per GPU", "Models"],
-    "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
-    "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
-    "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
-    "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
-    "rightsizing": ["Right-sizing"],
-    "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
-}
-MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1, "rightsizing": 0, "gpu": 3}
 MODES = ("prometheus", "scrape")
 
 

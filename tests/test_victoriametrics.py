@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import PageWatch, check_page, chromium_page, load, run_dashboard
+from tests.support.browser import MIN_CHARTS, PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import demo_scrape_config
 from tests.support.victoriametrics import RULES_FILE, query, run_victoriametrics, run_vmalert
-from tests.test_dashboard_browser import MIN_CHARTS, PAGES
 
 
 @pytest.fixture(scope="module")

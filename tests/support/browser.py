@@ -26,6 +26,21 @@ CHROMIUM_ARGS = [
 ]
 
 
+PAGES: dict[str, list[str]] = {
+    # url path -> texts that must be on the page once it has rendered (with the simulated demo fleet)
+    "": ["GPUs", "Allocated", "SM activity per GPU", "Models"],
+    "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
+    "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
+    "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
+    "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
+    "rightsizing": ["Right-sizing"],
+    "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
+}
+MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1, "rightsizing": 0, "gpu": 3}
+"""Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
+Plotly charts each draws at least."""
+
+
 @contextmanager
 def run_dashboard(*args: str) -> Iterator[str]:
     """``python -m dashboard ARGS`` on a free port; yield its URL once Streamlit is healthy.
