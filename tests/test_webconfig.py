@@ -23,7 +23,9 @@ from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
 from tests.fakes_backend import ScriptedBackend, healthy
 from tests.support.net import free_port
 
-HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
+HASH = "$2b$10$jkQTlPYBfAEbC2HcRJZOHOwjhmjTXR7yH..Boh3EDmUBCP.5hgYKq"
+"""bcrypt of ``s3cret`` at cost 10, written out so that test IDs built from it are the same in every
+process (pytest-xdist workers must collect identical tests)."""
 
 
 @pytest.fixture(scope="module")
