@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from exporter import __version__
 from exporter import metrics as cat
 from exporter.model import Snapshot
 from exporter.negotiate import exposition_accept
@@ -114,7 +115,7 @@ class SnapshotCollector(Collector):
     def __init__(
         self,
         snapshot_source: Callable[[], Snapshot | None],
-        version: str = "0.1.0",
+        version: str = __version__,
         backend: str = "",
         wall: Callable[[], float] = time.time,
         include_age: bool = True,

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.attribution.merge import PidOwner, PodMeta
+from exporter.backends.nvml_device import CLOCK_EVENT_REASONS
 from exporter.model import (
     MPS_SERVER,
     BackendSample,
@@ -44,19 +45,9 @@ CLOCK_STEP_HERTZ = 15e6
 """Hopper SM clocks move in 15 MHz steps."""
 UNAVAILABLE_ERROR = "NVML library not found (simulated)"
 
-_CLOCK_REASONS = (
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clock_setting",
-)
-"""Every reason the H200's NVML lists as supported (docs/gpu-validation.md), as the NVML backend
-labels them; tests/test_backend_contract.py fails when the two lists differ."""
+_CLOCK_REASONS = tuple(CLOCK_EVENT_REASONS.values())
+"""Every reason the H200's NVML lists as supported (docs/gpu-validation.md), labelled as the NVML
+backend labels them (one list: the backend's)."""
 _GPU_FIELDS = frozenset(f.name for f in fields(GpuSample))
 _LEAF_FIELDS = frozenset(f.name for f in fields(LeafSample))
 _GPM_FIELDS = frozenset(f.name for f in fields(GpmSample))
