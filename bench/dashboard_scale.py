@@ -17,7 +17,7 @@ Three timings per page, each the median of ``--runs``, each after the 10 s query
 ``returning load`` (a new tab in a context that opened the app before: Streamlit's hashed JS from
 the browser's cache, which Streamlit serves ``immutable``; a new session, every query) and
 ``page switch`` (a click in the sidebar of an open session, until the new page's footer and every
-plotly chart are drawn and nothing is stale). The time range is ``?range=`` (24h, or 1h in scrape
+chart are drawn and nothing is stale). The time range is ``?range=`` (24h, or 1h in scrape
 mode).
 """
 
@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.browser import CHARTS_DRAWN_JS, CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process
 from tests.support.prometheus import backfill_recording_rules
@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 6000}}
 """Tall enough that every chart of every page is on screen: Streamlit draws a chart only once it
 is scrolled into view, and the timing is for a fully drawn page."""
-PAGES = (  # title, url path, plotly charts the page draws at least
+PAGES = (  # title, url path, charts the page draws at least
     ("Fleet", "", 1),
     ("Efficiency", "efficiency", 2),
     ("Workloads", "workloads", 1),
@@ -56,15 +56,15 @@ PAGES = (  # title, url path, plotly charts the page draws at least
     ("Health", "health", 0),
     ("GPU", "gpu", 2),  # the class strip and utilisation: the backfilled history has no other device series
 )
-READY_JS = """([title, n]) => {
-    const h = document.querySelector('h1');
-    if (!h || h.innerText.trim() !== title) return false;
-    if (document.querySelector('[data-stale="true"]')) return false;
-    const captions = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')];
-    if (!captions.some(c => c.innerText.includes('rendered in'))) return false;
-    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
-    return charts.length >= n && charts.every(c => c.querySelector('.main-svg'));
-}"""
+READY_JS = (
+    "([title, n]) => {"
+    " const h = document.querySelector('h1');"
+    " if (!h || h.innerText.trim() !== title) return false;"
+    " if (document.querySelector('[data-stale=\"true\"]')) return false;"
+    " const captions = [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')];"
+    " if (!captions.some(c => c.innerText.includes('rendered in'))) return false;"
+    f" return ({CHARTS_DRAWN_JS})(n); }}"
+)
 
 
 def _wait(page: Any, title: str, charts: int) -> None:

@@ -1,13 +1,33 @@
-"""Pure figure builders: a DataFrame in, a plotly Figure out (no I/O, no Streamlit), unit-tested."""
+"""Pure chart builders: a DataFrame in, a Vega-Lite specification out (no I/O, no Streamlit).
+
+Each function returns a plain Vega-Lite v5 spec (a dict) with its rows inline under
+``data.values``; the pages draw it with ``st.vega_lite_chart`` (dashboard/ui.py ``chart``).
+Vega-Lite, not Plotly: Streamlit ships both, but a browser that opens a page with a Plotly chart
+first downloads and evaluates a 4.7 MB bundle (0.6 s of one core's time here, before anything is
+drawn), Vega-Lite's is 0.8 MB; docs/benchmarks.md has the measurement.
+
+Times are epoch milliseconds on a UTC scale (the sidebar's range is in UTC too). Charts whose
+marks stand for a GPU or a MIG instance carry ``uuid`` and ``mig_uuid`` in their rows and a point
+selection named :data:`PICK` on those fields: a click reaches the page as
+``event.selection[PICK] == [{"uuid": ..., "mig_uuid": ...}]`` and opens the GPU page.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
 
 from dashboard.definitions import UNKNOWN_CLASS
 from exporter.model import POD_BOUNDNESS_CLASSES
+
+Chart = dict[str, Any]
+"""A Vega-Lite specification."""
+
+PICK = "pick"
+"""Name of the point selection on charts whose marks are GPUs or MIG instances."""
 
 CLASS_COLORS: dict[str, str] = {
     "idle": "#9e9e9e",
@@ -25,194 +45,362 @@ CLASS_ORDER = [*POD_BOUNDNESS_CLASSES, UNKNOWN_CLASS]
 """The exporter's classes (``shared``: a pod's class when several pods have processes on its leaf,
 the recording rule gpulens:pod_gpu_boundness:class; a leaf itself never has it), then ``unknown``."""
 
-_UNIT_SCALE: dict[str, tuple[float, str, str]] = {
-    # unit -> (divide by, axis title, tick format)
-    "ratio": (1.0, "", ".0%"),
-    "bytes": (2**30, "GiB", ""),
-    "bytes_per_second": (1e9, "GB/s", ""),
-    "watts": (1.0, "W", ""),
-    "celsius": (1.0, "°C", ""),
-    "hertz": (1e6, "MHz", ""),
-    "": (1.0, "", ""),
+RECOMMENDATION_COLORS: dict[str, str] = {
+    "release": "#d62728",
+    "mig": "#1f77b4",
+    "time-slice": "#9467bd",
+    "higher-bandwidth": "#ff7f0e",
 }
+"""One colour per kind of advisor recommendation (Right-sizing page)."""
+
+_UNIT_SCALE: dict[str, tuple[float, str, str]] = {
+    # unit -> (divide by, axis title, number format)
+    "ratio": (1.0, "", ".0%"),
+    "bytes": (2**30, "GiB", ",.1f"),
+    "bytes_per_second": (1e9, "GB/s", ",.2f"),
+    "watts": (1.0, "W", ",.0f"),
+    "celsius": (1.0, "°C", ",.0f"),
+    "hertz": (1e6, "MHz", ",.0f"),
+    "": (1.0, "", ",.3~g"),
+}
+_TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
 
 def _short(uuid: str) -> str:
     return uuid[:12] + "…" if len(uuid) > 13 else uuid
 
 
-def empty_figure(message: str = "no data") -> go.Figure:
-    """A blank figure that says why it is blank."""
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font={"size": 16}, xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return fig
+def _value(v: Any) -> Any:
+    """A cell as JSON: numpy scalars as Python numbers, NaN and NA as null."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+        if isinstance(v, float) and math.isnan(v):
+            return None
+    return v
 
 
-def sm_heatmap(sm: pd.DataFrame) -> go.Figure:
-    """SM activity (0..1) per node (rows) and GPU index (columns); MIG slices take their max."""
+def rows(df: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """``df``'s ``columns`` as a list of JSON-ready records (the spec's inline data)."""
+    cols = [df[c].tolist() for c in columns]
+    return [{c: _value(v) for c, v in zip(columns, values, strict=True)} for values in zip(*cols, strict=True)]
+
+
+DATASET = "rows"
+"""Name of a chart's dataset (``spec["datasets"][DATASET]``, the chart's rows)."""
+
+
+def _data(values: list[dict[str, Any]]) -> dict[str, Any]:
+    """A spec's data as a named dataset: Streamlit ships named datasets to the browser with the
+    spec, so the first render already has its rows (top-level ``data.values`` are sent after it,
+    and Vega warns about the empty first pass)."""
+    return {"datasets": {DATASET: values}, "data": {"name": DATASET}}
+
+
+def data_of(chart: Chart) -> list[dict[str, Any]]:
+    """The rows a chart draws (its named dataset)."""
+    return list(chart["datasets"][DATASET])
+
+
+def _times(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``t`` (epoch ms, the x field) and ``time`` (its UTC text, for tooltips)."""
+    ts = pd.to_datetime(df["timestamp"], unit="s", utc=True)
+    return df.assign(t=(df["timestamp"].astype(float) * 1000.0).round(), time=ts.dt.strftime(_TIME_FORMAT))
+
+
+def _time_x(df: pd.DataFrame) -> dict[str, Any]:
+    """The x encoding of a time chart: UTC, with dates on the ticks once the rows span a day."""
+    span_ms = float(df["t"].max() - df["t"].min()) if len(df) else 0.0
+    fmt = "%m-%d %H:%M" if span_ms > 86_400_000 else "%H:%M"
+    return {
+        "field": "t",
+        "type": "temporal",
+        "scale": {"type": "utc"},
+        "title": None,
+        "axis": {"format": fmt, "formatType": "utc", "labelOverlap": True},
+    }
+
+
+def _class_scale(present: set[str]) -> dict[str, Any]:
+    domain = [c for c in CLASS_ORDER if c in present] + sorted(present - set(CLASS_ORDER))
+    return {"domain": domain, "range": [CLASS_COLORS.get(c, "#757575") for c in domain]}
+
+
+def _pick(fields: Sequence[str] = ("uuid", "mig_uuid")) -> dict[str, Any]:
+    return {"name": PICK, "select": {"type": "point", "fields": list(fields)}}
+
+
+def empty_figure(message: str = "no data") -> Chart:
+    """A blank chart that says why it is blank."""
+    return {
+        **_data([{"message": message}]),
+        "mark": {"type": "text", "fontSize": 16, "x": {"expr": "width / 2"}, "y": {"expr": "height / 2"}},
+        "encoding": {"text": {"field": "message"}},
+        "height": 120,
+        "config": {"view": {"stroke": None}},
+    }
+
+
+def sm_heatmap(sm: pd.DataFrame) -> Chart:
+    """SM activity (0..1) per node (rows) and GPU index (columns); MIG slices take their max. A
+    missing GPU stays blank (no cell), not 0. Clicking a cell opens its GPU."""
     if sm.empty:
         return empty_figure()
     df = sm.assign(node=sm["node"] if "node" in sm.columns and sm["node"].any() else sm.get("instance", ""))
-    df = df.assign(gpu=df["gpu"] if "gpu" in df.columns else "")
-    grid = df.pivot_table(index="node", columns="gpu", values="value", aggfunc="max")
-    grid = grid.reindex(sorted(grid.columns, key=lambda g: (len(str(g)), str(g))), axis=1)
-    fig = go.Figure(
-        go.Heatmap(
-            z=grid.to_numpy(),
-            x=[f"GPU {g}" for g in grid.columns],
-            y=list(grid.index),
-            zmin=0,
-            zmax=1,
-            colorscale="Viridis",
-            colorbar={"title": "SM active", "tickformat": ".0%"},
-            hovertemplate="%{y} %{x}<br>SM active %{z:.0%}<extra></extra>",
-        )
-    )
-    fig.update_layout(height=max(260, min(1600, 22 * len(grid.index) + 120)), margin={"t": 30})
-    fig.update_yaxes(autorange="reversed")  # first node on top, like a table
-    return fig
+    df = df.assign(gpu=df["gpu"] if "gpu" in df.columns else "", uuid=df["uuid"] if "uuid" in df.columns else "")
+    cells = df.groupby(["node", "gpu"], as_index=False, sort=False).agg(value=("value", "max"), uuid=("uuid", "first"))
+    cells = cells.assign(label=[f"GPU {g}" for g in cells["gpu"]], mig_uuid="")
+    columns = [f"GPU {g}" for g in sorted(set(cells["gpu"]), key=lambda g: (len(str(g)), str(g)))]
+    nodes = sorted(set(cells["node"]))
+    return {
+        **_data(rows(cells, ["node", "label", "value", "uuid", "mig_uuid"])),
+        "params": [_pick()],
+        "mark": {"type": "rect", "cursor": "pointer"},
+        "encoding": {
+            "x": {"field": "label", "type": "ordinal", "sort": columns, "title": None, "axis": {"orient": "top"}},
+            "y": {"field": "node", "type": "ordinal", "sort": nodes, "title": None, "axis": {"labelOverlap": True}},
+            "color": {
+                "field": "value",
+                "type": "quantitative",
+                "scale": {"scheme": "viridis", "domain": [0, 1]},
+                "legend": {"title": "SM active", "format": ".0%"},
+            },
+            "tooltip": [
+                {"field": "node"},
+                {"field": "label", "title": "GPU"},
+                {"field": "value", "title": "SM active", "format": ".0%"},
+            ],
+        },
+        "height": max(160, min(1600, 22 * len(nodes) + 40)),
+    }
 
 
-def roofline_scatter(points: pd.DataFrame) -> go.Figure:
+def roofline_scatter(points: pd.DataFrame) -> Chart:
     """x = DRAM bandwidth active, y = busiest pipe active, colour = boundness class, pods on hover;
-    each point carries ``customdata`` [uuid, mig_uuid, holders, leaf] (a click opens its GPU)."""
+    each point carries ``uuid`` and ``mig_uuid`` (a click opens its GPU)."""
     if points.empty:
         return empty_figure()
     df = points.assign(
         leaf=[
             _short(m) if m else f"{i} GPU {g}"
             for m, i, g in zip(points["mig_uuid"], points["instance"], points["gpu"], strict=True)
-        ]
+        ],
+        dram_active=points["dram_active"].round(4),
+        pipe_active=points["pipe_active"].round(4),
     )
-    present = set(df["class"])
-    traces = []
-    for cls in [*CLASS_ORDER, *sorted(present - set(CLASS_ORDER))]:
-        if cls not in present:
-            continue
-        part = df[df["class"] == cls]
-        traces.append(
-            go.Scatter(
-                x=part["dram_active"].round(4),
-                y=part["pipe_active"].round(4),
-                mode="markers",
-                name=cls,
-                marker={"size": 11, "color": CLASS_COLORS.get(cls), "line": {"width": 1, "color": "white"}},
-                customdata=part[["uuid", "mig_uuid", "holders", "leaf"]].to_numpy(),
-                hovertemplate=(
-                    "<b>%{customdata[3]}</b><br>holders: %{customdata[2]}<br>uuid: %{customdata[0]}<br>"
-                    "DRAM bandwidth active: %{x:.0%}<br>busiest pipe active: %{y:.0%}<br>"
-                    f"class: {cls}<extra></extra>"
-                ),
-            )
-        )
-    fig = go.Figure(traces)
-    fig.update_xaxes(range=[-0.02, 1.02], tickformat=".0%", title_text="DRAM bandwidth active")
-    fig.update_yaxes(range=[-0.02, 1.02], tickformat=".0%", title_text="busiest pipe active (tensor/FP)")
-    fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line={"dash": "dot", "color": "#bbb"})
-    fig.update_layout(height=480, legend_title_text="bound by", showlegend=True)
-    return fig
+    axis = {"type": "quantitative", "scale": {"domain": [0, 1]}, "axis": {"format": ".0%"}}
+    return {
+        **_data(rows(df, ["leaf", "uuid", "mig_uuid", "holders", "class", "dram_active", "pipe_active"])),
+        "layer": [
+            {
+                "data": {"values": [{"d": 0.0}, {"d": 1.0}]},
+                "mark": {"type": "line", "strokeDash": [2, 4], "color": "#bbbbbb"},
+                "encoding": {"x": {"field": "d", **axis}, "y": {"field": "d", **axis}},
+            },
+            {
+                "params": [_pick()],
+                "mark": {
+                    "type": "point",
+                    "filled": True,
+                    "size": 120,
+                    "opacity": 0.9,
+                    "stroke": "white",
+                    "cursor": "pointer",
+                },
+                "encoding": {
+                    "x": {"field": "dram_active", **axis, "title": "DRAM bandwidth active"},
+                    "y": {"field": "pipe_active", **axis, "title": "busiest pipe active (tensor/FP)"},
+                    "color": {
+                        "field": "class",
+                        "type": "nominal",
+                        "scale": _class_scale(set(df["class"])),
+                        "legend": {"title": "bound by"},
+                    },
+                    "tooltip": [
+                        {"field": "leaf", "title": "GPU"},
+                        {"field": "holders"},
+                        {"field": "uuid"},
+                        {"field": "dram_active", "title": "DRAM bandwidth active", "format": ".0%"},
+                        {"field": "pipe_active", "title": "busiest pipe active", "format": ".0%"},
+                        {"field": "class"},
+                    ],
+                },
+            },
+        ],
+        "height": 460,
+    }
 
 
-def boundness_area(series: pd.DataFrame) -> go.Figure:
+def boundness_area(series: pd.DataFrame) -> Chart:
     """How many GPUs/slices are in each boundness class over time (stacked)."""
     if series.empty or "class" not in series.columns:
         return empty_figure()
-    df = series.assign(time=pd.to_datetime(series["timestamp"], unit="s", utc=True)).sort_values("time")
-    present = set(df["class"])
-    traces = [
-        go.Scatter(
-            x=part["time"],
-            y=part["value"],
-            mode="lines",
-            name=cls,
-            stackgroup="classes",
-            line={"color": CLASS_COLORS.get(cls)},
-            hovertemplate=f"{cls}: %{{y}}<extra></extra>",
-        )
-        for cls in [*CLASS_ORDER, *sorted(present - set(CLASS_ORDER))]
-        if cls in present
-        for part in [df[df["class"] == cls]]
-    ]
-    fig = go.Figure(traces)
-    fig.update_yaxes(title_text="GPUs / MIG slices")
-    fig.update_layout(height=360, legend_title_text="bound by", hovermode="x unified", showlegend=True)
-    return fig
+    df = _times(series).sort_values("t", kind="stable")
+    scale = _class_scale(set(df["class"]))
+    order = {c: i for i, c in enumerate(scale["domain"])}
+    df = df.assign(order=[order[c] for c in df["class"]])
+    return {
+        **_data(rows(df, ["t", "time", "class", "value", "order"])),
+        "mark": {"type": "area", "interpolate": "linear"},
+        "encoding": {
+            "x": _time_x(df),
+            "y": {"field": "value", "type": "quantitative", "stack": "zero", "title": "GPUs / MIG slices"},
+            "color": {"field": "class", "type": "nominal", "scale": scale, "legend": {"title": "bound by"}},
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": [{"field": "time"}, {"field": "class"}, {"field": "value", "format": ",.2~f"}],
+        },
+        "height": 340,
+    }
 
 
-def waste_bar(waste: pd.DataFrame) -> go.Figure:
+def _bars(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    *,
+    y_title: str,
+    tooltip: Sequence[dict[str, Any]],
+    color: dict[str, Any] | None = None,
+    y_format: str | None = None,
+    height: int = 320,
+    x_title: str | None = None,
+) -> Chart:
+    """Vertical bars of ``y`` per ``x`` (stacked when ``color`` is a field)."""
+    color_field = [color["field"]] if color and "field" in color else []
+    fields = list(dict.fromkeys([x, y, *(t["field"] for t in tooltip), *color_field]))
+    y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": y_title}
+    if y_format:
+        y_enc["axis"] = {"format": y_format}
+    encoding: dict[str, Any] = {
+        "x": {
+            "field": x,
+            "type": "nominal",
+            "sort": None,
+            "title": x_title,
+            "axis": {"labelAngle": -30, "labelLimit": 260},
+        },
+        "y": y_enc,
+        "tooltip": list(tooltip),
+    }
+    if color:
+        encoding["color"] = color
+    return {**_data(rows(df, fields)), "mark": {"type": "bar"}, "encoding": encoding, "height": height}
+
+
+def waste_bar(waste: pd.DataFrame) -> Chart:
     """Wasted (allocated but idle) GPU-hours per namespace, cost on hover."""
     if waste.empty:
         return empty_figure()
     df = waste.assign(cost=[f"${c:,.2f}" if pd.notna(c) else "no price" for c in waste["cost_usd"]])
-    fig = px.bar(
+    return _bars(
         df,
-        x="namespace",
-        y="gpu_hours",
-        hover_data={"cost": True, "pods": True},
-        labels={"gpu_hours": "idle GPU-hours while allocated"},
-        color_discrete_sequence=["#e53935"],
+        "namespace",
+        "gpu_hours",
+        y_title="idle GPU-hours while allocated",
+        color={"value": "#e53935"},
+        tooltip=[
+            {"field": "namespace"},
+            {"field": "gpu_hours", "title": "GPU-hours", "format": ",.2f"},
+            {"field": "cost"},
+            {"field": "pods"},
+        ],
     )
-    fig.update_layout(height=340)
-    return fig
 
 
-def mig_layout_figure(layout: pd.DataFrame) -> go.Figure:
+def mig_layout_figure(layout: pd.DataFrame) -> Chart:
     """Each MIG GPU as a row of its slices (width = compute slices), labelled with the profile and
     who holds it; free slices are grey."""
     if layout.empty:
         return empty_figure("no MIG GPUs")
     where = layout["node"] if "node" in layout.columns and (layout["node"] != "").any() else layout["instance"]
-    rows = layout.assign(row=[f"{i} GPU {g}" for i, g in zip(where, layout["gpu"], strict=True)])
-    fig = go.Figure()
-    for _, r in rows.iterrows():
-        held = bool(r["holders"])
-        label = f"{r['mig_profile']}<br>{r['holders'] or 'free'}"
-        fig.add_trace(
-            go.Bar(
-                y=[r["row"]],
-                x=[r["slices"]],
-                orientation="h",
-                text=[label],
-                textposition="inside",
-                insidetextanchor="middle",
-                marker={"color": "#43a047" if held else "#cfd8dc", "line": {"color": "white", "width": 2}},
-                hovertemplate=(
-                    f"{r['row']}<br>{r['mig_profile']} (GI {r['gpu_instance_id']})<br>"
-                    f"{r['mig_uuid']}<br>held by: {r['holders'] or 'nobody'}<extra></extra>"
-                ),
-                showlegend=False,
-            )
-        )
-    order = list(dict.fromkeys(rows["row"]))
-    fig.update_layout(barmode="stack", height=max(200, 70 * len(order) + 80), xaxis_title="compute slices")
-    # first GPU on top, in the layout's order
-    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
-    return fig
+    df = layout.assign(row=[f"{i} GPU {g}" for i, g in zip(where, layout["gpu"], strict=True)])
+    end = df.groupby("row", sort=False)["slices"].cumsum()
+    df = df.assign(
+        start=end - df["slices"],
+        end=end,
+        mid=end - df["slices"] / 2.0,
+        holder=[h or "free" for h in df["holders"]],
+        state=["held" if h else "free" for h in df["holders"]],
+        label=[f"{p}\n{h or 'free'}" for p, h in zip(df["mig_profile"], df["holders"], strict=True)],
+    )
+    order = list(dict.fromkeys(df["row"]))
+    y = {"field": "row", "type": "nominal", "sort": order, "title": None}
+    fields = [
+        "row",
+        "start",
+        "end",
+        "mid",
+        "state",
+        "holder",
+        "label",
+        "mig_profile",
+        "gpu_instance_id",
+        "mig_uuid",
+        "uuid",
+    ]
+    return {
+        **_data(rows(df, fields)),
+        "layer": [
+            {
+                "params": [_pick()],
+                "mark": {"type": "bar", "stroke": "white", "strokeWidth": 2, "cursor": "pointer"},
+                "encoding": {
+                    "y": y,
+                    "x": {"field": "start", "type": "quantitative", "title": "compute slices"},
+                    "x2": {"field": "end"},
+                    "color": {
+                        "field": "state",
+                        "type": "nominal",
+                        "legend": None,
+                        "scale": {"domain": ["held", "free"], "range": ["#43a047", "#cfd8dc"]},
+                    },
+                    "tooltip": [
+                        {"field": "row", "title": "GPU"},
+                        {"field": "mig_profile", "title": "profile"},
+                        {"field": "gpu_instance_id", "title": "GPU instance"},
+                        {"field": "mig_uuid"},
+                        {"field": "holder", "title": "held by"},
+                    ],
+                },
+            },
+            {
+                "mark": {"type": "text", "lineBreak": "\n", "fontSize": 11},
+                "encoding": {"y": y, "x": {"field": "mid", "type": "quantitative"}, "text": {"field": "label"}},
+            },
+        ],
+        "height": max(120, 56 * len(order)),
+    }
 
 
-def sm_share_bar(shares: pd.DataFrame) -> go.Figure:
+def sm_share_bar(shares: pd.DataFrame) -> Chart:
     """Per time-sliced GPU, each pod's share of SM time (stacked; the gap to 1 is idle time)."""
     df = shares[shares["pod"] != ""] if not shares.empty else shares
     if df.empty:
         return empty_figure("no per-pod SM share")
     df = df.assign(gpu=[_short(u) for u in df["uuid"]], who=df["namespace"] + "/" + df["pod"])
-    fig = px.bar(
+    chart = _bars(
         df,
-        x="gpu",
-        y="sm_share",
-        color="who",
-        labels={"sm_share": "share of SM time", "gpu": "GPU", "who": "pod"},
-        hover_data={"uuid": True},
+        "gpu",
+        "sm_share",
+        y_title="share of SM time",
+        y_format=".0%",
+        x_title="GPU",
+        color={"field": "who", "type": "nominal", "legend": {"title": "pod"}},
+        tooltip=[
+            {"field": "who", "title": "pod"},
+            {"field": "uuid"},
+            {"field": "sm_share", "title": "share of SM time", "format": ".0%"},
+        ],
+        height=340,
     )
-    fig.update_yaxes(range=[0, 1], tickformat=".0%")
-    fig.update_layout(barmode="stack", height=360)
-    return fig
+    chart["encoding"]["y"]["scale"] = {"domain": [0, 1]}
+    return chart
 
 
-def probe_efficiency_bar(probes: pd.DataFrame) -> go.Figure:
-    """Probe bandwidth as a fraction of the expected one per GPU (1.0 line = as expected)."""
+def probe_efficiency_bar(probes: pd.DataFrame, slow_below: float) -> Chart:
+    """Probe bandwidth as a fraction of the expected one per GPU, a bar per probe; a dotted line at
+    1.0 (as expected) and a dashed one at ``slow_below`` (where Health calls a GPU slow)."""
     df = probes.dropna(subset=["efficiency"]) if not probes.empty else probes
     if df.empty:
         return empty_figure("no probe results")
@@ -222,91 +410,160 @@ def probe_efficiency_bar(probes: pd.DataFrame) -> go.Figure:
         gpu_label=[
             (f"{w} GPU {g}" if w else _short(u)) + (f" {_short(m)}" if m else "")
             for w, g, u, m in zip(where, df["gpu"], df["uuid"], mig, strict=True)
-        ]
+        ],
+        mig_uuid=mig,
     )
-    hover: dict[str, bool | str] = {c: True for c in ("uuid", "mig_uuid") if c in df.columns}
+    tooltip = [
+        {"field": "gpu_label", "title": "GPU"},
+        {"field": "probe"},
+        {"field": "efficiency", "title": "measured / expected", "format": ".0%"},
+    ]
     if "vs_peers" in df.columns:
-        hover["vs_peers"] = ":.0%"
-    fig = px.bar(
+        tooltip.append({"field": "vs_peers", "title": "vs peers", "format": ".0%"})
+    tooltip.append({"field": "uuid"})
+    bars = _bars(
         df,
-        x="gpu_label",
-        y="efficiency",
-        color="probe",
-        barmode="group",
-        hover_data=hover,
-        labels={"efficiency": "measured / expected", "gpu_label": "GPU"},
+        "gpu_label",
+        "efficiency",
+        y_title="measured / expected",
+        y_format=".0%",
+        x_title="GPU",
+        color={"field": "probe", "type": "nominal"},
+        tooltip=tooltip,
     )
-    fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
-    fig.add_hline(y=0.8, line_dash="dash", line_color="#d62728", annotation_text="slow")
-    fig.update_yaxes(tickformat=".0%")
-    fig.update_layout(height=360)
-    return fig
+    datasets, data, height = bars.pop("datasets"), bars.pop("data"), bars.pop("height")
+    bars["encoding"]["xOffset"] = {"field": "probe"}
+    bars["params"] = [_pick()]
+    bars["mark"] = {"type": "bar", "cursor": "pointer"}
+    for r in datasets[DATASET]:
+        r.setdefault("mig_uuid", "")
+    lines = {"values": [{"y": 1.0, "what": "expected"}, {"y": slow_below, "what": "slow"}]}
+    return {
+        "datasets": datasets,
+        "data": data,
+        "layer": [
+            bars,
+            {
+                "data": lines,
+                "mark": {"type": "rule", "strokeDash": [4, 4]},
+                "encoding": {
+                    "y": {"field": "y", "type": "quantitative"},
+                    "color": {
+                        "field": "what",
+                        "type": "nominal",
+                        "legend": None,
+                        "scale": {"domain": ["expected", "slow"], "range": ["#555555", "#d62728"]},
+                    },
+                },
+            },
+            {
+                "data": {"values": [{"y": slow_below, "text": "slow"}]},
+                "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#d62728", "x": 0},
+                "encoding": {"y": {"field": "y", "type": "quantitative"}, "text": {"field": "text"}},
+            },
+        ],
+        "resolve": {"scale": {"color": "independent"}},
+        "height": height,
+    }
 
 
-def clock_event_bar(events: pd.DataFrame) -> go.Figure:
+def clock_event_bar(events: pd.DataFrame) -> Chart:
     """How many GPUs each clock-event (throttle) reason holds down now."""
     if events.empty:
         return empty_figure("no clock events active")
     counts = events.groupby("reason", as_index=False).size().rename(columns={"size": "gpus"})
-    fig = px.bar(counts, x="reason", y="gpus", labels={"gpus": "GPUs affected"}, color_discrete_sequence=["#fb8c00"])
-    fig.update_layout(height=300)
-    return fig
+    return _bars(
+        counts,
+        "reason",
+        "gpus",
+        y_title="GPUs affected",
+        color={"value": "#fb8c00"},
+        tooltip=[{"field": "reason"}, {"field": "gpus", "title": "GPUs"}],
+        height=280,
+    )
 
 
-def time_lines(df: pd.DataFrame, unit: str) -> go.Figure:
-    """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %).
+def savings_bar(table: pd.DataFrame) -> Chart:
+    """GPU-hours that could be saved per workload (``namespace``, ``workload``,
+    ``gpu_hours_saved``, ``recommendation``), coloured by recommendation, largest on top."""
+    saving = table[table["gpu_hours_saved"] > 0].sort_values("gpu_hours_saved", ascending=False)
+    if saving.empty:
+        return empty_figure("nothing to save")
+    df = saving.assign(who=saving["namespace"] + "/" + saving["workload"])
+    kinds = list(dict.fromkeys(df["recommendation"]))
+    return {
+        **_data(rows(df, ["who", "gpu_hours_saved", "recommendation"])),
+        "mark": {"type": "bar"},
+        "encoding": {
+            "y": {"field": "who", "type": "nominal", "sort": list(dict.fromkeys(df["who"])), "title": None},
+            "x": {"field": "gpu_hours_saved", "type": "quantitative", "title": "GPU-hours saved over the window"},
+            "color": {
+                "field": "recommendation",
+                "type": "nominal",
+                "scale": {"domain": kinds, "range": [RECOMMENDATION_COLORS.get(k, "#757575") for k in kinds]},
+                "legend": {"title": "recommendation"},
+            },
+            "tooltip": [
+                {"field": "who", "title": "workload"},
+                {"field": "recommendation"},
+                {"field": "gpu_hours_saved", "title": "GPU-hours saved", "format": ",.1f"},
+            ],
+        },
+        "height": max(120, 30 * df["who"].nunique() + 40),
+    }
 
-    Built from graph_objects, not plotly.express: the GPU page draws a dozen of these, and express
-    costs about 0.1 s of server time per figure."""
+
+def time_lines(df: pd.DataFrame, unit: str) -> Chart:
+    """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %), a legend
+    naming every line, even a single one."""
     if df.empty:
         return empty_figure()
-    scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ""))
-    d = df.assign(time=pd.to_datetime(df["timestamp"], unit="s", utc=True), value=df["value"] / scale)
-    d = d.sort_values("time", kind="stable")
-    traces = [
-        go.Scatter(
-            x=part["time"],
-            y=part["value"],
-            mode="lines",
-            name=str(name),
-            hovertemplate="%{y}<extra>%{fullData.name}</extra>",
-        )
-        for name, part in d.groupby("series", sort=False)
-    ]
-    fig = go.Figure(traces)
-    fig.update_yaxes(title_text=title, tickformat=fmt or None)
-    # a legend even for one line: it names the series
-    fig.update_layout(height=300, margin={"t": 20, "b": 10}, legend_title_text="", hovermode="x", showlegend=True)
-    return fig
+    scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ",.3~g"))
+    d = _times(df.assign(value=df["value"] / scale, series=df["series"].astype(str))).sort_values("t", kind="stable")
+    names = list(dict.fromkeys(d["series"]))
+    return {
+        **_data(rows(d, ["t", "time", "series", "value"])),
+        "mark": {"type": "line", "interpolate": "linear", "point": False},
+        "encoding": {
+            "x": _time_x(d),
+            "y": {"field": "value", "type": "quantitative", "title": title or None, "axis": {"format": fmt}},
+            "color": {
+                "field": "series",
+                "type": "nominal",
+                "sort": names,
+                "legend": {"title": None, "orient": "bottom"},
+            },
+            "tooltip": [
+                {"field": "time"},
+                {"field": "series"},
+                {"field": "value", "title": title or "value", "format": fmt},
+            ],
+        },
+        "height": 240,
+    }
 
 
-def state_strip(timeline: pd.DataFrame, label: str) -> go.Figure:
-    """Which state (boundness class, throttle reason) each leaf was in over time, as coloured marks."""
+def state_strip(timeline: pd.DataFrame, label: str) -> Chart:
+    """Which state (boundness class, throttle reason) each leaf was in over time, as coloured marks;
+    boundness classes in their page-wide colours."""
     if timeline.empty:
         return empty_figure("never")
-    d = timeline.assign(time=pd.to_datetime(timeline["timestamp"], unit="s", utc=True))
+    d = _times(timeline)
     y = "leaf" if label == "class" else label
     states = list(dict.fromkeys(d[label]))
+    color: dict[str, Any] = {"field": label, "type": "nominal", "legend": {"title": label}}
     if label == "class":
-        states = [c for c in CLASS_ORDER if c in states] + [c for c in states if c not in CLASS_ORDER]
-    traces = [
-        go.Scatter(
-            x=part["time"],
-            y=part[y],
-            mode="markers",
-            name=str(state),
-            marker={
-                "symbol": "square",
-                "size": 9,
-                **({"color": CLASS_COLORS[state]} if label == "class" and state in CLASS_COLORS else {}),
-            },
-            hovertemplate=f"%{{y}}: {state}<br>%{{x}}<extra></extra>",
-        )
-        for state in states
-        for part in [d[d[label] == state]]
-    ]
-    fig = go.Figure(traces)
-    fig.update_layout(
-        height=max(200, 60 + 40 * d[y].nunique()), margin={"t": 20}, legend_title_text=label, showlegend=True
-    )
-    return fig
+        color["scale"] = _class_scale(set(states))
+    else:
+        color["sort"] = states
+    return {
+        **_data(rows(d, list(dict.fromkeys(["t", "time", y, label])))),
+        "mark": {"type": "square", "size": 70, "opacity": 1},
+        "encoding": {
+            "x": _time_x(d),
+            "y": {"field": y, "type": "nominal", "title": None},
+            "color": color,
+            "tooltip": [{"field": "time"}, {"field": y}, {"field": label}],
+        },
+        "height": max(60, 32 * d[y].nunique() + 20),
+    }

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
+from dashboard import figures
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.settings import DashboardSettings, from_env
@@ -289,18 +290,30 @@ PAGES: dict[str, Any] = {}
 """url path -> st.Page, registered by app.py each run (for st.switch_page)."""
 
 
+def chart(spec: figures.Chart, key: str, *, clickable: bool = False) -> None:
+    """Draw a Vega-Lite ``spec`` (dashboard/figures.py) across the page; with ``clickable``, a
+    click on a mark of a GPU or MIG instance (the spec's :data:`figures.PICK` selection) opens
+    that GPU's page."""
+    if not clickable:
+        st.vega_lite_chart(spec, width="stretch", key=key)
+        return
+    event = st.vega_lite_chart(spec, width="stretch", key=key, on_select="rerun", selection_mode=figures.PICK)
+    open_selected_gpu(event)
+
+
 def open_selected_gpu(event: Any) -> None:
-    """Open the GPU page for the first point selected on a chart whose points carry
-    ``custom_data=[uuid, mig_uuid]``; nothing when no point is selected."""
-    points = list(((event or {}).get("selection") or {}).get("points") or [])
-    if not points or "gpu" not in PAGES:
+    """Open the GPU page for the first mark selected on a chart whose rows carry ``uuid`` and
+    ``mig_uuid``; nothing when no mark is selected."""
+    picked = list(((event or {}).get("selection") or {}).get(figures.PICK) or [])
+    if not picked or "gpu" not in PAGES:
         return
-    data = points[0].get("customdata") or []
-    if not data or not data[0]:
+    first = picked[0] if isinstance(picked[0], dict) else {}
+    uuid, mig = str(first.get("uuid") or ""), str(first.get("mig_uuid") or "")
+    if not uuid:
         return
-    params = {**context().link_params(), "uuid": str(data[0])}
-    if len(data) > 1 and data[1]:
-        params["mig_uuid"] = str(data[1])
+    params = {**context().link_params(), "uuid": uuid}
+    if mig:
+        params["mig_uuid"] = mig
     st.switch_page(PAGES["gpu"], query_params=params)
 
 

@@ -101,3 +101,28 @@ def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir
         assert page.get_by_text("Retry").count() > 0
         (artifacts_dir / "dashboard").mkdir(exist_ok=True)
         page.screenshot(path=str(artifacts_dir / "dashboard" / "prometheus-down.png"))
+
+
+@pytest.mark.parametrize(
+    ("path", "mark"), [("efficiency", "g.mark-symbol.role-mark path"), ("", "g.mark-rect.role-mark path")]
+)
+def test_a_click_on_a_gpu_in_a_chart_opens_its_page(stack: tuple[str, str, str], path: str, mark: str) -> None:
+    """Roofline points and heatmap cells are GPUs: clicking one opens the GPU page for that GPU,
+    keeping the view's range."""
+    _prom, _dash, scrape = stack
+    with chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        load(page, f"{scrape}/{path}?range=15m", 1)
+        # the last mark is drawn on top: points of the three simulated nodes overlap
+        target = page.locator(f'[data-testid="stVegaLiteChart"] svg.marks {mark}').last
+        target.click()
+        page.wait_for_url("**/gpu?**", timeout=30000)
+        page.get_by_text("Pods that held this GPU in the range").first.wait_for(timeout=30000)
+        url = page.url
+        assert "range=15m" in url and "uuid=GPU-" in url, url
+        picked = url.split("uuid=")[1].split("&")[0]
+        # the GPU page shows the GPU that was clicked (its selectbox names the UUID)
+        chosen = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').first.input_value()
+        assert chosen.endswith(picked), chosen

@@ -1,10 +1,14 @@
-"""Figures are pure DataFrame -> plotly functions: what a user sees on each chart, and the
-"no data" figure when there is nothing to show; plus the CLI and settings users type."""
+"""Charts are pure DataFrame -> Vega-Lite spec functions: what a user sees on each chart, what a
+click on it carries, and the "no data" chart when there is nothing to show; plus the CLI and
+settings users type."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import pytest
 
 from dashboard import figures, frames
@@ -27,48 +31,74 @@ def _points() -> pd.DataFrame:
     )
 
 
+def _layer(chart: figures.Chart, mark: str) -> dict[str, Any]:
+    """The layer of ``chart`` (or the chart itself) that draws ``mark``."""
+    for layer in chart.get("layer", [chart]):
+        kind = layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+        if kind == mark:
+            return dict(layer)
+    raise AssertionError(f"no {mark} layer")
+
+
+def _colours(encoding: dict[str, Any]) -> dict[str, str]:
+    scale = encoding["color"]["scale"]
+    return dict(zip(scale["domain"], scale["range"], strict=True))
+
+
 def test_roofline_colours_points_by_class_and_shows_pods_on_hover() -> None:
-    fig = figures.roofline_scatter(_points())
-    by_name = {t.name: t for t in fig.data}
-    assert set(by_name) == {"memory", "compute", "idle"}
-    assert by_name["memory"].marker.color == figures.CLASS_COLORS["memory"]
-    assert list(by_name["memory"].x) == [0.88]
-    assert "ml/train-1" in str(by_name["compute"].customdata)
-    assert fig.layout.xaxis.range == (-0.02, 1.02)
+    chart = figures.roofline_scatter(_points())
+    points = _layer(chart, "point")
+    assert _colours(points["encoding"]) == {c: figures.CLASS_COLORS[c] for c in ("idle", "memory", "compute")}
+    data = {r["class"]: r for r in figures.data_of(chart)}
+    assert data["memory"]["dram_active"] == 0.88
+    assert data["compute"]["holders"] == "ml/train-1"
+    assert "holders" in [t["field"] for t in points["encoding"]["tooltip"]]
+    assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
+    json.dumps(chart)  # what Streamlit sends the browser
 
 
-def test_empty_frames_give_a_figure_that_says_no_data() -> None:
-    for build in (
-        figures.roofline_scatter,
-        figures.boundness_area,
-        figures.waste_bar,
-        figures.sm_heatmap,
-    ):
-        fig = build(pd.DataFrame(columns=["value"]))
-        assert isinstance(fig, go.Figure)
-        assert fig.layout.annotations[0].text == "no data"
-        assert not fig.data
+def test_empty_frames_give_a_chart_that_says_no_data() -> None:
+    for build in (figures.roofline_scatter, figures.boundness_area, figures.waste_bar, figures.sm_heatmap):
+        chart = build(pd.DataFrame(columns=["value"]))
+        assert chart["mark"]["type"] == "text"
+        assert figures.data_of(chart) == [{"message": "no data"}]
 
 
-def test_boundness_area_stacks_one_trace_per_class() -> None:
+def test_boundness_area_stacks_one_area_per_class_in_the_class_colours() -> None:
     df = pd.DataFrame(
         {"class": ["idle", "memory", "idle", "memory"], "timestamp": [0, 0, 60, 60], "value": [3, 5, 2, 6]}
     )
-    fig = figures.boundness_area(df)
-    assert [t.name for t in fig.data] == ["idle", "memory"]
-    assert fig.data[1].line.color == figures.CLASS_COLORS["memory"]
+    chart = figures.boundness_area(df)
+    assert chart["encoding"]["y"]["stack"] == "zero"
+    assert _colours(chart["encoding"]) == {
+        "idle": figures.CLASS_COLORS["idle"],
+        "memory": figures.CLASS_COLORS["memory"],
+    }
+    assert [r["t"] for r in figures.data_of(chart)] == [0, 0, 60_000, 60_000], "epoch milliseconds"
+    assert chart["encoding"]["x"]["scale"] == {"type": "utc"}
 
 
-def test_sm_heatmap_has_a_row_per_node_and_a_column_per_gpu() -> None:
+def test_sm_heatmap_has_a_row_per_node_and_a_column_per_gpu_and_opens_a_gpu() -> None:
     df = pd.DataFrame(
         {"instance": ["a:1", "a:1", "b:1"], "gpu": ["0", "1", "0"], "value": [0.5, 0.9, 0.1], "uuid": ["x", "y", "z"]}
     )
-    fig = figures.sm_heatmap(df)
-    hm = fig.data[0]
-    assert list(hm.y) == ["a:1", "b:1"]
-    assert list(hm.x) == ["GPU 0", "GPU 1"]
-    assert hm.z[0][1] == 0.9
-    assert pd.isna(hm.z[1][1]), "a missing GPU stays blank, not 0"
+    chart = figures.sm_heatmap(df)
+    assert chart["encoding"]["y"]["sort"] == ["a:1", "b:1"]
+    assert chart["encoding"]["x"]["sort"] == ["GPU 0", "GPU 1"]
+    cells = {(r["node"], r["label"]): r for r in figures.data_of(chart)}
+    assert cells[("a:1", "GPU 1")]["value"] == 0.9
+    assert ("b:1", "GPU 1") not in cells, "a missing GPU stays blank, not 0"
+    assert cells[("b:1", "GPU 0")]["uuid"] == "z"
+    assert chart["params"][0]["name"] == figures.PICK
+
+
+def test_sm_heatmap_takes_the_busiest_mig_slice_and_orders_gpu_10_after_9() -> None:
+    df = pd.DataFrame(
+        {"node": ["n"] * 4, "gpu": ["0", "0", "10", "9"], "value": [0.2, 0.7, 0.1, 0.3], "uuid": ["A", "A", "K", "J"]}
+    )
+    chart = figures.sm_heatmap(df)
+    assert chart["encoding"]["x"]["sort"] == ["GPU 0", "GPU 9", "GPU 10"]
+    assert {r["label"]: r["value"] for r in figures.data_of(chart)}["GPU 0"] == 0.7
 
 
 def test_mig_layout_draws_each_slice_with_its_holder() -> None:
@@ -85,27 +115,32 @@ def test_mig_layout_draws_each_slice_with_its_holder() -> None:
             "holders": ["ml/a", ""],
         }
     )
-    fig = figures.mig_layout_figure(layout)
-    assert [t.x[0] for t in fig.data] == [4, 3]
-    assert "ml/a" in fig.data[0].text[0]
-    assert "free" in fig.data[1].text[0]
-    assert fig.data[0].marker.color != fig.data[1].marker.color
+    chart = figures.mig_layout_figure(layout)
+    data = figures.data_of(chart)
+    assert [(r["start"], r["end"]) for r in data] == [(0, 4), (4, 7)]
+    assert "ml/a" in data[0]["label"] and "free" in data[1]["label"]
+    assert [r["state"] for r in data] == ["held", "free"]
+    bars = _layer(chart, "bar")
+    colours = _colours(bars["encoding"])
+    assert colours["held"] != colours["free"]
+    assert data[0]["mig_uuid"] == "MIG-1" and bars["params"][0]["name"] == figures.PICK
 
 
 def test_waste_bar_and_sm_share_and_probe_charts() -> None:
     waste = pd.DataFrame(
         {"namespace": ["a", "b"], "gpu_hours": [5.0, 1.0], "cost_usd": [20.0, float("nan")], "pods": [2, 1]}
     )
-    fig = figures.waste_bar(waste)
-    assert list(fig.data[0].y) == [5.0, 1.0]
-    assert "no price" in str(fig.data[0].customdata)
+    chart = figures.waste_bar(waste)
+    assert [r["gpu_hours"] for r in figures.data_of(chart)] == [5.0, 1.0]
+    assert [r["cost"] for r in figures.data_of(chart)] == ["$20.00", "no price"]
     shares = frames.timeslice_shares(
         pd.DataFrame({"uuid": ["G", "G"], "namespace": ["n", "n"], "pod": ["p", "q"], "value": [0.3, 0.5]}),
         pd.DataFrame({"uuid": ["G"], "value": [4.0]}),
         pd.DataFrame({"uuid": ["G"], "value": [2.0]}),
     )
     bar = figures.sm_share_bar(shares)
-    assert sorted(t.name for t in bar.data) == ["n/p", "n/q"]
+    assert sorted(r["who"] for r in figures.data_of(bar)) == ["n/p", "n/q"]
+    assert bar["encoding"]["color"]["field"] == "who"
     probes = pd.DataFrame(
         {
             "instance": ["n"],
@@ -118,9 +153,31 @@ def test_waste_bar_and_sm_share_and_probe_charts() -> None:
             "vs_peers": [0.8],
         }
     )
-    pf = figures.probe_efficiency_bar(probes)
-    assert list(pf.data[0].y) == [0.75]
-    assert pf.layout.shapes[0].y0 == 1.0
+    pf = figures.probe_efficiency_bar(probes, slow_below=0.8)
+    assert [r["efficiency"] for r in figures.data_of(pf)] == [0.75]
+    rules = _layer(pf, "rule")
+    assert [r["y"] for r in rules["data"]["values"]] == [1.0, 0.8]
+    assert figures.data_of(pf)[0]["uuid"] == "G", "a click opens the probed GPU"
+
+
+def test_savings_bar_puts_the_largest_saving_first_coloured_by_recommendation() -> None:
+    table = pd.DataFrame(
+        {
+            "namespace": ["a", "b", "c"],
+            "workload": ["x", "y", "z"],
+            "gpu_hours_saved": [2.0, 9.0, 0.0],
+            "recommendation": ["mig", "release", "keep"],
+        }
+    )
+    chart = figures.savings_bar(table)
+    assert [r["who"] for r in figures.data_of(chart)] == ["b/y", "a/x"], "nothing to save: not drawn"
+    assert _colours(chart["encoding"]) == {"release": "#d62728", "mig": "#1f77b4"}
+
+
+def test_nan_and_numpy_values_reach_the_browser_as_json() -> None:
+    df = pd.DataFrame({"a": [np.float64(1.5), np.nan], "b": [np.int64(3), np.int64(4)], "c": ["x", None]})
+    assert figures.rows(df, ["a", "b", "c"]) == [{"a": 1.5, "b": 3, "c": "x"}, {"a": None, "b": 4, "c": None}]
+    json.dumps(figures.rows(df, ["a", "b", "c"]), allow_nan=False)
 
 
 def test_prices_parse_and_reject_garbage() -> None:
@@ -156,23 +213,32 @@ def test_cli_settings_reach_the_app_through_the_environment() -> None:
 
 def test_gpu_page_lines_and_strips_name_even_a_single_series() -> None:
     lines = pd.DataFrame({"timestamp": [0.0, 60.0, 0.0, 60.0], "series": ["a", "a", "b", "b"], "value": [1, 2, 3, 4]})
-    fig = figures.time_lines(lines, "watts")
-    assert [t.name for t in fig.data] == ["a", "b"]
-    assert list(fig.data[1].y) == [3, 4]
+    chart = figures.time_lines(lines, "watts")
+    assert chart["encoding"]["color"]["sort"] == ["a", "b"]
+    assert [r["value"] for r in figures.data_of(chart) if r["series"] == "b"] == [3, 4]
     one = figures.time_lines(lines[lines["series"] == "a"], "ratio")
-    assert one.layout.showlegend is True, "one line still says what it is"
-    assert one.layout.yaxis.tickformat == ".0%"
+    assert one["encoding"]["color"]["legend"] is not None, "one line still says what it is"
+    assert one["encoding"]["y"]["axis"]["format"] == ".0%"
+    gib = figures.time_lines(pd.DataFrame({"timestamp": [0.0], "series": ["m"], "value": [2.0 * 2**30]}), "bytes")
+    assert figures.data_of(gib)[0]["value"] == 2.0 and gib["encoding"]["y"]["title"] == "GiB"
     strip = figures.state_strip(
         pd.DataFrame({"timestamp": [0.0, 60.0], "leaf": ["GPU", "GPU"], "class": ["memory", "memory"]}), "class"
     )
-    assert [t.name for t in strip.data] == ["memory"]
-    assert strip.data[0].marker.color == figures.CLASS_COLORS["memory"]
-    assert strip.layout.showlegend is True
+    assert _colours(strip["encoding"]) == {"memory": figures.CLASS_COLORS["memory"]}
+    assert strip["encoding"]["color"]["legend"] is not None
 
 
-def test_roofline_points_carry_uuid_and_mig_uuid_first_for_the_click() -> None:
-    fig = figures.roofline_scatter(_points())
-    for trace in fig.data:
-        for row in trace.customdata:
-            assert str(row[0]).startswith("GPU-") or row[0] == ""
-    assert fig.layout.showlegend is True
+def test_time_axis_shows_dates_once_the_range_spans_days() -> None:
+    hour = pd.DataFrame({"timestamp": [0.0, 3600.0], "series": ["a", "a"], "value": [1, 2]})
+    week = pd.DataFrame({"timestamp": [0.0, 7 * 86400.0], "series": ["a", "a"], "value": [1, 2]})
+    assert figures.time_lines(hour, "watts")["encoding"]["x"]["axis"]["format"] == "%H:%M"
+    assert figures.time_lines(week, "watts")["encoding"]["x"]["axis"]["format"] == "%m-%d %H:%M"
+
+
+def test_clickable_charts_carry_the_gpu_of_every_mark() -> None:
+    chart = figures.roofline_scatter(_points())
+    assert _layer(chart, "point")["params"] == [
+        {"name": figures.PICK, "select": {"type": "point", "fields": ["uuid", "mig_uuid"]}}
+    ]
+    for row in figures.data_of(chart):
+        assert str(row["uuid"]).startswith("GPU-") and row["mig_uuid"] == ""

@@ -23,10 +23,7 @@ def body(ctx: ui.PageContext) -> None:
         if points.empty:
             ui.no_data("roofline (needs GPM: Hopper or newer)")
         else:
-            event = st.plotly_chart(
-                figures.roofline_scatter(points), key="roofline", on_select="rerun", selection_mode="points"
-            )
-            ui.open_selected_gpu(event)
+            ui.chart(figures.roofline_scatter(points), key="roofline", clickable=True)
 
     with ui.panel("Boundness over time"):
         st.subheader("Boundness over time")
@@ -36,7 +33,7 @@ def body(ctx: ui.PageContext) -> None:
         if series.empty:
             ui.no_data("boundness")
         else:
-            st.plotly_chart(figures.boundness_area(series), key="boundness_area")
+            ui.chart(figures.boundness_area(series), key="boundness_area")
 
     with ui.panel("Leaves by class"):
         if not points.empty:

@@ -58,7 +58,7 @@ def body(ctx: ui.PageContext) -> None:
         if sm_mean.empty:
             ui.no_data("SM activity")
         else:
-            st.plotly_chart(figures.sm_heatmap(sm_mean), key="sm_heatmap")
+            ui.chart(figures.sm_heatmap(sm_mean), key="sm_heatmap", clickable=True)
             ui.gpu_picker(info, key="fleet_gpu")
 
     with ui.panel("GPU-Util vs SM activity"):

@@ -69,7 +69,7 @@ def body(ctx: ui.PageContext) -> None:
         if classes.empty:
             st.info("No boundness class in the range (needs GPM: Hopper or newer).")
         else:
-            st.plotly_chart(figures.state_strip(classes, "class"), key="gpu_class")
+            ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
 
     with ui.panel("Clock events"):
         st.subheader("Clock events (throttle reasons) over time")
@@ -77,7 +77,7 @@ def body(ctx: ui.PageContext) -> None:
         if events.empty:
             st.success("No clock event held the clocks down in the range.")
         else:
-            st.plotly_chart(figures.state_strip(events, "reason"), key="gpu_events")
+            ui.chart(figures.state_strip(events, "reason"), key="gpu_events")
 
     panels = frames.device_panels(series)
     if not panels:
@@ -85,7 +85,7 @@ def body(ctx: ui.PageContext) -> None:
     for i, (title, unit, df) in enumerate(panels):
         with ui.panel(title):
             st.subheader(title)
-            st.plotly_chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
+            ui.chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
 
 
 ui.page("GPU", body)

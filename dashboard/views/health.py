@@ -38,7 +38,7 @@ def body(ctx: ui.PageContext) -> None:
                     )
                 )
                 st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
-            st.plotly_chart(figures.probe_efficiency_bar(probes), key="probe_bar")
+            ui.chart(figures.probe_efficiency_bar(probes, frames.SLOW_EFFICIENCY), key="probe_bar", clickable=True)
             st.dataframe(
                 ui.linked(ui.node_column(ui.humanize_bytes(probes))),
                 hide_index=True,
@@ -85,7 +85,7 @@ def body(ctx: ui.PageContext) -> None:
         if events.empty:
             st.success(f"No throttling in the last {window}.")
         else:
-            st.plotly_chart(figures.clock_event_bar(events), key="clock_events")
+            ui.chart(figures.clock_event_bar(events), key="clock_events")
             st.dataframe(
                 ui.linked(ui.node_column(events)),
                 hide_index=True,

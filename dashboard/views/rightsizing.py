@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import ui
+from dashboard import figures, ui
 from dashboard.advisor.cli import row, totals
 from dashboard.advisor.engine import Policy
 from dashboard.advisor.query import Window, advise
@@ -21,7 +20,6 @@ from dashboard.source import Filters
 
 WINDOWS = {"1 day": 86400.0, "7 days": 7 * 86400.0, "14 days": 14 * 86400.0, "30 days": 30 * 86400.0}
 FIRST = ("namespace", "workload", "recommendation", "target", "gpu_hours_saved", "cost_saved_usd", "reason")
-COLORS = {"release": "#d62728", "mig": "#1f77b4", "time-slice": "#9467bd", "higher-bandwidth": "#ff7f0e"}
 
 
 @st.cache_data(ttl=600, show_spinner="Measuring every workload over the window…", max_entries=32)
@@ -38,28 +36,6 @@ def _advice(
     recs = advise(src, Window(window_s=window_s), dict(prices), Policy(headroom, compute_headroom), Filters(*filters))
     evidence = [{"workload": f"{r.usage.namespace}/{r.usage.workload}", **r.evidence} for r in recs]
     return [row(r) for r in recs], totals(recs), evidence
-
-
-def savings_bar(table: pd.DataFrame) -> go.Figure:
-    """GPU-hours that could be saved per workload, coloured by recommendation."""
-    saving = table[table["gpu_hours_saved"] > 0].sort_values("gpu_hours_saved")
-    fig = go.Figure()
-    for action, part in saving.groupby("recommendation", sort=False):
-        fig.add_bar(
-            x=part["gpu_hours_saved"],
-            y=part["namespace"] + "/" + part["workload"],
-            orientation="h",
-            name=str(action),
-            marker_color=COLORS.get(str(action)),
-        )
-    fig.update_layout(
-        barmode="stack",
-        height=max(220, 36 * len(saving) + 100),
-        margin={"l": 10, "r": 10, "t": 30, "b": 10},
-        xaxis_title="GPU-hours saved over the window",
-        legend_title_text="recommendation",
-    )
-    return fig
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -104,7 +80,7 @@ def body(ctx: ui.PageContext) -> None:
         st.dataframe(table, hide_index=True, key="rs_table")
         if (table["gpu_hours_saved"] > 0).any():
             st.subheader("Where the savings are")
-            st.plotly_chart(savings_bar(table), key="rs_bar")
+            ui.chart(figures.savings_bar(table), key="rs_bar")
         st.subheader("Evidence")
         names = [e["workload"] for e in evidence]
         pick = st.selectbox("Workload", names, key="rs_evidence")

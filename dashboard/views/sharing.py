@@ -18,7 +18,7 @@ def body(ctx: ui.PageContext) -> None:
         if layout.empty:
             ui.no_data("MIG slices")
         else:
-            st.plotly_chart(figures.mig_layout_figure(layout), key="mig_layout")
+            ui.chart(figures.mig_layout_figure(layout), key="mig_layout", clickable=True)
             st.dataframe(ui.linked(ui.node_column(layout)), hide_index=True, column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Time-slicing and MPS"):
@@ -43,7 +43,7 @@ def body(ctx: ui.PageContext) -> None:
                     "memory is still its own (Workloads).",
                     icon=":material/info:",
                 )
-            st.plotly_chart(figures.sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
+            ui.chart(figures.sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
             st.dataframe(
                 ui.linked(table),
                 hide_index=True,

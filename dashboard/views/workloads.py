@@ -98,7 +98,7 @@ def body(ctx: ui.PageContext) -> None:
             c1.metric("Wasted GPU-hours", f"{total:,.1f}" if total >= 10 else f"{total:.2f}")
             cost = waste["cost_usd"].sum(min_count=1)
             c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
-            st.plotly_chart(figures.waste_bar(waste), key="waste_bar")
+            ui.chart(figures.waste_bar(waste), key="waste_bar")
             st.dataframe(waste, hide_index=True)
 
     with ui.panel("Pods holding GPUs"):

@@ -38,7 +38,15 @@ PAGES: dict[str, list[str]] = {
 }
 MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1, "rightsizing": 0, "gpu": 3}
 """Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
-Plotly charts each draws at least."""
+charts each draws at least."""
+CHART = '[data-testid="stVegaLiteChart"]'
+"""A chart on a page (dashboard/figures.py specs, drawn by Streamlit's Vega-Lite element)."""
+CHARTS_DRAWN_JS = (
+    "n => { const charts = [...document.querySelectorAll('" + CHART + "')];"
+    " return charts.length >= n && charts.every(c => c.querySelector('.marks')); }"
+)
+"""JavaScript predicate: at least ``n`` charts on the page and every one drawn (Vega's ``.marks``
+svg or canvas exists once the view has rendered)."""
 
 
 @contextmanager
@@ -69,7 +77,7 @@ def chromium_page() -> Iterator[object]:
 
 def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 120.0) -> float:
     """Open ``url`` and wait until the page's last element (the footer) and at least
-    ``min_charts`` plotly charts are drawn; return the seconds it took."""
+    ``min_charts`` charts are drawn; return the seconds it took."""
     from playwright.sync_api import Page
 
     assert isinstance(page, Page)
@@ -77,10 +85,7 @@ def load(page: object, url: str, min_charts: int = 0, timeout_s: float = 120.0) 
     page.goto(url)
     page.get_by_text("rendered in").first.wait_for(timeout=timeout_s * 1000)
     page.wait_for_function(
-        """n => {
-            const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
-            return charts.length >= n && charts.every(c => c.querySelector('.main-svg'));
-        }""",
+        CHARTS_DRAWN_JS,
         arg=min_charts,
         timeout=timeout_s * 1000,
     )
@@ -193,7 +198,7 @@ def check_page(page: object, watch: PageWatch, url: str, texts: list[str], min_c
     page.screenshot(path=str(shot), full_page=True)
     for text in texts:
         assert page.get_by_text(text, exact=False).count() > 0, (url, text)
-    assert page.locator(".js-plotly-plot").count() >= min_charts, url
+    assert page.locator(f"{CHART} .marks").count() >= min_charts, url
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0, url
     assert text_problems(page) == [], url
     problems = watch.problems()
