@@ -7,7 +7,7 @@ panel only (never a traceback) and the rest of the page still renders.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -111,18 +111,66 @@ def _cached(
 _AS_OF = "gpulens_as_of"
 
 
+def _call(ctx: PageContext, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, float]:
+    if method in _END_AWARE and "end" not in kwargs:
+        kwargs = {**kwargs, "end": ctx.end_s}
+    return _cached(ctx.settings.source_key, ctx.nonce, method, args, tuple(sorted(kwargs.items())), ctx.source)
+
+
 def fetch(ctx: PageContext, method: str, *args: Any, **kwargs: Any) -> Any:
     """``ctx.source.<method>(*args, **kwargs)`` through a short cache shared by all sessions
     (10 s; Filters and lists hash by value); failures are never cached. Range-aware methods get
     the context's range end; the time each answer was fetched feeds the page's "data as of"."""
-    if method in _END_AWARE and "end" not in kwargs:
-        kwargs["end"] = ctx.end_s
-    result, fetched = _cached(
-        ctx.settings.source_key, ctx.nonce, method, args, tuple(sorted(kwargs.items())), ctx.source
-    )
+    result, fetched = _call(ctx, method, args, kwargs)
     seen = st.session_state.get(_AS_OF)
     st.session_state[_AS_OF] = fetched if seen is None else min(seen, fetched)
     return result.copy() if isinstance(result, pd.DataFrame) else result
+
+
+Query = tuple[str, tuple[Any, ...], dict[str, Any]]
+"""A source call for :func:`prefetch`: (method, args, kwargs), as :func:`fetch` takes them."""
+
+
+def query(method: str, *args: Any, **kwargs: Any) -> Query:
+    """A :data:`Query` written like a :func:`fetch` call."""
+    return method, args, kwargs
+
+
+def get(ctx: PageContext, q: Query) -> Any:
+    """:func:`fetch` of a :data:`Query` (a page lists its queries once, prefetches them, then
+    reads each in its panel)."""
+    method, args, kwargs = q
+    return fetch(ctx, method, *args, **kwargs)
+
+
+PREFETCH_THREADS = 8
+"""At most this many of a page's queries in flight at once (Prometheus mode)."""
+
+
+def prefetch(ctx: PageContext, queries: Iterable[Query]) -> None:
+    """Run a page's independent queries at once, so that its :func:`fetch` calls find them in the
+    cache: against Prometheus a page then waits for its slowest query, not for their sum. Only
+    for the Prometheus source (the direct-scrape source computes in this process, where threads
+    would only take turns). A query that fails is not cached; its :func:`fetch` runs it again and
+    its panel shows the error."""
+    queries = list(queries)
+    if not isinstance(ctx.source, PrometheusSource) or len(queries) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+    script_ctx = get_script_run_ctx()
+
+    def run(q: Query) -> None:
+        add_script_run_ctx(ctx=script_ctx)  # st.cache_data's per-session bookkeeping needs it
+        try:
+            _call(ctx, *q)
+        except Exception:  # fetch() runs it again and its panel reports it
+            return
+
+    with ThreadPoolExecutor(max_workers=min(PREFETCH_THREADS, len(queries))) as pool:
+        list(pool.map(run, queries))
 
 
 @contextmanager

@@ -9,17 +9,25 @@ from dashboard import figures, frames, ui
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
+    q = {
+        "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window_s=ctx.window_s),
+        "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window_s=ctx.window_s),
+        "bound": ui.query("instant", "gpulens_gpu_boundness", f),
+        "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
+        "series": ui.query(
+            "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
+        ),
+    }
+    ui.prefetch(ctx, q.values())
     with ui.panel("Roofline"):
         st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
         st.caption(
             f"Means over the last {ui.fmt_duration(ctx.window_s)}; colour = class now. Right = memory-bound, "
             "top = compute-bound, bottom-left = idle, launch- or latency-bound. Click a point to open its GPU."
         )
-        dram = ui.fetch(ctx, "mean", "gpulens_gpu_dram_active_ratio", f, window_s=ctx.window_s)
-        pipe = ui.fetch(ctx, "mean", "gpulens_gpu_pipe_active_max_ratio", f, window_s=ctx.window_s)
-        bound = ui.fetch(ctx, "instant", "gpulens_gpu_boundness", f)
-        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
-        points = frames.roofline_points(dram, pipe, bound, alloc)
+        points = frames.roofline_points(
+            ui.get(ctx, q["dram"]), ui.get(ctx, q["pipe"]), ui.get(ctx, q["bound"]), ui.get(ctx, q["alloc"])
+        )
         if points.empty:
             ui.no_data("roofline (needs GPM: Hopper or newer)")
         else:
@@ -27,9 +35,7 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Boundness over time"):
         st.subheader("Boundness over time")
-        series = ui.fetch(
-            ctx, "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
-        )
+        series = ui.get(ctx, q["series"])
         if series.empty:
             ui.no_data("boundness")
         else:

@@ -11,13 +11,25 @@ from dashboard.source import SourceError
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
+    q = {
+        "info": ui.query("instant", "gpulens_gpu_info", f),
+        "mig": ui.query("instant", "gpulens_mig_instance_info", f),
+        "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
+        "sm": ui.query("instant", "gpulens_gpu_sm_active_ratio", f),
+        "idle": ui.query("leaf_idle", f),
+        "up": ui.query("instant", "gpulens_up", f),
+        "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
+        "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s),
+        "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
+    }
+    ui.prefetch(ctx, q.values())
     with ui.panel("Device counts"):
-        info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
-        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
-        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
-        sm = ui.fetch(ctx, "instant", "gpulens_gpu_sm_active_ratio", f)
+        info = ui.get(ctx, q["info"])
+        mig = ui.get(ctx, q["mig"])
+        alloc = ui.get(ctx, q["alloc"])
+        sm = ui.get(ctx, q["sm"])
         try:
-            idle = ui.fetch(ctx, "leaf_idle", f)
+            idle = ui.get(ctx, q["idle"])
         except SourceError as exc:  # no recording rules: the counts that need none still show
             st.error(str(exc), icon=":material/warning:")
             idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
@@ -36,8 +48,8 @@ def body(ctx: ui.PageContext) -> None:
             ui.no_data("GPUs")
 
     with ui.panel("Exporters"):
-        up = ui.fetch(ctx, "instant", "gpulens_up", f)
-        gpu_up = ui.fetch(ctx, "instant", "gpulens_gpu_up", f)
+        up = ui.get(ctx, q["up"])
+        gpu_up = ui.get(ctx, q["gpu_up"])
         down = gpu_up[gpu_up["value"] < 1] if not gpu_up.empty else gpu_up
         bad = up[up["value"] < 1] if not up.empty else up
         if not bad.empty:
@@ -54,7 +66,7 @@ def body(ctx: ui.PageContext) -> None:
             "GPM SM activity (warps resident), not NVML GPU-Util: a stream of tiny kernels "
             "shows as busy in nvidia-smi while the SMs idle. MIG instances show their busiest."
         )
-        sm_mean = ui.fetch(ctx, "mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s)
+        sm_mean = ui.get(ctx, q["sm_mean"])
         if sm_mean.empty:
             ui.no_data("SM activity")
         else:
@@ -62,7 +74,7 @@ def body(ctx: ui.PageContext) -> None:
             ui.gpu_picker(info, key="fleet_gpu")
 
     with ui.panel("GPU-Util vs SM activity"):
-        util = ui.fetch(ctx, "instant", "gpulens_gpu_utilization_ratio", f)
+        util = ui.get(ctx, q["util"])
         if not util.empty and not sm.empty:
             sm_gpu = frames.with_cols(sm, ["uuid"]).groupby("uuid", as_index=False)["value"].max()
             both = frames.with_cols(util, ["node", "instance", "gpu", "uuid"]).merge(

@@ -11,7 +11,19 @@ from dashboard import figures, frames, ui
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     window = ui.fmt_duration(ctx.window_s)
-    info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
+    q = {
+        "info": ui.query("instant", "gpulens_gpu_info", f),
+        "eff": ui.query("instant", "gpulens_probe_efficiency_ratio", f),
+        "bw": ui.query("instant", "gpulens_probe_bandwidth_bytes_per_second", f),
+        "mig": ui.query("instant", "gpulens_mig_instance_info", f),
+        "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
+        "xid": ui.query("increase", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s),
+        "ecc": ui.query("increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s),
+        "means": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
+        "stages": ui.query("instant", "gpulens_stage_success", f),
+    }
+    ui.prefetch(ctx, q.values())
+    info = ui.get(ctx, q["info"])
     with ui.panel("Probes"):
         st.subheader("Bandwidth probes")
         st.caption(
@@ -20,9 +32,9 @@ def body(ctx: ui.PageContext) -> None:
             f"Slow: efficiency ≤ {frames.SLOW_EFFICIENCY:.0%} or vs peers ≤ {frames.SLOW_VS_PEERS:.0%}. "
             "Probes run on unallocated, idle devices only, so the newest result in the range is shown."
         )
-        eff = ui.fetch(ctx, "instant", "gpulens_probe_efficiency_ratio", f)
-        bw = ui.fetch(ctx, "instant", "gpulens_probe_bandwidth_bytes_per_second", f)
-        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
+        eff = ui.get(ctx, q["eff"])
+        bw = ui.get(ctx, q["bw"])
+        mig = ui.get(ctx, q["mig"])
         probes = frames.probe_comparison(eff, bw, info, mig)
         if probes.empty:
             ui.no_data("probe results")
@@ -50,7 +62,7 @@ def body(ctx: ui.PageContext) -> None:
             )
 
     with ui.panel("Lost GPUs"):
-        gpu_up = ui.fetch(ctx, "instant", "gpulens_gpu_up", f)
+        gpu_up = ui.get(ctx, q["gpu_up"])
         down = gpu_up[gpu_up["value"] < 1] if not gpu_up.empty else gpu_up
         if not down.empty:
             st.subheader("Lost GPUs")
@@ -60,7 +72,7 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Xid errors"):
         st.subheader(f"Xid errors (last {window})")
-        xid = ui.fetch(ctx, "increase", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s)
+        xid = ui.get(ctx, q["xid"])
         # the exporter creates an Xid counter at its first event: no counter = no Xid yet
         _errors(frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
         if info.empty:
@@ -70,7 +82,7 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("ECC errors"):
         st.subheader(f"ECC errors (last {window})")
-        ecc = ui.fetch(ctx, "increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s)
+        ecc = ui.get(ctx, q["ecc"])
         _errors(frames.nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
         if ecc.empty:
             ui.no_data("ECC counters (ECC off or not supported)")
@@ -80,7 +92,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Throttling"):
         st.subheader(f"Throttling (last {window})")
         st.caption("Share of the range each reason held the clocks down; an idle GPU's low clocks are not throttling.")
-        means = ui.fetch(ctx, "mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s)
+        means = ui.get(ctx, q["means"])
         events = frames.active_clock_events(means)
         if events.empty:
             st.success(f"No throttling in the last {window}.")
@@ -93,7 +105,7 @@ def body(ctx: ui.PageContext) -> None:
             )
 
     with ui.panel("Exporter stages"):
-        stages = ui.fetch(ctx, "instant", "gpulens_stage_success", f)
+        stages = ui.get(ctx, q["stages"])
         failed = stages[stages["value"] < 1] if not stages.empty else stages
         if not failed.empty:
             st.subheader("Failing exporter stages")

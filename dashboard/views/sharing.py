@@ -9,11 +9,21 @@ from dashboard import figures, frames, ui
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
+    q = {
+        "mig": ui.query("instant", "gpulens_mig_instance_info", f),
+        "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
+        "info": ui.query("instant", "gpulens_gpu_info", f),
+        "shares": ui.query("mean", "gpulens_pod_gpu_sm_share_ratio", f, window_s=ctx.window_s),
+        "replicas": ui.query("instant", "gpulens_gpu_sharing_replicas", f),
+        "pods": ui.query("instant", "gpulens_gpu_sharing_pods", f),
+        "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
+    }
+    ui.prefetch(ctx, q.values())
     with ui.panel("MIG layout"):
         st.subheader("MIG GPUs and their slices")
-        mig = ui.fetch(ctx, "instant", "gpulens_mig_instance_info", f)
-        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
-        info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
+        mig = ui.get(ctx, q["mig"])
+        alloc = ui.get(ctx, q["alloc"])
+        info = ui.get(ctx, q["info"])
         layout = frames.mig_layout(mig, alloc, info)
         if layout.empty:
             ui.no_data("MIG slices")
@@ -27,11 +37,11 @@ def body(ctx: ui.PageContext) -> None:
             f"Mean share of the GPU's SM time each pod used over the last {ui.fmt_duration(ctx.window_s)} "
             "(time-slicing), and the pods of MPS GPUs."
         )
-        shares = ui.fetch(ctx, "mean", "gpulens_pod_gpu_sm_share_ratio", f, window_s=ctx.window_s)
-        replicas = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_replicas", f)
-        pods = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_pods", f)
-        sharing = ui.fetch(ctx, "instant", "gpulens_gpu_sharing_info", f)
-        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
+        shares = ui.get(ctx, q["shares"])
+        replicas = ui.get(ctx, q["replicas"])
+        pods = ui.get(ctx, q["pods"])
+        sharing = ui.get(ctx, q["sharing"])
+        alloc = ui.get(ctx, q["alloc"])
         table = frames.timeslice_shares(shares, replicas, pods, sharing, alloc)
         if table.empty:
             ui.no_data("shared GPUs")

@@ -11,25 +11,37 @@ ACTIVITY_POINTS = 80
 
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
+    q = {
+        "activity": ui.query(
+            "allocation_activity",
+            f,
+            window_s=ctx.window_s,
+            step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
+        ),
+        "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
+        "sm": ui.query("instant", "gpulens_gpu_sm_active_ratio", f),
+        "idle_now": ui.query("leaf_idle", f),
+        "bound": ui.query("instant", "gpulens_gpu_boundness", f),
+        "pod_bound": ui.query("instant", "gpulens_pod_gpu_boundness", f),
+        "info": ui.query("instant", "gpulens_gpu_info", f),
+        "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
+        "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
+        "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
+    }
+    ui.prefetch(ctx, q.values())
     with ui.panel("Allocated but idle"):
         st.subheader("Allocated but idle now")
         st.caption(
             f"Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW} and no kernels "
             "running: the definition the recording rules and the advisor use. Launch-bound devices are listed below."
         )
-        alloc = ui.fetch(ctx, "instant", "gpulens_pod_gpu_allocation", f)
-        sm = ui.fetch(ctx, "instant", "gpulens_gpu_sm_active_ratio", f)
-        idle_now = ui.fetch(ctx, "leaf_idle", f)
+        alloc = ui.get(ctx, q["alloc"])
+        sm = ui.get(ctx, q["sm"])
+        idle_now = ui.get(ctx, q["idle_now"])
         # a third of the chart resolution: these are subqueries over the whole range (the costly
         # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the
         # wasted hours of a fleet well (18 minutes apart over 24 h)
-        activity = ui.fetch(
-            ctx,
-            "allocation_activity",
-            f,
-            window_s=ctx.window_s,
-            step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
-        )
+        activity = ui.get(ctx, q["activity"])
         idle = frames.idle_allocations(alloc, idle_now, activity, now=ctx.at, window_s=ctx.window_s)
         if alloc.empty:
             ui.no_data("GPU allocations")
@@ -68,8 +80,8 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Launch-bound"):
         st.subheader("Launch-bound now")
-        bound = ui.fetch(ctx, "instant", "gpulens_gpu_boundness", f)
-        pod_bound = ui.fetch(ctx, "instant", "gpulens_pod_gpu_boundness", f)
+        bound = ui.get(ctx, q["bound"])
+        pod_bound = ui.get(ctx, q["pod_bound"])
         launch = frames.launch_bound(pod_bound, alloc, bound)
         if launch.empty:
             st.success("No allocated device is launch-bound.")
@@ -88,7 +100,7 @@ def body(ctx: ui.PageContext) -> None:
             "Hours a device was allocated while idle (as above), over the chosen range; a time-sliced GPU split among "
             "its pods by the replicas each holds, a MIG instance weighted by its compute slices (3g = 3/7 of a GPU)."
         )
-        info = ui.fetch(ctx, "instant", "gpulens_gpu_info", f)
+        info = ui.get(ctx, q["info"])
         waste = frames.waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
         if waste.empty:
             ui.no_data("wasted GPU-hours")
@@ -106,20 +118,20 @@ def body(ctx: ui.PageContext) -> None:
         if alloc.empty:
             ui.no_data("pods")
         else:
-            mem = ui.fetch(ctx, "instant", "gpulens_pod_gpu_memory_used_bytes", f)
+            mem = ui.get(ctx, q["mem"])
             pods = frames.with_cols(alloc, (*frames.ALLOCATION_KEYS, "resource"))
             sm_leaf = frames.with_cols(sm, frames.LEAF).groupby(list(frames.LEAF), as_index=False)["value"].max()
             pods = pods.merge(sm_leaf.rename(columns={"value": "sm_active"}), on=list(frames.LEAF), how="left")
-            classes = frames.pod_classes(ui.fetch(ctx, "instant", "gpulens_pod_gpu_boundness", f))
+            classes = frames.pod_classes(ui.get(ctx, q["pod_bound"]))
             pods = pods.merge(classes, on=list(frames.POD_KEYS), how="left")
-            share = ui.fetch(ctx, "instant", "gpulens_pod_gpu_sm_share_ratio", f)
+            share = ui.get(ctx, q["share"])
             if not share.empty:
                 sh = frames.with_cols(share, ["namespace", "pod", "container", "uuid"])
                 sh = sh.groupby(["namespace", "pod", "container", "uuid"], as_index=False)["value"].sum()
                 pods = pods.merge(
                     sh.rename(columns={"value": "sm_share"}), on=["namespace", "pod", "container", "uuid"], how="left"
                 )
-            modes = frames.sharing_modes(ui.fetch(ctx, "instant", "gpulens_gpu_sharing_info", f))
+            modes = frames.sharing_modes(ui.get(ctx, q["sharing"]))
             on_mps = pods["uuid"].map(lambda u: modes.get(str(u)) == "mps")
             if on_mps.any():
                 pods["sm_share_note"] = [frames.MPS_SM_SHARE_NOTE if m else "" for m in on_mps]

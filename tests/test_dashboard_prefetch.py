@@ -1,0 +1,93 @@
+"""A page's queries go to Prometheus at once, not one after another: a counting proxy in front of a
+real Prometheus sees several of the Fleet page's queries in flight together, and each query of
+the page exactly once (the panels read the prefetched answers from the cache)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.support.prometheus import run_prometheus
+
+APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+HOLD_S = 0.3
+"""Each proxied query is held this long, so queries sent together are seen together."""
+
+
+class CountingProxy:
+    """Forwards GETs and POSTs to ``upstream``; counts queries and the most in flight at once."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.queries: Counter[str] = Counter()
+
+    def forward(self, handler: BaseHTTPRequestHandler, body: bytes | None) -> None:
+        key = handler.path.split("?", 1)[0] + "?" + (body.decode() if body else handler.path.partition("?")[2])
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.queries[key] += 1
+        try:
+            time.sleep(HOLD_S)
+            headers = {"Content-Type": handler.headers.get("Content-Type", "application/x-www-form-urlencoded")}
+            req = urllib.request.Request(self.upstream + handler.path, data=body, headers=headers)
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, payload = resp.status, resp.read()
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+
+@pytest.fixture
+def proxy() -> Iterator[tuple[CountingProxy, str]]:
+    with run_prometheus("global: {scrape_interval: 1m}\nscrape_configs: []\n") as prom:
+        counting = CountingProxy(prom)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                counting.forward(self, None)
+
+            def do_POST(self) -> None:
+                counting.forward(self, self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield counting, f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+
+
+def test_the_fleet_page_sends_its_queries_together_and_each_once(
+    proxy: tuple[CountingProxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting, url = proxy
+    monkeypatch.delenv("GPULENS_DASHBOARD_SCRAPE", raising=False)
+    monkeypatch.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+    monkeypatch.setenv("GPULENS_DASHBOARD_REFRESH_SECONDS", "0")
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Fleet"
+    queries = {k: n for k, n in counting.queries.items() if "/api/v1/query" in k}
+    assert len(queries) >= 8, queries  # the page's nine panels' queries (fewer if two are the same)
+    assert counting.max_in_flight >= 4, "the page's queries were sent one after another"
+    assert max(queries.values()) == 1, {k: n for k, n in queries.items() if n > 1}
