@@ -66,6 +66,13 @@ _UNIT_SCALE: dict[str, tuple[float, str, str]] = {
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
 
+def _fit(text: str, slices: int) -> str:
+    """``text`` cut to what fits in a MIG layout bar of ``slices`` compute slices (of 7 across the
+    page): about 12 characters a slice; the full text is in the tooltip."""
+    room = 12 * max(1, slices)
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
 def _short(uuid: str) -> str:
     return uuid[:12] + "…" if len(uuid) > 13 else uuid
 
@@ -118,7 +125,8 @@ def _time_x(df: pd.DataFrame) -> dict[str, Any]:
         "type": "temporal",
         "scale": {"type": "utc"},
         "title": None,
-        "axis": {"format": fmt, "formatType": "utc", "labelOverlap": True},
+        # labelExpr, not format: Streamlit's Vega-Lite ignores an axis format on a utc time scale
+        "axis": {"labelExpr": f"utcFormat(datum.value, '{fmt}')", "labelOverlap": True},
     }
 
 
@@ -158,13 +166,19 @@ def sm_heatmap(sm: pd.DataFrame) -> Chart:
         "params": [_pick()],
         "mark": {"type": "rect", "cursor": "pointer"},
         "encoding": {
-            "x": {"field": "label", "type": "ordinal", "sort": columns, "title": None, "axis": {"orient": "top"}},
+            "x": {
+                "field": "label",
+                "type": "ordinal",
+                "sort": columns,
+                "title": None,
+                "axis": {"orient": "top", "labelAngle": 0},
+            },
             "y": {"field": "node", "type": "ordinal", "sort": nodes, "title": None, "axis": {"labelOverlap": True}},
             "color": {
                 "field": "value",
                 "type": "quantitative",
                 "scale": {"scheme": "viridis", "domain": [0, 1]},
-                "legend": {"title": "SM active", "format": ".0%"},
+                "legend": {"title": "SM active", "format": ".0%", "gradientLength": 120},
             },
             "tooltip": [
                 {"field": "node"},
@@ -322,7 +336,10 @@ def mig_layout_figure(layout: pd.DataFrame) -> Chart:
         mid=end - df["slices"] / 2.0,
         holder=[h or "free" for h in df["holders"]],
         state=["held" if h else "free" for h in df["holders"]],
-        label=[f"{p}\n{h or 'free'}" for p, h in zip(df["mig_profile"], df["holders"], strict=True)],
+        label=[
+            f"{p}\n{_fit(h or 'free', int(n))}"
+            for p, h, n in zip(df["mig_profile"], df["holders"], df["slices"], strict=True)
+        ],
     )
     order = list(dict.fromkeys(df["row"]))
     y = {"field": "row", "type": "nominal", "sort": order, "title": None}
@@ -386,7 +403,7 @@ def sm_share_bar(shares: pd.DataFrame) -> Chart:
         y_title="share of SM time",
         y_format=".0%",
         x_title="GPU",
-        color={"field": "who", "type": "nominal", "legend": {"title": "pod"}},
+        color={"field": "who", "type": "nominal", "legend": {"title": "pod", "labelLimit": 320}},
         tooltip=[
             {"field": "who", "title": "pod"},
             {"field": "uuid"},
