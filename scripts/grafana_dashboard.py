@@ -135,7 +135,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "Fleet boundness mix (10 m)",
                 "bargauge",
-                (_t('class:gpulens_gpu_boundness:ratio{cluster=~"$cluster"}', "{{class}}", instant=True),),
+                (_t('class:gpulens_gpu_boundness:ratio{cluster=~"$cluster"}', "{{cluster}} {{class}}", instant=True),),
                 unit="percentunit",
                 description="Share of classified leaves in each class, time-weighted over 10 m.",
                 width=8,
@@ -198,8 +198,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "Leaves per namespace",
                 "timeseries",
                 (
-                    _t(f"namespace:gpulens_gpus_allocated:count{{{NS}}}", "{{namespace}} allocated"),
-                    _t(f"namespace:gpulens_gpus_idle:count{{{NS}}}", "{{namespace}} idle"),
+                    _t(f"namespace:gpulens_gpus_allocated:count{{{NS}}}", "{{cluster}} {{namespace}} allocated"),
+                    _t(f"namespace:gpulens_gpus_idle:count{{{NS}}}", "{{cluster}} {{namespace}} idle"),
                 ),
                 description="Allocated leaves and those of them idle (recording rules).",
                 width=12,
@@ -207,7 +207,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "Wasted GPU-hours per namespace (hour ending at each point)",
                 "timeseries",
-                (_t(f"namespace:gpulens_gpu_wasted_hours:sum1h{{{NS}}}", "{{namespace}}"),),
+                (_t(f"namespace:gpulens_gpu_wasted_hours:sum1h{{{NS}}}", "{{cluster}} {{namespace}}"),),
                 description="Allocated leaf-hours spent idle in the preceding hour, by the recording rule "
                 "namespace:gpulens_gpu_wasted_hours:sum1h (idle as the GPUAllocatedButIdle alert defines it).",
                 width=12,
@@ -229,7 +229,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "GPU memory per pod",
                 "timeseries",
-                (_t(f"sum by (namespace, pod) (gpulens_pod_gpu_memory_used_bytes{{{POD}}})", "{{namespace}}/{{pod}}"),),
+                (_t(f"sum by (cluster, namespace, pod) (gpulens_pod_gpu_memory_used_bytes{{{POD}}})", "{{cluster}} {{namespace}}/{{pod}}"),),
                 unit="bytes",
                 width=12,
             ),
@@ -281,7 +281,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "SM share per pod on shared GPUs",
                 "timeseries",
-                (_t(f"gpulens_pod_gpu_sm_share_ratio{{{POD}}}", "{{namespace}}/{{pod}}"),),
+                (_t(f"gpulens_pod_gpu_sm_share_ratio{{{POD}}}", "{{cluster}} {{namespace}}/{{pod}}"),),
                 unit="percentunit",
                 width=24,
                 max=1,
