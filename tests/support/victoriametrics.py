@@ -11,6 +11,7 @@ replay mode (:func:`replay_rules`): what a vmalert that ran all along would have
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 import subprocess
 import tempfile
@@ -22,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 import yaml
@@ -32,7 +33,7 @@ from tests.support.process import managed_process
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rules" / "gpulens.rules.yml"
 IMPORT_CHUNK_BYTES = 8 << 20
-"""Bytes of exposition text per import request (VictoriaMetrics streams it; this bounds our memory)."""
+"""Bytes of text per import request (VictoriaMetrics streams it; this bounds our memory)."""
 SERVER_FLAGS = (
     # the default (30 s) hides the newest samples of a query near "now"; tests read seconds-old data
     "-search.latencyOffset=1s",
@@ -170,6 +171,57 @@ def import_openmetrics(base: str, path: Path, extra_labels: dict[str, str] | Non
     flush()
     force_flush(base)
     return sent
+
+
+def import_json_stream(base: str, stream: BinaryIO, chunk_bytes: int = IMPORT_CHUNK_BYTES) -> int:
+    """Load series in VictoriaMetrics' native import format (``/api/v1/import``: one JSON line per
+    series, ``{"metric": {...}, "values": [...], "timestamps": [ms...]}``) from ``stream`` (a file,
+    or the pipe from ``scripts/backfill_fleet.py --format vm-json``) into VictoriaMetrics at
+    ``base``; return the series sent. Requests of about ``chunk_bytes`` (whole lines) go out from a
+    second thread while the next chunk is read: at most three chunks in memory, and the writer at
+    the pipe's other end keeps generating while VictoriaMetrics ingests. The data is flushed so the
+    next query sees it."""
+    url = f"{base}/api/v1/import"
+    pending: queue.Queue[bytes | None] = queue.Queue(maxsize=1)
+    failed: list[BaseException] = []
+
+    def sender() -> None:
+        while (body := pending.get()) is not None:
+            if failed:
+                continue
+            try:
+                req = urllib.request.Request(url, data=body, method="POST")
+                with urllib.request.urlopen(req, timeout=600) as resp:
+                    if resp.status not in (200, 204):
+                        raise RuntimeError(f"import into {base} answered HTTP {resp.status}")
+            except BaseException as e:  # re-raised in the caller's thread
+                failed.append(e)
+
+    thread = threading.Thread(target=sender, name="vm-import", daemon=True)
+    thread.start()
+    series, size = 0, 0
+    chunk: list[bytes] = []
+    try:
+        for line in stream:
+            if not line.strip():
+                continue
+            chunk.append(line)
+            size += len(line)
+            series += 1
+            if size >= chunk_bytes:
+                pending.put(b"".join(chunk))
+                chunk, size = [], 0
+                if failed:
+                    break
+        if chunk and not failed:
+            pending.put(b"".join(chunk))
+    finally:
+        pending.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
+    force_flush(base)
+    return series
 
 
 def force_flush(base: str) -> None:
