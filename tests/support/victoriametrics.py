@@ -11,6 +11,7 @@ replay mode (:func:`replay_rules`): what a vmalert that ran all along would have
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import pytest
 import yaml
@@ -173,7 +174,7 @@ def import_openmetrics(base: str, path: Path, extra_labels: dict[str, str] | Non
     return sent
 
 
-def import_json_stream(base: str, stream: BinaryIO, chunk_bytes: int = IMPORT_CHUNK_BYTES) -> int:
+def import_json_stream(base: str, stream: IO[bytes], chunk_bytes: int = IMPORT_CHUNK_BYTES) -> int:
     """Load series in VictoriaMetrics' native import format (``/api/v1/import``: one JSON line per
     series, ``{"metric": {...}, "values": [...], "timestamps": [ms...]}``) from ``stream`` (a file,
     or the pipe from ``scripts/backfill_fleet.py --format vm-json``) into VictoriaMetrics at
@@ -246,34 +247,64 @@ def rule_groups(records: Sequence[str] | None = None, alerts: bool = False) -> l
     return out
 
 
+REPLAY_FLAGS = (
+    # one range query per rule covers this many evaluations (default 1,000: ~17 h of a minute's
+    # evaluations, a dozen queries per rule over a week)
+    "-replay.maxDatapointsPerQuery=1000",
+    # recorded samples are written back in batches of this many series, by this many writers
+    "-remoteWrite.maxBatchSize=1000",
+    "-remoteWrite.concurrency=1",
+)
+"""vmalert flags of :func:`replay_rules` besides the data sources and the window."""
+
+
 def replay_rules(
-    base: str, start: float, end: float, work: Path, records: Sequence[str] | None = None, interval_s: float = 60.0
-) -> None:
+    base: str,
+    start: float,
+    end: float,
+    work: Path,
+    records: Sequence[str] | None = None,
+    interval_s: float = 60.0,
+    flags: Sequence[str] = REPLAY_FLAGS,
+) -> dict[str, Any]:
     """Evaluate recording rules of deploy/rules/gpulens.rules.yml (``records``; all if None) every
     ``interval_s`` over [start, end] with ``vmalert``'s replay mode, writing the results into the
     VictoriaMetrics at ``base``: the same role as promtool's ``tsdb create-blocks-from rules`` for
     Prometheus. One rule per replay, in file order, flushed in between, so a rule that reads another
-    rule's output finds all of it."""
+    rule's output finds all of it. Returns ``{"seconds": {rule: s}, "peak_rss_bytes": n}``: each
+    replay's wall time and the largest resident set of a vmalert."""
     vmalert = binary("vmalert")
+    seconds: dict[str, float] = {}
+    peak = 0
     for group in rule_groups(records):
         for rule in group["rules"]:
             rules = work / "replay-rules.yml"
             rules.write_text(yaml.safe_dump({"groups": [{"name": group["name"], "interval": f"{interval_s:g}s",
                                                          "rules": [rule]}]}))  # fmt: skip
-            run = subprocess.run(
-                [vmalert, f"-rule={rules}", f"-datasource.url={base}", f"-remoteWrite.url={base}",
-                 # the range query's step (default 5m): one evaluation per interval, as a live vmalert
-                 f"-datasource.queryStep={interval_s:g}s",
-                 f"-replay.timeFrom={_rfc3339(start)}", f"-replay.timeTo={_rfc3339(end)}",
-                 "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-remoteWrite.flushInterval=100ms",
-                 "-loggerLevel=ERROR"],
-                capture_output=True, text=True, timeout=1800,
-            )  # fmt: skip
-            if run.returncode != 0:
-                raise RuntimeError(
-                    f"vmalert replay of {rule['record']} failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-                )
+            argv = [vmalert, f"-rule={rules}", f"-datasource.url={base}", f"-remoteWrite.url={base}",
+                    # the range query's step (default 5m): one evaluation per interval, as a live vmalert
+                    f"-datasource.queryStep={interval_s:g}s",
+                    f"-replay.timeFrom={_rfc3339(start)}", f"-replay.timeTo={_rfc3339(end)}",
+                    "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-remoteWrite.flushInterval=100ms",
+                    "-loggerLevel=ERROR", *flags]  # fmt: skip
+            t0 = time.perf_counter()
+            with tempfile.TemporaryFile() as log:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+                try:
+                    _pid, status, usage = os.wait4(proc.pid, 0)  # its resource usage, peak memory included
+                except BaseException:
+                    proc.kill()
+                    proc.wait()
+                    raise
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                if proc.returncode != 0:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-4000:]
+                    raise RuntimeError(f"vmalert replay of {rule['record']} failed:\n{tail}")
+            seconds[rule["record"]] = round(time.perf_counter() - t0, 1)
+            peak = max(peak, usage.ru_maxrss * 1024)
             force_flush(base)
+    return {"seconds": seconds, "peak_rss_bytes": peak}
 
 
 def query(base: str, promql: str, at: float | None = None, timeout: float = 30.0) -> list[dict[str, Any]]:
