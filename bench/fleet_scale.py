@@ -48,7 +48,7 @@ from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, prometheus_binary
-from tests.support.victoriametrics import SERVER_FLAGS, binary, force_flush, import_json_stream, replay_rules
+from tests.support.victoriametrics import SERVER_FLAGS, binary, force_flush, import_json_stream, query, replay_rules
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_PAGES = (*PAGES, ("Right-sizing", "rightsizing", 0))
@@ -119,13 +119,41 @@ def build_victoriametrics(a: argparse.Namespace, data: Path, work: Path, end: fl
         out["disk_raw_bytes"] = du(data)
         out["bytes_per_raw_sample"] = round(out["disk_raw_bytes"] / out["samples"], 2)
         t0 = time.perf_counter()
-        replay = replay_rules(base, end - a.days * 86400 - a.spare_hours * 3600, end, work, DASHBOARD_RECORDS)
+        replay = replay_rules(base, end - a.days * 86400 - a.spare_hours * 3600, end, work, DASHBOARD_RECORDS,
+                              points_per_query=replay_points(a.gpus))  # fmt: skip
         out["rules_s"] = round(time.perf_counter() - t0, 1)
         out["rules_s_each"] = replay["seconds"]
         out["vmalert_peak_rss_bytes"] = replay["peak_rss_bytes"]
         force_flush(base)
+        out["recorded"] = recorded_samples(base, end, a.days * 86400 + a.spare_hours * 3600)
         out["disk_bytes"] = du(data)
         out["build_peak_rss_bytes"] = peak_rss(proc.pid)
+    return out
+
+
+def replay_points(gpus: int) -> int:
+    """Evaluations per vmalert range query for a fleet of ``gpus``: about 500,000 / GPUs (the
+    per-class boundness rule's answer, 6 series a GPU, stays near 3 M points: under a GB in vmalert
+    and in VictoriaMetrics at any size), between 50 and vmalert's default 1,000."""
+    return max(50, min(1000, 500_000 // gpus))
+
+
+def recorded_samples(base: str, end: float, window_s: float) -> dict[str, dict[str, int]]:
+    """Per recorded rule: its series, samples, and the fewest and most samples of one series over
+    the replayed window. More than one per evaluation (a minute) means vmalert wrote some twice;
+    raises then."""
+    evaluations = int(window_s // 60) + 1
+    out = {}
+    for record in DASHBOARD_RECORDS:
+        per = f"count_over_time({record}[{window_s:.0f}s])"
+        row = {}
+        for key, expr in (("series", f"count({per})"), ("samples", f"sum({per})"), ("min_per_series", f"min({per})"),
+                          ("max_per_series", f"max({per})")):  # fmt: skip
+            got = query(base, expr, at=end, timeout=600)
+            row[key] = int(float(got[0]["value"][1])) if got else 0
+        if row["max_per_series"] > evaluations:
+            raise RuntimeError(f"{record}: {row['max_per_series']} samples in one series for {evaluations} evaluations")
+        out[record] = row
     return out
 
 

@@ -40,6 +40,10 @@ SERVER_FLAGS = (
     "-search.latencyOffset=1s",
     # backfilled history lands behind data already queried: never answer from a stale cache
     "-search.disableCache",
+    # vmalert's replay evaluates the instant between two of its range queries twice: keep one sample
+    # per timestamp, as a vmalert that ran all along writes one per evaluation (no two samples of a
+    # series, raw or recorded, are meant to share a millisecond)
+    "-dedup.minScrapeInterval=1ms",
     "-retentionPeriod=1y",
     "-loggerLevel=WARN",
 )
@@ -248,14 +252,14 @@ def rule_groups(records: Sequence[str] | None = None, alerts: bool = False) -> l
 
 
 REPLAY_FLAGS = (
-    # one range query per rule covers this many evaluations (default 1,000: ~17 h of a minute's
-    # evaluations, a dozen queries per rule over a week)
-    "-replay.maxDatapointsPerQuery=1000",
-    # recorded samples are written back in batches of this many series, by this many writers
-    "-remoteWrite.maxBatchSize=1000",
-    "-remoteWrite.concurrency=1",
+    # recorded series go back in batches of this many, by two writers (one pushes while the next
+    # query runs). The queue holds series, one per answered series and query: it must take at least
+    # one query's answer, or vmalert drops what does not fit ("queue is full")
+    "-remoteWrite.maxBatchSize=10000",
+    "-remoteWrite.concurrency=2",
+    "-remoteWrite.maxQueueSize=1000000",
 )
-"""vmalert flags of :func:`replay_rules` besides the data sources and the window."""
+"""vmalert flags of :func:`replay_rules` besides the data sources, the window and the points per query."""
 
 
 def replay_rules(
@@ -265,13 +269,16 @@ def replay_rules(
     work: Path,
     records: Sequence[str] | None = None,
     interval_s: float = 60.0,
+    points_per_query: int = 1000,
     flags: Sequence[str] = REPLAY_FLAGS,
 ) -> dict[str, Any]:
     """Evaluate recording rules of deploy/rules/gpulens.rules.yml (``records``; all if None) every
     ``interval_s`` over [start, end] with ``vmalert``'s replay mode, writing the results into the
     VictoriaMetrics at ``base``: the same role as promtool's ``tsdb create-blocks-from rules`` for
     Prometheus. One rule per replay, in file order, flushed in between, so a rule that reads another
-    rule's output finds all of it. Returns ``{"seconds": {rule: s}, "peak_rss_bytes": n}``: each
+    rule's output finds all of it. A range query covers ``points_per_query`` evaluations: vmalert
+    holds a query's whole answer (series x points), so this bounds its memory and VictoriaMetrics'
+    (vmalert's default is 1,000). Returns ``{"seconds": {rule: s}, "peak_rss_bytes": n}``: each
     replay's wall time and the largest resident set of a vmalert."""
     vmalert = binary("vmalert")
     seconds: dict[str, float] = {}
@@ -286,7 +293,7 @@ def replay_rules(
                     f"-datasource.queryStep={interval_s:g}s",
                     f"-replay.timeFrom={_rfc3339(start)}", f"-replay.timeTo={_rfc3339(end)}",
                     "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-remoteWrite.flushInterval=100ms",
-                    "-loggerLevel=ERROR", *flags]  # fmt: skip
+                    f"-replay.maxDatapointsPerQuery={points_per_query}", "-loggerLevel=ERROR", *flags]  # fmt: skip
             t0 = time.perf_counter()
             with tempfile.TemporaryFile() as log:
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
