@@ -3,15 +3,26 @@ the dashboard's page loads at 24 h and 7 d, the advisor's run over the week, the
 memory.
 
     .venv/bin/python -m bench.fleet_scale --gpus 500 --store victoriametrics --store prometheus
-    .venv/bin/python -m bench.fleet_scale --gpus 2000 --store victoriametrics --runs 3
+    .venv/bin/python -m bench.fleet_scale --gpus 10000 --spare-hours 12 --keep /tmp/fleet10k
+    .venv/bin/python -m bench.fleet_scale --reuse /tmp/fleet10k --runs 3
 
-Per store: scripts/backfill_fleet.py writes the history (``--days`` + 1 h, ending an hour from now so
-instant queries find samples while the bench runs) every ``--interval`` s, 8 GPUs a node, nodes
-split over ``--clusters`` clusters. VictoriaMetrics imports it (/api/v1/import/prometheus) and
-vmalert's replay records the three rules the pages read (every minute, over the whole history);
-Prometheus gets promtool blocks (one block, as a compacted TSDB holds a week) and ``promtool tsdb
-create-blocks-from rules`` the same rules. Disk is the data directory after the raw import (bytes per
-raw sample) and after the rules; memory is the store's peak resident set (VmHWM) over the run.
+The history: scripts/backfill_fleet.py, ``--days`` + ``--spare-hours`` (default 1) every
+``--interval`` s ending ``--spare-hours`` from now (so instant queries find samples while the bench
+runs), 8 GPUs a node, nodes split over ``--clusters`` clusters. VictoriaMetrics gets it straight from
+the script's pipe in its native import format (``--format vm-json`` into /api/v1/import: no file,
+the same samples as the OpenMetrics, tests/test_fleet_import.py) and vmalert's replay records the
+rules the pages read (every minute, over the whole history; evaluations per range query shrink as
+the fleet grows, to bound vmalert's memory). Prometheus gets the OpenMetrics file as promtool blocks
+(one block, as a compacted TSDB holds a week) and ``promtool tsdb create-blocks-from rules`` the
+same rules. Disk is the data directory after the raw import (bytes per raw sample) and after the
+rules; memory is the store's peak resident set (VmHWM) while it serves the timing and, for
+VictoriaMetrics, during the build (with vmalert's and the generator's).
+
+Build and timing can run apart: ``--keep DIR`` only builds the VictoriaMetrics store into
+``DIR/vm-data`` and writes ``DIR/build.json`` (samples, import and rule seconds, disk, peak
+memory, the recorded samples per rule); ``--reuse DIR`` starts VictoriaMetrics on it and times the
+advisor and the pages, while "now" is within the history's last ``--spare-hours``. Without either,
+one run builds each ``--store`` in a temporary directory, times, and throws it away.
 
 Page loads: ``python -m dashboard --prometheus STORE`` in headless Chromium, each page at
 ``?range=24h`` and ``?range=7d``, a new browser context per load, timed to the footer and every chart
@@ -256,7 +267,12 @@ def report(paths: list[Path]) -> str:
     row("disk, raw (MiB)", lambda r, s: f"{r[s]['disk_raw_bytes'] / 2**20:.1f}")
     row("bytes per raw sample", lambda r, s: f"{r[s]['bytes_per_raw_sample']:g}")
     row("disk with the rules (MiB)", lambda r, s: f"{r[s]['disk_bytes'] / 2**20:.1f}")
-    row("peak memory (MiB)", lambda r, s: f"{r[s]['peak_rss_bytes'] / 2**20:.0f}")
+    row("recorded samples (rules)", lambda r, s: f"{sum(v['samples'] for v in r[s]['recorded'].values()) / 1e6:.1f} M"
+        if "recorded" in r[s] else "–")  # fmt: skip
+    row("peak memory, serving (MiB)", lambda r, s: f"{r[s]['peak_rss_bytes'] / 2**20:.0f}")
+    row("peak memory building: store / vmalert / generator (MiB)",
+        lambda r, s: f"{r[s]['build_peak_rss_bytes'] / 2**20:.0f} / {r[s]['vmalert_peak_rss_bytes'] / 2**20:.0f} / "
+        f"{r[s]['generator_peak_rss_bytes'] / 2**20:.0f}" if "build_peak_rss_bytes" in r[s] else "–")  # fmt: skip
     row("advisor, 7 days (s)", lambda r, s: f"**{r[s]['advisor']['median_s']:g}** ({r[s]['advisor']['max_s']:g})")
     row("load average (1 m) before / after", lambda r, s: f"{r['load_before'][0]:.1f} / {r[s]['load_after'][0]:.1f}")
     pages = [k for k in next((r[s].get("pages", {}) for r, s in cols), {})]
