@@ -317,6 +317,7 @@ def reuse(p: argparse.ArgumentParser, a: argparse.Namespace, root: Path) -> dict
             f"{time.strftime('%H:%M UTC %Y-%m-%d', time.gmtime(end))}; build it again (--keep, --spare-hours)"
         )
     result["runs"] = a.runs
+    result["load_before_build"], result["load_before"] = result["load_before"], os.getloadavg()
     out = result["victoriametrics"]
     with serve_victoriametrics(root / "vm-data", root, out) as url:
         out["advisor"] = time_advisor(url, a.runs, result["days"])
