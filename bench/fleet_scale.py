@@ -130,8 +130,9 @@ def build_victoriametrics(a: argparse.Namespace, data: Path, work: Path, end: fl
         out["disk_raw_bytes"] = du(data)
         out["bytes_per_raw_sample"] = round(out["disk_raw_bytes"] / out["samples"], 2)
         t0 = time.perf_counter()
+        out["replay_points_per_query"] = replay_points(a.gpus)
         replay = replay_rules(base, end - a.days * 86400 - a.spare_hours * 3600, end, work, DASHBOARD_RECORDS,
-                              points_per_query=replay_points(a.gpus))  # fmt: skip
+                              points_per_query=out["replay_points_per_query"])  # fmt: skip
         out["rules_s"] = round(time.perf_counter() - t0, 1)
         out["rules_s_each"] = replay["seconds"]
         out["vmalert_peak_rss_bytes"] = replay["peak_rss_bytes"]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.fleet_scale import replay_points
 from tests.support.prometheus import DASHBOARD_RECORDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +49,7 @@ def test_keep_builds_a_store_with_its_figures(kept: Path) -> None:
         assert vm[key] > 0, key
     assert vm["disk_bytes"] > vm["disk_raw_bytes"]
     assert set(vm["rules_s_each"]) == set(DASHBOARD_RECORDS)
+    assert vm["replay_points_per_query"] == 1000  # vmalert's default for a small fleet
     # every rule evaluated every minute over the whole window, no evaluation written twice
     minutes = int((DAYS * 86400 + built["spare_hours"] * 3600) // 60)
     sm = vm["recorded"]["gpulens:gpu_sm_active:ratio_avg5m"]
@@ -83,10 +83,3 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path: Path, args: list[str], flag:
     run = bench(*(a.format(tmp=tmp_path) for a in args))
     assert run.returncode == 2
     assert flag in run.stderr
-
-
-def test_replay_queries_shrink_as_the_fleet_grows() -> None:
-    assert replay_points(250) == 1000
-    assert replay_points(1000) == 500
-    assert replay_points(10_000) == 50
-    assert replay_points(1_000_000) == 50
