@@ -3,15 +3,26 @@ the dashboard's page loads at 24 h and 7 d, the advisor's run over the week, the
 memory.
 
     .venv/bin/python -m bench.fleet_scale --gpus 500 --store victoriametrics --store prometheus
-    .venv/bin/python -m bench.fleet_scale --gpus 2000 --store victoriametrics --runs 3
+    .venv/bin/python -m bench.fleet_scale --gpus 10000 --spare-hours 12 --keep /tmp/fleet10k
+    .venv/bin/python -m bench.fleet_scale --reuse /tmp/fleet10k --runs 3
 
-Per store: scripts/backfill_fleet.py writes the history (``--days`` + 1 h, ending an hour from now so
-instant queries find samples while the bench runs) every ``--interval`` s, 8 GPUs a node, nodes
-split over ``--clusters`` clusters. VictoriaMetrics imports it (/api/v1/import/prometheus) and
-vmalert's replay records the three rules the pages read (every minute, over the whole history);
-Prometheus gets promtool blocks (one block, as a compacted TSDB holds a week) and ``promtool tsdb
-create-blocks-from rules`` the same rules. Disk is the data directory after the raw import (bytes per
-raw sample) and after the rules; memory is the store's peak resident set (VmHWM) over the run.
+The history: scripts/backfill_fleet.py, ``--days`` + ``--spare-hours`` (default 1) every
+``--interval`` s ending ``--spare-hours`` from now (so instant queries find samples while the bench
+runs), 8 GPUs a node, nodes split over ``--clusters`` clusters. VictoriaMetrics gets it straight from
+the script's pipe in its native import format (``--format vm-json`` into /api/v1/import: no file,
+the same samples as the OpenMetrics, tests/test_fleet_import.py) and vmalert's replay records the
+rules the pages read (every minute, over the whole history; evaluations per range query shrink as
+the fleet grows, to bound vmalert's memory). Prometheus gets the OpenMetrics file as promtool blocks
+(one block, as a compacted TSDB holds a week) and ``promtool tsdb create-blocks-from rules`` the
+same rules. Disk is the data directory after the raw import (bytes per raw sample) and after the
+rules; memory is the store's peak resident set (VmHWM) while it serves the timing and, for
+VictoriaMetrics, during the build (with vmalert's and the generator's).
+
+Build and timing can run apart: ``--keep DIR`` only builds the VictoriaMetrics store into
+``DIR/vm-data`` and writes ``DIR/build.json`` (samples, import and rule seconds, disk, peak
+memory, the recorded samples per rule); ``--reuse DIR`` starts VictoriaMetrics on it and times the
+advisor and the pages, while "now" is within the history's last ``--spare-hours``. Without either,
+one run builds each ``--store`` in a temporary directory, times, and throws it away.
 
 Page loads: ``python -m dashboard --prometheus STORE`` in headless Chromium, each page at
 ``?range=24h`` and ``?range=7d``, a new browser context per load, timed to the footer and every chart
@@ -48,7 +59,7 @@ from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, prometheus_binary
-from tests.support.victoriametrics import SERVER_FLAGS, binary, force_flush, import_openmetrics, replay_rules
+from tests.support.victoriametrics import SERVER_FLAGS, binary, force_flush, import_json_stream, query, replay_rules
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_PAGES = (*PAGES, ("Right-sizing", "rightsizing", 0))
@@ -69,37 +80,114 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
+def history_args(a: argparse.Namespace, end: float) -> list[str]:
+    """scripts/backfill_fleet.py's arguments for the bench's fleet: ``--days`` plus ``--spare-hours``
+    ending at ``end``, 8 GPUs a node."""
+    hours = a.days * 24 + a.spare_hours
+    return [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
+            str(max(1, a.gpus // 8)), "--clusters", str(a.clusters), "--hours", f"{hours:g}", "--interval",
+            str(a.interval), "--end", f"{end:.0f}"]  # fmt: skip
+
+
 def write_history(a: argparse.Namespace, om: Path, end: float) -> int:
-    """The fleet's OpenMetrics history; returns the samples written (from the script's report)."""
-    hours = a.days * 24 + 1
-    run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
-         str(max(1, a.gpus // 8)), "--clusters", str(a.clusters), "--hours", str(hours), "--interval",
-         str(a.interval), "--end", f"{end:.0f}", "--out", str(om)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+    """The fleet's OpenMetrics history (for promtool); returns the samples written (from the script's report)."""
+    run = subprocess.run([*history_args(a, end), "--out", str(om)], check=True, capture_output=True, text=True)
     return int(run.stderr.split()[0])
 
 
-@contextmanager
-def victoriametrics(a: argparse.Namespace, om: Path, tmp: Path, end: float, out: dict[str, Any]) -> Iterator[str]:
-    data, port = tmp / "vm-data", free_port()
+def build_victoriametrics(a: argparse.Namespace, data: Path, work: Path, end: float) -> dict[str, Any]:
+    """Fill a VictoriaMetrics data directory ``data`` with the fleet's history and the recorded
+    rules, then stop it; return the build's figures. The history goes straight from
+    scripts/backfill_fleet.py (``--format vm-json``, a pipe) into ``/api/v1/import``: no file."""
+    out: dict[str, Any] = {}
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     argv = [binary("victoria-metrics"), f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}", *SERVER_FLAGS]
-    with managed_process(argv, f"{base}/health", log=tmp / "vm.log", timeout=120) as proc:
+    with managed_process(argv, f"{base}/health", log=work / "vm-build.log", timeout=120) as proc:
         t0 = time.perf_counter()
-        import_openmetrics(base, om)
+        with tempfile.TemporaryFile() as err:
+            gen = subprocess.Popen([*history_args(a, end), "--format", "vm-json", "--out", "-"],
+                                   stdout=subprocess.PIPE, stderr=err)  # fmt: skip
+            try:
+                assert gen.stdout is not None
+                out["series"] = import_json_stream(base, gen.stdout)
+                gen.stdout.close()
+                _pid, status, usage = os.wait4(gen.pid, 0)
+            except BaseException:
+                gen.kill()
+                gen.wait()
+                raise
+            gen.returncode = os.waitstatus_to_exitcode(status)
+            err.seek(0)
+            report = err.read().decode(errors="replace")
+            if gen.returncode != 0:
+                raise RuntimeError(f"backfill_fleet.py failed:\n{report[-4000:]}")
+        out["samples"] = int(report.split()[0])
         out["import_s"] = round(time.perf_counter() - t0, 1)
+        out["generator_peak_rss_bytes"] = usage.ru_maxrss * 1024
         urllib_get(f"{base}/internal/force_merge")
         time.sleep(5)  # the merge runs in the background
         out["disk_raw_bytes"] = du(data)
+        out["bytes_per_raw_sample"] = round(out["disk_raw_bytes"] / out["samples"], 2)
         t0 = time.perf_counter()
-        replay_rules(base, end - a.days * 86400 - 3600, end, tmp, DASHBOARD_RECORDS)
+        out["replay_points_per_query"] = replay_points(a.gpus)
+        replay = replay_rules(base, end - a.days * 86400 - a.spare_hours * 3600, end, work, DASHBOARD_RECORDS,
+                              points_per_query=out["replay_points_per_query"])  # fmt: skip
         out["rules_s"] = round(time.perf_counter() - t0, 1)
+        out["rules_s_each"] = replay["seconds"]
+        out["vmalert_peak_rss_bytes"] = replay["peak_rss_bytes"]
         force_flush(base)
+        out["recorded"] = recorded_samples(base, end, a.days * 86400 + a.spare_hours * 3600)
         out["disk_bytes"] = du(data)
+        out["build_peak_rss_bytes"] = peak_rss(proc.pid)
+    return out
+
+
+def replay_points(gpus: int) -> int:
+    """Evaluations per vmalert range query for a fleet of ``gpus``: about 500,000 / GPUs (the
+    per-class boundness rule's answer, 6 series a GPU, stays near 3 M points: under a GB in vmalert
+    and in VictoriaMetrics at any size), between 50 and vmalert's default 1,000."""
+    return max(50, min(1000, 500_000 // gpus))
+
+
+def recorded_samples(base: str, end: float, window_s: float) -> dict[str, dict[str, int]]:
+    """Per recorded rule: its series, samples, and the fewest and most samples of one series over
+    the replayed window. Raises unless every series has one sample per evaluation (a minute), never
+    two, and every series of a rule whose inputs never end (all but the pods') has all of them:
+    vmalert writes some twice or drops some without failing."""
+    minutes = int(window_s // 60)
+    out = {}
+    for record in DASHBOARD_RECORDS:
+        per = f"count_over_time({record}[{window_s:.0f}s])"
+        row = {}
+        for key, expr in (("series", f"count({per})"), ("samples", f"sum({per})"), ("min_per_series", f"min({per})"),
+                          ("max_per_series", f"max({per})")):  # fmt: skip
+            got = query(base, expr, at=end, timeout=600)
+            row[key] = int(float(got[0]["value"][1])) if got else 0
+        fewest = row["max_per_series"] if record == "gpulens:pod_gpu_wasted:gpus" else row["min_per_series"]
+        if row["max_per_series"] > minutes or fewest < minutes:
+            raise RuntimeError(f"{record}: {row} for {minutes} evaluations (one per minute)")
+        out[record] = row
+    return out
+
+
+@contextmanager
+def serve_victoriametrics(data: Path, work: Path, out: dict[str, Any]) -> Iterator[str]:
+    """VictoriaMetrics on the data directory ``data``; its peak resident set lands in ``out``."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    argv = [binary("victoria-metrics"), f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}", *SERVER_FLAGS]
+    with managed_process(argv, f"{base}/health", log=work / "vm.log", timeout=300) as proc:
         yield base
         out["peak_rss_bytes"] = peak_rss(proc.pid)
+
+
+@contextmanager
+def victoriametrics(a: argparse.Namespace, work: Path, end: float, out: dict[str, Any]) -> Iterator[str]:
+    """The one-shot mode: build, then serve."""
+    out.update(build_victoriametrics(a, work / "vm-data", work, end))
+    with serve_victoriametrics(work / "vm-data", work, out) as base:
+        yield base
 
 
 @contextmanager
@@ -112,7 +200,7 @@ def prometheus(a: argparse.Namespace, om: Path, tmp: Path, end: float, out: dict
     out["import_s"] = round(time.perf_counter() - t0, 1)
     out["disk_raw_bytes"] = du(data)
     t0 = time.perf_counter()
-    backfill_recording_rules(data, end - a.days * 86400 - 3600, end, tmp)
+    backfill_recording_rules(data, end - a.days * 86400 - a.spare_hours * 3600, end, tmp)
     out["rules_s"] = round(time.perf_counter() - t0, 1)
     out["disk_bytes"] = du(data)
     (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
@@ -182,7 +270,12 @@ def report(paths: list[Path]) -> str:
     row("disk, raw (MiB)", lambda r, s: f"{r[s]['disk_raw_bytes'] / 2**20:.1f}")
     row("bytes per raw sample", lambda r, s: f"{r[s]['bytes_per_raw_sample']:g}")
     row("disk with the rules (MiB)", lambda r, s: f"{r[s]['disk_bytes'] / 2**20:.1f}")
-    row("peak memory (MiB)", lambda r, s: f"{r[s]['peak_rss_bytes'] / 2**20:.0f}")
+    row("recorded samples (rules)", lambda r, s: f"{sum(v['samples'] for v in r[s]['recorded'].values()) / 1e6:.1f} M"
+        if "recorded" in r[s] else "–")  # fmt: skip
+    row("peak memory, serving (MiB)", lambda r, s: f"{r[s]['peak_rss_bytes'] / 2**20:.0f}")
+    row("peak memory building: store / vmalert / generator (MiB)",
+        lambda r, s: f"{r[s]['build_peak_rss_bytes'] / 2**20:.0f} / {r[s]['vmalert_peak_rss_bytes'] / 2**20:.0f} / "
+        f"{r[s]['generator_peak_rss_bytes'] / 2**20:.0f}" if "build_peak_rss_bytes" in r[s] else "–")  # fmt: skip
     row("advisor, 7 days (s)", lambda r, s: f"**{r[s]['advisor']['median_s']:g}** ({r[s]['advisor']['max_s']:g})")
     row("load average (1 m) before / after", lambda r, s: f"{r['load_before'][0]:.1f} / {r[s]['load_after'][0]:.1f}")
     pages = [k for k in next((r[s].get("pages", {}) for r, s in cols), {})]
@@ -192,6 +285,82 @@ def report(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+BUILD_JSON = "build.json"
+"""The kept build's figures and fleet, next to its ``vm-data`` directory."""
+
+
+def keep(a: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """``--keep``: build the VictoriaMetrics store into ``root/vm-data`` and write ``root/build.json``."""
+    end = float(int(time.time() + a.spare_hours * 3600))
+    result: dict[str, Any] = {**fleet_of(a), "end": end, "load_before": os.getloadavg()}
+    vm = build_victoriametrics(a, root / "vm-data", root, end)
+    result["samples"] = vm["samples"]
+    result["victoriametrics"] = vm
+    result["load_after_build"] = os.getloadavg()
+    (root / BUILD_JSON).write_text(json.dumps(result, indent=2))
+    return result
+
+
+def fleet_of(a: argparse.Namespace) -> dict[str, Any]:
+    return {"gpus": a.gpus, "clusters": a.clusters, "days": a.days, "interval_s": a.interval,
+            "spare_hours": a.spare_hours}  # fmt: skip
+
+
+def reuse(p: argparse.ArgumentParser, a: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """``--reuse``: serve a kept store and time the advisor (and the pages)."""
+    try:
+        result: dict[str, Any] = json.loads((root / BUILD_JSON).read_text())
+    except (OSError, ValueError) as e:
+        p.error(f"--reuse {root}: no readable {BUILD_JSON} of a --keep build ({e})")
+    now, end = time.time(), result["end"]
+    if not end - result["spare_hours"] * 3600 <= now <= end:
+        p.error(
+            f"--reuse {root}: its history covers the last {result['days']:g} days only between "
+            f"{time.strftime('%H:%M', time.gmtime(end - result['spare_hours'] * 3600))} and "
+            f"{time.strftime('%H:%M UTC %Y-%m-%d', time.gmtime(end))}; build it again (--keep, --spare-hours)"
+        )
+    result["runs"] = a.runs
+    result["load_before_build"], result["load_before"] = result["load_before"], os.getloadavg()
+    out = result["victoriametrics"]
+    with serve_victoriametrics(root / "vm-data", root, out) as url:
+        out["advisor"] = time_advisor(url, a.runs, result["days"])
+        if not a.no_pages:
+            out["pages"] = time_pages(url, a.runs, root)
+        out["load_after"] = os.getloadavg()
+    return result
+
+
+def one_shot(a: argparse.Namespace, stores: list[str]) -> dict[str, Any]:
+    """Build every store in a temporary directory, time, throw the stores away."""
+    result: dict[str, Any] = {**fleet_of(a), "runs": a.runs, "load_before": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="gpulens-fleet-", dir=a.tmp) as tmp_s:
+        tmp = Path(tmp_s)
+        end = float(int(time.time() + a.spare_hours * 3600))
+        om = tmp / "fleet.om"
+        if "prometheus" in stores:  # promtool reads OpenMetrics; VictoriaMetrics gets the same samples as JSON
+            t0 = time.perf_counter()
+            result["samples"] = write_history(a, om, end)
+            result["openmetrics_bytes"] = om.stat().st_size
+            result["history_s"] = round(time.perf_counter() - t0, 1)
+        for name in stores:
+            out: dict[str, Any] = {}
+            result[name] = out
+            work = tmp / name
+            work.mkdir()
+            stack = (
+                victoriametrics(a, work, end, out) if name == "victoriametrics" else prometheus(a, om, work, end, out)
+            )
+            with stack as url:
+                result.setdefault("samples", out.get("samples"))
+                out["bytes_per_raw_sample"] = round(out["disk_raw_bytes"] / result["samples"], 2)
+                out["advisor"] = time_advisor(url, a.runs, a.days)
+                if not a.no_pages:
+                    out["pages"] = time_pages(url, a.runs, work)
+                out["load_after"] = os.getloadavg()
+            print(json.dumps({name: out}, indent=1), flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="fleet scale on VictoriaMetrics and Prometheus")
     p.add_argument("--report", nargs="+", type=Path, metavar="JSON", help="print tables from earlier runs' JSON")
@@ -199,45 +368,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clusters", type=int, default=4)
     p.add_argument("--days", type=float, default=7.0)
     p.add_argument("--interval", type=float, default=240.0, help="seconds between samples (< 300)")
+    p.add_argument("--spare-hours", type=float, default=1.0,
+                   help="history beyond --days, ending this far ahead: how long after the build its last "
+                        "--days are all there and 'now' still has samples")  # fmt: skip
     p.add_argument("--store", action="append", choices=("victoriametrics", "prometheus"))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-pages", action="store_true", help="skip the page loads (store and advisor only)")
+    p.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="only build the VictoriaMetrics store, into DIR (new or empty), with DIR/build.json",
+    )
+    p.add_argument("--reuse", type=Path, metavar="DIR", help="only time the advisor and pages on a --keep store")
     p.add_argument("--tmp", default=None, help="work directory (default: a temporary one)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.report:
         print(report(a.report))
         return 0
-    if not a.gpus or a.gpus < 1:
+    if a.keep and a.reuse:
+        p.error("--keep and --reuse: one or the other")
+    if (a.keep or a.reuse) and a.store and a.store != ["victoriametrics"]:
+        p.error("--store: --keep and --reuse are for VictoriaMetrics only")
+    if a.keep and a.keep.exists() and any(a.keep.iterdir()):
+        p.error(f"--keep {a.keep}: not empty")
+    if not a.reuse and (not a.gpus or a.gpus < 1):
         p.error("--gpus must be a positive number")
-    stores = a.store or ["victoriametrics"]
-    result: dict[str, Any] = {"gpus": a.gpus, "clusters": a.clusters, "days": a.days, "interval_s": a.interval,
-                              "runs": a.runs, "load_before": os.getloadavg()}  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="gpulens-fleet-", dir=a.tmp) as tmp_s:
-        tmp = Path(tmp_s)
-        om = tmp / "fleet.om"
-        end = float(int(time.time() + 3600))
-        t0 = time.perf_counter()
-        result["samples"] = write_history(a, om, end)
-        result["openmetrics_bytes"] = om.stat().st_size
-        result["history_s"] = round(time.perf_counter() - t0, 1)
-        for name in stores:
-            out: dict[str, Any] = {}
-            result[name] = out
-            work = tmp / name
-            work.mkdir()
-            stack = victoriametrics if name == "victoriametrics" else prometheus
-            with stack(a, om, work, end, out) as url:
-                out["bytes_per_raw_sample"] = round(out["disk_raw_bytes"] / result["samples"], 2)
-                out["advisor"] = time_advisor(url, a.runs, a.days)
-                if not a.no_pages:
-                    out["pages"] = time_pages(url, a.runs, work)
-                out["load_after"] = os.getloadavg()
-            print(json.dumps({name: out}, indent=1), flush=True)
-    path = Path(a.out or REPO / "artifacts" / "fleet" / f"scale-{a.gpus}.json")
+    if a.spare_hours <= 0:
+        p.error("--spare-hours must be positive")
+    if a.keep:
+        a.keep.mkdir(parents=True, exist_ok=True)
+        built = keep(a, a.keep)
+        print(json.dumps(built, indent=1))
+        print(f"kept: {a.keep / 'vm-data'}; time it with --reuse {a.keep} until "
+              f"{time.strftime('%H:%M UTC %Y-%m-%d', time.gmtime(built['end']))}")  # fmt: skip
+        return 0
+    stores = ["victoriametrics"] if a.reuse else a.store or ["victoriametrics"]
+    result = reuse(p, a, a.reuse) if a.reuse else one_shot(a, stores)
+    path = Path(a.out or REPO / "artifacts" / "fleet" / f"scale-{result['gpus']}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
-    print(f"{a.gpus} GPUs, {a.clusters} clusters, {a.days:g} d every {a.interval:g} s: {result['samples']} samples")
+    print(f"{result['gpus']} GPUs, {result['clusters']} clusters, {result['days']:g} d every "
+          f"{result['interval_s']:g} s: {result['samples']} samples")  # fmt: skip
     for name in stores:
         r = result[name]
         print(f"{name}: disk {r['disk_bytes'] / 2**20:.0f} MiB ({r['bytes_per_raw_sample']} B/raw sample), "

@@ -1,25 +1,33 @@
-"""Write an OpenMetrics file of a simulated GPU fleet's history, for Prometheus backfilling.
+"""Write a simulated GPU fleet's history: OpenMetrics for Prometheus backfilling, or the same samples
+in VictoriaMetrics' native import format.
 
-``promtool tsdb create-blocks-from openmetrics FILE DIR`` turns it into TSDB blocks; a Prometheus
-started on DIR then serves the history (the dashboard's scale test and bench/dashboard_scale.py).
+``promtool tsdb create-blocks-from openmetrics FILE DIR`` turns the OpenMetrics file into TSDB blocks;
+a Prometheus started on DIR then serves the history (the dashboard's scale test and
+bench/dashboard_scale.py). ``--format vm-json`` writes one JSON line per series for
+VictoriaMetrics' ``/api/v1/import`` (tests/support/victoriametrics.py:import_json_stream): about a
+tenth of the text, and no per-sample parsing on our side (bench/fleet_scale.py streams it).
 Series and labels are the exporter's (exporter.metrics) plus the target labels Prometheus would
 add (instance, job, cluster, node). Deterministic for a seed; the last sample is at ``--end``.
 
     python scripts/backfill_fleet.py --gpus 1000 --nodes 125 --hours 24 --out fleet.om
+    python scripts/backfill_fleet.py --gpus 1000 --nodes 125 --hours 24 --format vm-json --out - | ...
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 
-from dashboard.openmetrics import OpenMetricsHistory
+from dashboard.openmetrics import TARGET_LABELS, OpenMetricsHistory
+from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
 
 NAMESPACES = ("ml-training", "inference", "research", "notebooks", "batch")
@@ -101,18 +109,23 @@ def boundness(sm: np.ndarray, util: np.ndarray, dram: np.ndarray, pipe: np.ndarr
     return cls
 
 
-def write_openmetrics(
-    out: TextIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
-) -> int:
-    """Write the fleet's history; return the number of samples written."""
+Series = tuple[str, dict[str, str], list[str | None]]
+"""One series of the history: metric name, labels (target labels included), formatted values
+(``None`` = no sample at that step)."""
+
+
+def fleet_series(
+    gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
+) -> tuple[list[str], Iterator[Series]]:
+    """The fleet's history: the Unix times (s, formatted) of every step, and every series, one
+    metric's series together (as OpenMetrics wants them). Both writers below read this one
+    stream, so the OpenMetrics file and the VictoriaMetrics import hold the same samples."""
     fleet = make_fleet(gpus, nodes, seed, clusters)
     steps = int(hours * 3600 // interval_s) + 1
     t = end - interval_s * np.arange(steps - 1, -1, -1, dtype=float)
     stamps = [f"{x:.0f}" for x in t]
     rng = np.random.default_rng(seed + 1)
     acts = [activity(g, t, rng) for g in fleet]
-    classes = [boundness(a["sm"], a["util"], a["dram"], a["pipe"]) for a in acts]
-    history = OpenMetricsHistory(out)
 
     def target(g: Gpu) -> dict[str, str]:
         return {
@@ -122,42 +135,90 @@ def write_openmetrics(
             "node": f"node-{g.node:03d}",
         }
 
-    for node in sorted({(g.cluster, g.node) for g in fleet}):
-        first = next(g for g in fleet if g.node == node[1])
-        history.series("gpulens_up", target(first), ["1"] * steps, stamps)
-    for g in fleet:
-        info = {**target(g), "gpu": str(g.index), "uuid": g.uuid, "name": "NVIDIA H200", "mig_mode": "disabled"}
-        history.series("gpulens_gpu_info", {**info, "driver_version": "580.159.04"}, ["1"] * steps, stamps)
-    for name, key in (
-        ("gpulens_gpu_sm_active_ratio", "sm"),
-        ("gpulens_gpu_utilization_ratio", "util"),
-        ("gpulens_gpu_dram_active_ratio", "dram"),
-        ("gpulens_gpu_pipe_active_max_ratio", "pipe"),
-    ):
+    def series() -> Iterator[Series]:
+        ones: list[str | None] = ["1"] * steps
+        for node in sorted({(g.cluster, g.node) for g in fleet}):
+            first = next(g for g in fleet if g.node == node[1])
+            yield "gpulens_up", target(first), ones
+        for g in fleet:
+            info = {**target(g), "gpu": str(g.index), "uuid": g.uuid, "name": "NVIDIA H200", "mig_mode": "disabled"}
+            yield "gpulens_gpu_info", {**info, "driver_version": "580.159.04"}, ones
+        for name, key in (
+            ("gpulens_gpu_sm_active_ratio", "sm"),
+            ("gpulens_gpu_utilization_ratio", "util"),
+            ("gpulens_gpu_dram_active_ratio", "dram"),
+            ("gpulens_gpu_pipe_active_max_ratio", "pipe"),
+        ):
+            for g, a in zip(fleet, acts, strict=True):
+                yield name, {**target(g), "gpu": str(g.index), "uuid": g.uuid}, [f"{v:.4g}" for v in a[key]]
         for g, a in zip(fleet, acts, strict=True):
-            labels = {**target(g), "gpu": str(g.index), "uuid": g.uuid}
-            history.series(name, labels, [f"{v:.4g}" for v in a[key]], stamps)
-    for g, cls in zip(fleet, classes, strict=True):
-        for ci, cname in enumerate(CLASSES):
-            values = ["1" if c == ci else "0" for c in cls]
-            labels = {**target(g), "class": cname, "gpu": str(g.index), "uuid": g.uuid}
-            history.series("gpulens_gpu_boundness", labels, values, stamps)
-    for g, a in zip(fleet, acts, strict=True):
-        if not g.namespace:
-            continue
-        last = int(a["held"].nonzero()[0].max()) + 1
-        labels = {
-            **target(g),
-            "container": "main",
-            "namespace": g.namespace,
-            "pod": f"{g.workload}-{g.index}",
-            "resource": "nvidia.com/gpu",
-            "uuid": g.uuid,
-            "workload": g.workload,
-            "workload_kind": g.workload_kind,
-        }
-        history.series("gpulens_pod_gpu_allocation", labels, ["1"] * last + [None] * (steps - last), stamps)
+            cls = boundness(a["sm"], a["util"], a["dram"], a["pipe"])
+            for ci, cname in enumerate(CLASSES):
+                values: list[str | None] = np.where(cls == ci, "1", "0").tolist()
+                labels = {**target(g), "class": cname, "gpu": str(g.index), "uuid": g.uuid}
+                yield "gpulens_gpu_boundness", labels, values
+        for g, a in zip(fleet, acts, strict=True):
+            if not g.namespace:
+                continue
+            last = int(a["held"].nonzero()[0].max()) + 1
+            labels = {
+                **target(g),
+                "container": "main",
+                "namespace": g.namespace,
+                "pod": f"{g.workload}-{g.index}",
+                "resource": "nvidia.com/gpu",
+                "uuid": g.uuid,
+                "workload": g.workload,
+                "workload_kind": g.workload_kind,
+            }
+            yield "gpulens_pod_gpu_allocation", labels, ["1"] * last + [None] * (steps - last)
+
+    return stamps, series()
+
+
+def write_openmetrics(
+    out: TextIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
+) -> int:
+    """Write the fleet's history as OpenMetrics (for promtool); return the number of samples written."""
+    stamps, series = fleet_series(gpus, nodes, hours, interval_s, end, seed, clusters)
+    history = OpenMetricsHistory(out)
+    for name, labels, values in series:
+        history.series(name, labels, values, stamps)
     return history.close()
+
+
+def write_vm_json(
+    out: BinaryIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
+) -> int:
+    """Write the same history as :func:`write_openmetrics` in VictoriaMetrics' native import format
+    (``/api/v1/import``): one JSON line per series with its values and its timestamps in
+    milliseconds; return the number of samples written. Values keep their OpenMetrics text, so the
+    stored floats are the same; labels with an empty value are left out, as in OpenMetrics."""
+    stamps, series = fleet_series(gpus, nodes, hours, interval_s, end, seed, clusters)
+    millis = [f"{s}000" for s in stamps]
+    all_millis = ",".join(millis)
+    checked: set[str] = set()
+    samples = 0
+    for name, labels, values in series:
+        if name not in checked:
+            check_labels(name, labels)
+            checked.add(name)
+        metric = json.dumps({"__name__": name, **{k: v for k, v in sorted(labels.items()) if v}})
+        kept = [i for i, v in enumerate(values) if v is not None]
+        if len(kept) == len(values):
+            vals, times = ",".join(v for v in values if v is not None), all_millis
+        else:
+            vals, times = ",".join(str(values[i]) for i in kept), ",".join(millis[i] for i in kept)
+        out.write(f'{{"metric":{metric},"values":[{vals}],"timestamps":[{times}]}}\n'.encode())
+        samples += len(kept)
+    return samples
+
+
+def check_labels(name: str, labels: dict[str, str]) -> None:
+    """Refuse a metric or label the exporter does not export (the OpenMetrics writer's check)."""
+    unknown = set(labels) - set(spec(name).labels) - TARGET_LABELS
+    if unknown:
+        raise ValueError(f"{name} has no label {sorted(unknown)}; its labels are {spec(name).labels}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,12 +230,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--end", type=float, default=None, help="Unix time of the last sample (default: now)")
     p.add_argument("--clusters", type=int, default=2, help="clusters the nodes are split over (prod-a, prod-b, ...)")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--out", required=True, help="OpenMetrics file to write ('-' = stdout)")
+    p.add_argument("--out", required=True, help="file to write ('-' = stdout)")
+    p.add_argument(
+        "--format",
+        choices=("openmetrics", "vm-json"),
+        default="openmetrics",
+        help="openmetrics (promtool's backfill) or vm-json (VictoriaMetrics' /api/v1/import)",
+    )
     a = p.parse_args(argv)
     end = float(int(a.end if a.end is not None else time.time()))
     started = time.perf_counter()
-    with open(a.out, "w") if a.out != "-" else sys.stdout as out:
-        n = write_openmetrics(out, a.gpus, a.nodes, a.hours, a.interval, end, a.seed, a.clusters)
+    args = (a.gpus, a.nodes, a.hours, a.interval, end, a.seed, a.clusters)
+    if a.format == "openmetrics":
+        with open(a.out, "w") if a.out != "-" else sys.stdout as out:
+            n = write_openmetrics(out, *args)
+    else:
+        with open(a.out, "wb") if a.out != "-" else sys.stdout.buffer as bout:
+            n = write_vm_json(bout, *args)
     print(
         f"{n} samples, {a.gpus} GPUs on {a.nodes} nodes in {a.clusters} clusters, {a.hours:g} h every {a.interval:g} s "
         f"in {time.perf_counter() - started:.1f} s",

@@ -11,6 +11,8 @@ replay mode (:func:`replay_rules`): what a vmalert that ran all along would have
 from __future__ import annotations
 
 import json
+import os
+import queue
 import shutil
 import subprocess
 import tempfile
@@ -22,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import yaml
@@ -32,12 +34,19 @@ from tests.support.process import managed_process
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rules" / "gpulens.rules.yml"
 IMPORT_CHUNK_BYTES = 8 << 20
-"""Bytes of exposition text per import request (VictoriaMetrics streams it; this bounds our memory)."""
+"""Bytes of text per import request (VictoriaMetrics streams it; this bounds our memory)."""
 SERVER_FLAGS = (
     # the default (30 s) hides the newest samples of a query near "now"; tests read seconds-old data
     "-search.latencyOffset=1s",
     # backfilled history lands behind data already queried: never answer from a stale cache
     "-search.disableCache",
+    # vmalert's replay evaluates the instant between two of its range queries twice: keep one sample
+    # per timestamp, as a vmalert that ran all along writes one per evaluation (no two samples of a
+    # series, raw or recorded, are meant to share a millisecond)
+    "-dedup.minScrapeInterval=1ms",
+    # vmalert sends what is left in its queue when a replay ends as one request: at 10,000 GPUs more
+    # than the default 32 MB, which VictoriaMetrics refuses (and vmalert then drops the samples)
+    "-maxInsertRequestSize=512MB",
     "-retentionPeriod=1y",
     "-loggerLevel=WARN",
 )
@@ -172,6 +181,57 @@ def import_openmetrics(base: str, path: Path, extra_labels: dict[str, str] | Non
     return sent
 
 
+def import_json_stream(base: str, stream: IO[bytes], chunk_bytes: int = IMPORT_CHUNK_BYTES) -> int:
+    """Load series in VictoriaMetrics' native import format (``/api/v1/import``: one JSON line per
+    series, ``{"metric": {...}, "values": [...], "timestamps": [ms...]}``) from ``stream`` (a file,
+    or the pipe from ``scripts/backfill_fleet.py --format vm-json``) into VictoriaMetrics at
+    ``base``; return the series sent. Requests of about ``chunk_bytes`` (whole lines) go out from a
+    second thread while the next chunk is read: at most three chunks in memory, and the writer at
+    the pipe's other end keeps generating while VictoriaMetrics ingests. The data is flushed so the
+    next query sees it."""
+    url = f"{base}/api/v1/import"
+    pending: queue.Queue[bytes | None] = queue.Queue(maxsize=1)
+    failed: list[BaseException] = []
+
+    def sender() -> None:
+        while (body := pending.get()) is not None:
+            if failed:
+                continue
+            try:
+                req = urllib.request.Request(url, data=body, method="POST")
+                with urllib.request.urlopen(req, timeout=600) as resp:
+                    if resp.status not in (200, 204):
+                        raise RuntimeError(f"import into {base} answered HTTP {resp.status}")
+            except BaseException as e:  # re-raised in the caller's thread
+                failed.append(e)
+
+    thread = threading.Thread(target=sender, name="vm-import", daemon=True)
+    thread.start()
+    series, size = 0, 0
+    chunk: list[bytes] = []
+    try:
+        for line in stream:
+            if not line.strip():
+                continue
+            chunk.append(line)
+            size += len(line)
+            series += 1
+            if size >= chunk_bytes:
+                pending.put(b"".join(chunk))
+                chunk, size = [], 0
+                if failed:
+                    break
+        if chunk and not failed:
+            pending.put(b"".join(chunk))
+    finally:
+        pending.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
+    force_flush(base)
+    return series
+
+
 def force_flush(base: str) -> None:
     """Make everything ingested so far searchable now (VictoriaMetrics otherwise takes ~1 s)."""
     with urllib.request.urlopen(f"{base}/internal/force_flush", timeout=60) as resp:
@@ -194,34 +254,67 @@ def rule_groups(records: Sequence[str] | None = None, alerts: bool = False) -> l
     return out
 
 
+REPLAY_FLAGS = (
+    # recorded series go back in batches of this many, by two writers (one pushes while the next
+    # query runs). The queue holds series, one per answered series and query: it must take at least
+    # one query's answer, or vmalert drops what does not fit ("queue is full")
+    "-remoteWrite.maxBatchSize=10000",
+    "-remoteWrite.concurrency=2",
+    "-remoteWrite.maxQueueSize=1000000",
+)
+"""vmalert flags of :func:`replay_rules` besides the data sources, the window and the points per query."""
+
+
 def replay_rules(
-    base: str, start: float, end: float, work: Path, records: Sequence[str] | None = None, interval_s: float = 60.0
-) -> None:
+    base: str,
+    start: float,
+    end: float,
+    work: Path,
+    records: Sequence[str] | None = None,
+    interval_s: float = 60.0,
+    points_per_query: int = 1000,
+    flags: Sequence[str] = REPLAY_FLAGS,
+) -> dict[str, Any]:
     """Evaluate recording rules of deploy/rules/gpulens.rules.yml (``records``; all if None) every
     ``interval_s`` over [start, end] with ``vmalert``'s replay mode, writing the results into the
     VictoriaMetrics at ``base``: the same role as promtool's ``tsdb create-blocks-from rules`` for
     Prometheus. One rule per replay, in file order, flushed in between, so a rule that reads another
-    rule's output finds all of it."""
+    rule's output finds all of it. A range query covers ``points_per_query`` evaluations: vmalert
+    holds a query's whole answer (series x points), so this bounds its memory and VictoriaMetrics'
+    (vmalert's default is 1,000). Returns ``{"seconds": {rule: s}, "peak_rss_bytes": n}``: each
+    replay's wall time and the largest resident set of a vmalert."""
     vmalert = binary("vmalert")
+    seconds: dict[str, float] = {}
+    peak = 0
     for group in rule_groups(records):
         for rule in group["rules"]:
             rules = work / "replay-rules.yml"
             rules.write_text(yaml.safe_dump({"groups": [{"name": group["name"], "interval": f"{interval_s:g}s",
                                                          "rules": [rule]}]}))  # fmt: skip
-            run = subprocess.run(
-                [vmalert, f"-rule={rules}", f"-datasource.url={base}", f"-remoteWrite.url={base}",
-                 # the range query's step (default 5m): one evaluation per interval, as a live vmalert
-                 f"-datasource.queryStep={interval_s:g}s",
-                 f"-replay.timeFrom={_rfc3339(start)}", f"-replay.timeTo={_rfc3339(end)}",
-                 "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-remoteWrite.flushInterval=100ms",
-                 "-loggerLevel=ERROR"],
-                capture_output=True, text=True, timeout=1800,
-            )  # fmt: skip
-            if run.returncode != 0:
-                raise RuntimeError(
-                    f"vmalert replay of {rule['record']} failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-                )
+            argv = [vmalert, f"-rule={rules}", f"-datasource.url={base}", f"-remoteWrite.url={base}",
+                    # the range query's step (default 5m): one evaluation per interval, as a live vmalert
+                    f"-datasource.queryStep={interval_s:g}s",
+                    f"-replay.timeFrom={_rfc3339(start)}", f"-replay.timeTo={_rfc3339(end)}",
+                    "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-remoteWrite.flushInterval=100ms",
+                    f"-replay.maxDatapointsPerQuery={points_per_query}", "-loggerLevel=ERROR", *flags]  # fmt: skip
+            t0 = time.perf_counter()
+            with tempfile.TemporaryFile() as log:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+                try:
+                    _pid, status, usage = os.wait4(proc.pid, 0)  # its resource usage, peak memory included
+                except BaseException:
+                    proc.kill()
+                    proc.wait()
+                    raise
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                if proc.returncode != 0:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-4000:]
+                    raise RuntimeError(f"vmalert replay of {rule['record']} failed:\n{tail}")
+            seconds[rule["record"]] = round(time.perf_counter() - t0, 1)
+            peak = max(peak, usage.ru_maxrss * 1024)
             force_flush(base)
+    return {"seconds": seconds, "peak_rss_bytes": peak}
 
 
 def query(base: str, promql: str, at: float | None = None, timeout: float = 30.0) -> list[dict[str, Any]]:
