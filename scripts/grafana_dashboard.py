@@ -229,7 +229,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "GPU memory per pod",
                 "timeseries",
-                (_t(f"sum by (cluster, namespace, pod) (gpulens_pod_gpu_memory_used_bytes{{{POD}}})", "{{cluster}} {{namespace}}/{{pod}}"),),
+                (
+                    _t(
+                        f"sum by (cluster, namespace, pod) (gpulens_pod_gpu_memory_used_bytes{{{POD}}})",
+                        "{{cluster}} {{namespace}}/{{pod}}",
+                    ),
+                ),
                 unit="bytes",
                 width=12,
             ),
