@@ -147,6 +147,14 @@ def _to_milliseconds(line: str) -> str:
     return f"{head} {round(seconds * 1000)}\n"
 
 
+def _post(base: str, url: str, body: bytes, timeout: float) -> None:
+    """POST one import request to VictoriaMetrics at ``base``; anything but 200/204 raises."""
+    req = urllib.request.Request(url, data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        if resp.status not in (200, 204):
+            raise RuntimeError(f"import into {base} answered HTTP {resp.status}")
+
+
 def import_openmetrics(base: str, path: Path, extra_labels: dict[str, str] | None = None) -> int:
     """Load an OpenMetrics history file (every sample with a timestamp in seconds, as promtool's
     backfill reads it) into VictoriaMetrics at ``base``; return the samples sent. Comments and
@@ -160,10 +168,7 @@ def import_openmetrics(base: str, path: Path, extra_labels: dict[str, str] | Non
     def flush() -> None:
         nonlocal chunk, size
         if chunk:
-            req = urllib.request.Request(url, data="".join(chunk).encode(), method="POST")
-            with urllib.request.urlopen(req, timeout=300) as resp:
-                if resp.status not in (200, 204):
-                    raise RuntimeError(f"import into {base} answered HTTP {resp.status}")
+            _post(base, url, "".join(chunk).encode(), timeout=300)
         chunk, size = [], 0
 
     with path.open() as f:
@@ -198,10 +203,7 @@ def import_json_stream(base: str, stream: IO[bytes], chunk_bytes: int = IMPORT_C
             if failed:
                 continue
             try:
-                req = urllib.request.Request(url, data=body, method="POST")
-                with urllib.request.urlopen(req, timeout=600) as resp:
-                    if resp.status not in (200, 204):
-                        raise RuntimeError(f"import into {base} answered HTTP {resp.status}")
+                _post(base, url, body, timeout=600)
             except BaseException as e:  # re-raised in the caller's thread
                 failed.append(e)
 
