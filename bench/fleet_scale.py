@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -220,22 +220,23 @@ def urllib_get(url: str) -> None:
         resp.read()
 
 
-def time_pages(store: str, runs: int, tmp: Path) -> dict[str, dict[str, float]]:
-    """Median (and max) first-load seconds per page and range."""
+def time_pages(store: str, runs: int, tmp: Path, only: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+    """Median (and max) first-load seconds per page and range (``only``: these page titles)."""
     from playwright.sync_api import sync_playwright
 
     port = free_port()
     dash = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "dashboard", "--prometheus", store, "--port", str(port), "--address", "127.0.0.1",
             "--refresh", "0", "--timeout", "60", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
-    took: dict[tuple[str, str], list[float]] = {(t, r): [] for t, _, _ in ALL_PAGES for r in RANGES}
+    pages = [p for p in ALL_PAGES if not only or p[0] in only]
+    took: dict[tuple[str, str], list[float]] = {(t, r): [] for t, _, _ in pages for r in RANGES}
     with managed_process(argv, f"{dash}/_stcore/health", log=tmp / "dash.log", timeout=120), sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         first_load(browser, f"{dash}/?range=24h", "Fleet", 1)  # Streamlit's static files, not timed
         for _ in range(runs):
             time.sleep(11)  # past the 10 s query cache
             for rng in RANGES:
-                for title, path, charts in ALL_PAGES:
+                for title, path, charts in pages:
                     took[(title, rng)].append(first_load(browser, f"{dash}/{path}?range={rng}", title, charts))
         browser.close()
     return {
@@ -276,12 +277,13 @@ def report(paths: list[Path]) -> str:
     row("peak memory building: store / vmalert / generator (MiB)",
         lambda r, s: f"{r[s]['build_peak_rss_bytes'] / 2**20:.0f} / {r[s]['vmalert_peak_rss_bytes'] / 2**20:.0f} / "
         f"{r[s]['generator_peak_rss_bytes'] / 2**20:.0f}" if "build_peak_rss_bytes" in r[s] else "–")  # fmt: skip
-    row("advisor, 7 days (s)", lambda r, s: f"**{r[s]['advisor']['median_s']:g}** ({r[s]['advisor']['max_s']:g})")
+    row("advisor, 7 days (s)", lambda r, s: f"**{r[s]['advisor']['median_s']:g}** ({r[s]['advisor']['max_s']:g})"
+        if "advisor" in r[s] else "–")  # fmt: skip
     row("load average (1 m) before / after", lambda r, s: f"{r['load_before'][0]:.1f} / {r[s]['load_after'][0]:.1f}")
     pages = [k for k in next((r[s].get("pages", {}) for r, s in cols), {})]
     for page in pages:
         row(f"{page} (s)", lambda r, s, p=page: f"{r[s]['pages'][p]['median_s']:.2f} ({r[s]['pages'][p]['max_s']:.2f})"
-            if "pages" in r[s] else "–")  # fmt: skip
+            if p in r[s].get("pages", {}) else "–")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -323,9 +325,10 @@ def reuse(p: argparse.ArgumentParser, a: argparse.Namespace, root: Path) -> dict
     result["load_before_build"], result["load_before"] = result["load_before"], os.getloadavg()
     out = result["victoriametrics"]
     with serve_victoriametrics(root / "vm-data", root, out) as url:
-        out["advisor"] = time_advisor(url, a.runs, result["days"])
+        if not a.no_advisor:
+            out["advisor"] = time_advisor(url, a.runs, result["days"])
         if not a.no_pages:
-            out["pages"] = time_pages(url, a.runs, root)
+            out["pages"] = time_pages(url, a.runs, root, a.pages)
         out["load_after"] = os.getloadavg()
     return result
 
@@ -353,9 +356,10 @@ def one_shot(a: argparse.Namespace, stores: list[str]) -> dict[str, Any]:
             with stack as url:
                 result.setdefault("samples", out.get("samples"))
                 out["bytes_per_raw_sample"] = round(out["disk_raw_bytes"] / result["samples"], 2)
-                out["advisor"] = time_advisor(url, a.runs, a.days)
+                if not a.no_advisor:
+                    out["advisor"] = time_advisor(url, a.runs, a.days)
                 if not a.no_pages:
-                    out["pages"] = time_pages(url, a.runs, work)
+                    out["pages"] = time_pages(url, a.runs, work, a.pages)
                 out["load_after"] = os.getloadavg()
             print(json.dumps({name: out}, indent=1), flush=True)
     return result
@@ -374,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", action="append", choices=("victoriametrics", "prometheus"))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-pages", action="store_true", help="skip the page loads (store and advisor only)")
+    p.add_argument("--no-advisor", action="store_true", help="skip the advisor's timing")
+    p.add_argument("--pages", nargs="+", default=[], choices=[t for t, _, _ in ALL_PAGES], metavar="TITLE",
+                   help="time only these pages (titles, e.g. Fleet Efficiency)")  # fmt: skip
     p.add_argument(
         "--keep",
         type=Path,
@@ -413,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['interval_s']:g} s: {result['samples']} samples")  # fmt: skip
     for name in stores:
         r = result[name]
+        advisor = r.get("advisor", {}).get("median_s", "-")
         print(f"{name}: disk {r['disk_bytes'] / 2**20:.0f} MiB ({r['bytes_per_raw_sample']} B/raw sample), "
-              f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, advisor {r['advisor']['median_s']} s")  # fmt: skip
+              f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, advisor {advisor} s")  # fmt: skip
         for page, t in r.get("pages", {}).items():
             print(f"  {page:<18} {t['median_s']:>6.2f} s (max {t['max_s']:.2f})")
     print(f"load average before {result['load_before']}, json: {path}")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dashboard import prometheus_auth
-from dashboard.settings import ENV_PREFIX, DashboardSettings, parse_prices, to_env
+from dashboard.settings import DEFAULT_MAX_MARKS, ENV_PREFIX, DashboardSettings, parse_prices, to_env
 
 APP = Path(__file__).with_name("app.py")
 
@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", type=float, default=30.0, metavar="SECONDS", help="auto-refresh period; 0 = off")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per-query timeout")
     p.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
+    p.add_argument(
+        "--max-marks",
+        type=int,
+        default=DEFAULT_MAX_MARKS,
+        metavar="N",
+        help="most GPUs a chart draws a mark each for; above it the Fleet heatmap and the roofline show distributions",
+    )
     prometheus_auth.add_arguments(p, ENV_PREFIX)
     return p
 
@@ -49,6 +56,8 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
     """Validated settings; ValueError explains a bad flag."""
     if args.timeout <= 0 or args.scrape_interval <= 0 or args.refresh < 0:
         raise ValueError("--timeout and --scrape-interval must be > 0, --refresh >= 0")
+    if args.max_marks < 1:
+        raise ValueError(f"--max-marks must be at least 1, not {args.max_marks}")
     scrape = tuple(u.strip() for u in (args.scrape or "").split(",") if u.strip())
     if args.scrape is not None and not scrape:
         raise ValueError("--scrape needs at least one URL")
@@ -62,6 +71,7 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
         refresh_seconds=args.refresh,
         timeout_seconds=args.timeout,
         scrape_interval_seconds=args.scrape_interval,
+        max_marks=args.max_marks,
         prometheus_auth=auth,
     )
 

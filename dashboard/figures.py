@@ -117,9 +117,10 @@ def _times(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _time_x(df: pd.DataFrame) -> dict[str, Any]:
-    """The x encoding of a time chart: UTC, with dates on the ticks once the rows span a day."""
+    """The x encoding of a time chart: UTC, with dates on the ticks once the rows span a day and
+    seconds while they span half an hour or less (ticks a minute or less apart)."""
     span_ms = float(df["t"].max() - df["t"].min()) if len(df) else 0.0
-    fmt = "%m-%d %H:%M" if span_ms > 86_400_000 else "%H:%M"
+    fmt = "%m-%d %H:%M" if span_ms > 86_400_000 else "%H:%M" if span_ms > 1_800_000 else "%H:%M:%S"
     return {
         "field": "t",
         "type": "temporal",
@@ -155,9 +156,7 @@ def sm_heatmap(sm: pd.DataFrame) -> Chart:
     missing GPU stays blank (no cell), not 0. Clicking a cell opens its GPU."""
     if sm.empty:
         return empty_figure()
-    df = sm.assign(node=sm["node"] if "node" in sm.columns and sm["node"].any() else sm.get("instance", ""))
-    df = df.assign(gpu=df["gpu"] if "gpu" in df.columns else "", uuid=df["uuid"] if "uuid" in df.columns else "")
-    cells = df.groupby(["node", "gpu"], as_index=False, sort=False).agg(value=("value", "max"), uuid=("uuid", "first"))
+    cells = per_gpu_sm(sm)
     cells = cells.assign(label=[f"GPU {g}" for g in cells["gpu"]], mig_uuid="")
     columns = [f"GPU {g}" for g in sorted(set(cells["gpu"]), key=lambda g: (len(str(g)), str(g)))]
     nodes = sorted(set(cells["node"]))
@@ -190,6 +189,123 @@ def sm_heatmap(sm: pd.DataFrame) -> Chart:
     }
 
 
+BINS = 20
+"""Bins across 0..100 % in the distribution charts (5 % each)."""
+
+
+def _bin(values: pd.Series) -> pd.Series:
+    """Bin index 0..BINS-1 of ratios (1.0 and above in the last bin, below 0 in the first)."""
+    return (pd.to_numeric(values, errors="coerce").fillna(0.0) * BINS).astype(int).clip(0, BINS - 1)
+
+
+def per_gpu_sm(sm: pd.DataFrame) -> pd.DataFrame:
+    """One row per physical GPU (``node``, ``gpu``, ``uuid``, ``cluster``, ``value``): MIG
+    instances take their busiest, ``node`` falls back to ``instance``."""
+    df = sm.assign(node=sm["node"] if "node" in sm.columns and sm["node"].any() else sm.get("instance", ""))
+    df = df.assign(
+        gpu=df["gpu"] if "gpu" in df.columns else "",
+        uuid=df["uuid"] if "uuid" in df.columns else "",
+        cluster=df["cluster"] if "cluster" in df.columns else "",
+    )
+    return df.groupby(["node", "gpu"], as_index=False, sort=False).agg(
+        value=("value", "max"), uuid=("uuid", "first"), cluster=("cluster", "first")
+    )
+
+
+def sm_histogram(sm: pd.DataFrame) -> Chart:
+    """The Fleet heatmap's distribution form, for fleets too large for a cell each
+    (``--max-marks``, dashboard/settings.py): how many
+    GPUs have each 5 % band of SM activity, stacked by cluster."""
+    if sm.empty:
+        return empty_figure()
+    gpus = per_gpu_sm(sm)
+    gpus = gpus.assign(b=_bin(gpus["value"]), cluster=gpus["cluster"].fillna("").replace("", "(no cluster)"))
+    counts = gpus.groupby(["cluster", "b"], as_index=False).size().rename(columns={"size": "gpus"})
+    counts = counts.assign(lo=counts["b"] / BINS, hi=(counts["b"] + 1) / BINS)
+    counts = counts.assign(band=[f"{lo:.0%}-{hi:.0%}" for lo, hi in zip(counts["lo"], counts["hi"], strict=True)])
+    return {
+        **_data(rows(counts, ["cluster", "lo", "hi", "band", "gpus"])),
+        "mark": {"type": "bar", "binSpacing": 1},
+        "encoding": {
+            "x": {
+                "field": "lo",
+                "type": "quantitative",
+                "bin": {"binned": True, "step": 1 / BINS},
+                "scale": {"domain": [0, 1]},
+                "axis": {"format": ".0%"},
+                "title": "SM active (mean over the range)",
+            },
+            "x2": {"field": "hi"},
+            "y": {"field": "gpus", "type": "quantitative", "stack": "zero", "title": "GPUs"},
+            "color": {"field": "cluster", "type": "nominal", "legend": {"title": "cluster"}},
+            "tooltip": [
+                {"field": "cluster"},
+                {"field": "band", "title": "SM active"},
+                {"field": "gpus", "title": "GPUs", "format": ","},
+            ],
+        },
+        "height": 320,
+    }
+
+
+def roofline_density(points: pd.DataFrame) -> Chart:
+    """The roofline's distribution form, for more leaves than ``--max-marks``: one circle per
+    5 % x 5 % cell and class, at the cell's centre, its area the number of leaves there."""
+    if points.empty:
+        return empty_figure()
+    df = points.assign(bx=_bin(points["dram_active"]), by=_bin(points["pipe_active"]))
+    cells = df.groupby(["bx", "by", "class"], as_index=False).size().rename(columns={"size": "leaves"})
+    cells = cells.sort_values("leaves", ascending=False, kind="stable")  # small circles drawn last, on top
+    cells = cells.assign(
+        dram_active=(cells["bx"] + 0.5) / BINS,
+        pipe_active=(cells["by"] + 0.5) / BINS,
+        dram=[f"{b / BINS:.0%}-{(b + 1) / BINS:.0%}" for b in cells["bx"]],
+        pipe=[f"{b / BINS:.0%}-{(b + 1) / BINS:.0%}" for b in cells["by"]],
+    )
+    axis = {"type": "quantitative", "scale": {"domain": [0, 1]}, "axis": {"format": ".0%"}}
+    return {
+        **_data(rows(cells, ["dram_active", "pipe_active", "dram", "pipe", "class", "leaves"])),
+        "layer": [
+            _diagonal(axis),
+            {
+                "mark": {"type": "circle", "opacity": 0.75, "stroke": "white"},
+                "encoding": {
+                    "x": {"field": "dram_active", **axis, "title": "DRAM bandwidth active"},
+                    "y": {"field": "pipe_active", **axis, "title": "busiest pipe active (tensor/FP)"},
+                    "size": {
+                        "field": "leaves",
+                        "type": "quantitative",
+                        "scale": {"range": [20, 1200], "zero": False},
+                        "legend": {"title": "GPUs and slices"},
+                    },
+                    "color": {
+                        "field": "class",
+                        "type": "nominal",
+                        "scale": _class_scale(set(cells["class"])),
+                        "legend": {"title": "bound by"},
+                    },
+                    "tooltip": [
+                        {"field": "class"},
+                        {"field": "leaves", "title": "GPUs and slices", "format": ","},
+                        {"field": "dram", "title": "DRAM bandwidth active"},
+                        {"field": "pipe", "title": "busiest pipe active"},
+                    ],
+                },
+            },
+        ],
+        "height": 460,
+    }
+
+
+def _diagonal(axis: dict[str, Any]) -> Chart:
+    """The roofline's dashed x = y guide."""
+    return {
+        "data": {"values": [{"d": 0.0}, {"d": 1.0}]},
+        "mark": {"type": "line", "strokeDash": [2, 4], "color": "#bbbbbb"},
+        "encoding": {"x": {"field": "d", **axis}, "y": {"field": "d", **axis}},
+    }
+
+
 def roofline_scatter(points: pd.DataFrame) -> Chart:
     """x = DRAM bandwidth active, y = busiest pipe active, colour = boundness class, pods on hover;
     each point carries ``uuid`` and ``mig_uuid`` (a click opens its GPU)."""
@@ -207,11 +323,7 @@ def roofline_scatter(points: pd.DataFrame) -> Chart:
     return {
         **_data(rows(df, ["leaf", "uuid", "mig_uuid", "holders", "class", "dram_active", "pipe_active"])),
         "layer": [
-            {
-                "data": {"values": [{"d": 0.0}, {"d": 1.0}]},
-                "mark": {"type": "line", "strokeDash": [2, 4], "color": "#bbbbbb"},
-                "encoding": {"x": {"field": "d", **axis}, "y": {"field": "d", **axis}},
-            },
+            _diagonal(axis),
             {
                 "params": [_pick()],
                 "mark": {

@@ -359,10 +359,10 @@ def pod_classes(pod_boundness: pd.DataFrame) -> pd.DataFrame:
     return b[b["value"] >= 0.5][cols].drop_duplicates(list(POD_KEYS)).reset_index(drop=True)
 
 
-def launch_bound(pod_boundness: pd.DataFrame, allocation: pd.DataFrame, leaves: pd.DataFrame) -> pd.DataFrame:
-    """Allocated containers whose own class is ``launch`` now, with where they run (``leaves``: any
-    leaf series, for the GPU index). A pod on a leaf other pods run on reads ``shared``, so a
-    neighbour's tiny kernels never list it."""
+def launch_bound(pod_boundness: pd.DataFrame, allocation: pd.DataFrame, gpus: pd.DataFrame) -> pd.DataFrame:
+    """Allocated containers whose own class is ``launch`` now, with where they run (``gpus``: any
+    series with ``uuid`` and ``gpu``, e.g. gpulens_gpu_info, for the GPU index). A pod on a leaf
+    other pods run on reads ``shared``, so a neighbour's tiny kernels never list it."""
     cols = ["namespace", "pod", "container", "workload", "node", "instance", "gpu", "uuid", "mig_uuid"]
     classes = pod_classes(pod_boundness)
     if classes.empty or allocation.empty:
@@ -370,8 +370,8 @@ def launch_bound(pod_boundness: pd.DataFrame, allocation: pd.DataFrame, leaves: 
     launch = classes[classes["class"] == "launch"][list(POD_KEYS)]
     a = with_cols(allocation, ALLOCATION_KEYS)
     out = a.merge(launch, on=list(POD_KEYS), how="inner")
-    gpu = with_cols(leaves, [*LEAF, "gpu"])[[*LEAF, "gpu"]].drop_duplicates(list(LEAF))
-    out = out.merge(gpu, on=list(LEAF), how="left")
+    gpu = with_cols(gpus, ["uuid", "gpu"])[["uuid", "gpu"]].drop_duplicates("uuid")  # the physical GPU's index
+    out = out.merge(gpu, on="uuid", how="left")
     out["gpu"] = out["gpu"].fillna("")
     out["workload"] = [
         f"{k}/{w}" if k and w else (w or "") for k, w in zip(out["workload_kind"], out["workload"], strict=True)

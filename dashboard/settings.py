@@ -15,6 +15,11 @@ from dashboard.prometheus_auth import PrometheusAuth
 
 ENV_PREFIX = "GPULENS_DASHBOARD_"
 
+DEFAULT_MAX_MARKS = 4000
+"""Most GPUs (or MIG instances) a chart draws a mark each for, by default (``--max-marks``). Above
+it the Fleet heatmap and the roofline become distributions: a cell per GPU at 10,000 GPUs is a
+pixel high and takes the browser about a second to draw (docs/benchmarks.md, "Fleet scale")."""
+
 
 @dataclass(frozen=True)
 class DashboardSettings:
@@ -27,6 +32,8 @@ class DashboardSettings:
     refresh_seconds: float = 30.0
     timeout_seconds: float = 10.0
     scrape_interval_seconds: float = 5.0
+    max_marks: int = DEFAULT_MAX_MARKS
+    """Most GPUs a chart draws a mark each for (:data:`DEFAULT_MAX_MARKS`)."""
     prometheus_auth: PrometheusAuth = field(default_factory=PrometheusAuth)
     """Credentials and TLS for ``prometheus_url`` (file paths, not secrets)."""
 
@@ -73,6 +80,7 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
         refresh_seconds=_float(env, "REFRESH_SECONDS", 30.0),
         timeout_seconds=_float(env, "TIMEOUT_SECONDS", 10.0),
         scrape_interval_seconds=_float(env, "SCRAPE_INTERVAL_SECONDS", 5.0),
+        max_marks=int(env.get(ENV_PREFIX + "MAX_MARKS") or DEFAULT_MAX_MARKS),
         prometheus_auth=prometheus_auth.from_env(env, ENV_PREFIX),
     )
 
@@ -84,6 +92,7 @@ def to_env(settings: DashboardSettings) -> dict[str, str]:
         ENV_PREFIX + "REFRESH_SECONDS": f"{settings.refresh_seconds:g}",
         ENV_PREFIX + "TIMEOUT_SECONDS": f"{settings.timeout_seconds:g}",
         ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": f"{settings.scrape_interval_seconds:g}",
+        ENV_PREFIX + "MAX_MARKS": str(settings.max_marks),
         ENV_PREFIX + "PROMETHEUS": settings.prometheus_url or "",
         ENV_PREFIX + "SCRAPE": ",".join(settings.scrape_urls),
         **prometheus_auth.to_env(settings.prometheus_auth, ENV_PREFIX),

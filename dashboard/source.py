@@ -119,6 +119,12 @@ class MetricSource(Protocol):
         the sum by those labels. Every method takes ``end`` the same way (an absolute range)."""
         ...
 
+    def current_state(self, metric: str, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        """Of state-set ``metric`` (one series per state, 1 for the current one), only the series
+        whose value is 1 at ``end``: each device's current state, a sixth of the boundness
+        series that :meth:`instant` would send."""
+        ...
+
     def series(
         self,
         metric: str,

@@ -44,7 +44,7 @@ FILTER_PARAMS = ("cluster", "node", "instance", "namespace")
 """Sidebar filters kept in the URL (``?node=gpu-3``), so a view can be shared."""
 RANGE_PARAMS = ("range", "from", "to")
 """``range=1h``, or ``from``/``to`` as UTC ``YYYY-MM-DDTHH:MM`` for an absolute range."""
-_END_AWARE = {"instant", "series", "increase", "mean", "allocation_activity", "leaf_idle"}
+_END_AWARE = {"instant", "current_state", "series", "increase", "mean", "allocation_activity", "leaf_idle"}
 
 _CTX = "gpulens_ctx"
 
@@ -366,7 +366,9 @@ def open_selected_gpu(event: Any) -> None:
 
 
 def gpu_picker(info: pd.DataFrame, key: str) -> None:
-    """A "open a GPU's page" chooser under a chart of many GPUs (node and index from gpulens_gpu_info)."""
+    """A "open a GPU's page" chooser under a chart of many GPUs (node and index from
+    gpulens_gpu_info): one list of GPUs, or above ``--max-marks`` GPUs a node first,
+    then its GPUs (a list of 10,000 options is a quarter of a second of a page's first load)."""
     if info.empty or "gpu" not in PAGES:
         return
     g = info.copy()
@@ -374,10 +376,17 @@ def gpu_picker(info: pd.DataFrame, key: str) -> None:
         if c not in g.columns:
             g[c] = ""
     g = g.assign(where=g["node"].where(g["node"] != "", g["instance"]), _i=pd.to_numeric(g["gpu"], errors="coerce"))
-    g = g.sort_values(["where", "_i"])
-    labels = {u: f"{w} GPU {i}" for u, w, i in zip(g["uuid"], g["where"], g["gpu"], strict=True)}
+    g = g.sort_values(["where", "_i"]).drop_duplicates("uuid")
     c1, c2 = st.columns([3, 1])
-    uuid = c1.selectbox("Open a GPU's page", list(labels), format_func=lambda u: labels[u], key=key, index=None)
+    if len(g) > context().settings.max_marks:
+        n1, n2 = c1.columns(2)
+        where = n1.selectbox("Open a GPU's page: node", g["where"].unique().tolist(), key=f"{key}_node", index=None)
+        g = g[g["where"] == where]
+        labels = {u: f"GPU {i}" for u, i in zip(g["uuid"], g["gpu"], strict=True)}
+        uuid = n2.selectbox("GPU", list(labels), format_func=lambda u: labels[u], key=key, index=None)
+    else:
+        labels = {u: f"{w} GPU {i}" for u, w, i in zip(g["uuid"], g["where"], g["gpu"], strict=True)}
+        uuid = c1.selectbox("Open a GPU's page", list(labels), format_func=lambda u: labels[u], key=key, index=None)
     if uuid:
         c2.page_link(PAGES["gpu"], label="Open", icon=":material/open_in_new:",
                      query_params={**context().link_params(), "uuid": uuid})  # fmt: skip

@@ -160,3 +160,40 @@ def test_mps_pods_show_why_their_sm_share_is_missing_instead_of_a_blank(dashboar
     mps_rows = pods[pods["pod"].str.contains("-mps-")]
     assert len(mps_rows) == 3 and set(mps_rows["sm_share_note"]) == {note}
     assert set(pods[pods["pod"].str.startswith("llm-decode-mps")]["class"]) == {"shared"}
+
+
+def _chart_marks(at: AppTest) -> list[str]:
+    """The mark types of the page's Vega-Lite charts (a layered chart: its last layer's)."""
+    import json
+
+    marks = []
+    for el in at.get("vega_lite_chart"):
+        spec = json.loads(el.proto.spec)
+        mark = (spec.get("layer") or [spec])[-1]["mark"]
+        marks.append(mark["type"] if isinstance(mark, dict) else mark)
+    return marks
+
+
+def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.MonkeyPatch) -> None:
+    """Over --max-marks GPUs the Fleet heatmap becomes a histogram, the roofline a density, and the
+    GPU chooser asks for a node first; at or under it, a mark per GPU as before."""
+    with fake_prometheus("h200x8.prom") as (url, _state):
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        dashboard_env.setenv("GPULENS_DASHBOARD_MAX_MARKS", "8")
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert "rect" in _chart_marks(at), "8 GPUs: a cell each"
+        assert [s.label for s in at.selectbox if s.key == "fleet_gpu"] == ["Open a GPU's page"]
+        dashboard_env.setenv("GPULENS_DASHBOARD_MAX_MARKS", "7")
+        at.run()
+        assert not at.exception and not at.error
+        assert "bar" in _chart_marks(at) and "rect" not in _chart_marks(at)
+        assert any("8 GPUs, more than a cell each (7 at most)" in c.value for c in at.caption)
+        node = next(s for s in at.selectbox if s.key == "fleet_gpu_node")
+        assert node.options == ["node-a:9445"], node.options
+        node.select("node-a:9445").run()
+        gpu = next(s for s in at.selectbox if s.key == "fleet_gpu")
+        assert len(gpu.options) == 8
+        at.switch_page("views/efficiency.py").run()
+        assert not at.exception and not at.error
+        assert "circle" in _chart_marks(at) and "point" not in _chart_marks(at)
+        assert any("GPUs and slices, more than a point each" in c.value for c in at.caption)

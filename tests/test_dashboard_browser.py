@@ -126,3 +126,24 @@ def test_a_click_on_a_gpu_in_a_chart_opens_its_page(stack: tuple[str, str, str],
         # the GPU page shows the GPU that was clicked (its selectbox names the UUID)
         chosen = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').first.input_value()
         assert chosen.endswith(picked), chosen
+
+
+def test_fleet_scale_charts_draw_clean(stack: tuple[str, str, str], artifacts_dir: Path) -> None:
+    """With fewer marks allowed than the fleet has GPUs (``--max-marks 4`` over 24 GPUs: what a
+    fleet of more than 4,000 GPUs gets by default), Fleet draws its SM histogram and Efficiency its
+    roofline density, without a console error or a text problem; the node-then-GPU chooser is there."""
+    prom, _dash, _scrape = stack
+    out = artifacts_dir / "dashboard"
+    out.mkdir(exist_ok=True)
+    with run_dashboard("--prometheus", prom, "--max-marks", "4") as dash, chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        watch = PageWatch(page, dash)
+        check_page(page, watch, f"{dash}/?range=15m", ["GPUs, more than a cell each (4 at most)"], 1,
+                   out / "fleet-scale-fleet.png")  # fmt: skip
+        assert page.locator("g.mark-rect.role-mark path").count() > 0, "the histogram's bars"
+        assert page.get_by_text("Open a GPU's page: node").count() > 0
+        check_page(page, watch, f"{dash}/efficiency?range=15m", ["more than a point each (4 at most)"], 2,
+                   out / "fleet-scale-efficiency.png")  # fmt: skip
+        assert page.locator("g.mark-symbol.role-mark path").count() > 0, "the density's circles"

@@ -34,6 +34,7 @@ from dashboard.advisor.query import Window, measure
 from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
+from dashboard.source import Filters
 from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus
@@ -247,3 +248,18 @@ def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> 
     assert set(advisor) == set(by_workload)
     for key, hours in by_workload.items():
         assert advisor[key] == pytest.approx(hours, abs=1e-9), (key, advisor[key], hours)
+
+
+def test_the_same_class_now_from_the_state_sets_current_series(history: tuple[str, ScrapeSource, float]) -> None:
+    """``current_state`` sends only the series of a state set whose value is 1 (the Efficiency and
+    Workloads pages read the class now this way: a sixth of the boundness series), the same on
+    the stores and the scrape source, with and without a namespace filter."""
+    prom, scrape, end = history
+    expected = {(leaf["uuid"], leaf["mig_uuid"]): leaf["cls"] for leaf in _leaves(end, end - WINDOW)}
+    for name, src in (("store", PrometheusSource(prom)), ("scrape", scrape)):
+        now = src.current_state("gpulens_gpu_boundness", end=end)
+        assert set(now["value"]) == {1.0}, name
+        assert {(str(u), str(m)): str(c) for u, m, c in zip(now["uuid"], now["mig_uuid"], now["class"],
+                                                            strict=True)} == expected, name  # fmt: skip
+        web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), end=end)
+        assert set(web["uuid"]) == {"GPU-l", "GPU-h", "GPU-t"}, name

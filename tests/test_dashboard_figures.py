@@ -188,15 +188,18 @@ def test_prices_parse_and_reject_garbage() -> None:
 
 
 def test_cli_settings_reach_the_app_through_the_environment() -> None:
-    args = build_parser().parse_args(
-        ["--prometheus", "http://prom:9090", "--price-per-gpu-hour", "H200=3.5", "--refresh", "15"]
-    )
+    flags = "--prometheus http://prom:9090 --price-per-gpu-hour H200=3.5 --refresh 15 --max-marks 900"
+    args = build_parser().parse_args(flags.split())
     cfg = settings_from_args(args)
     assert from_env(to_env(cfg)) == DashboardSettings(
         prometheus_url="http://prom:9090",
         prices_per_gpu_hour={"H200": 3.5},
         refresh_seconds=15.0,
+        max_marks=900,
     )
+    for bad in ("0", "-5"):
+        with pytest.raises(ValueError, match="--max-marks"):
+            settings_from_args(build_parser().parse_args(["--scrape", "a", "--max-marks", bad]))
     scrape = settings_from_args(build_parser().parse_args(["--scrape", "a:9445, b:9445"]))
     assert scrape.scrape_urls == ("a:9445", "b:9445")
     with pytest.raises(SystemExit):
@@ -231,6 +234,9 @@ def test_gpu_page_lines_and_strips_name_even_a_single_series() -> None:
 def test_time_axis_shows_dates_once_the_range_spans_days() -> None:
     hour = pd.DataFrame({"timestamp": [0.0, 3600.0], "series": ["a", "a"], "value": [1, 2]})
     week = pd.DataFrame({"timestamp": [0.0, 7 * 86400.0], "series": ["a", "a"], "value": [1, 2]})
+    minutes = pd.DataFrame({"timestamp": [0.0, 300.0], "series": ["a", "a"], "value": [1, 2]})
+    # five minutes: ticks seconds apart, which would all read the same HH:MM
+    assert "'%H:%M:%S'" in figures.time_lines(minutes, "watts")["encoding"]["x"]["axis"]["labelExpr"]
     assert "'%H:%M'" in figures.time_lines(hour, "watts")["encoding"]["x"]["axis"]["labelExpr"]
     assert "'%m-%d %H:%M'" in figures.time_lines(week, "watts")["encoding"]["x"]["axis"]["labelExpr"]
 
@@ -242,3 +248,46 @@ def test_clickable_charts_carry_the_gpu_of_every_mark() -> None:
     ]
     for row in figures.data_of(chart):
         assert str(row["uuid"]).startswith("GPU-") and row["mig_uuid"] == ""
+
+
+def test_sm_histogram_counts_gpus_per_band_and_cluster_once_each() -> None:
+    df = pd.DataFrame(
+        {
+            "cluster": ["c1", "c1", "c1", "c2", "c2", ""],
+            "node": ["a", "a", "b", "c", "c", "d"],
+            "gpu": ["0", "0", "0", "0", "1", "0"],
+            "uuid": ["A", "A", "B", "C", "D", "E"],
+            "mig_uuid": ["A/1", "A/2", "", "", "", ""],
+            # A's slices 0.01 and 0.97 -> its busiest, 0.97; 1.0 and above land in the last band
+            "value": [0.01, 0.97, 0.049, 1.0, 0.05, 0.5],
+        }
+    )
+    chart = figures.sm_histogram(df)
+    bars = {(r["cluster"], r["band"]): r["gpus"] for r in figures.data_of(chart)}
+    assert bars == {
+        ("c1", "95%-100%"): 1,
+        ("c1", "0%-5%"): 1,
+        ("c2", "95%-100%"): 1,
+        ("c2", "5%-10%"): 1,
+        ("(no cluster)", "50%-55%"): 1,
+    }
+    assert sum(bars.values()) == 5, "one count per physical GPU"
+    assert chart["encoding"]["y"]["stack"] == "zero"
+    assert "params" not in chart, "a bar is many GPUs: no click to open one"
+    json.dumps(chart)
+
+
+def test_roofline_density_sizes_a_circle_per_cell_and_class() -> None:
+    pts = pd.concat([_points()] * 3, ignore_index=True)
+    pts.loc[0, "dram_active"] = 0.86  # the same 85-90 % cell as the 0.88s
+    chart = figures.roofline_density(pts)
+    circles = _layer(chart, "circle")
+    cells = {(r["class"], r["dram"], r["pipe"]): r for r in figures.data_of(chart)}
+    assert cells[("memory", "85%-90%", "0%-5%")]["leaves"] == 3
+    assert cells[("memory", "85%-90%", "0%-5%")]["dram_active"] == pytest.approx(0.875)
+    assert cells[("compute", "15%-20%", "90%-95%")]["leaves"] == 3
+    assert cells[("idle", "0%-5%", "0%-5%")]["leaves"] == 3
+    assert sum(r["leaves"] for r in figures.data_of(chart)) == len(pts)
+    assert circles["encoding"]["size"]["field"] == "leaves"
+    assert _colours(circles["encoding"]) == {c: figures.CLASS_COLORS[c] for c in ("idle", "memory", "compute")}
+    json.dumps(chart)

@@ -12,7 +12,7 @@ def body(ctx: ui.PageContext) -> None:
     q = {
         "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window_s=ctx.window_s),
         "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window_s=ctx.window_s),
-        "bound": ui.query("instant", "gpulens_gpu_boundness", f),
+        "bound": ui.query("current_state", "gpulens_gpu_boundness", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
         "series": ui.query(
             "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
@@ -21,15 +21,24 @@ def body(ctx: ui.PageContext) -> None:
     ui.prefetch(ctx, q.values())
     with ui.panel("Roofline"):
         st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
-        st.caption(
-            f"Means over the last {ui.fmt_duration(ctx.window_s)}; colour = class now. Right = memory-bound, "
-            "top = compute-bound, bottom-left = idle, launch- or latency-bound. Click a point to open its GPU."
-        )
         points = frames.roofline_points(
             ui.get(ctx, q["dram"]), ui.get(ctx, q["pipe"]), ui.get(ctx, q["bound"]), ui.get(ctx, q["alloc"])
         )
+        dense = len(points) > ctx.settings.max_marks
+        st.caption(
+            f"Means over the last {ui.fmt_duration(ctx.window_s)}; colour = class now. Right = memory-bound, "
+            "top = compute-bound, bottom-left = idle, launch- or latency-bound."
+            + ("" if dense else " Click a point to open its GPU.")
+        )
         if points.empty:
             ui.no_data("roofline (needs GPM: Hopper or newer)")
+        elif dense:
+            st.caption(
+                f"{len(points):,} GPUs and slices, more than a point each ({ctx.settings.max_marks:,} at most): "
+                "a circle per 5 % x 5 % cell and class, its size the number there. Filter by cluster or node for "
+                "points."
+            )
+            ui.chart(figures.roofline_density(points), key="roofline_density")
         else:
             ui.chart(figures.roofline_scatter(points), key="roofline", clickable=True)
 

@@ -15,7 +15,6 @@ def body(ctx: ui.PageContext) -> None:
         "info": ui.query("instant", "gpulens_gpu_info", f),
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
-        "sm": ui.query("instant", "gpulens_gpu_sm_active_ratio", f),
         "idle": ui.query("leaf_idle", f),
         "up": ui.query("instant", "gpulens_up", f),
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
@@ -27,7 +26,6 @@ def body(ctx: ui.PageContext) -> None:
         info = ui.get(ctx, q["info"])
         mig = ui.get(ctx, q["mig"])
         alloc = ui.get(ctx, q["alloc"])
-        sm = ui.get(ctx, q["sm"])
         try:
             idle = ui.get(ctx, q["idle"])
         except SourceError as exc:  # no recording rules: the counts that need none still show
@@ -67,18 +65,27 @@ def body(ctx: ui.PageContext) -> None:
             "shows as busy in nvidia-smi while the SMs idle. MIG instances show their busiest."
         )
         sm_mean = ui.get(ctx, q["sm_mean"])
+        gpus = frames.col(sm_mean, "uuid").nunique()
         if sm_mean.empty:
             ui.no_data("SM activity")
+        elif gpus > ctx.settings.max_marks:
+            st.caption(
+                f"{gpus:,} GPUs, more than a cell each ({ctx.settings.max_marks:,} at most): GPUs per 5 % band of "
+                "SM activity. Filter by cluster or node for the map of GPUs."
+            )
+            ui.chart(figures.sm_histogram(sm_mean), key="sm_histogram")
         else:
             ui.chart(figures.sm_heatmap(sm_mean), key="sm_heatmap", clickable=True)
+        if not sm_mean.empty:
             ui.gpu_picker(info, key="fleet_gpu")
 
     with ui.panel("GPU-Util vs SM activity"):
         util = ui.get(ctx, q["util"])
-        if not util.empty and not sm.empty:
-            sm_gpu = frames.with_cols(sm, ["uuid"]).groupby("uuid", as_index=False)["value"].max()
+        if not util.empty and not idle.empty:
+            # SM active over the idle definition's window (leaf_idle's sm_mean), the busiest MIG instance
+            sm_gpu = frames.with_cols(idle, ["uuid"]).groupby("uuid", as_index=False)["sm_mean"].max()
             both = frames.with_cols(util, ["node", "instance", "gpu", "uuid"]).merge(
-                sm_gpu.rename(columns={"value": "sm_active"}), on="uuid"
+                sm_gpu.rename(columns={"sm_mean": "sm_active"}), on="uuid"
             )
             lie = both[
                 (both["value"] >= definitions.KERNELS_UTIL_AT_LEAST)
@@ -86,7 +93,8 @@ def body(ctx: ui.PageContext) -> None:
             ]
             if not lie.empty:
                 st.warning(
-                    f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling)"
+                    f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
+                    f"GPU-Util now, SM active over {definitions.MEAN_WINDOW}"
                 )
                 table = lie.rename(columns={"value": "gpu_util"})[
                     ["node", "instance", "gpu", "uuid", "gpu_util", "sm_active"]

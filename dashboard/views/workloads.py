@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import definitions, figures, frames, ui
+from dashboard.source import SourceError
 
 ACTIVITY_POINTS = 80
 
@@ -19,10 +21,8 @@ def body(ctx: ui.PageContext) -> None:
             step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
         ),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
-        "sm": ui.query("instant", "gpulens_gpu_sm_active_ratio", f),
         "idle_now": ui.query("leaf_idle", f),
-        "bound": ui.query("instant", "gpulens_gpu_boundness", f),
-        "pod_bound": ui.query("instant", "gpulens_pod_gpu_boundness", f),
+        "pod_bound": ui.query("current_state", "gpulens_pod_gpu_boundness", f),
         "info": ui.query("instant", "gpulens_gpu_info", f),
         "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
         "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
@@ -36,7 +36,6 @@ def body(ctx: ui.PageContext) -> None:
             "running: the definition the recording rules and the advisor use. Launch-bound devices are listed below."
         )
         alloc = ui.get(ctx, q["alloc"])
-        sm = ui.get(ctx, q["sm"])
         idle_now = ui.get(ctx, q["idle_now"])
         # a third of the chart resolution: these are subqueries over the whole range (the costly
         # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the
@@ -80,9 +79,8 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Launch-bound"):
         st.subheader("Launch-bound now")
-        bound = ui.get(ctx, q["bound"])
         pod_bound = ui.get(ctx, q["pod_bound"])
-        launch = frames.launch_bound(pod_bound, alloc, bound)
+        launch = frames.launch_bound(pod_bound, alloc, ui.get(ctx, q["info"]))
         if launch.empty:
             st.success("No allocated device is launch-bound.")
         else:
@@ -120,8 +118,14 @@ def body(ctx: ui.PageContext) -> None:
         else:
             mem = ui.get(ctx, q["mem"])
             pods = frames.with_cols(alloc, (*frames.ALLOCATION_KEYS, "resource"))
-            sm_leaf = frames.with_cols(sm, frames.LEAF).groupby(list(frames.LEAF), as_index=False)["value"].max()
-            pods = pods.merge(sm_leaf.rename(columns={"value": "sm_active"}), on=list(frames.LEAF), how="left")
+            # SM active over the idle definition's window, as in the idle table above
+            try:
+                verdict = ui.get(ctx, q["idle_now"])
+            except SourceError:  # no recording rules: the panel above says so; the pods still list
+                verdict = pd.DataFrame(columns=[*frames.LEAF, "sm_mean"])
+            sm_leaf = frames.with_cols(verdict, ["sm_mean"])[[*frames.LEAF, "sm_mean"]]
+            sm_leaf = sm_leaf.drop_duplicates(list(frames.LEAF))
+            pods = pods.merge(sm_leaf.rename(columns={"sm_mean": "sm_active"}), on=list(frames.LEAF), how="left")
             classes = frames.pod_classes(ui.get(ctx, q["pod_bound"]))
             pods = pods.merge(classes, on=list(frames.POD_KEYS), how="left")
             share = ui.get(ctx, q["share"])
