@@ -270,20 +270,14 @@ def roofline_density(points: pd.DataFrame) -> Chart:
             {
                 "mark": {"type": "circle", "opacity": 0.75, "stroke": "white"},
                 "encoding": {
-                    "x": {"field": "dram_active", **axis, "title": "DRAM bandwidth active"},
-                    "y": {"field": "pipe_active", **axis, "title": "busiest pipe active (tensor/FP)"},
+                    **_roofline_xy(axis),
                     "size": {
                         "field": "leaves",
                         "type": "quantitative",
                         "scale": {"range": [20, 1200], "zero": False},
                         "legend": {"title": "GPUs and slices"},
                     },
-                    "color": {
-                        "field": "class",
-                        "type": "nominal",
-                        "scale": _class_scale(set(cells["class"])),
-                        "legend": {"title": "bound by"},
-                    },
+                    "color": _class_color(set(cells["class"])),
                     "tooltip": [
                         {"field": "class"},
                         {"field": "leaves", "title": "GPUs and slices", "format": ","},
@@ -295,6 +289,19 @@ def roofline_density(points: pd.DataFrame) -> Chart:
         ],
         "height": 460,
     }
+
+
+def _roofline_xy(axis: dict[str, Any]) -> dict[str, Any]:
+    """The roofline's x (DRAM bandwidth active) and y (busiest pipe active) encodings."""
+    return {
+        "x": {"field": "dram_active", **axis, "title": "DRAM bandwidth active"},
+        "y": {"field": "pipe_active", **axis, "title": "busiest pipe active (tensor/FP)"},
+    }
+
+
+def _class_color(present: set[str]) -> dict[str, Any]:
+    """Colour by boundness class, in the class colours, with the "bound by" legend."""
+    return {"field": "class", "type": "nominal", "scale": _class_scale(present), "legend": {"title": "bound by"}}
 
 
 def _diagonal(axis: dict[str, Any]) -> Chart:
@@ -335,14 +342,8 @@ def roofline_scatter(points: pd.DataFrame) -> Chart:
                     "cursor": "pointer",
                 },
                 "encoding": {
-                    "x": {"field": "dram_active", **axis, "title": "DRAM bandwidth active"},
-                    "y": {"field": "pipe_active", **axis, "title": "busiest pipe active (tensor/FP)"},
-                    "color": {
-                        "field": "class",
-                        "type": "nominal",
-                        "scale": _class_scale(set(df["class"])),
-                        "legend": {"title": "bound by"},
-                    },
+                    **_roofline_xy(axis),
+                    "color": _class_color(set(df["class"])),
                     "tooltip": [
                         {"field": "leaf", "title": "GPU"},
                         {"field": "holders"},
