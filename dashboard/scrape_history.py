@@ -64,6 +64,7 @@ class Layout:
     _positions: dict[str, np.ndarray] = field(default_factory=dict)
     _frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     _devices: dict[str, tuple[np.ndarray, pd.DataFrame]] = field(default_factory=dict)
+    _subsets: dict[tuple[object, ...], tuple[np.ndarray, pd.DataFrame]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def positions(self, metric: str) -> np.ndarray:
@@ -83,6 +84,28 @@ class Layout:
             got = labels_frame([self.labels[i] for i in self.positions(metric)])
             with self._lock:
                 self._frames[metric] = got
+        return got
+
+    def subset(
+        self, metric: str, columns: tuple[str, ...] | None, where: tuple[str, str] | None
+    ) -> tuple[np.ndarray, pd.DataFrame]:
+        """Positions and labels of the series of ``metric`` (only those whose label ``where[0]``
+        is ``where[1]``), with only the label ``columns`` present in the layout; cached, as every
+        read of a range asks the same of each target's few layouts."""
+        key = (metric, columns, where)
+        with self._lock:
+            got = self._subsets.get(key)
+        if got is None:
+            pos, lab = self.positions(metric), self.label_frame(metric)
+            if where is not None:
+                label, value = where
+                keep = (lab[label] == value).to_numpy() if label in lab.columns else np.zeros(len(lab), dtype=bool)
+                pos, lab = pos[keep], lab[keep].reset_index(drop=True)
+            if columns is not None:
+                lab = lab[[c for c in columns if c in lab.columns]]
+            got = (pos, lab)
+            with self._lock:
+                self._subsets[key] = got
         return got
 
     def device(self, pattern: re.Pattern[str], uuid: str) -> tuple[np.ndarray, pd.DataFrame]:
@@ -198,18 +221,15 @@ class Selector:
     pick: Callable[[Layout], tuple[np.ndarray, pd.DataFrame]]
 
 
-def of_metric(metric: str, labels: Sequence[str] | None = None) -> Selector:
+def of_metric(metric: str, labels: Sequence[str] | None = None, where: tuple[str, str] | None = None) -> Selector:
     """The series of ``metric``; with ``labels``, only those label columns (fewer columns to copy
-    for every sample of a long range)."""
-    if labels is None:
+    for every sample of a long range); with ``where`` = (label, value), only the series whose
+    label has that value (one class of a state set: a sixth of the boundness samples)."""
+
+    if labels is None and where is None:
         return Selector(metric, lambda layout: (layout.positions(metric), layout.label_frame(metric)))
-    keep = list(labels)
-
-    def pick(layout: Layout) -> tuple[np.ndarray, pd.DataFrame]:
-        lab = layout.label_frame(metric)
-        return layout.positions(metric), lab[[c for c in keep if c in lab.columns]]
-
-    return Selector(f"{metric}|{','.join(keep)}", pick)
+    columns = None if labels is None else tuple(labels)
+    return Selector(f"{metric}|{columns}|{where}", lambda layout: layout.subset(metric, columns, where))
 
 
 def of_device(pattern: re.Pattern[str], uuid: str) -> Selector:

@@ -244,26 +244,33 @@ class ScrapeSource:
         return self._filtered(df, metric, filters, by, now, hist)
 
     def _raw(
-        self, metric: str, hist: list[Snapshot], start: float, end: float, labels: Sequence[str] | None = None
+        self,
+        metric: str,
+        hist: list[Snapshot],
+        start: float,
+        end: float,
+        labels: Sequence[str] | None = None,
+        where: tuple[str, str] | None = None,
     ) -> pd.DataFrame:
         """Every sample of ``metric`` scraped in [start, end], with its scrape's timestamp (only
-        the ``labels`` columns when given)."""
-        return frame(of_metric(metric, labels), self._within(hist, start, end), time=True)
+        the ``labels`` columns when given, only the series whose label is ``where`` says)."""
+        return frame(of_metric(metric, labels, where), self._within(hist, start, end), time=True)
 
     def _idle_at(self, grid: list[float], hist: list[Snapshot], filters: Filters) -> pd.DataFrame:
         """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool)."""
         start, end = grid[0] - definitions.MEAN_WINDOW_SECONDS, grid[-1]
         target = Filters(**_targets(filters))
 
-        def raw(metric: str) -> pd.DataFrame:
-            slim = self._raw(metric, hist, start, end, labels=_IDLE_LABELS)
+        def raw(metric: str, where: tuple[str, str] | None = None) -> pd.DataFrame:
+            slim = self._raw(metric, hist, start, end, labels=_IDLE_LABELS, where=where)
             return frames.restrict(slim, target, pd.DataFrame(), ())
 
         return definitions.leaf_idle_frame(
             raw(SM_ACTIVE),
             raw("gpulens_gpu_sm_active_seconds_total"),
             raw("gpulens_gpu_utilization_ratio"),
-            raw("gpulens_gpu_boundness"),
+            # the definition reads the launch class only: a sixth of the state set's samples
+            raw("gpulens_gpu_boundness", ("class", definitions.LAUNCH_CLASS)),
             np.asarray(grid, dtype=float),
             fresh_s=max(2.5 * self.interval_s, self.interval_s + self.timeout_s),
         )

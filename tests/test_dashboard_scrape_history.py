@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from dashboard import frames
-from dashboard.scrape_history import TargetHistory, sample_lines
+from dashboard.scrape_history import TargetHistory, frame, of_metric, sample_lines
 from dashboard.scrape_source import ScrapeSource, parse_exposition
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
@@ -92,3 +92,31 @@ def test_the_history_is_bounded_by_a_fleet_wide_sample_budget() -> None:
     assert kept["timestamp"].nunique() == 10, "the oldest scrapes go first"
     assert "history 45s: 10 scrapes of" in src.description, "the page says what is kept"
     assert src.instant("gpulens_gpu_info")["uuid"].nunique() == 32
+
+
+def test_a_selection_of_one_class_and_a_few_labels_reads_what_the_whole_metric_holds() -> None:
+    """``of_metric(metric, labels, where)`` (the idle verdict reads the launch class only, with the
+    few labels it joins on) gives the rows and values of the whole metric's frame, filtered and
+    cut down to those columns; asked again of the same layout, it is the cached selection."""
+    src, clock = _source({"http://n1:9445/metrics": H200})
+    for _ in range(3):
+        src.scrape_once()
+        clock["t"] += 5
+    hist = src._snapshot()
+    picks = src._within(hist, 0.0, clock["t"])
+    whole = frame(of_metric("gpulens_gpu_boundness"), picks, time=True)
+    cols = ("uuid", "mig_uuid", "class")
+    launch = frame(of_metric("gpulens_gpu_boundness", cols, ("class", "launch")), picks, time=True)
+    want = whole[whole["class"] == "launch"][[*sorted(c for c in cols if c in whole.columns), "timestamp", "value"]]
+    assert len(launch) == 3 * 8, "one series a GPU, three scrapes"
+    pd.testing.assert_frame_equal(
+        launch.sort_values(["uuid", "timestamp"]).reset_index(drop=True),
+        want.sort_values(["uuid", "timestamp"]).reset_index(drop=True),
+        check_dtype=False,
+    )
+    layout = hist[0].scrapes[-1].layout
+    assert layout.subset("gpulens_gpu_boundness", cols, ("class", "launch")) is layout.subset(
+        "gpulens_gpu_boundness", cols, ("class", "launch")
+    )
+    none = frame(of_metric("gpulens_gpu_boundness", cols, ("class", "no-such-class")), picks, time=True)
+    assert none.empty
