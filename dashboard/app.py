@@ -121,7 +121,6 @@ def main() -> None:
     ui.set_url_state(url)
     auto = st.sidebar.toggle("Auto-refresh", value=cfg.refresh_seconds > 0 and end_s is None, key="auto")
     st.sidebar.caption(f"Source: {src.description}")
-    ui.warm_components()  # the sidebar's last element, so that removing it moves nothing
     ui.set_context(
         ui.PageContext(
             settings=cfg,

@@ -198,38 +198,11 @@ def context() -> PageContext:
     return ctx
 
 
-_WARM = "gpulens_warm"
-
-
-def warm_components() -> None:
-    """Have a new browser fetch the chart and table components while the page's queries run.
-
-    Streamlit's frontend loads the code that draws a Vega-Lite chart or a table only when the
-    first one arrives, after the page's queries; a first load then waits for the queries and the
-    download and start of that code in turn. A 1-pixel sidebar slot holding an empty chart and an
-    empty table starts both at once; :func:`page` removes it once its body is drawn. A throw-away
-    page with 0.6 s of queries, a chart and a table: 1.90 s to a drawn page in a new browser
-    without it, 1.56 s with it (median of 6; docs/benchmarks.md)."""
-    slot = st.sidebar.empty()
-    with slot.container(height=1, border=False):
-        st.vega_lite_chart({"data": {"values": []}, "mark": "point", "width": 1, "height": 1})
-        st.dataframe(pd.DataFrame({"": []}), height=35)
-    st.session_state[_WARM] = slot
-
-
-def _cool_down() -> None:
-    """Remove :func:`warm_components`' slot (drawn in this run; nothing when there is none)."""
-    slot = st.session_state.pop(_WARM, None)
-    if slot is not None:
-        slot.empty()
-
-
 def page(title: str, body: Callable[[PageContext], None]) -> None:
     """Render a page: title, source banner or body (auto-refreshing when enabled), footer."""
     ctx = context()
     st.title(title)
     if ctx.source_error:
-        _cool_down()
         st.error(ctx.source_error, icon=":material/cloud_off:")
         st.caption("The data source did not answer; pick another page or press Retry in the sidebar.")
         return
@@ -240,8 +213,6 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
         for problem in ctx.source.problems():
             st.warning(f"exporter not answering: {problem}", icon=":material/warning:")
         body(ctx)
-        if not ctx.refresh_s:  # a fragment may not write to the sidebar: then after it, below
-            _cool_down()
         as_of = st.session_state.get(_AS_OF)
         shown = f"data as of {fmt_time(as_of)}" if as_of else "no data fetched"
         span = (
@@ -255,7 +226,6 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
 
     if ctx.refresh_s:
         st.fragment(run_every=ctx.refresh_s)(run)()
-        _cool_down()
     else:
         run()
 

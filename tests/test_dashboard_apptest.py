@@ -197,18 +197,3 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         assert not at.exception and not at.error
         assert "circle" in _chart_marks(at) and "point" not in _chart_marks(at)
         assert any("GPUs and slices, more than a point each" in c.value for c in at.caption)
-
-
-@pytest.mark.parametrize("refresh", ["0", "30"])
-def test_the_component_warm_up_is_gone_once_the_page_is_drawn(dashboard_env: pytest.MonkeyPatch, refresh: str) -> None:
-    """ui.warm_components puts an empty chart and table in the sidebar while a page's queries run;
-    once the page is drawn the sidebar holds neither, with auto-refresh (a fragment) or without."""
-    with fake_prometheus("h200x8.prom") as (url, _state):
-        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
-        dashboard_env.setenv("GPULENS_DASHBOARD_REFRESH_SECONDS", refresh)
-        at = AppTest.from_file(APP, default_timeout=60).run()
-        for page in ("views/efficiency.py", "views/workloads.py"):
-            assert not at.exception
-            assert not at.sidebar.get("vega_lite_chart") and not at.sidebar.get("dataframe"), page
-            assert at.main.get("vega_lite_chart"), "the page's own charts are drawn"
-            at.switch_page(page).run()

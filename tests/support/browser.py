@@ -39,9 +39,8 @@ PAGES: dict[str, list[str]] = {
 MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1, "rightsizing": 0, "gpu": 3}
 """Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
 charts each draws at least."""
-CHART = '[data-testid="stMain"] [data-testid="stVegaLiteChart"]'
-"""A chart on a page (dashboard/figures.py specs, drawn by Streamlit's Vega-Lite element), in the
-page's main area (not the sidebar's component warm-up, dashboard/ui.py ``warm_components``)."""
+CHART = '[data-testid="stVegaLiteChart"]'
+"""A chart on a page (dashboard/figures.py specs, drawn by Streamlit's Vega-Lite element)."""
 CHARTS_DRAWN_JS = (
     "n => { const charts = [...document.querySelectorAll('" + CHART + "')];"
     " return charts.length >= n && charts.every(c => c.querySelector('.marks')); }"
