@@ -69,6 +69,19 @@ def _float(env: Mapping[str, str], key: str, default: float) -> float:
     return float(raw)
 
 
+def _max_marks(raw: str | None) -> int:
+    """``GPULENS_DASHBOARD_MAX_MARKS`` (unset or empty: the default); ValueError naming it."""
+    if not raw:
+        return DEFAULT_MAX_MARKS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{ENV_PREFIX}MAX_MARKS={raw!r}: a whole number of at least 1")
+    return value
+
+
 def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
     """Settings from the environment; ValueError on malformed values."""
     env = os.environ if env is None else env
@@ -80,7 +93,7 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
         refresh_seconds=_float(env, "REFRESH_SECONDS", 30.0),
         timeout_seconds=_float(env, "TIMEOUT_SECONDS", 10.0),
         scrape_interval_seconds=_float(env, "SCRAPE_INTERVAL_SECONDS", 5.0),
-        max_marks=int(env.get(ENV_PREFIX + "MAX_MARKS") or DEFAULT_MAX_MARKS),
+        max_marks=_max_marks(env.get(ENV_PREFIX + "MAX_MARKS")),
         prometheus_auth=prometheus_auth.from_env(env, ENV_PREFIX),
     )
 

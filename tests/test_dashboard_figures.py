@@ -200,6 +200,10 @@ def test_cli_settings_reach_the_app_through_the_environment() -> None:
     for bad in ("0", "-5"):
         with pytest.raises(ValueError, match="--max-marks"):
             settings_from_args(build_parser().parse_args(["--scrape", "a", "--max-marks", bad]))
+        with pytest.raises(ValueError, match="GPULENS_DASHBOARD_MAX_MARKS"):
+            from_env({"GPULENS_DASHBOARD_MAX_MARKS": bad})
+    with pytest.raises(ValueError, match="GPULENS_DASHBOARD_MAX_MARKS='many'"):
+        from_env({"GPULENS_DASHBOARD_MAX_MARKS": "many"})
     scrape = settings_from_args(build_parser().parse_args(["--scrape", "a:9445, b:9445"]))
     assert scrape.scrape_urls == ("a:9445", "b:9445")
     with pytest.raises(SystemExit):
