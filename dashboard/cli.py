@@ -77,11 +77,12 @@ def settings_from_args(args: argparse.Namespace) -> DashboardSettings:
 
 
 def streamlit_argv(address: str, port: int) -> list[str]:
-    """The ``streamlit run`` command: headless, no usage statistics, no browser."""
+    """The ``streamlit run`` command (through dashboard.server, which turns Nagle's algorithm off on
+    Streamlit's connections): headless, no usage statistics, no browser."""
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "dashboard.server",
         "run",
         str(APP),
         "--server.headless=true",

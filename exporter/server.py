@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter.negotiate import accepts_gzip, exposition_accept
+from exporter.tcp import as_tcp
 from exporter.webconfig import BasicAuth, TlsContextSource, WebConfig
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,8 @@ class MetricsServer:
             if web_config.tls is not None:
                 self._tls = TlsContextSource(web_config.tls, web_config.path)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+        # as_tcp: asyncio then sets TCP_NODELAY on each connection (a small reply is not held 40 ms)
+        self._sock = as_tcp(socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG))
         self._sock.setblocking(False)
         self._read_buffer = memoryview(bytearray(READ_CHUNK))
         self._render_pool = ThreadPoolExecutor(RENDER_WORKERS, thread_name_prefix="gpulens-render")

@@ -216,6 +216,7 @@ def test_cli_settings_reach_the_app_through_the_environment() -> None:
     argv = streamlit_argv("127.0.0.1", 8600)
     assert "--server.headless=true" in argv and "--browser.gatherUsageStats=false" in argv
     assert "--server.port=8600" in argv
+    assert argv[1:4] == ["-m", "dashboard.server", "run"], "Streamlit runs with TCP_NODELAY (dashboard/server.py)"
 
 
 def test_gpu_page_lines_and_strips_name_even_a_single_series() -> None:

@@ -1,0 +1,63 @@
+"""Run Streamlit's server in this process with TCP_NODELAY on every connection it accepts.
+
+``python -m dashboard`` execs ``python -m dashboard.server run dashboard/app.py ...`` rather than
+``python -m streamlit``: the same command line, after one fix to how Streamlit listens.
+
+Why: Streamlit (1.67, its Starlette server) binds its listening socket as
+``socket.socket(family)``, protocol 0. asyncio sets TCP_NODELAY on an accepted connection only
+when the socket says ``IPPROTO_TCP``, so Streamlit's connections keep Nagle's algorithm on. A
+response is written as headers, then body: on a kept-alive connection the body then waits for the
+browser to acknowledge the headers, and browsers delay that acknowledgement (40 ms on Linux). A
+first page load fetches about 60 script files over 6 connections and lost 0.4 s to it; websocket
+messages wait the same way (docs/benchmarks.md, "Nagle").
+
+The fix re-wraps the bound socket's file descriptor as ``IPPROTO_TCP`` (exporter.tcp.as_tcp;
+nothing else about it changes), so asyncio sets TCP_NODELAY on each connection. When a Streamlit release no longer has
+the function it wraps, the server still starts, and says on stderr that the fix is not applied.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from exporter.tcp import as_tcp
+
+NOT_APPLIED = "gpulens dashboard: Streamlit's socket binding changed; TCP_NODELAY fix not applied"
+
+
+def install() -> bool:
+    """Wrap Streamlit's listening-socket binder with :func:`as_tcp`; False when this Streamlit
+    has no such binder (nothing changed then)."""
+    try:
+        from streamlit.web.server.starlette import starlette_server
+    except ImportError:
+        return False
+    bind: Callable[..., Any] | None = getattr(starlette_server, "_bind_socket", None)
+    if bind is None:
+        return False
+    if getattr(bind, "gpulens_tcp", False):
+        return True
+
+    def bind_tcp(*args: Any, **kwargs: Any) -> Any:
+        got = bind(*args, **kwargs)
+        return as_tcp(got) if isinstance(got, socket.socket) else got
+
+    bind_tcp.gpulens_tcp = True  # type: ignore[attr-defined]
+    starlette_server._bind_socket = bind_tcp
+    return True
+
+
+def main() -> None:
+    """``streamlit`` with the fix: ``python -m dashboard.server run APP [FLAGS]``."""
+    if not install():
+        print(NOT_APPLIED, file=sys.stderr)
+    from streamlit.web.cli import main as streamlit_main
+
+    streamlit_main(prog_name="streamlit")  # the command line Streamlit sees with python -m streamlit
+
+
+if __name__ == "__main__":
+    main()
