@@ -91,6 +91,10 @@ def streamlit_argv(address: str, port: int) -> list[str]:
         f"--server.port={port}",
         "--server.runOnSave=false",
         "--server.fileWatcherType=none",
+        # no full garbage collection after every page run: it holds the GIL while it walks the
+        # scrape history (0.1-0.2 s), which stalls the server's websocket and file replies in
+        # the middle of a first load; Python's own collector still runs
+        "--runner.postScriptGC=false",
         "--client.toolbarMode=minimal",
         "--theme.base=light",
     ]

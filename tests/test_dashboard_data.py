@@ -422,3 +422,39 @@ def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
     assert counts == {"gpus": 2, "devices": 2, "allocated": 1, "in_use": 1, "allocated_idle": 0}
     idle = frames.idle_allocations(alloc, idle_now, pd.DataFrame(), now=0.0, window_s=60.0)
     assert idle.empty
+
+
+def test_gpu_page_panels_name_each_series_by_its_own_labels() -> None:
+    """device_panels names a line by its metric, its MIG instance and its labels beyond the
+    device's own, one name per label set whatever the rows' order; counters become steps."""
+    t = [0.0, 15.0, 30.0]
+
+    def rows(metric: str, values: list[float], **labels: object) -> pd.DataFrame:
+        return pd.DataFrame({"metric": metric, "timestamp": t, "value": values, "uuid": "GPU-1", **labels})
+
+    series = pd.concat(
+        [
+            rows("gpulens_gpu_nvlink_tx_bytes_per_second", [1.0, 2.0, 3.0], link="0"),
+            rows("gpulens_gpu_nvlink_tx_bytes_per_second", [4.0, 5.0, 6.0], link="1"),
+            rows("gpulens_gpu_power_watts", [100.0, 110.0, 120.0]),
+            rows(
+                "gpulens_gpu_utilization_ratio", [0.5, 0.6, 0.7], mig_uuid="MIG-abcdefghijklmnop", mig_profile="3g.71gb"
+            ),
+            rows("gpulens_gpu_xid_errors_total", [1.0, 1.0, 3.0], xid="79"),
+        ],
+        ignore_index=True,
+    ).sample(frac=1.0, random_state=3)  # rows in no particular order
+    panels = {title: df for title, _unit, df in frames.device_panels(series)}
+    nvlink = panels["PCIe and NVLink throughput"]
+    by_name = {n: sorted(g["value"]) for n, g in nvlink.groupby("series")}
+    assert by_name == {
+        "nvlink_tx_bytes_per_second link=0": [1.0, 2.0, 3.0],
+        "nvlink_tx_bytes_per_second link=1": [4.0, 5.0, 6.0],
+    }
+    assert set(panels["Power"]["series"]) == {"power_watts"}
+    assert set(panels["Utilisation (NVML) next to SM activity (GPM)"]["series"]) == {
+        "utilization_ratio [3g.71gb MIG-abcdefgh]"
+    }
+    errors = panels["Errors (increase per step)"]
+    assert set(errors["series"]) == {"xid_errors_total xid=79"}
+    assert sorted(errors["value"]) == [0.0, 2.0], "a counter is charted as its increase per step"

@@ -217,6 +217,7 @@ def test_cli_settings_reach_the_app_through_the_environment() -> None:
     assert "--server.headless=true" in argv and "--browser.gatherUsageStats=false" in argv
     assert "--server.port=8600" in argv
     assert argv[1:4] == ["-m", "dashboard.server", "run"], "Streamlit runs with TCP_NODELAY (dashboard/server.py)"
+    assert "--runner.postScriptGC=false" in argv, "no full collection holding the GIL after each page run"
 
 
 def test_gpu_page_lines_and_strips_name_even_a_single_series() -> None:
