@@ -10,7 +10,8 @@ reads (``tsdb create-blocks-from rules``), a Prometheus serves both, ``python -m
 --prometheus`` runs on top. Scrape mode: ``--nodes`` exporters on loopback serve a simulated node
 each (the exposition of ``python -m exporter --backend sim``, one scrape per node with its own
 UUIDs), ``python -m dashboard --scrape`` scrapes them every 5 s and keeps its own bounded history
-(an hour at most: scrape mode has no 24 h), measured after ``--warmup`` s of scraping.
+(an hour at most: scrape mode has no 24 h), measured after ``--warmup`` s of scraping (counted from
+the first page view: the source starts with the first session).
 
 Three timings per page, each the median of ``--runs``, each after the 10 s query cache expired:
 ``first load`` (a new browser context: Streamlit's JS, a new session, every query of the page),
@@ -212,12 +213,6 @@ def scrape_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -
                 "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
         proc = es.enter_context(managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120))
         result["dashboard_pid"] = proc.pid
-        # the source starts scraping on the first page view
-        import urllib.request
-
-        urllib.request.urlopen(dash_url, timeout=30).read()
-        time.sleep(a.warmup)
-        result["history_s"] = a.warmup
         yield dash_url
 
 
@@ -255,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 # warm Streamlit's static files and the sources once; not timed
                 first_load(browser, f"{dash_url}/?range={rng}", "Fleet", 1)
+                if a.mode == "scrape":  # the source starts scraping at the first session, not before
+                    time.sleep(a.warmup)
+                    result["history_s"] = a.warmup
                 returning = browser.new_context(**VIEW)  # its HTTP cache holds Streamlit's JavaScript
                 returning_load(returning, f"{dash_url}/?range={rng}", "Fleet", 1)
                 first: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
