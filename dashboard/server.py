@@ -12,8 +12,9 @@ first page load fetches about 60 script files over 6 connections and lost 0.4 s 
 messages wait the same way (docs/benchmarks.md, "Nagle").
 
 The fix re-wraps the bound socket's file descriptor as ``IPPROTO_TCP`` (exporter.tcp.as_tcp;
-nothing else about it changes), so asyncio sets TCP_NODELAY on each connection. When a Streamlit release no longer has
-the function it wraps, the server still starts, and says on stderr that the fix is not applied.
+nothing else about it changes), so asyncio sets TCP_NODELAY on each connection. When a Streamlit
+release no longer has the function it wraps, the server still starts, and says on stderr that the
+fix is not applied (tests/test_tcp_nodelay.py then fails).
 """
 
 from __future__ import annotations
