@@ -16,7 +16,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES, GpmSample, Snapshot
+from exporter.model import (
+    BOUNDNESS_CLASSES,
+    LINKS,
+    NVLINK,
+    PCIE,
+    POD_BOUNDNESS_CLASSES,
+    GpmSample,
+    LeafAnalysis,
+    LeafSample,
+    LinkTraffic,
+    Snapshot,
+)
 from exporter.scopes import (
     ALLOCATION,
     ATTRIBUTION,
@@ -144,6 +155,29 @@ def _classes(classes: tuple[str, ...], current: str | None) -> Iterable[Sample]:
     if current is None:
         return ()
     return (((cls,), _flag(cls == current)) for cls in classes)
+
+
+def _link(leaf: LeafSample, name: str) -> LinkTraffic | None:
+    return next((x for x in leaf.links if x.link == name), None)
+
+
+def _link_ratio(name: str) -> Callable[[LeafSample], Value]:
+    """The leaf's utilisation of link ``name`` (busier direction over capacity)."""
+
+    def read(leaf: LeafSample) -> Value:
+        link = _link(leaf, name)
+        return link.utilization_ratio() if link is not None else None
+
+    return read
+
+
+def _link_bytes(name: str, direction: str) -> Callable[[LeafAnalysis], Value]:
+    """Bytes the leaf moved over link ``name`` in ``direction`` since the exporter first saw it."""
+    return lambda a: a.link_bytes.get((name, direction))
+
+
+def _link_sources(leaf: LeafSample) -> Iterable[Sample]:
+    return (((link.link, link.source), 1.0) for link in leaf.links if link.link in LINKS)
 
 
 def _xids(snap: Snapshot) -> Iterable[Sample]:
@@ -316,8 +350,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_busy_ratio",
         "ratio",
-        "Busy ratio: fraction of time the leaf ran work (GPM graphics-engine activity; NVML GPU-Util "
-        "where GPM lacks it). The boundness class says what limits the leaf during this time.",
+        "Busy ratio: fraction of time the leaf worked: kernels ran (GPM graphics-engine activity; "
+        "NVML GPU-Util where GPM lacks it) or its links moved data (the busiest link's utilisation), "
+        "whichever is larger. The boundness class says what limits the leaf during this time.",
         LEAF_ANALYSIS,
         lambda a: a.busy_ratio,
     ),
@@ -490,6 +525,74 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         GPU,
         lambda v: v.gpu.nvlink_rx_bytes_per_second,
     ),
+    # --- data movement (per leaf) ----------------------------------------------------------
+    *(
+        _m(
+            "counter",
+            f"gpulens_gpu_{name}_{direction}_bytes_total",
+            "bytes",
+            f"Bytes the leaf {verb} over {label} since the exporter first saw it (NVML's cumulative "
+            "counters where the driver has them, else GPM or sampled rates integrated over each "
+            "cycle; gpulens_gpu_link_info says which). rate() gives bytes per second.",
+            LEAF_ANALYSIS,
+            _link_bytes(name, direction),
+        )
+        for name, label in ((PCIE, "PCIe"), (NVLINK, "NVLink"))
+        for direction, verb in (("tx", "sent"), ("rx", "received"))
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_utilization_ratio",
+        "ratio",
+        "PCIe bytes per second of the busier direction over the link's capacity (current generation "
+        "x lanes, after line encoding), last cycle. A saturated Gen5 x16 link reads ~0.8-0.85.",
+        LEAF,
+        _link_ratio(PCIE),
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_nvlink_utilization_ratio",
+        "ratio",
+        "NVLink bytes per second of the busier direction over the capacity of the active links, last cycle.",
+        LEAF,
+        _link_ratio(NVLINK),
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_capacity_bytes_per_second",
+        "bytes",
+        "What the PCIe link carries each way at most (bytes/s): current generation x lanes, after line encoding.",
+        LEAF,
+        lambda leaf: x.capacity_bytes_per_second if (x := _link(leaf, PCIE)) is not None else None,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_nvlink_capacity_bytes_per_second",
+        "bytes",
+        "What the active NVLink links carry each way at most together (bytes/s).",
+        LEAF,
+        lambda leaf: x.capacity_bytes_per_second if (x := _link(leaf, NVLINK)) is not None else None,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_link_info",
+        "",
+        "Where the leaf's link bytes come from: source=counter (NVML cumulative byte counters), gpm "
+        "(GPM rates over each cycle) or sampled (NVML throughput calls, a 20 ms window). Always 1.",
+        LEAF,
+        each=_link_sources,
+        labels=("link", "source"),
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_transfer_active_ratio",
+        "ratio",
+        "The busiest link's utilisation (PCIe or NVLink), last cycle: the transfer signal the "
+        "boundness class and the busy ratio count as work.",
+        LEAF_ANALYSIS,
+        lambda a: a.transfer_ratio,
+        section="analysis",
+    ),
     # --- health ------------------------------------------------------------------------
     _m(
         "counter",
@@ -542,8 +645,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpulens_gpu_boundness",
         "",
         "What limits the leaf while it works, over the analysis window: exactly one class is 1 "
-        "(idle, launch, latency, memory, compute, mixed). Absent without GPM. How much of the time "
-        "it works is gpulens_gpu_busy_ratio.",
+        "(idle, launch, latency, memory, compute, mixed, transfer). Absent without GPM. How much of "
+        "the time it works is gpulens_gpu_busy_ratio.",
         LEAF_ANALYSIS,
         each=lambda a: _classes(BOUNDNESS_CLASSES, a.boundness),
         labels=("class",),
@@ -554,7 +657,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpulens_pod_gpu_boundness",
         "",
         "The container's class on a leaf it holds: exactly one class is 1 (idle, launch, latency, "
-        "memory, compute, mixed, shared). The leaf's class while the pod is its only holder or the "
+        "memory, compute, mixed, transfer, shared). The leaf's class while the pod is its only holder or the "
         "only pod with processes on it; shared when several pods run there (the leaf's class "
         "describes none of them alone); idle for a pod with no process on a leaf others use. "
         "Absent when the leaf has no class.",

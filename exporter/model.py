@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed")
+BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed", "transfer")
 """The boundness state set of a leaf, in the order it is rendered (docs/boundness.md)."""
 
 SHARED_CLASS = "shared"
@@ -25,6 +25,47 @@ UNKNOWN_TENANT: tuple[str, str] = ("", "")
 """Tenant key of a process on a leaf that maps to no known pod (a host process, an unread cgroup)."""
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
+
+PCIE = "pcie"
+NVLINK = "nvlink"
+LINKS: tuple[str, ...] = (PCIE, NVLINK)
+"""The links a leaf moves data over, in the order they are rendered."""
+LINK_SOURCES: tuple[str, ...] = ("counter", "gpm", "sampled")
+"""Where a leaf's link bytes came from, best first: NVML's cumulative byte counters, GPM rates over
+the cycle's window, or NVML's sampled throughput calls (a 20 ms window, the last resort)."""
+
+
+@dataclass(frozen=True)
+class LinkTraffic:
+    """Bytes a leaf moved over one kind of link (PCIe or NVLink) during the last window."""
+
+    link: str
+    """One of LINKS."""
+    source: str
+    """One of LINK_SOURCES."""
+    window_seconds: float
+    """Seconds the rates cover (the integral of a rate over this window is the bytes moved)."""
+    tx_bytes_per_second: float | None = None
+    """Out of the GPU (device to host for PCIe, to peers for NVLink)."""
+    rx_bytes_per_second: float | None = None
+    """Into the GPU."""
+    capacity_bytes_per_second: float | None = None
+    """What the link carries each way at most: PCIe generation x lanes (after line encoding),
+    NVLink active links x their rate; ``None`` when NVML does not say."""
+
+    def utilization_ratio(self) -> float | None:
+        """The busier direction's bytes/s over the capacity, 0..1; ``None`` if either is unknown."""
+        rates = [r for r in (self.tx_bytes_per_second, self.rx_bytes_per_second) if r is not None]
+        if not rates or not self.capacity_bytes_per_second:
+            return None
+        return min(1.0, max(0.0, max(rates) / self.capacity_bytes_per_second))
+
+
+def transfer_ratio(links: tuple[LinkTraffic, ...]) -> float | None:
+    """A leaf's transfer activity: the highest utilisation of its links (0..1), ``None`` if none
+    is known.  Bytes over capacity is a lower bound on the time the link was moving data."""
+    ratios = [r for r in (link.utilization_ratio() for link in links) if r is not None]
+    return max(ratios) if ratios else None
 
 
 @dataclass(frozen=True)
@@ -97,6 +138,9 @@ class LeafSample:
     """NVML "GPU-Util" (time one or more kernels ran); NVML offers it only for whole GPUs."""
     gpm: GpmSample | None = None
     processes: tuple[ProcessSample, ...] = ()
+    links: tuple[LinkTraffic, ...] = ()
+    """What the leaf moved over its links in the last window (a whole GPU: its own links; a MIG
+    instance: its share, where GPM measures it per GPU instance)."""
 
     @property
     def leaf_id(self) -> str:
@@ -153,6 +197,8 @@ class GpuSample:
     pcie_replay_errors: int | None = None
     nvlink_tx_bytes_per_second: float | None = None
     nvlink_rx_bytes_per_second: float | None = None
+    links: tuple[LinkTraffic, ...] = ()
+    """The physical GPU's link traffic (the same reads the ``*_bytes_per_second`` fields come from)."""
     ecc_errors: Mapping[str, int] | None = None
     """Volatile ECC error counts by severity (``corrected`` / ``uncorrected``)."""
     remapped_rows: Mapping[str, int] | None = None
@@ -279,6 +325,10 @@ class LeafAnalysis:
     dram_active_seconds: float | None = None
     energy_joules: float | None = None
     """Monotonic energy counter (physical GPUs only)."""
+    link_bytes: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
+    """(link, direction ``tx``/``rx``) -> bytes moved since the exporter first saw the leaf."""
+    transfer_ratio: float | None = None
+    """This cycle's transfer activity: the busiest link's utilisation (0..1)."""
 
 
 @dataclass(frozen=True)

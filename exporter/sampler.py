@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from exporter.analysis.boundness import busy_signal
-from exporter.analysis.counters import ActivityIntegrator, EventCounter, MonotonicCounter
+from exporter.analysis.counters import ActivityIntegrator, EventCounter, LinkIntegrator, MonotonicCounter
 from exporter.analysis.pod_class import pod_boundness
 from exporter.analysis.sharing import sharing_mode
 from exporter.backends.base import GpuBackend
@@ -33,6 +33,7 @@ from exporter.model import (
     ProbeResult,
     Snapshot,
     StageResult,
+    transfer_ratio,
 )
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Classifier(Protocol):
         utilization_ratio: float | None,
         has_processes: bool,
         now: float,
+        transfer: float | None = None,
     ) -> str | None: ...
 
     def forget(self, keep: set[str]) -> None: ...
@@ -113,6 +115,7 @@ class Sampler:
         self._worker.start()
         self._pending: Future[BackendSample] | None = None
         self._integrals = ActivityIntegrator()
+        self._link_bytes = LinkIntegrator()
         self._energy = MonotonicCounter()
         self._xid: EventCounter[tuple[str, int]] = EventCounter()
         self._xid_last: dict[str, int] = {}
@@ -247,7 +250,8 @@ class Sampler:
                 util = leaf.utilization_ratio
                 if util is None and leaf.mig is None:
                     util = gpu.utilization_ratio
-                busy = busy_signal(gpm, util) if gpm is not None else None
+                transfer = transfer_ratio(leaf.links)
+                busy = busy_signal(gpm, util, transfer) if gpm is not None else None
                 sm = tensor = dram = busy_s = None
                 if gpm is not None:
                     sm, tensor, dram, busy_s = self._integrals.add(
@@ -255,7 +259,7 @@ class Sampler:
                     )
                 boundness: str | None = None
                 if self._classifier is not None:
-                    boundness = self._classifier.observe(leaf_id, gpm, util, bool(leaf.processes), now)
+                    boundness = self._classifier.observe(leaf_id, gpm, util, bool(leaf.processes), now, transfer)
                 out[leaf_id] = LeafAnalysis(
                     leaf_id=leaf_id,
                     boundness=boundness,
@@ -267,12 +271,15 @@ class Sampler:
                     tensor_active_seconds=tensor,
                     dram_active_seconds=dram,
                     energy_joules=energy if leaf.mig is None else None,
+                    link_bytes=self._link_bytes.add(leaf_id, leaf.links),
+                    transfer_ratio=transfer,
                 )
             if gpu.mig_mode == "enabled":
                 # Physical energy still needs a home when every leaf is a MIG instance.
                 out.setdefault(gpu.uuid, LeafAnalysis(leaf_id=gpu.uuid, energy_joules=energy))
         if sample.up:
             self._integrals.forget(live_leaves)
+            self._link_bytes.forget(live_leaves)
             self._energy.forget(live_gpus | {g.uuid for g in sample.gpus})
             if self._classifier is not None:
                 self._classifier.forget(live_leaves)

@@ -33,6 +33,8 @@ class Signature:
     processes: bool = False
     busy: float | None = -1.0
     """GPM graphics-engine activity; -1 = the same as ``util`` (they agree on the H200)."""
+    link: float | None = None
+    """The busiest link's utilisation (fraction of its capacity); ``None`` = links not measured."""
 
     def sample(self, window: float) -> GpmSample:
         return GpmSample(
@@ -58,6 +60,7 @@ class Signature:
             util=None if self.util is None else self.util * duty,
             processes=self.processes,
             busy=self.busy if self.busy in (-1.0, None) else self.busy * duty,
+            link=None if self.link is None else self.link * duty,
         )
 
 
@@ -85,6 +88,9 @@ HOLDS_MEMORY = Signature(util=0.0, processes=True)
 # Shapes not in the H200 table, for the classes it does not reach.
 POINTER_CHASE = Signature(sm=0.90, occ=0.30, fp32=0.05, dram=0.12, util=1.0, processes=True)
 RIDGE_GEMM = Signature(sm=0.98, occ=0.25, tensor=0.70, dram=0.70, util=1.0, processes=True)
+# Pinned host-to-device copies saturating a PCIe Gen5 x16 link (51.5 of 63 GB/s), no kernel:
+# NVML GPU-Util 1.0, GPM graphics and SM activity 0 (the issue's H200 run).
+H2D_COPY = Signature(util=1.0, busy=0.0, link=0.82, processes=True)
 
 EXPECTED = {
     "idle": IDLE,
@@ -93,6 +99,7 @@ EXPECTED = {
     "launch": TINY_KERNELS,
     "latency": POINTER_CHASE,
     "mixed": RIDGE_GEMM,
+    "transfer": H2D_COPY,
 }
 
 
@@ -109,7 +116,7 @@ def feed(
     for sig, seconds in phases:
         for _ in range(round(seconds / interval)):
             t += interval
-            out.append((t, clf.observe(leaf, sig.sample(interval), sig.util, sig.processes, t)))
+            out.append((t, clf.observe(leaf, sig.sample(interval), sig.util, sig.processes, t, sig.link)))
     return out
 
 
@@ -259,13 +266,43 @@ def test_class_settles_within_two_windows_after_a_step(before: str, after: str, 
     assert settled <= 2 * window
 
 
-def test_a_longer_window_holds_a_stopped_load_longer() -> None:
-    # The window is the horizon over which a stopped load still counts: idle comes one window on.
-    fast = feed(BoundnessClassifier(5.0), [(COPY, 40.0), (IDLE, 40.0)], start=0.0)
-    slow = feed(BoundnessClassifier(30.0), [(COPY, 40.0), (IDLE, 40.0)], start=0.0)
-    s_fast, s_slow = settle_seconds(fast, 40.0, "idle"), settle_seconds(slow, 40.0, "idle")
-    assert s_fast is not None and s_slow is not None
-    assert s_fast < s_slow <= 60.0
+@pytest.mark.parametrize("window", [5.0, 10.0, 30.0])
+@pytest.mark.parametrize("interval", [0.5, 1.0])
+@pytest.mark.parametrize("load", ["memory", "compute", "transfer", "mixed", "latency"])
+def test_a_stopped_load_reads_idle_within_two_and_a_half_seconds_whatever_the_window(
+    load: str, interval: float, window: float
+) -> None:
+    # The stop is part-way through a sample (0.3 s in): the first sample after it is 30 % busy.
+    sig = EXPECTED[load]
+    tail = Signature(
+        sm=sig.sm * 0.3,
+        occ=sig.occ * 0.3,
+        tensor=sig.tensor * 0.3,
+        fp32=sig.fp32 * 0.3,
+        dram=sig.dram * 0.3,
+        util=None if sig.util is None else sig.util * 0.3,
+        processes=True,
+        busy=sig.busy if sig.busy in (-1.0, None) else sig.busy * 0.3,
+        link=None if sig.link is None else sig.link * 0.3,
+    )
+    clf = BoundnessClassifier(window)
+    before = feed(clf, [(sig, 30.0)], interval=interval, start=0.0)
+    assert before[-1][1] == load
+    after = feed(clf, [(tail, interval), (HOLDS_MEMORY, 20.0)], interval=interval, start=30.0)
+    stop = 30.0 + interval * 0.7
+    first_idle = next(t for t, c in after if c == "idle")
+    assert first_idle - stop <= 2.5, after
+    assert {c for t, c in after if t < first_idle} <= {load}, "no other class on the way to idle"
+    assert {c for t, c in after if t >= first_idle} == {"idle"}
+
+
+def test_a_load_stopping_then_another_starting_is_classed_on_its_own_samples() -> None:
+    # Copy, 3 s of nothing, then a GEMM: the copy's samples left with the stop, so the GEMM is
+    # never shown as memory; it is classed after the dwell.
+    trace = feed(BoundnessClassifier(), [(COPY, 30.0), (HOLDS_MEMORY, 3.0), (BF16_GEMM, 20.0)], start=0.0)
+    after = [c for t, c in trace if t > 33.0]
+    assert "memory" not in after
+    assert settle_seconds(trace, 33.0, "compute") == pytest.approx(3.0)
 
 
 def test_a_load_starting_on_an_idle_leaf_is_classed_after_the_dwell_whatever_the_window() -> None:
@@ -282,9 +319,10 @@ def test_window_weights_samples_by_the_time_they_cover_not_by_count() -> None:
     clf = BoundnessClassifier(window_seconds=10.0, thresholds=Thresholds(min_dwell_seconds=0.0))
     t = 100.0
     clf.observe("g", COPY.sample(6.0), 1.0, True, t)  # one 6 s sample of a copy
-    for _ in range(40):  # then 40 samples of 0.1 s of nothing
+    trickle = Signature(sm=0.01, util=0.02, processes=True)  # work, so no stop: the window decides
+    for _ in range(40):  # then 40 samples of 0.1 s of almost nothing
         t += 0.1
-        cls = clf.observe("g", IDLE.sample(0.1), 0.0, True, t)
+        cls = clf.observe("g", trickle.sample(0.1), 0.02, True, t)
     means = clf.window_means("g", t)
     assert means is not None and means.dram_active is not None
     # 6 s at 0.88 and 4 s at 0: time-weighted 0.528; a per-sample mean would be 0.88 / 41 = 0.02.
@@ -295,7 +333,8 @@ def test_window_weights_samples_by_the_time_they_cover_not_by_count() -> None:
 def test_oldest_sample_counts_only_with_its_overlap_of_the_window() -> None:
     clf = BoundnessClassifier(window_seconds=10.0)
     clf.observe("g", COPY.sample(8.0), 1.0, True, 8.0)  # covers 0..8
-    clf.observe("g", IDLE.sample(8.0), 0.0, True, 16.0)  # covers 8..16; window is 6..16
+    trickle = Signature(sm=0.01, util=0.02, processes=True)  # work, so no stop: the window decides
+    clf.observe("g", trickle.sample(8.0), 0.02, True, 16.0)  # covers 8..16; window is 6..16
     means = clf.window_means("g", 16.0)
     assert means is not None
     assert means.dram_active == pytest.approx(0.88 * 2 / 10)
@@ -563,7 +602,10 @@ def test_simulated_mig_instances_are_classified_per_instance() -> None:
     classes = {c for v in leaves.values() for c in v}
     assert {"idle", "launch", "memory", "compute"} <= classes
     for key, seq in leaves.items():
-        assert changes(seq) <= 4, f"{key} flaps: {seq}"
+        # An interactive notebook reads idle while it does nothing at all between its bursts;
+        # what it does while it works must not flap.
+        busy = [c for c in seq if c != "idle"]
+        assert changes(busy) <= 4, f"{key} flaps: {seq}"
 
 
 def test_a_gpu_running_wide_kernels_now_and_then_reads_what_its_kernels_do_with_a_low_busy_ratio() -> None:
@@ -615,10 +657,24 @@ def test_a_job_stalled_on_its_input_reads_its_kernels_class_and_its_duty_as_busy
 
 
 def test_a_job_stalled_in_phases_longer_than_a_sample_reads_its_kernels_class() -> None:
-    # 2 s of GEMMs, 2 s waiting on data: whole samples of nothing between the busy ones.
+    # 2 s of GEMMs, 2 s waiting on data: whole samples of nothing between the busy ones. The
+    # first pause has no history and is taken for a stop (idle while it lasts, the class back at
+    # once when the GEMMs resume); from then on a pause no longer than the job's pauses is a stall.
     phases = [(BF16_GEMM, 2.0), (HOLDS_MEMORY, 2.0)] * 15
     trace = feed(BoundnessClassifier(), phases)
-    assert {c for _, c in trace} == {"compute"}
+    assert {c for t, c in trace if t > 1004.0} == {"compute"}
+    assert [c for t, c in trace if t <= 1004.0] == ["compute", "compute", "compute", "idle"]
+
+
+@pytest.mark.parametrize("pause", [2.0, 3.0, 5.0])
+def test_a_stalling_job_that_stops_reads_idle_once_its_pause_outlasts_its_stalls(pause: float) -> None:
+    phases = [(COPY, 3.0), (HOLDS_MEMORY, pause)] * 5 + [(COPY, 3.0), (HOLDS_MEMORY, 20.0)]
+    trace = feed(BoundnessClassifier(), phases, start=0.0)
+    stop = 6 * 3.0 + 5 * pause
+    stalls = [c for t, c in trace if 3.0 + pause + 1.0 < t <= stop]
+    assert set(stalls) == {"memory"}
+    first_idle = next(t for t, c in trace if t > stop and c == "idle")
+    assert first_idle - stop <= 1.25 * pause + 1.0
 
 
 def test_slow_alternation_between_memory_and_compute_phases_reads_mixed() -> None:

@@ -18,8 +18,8 @@ BUSY_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c != "idle
 """Classes a working leaf can have (``idle`` is the absence of work)."""
 
 # Window signal slots: raw means first, then busy-seconds per busy class.
-_BUSY, _SM, _OCC, _DRAM, _PIPE, _UTIL = range(6)
-_VOTE0 = 6
+_BUSY, _SM, _OCC, _DRAM, _PIPE, _UTIL, _XFER = range(7)
+_VOTE0 = 7
 _N_SIGNALS = _VOTE0 + len(BUSY_CLASSES)
 _RESUM_EVERY = 4096
 """Appends between exact re-summations of a window (bounds float drift of the running sums)."""
@@ -59,6 +59,17 @@ class Thresholds:
     alternation_share: float = 0.40
     """Memory-bound and compute-bound samples each holding this share of the busy time: the
     leaf alternates between the two (slow phases, tenants taking turns), so ``mixed``."""
+    transfer_link_enter: float = 0.50
+    """Link utilisation per busy time (fraction of the link's capacity) at which a sample whose
+    kernels saturate nothing is limited by its links: ``transfer``, not ``latency`` or ``launch``."""
+    transfer_link_exit: float = 0.40
+    stop_quiet_seconds: float = 1.5
+    """A leaf that has done nothing (no kernel, no link traffic) this long has stopped: ``idle`` at
+    once, without waiting for its work to leave the window ..."""
+    stall_margin: float = 1.25
+    """... unless the leaf already paused and resumed within the window: then a pause counts as a
+    stop only once it is this many times longer than the longest such pause (a job stalled on its
+    input keeps its class through its stalls)."""
     switch_margin: float = 0.20
     """The exported busy class yields only to a class whose share of busy time exceeds its own
     by this much (hysteresis: a 50/50 split cannot flap)."""
@@ -76,6 +87,7 @@ class Thresholds:
             ("launch_sm_per_busy", self.launch_sm_per_busy_enter, self.launch_sm_per_busy_exit, False),
             ("busy", self.busy_enter, self.busy_exit, True),
             ("busy_sm_trace", self.busy_sm_trace_enter, self.busy_sm_trace_exit, True),
+            ("transfer_link", self.transfer_link_enter, self.transfer_link_exit, True),
         )
         for name, enter, exit_, rising in pairs:
             if not (0.0 <= enter <= 1.0 and 0.0 <= exit_ <= 1.0):
@@ -84,6 +96,10 @@ class Thresholds:
                 raise ValueError(f"{name}: exit level {exit_} would not give hysteresis around {enter}")
         if self.min_dwell_seconds < 0:
             raise ValueError("min_dwell_seconds must be >= 0")
+        if self.stop_quiet_seconds <= 0:
+            raise ValueError("stop_quiet_seconds must be > 0")
+        if self.stall_margin < 1.0:
+            raise ValueError("stall_margin must be >= 1")
 
 
 class _SampleClasser:
@@ -97,10 +113,11 @@ class _SampleClasser:
     workload whose per-sample value hovers at a level keeps one class.
     """
 
-    __slots__ = ("compute", "launch", "memory", "mixed", "th")
+    __slots__ = ("compute", "launch", "memory", "mixed", "th", "transfer")
 
     def __init__(self, th: Thresholds) -> None:
         self.th = th
+        self.transfer = _Schmitt(th.transfer_link_enter, th.transfer_link_exit)
         self.memory = _Schmitt(th.memory_dram_enter, th.memory_dram_exit)
         self.compute = _Schmitt(th.compute_pipe_enter, th.compute_pipe_exit)
         self.mixed = _Schmitt(th.mixed_sum_enter, th.mixed_sum_exit)
@@ -131,6 +148,36 @@ class _SampleClasser:
             return "compute"
         return "mixed" if together else "latency"
 
+    def votes(
+        self,
+        kernels: float,
+        link: float,
+        sm_active: float | None,
+        dram_active: float | None,
+        max_pipe_active: float | None,
+    ) -> dict[str, float]:
+        """Busy class -> busy fraction of one sample whose kernels ran ``kernels`` and whose
+        busiest link moved ``link`` (fraction of its capacity) of the sample's time.
+
+        Copy-engine time is work.  Kernels that saturate a resource of their own (memory, compute,
+        mixed) keep their class: copies hidden behind them do not limit the job, and only the
+        link time beyond the kernel time goes to ``transfer``.  Kernels that saturate nothing
+        (launch, latency: the SMs idle or wait) while the link runs near its capacity are waiting
+        on the link, so the whole busy time is ``transfer``.  A sample with link traffic and no
+        kernel at all is ``transfer``, at any rate: moving data was all the leaf did.
+        """
+        busy = max(kernels, link)
+        transfer = self.transfer.update(link / busy if busy > _MIN_BUSY else None)
+        if kernels <= _MIN_BUSY:
+            return {"transfer": link} if link > _MIN_BUSY else {}
+        cls = self.classify(kernels, sm_active, dram_active, max_pipe_active)
+        if cls in ("launch", "latency") and transfer:
+            return {"transfer": busy}
+        out = {cls: kernels}
+        if link > kernels:
+            out["transfer"] = link - kernels
+        return out
+
 
 @dataclass(frozen=True)
 class WindowMeans:
@@ -143,6 +190,8 @@ class WindowMeans:
     dram_active: float | None
     max_pipe_active: float | None
     utilization: float | None
+    transfer: float | None
+    """Busiest link's utilisation (fraction of its capacity)."""
     covered_seconds: float
     """Seconds of samples the means are taken over (<= the window)."""
     busy_shares: dict[str, float]
@@ -227,6 +276,7 @@ class _Window:
             dram_active=out[_DRAM],
             max_pipe_active=out[_PIPE],
             utilization=out[_UTIL],
+            transfer=out[_XFER],
             covered_seconds=max(0.0, covered),
             busy_shares=shares,
         )
@@ -255,21 +305,86 @@ class _Window:
             self._accumulate(dur, vals, 1.0)
 
 
+class _Pauses:
+    """How long a leaf has done nothing, and the longest pause it resumed from within the window.
+
+    A pause is a run of samples with no work (busy under the idle level), lengthened by the idle
+    part of the samples on either side: a sample busy ``b`` of its ``duration`` before the run
+    ended with ``(1 - b) * duration`` of nothing (a stop part-way through a sample), and the one
+    that ends the run began with that much.  A partly busy sample alone is no pause: a steady
+    load busy a quarter of every sample spreads its work over the sample.
+    """
+
+    __slots__ = ("_resumed", "_run", "_span", "_tail")
+
+    def __init__(self, span: float) -> None:
+        self._span = span
+        self._run = 0.0  # seconds of whole samples with no work, up to now
+        self._tail = 0.0  # idle part of the last sample that had work
+        self._resumed: deque[tuple[float, float]] = deque()  # (resumed at, pause length), lengths falling
+
+    @property
+    def quiet(self) -> float:
+        """Seconds the leaf has done nothing, up to now (0 while its last sample had work)."""
+        return self._run + self._tail if self._run > 0.0 else 0.0
+
+    def add(self, end: float, duration: float, busy: float, idle_below: float) -> None:
+        """Feed a sample ending at ``end`` that was busy ``busy`` (0..1) of ``duration`` seconds."""
+        if busy < idle_below:
+            self._run += duration
+            return
+        gap = duration * (1.0 - busy)
+        if self._run > 0.0:
+            pause = self._run + self._tail + gap
+            while self._resumed and self._resumed[-1][1] <= pause:
+                self._resumed.pop()  # keep a falling sequence: its head is the longest pause
+            self._resumed.append((end, pause))
+        self._run = 0.0
+        self._tail = gap
+
+    def longest(self, now: float) -> float:
+        """The longest pause the leaf resumed from within the last window (0: none)."""
+        while self._resumed and self._resumed[0][0] <= now - self._span:
+            self._resumed.popleft()
+        return self._resumed[0][1] if self._resumed else 0.0
+
+    def forget_resumes(self) -> None:
+        """A stop was called: the pauses before it say nothing about the next load."""
+        self._resumed.clear()
+
+
 class _LeafState:
-    __slots__ = ("busy", "busy_trace", "candidate", "candidate_since", "classer", "current", "window")
+    __slots__ = (
+        "busy",
+        "busy_trace",
+        "candidate",
+        "candidate_since",
+        "classer",
+        "current",
+        "pauses",
+        "resume_class",
+        "stopped",
+        "window",
+    )
 
     def __init__(self, span: float, th: Thresholds) -> None:
         self.window = _Window(span)
         self.classer = _SampleClasser(th)
         self.busy = _Schmitt(th.busy_enter, th.busy_exit)
         self.busy_trace = _Schmitt(th.busy_sm_trace_enter, th.busy_sm_trace_exit)
+        self.pauses = _Pauses(span)
         self.current: str | None = None
         self.candidate: str | None = None
         self.candidate_since = 0.0
+        self.stopped = False
+        """True from a stop (``idle`` called on a quiet run) until work resumes."""
+        self.resume_class: str | None = None
+        """The class before the stop: work that resumes with it takes it back at once."""
 
 
-def busy_signal(gpm: GpmSample | None, utilization_ratio: float | None) -> float | None:
-    """The busy ratio of one sample: GPM graphics-engine activity, else NVML GPU-Util, else None.
+def kernel_busy(gpm: GpmSample | None, utilization_ratio: float | None) -> float | None:
+    """The fraction of one sample that kernels ran: GPM graphics-engine activity, else NVML
+    GPU-Util, else None.
 
     Graphics-engine activity is the fraction of time a context ran work on the leaf (GPM gives it
     per MIG instance too); NVML GPU-Util is the same duty cycle for whole GPUs on drivers whose
@@ -278,6 +393,18 @@ def busy_signal(gpm: GpmSample | None, utilization_ratio: float | None) -> float
     if gpm is not None and gpm.graphics_active is not None:
         return gpm.graphics_active
     return utilization_ratio
+
+
+def busy_signal(gpm: GpmSample | None, utilization_ratio: float | None, transfer: float | None = None) -> float | None:
+    """The busy ratio of one sample: the larger of the kernels' time (:func:`kernel_busy`) and the
+    busiest link's utilisation, ``None`` when neither is known.
+
+    Copy-engine work is work: a leaf that moves data over PCIe or NVLink is busy at least the
+    fraction of the time its link needed to carry those bytes (bytes over capacity).
+    """
+    kernels = kernel_busy(gpm, utilization_ratio)
+    known = [v for v in (kernels, transfer) if v is not None]
+    return max(known) if known else None
 
 
 class BoundnessClassifier:
@@ -301,6 +428,7 @@ class BoundnessClassifier:
         utilization_ratio: float | None,
         has_processes: bool,
         now: float,
+        transfer: float | None = None,
     ) -> str | None:
         """Add one cycle's signals for a leaf and return its class, or ``None`` without GPM.
 
@@ -308,7 +436,9 @@ class BoundnessClassifier:
         seconds on any clock that only moves forward (a jump backwards restarts the leaf).
         ``utilization_ratio`` is NVML GPU-Util (``None`` for MIG instances), the busy signal when
         GPM has no graphics activity; ``has_processes`` says whether NVML lists compute processes
-        on the leaf (used only without any busy signal).
+        on the leaf (used only without any busy signal); ``transfer`` is the busiest link's
+        utilisation over the same window (:func:`exporter.model.transfer_ratio`), ``None`` when
+        the leaf's links are not measured.
         A ``None`` GPM (pre-Hopper, GPM refused, first cycle) adds nothing and returns ``None``;
         the leaf's earlier samples still age out of the window by time.
         """
@@ -327,18 +457,30 @@ class BoundnessClassifier:
         duration = gpm.window_seconds
         if not duration > 0.0:
             duration = (now - last) if last is not None and now > last else 1.0
-        busy = busy_signal(gpm, utilization_ratio)
+        kernels = kernel_busy(gpm, utilization_ratio)
+        busy = busy_signal(gpm, utilization_ratio, transfer)
         votes = [0.0] * len(BUSY_CLASSES)
-        # Without a busy signal every sample weighs by time alone and nothing is normalised.
-        weight = 1.0 if busy is None else busy
-        if weight > _MIN_BUSY:
-            cls = state.classer.classify(weight, gpm.sm_active, gpm.dram_active, pipe)
-            votes[BUSY_CLASSES.index(cls)] = weight
-        values = (busy, gpm.sm_active, gpm.sm_occupancy, gpm.dram_active, pipe, utilization_ratio, *votes)
+        if kernels is None:
+            # Without a busy signal every sample weighs by time alone and nothing is normalised.
+            cls = state.classer.classify(1.0, gpm.sm_active, gpm.dram_active, pipe)
+            votes[BUSY_CLASSES.index(cls)] = 1.0
+        else:
+            shares = state.classer.votes(kernels, transfer or 0.0, gpm.sm_active, gpm.dram_active, pipe)
+            for cls, weight in shares.items():
+                votes[BUSY_CLASSES.index(cls)] = weight
+        values = (busy, gpm.sm_active, gpm.sm_occupancy, gpm.dram_active, pipe, utilization_ratio, transfer, *votes)
+        if busy is not None:
+            state.pauses.add(now, duration, busy, self.thresholds.busy_exit)
+        if self._stopped(state, now):
+            state.window.add(now, duration, values)
+            return self._settle(state, "idle", now, at_once=True)
         state.window.add(now, duration, values)
         means = state.window.means(now)
         candidate = self._decide(state, means, has_processes)
-        return self._settle(state, candidate, now)
+        resumed = state.stopped and candidate != "idle"
+        if resumed:
+            state.stopped = False
+        return self._settle(state, candidate, now, at_once=resumed and candidate == state.resume_class)
 
     def window_means(self, leaf_id: str, now: float) -> WindowMeans | None:
         """The smoothed signals the leaf's class was taken from (roofline coordinates), if any."""
@@ -349,6 +491,25 @@ class BoundnessClassifier:
         """Drop the state of every leaf not in ``keep`` (GPU lost, MIG instance destroyed)."""
         for leaf_id in [k for k in self._leaves if k not in keep]:
             del self._leaves[leaf_id]
+
+    def _stopped(self, state: _LeafState, now: float) -> bool:
+        """True when the leaf has done nothing for ``stop_quiet_seconds``, or, if it already
+        paused and resumed within the window, ``stall_margin`` times its longest such pause."""
+        th = self.thresholds
+        quiet = state.pauses.quiet
+        if quiet < th.stop_quiet_seconds:
+            return False
+        if not state.stopped and quiet < state.pauses.longest(now) * th.stall_margin:
+            return False
+        if not state.stopped:
+            # A stop: the stopped load's samples no longer speak for the leaf (the next load is
+            # classed on its own samples), and its pauses say nothing about the next load's.
+            state.stopped = True
+            state.resume_class = state.current
+            state.pauses.forget_resumes()
+            state.classer = _SampleClasser(th)
+            state.window = _Window(self.window_seconds)
+        return True
 
     def _decide(self, state: _LeafState, m: WindowMeans, has_processes: bool) -> str:
         th = self.thresholds
@@ -372,8 +533,10 @@ class BoundnessClassifier:
             return current
         return best
 
-    def _settle(self, state: _LeafState, candidate: str, now: float) -> str:
-        if state.current is None:
+    def _settle(self, state: _LeafState, candidate: str, now: float, at_once: bool = False) -> str:
+        """Export ``candidate`` once it has held ``min_dwell_seconds`` (``at_once``: a stop, or
+        work resuming with the class it had before the stop, needs no dwell)."""
+        if state.current is None or at_once:
             state.current = candidate
             state.candidate = None
             return candidate

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Generic, TypeVar
+
+from exporter.model import LinkTraffic
 
 K = TypeVar("K")
 
@@ -66,6 +69,37 @@ class ActivityIntegrator:
         for leaf_id in list(self._leaves):
             if leaf_id not in keep_set:
                 del self._leaves[leaf_id]
+
+
+class LinkIntegrator:
+    """Bytes each leaf moved over each link and direction since the exporter first saw it.
+
+    Each cycle adds rate x window per direction.  For NVML's cumulative counters the backend
+    derived the rate from the counter's increase over exactly that window, so the sum is the
+    counter's own increase (and a driver reset, which the backend drops, adds nothing); GPM and
+    sampled rates are integrated the same way.
+    """
+
+    def __init__(self) -> None:
+        self._totals: dict[str, dict[tuple[str, str], float]] = {}
+
+    def add(self, leaf_id: str, links: Iterable[LinkTraffic]) -> Mapping[tuple[str, str], float]:
+        """Add one cycle's link traffic of a leaf; returns its (link, direction) -> bytes totals."""
+        totals = self._totals.setdefault(leaf_id, {})
+        for link in links:
+            w = max(0.0, link.window_seconds)
+            for direction, rate in (("tx", link.tx_bytes_per_second), ("rx", link.rx_bytes_per_second)):
+                if rate is None or not rate >= 0.0 or rate == float("inf"):
+                    continue
+                key = (link.link, direction)
+                totals[key] = totals.get(key, 0.0) + rate * w
+        return MappingProxyType(dict(totals))
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop leaves that no longer exist."""
+        keep_set = set(keep)
+        for leaf_id in [k for k in self._totals if k not in keep_set]:
+            del self._totals[leaf_id]
 
 
 class MonotonicCounter:
