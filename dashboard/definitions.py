@@ -1,14 +1,20 @@
-"""The one definition of idle, launch-bound and wasted GPU-hours, for the rules, the dashboard and
-the advisor.
+"""The one definition of idle, launch-bound, transfer share and wasted GPU-hours, for the rules, the
+dashboard and the advisor.
 
 - **Idle leaf** (a whole GPU or a MIG instance) at time t: its mean SM activity over the
-  ``MEAN_WINDOW`` before t is below ``IDLE_SM_ACTIVE_BELOW`` *and* it ran no kernels in that
-  window. "Ran kernels" = NVML GPU-Util averaged at least ``KERNELS_UTIL_AT_LEAST`` (whole GPUs) or
-  the boundness class ``launch`` at any moment (GPM; MIG instances too). The mean SM activity is
-  exact from the integral counter once the counter is older than the window, else the mean of the
-  sampled gauge.
+  ``MEAN_WINDOW`` before t is below ``IDLE_SM_ACTIVE_BELOW`` *and* it did no work that SM activity
+  misses in that window. "Did work" = NVML GPU-Util averaged at least ``KERNELS_UTIL_AT_LEAST``
+  (whole GPUs) or a boundness class of ``IN_USE_CLASSES`` (``launch``, ``transfer``) at any moment
+  (GPM; MIG instances too, which have no GPU-Util: for them only the class says data moved). The
+  mean SM activity is exact from the integral counter once the counter is older than the window,
+  else the mean of the sampled gauge.
 - **Launch-bound** is not idle: a stream of tiny kernels keeps SM activity near 0 while the GPU is
   in use. It is a misuse of its own kind (alert ``GPULaunchBound``, class ``launch``).
+- **Transfer-bound** is not idle either: a leaf whose links (PCIe, NVLink) are busy while its SMs
+  wait (class ``transfer``; e.g. a loop copying pinned host memory at ~51.5 GB/s reads SM activity
+  0) is limited by its link, not oversized. Its **transfer share**
+  (``gpulens:gpu_transfer:ratio_avg5m``) is the fraction of the ``MEAN_WINDOW`` its class was
+  ``transfer``; the ``GPUUnderutilized`` alert counts it as use beside SM activity.
 - **Wasted GPU-hours** of a container: the time its leaf was idle while allocated to it, times
   the container's share of the leaf (the time-slicing replicas it holds over all replicas held on
   the leaf; 1 for an exclusive device), times the leaf's share of a physical GPU
@@ -40,6 +46,10 @@ MEAN_WINDOW = "5m"
 MEAN_WINDOW_SECONDS = 300.0
 """The window of both means above."""
 LAUNCH_CLASS = "launch"
+TRANSFER_CLASS = "transfer"
+IN_USE_CLASSES: tuple[str, ...] = (LAUNCH_CLASS, TRANSFER_CLASS)
+"""Boundness classes that mean the leaf is in use whatever its SM activity reads: ``launch`` (tiny
+kernels back to back) and ``transfer`` (its links busy while the SMs idle or wait)."""
 UNKNOWN_CLASS = "unknown"
 """Shown for a series with no boundness class (no GPM to classify with); not an exporter class."""
 WASTE_RESOLUTION_SECONDS = 60.0
@@ -88,13 +98,23 @@ def util_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
 
 
 def kernels_active_promql(util_mean: str, matchers: Mapping[str, str] | None = None) -> str:
-    """1 if the leaf ran kernels in the window by a signal other than SM activity, else 0
-    (``gpulens:gpu_kernels_active:bool``); ``util_mean`` is the GPU-Util mean's expression."""
-    launch = _sel("gpulens_gpu_boundness", matchers, {"class": LAUNCH_CLASS})
+    """1 if the leaf was in use in the window by a signal other than SM activity, else 0
+    (``gpulens:gpu_kernels_active:bool``, a name kept for its users): GPU-Util at the threshold, or
+    a class of ``IN_USE_CLASSES`` at any moment (kernels launched, or data moved over its links);
+    ``util_mean`` is the GPU-Util mean's expression."""
+    in_use = _regex_sel("gpulens_gpu_boundness", matchers, "class", "|".join(IN_USE_CLASSES))
     return (
         f"max by (cluster, uuid, mig_uuid) (({util_mean} >= bool {KERNELS_UTIL_AT_LEAST!r})"
-        f" or max_over_time({launch}[{MEAN_WINDOW}]))"
+        f" or max_over_time({in_use}[{MEAN_WINDOW}]))"
     )
+
+
+def transfer_share_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Fraction (0..1) of the last MEAN_WINDOW each leaf's class was ``transfer``
+    (``gpulens:gpu_transfer:ratio_avg5m``); absent for a leaf without a class (no GPM). The class
+    label is dropped: the name says which class."""
+    transfer = _sel("gpulens_gpu_boundness", matchers, {"class": TRANSFER_CLASS})
+    return f"max without (class) (avg_over_time({transfer}[{MEAN_WINDOW}]) and {transfer})"
 
 
 def idle_promql(sm_mean: str, kernels_active: str) -> str:
@@ -189,7 +209,8 @@ RULES: Mapping[str, str] = {
     "gpulens:gpu_sm_active:ratio_avg5m": sm_mean_promql(),
     "gpulens:gpu_utilization:ratio_avg5m": util_mean_promql(),
     "gpulens:gpu_kernels_active:bool": kernels_active_promql("gpulens:gpu_utilization:ratio_avg5m"),
-    # from raw series, not from the two rules above: a rule reading another rule's output lags it by
+    "gpulens:gpu_transfer:ratio_avg5m": transfer_share_promql(),
+    # from raw series, not from the rules above: a rule reading another rule's output lags it by
     # an evaluation (more when backfilled), and the dashboard's scrape mode and the advisor, which
     # compute from raw series, would then disagree with it at every transition
     "gpulens:gpu_idle:bool": leaf_idle_promql(),
@@ -258,7 +279,8 @@ def leaf_idle_frame(
 ) -> pd.DataFrame:
     """``gpulens:gpu_idle:bool`` in pandas: per leaf and grid time, ``sm_mean`` and ``idle`` (bool).
 
-    Inputs are raw samples (labels + timestamp + value, one row per scrape); a leaf counts at t
+    Inputs are raw samples (labels + timestamp + value, one row per scrape; ``boundness`` needs the
+    series of the ``IN_USE_CLASSES`` only, others are ignored); a leaf counts at t
     only if its SM series was scraped within ``fresh_s`` of t (the rules' ``and x``: a stale leaf
     drops out). The mean SM activity comes from the counter where it spans the whole window (its
     increase over the covered time), else from the gauge's samples.
@@ -284,10 +306,12 @@ def leaf_idle_frame(
     util_stats = util_stats[util_stats["fresh"]]
     busy_util = util_stats.assign(k=util_stats["mean"] >= KERNELS_UTIL_AT_LEAST)[[*keys, "timestamp", "k"]]
     b = _leafy(boundness)
-    b = b[b["class"] == LAUNCH_CLASS] if "class" in b.columns else b.iloc[0:0]
-    launch = _window_stats(b, keys, grid, MEAN_WINDOW_SECONDS, np.inf)
-    launch = launch.assign(k=launch["max"] >= 1)[[*keys, "timestamp", "k"]]
-    kernels = pd.concat([busy_util, launch]).groupby([*keys, "timestamp"], as_index=False)["k"].max()
+    b = b[b["class"].isin(IN_USE_CLASSES)] if "class" in b.columns else b.iloc[0:0]
+    # the in-use classes' series of a leaf pool into one window (keyed by leaf, not class): any
+    # sample at 1 counts, and no freshness test, as max_over_time in the rule
+    in_use = _window_stats(b, keys, grid, MEAN_WINDOW_SECONDS, np.inf)
+    in_use = in_use.assign(k=in_use["max"] >= 1)[[*keys, "timestamp", "k"]]
+    kernels = pd.concat([busy_util, in_use]).groupby([*keys, "timestamp"], as_index=False)["k"].max()
     sm = sm.merge(kernels, on=[*keys, "timestamp"], how="left")
     sm["idle"] = (sm["sm_mean"] < IDLE_SM_ACTIVE_BELOW) & ~(sm["k"].astype("boolean").fillna(False).astype(bool))
     return sm[cols].reset_index(drop=True)

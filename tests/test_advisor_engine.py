@@ -7,7 +7,16 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from dashboard.advisor.engine import Action, Policy, WorkloadUsage, price_for, recommend, recommend_all
+from dashboard.advisor.engine import (
+    GPU_GPU,
+    HOST_DEVICE,
+    Action,
+    Policy,
+    WorkloadUsage,
+    price_for,
+    recommend,
+    recommend_all,
+)
 from dashboard.advisor.profiles import H200, model_for
 
 GIB = 2**30
@@ -105,6 +114,35 @@ CASES = [
         "its kernels run back to back (launch class 95 %), so it is not released; it needs few SMs, so a slice",
     ),
     Case(
+        "transfer-bound ingest job copying host memory to the GPU",
+        usage(workload_kind="Job", memory_peak_bytes=20 * GIB, sm_active_p95=0.3, sm_active_mean=0.045,
+              dram_active_p95=0.01, pcie_utilization_p95=0.8, nvlink_utilization_p95=0.0,
+              boundness={"transfer": 0.85, "compute": 0.15}),
+        Action.TRANSFER, HOST_DEVICE, 0.0,
+        "light (mean 4.5 %) and bursty (p95 30 %) by SM activity, which alone would say time-slicing, but 85 % "
+        "of its busy time its PCIe link (p95 80 % of capacity) is the limit: fewer SMs or a neighbour would not "
+        "shorten its copies; the fix is in how it moves data, and no GPU-hours are claimed",
+    ),
+    Case(
+        "transfer-bound MIG instance, idle by SM activity alone",
+        usage(mig_profile="3g.71gb", memory_peak_bytes=5 * GIB, sm_active_p95=0.002, sm_active_mean=0.001,
+              dram_active_p95=0.01, pcie_utilization_p95=0.75,
+              boundness={"transfer": 0.95, "idle": 0.05}, device_hours_idle=0.96 * WEEK),
+        Action.TRANSFER, HOST_DEVICE, 0.0,
+        "a MIG instance has no GPU-Util: only the class says data moved. Idle hours counted by SM activity "
+        "(96 %) do not release it (transfer 95 % of the held time), and 5 GiB / 0.2 % SM would fit a 1g.18gb, "
+        "but its copies would not get faster on one",
+    ),
+    Case(
+        "tensor-parallel shard waiting on NVLink",
+        usage(memory_peak_bytes=40 * GIB, sm_active_p95=0.25, sm_active_mean=0.08, dram_active_p95=0.2,
+              pcie_utilization_p95=0.02, nvlink_utilization_p95=0.7,
+              boundness={"transfer": 0.6, "compute": 0.3, "idle": 0.1}, device_hours_idle=0.1 * WEEK),
+        Action.TRANSFER, GPU_GPU, 0.0,
+        "transfer-bound 67 % of busy time on NVLink (p95 70 %), not PCIe: GPU-to-GPU exchange, so the advice is "
+        "about collectives and the parallelism layout, not host copies",
+    ),
+    Case(
         "a few minutes of history",
         usage(device_hours_held=0.3, memory_peak_bytes=1 * GIB, sm_active_p95=0.01, sm_active_mean=0.01),
         Action.KEEP, "keep", 0.0,
@@ -164,6 +202,42 @@ def test_recommendation_table(case: Case) -> None:
     price = price_for(case.usage.gpu_model, PRICES)
     if case.action != Action.BANDWIDTH and price is not None:
         assert rec.cost_saved_usd == pytest.approx(case.saved_gpu_hours * price)
+
+
+def test_transfer_bound_advice_shows_its_reason_and_evidence() -> None:
+    rec = recommend(next(c.usage for c in CASES if c.name.startswith("transfer-bound ingest")), PRICES)
+    assert rec.reason.startswith("transfer-bound 85% of busy time, PCIe p95 80% of capacity"), rec.reason
+    for advice in ("pinned", "larger copies", "resident on the GPU", "overlapped with compute", "GPUDirect"):
+        assert advice in rec.reason, advice
+    assert rec.evidence["transfer_bound_share_of_busy"] == pytest.approx(0.85)
+    assert rec.evidence["pcie_utilization_p95"] == 0.8
+    assert rec.cost_saved_usd == 0.0
+    unmeasured = recommend(usage(boundness={"transfer": 0.9, "idle": 0.1}, device_hours_idle=0.1 * WEEK))
+    assert (unmeasured.action, unmeasured.target) == (Action.TRANSFER, HOST_DEVICE)
+    assert "link use not measured" in unmeasured.reason
+
+
+@pytest.mark.parametrize("profile", ["", "3g.71gb", "7g.141gb"])
+def test_transfer_bound_work_is_never_shrunk_shared_or_released(profile: str) -> None:
+    """Whatever its memory, SM activity and (SM-only) idle hours, a workload transfer-bound for most
+    of its busy time gets advice on its data movement: never a smaller slice, time-slicing or release."""
+    seen: set[Action] = set()
+    for peak_gib in (1, 9, 30, 60):
+        for sm_p95, sm_mean in ((0.0, 0.0), (0.05, 0.01), (0.3, 0.04), (0.6, 0.15)):
+            for transfer, idle in ((0.5, 0.0), (0.3, 0.7), (0.06, 0.94), (0.95, 0.05)):
+                u = usage(mig_profile=profile, memory_peak_bytes=peak_gib * GIB, sm_active_p95=sm_p95,
+                          sm_active_mean=sm_mean, pcie_utilization_p95=0.8,
+                          boundness={"transfer": transfer, "compute": 1 - transfer - idle, "idle": idle},
+                          device_hours_idle=max(idle, 0.9) * WEEK)  # fmt: skip
+                rec = recommend(u, PRICES)
+                seen.add(rec.action)
+                assert rec.action not in {Action.MIG, Action.SHARE, Action.RELEASE}, (u, rec.reason)
+                assert rec.gpu_hours_saved == 0.0
+    assert seen == {Action.TRANSFER}
+    # the same mixes without the transfer class get shrunk, shared or released: the sweep reaches them
+    assert recommend(usage(mig_profile=profile, memory_peak_bytes=1 * GIB, sm_active_p95=0.05,
+                           sm_active_mean=0.01, device_hours_idle=0.94 * WEEK,
+                           boundness={"compute": 0.06, "idle": 0.94})).action == Action.RELEASE  # fmt: skip
 
 
 def test_recommended_slice_always_holds_the_observed_peak_times_headroom() -> None:

@@ -58,6 +58,9 @@ EXPECTED = {
     "research/Job/big-embed": ("keep", "keep", 0.0, 0.0),
     "notebooks/StatefulSet/bob": ("keep", "keep", 0.0, 0.0),
     "notebooks/StatefulSet/carol": ("keep", "keep", 0.0, 0.0),
+    # copies host memory over PCIe with its SMs waiting (class transfer): in use, not idle, and no
+    # smaller slice or time-slicing, which SM activity alone (light and bursty) would suggest
+    "etl/Job/ingest": ("reduce-transfers", "reduce host-device traffic", 0.0, 0.0),
 }
 TOTAL_SAVED = sum(v[2] for v in EXPECTED.values())
 TOTAL_USD = sum(v[3] for v in EXPECTED.values())
@@ -146,12 +149,18 @@ def test_measurements_follow_workloads_across_pods_slices_and_shared_gpus(store:
     alice = usages["notebooks/StatefulSet/alice"]
     assert alice.boundness["idle"] == pytest.approx(0.32, abs=0.04)
     assert sum(alice.boundness.values()) == pytest.approx(1.0)
+    ingest = usages["etl/Job/ingest"]
+    assert ingest.device_hours_idle == 0.0, "transfer-bound time is in use by the one idle definition"
+    assert ingest.boundness["transfer"] == pytest.approx(0.85, abs=0.03)
+    assert ingest.pcie_utilization_p95 == pytest.approx(0.8)
+    assert ingest.nvlink_utilization_p95 is None, "not exported in this history"
+    assert embedder.pcie_utilization_p95 == 0.0
 
 
 def test_cli_table_and_csv(prom: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--prometheus", prom, *PRICES]) == 0
     table = capsys.readouterr().out
-    assert "1g.18gb" in table and "time-slicing or MPS" in table and "9 workloads over 7 days" in table
+    assert "1g.18gb" in table and "time-slicing or MPS" in table and "10 workloads over 7 days" in table
     assert f"{TOTAL_SAVED:,.1f}"[:3] in table.splitlines()[-1]
     assert cli.main(["--prometheus", prom, "--format", "csv", "--namespace", "research"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -216,7 +225,7 @@ def test_dashboard_page_shows_the_same_advice(prom: str, monkeypatch: pytest.Mon
     assert not at.error, [e.value for e in at.error]
     assert at.title[0].value == "Right-sizing"
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Workloads"] == "9"
+    assert metrics["Workloads"] == "10"
     assert metrics["GPU-hours saveable"] == f"{TOTAL_SAVED:,.1f}" or _approx(
         float(metrics["GPU-hours saveable"].replace(",", "")), TOTAL_SAVED
     )

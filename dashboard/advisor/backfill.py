@@ -52,9 +52,12 @@ class Device:
     sm: Callable[[np.random.Generator, int], np.ndarray]
     dram: float
     klass: str
-    """Boundness class while busy (idle when SM activity is 0)."""
+    """Boundness class while busy (idle when SM activity is 0; for ``transfer``, the class while
+    SM activity is 0, its short kernels in between reading ``compute``)."""
     holders: tuple[Holder, ...]
     mig_profile: str = ""
+    pcie: float = 0.0
+    """PCIe utilisation (0..1 of the link) while the class is ``transfer``; 0 otherwise."""
     expect: str = field(default="", compare=False)
 
     @property
@@ -80,6 +83,11 @@ def _zero(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.zeros(n)
 
 
+def _ingest(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A loader copying host memory to the GPU: SMs wait on PCIe 85 % of the time, 30 % busy otherwise."""
+    return np.where(rng.random(n) < 0.85, 0.0, 0.3)
+
+
 DEVICES: tuple[Device, ...] = (
     Device("node-a", 0, H200, 9 * GIB, _steady(0.10, 0.02), 0.05, "latency",
            (Holder("inference", "Deployment", "embedder", ("embedder-7d9f-a1", "embedder-5c8b-b2")),),
@@ -103,6 +111,11 @@ DEVICES: tuple[Device, ...] = (
            (Holder("notebooks", "StatefulSet", "bob", ("bob-0",), 5 * GIB, 0.1),
             Holder("notebooks", "StatefulSet", "carol", ("carol-0",), 7 * GIB, 0.2)),
            expect="keep (shared)"),
+    # SM activity alone reads it light and bursty (time-slicing) or, under the old idle verdict,
+    # idle 85 % of the time; its class says its PCIe link is the limit
+    Device("node-c", 2, H200, 20 * GIB, _ingest, 0.01, "transfer",
+           (Holder("etl", "Job", "ingest", ("ingest-0",)),), pcie=0.8,
+           expect="reduce-transfers"),
 )  # fmt: skip
 
 
@@ -137,6 +150,9 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
         cls = [d.klass if v > 0 else "idle" for v in s]
         if d.klass == "latency":  # bursts are tensor work
             cls = ["compute" if v >= 0.5 else c for v, c in zip(s, cls, strict=True)]
+        if d.klass == "transfer":  # copies while the SMs wait, short kernels in between
+            cls = ["compute" if v > 0 else "transfer" for v in s]
+        add("gpulens_gpu_pcie_utilization_ratio", leaf, [f"{d.pcie if c == 'transfer' else 0.0:.4g}" for c in cls])
         for c in CLASSES:
             add("gpulens_gpu_boundness", {**leaf, "class": c}, ["1" if x == c else "0" for x in cls])
         holders = frozenset((h.namespace, p) for h in d.holders for p in h.pods)

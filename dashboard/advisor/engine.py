@@ -1,20 +1,23 @@
 """The right-sizing engine: a pure function from one workload's measured use to one recommendation.
 
-Inputs are numbers the query layer measured over a window (peak memory, SM/DRAM activity
+Inputs are numbers the query layer measured over a window (peak memory, SM/DRAM/link activity
 percentiles, boundness mix, hours held and idle); the output says what to do, why (the evidence it
 used) and what it saves in GPU-hours and dollars. No I/O; every threshold lives in :class:`Policy`.
 
 Rules, in order (docs/advisor.md has the reasoning):
 
 1. fewer than ``min_hours`` held -> keep (too little evidence);
-2. idle for at least ``release_idle_share`` of the held time, and not launch-bound -> release;
+2. idle for at least ``release_idle_share`` of the held time, and hardly ever launch- or
+   transfer-bound (the classes of ``definitions.IN_USE_CLASSES``: SMs near 0 while in use) -> release;
 3. already on a shared (time-sliced / MPS) GPU -> keep;
-4. memory-bound for most of its busy time, DRAM p95 high, and a known model with more HBM
+4. transfer-bound for most of its busy time (links busy, SMs waiting) -> reduce its data movement,
+   with the link named; never a smaller device: the link, not the SMs, sets its pace;
+5. memory-bound for most of its busy time, DRAM p95 high, and a known model with more HBM
    bandwidth and as much memory exists -> a higher-bandwidth GPU;
-5. the cheaper of: the smallest MIG profile whose memory covers peak x ``headroom`` and whose
+6. the cheaper of: the smallest MIG profile whose memory covers peak x ``headroom`` and whose
    compute share covers SM-active p95 x ``compute_headroom``; time-slicing / MPS when use is light
    and bursty -> whichever frees more of the GPU (ties go to MIG, which isolates);
-6. otherwise keep the GPU it has.
+7. otherwise keep the GPU it has.
 
 Conservative: a MIG profile is recommended only if its memory holds the observed peak times the
 headroom (which is at least 1), and memory unknown means no MIG and no sharing advice.
@@ -40,6 +43,7 @@ class Action(StrEnum):
     MIG = "mig"
     SHARE = "time-slice"
     BANDWIDTH = "higher-bandwidth"
+    TRANSFER = "reduce-transfers"
     KEEP = "keep"
 
 
@@ -68,8 +72,13 @@ class WorkloadUsage:
     sm_active_p95: float | None = None
     sm_active_mean: float | None = None
     dram_active_p95: float | None = None
+    pcie_utilization_p95: float | None = None
+    """PCIe use (busier direction over the link's capacity, 0..1), p95 over the window."""
+    nvlink_utilization_p95: float | None = None
+    """NVLink use (busier direction over the active links' capacity, 0..1), p95 over the window."""
     boundness: Mapping[str, float] = field(default_factory=dict)
-    """Share of held time per boundness class (idle, launch, latency, memory, compute, mixed)."""
+    """Share of held time per boundness class (idle, launch, latency, memory, compute, mixed,
+    transfer; shared on a GPU other pods run on)."""
     shared: bool = False
     """Held on a GPU other workloads held at the same time (time-slicing or MPS)."""
 
@@ -92,7 +101,10 @@ class Policy:
     min_hours: float = 1.0
     release_idle_share: float = 0.9
     release_max_launch_share: float = 0.05
-    """Launch-bound kernels leave SMs almost idle while work is running: such a holder is busy."""
+    """Launch-bound kernels and link transfers (classes ``launch`` and ``transfer``) leave SMs almost
+    idle while work is running: a holder in those classes this share of its held time is busy."""
+    transfer_bound_share: float = 0.5
+    """Share of busy time in the ``transfer`` class that makes a workload transfer-bound."""
     memory_bound_share: float = 0.5
     """Share of busy time in the ``memory`` class that makes a workload memory-bound."""
     memory_bound_dram_p95: float = 0.6
@@ -119,7 +131,8 @@ class Recommendation:
     usage: WorkloadUsage
     action: Action
     target: str
-    """What to move to: a MIG profile, ``time-slicing or MPS``, a model key, ``release``, ``keep``."""
+    """What to move to: a MIG profile, ``time-slicing or MPS``, a model key, ``release``, ``keep``;
+    for transfer-bound work the traffic to reduce (``reduce host-device traffic``)."""
     reason: str
     evidence: Mapping[str, float | str | None]
     gpu_hours_held: float
@@ -166,6 +179,38 @@ def _pct(r: float | None) -> str:
     return "?" if r is None else f"{r:.0%}"
 
 
+HOST_DEVICE = "reduce host-device traffic"
+GPU_GPU = "reduce GPU-to-GPU traffic"
+_HOST_DEVICE_ADVICE = (
+    "pinned (page-locked) host memory, fewer and larger copies, data kept resident on the GPU between "
+    "steps, copies overlapped with compute on separate CUDA streams, GPUDirect RDMA/Storage for network "
+    "and storage input"
+)
+_GPU_GPU_ADVICE = (
+    "collectives overlapped with compute, fewer and larger exchanges (bucketed gradients), a "
+    "parallelism layout that sends less over the links"
+)
+
+
+def transfer_advice(usage: WorkloadUsage) -> tuple[str, str]:
+    """(target, what to change) for transfer-bound work: NVLink traffic is GPU-to-GPU exchange,
+    everything else (PCIe, or links not measured) host-device copies."""
+    pcie, nvlink = usage.pcie_utilization_p95, usage.nvlink_utilization_p95
+    if nvlink is not None and nvlink > (pcie or 0.0):
+        return GPU_GPU, _GPU_GPU_ADVICE
+    return HOST_DEVICE, _HOST_DEVICE_ADVICE
+
+
+def _links(usage: WorkloadUsage) -> str:
+    """The measured links' p95 use, e.g. ``PCIe p95 80% of capacity``."""
+    seen = [
+        f"{name} p95 {_pct(v)} of capacity"
+        for name, v in (("PCIe", usage.pcie_utilization_p95), ("NVLink", usage.nvlink_utilization_p95))
+        if v is not None
+    ]
+    return ", ".join(seen) or "link use not measured"
+
+
 def recommend(
     usage: WorkloadUsage, prices: Mapping[str, float] | None = None, policy: Policy = DEFAULT_POLICY
 ) -> Recommendation:
@@ -192,6 +237,8 @@ def recommend(
         "sm_active_p95": usage.sm_active_p95,
         "sm_active_mean": usage.sm_active_mean,
         "dram_active_p95": usage.dram_active_p95,
+        "pcie_utilization_p95": usage.pcie_utilization_p95,
+        "nvlink_utilization_p95": usage.nvlink_utilization_p95,
         "idle_share": idle_share,
         **{f"boundness_{k}": v for k, v in sorted(usage.boundness.items())},
         "gpu_hours_held": held,
@@ -217,8 +264,10 @@ def recommend(
             0.0,
         )
 
-    launch = usage.boundness.get("launch", 0.0)
-    if idle_share >= policy.release_idle_share and launch < policy.release_max_launch_share:
+    # launch- and transfer-bound time reads SM activity near 0 while the leaf is in use: the one
+    # definition's in-use classes, so the advisor and the idle verdict agree on what is busy
+    in_use = sum(usage.boundness.get(c, 0.0) for c in definitions.IN_USE_CLASSES)
+    if idle_share >= policy.release_idle_share and in_use < policy.release_max_launch_share:
         return done(
             Action.RELEASE,
             "release",
@@ -228,6 +277,21 @@ def recommend(
 
     if usage.shared:
         return done(Action.KEEP, "keep", "already shares its GPU (time-slicing or MPS)", 0.0)
+
+    transfer_bound = usage.boundness.get(definitions.TRANSFER_CLASS, 0.0) / busy if busy > 0 else 0.0
+    evidence["transfer_bound_share_of_busy"] = transfer_bound
+    if transfer_bound >= policy.transfer_bound_share:
+        # its SMs wait on the link: fewer SMs (a MIG slice) or a neighbour (time-slicing) would not
+        # shorten its copies, and a slice gets only its share of the copy engines; no GPU-hours are
+        # claimed, since how much faster its owner makes the copies is not known
+        target, how = transfer_advice(usage)
+        return done(
+            Action.TRANSFER,
+            target,
+            f"transfer-bound {transfer_bound:.0%} of busy time, {_links(usage)}: its SMs wait on the link, so a "
+            f"smaller slice or a shared GPU would not help; try {how}",
+            0.0,
+        )
 
     mem_bound = usage.boundness.get("memory", 0.0) / busy if busy > 0 else 0.0
     evidence["memory_bound_share_of_busy"] = mem_bound

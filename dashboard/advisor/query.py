@@ -14,13 +14,17 @@ Signals per (workload, device) at each step:
   shared GPU the workload's ``gpulens_pod_gpu_memory_used_bytes``, else the GPU's. Peaks take the
   highest raw sample within each step (``max_over_time(x[step])``) so a short spike is not missed.
 - DRAM activity: the device's (on a shared GPU, the whole GPU's).
+- Link use: the device's ``gpulens_gpu_pcie_utilization_ratio`` and
+  ``gpulens_gpu_nvlink_utilization_ratio`` (the busier direction over the link's capacity), for the
+  evidence of transfer-bound work.
 - Boundness: the pod's own class, ``gpulens_pod_gpu_boundness`` (the device's class only where the
   pod is alone on it; ``shared`` or ``idle`` where several pods hold it).
 - Hours held: steps held x step x the pod's share of the device (the replicas it holds over all
   replicas held on it: 1 unless time-sliced).
 - Hours idle: the same at the steps at which the device was idle by the one definition of
-  dashboard/definitions.py (SM active < 1 % over 5 m and no kernels; the recording rule
-  gpulens:gpu_idle:bool, inlined here so backfilled history without recorded series works too).
+  dashboard/definitions.py (SM active < 1 % over 5 m, no kernels and no launch- or transfer-bound
+  moment; the recording rule gpulens:gpu_idle:bool, inlined here so backfilled history without
+  recorded series works too).
 """
 
 from __future__ import annotations
@@ -115,6 +119,8 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "sm_p95": f"quantile_over_time(0.95, {sm}{rng})",
         "sm_mean": f"avg_over_time({sm}{rng})",
         "dram_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_dram_active_ratio')}{rng})",
+        "pcie_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_pcie_utilization_ratio')}{rng})",
+        "nvlink_p95": f"quantile_over_time(0.95, {joined('gpulens_gpu_nvlink_utilization_ratio')}{rng})",
         "mem_peak": f"max_over_time({mem}{rng})",
         "holders": f"max_over_time(({a} * on(uuid,mig_uuid) group_left() {holders}){rng})",
         # share of the pod's held time during which others held the device too
@@ -129,6 +135,9 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
 
 
 DEFAULT_WINDOW = Window()
+
+MEASURED = ("idle", "sm_p95", "sm_mean", "dram_p95", "pcie_p95", "nvlink_p95", "mem_peak", "holders", "shared_share")
+"""The per (pod, device) figures of :func:`_queries` joined onto the hours held."""
 
 SHARED_MIN_SHARE = 0.1
 """A device counts as shared when other pods held it too for at least this share of the time the
@@ -149,7 +158,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     if held.empty:
         return []
     rows = held.rename(columns={"value": "held"})[[*KEYS, "held"]]
-    for key in ("idle", "sm_p95", "sm_mean", "dram_p95", "mem_peak", "holders", "shared_share"):
+    for key in MEASURED:
         df = frames.with_cols(results[key], KEYS).rename(columns={"value": key})[[*KEYS, key]]
         rows = rows.merge(df.drop_duplicates(list(KEYS)), on=list(KEYS), how="left")
     info = frames.with_cols(results["info"], ("uuid", "name"))
@@ -189,6 +198,8 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
                 sm_active_p95=_max(g["sm_p95"]),
                 sm_active_mean=_weighted(g["sm_mean"], weights),
                 dram_active_p95=_max(g["dram_p95"]),
+                pcie_utilization_p95=_max(g["pcie_p95"]),
+                nvlink_utilization_p95=_max(g["nvlink_p95"]),
                 boundness=mix,
                 shared=bool((g["shared_share"].fillna(0.0) >= SHARED_MIN_SHARE).any()),
             )
