@@ -1,4 +1,4 @@
-"""Device fields of one physical GPU: identity once, telemetry every cycle, PCIe and energy staggered.
+"""Device fields of one physical GPU: identity once, telemetry every cycle, energy staggered.
 
 To read a new NVML field: add the function to ``nvml_functions.py``, read it in
 :meth:`DeviceFields.sample` next to the ``GpuSample`` field it fills, and teach the fake.
@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from exporter.backends.nvml_links import PcieState
 from exporter.backends.nvml_query import NvmlQuery
 from exporter.backends.nvml_values import MAX_POWER_WATTS, field_value, milli, percent, temperature, text
-from exporter.model import GpuSample, LeafSample
+from exporter.model import NVLINK, PCIE, GpuSample, LeafSample, LinkTraffic
 
 #: Clock event (throttle) reason bits, by the binding's constant name -> our reason label.
 CLOCK_EVENT_REASONS: dict[str, str] = {
@@ -29,7 +30,6 @@ CLOCK_EVENT_REASONS: dict[str, str] = {
 }
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 _MHZ = 1e6
-_KIB = 1024  # NVML's PCIe throughput unit "KB/s" is KiB/s
 
 
 def _reason_bits(nvml: Any, supported_mask: int | None) -> tuple[tuple[str, int], ...]:
@@ -74,17 +74,16 @@ class DeviceCore:
 class DeviceFields:
     """Reads the fields of one physical GPU that belong to the GPU itself (not to its leaves).
 
-    PCIe throughput is read every ``pcie_every`` cycles and total energy every ``energy_every``
-    cycles, staggered by GPU index so the GPUs of a node do not all pay in the same cycle; the
-    cycles in between repeat the last value.
+    Total energy is read every ``energy_every`` cycles, staggered by GPU index so the GPUs of a
+    node do not all pay in the same cycle; the cycles in between repeat the last value.  Link
+    traffic comes from ``nvml_links.LinkReader``.
     """
 
-    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, pcie_every: int, energy_every: int) -> None:
+    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, energy_every: int) -> None:
         self._q = q
         self._index = index
         self._handle = handle
         self._uuid = uuid
-        self._pcie_every = pcie_every
         self._energy_every = energy_every
         self._name: str | None = None
         self._pci_bus_id: str | None = None
@@ -93,7 +92,6 @@ class DeviceFields:
         # (label, bit) of each clock event reason the binding defines, narrowed by read_identity
         # to those the GPU supports.
         self._clock_reasons = _reason_bits(q.nvml, None)
-        self._pcie: tuple[float | None, float | None] = (None, None)
         self._energy_mj: float | None = None
 
     def read_identity(self) -> None:
@@ -130,18 +128,16 @@ class DeviceFields:
         cycle: int,
         core: DeviceCore,
         leaves: tuple[LeafSample, ...],
-        nvlink: tuple[float | None, float | None],
+        links: tuple[LinkTraffic, ...],
+        pcie: PcieState,
         xid_events: tuple[int, ...],
     ) -> GpuSample:
         """The GPU's sample: ``core`` and the other readers' parts plus every remaining device field."""
         q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
         if self._energy_mj is None or (cycle - self._index) % self._energy_every == 0:
             self._energy_mj = q.call(u, f.nvmlDeviceGetTotalEnergyConsumption, h)
-        if (cycle - self._index) % self._pcie_every == 0:
-            self._pcie = (
-                self._pcie_throughput(nvml.NVML_PCIE_UTIL_TX_BYTES, "pcie_TX"),
-                self._pcie_throughput(nvml.NVML_PCIE_UTIL_RX_BYTES, "pcie_RX"),
-            )
+        by_name = {link.link: link for link in links}
+        pcie_link, nvlink = by_name.get(PCIE), by_name.get(NVLINK)
         compute_mode = q.call(u, f.nvmlDeviceGetComputeMode, h)
         sm_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM, key="clock_sm")
         mem_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM, key="clock_mem")
@@ -167,13 +163,14 @@ class DeviceFields:
             memory_clock_hertz=mem_clock * _MHZ if mem_clock is not None else None,
             sm_clock_max_hertz=self._sm_clock_max_hertz,
             clock_events=self._clock_events(),
-            pcie_tx_bytes_per_second=self._pcie[0],
-            pcie_rx_bytes_per_second=self._pcie[1],
-            pcie_link_generation=q.call(u, f.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            pcie_link_width=q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h),
+            pcie_tx_bytes_per_second=pcie_link.tx_bytes_per_second if pcie_link else None,
+            pcie_rx_bytes_per_second=pcie_link.rx_bytes_per_second if pcie_link else None,
+            pcie_link_generation=pcie.generation,
+            pcie_link_width=pcie.width,
             pcie_replay_errors=q.call(u, f.nvmlDeviceGetPcieReplayCounter, h),
-            nvlink_tx_bytes_per_second=nvlink[0],
-            nvlink_rx_bytes_per_second=nvlink[1],
+            nvlink_tx_bytes_per_second=nvlink.tx_bytes_per_second if nvlink else None,
+            nvlink_rx_bytes_per_second=nvlink.rx_bytes_per_second if nvlink else None,
+            links=links,
             ecc_errors=self._ecc(),
             remapped_rows=self._remapped_rows(),
             xid_events=xid_events,
@@ -208,11 +205,6 @@ class DeviceFields:
         if active is None:
             return None
         return MappingProxyType({label: bool(active & bit) for label, bit in self._clock_reasons})
-
-    def _pcie_throughput(self, counter: int, key: str) -> float | None:
-        """Bytes/s over NVML's sampling window for one direction's ``counter``."""
-        kib = self._q.call(self._uuid, self._q.fns.nvmlDeviceGetPcieThroughput, self._handle, counter, key=key)
-        return float(kib) * _KIB if kib is not None else None
 
     def _ecc(self) -> Mapping[str, int] | None:
         """Volatile ECC error counts by severity; ``None`` when neither count is available."""

@@ -60,6 +60,7 @@ class NvmlFunctions:
     nvmlDeviceGetPcieThroughput: NvmlFunction
     nvmlDeviceGetCurrPcieLinkGeneration: NvmlFunction
     nvmlDeviceGetCurrPcieLinkWidth: NvmlFunction
+    nvmlDeviceGetPcieSpeed: NvmlFunction
     nvmlDeviceGetPcieReplayCounter: NvmlFunction
     nvmlDeviceGetTotalEccErrors: NvmlFunction
     nvmlDeviceGetRemappedRows: NvmlFunction

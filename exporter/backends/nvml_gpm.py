@@ -31,6 +31,11 @@ NVLINK_METRICS: dict[str, str] = {
     "nvlink_rx": "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
     "nvlink_tx": "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
 }
+#: PCIe totals (MiB/s, TLP headers included), asked on whole GPUs and on MIG GPU instances.
+PCIE_METRICS: dict[str, str] = {
+    "pcie_tx": "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
+    "pcie_rx": "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
+}
 _MIB = 1024 * 1024
 #: Percent values this far outside 0..100 are rounding noise and clamped; further out is absurd.
 _PERCENT_SLACK = 0.5
@@ -56,6 +61,8 @@ class GpmReading:
     sample: GpmSample
     nvlink_rx_bytes_per_second: float | None = None
     nvlink_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    pcie_tx_bytes_per_second: float | None = None
 
 
 class GpmTracker:
@@ -69,7 +76,7 @@ class GpmTracker:
         self._windows: dict[str, _Window] = {}
         nvml = query.nvml
         # Metric ids the binding defines (an older one may lack some), resolved once.
-        self._ratio_ids = _metric_ids(nvml, RATIO_METRICS)
+        self._ratio_ids = {**_metric_ids(nvml, RATIO_METRICS), **_metric_ids(nvml, PCIE_METRICS)}
         self._all_ids = {**self._ratio_ids, **_metric_ids(nvml, NVLINK_METRICS)}
         self._request_type = nvml.c_nvmlGpmMetricsGet_t
         self._request_version = nvml.NVML_GPM_METRICS_GET_VERSION
@@ -135,6 +142,8 @@ class GpmTracker:
             sample=sample,
             nvlink_rx_bytes_per_second=values.get("nvlink_rx"),
             nvlink_tx_bytes_per_second=values.get("nvlink_tx"),
+            pcie_rx_bytes_per_second=values.get("pcie_rx"),
+            pcie_tx_bytes_per_second=values.get("pcie_tx"),
         )
 
     def _ratio(self, percent: float) -> float | None:

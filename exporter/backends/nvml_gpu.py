@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.backends.nvml_device import DeviceCore, DeviceFields, memory_info
 from exporter.backends.nvml_events import XidEvents
-from exporter.backends.nvml_gpm import GpmReader, GpmTracker
+from exporter.backends.nvml_gpm import GpmReader, GpmReading, GpmTracker
+from exporter.backends.nvml_links import LinkReader
 from exporter.backends.nvml_mig import MigDevices
 from exporter.backends.nvml_processes import Processes, process_samples
 from exporter.backends.nvml_query import NvmlQuery
-from exporter.model import GpuSample, LeafSample
-
-NvlinkRates = tuple[float | None, float | None]
-"""NVLink (tx, rx) bytes/s of a physical GPU, from its GPM window."""
+from exporter.model import PCIE, GpuSample, LeafSample, LinkTraffic
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,9 @@ class GpuReader:
         self._handle = handle
         self._clock = options.clock
         self._identity_read = False
-        self._device = DeviceFields(q, index, handle, uuid, options.pcie_every, options.energy_every)
+        self._sampled_once = False
+        self._device = DeviceFields(q, index, handle, uuid, options.energy_every)
+        self._links = LinkReader(q, index, handle, uuid, options.pcie_every)
         self._mig = MigDevices(q, handle, uuid)
         self._processes = Processes(q, handle, uuid, options.wall_clock)
         self._gpm = GpmReader(q, tracker, handle, uuid)
@@ -65,12 +65,18 @@ class GpuReader:
             self.read_identity()
         now = self._clock()
         core = self._device.core()
-        nvlink: NvlinkRates = (None, None)
+        pcie = self._links.pcie_state()
         if core.mig_mode == "enabled":
-            leaves = self._mig_leaves(now)
+            links = self._links.read(cycle, now, None, pcie)
+            leaves = self._mig_leaves(now, pcie.capacity)
         else:
-            leaves, nvlink = self._whole_gpu_leaf(core, now)
-        return self._device.sample(cycle, core, leaves, nvlink, self._events.drain())
+            leaf, reading = self._whole_gpu_leaf(core, now)
+            # GPM's first window ends at the second sample: skip the slow sampled read until then.
+            first = not self._sampled_once
+            links = self._links.read(cycle, now, reading, pcie, gpm_pending=first and self._gpm.supported)
+            leaves = (replace(leaf, links=links),)
+        self._sampled_once = True
+        return self._device.sample(cycle, core, leaves, links, pcie, self._events.drain())
 
     @property
     def gpm_supported(self) -> bool:
@@ -81,8 +87,8 @@ class GpuReader:
         """Release the NVML objects this GPU holds (its Xid event set)."""
         self._events.free()
 
-    def _whole_gpu_leaf(self, core: DeviceCore, now: float) -> tuple[tuple[LeafSample, ...], NvlinkRates]:
-        """The GPU as its only leaf, and its NVLink rates from the same GPM window."""
+    def _whole_gpu_leaf(self, core: DeviceCore, now: float) -> tuple[LeafSample, GpmReading | None]:
+        """The GPU as its only leaf (its links are added by the caller), and its GPM window."""
         listed = self._processes.on_leaf(self.uuid, self._handle)
         utilization = self._processes.utilization(wanted=bool(listed.running))
         reading = self._gpm.read(self.uuid, None, now)
@@ -95,12 +101,11 @@ class GpuReader:
             gpm=reading.sample if reading is not None else None,
             processes=process_samples(listed, utilization),
         )
-        if reading is None:
-            return (leaf,), (None, None)
-        return (leaf,), (reading.nvlink_tx_bytes_per_second, reading.nvlink_rx_bytes_per_second)
+        return leaf, reading
 
-    def _mig_leaves(self, now: float) -> tuple[LeafSample, ...]:
-        """One leaf per MIG device present now, each with its memory, GPM window and processes."""
+    def _mig_leaves(self, now: float, pcie_capacity: float | None) -> tuple[LeafSample, ...]:
+        """One leaf per MIG device present now, each with its memory, GPM window, processes and the
+        PCIe traffic GPM measures for its GPU instance (the instances share the GPU's link)."""
         devices = self._mig.present()
         listed = [self._processes.on_leaf(d.mig.mig_uuid, d.handle) for d in devices]
         utilization = self._processes.utilization(wanted=any(p.running for p in listed))
@@ -118,6 +123,23 @@ class GpuReader:
                     memory_reserved_bytes=reserved,
                     gpm=reading.sample if reading is not None else None,
                     processes=process_samples(processes, utilization, mig),
+                    links=_instance_links(reading, pcie_capacity),
                 )
             )
         return tuple(leaves)
+
+
+def _instance_links(reading: GpmReading | None, pcie_capacity: float | None) -> tuple[LinkTraffic, ...]:
+    """A MIG instance's PCIe traffic from its GPU instance's GPM window, if GPM measured it."""
+    if reading is None or (reading.pcie_tx_bytes_per_second is None and reading.pcie_rx_bytes_per_second is None):
+        return ()
+    return (
+        LinkTraffic(
+            PCIE,
+            "gpm",
+            reading.sample.window_seconds,
+            reading.pcie_tx_bytes_per_second,
+            reading.pcie_rx_bytes_per_second,
+            pcie_capacity,
+        ),
+    )

@@ -50,6 +50,11 @@ NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON = 90
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197
+NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198
 NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG = 2
@@ -78,6 +83,8 @@ NVML_GPM_METRIC_DRAM_BW_UTIL = 10
 NVML_GPM_METRIC_FP64_UTIL = 11
 NVML_GPM_METRIC_FP32_UTIL = 12
 NVML_GPM_METRIC_FP16_UTIL = 13
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
 NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
 NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
 NVML_GPM_METRIC_MAX = 477
@@ -180,12 +187,26 @@ class FakeGpu:
     pcie_rx_kib: int | None = 2000
     pcie_gen: int = 5
     pcie_width: int = 16
+    pcie_speed_mbps: int | None = 32000
+    """Lane rate nvmlDeviceGetPcieSpeed answers (32000 on the H200's Gen5 link)."""
+    pcie_tx_bytes: int | None = None
+    pcie_rx_bytes: int | None = None
+    """Cumulative PCIe byte counters (field values 197/198); ``None`` answers NOT_SUPPORTED."""
+    pcie_counter_bits: int = 32
+    """Width of those counters: 32 on the H200 (driver 580), where they wrap every 68 ms at line rate."""
     pcie_replay: int | None = 0
     ecc: tuple[int, int] | None = (0, 0)
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)
     compute_mode: int = 0
     mig_mode: int | None = 0
     nvlink: bool = False
+    nvlink_links: int = 18
+    """Active NVLinks when ``nvlink`` is set."""
+    nvlink_speed_mbps: int | None = 26562
+    nvlink_tx_kib: list[int] | None = None
+    nvlink_rx_kib: list[int] | None = None
+    """Cumulative per-link NVLink KiB counters (fields 138/139 by link); ``None`` answers NOT_SUPPORTED."""
+    nvlink_counter_bits: int = 64
     gpm_supported: bool = True
     gpm: dict[int, float] = field(default_factory=dict)
     processes: list[FakeProcess] = field(default_factory=list)
@@ -407,6 +428,8 @@ class FakeNvml:
         self._enter("nvmlDeviceGetNvLinkState", h)
         if not h.gpu.nvlink:
             raise NVMLError(code("NOT_SUPPORTED"))
+        if link >= h.gpu.nvlink_links:
+            raise NVMLError(code("INVALID_ARGUMENT"))
         return 1
 
     def nvmlDeviceGetMigMode(self, h: FakeHandle) -> list[int]:
@@ -450,21 +473,49 @@ class FakeNvml:
         self._enter("nvmlDeviceGetTemperature", h)
         return self._value(h.gpu.temperature)
 
-    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[Any]:
+    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[Any]) -> list[Any]:
+        """Field values by (field id, scope id) or bare field id, as nvidia-ml-py takes them."""
         self._enter("nvmlDeviceGetFieldValues", h)
         out = []
-        for field_id in field_ids:
-            value = h.gpu.memory_temperature if field_id == NVML_FI_DEV_MEMORY_TEMP else None
+        for requested in field_ids:
+            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            value, value_type = self._field(h.gpu, field_id, scope)
+            member = {
+                NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+                NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+                NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+            }[value_type]
             out.append(
                 SimpleNamespace(
                     fieldId=field_id,
-                    scopeId=0,
-                    valueType=NVML_VALUE_TYPE_SIGNED_INT,
+                    scopeId=scope,
+                    valueType=value_type,
                     nvmlReturn=NVML_SUCCESS if value is not None else code("NOT_SUPPORTED"),
-                    value=SimpleNamespace(siVal=value or 0),
+                    value=SimpleNamespace(**{member: value or 0}),
                 )
             )
         return out
+
+    @staticmethod
+    def _field(gpu: FakeGpu, field_id: int, scope: int) -> tuple[int | None, int]:
+        """(value or None for NOT_SUPPORTED, NVML value type) of one field on the fake GPU."""
+        if field_id == NVML_FI_DEV_MEMORY_TEMP:
+            return gpu.memory_temperature, NVML_VALUE_TYPE_SIGNED_INT
+        if field_id in (NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES):
+            raw = gpu.pcie_tx_bytes if field_id == NVML_FI_DEV_PCIE_COUNT_TX_BYTES else gpu.pcie_rx_bytes
+            wide = gpu.pcie_counter_bits == 64
+            kind = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if wide else NVML_VALUE_TYPE_UNSIGNED_INT
+            return (None if raw is None else raw % (1 << gpu.pcie_counter_bits)), kind
+        if field_id == NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
+            return (gpu.nvlink_speed_mbps if gpu.nvlink else None), NVML_VALUE_TYPE_UNSIGNED_INT
+        if field_id in (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+            per_link = gpu.nvlink_tx_kib if field_id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX else gpu.nvlink_rx_kib
+            wide = gpu.nvlink_counter_bits == 64
+            kind = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if wide else NVML_VALUE_TYPE_UNSIGNED_INT
+            if not gpu.nvlink or per_link is None or not 0 <= scope < len(per_link):
+                return None, kind
+            return per_link[scope] % (1 << gpu.nvlink_counter_bits), kind
+        return None, NVML_VALUE_TYPE_SIGNED_INT
 
     def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetFanSpeed", h)
@@ -493,6 +544,10 @@ class FakeNvml:
     def nvmlDeviceGetCurrPcieLinkWidth(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetCurrPcieLinkWidth", h)
         return h.gpu.pcie_width
+
+    def nvmlDeviceGetPcieSpeed(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetPcieSpeed", h)
+        return self._value(h.gpu.pcie_speed_mbps)
 
     def nvmlDeviceGetPcieReplayCounter(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetPcieReplayCounter", h)

@@ -1,0 +1,178 @@
+"""PCIe and NVLink traffic from NVML: the source chosen, the rates, the capacity, and the exported series."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml_links import pcie_capacity
+from exporter.model import NVLINK, PCIE, BackendSample, LinkTraffic
+from tests.fakes import fake_pynvml as fake_module
+from tests.fakes.fake_pynvml import FakeMig, FakeNvml
+from tests.test_nvml_backend import Clock, h200, make
+
+MIB = 1024 * 1024
+GEN5_X16 = 32e9 * 16 * (128 / 130) / 8
+PCIE_TX, PCIE_RX = fake_module.NVML_GPM_METRIC_PCIE_TX_PER_SEC, fake_module.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+NVLINK_RX, NVLINK_TX = 60, 61
+SM, DRAM, GRAPHICS = 2, 10, 1
+
+
+def _links(sample: BackendSample, index: int = 0) -> dict[str, LinkTraffic]:
+    gpu = next(g for g in sample.gpus if g.index == index)
+    return {link.link: link for link in gpu.leaves[0].links}
+
+
+def _run(backend: NvmlBackend, clock: Clock, n: int, step: float = 1.0) -> list[BackendSample]:
+    out = []
+    for _ in range(n):
+        out.append(backend.sample())
+        clock.now += step
+    return out
+
+
+def test_gen5_x16_carries_63_gb_per_second_each_way() -> None:
+    assert pcie_capacity(32000, 5, 16) == pytest.approx(GEN5_X16)
+    assert pytest.approx(63.0e9, rel=1e-3) == GEN5_X16
+    # Without NVML's lane rate, the generation's: Gen4 x8 is a quarter of Gen5 x16.
+    assert pcie_capacity(None, 4, 8) == pytest.approx(GEN5_X16 / 4)
+    assert pcie_capacity(None, 3, 16) == pytest.approx(8e9 * 16 * (128 / 130) / 8)
+    assert pcie_capacity(None, 2, 16) == pytest.approx(5e9 * 16 * 0.8 / 8)
+    assert pcie_capacity(32000, None, 16) is None
+
+
+def test_h200_32_bit_pcie_counters_are_skipped_for_gpm_rates() -> None:
+    # The H200 (driver 580): PCIe byte counters are 32-bit and wrap every 68 ms at line rate; GPM
+    # measured 59,300 MiB/s of host-to-device traffic in the copy loop.
+    clock = Clock()
+    rx_mib = 56_553.0
+    dev = h200(
+        pcie_tx_bytes=4_291_119_336,
+        pcie_rx_bytes=3_518_321_500,
+        gpm={PCIE_TX: 3_380.0, PCIE_RX: rx_mib, GRAPHICS: 0.006, SM: 0.0, DRAM: 1.1},
+    )
+    fake = FakeNvml([dev])
+    samples = _run(make(fake, clock), clock, 3)
+    link = _links(samples[-1])[PCIE]
+    assert link.source == "gpm"
+    assert link.rx_bytes_per_second == pytest.approx(rx_mib * MIB)
+    assert link.capacity_bytes_per_second == pytest.approx(GEN5_X16)
+    assert link.utilization_ratio() == pytest.approx(rx_mib * MIB / GEN5_X16)
+    gpu = samples[-1].gpus[0]
+    assert gpu.pcie_rx_bytes_per_second == pytest.approx(rx_mib * MIB), "the gauge comes from the same read"
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0, "no 21 ms sampled read while GPM answers"
+
+
+def test_64_bit_pcie_counters_are_preferred_and_give_exact_rates() -> None:
+    clock = Clock()
+    dev = h200(pcie_tx_bytes=10_000, pcie_rx_bytes=2**40, pcie_counter_bits=64, gpm={PCIE_RX: 1.0, PCIE_TX: 1.0})
+    fake = FakeNvml([dev])
+    backend = make(fake, clock)
+    backend.sample()
+    rx, tx = 2**40, 10_000
+    for _ in range(3):
+        clock.now += 0.5
+        rx += 25_000_000_000  # 50 GB/s over 0.5 s
+        tx += 1_000_000_000
+        dev.pcie_rx_bytes, dev.pcie_tx_bytes = rx, tx
+        sample = backend.sample()
+    link = _links(sample)[PCIE]
+    assert link.source == "counter"
+    assert link.window_seconds == pytest.approx(0.5)
+    assert link.rx_bytes_per_second == pytest.approx(50e9)
+    assert link.tx_bytes_per_second == pytest.approx(2e9)
+
+
+def test_a_counter_that_goes_back_drops_that_window_only() -> None:
+    clock = Clock()
+    dev = h200(pcie_tx_bytes=5 * 10**12, pcie_rx_bytes=5 * 10**12, pcie_counter_bits=64, pcie_tx_kib=7, pcie_rx_kib=9)
+    fake = FakeNvml([dev])
+    backend = make(fake, clock, pcie_every=1)
+    backend.sample()
+    clock.now += 1.0
+    dev.pcie_rx_bytes = 1_000  # driver reload: the counter restarts
+    after_reset = _links(backend.sample())[PCIE]
+    assert after_reset.source != "counter", "no rate from a counter that went back"
+    clock.now += 1.0
+    dev.pcie_rx_bytes = 1_000 + 3_000_000_000
+    link = _links(backend.sample())[PCIE]
+    assert link.source == "counter"
+    assert link.rx_bytes_per_second == pytest.approx(3e9)
+
+
+def test_without_counters_or_gpm_pcie_the_sampled_throughput_is_read_staggered() -> None:
+    clock = Clock()
+    devs = [h200(i, pcie_tx_kib=1000, pcie_rx_kib=2000) for i in range(2)]
+    fake = FakeNvml(devs)
+    samples = _run(make(fake, clock, pcie_every=10), clock, 20)
+    link = _links(samples[-1], 1)[PCIE]
+    assert link.source == "sampled"
+    assert link.rx_bytes_per_second == pytest.approx(2000 * 1024)
+    assert _links(samples[0], 0) == {}, "GPM's first window is pending: no slow read on the first cycle"
+    # two directions, two GPUs: once as soon as GPM turns out to have no PCIe rates (cycle 1),
+    # then every 10th cycle staggered by index (GPU 0 at 10, GPU 1 at 11): 8 calls in 20 cycles
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 8
+
+
+def test_nvlink_counters_sum_the_active_links_and_capacity_is_links_times_rate() -> None:
+    clock = Clock()
+    dev = h200(nvlink=True, nvlink_links=18, nvlink_tx_kib=[0] * 18, nvlink_rx_kib=[0] * 18)
+    fake = FakeNvml([dev])
+    backend = make(fake, clock)
+    backend.sample()
+    clock.now += 1.0
+    assert dev.nvlink_tx_kib is not None and dev.nvlink_rx_kib is not None
+    for i in range(18):
+        dev.nvlink_tx_kib[i] += 10 * 1024 * 1024  # 10 GiB/s per link
+        dev.nvlink_rx_kib[i] += 5 * 1024 * 1024
+    traffic = _links(backend.sample())[NVLINK]
+    assert traffic.source == "counter"
+    assert traffic.tx_bytes_per_second == pytest.approx(18 * 10 * 2**30)
+    assert traffic.rx_bytes_per_second == pytest.approx(18 * 5 * 2**30)
+    assert traffic.capacity_bytes_per_second == pytest.approx(18 * 26_562e6)
+
+
+def test_32_bit_nvlink_counters_that_wrap_once_still_give_the_right_rate() -> None:
+    clock = Clock()
+    start = 2**32 - 1024  # KiB, just below the wrap
+    dev = h200(nvlink=True, nvlink_links=2, nvlink_tx_kib=[start, start], nvlink_rx_kib=[0, 0], nvlink_counter_bits=32)
+    fake = FakeNvml([dev])
+    backend = make(fake, clock)
+    backend.sample()
+    clock.now += 1.0
+    assert dev.nvlink_tx_kib is not None
+    dev.nvlink_tx_kib = [start + 20 * 1024 * 1024, start + 20 * 1024 * 1024]  # 20 GiB each, past the wrap
+    link = _links(backend.sample())[NVLINK]
+    assert link.tx_bytes_per_second == pytest.approx(2 * 20 * 2**30)
+
+
+def test_nvlink_falls_back_to_gpm_and_a_gpu_without_nvlink_has_none() -> None:
+    clock = Clock()
+    with_links = h200(0, nvlink=True, gpm={NVLINK_TX: 1000.0, NVLINK_RX: 500.0, GRAPHICS: 0.0})
+    without = h200(1, gpm={GRAPHICS: 0.0})
+    samples = _run(make(FakeNvml([with_links, without]), clock), clock, 3)
+    link = _links(samples[-1], 0)[NVLINK]
+    assert (link.source, link.tx_bytes_per_second) == ("gpm", pytest.approx(1000.0 * MIB))
+    assert NVLINK not in _links(samples[-1], 1)
+
+
+def test_mig_instances_get_their_own_pcie_traffic_from_gpm() -> None:
+    clock = Clock()
+    migs = [
+        FakeMig(
+            uuid=f"MIG-{gi}",
+            gpu_instance_id=gi,
+            compute_instance_id=0,
+            profile_id=19,
+            gpm={PCIE_RX: 1000.0 * gi, PCIE_TX: 10.0, GRAPHICS: 0.0},
+        )
+        for gi in (1, 2)
+    ]
+    dev = h200(mig_mode=1, migs=migs, pcie_tx_kib=1, pcie_rx_kib=1)
+    samples = _run(make(FakeNvml([dev]), clock), clock, 3)
+    leaves = {leaf.mig.gpu_instance_id: leaf for leaf in samples[-1].gpus[0].leaves if leaf.mig is not None}
+    for gi, leaf in leaves.items():
+        (link,) = leaf.links
+        assert (link.link, link.source) == (PCIE, "gpm")
+        assert link.rx_bytes_per_second == pytest.approx(1000.0 * gi * MIB)
+        assert link.capacity_bytes_per_second == pytest.approx(GEN5_X16)
