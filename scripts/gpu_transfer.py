@@ -62,6 +62,9 @@ LOADS: tuple[Load, ...] = (
     Load("small_h2d", "small_h2d", ("transfer",)),
     Load("stalled_h2d", "stalled_h2d", ("transfer",)),
     Load("d2d_and_h2d", "d2d_and_h2d", ("memory",)),
+    # Kernels that saturate nothing while the link is full: the SMs wait on the link.
+    Load("tiny_kernels_and_h2d", "tiny_kernels_and_h2d", ("transfer",)),
+    Load("spin_kernel_and_h2d", "spin_kernel_and_h2d", ("transfer",)),
     # Stops: the class must read idle within 3 s of the stop, passing through no other class.
     Load("h2d_then_idle", "h2d_then_idle", ("transfer", "idle")),
     Load("copy_then_idle", "copy_then_idle", ("memory", "idle")),
@@ -151,6 +154,18 @@ def _copy_step(kind: str, counter: _Counter) -> Any:
             counter.h2d += 200 * n
 
         return small
+    if kind == "tiny":
+        x = torch.zeros(1024, dtype=torch.float32, device=dev)
+
+        def tiny() -> None:
+            for _ in range(200):  # back to back, never synchronised: launch-bound
+                x.add_(1.0)
+
+        return tiny
+    if kind == "sleep":
+        # One thread spinning on the clock: the GPU "runs" a kernel while its SMs do nothing,
+        # as a kernel waiting on data (or a collective) does.
+        return lambda: torch.cuda._sleep(20_000_000)
     if kind in ("copy", "bf16", "idle"):
         if kind == "idle":
             return lambda: time.sleep(0.2)
@@ -208,6 +223,8 @@ CHILD_PHASES: dict[str, tuple[str, ...]] = {
     "small_h2d": ("small_h2d",),
     "stalled_h2d": ("h2d@0.5/1",),
     "d2d_and_h2d": ("overlap:copy",),
+    "tiny_kernels_and_h2d": ("overlap:tiny",),
+    "spin_kernel_and_h2d": ("overlap:sleep",),
     "h2d_then_idle": ("h2d", "idle"),
     "copy_then_idle": ("copy", "idle"),
     "gemm_then_idle": ("bf16", "idle"),
@@ -383,7 +400,7 @@ def scrape(url: str) -> dict[str, Any]:
                 out["exported_class"] = labels.get("class")
             continue
         key = name.removeprefix("gpulens_gpu_")
-        for extra in ("link", "direction", "source"):
+        for extra in ("link", "source"):
             if extra in labels:
                 key += f":{labels[extra]}"
         out[key] = value
@@ -555,8 +572,17 @@ def run_load(load: Load, rec: Recorder, url: str | None, seconds: float, traces:
     ):
         v = _mean(steady, key)
         res[f"steady_{key}"] = round(v, 4) if v is not None else None
-    res["exported_pcie_rx_bps"] = _exported_rate(steady, "pcie_bytes_total:pcie:rx")
-    res["exported_pcie_tx_bps"] = _exported_rate(steady, "pcie_bytes_total:pcie:tx")
+    res["exported_pcie_rx_bps"] = _exported_rate(steady, "pcie_rx_bytes_total")
+    res["exported_pcie_tx_bps"] = _exported_rate(steady, "pcie_tx_bytes_total")
+    for key in ("pcie_utilization_ratio", "transfer_active_ratio"):
+        v = _mean(steady, key)
+        res[f"steady_{key}"] = round(v, 4) if v is not None else None
+    res["link_source"] = next((k.split(":")[-1] for r in steady for k in r if k.startswith("link_info:pcie")), None)
+    for way, measured in (("rx", res["measured_h2d_bps"]), ("tx", res["measured_d2h_bps"])):
+        exported = res[f"exported_pcie_{way}_bps"]
+        res[f"{way}_exported_over_measured"] = (
+            round(exported / measured, 4) if exported is not None and measured and measured > 1e9 else None
+        )
     ok = res["exported"] == load.expected[-1]
     ok = ok and all(s is not None and s <= 20.0 for s in res["settle_s"])
     if switch is not None:
@@ -600,16 +626,23 @@ def run_parent(args: argparse.Namespace) -> int:
     lines = [
         f"GPU: {rec.name}, driver {rec.driver}; PCIe gen {facts.get('pcie_gen')} x{facts.get('pcie_width')}",
         "",
-        "| load | expected | exported | settle s | busy | measured H2D / D2H GB/s | exported PCIe rx / tx GB/s "
-        "| NVML counters rx / tx | GPM rx / tx | sampled rx / tx | NVML util | GPM graphics / SM / DRAM |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| load | expected | exported | settle s | busy | PCIe util | measured H2D / D2H GB/s "
+        "| exported PCIe rx / tx GB/s (source) | exported / measured | NVML counters rx / tx | GPM rx / tx "
+        "| sampled rx / tx | NVML util | GPM graphics / SM / DRAM |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         s = " / ".join("never" if x is None else f"{x:.1f}" for x in r.get("settle_s", []))
+        ratios = " / ".join(
+            "-" if r.get(k) is None else f"{r[k]:.3f}"
+            for k in ("rx_exported_over_measured", "tx_exported_over_measured")
+        )
         lines.append(
             f"| {r['load']} | {r['expected']} | {r.get('exported')} | {s} | {r.get('steady_exported_busy')} "
+            f"| {r.get('steady_pcie_utilization_ratio')} "
             f"| {_gbs(r.get('measured_h2d_bps'))} / {_gbs(r.get('measured_d2h_bps'))} "
-            f"| {_gbs(r.get('exported_pcie_rx_bps'))} / {_gbs(r.get('exported_pcie_tx_bps'))} "
+            f"| {_gbs(r.get('exported_pcie_rx_bps'))} / {_gbs(r.get('exported_pcie_tx_bps'))} ({r.get('link_source')}) "
+            f"| {ratios} "
             f"| {_gbs(r.get('steady_pcie_rx_counter_bps'))} / {_gbs(r.get('steady_pcie_tx_counter_bps'))} "
             f"| {_gbs(r.get('steady_gpm_pcie_rx'))} / {_gbs(r.get('steady_gpm_pcie_tx'))} "
             f"| {_gbs(r.get('steady_sampled_pcie_rx'))} / {_gbs(r.get('steady_sampled_pcie_tx'))} "
