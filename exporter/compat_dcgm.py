@@ -8,8 +8,10 @@ series, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and ``namespace``/``pod``/``co
 container holds the device.  Units follow DCGM: percent, MiB, MHz, W, mJ, degrees C; the profiling
 fields are ratios.  Each entry of ``FIELDS`` states its scope (GPU or leaf), its source series and
 how its value is read from the snapshot, like the native catalogue (exporter/metrics.py); one loop
-renders them all.  Families are built once per snapshot and reused (a scrape between two snapshots
-costs nothing here); no NVML.
+renders them all.  The PCIe and NVLink rates (bytes per second) are per leaf, from the leaf's own
+link reads (the ones the native ``*_bytes_total`` counters integrate), with the GPU's rate once per
+GPU where no leaf has a read.  Families are built once per snapshot and reused (a scrape between
+two snapshots costs nothing here); no NVML.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from prometheus_client.utils import floatToGoString
 
 from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
-from exporter.model import Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
+from exporter.model import NVLINK, PCIE, Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
 from exporter.scopes import GpuView, gpu_view
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,10 @@ class DcgmField:
     """Labels after the identity labels (the Xid's ``err_code``)."""
     shared: Callable[[TenantView], Value] | None = None
     """The per-container value on a shared GPU (dcgm-exporter's virtual-GPU mode), if it has one."""
+    device: Callable[[GpuView], Value] | None = None
+    """For a per-leaf field: the GPU-wide reading of the same quantity, rendered once per GPU (GPU
+    labels) when none of its leaves has a value, e.g. a backend that reads a link for the whole
+    GPU only."""
 
 
 def _gpu(
@@ -102,8 +108,9 @@ def _leaf(
     read: Callable[[LeafView], Value],
     *,
     shared: Callable[[TenantView], Value] | None = None,
+    device: Callable[[GpuView], Value] | None = None,
 ) -> DcgmField:
-    return DcgmField(name, type_, help_, LEAF, source, read, None, shared)
+    return DcgmField(name, type_, help_, LEAF, source, read, None, shared, device)
 
 
 def _percent(ratio: float | None) -> float | None:
@@ -141,6 +148,34 @@ def _busy(v: LeafView) -> Value:
 def _gpm(attr: str) -> Callable[[LeafView], Value]:
     """A GPM ratio of the leaf (the same definition and 0..1 unit as DCGM's profiling field)."""
     return lambda v: getattr(v.leaf.gpm, attr) if v.leaf.gpm is not None else None
+
+
+def _link_rate(link: str, direction: str) -> Callable[[LeafView], Value]:
+    """The leaf's bytes per second over ``link`` (``pcie``/``nvlink``) in ``direction`` (``tx`` out
+    of the GPU, ``rx`` into it) during the last cycle: the same read its ``*_bytes_total`` counter
+    integrates (a whole GPU: the device's; a MIG instance: its own share)."""
+    attr = f"{direction}_bytes_per_second"
+
+    def read(v: LeafView) -> Value:
+        traffic = next((x for x in v.leaf.links if x.link == link), None)
+        rate: Value = getattr(traffic, attr) if traffic is not None else None
+        return rate
+
+    return read
+
+
+def _link_field(link: str, direction: str, help_: str) -> DcgmField:
+    """``DCGM_FI_PROF_<LINK>_<DIR>_BYTES``: a gauge in bytes per second, per leaf like the other
+    profiling fields, the GPU's own rate where no leaf has one."""
+    native = f"gpulens_gpu_{link}_{direction}_bytes"
+    return _leaf(
+        f"DCGM_FI_PROF_{link.upper()}_{direction.upper()}_BYTES",
+        "gauge",
+        help_,
+        f"the leaf's {link} link read, rate({native}_total) over one cycle; else {native}_per_second",
+        _link_rate(link, direction),
+        device=lambda v: getattr(v.gpu, f"{link}_{direction}_bytes_per_second"),
+    )
 
 
 def _tenant(value: Callable[[PodUsage], Value]) -> Callable[[TenantView], Value]:
@@ -380,34 +415,20 @@ FIELDS: tuple[DcgmField, ...] = (
         "gpulens_gpu_dram_active_ratio",
         _gpm("dram_active"),
     ),
-    _gpu(
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gauge",
-        "The rate of data transmitted over the PCIe bus (in bytes per second).",
-        "gpulens_gpu_pcie_tx_bytes_per_second",
-        lambda v: v.gpu.pcie_tx_bytes_per_second,
+    _link_field(
+        PCIE,
+        "tx",
+        "The rate of data transmitted over the PCIe bus, including both protocol headers and data "
+        "payloads, in bytes per second.",
     ),
-    _gpu(
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gauge",
-        "The rate of data received over the PCIe bus (in bytes per second).",
-        "gpulens_gpu_pcie_rx_bytes_per_second",
-        lambda v: v.gpu.pcie_rx_bytes_per_second,
+    _link_field(
+        PCIE,
+        "rx",
+        "The rate of data received over the PCIe bus, including both protocol headers and data "
+        "payloads, in bytes per second.",
     ),
-    _gpu(
-        "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        "gauge",
-        "The rate of data transmitted over NVLink (in bytes per second).",
-        "gpulens_gpu_nvlink_tx_bytes_per_second",
-        lambda v: v.gpu.nvlink_tx_bytes_per_second,
-    ),
-    _gpu(
-        "DCGM_FI_PROF_NVLINK_RX_BYTES",
-        "gauge",
-        "The rate of data received over NVLink (in bytes per second).",
-        "gpulens_gpu_nvlink_rx_bytes_per_second",
-        lambda v: v.gpu.nvlink_rx_bytes_per_second,
-    ),
+    _link_field(NVLINK, "tx", "The rate of data transmitted over NVLink, in bytes per second."),
+    _link_field(NVLINK, "rx", "The rate of data received over NVLink, in bytes per second."),
 )
 
 MAX_CACHED_LABEL_SETS = 50_000
@@ -470,15 +491,17 @@ class _Builder:
         self.lines: dict[str, list[str]] = {}
         self._cache = label_cache
 
-    def add(self, name: str, labels: Labels, value: Value) -> None:
+    def add(self, name: str, labels: Labels, value: Value) -> bool:
+        """Add one sample; False (nothing added) when the value is missing or not a number."""
         if not _valid(value):
-            return
+            return False
         encoded = self._cache.get(labels)
         if encoded is None:
             if len(self._cache) >= MAX_CACHED_LABEL_SETS:
                 self._cache.clear()
             encoded = self._cache[labels] = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
         self.lines.setdefault(name, []).append(f"{name}{encoded} {floatToGoString(value)}\n")
+        return True
 
 
 def _gpu_labels(gpu: GpuSample, hostname: str, driver: str) -> Labels:
@@ -503,11 +526,12 @@ def _leaf_labels(base: Labels, leaf: LeafSample) -> Labels:
 _GPU_FIELDS = tuple(f for f in FIELDS if f.scope == GPU)
 _LEAF_FIELDS = tuple(f for f in FIELDS if f.scope == LEAF)
 _SHARED_FIELDS = tuple(f for f in FIELDS if f.shared is not None)
+_DEVICE_FIELDS = tuple(f for f in _LEAF_FIELDS if f.device is not None)
 
 
-def _add(b: _Builder, field: DcgmField, labels: Labels, view: Any) -> None:
+def _add(b: _Builder, field: DcgmField, labels: Labels, view: Any) -> bool:
     extra = field.extra_labels(view) if field.extra_labels is not None else ()
-    b.add(field.name, labels + extra, field.read(view))
+    return b.add(field.name, labels + extra, field.read(view))
 
 
 def _process_mapping_ok(snap: Snapshot) -> bool:
@@ -549,13 +573,19 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
         gview = gpu_view(snap, gpu)
         for field in _GPU_FIELDS:
             _add(b, field, g, gview)
+        answered: set[str] = set()
         for leaf in gpu.leaves:
             lab = _leaf_labels(base, leaf)
             leaf_holder = holders.exclusive.get(leaf.leaf_id)
             lab = lab + _pod_labels(leaf_holder) if leaf_holder is not None else lab
             lview = LeafView(gpu, leaf, snap.analysis.get(leaf.leaf_id))
             for field in _LEAF_FIELDS:
-                _add(b, field, lab, lview)
+                if _add(b, field, lab, lview) and field.device is not None:
+                    answered.add(field.name)
+        for field in _DEVICE_FIELDS:
+            if field.name not in answered:
+                assert field.device is not None
+                b.add(field.name, g, field.device(gview))
         for pod, tenant in _tenants(gpu, holders.shared.get(gpu.uuid, []), snap):
             for field in _SHARED_FIELDS:
                 assert field.shared is not None

@@ -24,6 +24,7 @@ from exporter.model import (
     GpmSample,
     GpuSample,
     LeafSample,
+    LinkTraffic,
     MigInstance,
     PodRef,
     PodUsage,
@@ -173,6 +174,114 @@ def test_mig_instances_carry_gpu_i_id_and_profile_and_their_own_pod() -> None:
     assert text.count("DCGM_FI_DEV_POWER_USAGE{") == 1
     # NVML has no GPU-Util for a MIG-enabled GPU: absent, never 0.
     assert "DCGM_FI_DEV_GPU_UTIL{" not in text
+
+
+# --- link rates: DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES ----------------------------------------
+
+GEN5_X16 = 32e9 * 16 * 128 / 130 / 8
+
+
+def _pcie(tx: float, rx: float, source: str = "counter") -> LinkTraffic:
+    return LinkTraffic("pcie", source, 1.0, tx, rx, GEN5_X16)
+
+
+def _nvlink(each_way: float) -> LinkTraffic:
+    return LinkTraffic("nvlink", "gpm", 1.0, each_way, each_way, 18 * 26.5625e9)
+
+
+LINK_FIELDS = ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
+NVLINK_FIELDS = ("DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES")
+
+
+def test_link_rates_are_the_leafs_link_reads_in_bytes_per_second_as_gauges() -> None:
+    # A host-to-device copy at 51.5 GB/s: dcgm-exporter's unit is bytes per second, not MiB/s or KB.
+    links = (_pcie(1.03e9, 51.5e9), _nvlink(88e9))
+    g = _whole(0, pcie_tx_bytes_per_second=1.03e9, pcie_rx_bytes_per_second=51.5e9, links=links)
+    g = replace(g, leaves=(replace(g.leaves[0], links=links),))
+    attr = Attribution(allocations=(Allocation(TRAINER, "nvidia.com/gpu", g.uuid),))
+    reg = _registry(_snapshot((g,), attr))
+    held = _gpu_labels(g, namespace="ml", pod="trainer-0", container="main")
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_TX_BYTES", held) == 1.03e9
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", held) == 51.5e9
+    assert reg.get_sample_value("DCGM_FI_PROF_NVLINK_TX_BYTES", held) == 88e9
+    assert reg.get_sample_value("DCGM_FI_PROF_NVLINK_RX_BYTES", held) == 88e9
+    for name in LINK_FIELDS + NVLINK_FIELDS:
+        assert f"# TYPE {name} gauge" in reg.text
+        assert reg.text.count(f"{name}{{") == 1, name
+    assert "protocol headers and data payloads, in bytes per second" in reg.text
+
+
+def test_link_rates_come_from_the_leafs_link_read_not_a_second_reading() -> None:
+    # The GPU-wide fields are absent (a failed sampled read); the leaf's counter read still answers.
+    g = _whole(0, pcie_tx_bytes_per_second=None, pcie_rx_bytes_per_second=None)
+    g = replace(g, leaves=(replace(g.leaves[0], links=(_pcie(2e6, 3e9),)),))
+    reg = _registry(_snapshot((g,)))
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", _gpu_labels(g)) == 3e9
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_TX_BYTES", _gpu_labels(g)) == 2e6
+    assert "DCGM_FI_PROF_NVLINK_RX_BYTES{" not in reg.text, "no NVLink read: absent, never 0"
+
+
+def test_mig_instances_carry_their_own_pcie_share_like_the_other_profiling_fields() -> None:
+    g = _mig_gpu(4)
+    shares = {1: _pcie(0.5e9, 20e9, "gpm"), 2: _pcie(1e6, 2e6, "gpm")}
+    leaves = tuple(replace(leaf, links=(shares[leaf.mig.gpu_instance_id],)) for leaf in g.leaves if leaf.mig)
+    g = replace(g, leaves=leaves, pcie_tx_bytes_per_second=0.6e9, pcie_rx_bytes_per_second=20.1e9)
+    attr = Attribution(allocations=(Allocation(TRAINER, "nvidia.com/mig-3g.71gb", g.uuid, mig_uuid="MIG-4-1"),))
+    reg = _registry(_snapshot((g,), attr))
+    base = _gpu_labels(g)
+    gi1 = {**base, "GPU_I_PROFILE": "3g.71gb", "GPU_I_ID": "1", "namespace": "ml", "pod": "trainer-0"}
+    gi1["container"] = "main"
+    gi2 = {**base, "GPU_I_PROFILE": "3g.71gb", "GPU_I_ID": "2"}
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", gi1) == 20e9
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_TX_BYTES", gi1) == 0.5e9
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", gi2) == 2e6
+    # Each instance has its own share: the device's total is not repeated on every instance.
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", base) is None
+    assert reg.text.count("DCGM_FI_PROF_PCIE_RX_BYTES{") == 2
+    assert "DCGM_FI_PROF_NVLINK_TX_BYTES{" not in reg.text, "MIG instances have no NVLink"
+
+
+def test_without_per_leaf_link_reads_the_gpus_own_rate_appears_once_per_gpu() -> None:
+    # A backend that reads PCIe for the whole device only (no LinkTraffic on its leaves).
+    whole = _whole(0, pcie_tx_bytes_per_second=1e6, pcie_rx_bytes_per_second=4e9)
+    mig = replace(_mig_gpu(4), pcie_tx_bytes_per_second=2e6, pcie_rx_bytes_per_second=5e9)
+    reg = _registry(_snapshot((whole, mig)))
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", _gpu_labels(whole)) == 4e9
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_RX_BYTES", _gpu_labels(mig)) == 5e9
+    assert reg.get_sample_value("DCGM_FI_PROF_PCIE_TX_BYTES", _gpu_labels(mig)) == 2e6
+    assert reg.text.count("DCGM_FI_PROF_PCIE_RX_BYTES{") == 2, "once per GPU, no GPU_I_* copies"
+
+
+def _parsed(body: bytes) -> list[Any]:
+    """Every sample of a text-format exposition."""
+    return [s for fam in text_string_to_metric_families(body.decode()) for s in fam.samples]
+
+
+def test_simulated_link_rates_match_the_native_counters_increase_over_the_cycle() -> None:
+    """The simulated data loader (mps GPU 4) through the CLI's wiring: the compat rate, the leaf's
+    link read and the increase of gpulens_gpu_pcie_rx_bytes_total over the cycle are one number."""
+    sampler, exposition, _ = build(
+        parse_config(["--backend", "sim", "--sim.scenario", "mps", "--no-probes", "--compat.dcgm"], env={})
+    )
+    totals: list[float | None] = []
+    try:
+        for _ in range(3):
+            stager = sampler.run_once().backend.gpus[4]
+            scrape = _parsed(exposition.render("text/plain")[0])
+            rx_total = "gpulens_gpu_pcie_rx_bytes_total"
+            native = [s.value for s in scrape if s.name == rx_total and s.labels["uuid"] == stager.uuid]
+            totals.append(native[0] if native else None)
+    finally:
+        sampler.stop()
+    link = next(x for x in stager.leaves[0].links if x.link == "pcie")
+    assert link.rx_bytes_per_second is not None and link.rx_bytes_per_second > 45e9
+    compat = [s for s in scrape if s.name == "DCGM_FI_PROF_PCIE_RX_BYTES" and s.labels["UUID"] == stager.uuid]
+    assert len(compat) == 1 and compat[0].labels["pod"].startswith("shard-stager-")
+    assert compat[0].value == link.rx_bytes_per_second == stager.pcie_rx_bytes_per_second
+    first, second, third = totals
+    assert first is None, "the first cycle has no window, so no rate and no bytes yet"
+    assert second is not None and third is not None
+    assert third - second == pytest.approx(link.rx_bytes_per_second * link.window_seconds)
 
 
 def _time_sliced(g: GpuSample, *usages: PodUsage) -> Attribution:

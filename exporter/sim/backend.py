@@ -4,6 +4,12 @@
 MIG layouts, pods) through the workloads of ``workloads`` and returns the same model types
 as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
 N-th sample depends only on (scenario, seed, N) and the faults injected, never on the clock.
+
+Link traffic is read as the NVML backend reads it: a whole GPU's PCIe bytes from the device's
+cumulative counters (``source="counter"``) and its NVLink bytes from GPM, a MIG instance's PCIe
+share from its GPM (``source="gpm"``; MIG instances have no NVLink).  Both are rates over the
+cycle's window, so the first sample (and the first after a loss) has none; the GPU's
+``pcie_*``/``nvlink_*_bytes_per_second`` are the same reads.  An idle GPU moves a few KB/s.
 """
 
 from __future__ import annotations
@@ -13,17 +19,20 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.backends.nvml_device import CLOCK_EVENT_REASONS
 from exporter.model import (
     MPS_SERVER,
+    NVLINK,
+    PCIE,
     BackendSample,
     ContainerDevices,
     GpmSample,
     GpuSample,
     LeafSample,
+    LinkTraffic,
     ProcessSample,
 )
 from exporter.sim import scenarios as sc
@@ -44,6 +53,10 @@ THERMAL_TIME_CONSTANT_SECONDS = 40.0
 CLOCK_STEP_HERTZ = 15e6
 """Hopper SM clocks move in 15 MHz steps."""
 UNAVAILABLE_ERROR = "NVML library not found (simulated)"
+# PCIe traffic of a GPU that runs nothing (the driver's and NVML's own reads), between these and
+# twice these: a few KB/s, ~1e-7 of the link, so an idle GPU stays idle.
+HOUSEKEEPING_TX_BYTES_PER_SECOND = 1e3
+HOUSEKEEPING_RX_BYTES_PER_SECOND = 2e3
 
 _CLOCK_REASONS = tuple(CLOCK_EVENT_REASONS.values())
 """Every reason the H200's NVML lists as supported (docs/gpu-validation.md), labelled as the NVML
@@ -51,15 +64,32 @@ backend labels them (one list: the backend's)."""
 _GPU_FIELDS = frozenset(f.name for f in fields(GpuSample))
 _LEAF_FIELDS = frozenset(f.name for f in fields(LeafSample))
 _GPM_FIELDS = frozenset(f.name for f in fields(GpmSample))
+_ABSENT: dict[str, Any] = {"links": ()}
+"""What a faulted field reads where that is not ``None``: no link measured is no link reads."""
+_LINK_READS: dict[str, tuple[str, str]] = {
+    "pcie_tx_bytes_per_second": (PCIE, "tx"),
+    "pcie_rx_bytes_per_second": (PCIE, "rx"),
+    "nvlink_tx_bytes_per_second": (NVLINK, "tx"),
+    "nvlink_rx_bytes_per_second": (NVLINK, "rx"),
+}
+"""GPU fields that are one read with a direction of the GPU's (and its whole-GPU leaf's) links."""
 
 
 def _ratio(x: float) -> float:
     return round(min(1.0, max(0.0, x)), 6)
 
 
-def _kib(bytes_per_second: float) -> float:
-    """NVML reports link throughput in KiB/s."""
-    return float(max(0, round(bytes_per_second / 1024)) * 1024)
+def _per_second(bytes_per_second: float, window_seconds: float) -> float:
+    """A rate as a byte counter gives it: whole bytes moved in the window, over the window."""
+    return max(0, round(bytes_per_second * window_seconds)) / window_seconds
+
+
+class _Moved(NamedTuple):
+    """Bytes per second a leaf (or a whole GPU) moved in the window; NVLink the same each way."""
+
+    pcie_rx: float
+    pcie_tx: float
+    nvlink: float
 
 
 @dataclass
@@ -176,16 +206,17 @@ class SimulatedBackend:
         spec, rng = state.spec, state.rng
         windowed = not state.fresh
         dynamic_watts = 0.0
-        pcie_rx = pcie_tx = nvlink = 0.0
         busy = whole_mem_util = 0.0
         has_process = False
         leaves: list[LeafSample] = []
+        moved: list[_Moved] = []
         for leaf in spec.leaves:
             acts = [p.workload.activity(t, rng) for p in leaf.processes]
             total = sum(a.share for a in acts)
             # Time-slicing: processes take turns, so their shares cannot add up past 1.
             scale = 1.0 / total if total > 1.0 else 1.0
-            sm = occ = dram = tensor = fp32 = fp16 = fp64 = util = mem_util = 0.0
+            sm = occ = dram = tensor = fp32 = fp16 = fp64 = util = graphics = mem_util = 0.0
+            rx = tx = nv = 0.0
             procs: list[ProcessSample] = []
             mig = leaf.mig
             for proc, act in zip(leaf.processes, acts, strict=True):
@@ -205,11 +236,14 @@ class SimulatedBackend:
                 else:
                     u = share * sig.utilization
                 util += u
+                # Copies count in GPU-Util but not in GPM's graphics-engine activity.
+                graphics += u if sig.graphics_activity is None else share * sig.graphics_activity
                 mem_util += share * sig.memory_utilization
                 dynamic_watts += share * (sig.power_watts - IDLE_POWER_WATTS) * leaf.compute_fraction
-                pcie_rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction
-                pcie_tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction
-                nvlink += act.nvlink_bytes_per_second * leaf.compute_fraction
+                # A workload on a slice of the GPU moves the bytes of its slice.
+                rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction
+                tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction
+                nv += act.nvlink_bytes_per_second * leaf.compute_fraction
                 # NVML has no per-process utilisation for MIG instances, and under MPS reports it
                 # for the server only (set below, the clients' sum).
                 per_process = windowed and mig is None and proc.mps_role is None
@@ -233,6 +267,7 @@ class SimulatedBackend:
                 ]
             busy = max(busy, util)
             whole_mem_util = mem_util
+            leaf_moved = _Moved(rx, tx, nv)
             # Noise is drawn even when the window is not reported, so the random stream (and every
             # later value) is the same whether or not a fault interrupted this GPU.
             g = rng.gauss
@@ -245,9 +280,10 @@ class SimulatedBackend:
                 fp32_active=_ratio(fp32 * (1 + g(0, 0.01))),
                 fp16_active=_ratio(fp16 * (1 + g(0, 0.02))),
                 dram_active=_ratio(dram * (1 + g(0, 0.01))),
-                # GPM graphics-engine activity tracks NVML GPU-Util on the H200 (within 0.01), and
-                # GPM has it per MIG instance too; no draw of its own keeps the random stream.
-                graphics_active=_ratio(util),
+                # GPM graphics-engine activity tracks NVML GPU-Util on the H200 (within 0.01) while
+                # kernels run, and GPM has it per MIG instance too; no draw of its own keeps the
+                # random stream.
+                graphics_active=_ratio(graphics),
             )
             if not windowed:
                 gpm = None
@@ -262,11 +298,32 @@ class SimulatedBackend:
                     utilization_ratio=_ratio(util) if mig is None else None,
                     gpm=gpm,
                     processes=tuple(procs),
+                    # GPM measures each GPU instance's own PCIe bytes (MIG instances have no NVLink);
+                    # a whole GPU's links are the device's reads, taken with its other readings.
+                    links=self._links(leaf_moved, "gpm", nvlink=False) if windowed and mig else (),
                 )
             )
+            moved.append(leaf_moved)
         return self._physical(
-            state, tuple(leaves), dynamic_watts, has_process, busy, whole_mem_util, (pcie_rx, pcie_tx, nvlink)
+            state, tuple(leaves), dynamic_watts, has_process, busy, whole_mem_util, tuple(moved), windowed
         )
+
+    def _links(self, moved: _Moved, pcie_source: str, nvlink: bool) -> tuple[LinkTraffic, ...]:
+        """One leaf's (or GPU's) link reads over the window: PCIe from ``pcie_source``, and NVLink
+        from GPM where the GPU has NVLink to read (not in MIG mode)."""
+        w = self.step_seconds
+        pcie = LinkTraffic(
+            PCIE,
+            pcie_source,
+            w,
+            _per_second(moved.pcie_tx, w),
+            _per_second(moved.pcie_rx, w),
+            sc.PCIE_GEN5_X16_BYTES_PER_SECOND,
+        )
+        if not nvlink:
+            return (pcie,)
+        each_way = _per_second(moved.nvlink, w)
+        return pcie, LinkTraffic(NVLINK, "gpm", w, each_way, each_way, sc.NVLINK_BYTES_PER_SECOND)
 
     def _physical(
         self,
@@ -276,7 +333,8 @@ class SimulatedBackend:
         has_process: bool,
         busy: float,
         whole_mem_util: float,
-        links: tuple[float, float, float],
+        moved: tuple[_Moved, ...],
+        windowed: bool,
     ) -> GpuSample:
         spec, rng = state.spec, state.rng
         limit = sc.H200_POWER_LIMIT_WATTS
@@ -302,7 +360,20 @@ class SimulatedBackend:
         events = dict.fromkeys(_CLOCK_REASONS, False)
         events["gpu_idle"] = busy <= 0.005
         events["sw_power_cap"] = capped
-        pcie_rx, pcie_tx, nvlink = links
+        # The device's counters see every instance's bytes and the driver's own few KB/s.
+        housekeeping_tx = HOUSEKEEPING_TX_BYTES_PER_SECOND * (1 + rng.random())
+        housekeeping_rx = HOUSEKEEPING_RX_BYTES_PER_SECOND * (1 + rng.random())
+        device = _Moved(
+            sum(m.pcie_rx for m in moved) + housekeeping_rx,
+            sum(m.pcie_tx for m in moved) + housekeeping_tx,
+            sum(m.nvlink for m in moved),
+        )
+        # Rates need two reads of a counter (or two GPM samples): none on a fresh window.
+        gpu_links = self._links(device, "counter", nvlink=not spec.mig_enabled) if windowed else ()
+        if windowed and not spec.mig_enabled:
+            leaves = (replace(leaves[0], links=gpu_links),)  # the whole GPU is its only leaf: one read
+        pcie = next((x for x in gpu_links if x.link == PCIE), None)
+        nvl = next((x for x in gpu_links if x.link == NVLINK), None)
         whole = None if spec.mig_enabled else leaves[0]
         return GpuSample(
             index=spec.index,
@@ -327,15 +398,16 @@ class SimulatedBackend:
             memory_clock_hertz=sc.H200_MEMORY_CLOCK_HERTZ,
             sm_clock_max_hertz=sc.H200_SM_CLOCK_MAX_HERTZ,
             clock_events=MappingProxyType(events),
-            pcie_tx_bytes_per_second=_kib(pcie_tx + 1e5 * (1 + rng.random())),
-            pcie_rx_bytes_per_second=_kib(pcie_rx + 2e5 * (1 + rng.random())),
+            pcie_tx_bytes_per_second=pcie.tx_bytes_per_second if pcie else None,
+            pcie_rx_bytes_per_second=pcie.rx_bytes_per_second if pcie else None,
             pcie_link_generation=5,
             pcie_link_width=16,
             pcie_replay_errors=0,
             # The NVML backend reads NVLink throughput from the whole GPU's GPM counters, which a
             # GPU in MIG mode does not sample.
-            nvlink_tx_bytes_per_second=None if spec.mig_enabled else _kib(nvlink),
-            nvlink_rx_bytes_per_second=None if spec.mig_enabled else _kib(nvlink),
+            nvlink_tx_bytes_per_second=nvl.tx_bytes_per_second if nvl else None,
+            nvlink_rx_bytes_per_second=nvl.rx_bytes_per_second if nvl else None,
+            links=gpu_links,
             ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
             remapped_rows=MappingProxyType(
                 {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}
@@ -361,10 +433,16 @@ class SimulatedBackend:
                 n, gpu_changes = _nulled(gpu, none_fields & _GPU_FIELDS, view.failing)
                 failed += n
                 changes.update(gpu_changes)
+                # A failed PCIe or NVLink read fails for the links it is the same number as.
+                dropped = {_LINK_READS[name] for name in gpu_changes if name in _LINK_READS}
+                if dropped and "links" not in gpu_changes:
+                    changes["links"] = _without_reads(gpu.links, dropped)
                 leaves = []
                 for leaf in gpu.leaves:
                     n, leaf_changes = _nulled(leaf, none_fields & _LEAF_FIELDS, view.failing)
                     failed += n
+                    if dropped and leaf.mig is None and "links" not in leaf_changes:
+                        leaf_changes["links"] = _without_reads(leaf.links, dropped)
                     if leaf.gpm is not None and none_fields & _GPM_FIELDS and "gpm" not in leaf_changes:
                         n, gpm_changes = _nulled(leaf.gpm, none_fields & _GPM_FIELDS, view.failing)
                         failed += n
@@ -379,12 +457,22 @@ class SimulatedBackend:
 
 
 def _nulled(obj: Any, names: frozenset[str], failing: frozenset[str]) -> tuple[int, dict[str, Any]]:
-    """Fields of ``obj`` among ``names`` that hold a value, set to None; and how many of them
-    failed transiently (an unsupported field is not an error, a failing read is)."""
+    """Fields of ``obj`` among ``names`` that hold a value, set to None (``links``: to no links);
+    and how many of them failed transiently (an unsupported field is not an error, a failing read is)."""
     changes: dict[str, Any] = {}
     failed = 0
     for name in names:
-        if getattr(obj, name) is not None:
-            changes[name] = None
+        absent = _ABSENT.get(name)
+        if getattr(obj, name) != absent:
+            changes[name] = absent
             failed += name in failing
     return failed, changes
+
+
+def _without_reads(links: tuple[LinkTraffic, ...], dropped: set[tuple[str, str]]) -> tuple[LinkTraffic, ...]:
+    """``links`` with the (link, direction) rates in ``dropped`` unread (``None``)."""
+    out = []
+    for x in links:
+        unread: dict[str, Any] = {f"{d}_bytes_per_second": None for link, d in dropped if link == x.link}
+        out.append(replace(x, **unread) if unread else x)
+    return tuple(out)

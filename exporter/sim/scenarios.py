@@ -4,6 +4,12 @@ Each scenario is a fixed node: which GPU runs which workload, its MIG layout, an
 Kubernetes side (kubelet device IDs, pod owners, PID -> container) so attribution, the demo
 and the dashboard work with no cluster.  Identity (UUIDs, PIDs, pod names) depends only on
 the scenario name, never on the seed, so series keep their labels across runs.
+
+The jobs whose PCIe traffic decides or tests their class run on the mps node's GPUs 4-6, which
+that node used to leave free (``_host_transfer_jobs``): a data loader copying from pinned host
+memory with no kernel (``transfer``), an LLM server offloading its KV cache (``memory``) and
+training with its optimizer offloaded (``compute``).  Every other GPU keeps its workload and class;
+their link traffic comes from the same workloads (exporter/sim/workloads.py).
 """
 
 from __future__ import annotations
@@ -28,6 +34,18 @@ H200_SM_CLOCK_MAX_HERTZ = 1980e6
 H200_MEMORY_CLOCK_HERTZ = 3201e6
 DRIVER_VERSION = "580.159.04"
 GPU_NAME = "NVIDIA H200"
+
+PCIE_GEN5_X16_BYTES_PER_SECOND = 32e9 * 16 * 128 / 130 / 8
+"""What an H200's PCIe Gen5 x16 link carries each way at most (~63.0 GB/s): 32 GT/s per lane x
+16 lanes, less the 128b/130b line encoding, 8 bits a byte (what NVML's generation x width gives)."""
+NVLINK_LINKS = 18
+"""NVLink 4 links of an HGX H200 GPU, all active (to the baseboard's NVSwitches)."""
+NVLINK_LINK_BYTES_PER_SECOND = 26.5625e9
+"""One NVLink 4 link's rate each way as NVML states it (``nvidia-smi nvlink -s``: 26.562 GB/s):
+two lanes of 106.25 Gb/s.  The data payload peaks near 25 GB/s a link (the "900 GB/s" of the
+datasheet is 18 x 25 GB/s x 2 directions)."""
+NVLINK_BYTES_PER_SECOND = NVLINK_LINKS * NVLINK_LINK_BYTES_PER_SECOND
+"""Capacity of the GPU's NVLink each way (~478 GB/s): the active links together."""
 
 # PCI bus of the eight GPUs on an HGX H200 baseboard.
 _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
@@ -483,7 +501,8 @@ def _mps() -> Scenario:
 
     GPU 0: a memory-bound and a tensor-bound tenant as MPS clients of one MPS server, compute mode
     exclusive-process (only the server may open a context). GPU 1: one MPS client alone. GPU 2:
-    two pods time-sliced without MPS, for contrast. GPU 3: exclusive. GPUs 4-7: free.
+    two pods time-sliced without MPS, for contrast. GPU 3: exclusive. GPUs 4-6: exclusive jobs
+    that move data over PCIe (see ``_host_transfer_jobs``). GPU 7: free.
     NVML's shapes under MPS: the compute-process list holds the server and the clients, each
     client with its own memory; per-process utilisation has one entry, the server's.
     """
@@ -520,9 +539,40 @@ def _mps() -> Scenario:
     for gpu in (0, 1, 2):
         b.sharing[b.gpu_uuid(gpu)] = 4
     _exclusive(b, 3, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
-    for gpu in range(4, 8):
-        b.add_gpu(gpu, b.whole())
+    _host_transfer_jobs(b, 4)
+    b.add_gpu(7, b.whole())
     return b.build()
+
+
+def _host_transfer_jobs(b: _NodeBuilder, first: int) -> None:
+    """Three whole GPUs from ``first`` on, each running a job whose PCIe traffic is heavy, and what
+    limits each while it works (docs/boundness.md):
+
+    - ``first``: a data loader staging shards from pinned host memory, copies back to back and no
+      kernel: 51.5 GB/s into the GPU, 0.82 of the link; NVML GPU-Util 1.0, GPM graphics and SM
+      activity 0. ``transfer``.
+    - ``first + 1``: an LLM decode server keeping its KV cache in host memory: memory-bound decode
+      kernels most of the time, with up to 30 GB/s in and 18 GB/s out. ``memory`` (its copies hide
+      behind its kernels).
+    - ``first + 2``: fine-tuning with the optimizer offloaded to the host: GEMMs while gradients
+      stream out, then 1 s of each 9 s step waiting for the weights to come back flat out.
+      ``compute``.
+
+    They sit on GPUs the mps scenario left free, so no other scenario's classes change.
+    """
+    _exclusive(b, first, "etl", "Job", "shard-stager", "stager", w.HostCopy(), 96 * GIB)
+    offload = w.Diurnal(w.LLM_DECODE, low=0.75, high=1.0, request_bytes=w.KV_OFFLOAD_BYTES_PER_SECOND)
+    _exclusive(b, first + 1, "inference", "Deployment", "llm-kv-offload", "vllm", offload, int(0.9 * H200_MEMORY_BYTES))
+    _exclusive(
+        b,
+        first + 2,
+        "ml-training",
+        "Job",
+        "zero-offload-finetune",
+        "trainer",
+        w.OffloadedOptimizer(w.BF16_GEMM),
+        84 * GIB,
+    )
 
 
 BUILDERS: dict[str, Callable[[], Scenario]] = {

@@ -5,6 +5,16 @@ ratios measured on an H200, docs/boundness.md; NVML utilisation and power).  A `
 ``activity(t, rng)`` says which fraction of the window its kernels ran and what it moved over
 PCIe / NVLink, so a training job alternates compute and data loading and an inference server
 follows a daily load curve while keeping its signature.
+
+Link traffic (bytes per second, the backend turns it into ``LinkTraffic``): a data-parallel
+training job all-reduces over NVLink (~90 GB/s each way) while it computes, loads its next data
+shard over PCIe (pageable staging, ~22 GB/s, a third of the link: its kernels still hold the
+window, ``compute``) and writes a checkpoint out at ~21 GB/s with no kernel (those seconds read
+``transfer``); ``HostCopy`` stages data from pinned host memory flat out with no kernels
+(51.5 GB/s, 0.82 of a Gen5 x16 link: ``transfer``); an inference server offloading its KV cache
+(``Diurnal`` with ``KV_OFFLOAD_BYTES_PER_SECOND``) keeps its memory-bound decode kernels next to
+heavy PCIe traffic (``memory``); ``OffloadedOptimizer`` runs its GEMMs while gradients and
+weights cross PCIe (``compute``).  Services move a few GB/s of requests; idle processes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +25,16 @@ from dataclasses import dataclass
 
 GB = 1e9
 """Decimal gigabyte, for link throughputs (bytes/s)."""
+H2D_PINNED_BYTES_PER_SECOND = 51.5 * GB
+"""Host-to-device copies from pinned memory, back to back, on an H200 (PCIe Gen5 x16): the rate
+measured on the H200, 0.82 of the link's 63.0 GB/s (the rest is packet headers and flow control)."""
+READ_REQUEST_RATIO = 0.02
+"""Bytes the GPU sends per byte it reads from host memory: a host-to-device copy is the GPU's copy
+engine reading, and its read requests (some 20 bytes each, asking for 512 bytes to a few KB) cross
+the link outwards."""
+KV_OFFLOAD_BYTES_PER_SECOND = 30 * GB
+"""PCIe traffic into the GPU, at peak load, of an LLM server that keeps its KV cache in host memory
+(blocks of resumed and prefix-cached sequences come back; 0.6 of it goes out as evicted blocks)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +56,10 @@ class Signature:
     """Board power it would draw unconstrained; above the 700 W limit the clocks are capped."""
     utilization_band: tuple[float, float] | None = None
     """If set, GPU-Util is drawn inside this band each window (launch-bound kernels jitter)."""
+    graphics_activity: float | None = None
+    """GPM graphics-engine activity while running, where it differs from GPU-Util; ``None`` = the
+    same (they agree within 0.01 for kernels).  Copies count in NVML GPU-Util, not in GPM's graphics
+    activity: an H200 copying from the host reads GPU-Util 1.0, graphics and SM activity 0."""
 
 
 # GPM signatures measured on an H200 (docs/boundness.md, 1 s GPM window); power is our estimate.
@@ -80,6 +104,11 @@ FP16_BATCH = Signature(
     utilization=0.98,
     memory_utilization=0.3,
     power_watts=640.0,
+)
+# Pinned host-to-device copies and no kernel (GPU-Util and GPM as on the H200; power our estimate):
+# the copy engine writes 51.5 GB/s into HBM, 1 % of its bandwidth.
+HOST_COPY = Signature(
+    0.0, 0.0, 0.011, utilization=1.0, graphics_activity=0.0, memory_utilization=0.02, power_watts=140.0
 )
 IDLE = Signature(0.0, 0.0, 0.0, utilization=0.0, power_watts=0.0)
 
@@ -239,3 +268,50 @@ class Phased(Workload):
                 return Activity(_jitter(rng, 0.98, 0.01), 0.3 * GB, 0.1 * GB, signature=sig)
             pos -= seconds
         return Activity(0.0)
+
+
+@dataclass(frozen=True)
+class HostCopy(Workload):
+    """Copies between pinned host memory and the GPU, back to back, and no kernel: a data loader
+    staging shards into device memory (``rx``), or a job spilling device memory to the host (``tx``).
+
+    The rates are ceilings (pinned copies do not beat them); each window gets ~96-100 % of them.
+    """
+
+    signature: Signature = HOST_COPY
+    rx_bytes_per_second: float = H2D_PINNED_BYTES_PER_SECOND
+    tx_bytes_per_second: float = 0.0
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        pace = _jitter(rng, 0.985, 0.01)
+        rx = self.rx_bytes_per_second * pace
+        tx = self.tx_bytes_per_second * pace + READ_REQUEST_RATIO * rx
+        # The copies are back to back: the copy engine idles only between two memcpy calls.
+        return Activity(_jitter(rng, 0.995, 0.003), rx, tx)
+
+
+@dataclass(frozen=True)
+class OffloadedOptimizer(Workload):
+    """Training with the optimizer's state and update in host memory (ZeRO-Offload style).
+
+    Each step runs forward and backward GEMMs for ``compute_seconds`` while the gradients stream
+    out to the host and part of the previous update's weights stream back, then the GPU waits
+    ``upload_seconds`` while the rest of the weights arrive from pinned buffers, running only a few
+    cast kernels.  The defaults are a 30B-parameter model (60 GB of bf16 weights, as many gradient
+    bytes each step): 7.5 GB/s out over 8 s of GEMMs, 1.4 GB/s in meanwhile (11 GB), and 49 GB in
+    the 1 s wait.  The GEMMs hold the busy time (``compute``); PCIe is 0.1-0.8 of its capacity.
+    """
+
+    compute_seconds: float = 8.0
+    upload_seconds: float = 1.0
+    gradient_bytes_per_second: float = 7.5 * GB
+    overlapped_weight_bytes_per_second: float = 1.4 * GB
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        local = (t + self.offset_seconds) % (self.compute_seconds + self.upload_seconds)
+        if local >= self.compute_seconds:
+            rx = _jitter(rng, 0.95, 0.02) * H2D_PINNED_BYTES_PER_SECOND
+            return Activity(_jitter(rng, 0.05, 0.01), rx, READ_REQUEST_RATIO * rx)
+        rx = self.overlapped_weight_bytes_per_second * (0.9 + 0.2 * rng.random())
+        tx = self.gradient_bytes_per_second * (0.9 + 0.2 * rng.random()) + READ_REQUEST_RATIO * rx
+        return Activity(_jitter(rng, 0.97, 0.01), rx, tx)
