@@ -711,12 +711,17 @@ def make_fixtures(src: Path, dest: Path) -> int:
                 f.write(json.dumps(row) + "\n")
         res = by_load[load.name]
         first_run = next((r["t"] for r in mine if r["phase"] != "warmup"), None)
-        first_second = next((r["t"] for r in mine if r["phase"] == "second"), None)
+        first_second = None
+        if res.get("from_stop"):
+            # from_stop lists (row time - stop, class) from the first row at most 2 s before the stop
+            # for the load's last rows, from the first one at most 2 s before the stop
+            rel0 = float(res["from_stop"][0][0])
+            first_second = mine[-len(res["from_stop"])]["t"] - rel0
         manifest["loads"][load.name] = {
             "file": f"{load.name}.jsonl",
             "expected": list(load.expected),
             "load_started_s": round(first_run - t0, 3) if first_run is not None else None,
-            "switch_s": round(first_second - t0, 3) if first_second is not None else None,
+            "stop_s": round(first_second - t0, 3) if first_second is not None else None,
             "measured_h2d_bps": res.get("measured_h2d_bps"),
             "measured_d2h_bps": res.get("measured_d2h_bps"),
         }

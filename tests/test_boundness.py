@@ -269,7 +269,7 @@ def test_class_settles_within_two_windows_after_a_step(before: str, after: str, 
 @pytest.mark.parametrize("window", [5.0, 10.0, 30.0])
 @pytest.mark.parametrize("interval", [0.5, 1.0])
 @pytest.mark.parametrize("load", ["memory", "compute", "transfer", "mixed", "latency"])
-def test_a_stopped_load_reads_idle_within_two_and_a_half_seconds_whatever_the_window(
+def test_a_stopped_load_reads_idle_within_two_seconds_whatever_the_window(
     load: str, interval: float, window: float
 ) -> None:
     # The stop is part-way through a sample (0.3 s in): the first sample after it is 30 % busy.
@@ -291,7 +291,7 @@ def test_a_stopped_load_reads_idle_within_two_and_a_half_seconds_whatever_the_wi
     after = feed(clf, [(tail, interval), (HOLDS_MEMORY, 20.0)], interval=interval, start=30.0)
     stop = 30.0 + interval * 0.7
     first_idle = next(t for t, c in after if c == "idle")
-    assert first_idle - stop <= 2.5, after
+    assert first_idle - stop <= 2.0, after
     assert {c for t, c in after if t < first_idle} <= {load}, "no other class on the way to idle"
     assert {c for t, c in after if t >= first_idle} == {"idle"}
 
@@ -403,7 +403,8 @@ def test_forget_drops_the_state_of_leaves_that_are_gone() -> None:
     assert clf.window_means("MIG-b", 15.0) is not None
     # A new instance reusing the id starts from scratch: its first class is its own, at once.
     assert clf.observe("MIG-a", IDLE.sample(1.0), None, False, 16.0) == "idle"
-    assert clf.observe("MIG-b", IDLE.sample(1.0), None, False, 16.0) == "memory"
+    half = COPY.stalled(0.5)  # still working: the window, not a stop, decides
+    assert clf.observe("MIG-b", half.sample(1.0), None, True, 16.0) == "memory"
 
 
 def test_leaves_are_classified_independently() -> None:
@@ -663,7 +664,7 @@ def test_a_job_stalled_in_phases_longer_than_a_sample_reads_its_kernels_class() 
     phases = [(BF16_GEMM, 2.0), (HOLDS_MEMORY, 2.0)] * 15
     trace = feed(BoundnessClassifier(), phases)
     assert {c for t, c in trace if t > 1004.0} == {"compute"}
-    assert [c for t, c in trace if t <= 1004.0] == ["compute", "compute", "compute", "idle"]
+    assert [c for t, c in trace if t <= 1004.0] == ["compute", "compute", "idle", "idle"]
 
 
 @pytest.mark.parametrize("pause", [2.0, 3.0, 5.0])

@@ -63,7 +63,7 @@ class Thresholds:
     """Link utilisation per busy time (fraction of the link's capacity) at which a sample whose
     kernels saturate nothing is limited by its links: ``transfer``, not ``latency`` or ``launch``."""
     transfer_link_exit: float = 0.40
-    stop_quiet_seconds: float = 1.5
+    stop_quiet_seconds: float = 1.0
     """A leaf that has done nothing (no kernel, no link traffic) this long has stopped: ``idle`` at
     once, without waiting for its work to leave the window ..."""
     stall_margin: float = 1.25
