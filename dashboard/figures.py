@@ -36,10 +36,12 @@ CLASS_COLORS: dict[str, str] = {
     "memory": "#1e88e5",
     "compute": "#43a047",
     "mixed": "#8e24aa",
+    "transfer": "#d81b60",
     "shared": "#00897b",
     "unknown": "#d7ccc8",
 }
-"""One colour per boundness class, the same on every page."""
+"""One colour per boundness class, the same on every page (``transfer``, links busy while the
+SMs idle or wait: a magenta none of the kernel classes is near)."""
 
 CLASS_ORDER = [*POD_BOUNDNESS_CLASSES, UNKNOWN_CLASS]
 """The exporter's classes (``shared``: a pod's class when several pods have processes on its leaf,
@@ -643,25 +645,36 @@ def savings_bar(table: pd.DataFrame) -> Chart:
     }
 
 
-def time_lines(df: pd.DataFrame, unit: str) -> Chart:
+def time_lines(df: pd.DataFrame, unit: str, *, full_scale: bool = False, legend_columns: int = 4) -> Chart:
     """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %), a legend
-    naming every line, even a single one."""
+    naming every line, even a single one, in a grid of ``legend_columns`` (fewer for a half-width
+    chart). ``full_scale``: a ratio's axis spans 0-100 % whatever the values (a link 2 % busy must
+    not fill the chart)."""
     if df.empty:
         return empty_figure()
     scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ",.3~g"))
     d = _times(df.assign(value=df["value"] / scale, series=df["series"].astype(str))).sort_values("t", kind="stable")
     names = list(dict.fromkeys(d["series"]))
+    y: dict[str, Any] = {"field": "value", "type": "quantitative", "title": title or None, "axis": {"format": fmt}}
+    if full_scale:
+        y["scale"] = {"domain": [0, 1]}
     return {
         **_data(rows(d, ["t", "time", "series", "value"])),
         "mark": {"type": "line", "interpolate": "linear", "point": False},
         "encoding": {
             "x": _time_x(d),
-            "y": {"field": "value", "type": "quantitative", "title": title or None, "axis": {"format": fmt}},
+            "y": y,
             "color": {
                 "field": "series",
                 "type": "nominal",
                 "sort": names,
-                "legend": {"title": None, "orient": "bottom"},
+                # a grid, not one row: a row of eight names runs off the chart's edge
+                "legend": {
+                    "title": None,
+                    "orient": "bottom",
+                    "columns": max(1, min(len(names), legend_columns)),
+                    "labelLimit": 260,
+                },
             },
             "tooltip": [
                 {"field": "time"},

@@ -9,6 +9,8 @@ import pandas as pd
 
 from dashboard import definitions
 from dashboard.source import ALLOCATION_KEYS, Filters
+from exporter.metrics import BY_NAME
+from exporter.model import LINKS, NVLINK, PCIE
 
 LEAF = ("uuid", "mig_uuid")
 
@@ -420,6 +422,261 @@ def nonzero(df: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
     return out[[*label_cols, "value"]].sort_values("value", ascending=False).reset_index(drop=True)
 
 
+# --- links: PCIe and NVLink -----------------------------------------------------------------
+TRANSFER_CLASS = definitions.TRANSFER_CLASS
+"""The class of a leaf whose links are busy while its SMs idle or wait: it is moving data (a data
+loader copying host memory to the GPU)."""
+LINK_NAMES: dict[str, str] = {PCIE: "PCIe", NVLINK: "NVLink"}
+DIRECTION_NAMES: dict[str, str] = {"rx": "in", "tx": "out"}
+"""A link's directions in words: ``rx`` is into the GPU (host to GPU over PCIe, from its peers
+over NVLink), ``tx`` out of it."""
+LINK_SOURCE_NAMES: dict[str, str] = {
+    "counter": "NVML byte counters",
+    "gpm": "GPM counters, each cycle",
+    "sampled": "NVML samples (20 ms windows)",
+}
+"""Where the exporter read a leaf's link bytes (``gpulens_gpu_link_info{source}``), in words."""
+
+
+def _catalogued(name: str) -> str:
+    """``name`` as the metric catalogue has it: importing fails if the exporter stops serving it."""
+    return BY_NAME[name].name
+
+
+LINK_COUNTERS: dict[tuple[str, str], str] = {
+    (link, d): _catalogued(f"gpulens_gpu_{link}_{d}_bytes_total") for link in LINKS for d in DIRECTION_NAMES
+}
+"""(link, direction) -> the leaf's byte counter (rate() gives bytes per second)."""
+LINK_GAUGES: dict[tuple[str, str], str] = {
+    (link, d): _catalogued(f"gpulens_gpu_{link}_{d}_bytes_per_second") for link in LINKS for d in DIRECTION_NAMES
+}
+"""(link, direction) -> the physical GPU's sampled throughput: what an exporter without the
+counters has (a 20 ms window per cycle), drawn only where the counters are missing."""
+LINK_UTILIZATION: dict[str, str] = {link: _catalogued(f"gpulens_gpu_{link}_utilization_ratio") for link in LINKS}
+LINK_CAPACITY: dict[str, str] = {link: _catalogued(f"gpulens_gpu_{link}_capacity_bytes_per_second") for link in LINKS}
+LINK_INFO = _catalogued("gpulens_gpu_link_info")
+TRANSFER_ACTIVE = _catalogued("gpulens_gpu_transfer_active_ratio")
+
+
+def _labelled(df: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    """``df`` with the labels ``names`` present, ``""`` where absent or missing (a frame put
+    together from sources that lack a label)."""
+    out = with_cols(df, names)
+    return out.assign(**{n: out[n].fillna("") for n in names})
+
+
+def link_column(link: str, direction: str | None = None) -> str:
+    """The column of a link's utilisation (``pcie``) or of its throughput one way
+    (``pcie_in_bytes_per_second``) in the tables below."""
+    return link if direction is None else f"{link}_{DIRECTION_NAMES[direction]}_bytes_per_second"
+
+
+def leaf_links(
+    leaves: pd.DataFrame,
+    utilization: Mapping[str, pd.DataFrame],
+    throughput: Mapping[tuple[str, str], pd.DataFrame],
+) -> pd.DataFrame:
+    """``leaves`` with each link's utilisation (``utilization``: link -> a value per leaf, 0..1)
+    and throughput each way (``throughput``: (link, direction) -> bytes/s per leaf), in the
+    columns :func:`link_column` names; NaN where unmeasured."""
+    out = with_cols(leaves, LEAF)
+    for link in LINKS:
+        parts = [(link_column(link), utilization.get(link))]
+        parts += [(link_column(link, d), throughput.get((link, d))) for d in DIRECTION_NAMES]
+        for column, df in parts:
+            if df is None or df.empty:
+                out[column] = math.nan
+                continue
+            values = with_cols(df, LEAF).groupby(list(LEAF), as_index=False)["value"].max()
+            out = out.merge(values.rename(columns={"value": column}), on=list(LEAF), how="left")
+    return out
+
+
+def per_second(moved: pd.DataFrame, seconds: float) -> pd.DataFrame:
+    """Bytes moved over ``seconds`` (a counter's increase) as bytes per second."""
+    return moved.assign(value=moved["value"] / max(seconds, 1e-9)) if not moved.empty else moved
+
+
+def latest(series: pd.DataFrame) -> pd.DataFrame:
+    """Each series' newest point (its labels and value, without the timestamp)."""
+    if series.empty:
+        return series
+    labels = [c for c in series.columns if c not in ("timestamp", "value")]
+    newest = series.sort_values("timestamp", kind="stable")
+    newest = newest.groupby(labels, dropna=False, sort=False).tail(1) if labels else newest.tail(1)
+    return newest.drop(columns=["timestamp"]).reset_index(drop=True)
+
+
+def measured_links(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without the link columns no row has a value for (a node without NVLink)."""
+    columns = [link_column(link, d) for link in LINKS for d in (None, *DIRECTION_NAMES)]
+    return df.drop(columns=[c for c in columns if c in df.columns and df[c].isna().all()])
+
+
+def leaves_in_class(classes: pd.DataFrame, cls: str) -> pd.DataFrame:
+    """The leaves whose current class (``current_state`` rows of gpulens_gpu_boundness) is ``cls``:
+    node, instance, gpu, uuid, mig_uuid, mig_profile."""
+    cols = ["node", "instance", "gpu", *LEAF, "mig_profile"]
+    if classes.empty or "class" not in classes.columns:
+        return pd.DataFrame(columns=cols)
+    now = with_cols(classes, [*cols, "class"])
+    now = now[(now["class"] == cls) & (now["value"] >= 0.5)]
+    return now[cols].drop_duplicates(list(LEAF)).reset_index(drop=True)
+
+
+def busy_but_sm_idle(util: pd.DataFrame, idle: pd.DataFrame, moving: pd.DataFrame) -> pd.DataFrame:
+    """GPUs nvidia-smi calls busy (GPU-Util now at least the idle definition's kernel level) whose
+    SMs idled over its window (``idle``'s ``sm_mean``, their busiest MIG instance), less those
+    ``moving`` data (class transfer: the copy engines, not kernels, keep GPU-Util up): what is
+    left is launch-bound or polling. node, instance, gpu, uuid, gpu_util, sm_active."""
+    cols = ["node", "instance", "gpu", "uuid", "gpu_util", "sm_active"]
+    if util.empty or idle.empty:
+        return pd.DataFrame(columns=cols)
+    sm = with_cols(idle, ["uuid"]).groupby("uuid", as_index=False)["sm_mean"].max()
+    sm = sm.rename(columns={"sm_mean": "sm_active"})
+    both = with_cols(util, ["node", "instance", "gpu", "uuid"]).merge(sm, on="uuid")
+    both = both[
+        (both["value"] >= definitions.KERNELS_UTIL_AT_LEAST) & (both["sm_active"] < definitions.IDLE_SM_ACTIVE_BELOW)
+    ]
+    both = both[~both["uuid"].isin(set(col(moving, "uuid")))]
+    return both.rename(columns={"value": "gpu_util"})[cols].reset_index(drop=True)
+
+
+def _where(df: pd.DataFrame) -> pd.Series:
+    """Each row's node, or its exporter ``instance`` where Prometheus adds no node label."""
+    node, instance = col(df, "node"), col(df, "instance")
+    return node.where(node != "", instance)
+
+
+def leaf_words(mig_uuid: object, mig_profile: object) -> str:
+    """A leaf in words: ``GPU``, or a MIG instance as ``3g.71gb MIG-abcdefgh``."""
+    return f"{mig_profile or 'MIG'} {str(mig_uuid)[:12]}" if mig_uuid else "GPU"
+
+
+def link_totals(rates: Mapping[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
+    """The throughput of every leaf in view together, per link and direction over time
+    (``rates``: (link, direction) -> bytes/s summed, timestamp and value): timestamp, series
+    (``PCIe in``...), value."""
+    parts = [
+        pd.DataFrame(
+            {"timestamp": df["timestamp"], "series": f"{LINK_NAMES[link]} {DIRECTION_NAMES[d]}", "value": df["value"]}
+        )
+        for (link, d), df in rates.items()
+        if not df.empty
+    ]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["timestamp", "series", "value"])
+
+
+def busiest_links(active: pd.DataFrame, top: int, at_least: float) -> pd.DataFrame:
+    """The ``top`` leaves whose busiest link was the most utilised over the range, mean at least
+    ``at_least`` (``active``: gpulens_gpu_transfer_active_ratio over time, a row per leaf and
+    step): timestamp, series (``node GPU 3``, a MIG instance with its profile), value."""
+    cols = ["timestamp", "series", "value"]
+    if active.empty:
+        return pd.DataFrame(columns=cols)
+    df = with_cols(active, ["node", "instance", "gpu", *LEAF, "mig_profile"])
+    means = df.groupby(list(LEAF))["value"].mean()
+    keep = means[means >= at_least].sort_values(ascending=False).head(top)
+    if keep.empty:
+        return pd.DataFrame(columns=cols)
+    df = df.set_index(list(LEAF)).loc[list(keep.index)].reset_index()
+    names = [
+        f"{w} GPU {g}" + (f" {leaf_words(m, p)}" if m else "")
+        for w, g, m, p in zip(_where(df), df["gpu"], df["mig_uuid"], df["mig_profile"], strict=True)
+    ]
+    return pd.DataFrame({"timestamp": df["timestamp"], "series": names, "value": df["value"]})[cols]
+
+
+def link_panels(series: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The GPU page's links from ``device_series`` rows: (throughput, utilisation), each a frame of
+    timestamp, series (``PCIe in``, ``NVLink out``; a MIG instance's with its profile) and value.
+    Throughput is bytes/s, the rate of each leaf's byte counters over each step, or the physical
+    GPU's sampled throughput where the exporter has no counters; utilisation is 0..1."""
+    cols = ["timestamp", "series", "value"]
+    if series.empty or "metric" not in series.columns:
+        return pd.DataFrame(columns=cols), pd.DataFrame(columns=cols)
+    df = _labelled(series, ["metric", *LEAF, "mig_profile"])
+    counted = df["metric"].isin(set(LINK_COUNTERS.values())).any()
+    throughput = []
+    for (link, d), metric in (LINK_COUNTERS if counted else LINK_GAUGES).items():
+        rows = df[df["metric"] == metric].drop(columns=["metric"]).dropna(axis=1, how="all")
+        if counted:
+            rows = counter_rate(with_cols(rows, [*LEAF, "mig_profile"]))
+        if rows.empty:
+            continue
+        throughput.append(_link_lines(rows, f"{LINK_NAMES[link]} {DIRECTION_NAMES[d]}"))
+    utilization = [
+        _link_lines(df[df["metric"] == metric], LINK_NAMES[link])
+        for link, metric in LINK_UTILIZATION.items()
+        if (df["metric"] == metric).any()
+    ]
+    return (
+        pd.concat(throughput, ignore_index=True) if throughput else pd.DataFrame(columns=cols),
+        pd.concat(utilization, ignore_index=True) if utilization else pd.DataFrame(columns=cols),
+    )
+
+
+def _link_lines(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``rows`` as lines named ``name``, a MIG instance's with its profile and UUID."""
+    rows = with_cols(rows, [*LEAF, "mig_profile"])
+    leaves = zip(rows["mig_uuid"], rows["mig_profile"], strict=True)
+    names = [name + (f" [{leaf_words(m, p)}]" if m else "") for m, p in leaves]
+    return pd.DataFrame({"timestamp": rows["timestamp"], "series": names, "value": rows["value"]})
+
+
+def link_table(series: pd.DataFrame) -> pd.DataFrame:
+    """Per leaf and link of ``device_series`` rows, what the range shows: device (``GPU`` or the
+    MIG instance), link (``PCIe``), capacity each way (bytes/s, the newest), where the bytes come
+    from (in words), the mean throughput in and out (bytes/s: the counters' growth over the time
+    they cover) and the mean and peak utilisation (0..1)."""
+    cols = ["device", "link", "capacity_bytes_per_second", "measured_by", "in_bytes_per_second",
+            "out_bytes_per_second", "mean_utilization", "peak_utilization"]  # fmt: skip
+    if series.empty or "metric" not in series.columns:
+        return pd.DataFrame(columns=cols)
+    df = _labelled(series, ["metric", *LEAF, "mig_profile", "link", "source"]).dropna(subset=["value"])
+    out = []
+    linked = {LINK_INFO, *LINK_CAPACITY.values(), *LINK_UTILIZATION.values(), *LINK_COUNTERS.values()}
+    leaves = df[df["metric"].isin(linked)][[*LEAF, "mig_profile"]]
+    for (uuid, mig), leaf in leaves.groupby(list(LEAF), sort=True):
+        of_leaf = df[(df["uuid"] == uuid) & (df["mig_uuid"] == mig)]
+        for link in LINKS:
+            row = _link_row(of_leaf, link)
+            if row is not None:
+                out.append({"device": leaf_words(mig, leaf["mig_profile"].iloc[0]), "link": LINK_NAMES[link], **row})
+    return pd.DataFrame(out, columns=cols)
+
+
+def _link_row(df: pd.DataFrame, link: str) -> dict[str, object] | None:
+    """One leaf's :func:`link_table` values for ``link``; None when the leaf has no such series."""
+    info = df[(df["metric"] == LINK_INFO) & (df["link"] == link)]
+    capacity = df[df["metric"] == LINK_CAPACITY[link]].sort_values("timestamp")
+    util = df[df["metric"] == LINK_UTILIZATION[link]]["value"]
+    moved = {d: _mean_rate(df[df["metric"] == LINK_COUNTERS[(link, d)]]) for d in DIRECTION_NAMES}
+    if info.empty and capacity.empty and util.empty and all(math.isnan(v) for v in moved.values()):
+        return None
+    source = str(info.sort_values("timestamp")["source"].iloc[-1]) if not info.empty else ""
+    return {
+        "capacity_bytes_per_second": float(capacity["value"].iloc[-1]) if not capacity.empty else math.nan,
+        "measured_by": LINK_SOURCE_NAMES.get(source, source),
+        "in_bytes_per_second": moved["rx"],
+        "out_bytes_per_second": moved["tx"],
+        "mean_utilization": float(util.mean()) if not util.empty else math.nan,
+        "peak_utilization": float(util.max()) if not util.empty else math.nan,
+    }
+
+
+def _mean_rate(counter: pd.DataFrame) -> float:
+    """A counter's mean rate over the time its points span (a drop is a reset, as in
+    :func:`counter_rate`); NaN with fewer than two points."""
+    points = counter.sort_values("timestamp")
+    values, times = points["value"].to_numpy(dtype=float), points["timestamp"].to_numpy(dtype=float)
+    if len(values) < 2 or times[-1] <= times[0]:
+        return math.nan
+    steps = values[1:] - values[:-1]
+    grown = steps.clip(min=0.0) + values[1:] * (steps < 0)
+    return float(grown.sum() / (times[-1] - times[0]))
+
+
 # --- the GPU page -----------------------------------------------------------------------
 DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
@@ -427,6 +684,7 @@ DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "ratio",
         (
             "gpulens_gpu_utilization_ratio",
+            "gpulens_gpu_busy_ratio",
             "gpulens_gpu_sm_active_ratio",
             "gpulens_gpu_sm_occupancy_ratio",
             "gpulens_gpu_tensor_active_ratio",
@@ -448,17 +706,7 @@ DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "hertz",
         ("gpulens_gpu_sm_clock_hertz", "gpulens_gpu_sm_clock_max_hertz", "gpulens_gpu_memory_clock_hertz"),
     ),
-    (
-        "PCIe and NVLink throughput",
-        "bytes_per_second",
-        (
-            "gpulens_gpu_pcie_tx_bytes_per_second",
-            "gpulens_gpu_pcie_rx_bytes_per_second",
-            "gpulens_gpu_nvlink_tx_bytes_per_second",
-            "gpulens_gpu_nvlink_rx_bytes_per_second",
-        ),
-    ),
-    ("PCIe link", "", ("gpulens_gpu_pcie_link_generation", "gpulens_gpu_pcie_link_width")),
+    ("PCIe link: generation and lanes", "", ("gpulens_gpu_pcie_link_generation", "gpulens_gpu_pcie_link_width")),
     ("Fan and processes", "", ("gpulens_gpu_fan_speed_ratio", "gpulens_gpu_compute_processes")),
     ("Probe efficiency (measured / expected)", "ratio", ("gpulens_probe_efficiency_ratio",)),
     ("Probe bandwidth", "bytes_per_second", ("gpulens_probe_bandwidth_bytes_per_second",)),
@@ -475,9 +723,10 @@ DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
 )
-"""The GPU page's charts: (title, unit, metrics); every other device series gets a chart of its own."""
+"""The GPU page's charts: (title, unit, metrics); the links have a panel of their own
+(:func:`link_panels`), and every other device series gets a chart of its own."""
 
-_NOT_CHARTED = {
+NOT_CHARTED = {
     "gpulens_gpu_info",
     "gpulens_mig_instance_info",
     "gpulens_gpu_analysis_info",
@@ -488,7 +737,69 @@ _NOT_CHARTED = {
     "gpulens_gpu_tensor_active_seconds_total",
     "gpulens_gpu_dram_active_seconds_total",
     "gpulens_probe_last_success_timestamp_seconds",
+    "gpulens_gpu_busy_seconds_total",
+    "gpulens_gpu_energy_joules_total",
+    # the links' panel (link_panels, link_table) draws these; the busiest link's utilisation is
+    # the larger of the two utilisation lines there
+    *LINK_GAUGES.values(),
+    *LINK_COUNTERS.values(),
+    *LINK_UTILIZATION.values(),
+    *LINK_CAPACITY.values(),
+    LINK_INFO,
+    TRANSFER_ACTIVE,
+    "gpulens_gpu_sharing_info",  # the Sharing page's; always 1
 }
+"""Device series the GPU page leaves out on purpose: identity (the page's header and tables), state
+sets (the strips), integrals of a charted gauge, and the links (their own panel)."""
+OWN_CHARTS: dict[str, str] = {
+    "gpulens_gpu_up": "Readable by the exporter (1 = yes)",
+    "gpulens_gpu_sharing_replicas": "Time-slicing replicas advertised",
+    "gpulens_gpu_sharing_pods": "Pods holding it",
+    "gpulens_probe_runs_total": "Probe runs (per step)",
+}
+"""Device series with a chart of their own, by title; a series in none of these lists (a new
+family) also gets one, titled by its name."""
+SERIES_WORDS: dict[str, str] = {
+    "gpulens_gpu_utilization_ratio": "GPU-Util (NVML)",
+    "gpulens_gpu_busy_ratio": "busy (kernels or links)",
+    "gpulens_gpu_sm_active_ratio": "SM active",
+    "gpulens_gpu_sm_occupancy_ratio": "SM occupancy",
+    "gpulens_gpu_tensor_active_ratio": "tensor pipe active",
+    "gpulens_gpu_dram_active_ratio": "DRAM bandwidth active",
+    "gpulens_gpu_pipe_active_max_ratio": "busiest pipe active",
+    "gpulens_gpu_memory_utilization_ratio": "memory controller busy (NVML)",
+    "gpulens_gpu_fp64_active_ratio": "FP64 pipe active",
+    "gpulens_gpu_fp32_active_ratio": "FP32 pipe active",
+    "gpulens_gpu_fp16_active_ratio": "FP16 pipe active",
+    "gpulens_gpu_memory_used_bytes": "used",
+    "gpulens_gpu_memory_total_bytes": "total",
+    "gpulens_gpu_power_watts": "power",
+    "gpulens_gpu_power_limit_watts": "power limit",
+    "gpulens_gpu_temperature_celsius": "GPU",
+    "gpulens_gpu_memory_temperature_celsius": "memory",
+    "gpulens_gpu_sm_clock_hertz": "SM clock",
+    "gpulens_gpu_sm_clock_max_hertz": "SM clock, max",
+    "gpulens_gpu_memory_clock_hertz": "memory clock",
+    "gpulens_gpu_pcie_link_generation": "PCIe generation",
+    "gpulens_gpu_pcie_link_width": "PCIe lanes",
+    "gpulens_gpu_fan_speed_ratio": "fan speed",
+    "gpulens_gpu_compute_processes": "compute processes",
+    "gpulens_probe_efficiency_ratio": "measured / expected",
+    "gpulens_probe_bandwidth_bytes_per_second": "bandwidth",
+    "gpulens_gpu_xid_errors_total": "Xid errors",
+    "gpulens_gpu_ecc_errors_total": "ECC errors",
+    "gpulens_gpu_pcie_replay_errors_total": "PCIe replays",
+    "gpulens_gpu_remapped_rows": "remapped rows",
+    "gpulens_gpu_row_remap_pending": "row remap pending",
+    "gpulens_gpu_row_remap_failure": "row remap failed",
+    "gpulens_gpu_up": "readable",
+    "gpulens_gpu_sharing_replicas": "replicas",
+    "gpulens_gpu_sharing_pods": "pods",
+    "gpulens_probe_runs_total": "runs",
+}
+"""The GPU page's legend names, in words, of the series DEVICE_PANELS and OWN_CHARTS draw; a new
+family keeps its metric name."""
+
 _IDENTITY = {"metric", "timestamp", "value", "instance", "job", "node", "cluster", "gpu", "uuid", "gpu_instance_id",
              "compute_instance_id", "mig_uuid", "mig_profile"}  # fmt: skip
 
@@ -514,6 +825,33 @@ def _names(rows: pd.DataFrame, short: str) -> list[str]:
     return out
 
 
+def counter_rate(df: pd.DataFrame, key: str | None = None, steps: int = 1) -> pd.DataFrame:
+    """Counters as their per-second rate at each point of each series (``key``: a column that
+    tells series apart, else every label column): the growth over the last ``steps`` gaps between
+    its points over the time they span (fewer at a series' start), a drop being a reset, counted
+    as the new value. A series' first point has no rate and is left out.
+
+    Over several steps a scrape read late (at two points, then none) averages out instead of
+    reading 0 then twice the rate: what Prometheus' ``rate()`` over a window longer than the step
+    does."""
+    if df.empty:
+        return df
+    labels = [key] if key else [c for c in df.columns if c not in ("timestamp", "value")]
+    out = df.sort_values("timestamp", kind="stable").reset_index(drop=True)
+    by = [out[c] for c in labels] if labels else [pd.Series(0, index=out.index)]
+    grouped = out.groupby(by, dropna=False, sort=False)
+    prev, prev_t = grouped["value"].shift(), grouped["timestamp"].shift()
+    grown = (out["value"] - prev).where(out["value"] >= prev, out["value"])
+    gap = out["timestamp"] - prev_t
+    if steps > 1:
+        series = out.groupby(by, dropna=False, sort=False).ngroup()
+        window = {"window": steps, "min_periods": 1}
+        grown = grown.groupby(series).rolling(**window).sum().reset_index(level=0, drop=True).sort_index()
+        gap = gap.groupby(series).rolling(**window).sum().reset_index(level=0, drop=True).sort_index()
+    out["value"] = (grown / gap).where(prev.notna() & (gap > 0))
+    return out.dropna(subset=["value"]).reset_index(drop=True)
+
+
 def _counter_steps(df: pd.DataFrame) -> pd.DataFrame:
     """Counters as the increase between consecutive points (a drop is a reset: the new value); a
     series' first point has no increase (its value is the count since the exporter started)."""
@@ -533,10 +871,14 @@ def device_panels(series: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
         return []
     df = with_cols(series, ["metric", *LEAF])
     out: list[tuple[str, str, pd.DataFrame]] = []
-    seen: set[str] = set(_NOT_CHARTED)
+    seen: set[str] = set(NOT_CHARTED)
     panels = list(DEVICE_PANELS)
-    leftovers = sorted(set(df["metric"]) - _NOT_CHARTED - {m for _, _, ms in DEVICE_PANELS for m in ms})
-    panels += [(m.removeprefix("gpulens_"), "", (m,)) for m in leftovers if not m.startswith("gpulens_pod_")]
+    leftovers = sorted(set(df["metric"]) - NOT_CHARTED - {m for _, _, ms in DEVICE_PANELS for m in ms})
+    panels += [
+        (OWN_CHARTS.get(m) or m.removeprefix("gpulens_"), "", (m,))
+        for m in leftovers
+        if not m.startswith("gpulens_pod_")
+    ]
     for title, unit, metrics in panels:
         part = df[df["metric"].isin(metrics)]
         seen.update(metrics)
@@ -547,7 +889,7 @@ def device_panels(series: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
             rows = rows.dropna(axis=1, how="all")
             if str(metric).endswith("_total"):
                 rows = _counter_steps(rows.drop(columns=["metric"])).assign(metric=metric)
-            short = str(metric).removeprefix("gpulens_gpu_").removeprefix("gpulens_")
+            short = SERIES_WORDS.get(str(metric)) or str(metric).removeprefix("gpulens_gpu_").removeprefix("gpulens_")
             pieces.append(
                 pd.DataFrame({"timestamp": rows["timestamp"], "series": _names(rows, short), "value": rows["value"]})
             )

@@ -25,6 +25,7 @@ from dashboard.source import (
     DEVICE_METRICS,
     NO_FILTERS,
     POD_DEVICE_KEYS,
+    RATE_WINDOW_MIN_SECONDS,
     Filters,
     SourceError,
     bounded_step,
@@ -176,19 +177,41 @@ class PrometheusSource:
             expr = f"sum by (class) ({selector(FLEET_BOUNDNESS_MIX, filters.target_matchers())})"
         return self.query_range(expr, window_s=window_s, step_s=step_s, end=end)
 
-    def _over_time(
-        self, func: str, metric: str, filters: Filters, window_s: float, by: Sequence[str] | None, end: float | None
-    ) -> pd.DataFrame:
-        window, _ = bounded_step(window_s, 1.0)
+    def _windowed(self, func: str, metric: str, filters: Filters, window_s: float) -> str:
+        """``func(metric[window])`` under ``filters`` (namespace through the allocation join)."""
         matchers = filters.target_matchers()
         if filters.namespace and has_namespace(metric):
             matchers = {**matchers, "namespace": filters.namespace}
-        inner = f"{func}({selector(metric, matchers)}[{duration(window)}])"
+        inner = f"{func}({selector(metric, matchers)}[{duration(window_s)}])"
         keys = device_keys(metric)
         if filters.namespace and keys and not has_namespace(metric):
             alloc = selector(ALLOCATION, {**filters.target_matchers(), "namespace": filters.namespace})
             inner = f"({inner} and on{by_clause(keys)} {alloc})"
+        return inner
+
+    def _over_time(
+        self, func: str, metric: str, filters: Filters, window_s: float, by: Sequence[str] | None, end: float | None
+    ) -> pd.DataFrame:
+        window, _ = bounded_step(window_s, 1.0)
+        inner = self._windowed(func, metric, filters, window)
         return self.query(self._sum_by(inner, by), None if end is None else self._end(end))
+
+    def rate(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        step_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        _, step = bounded_step(window_s, step_s)
+        # each point the mean over its step, and never over fewer than four scrapes at 15 s
+        # (a window of one scrape has no rate): Grafana's $__rate_interval, without asking the
+        # store for its scrape interval
+        inner = self._windowed("rate", metric, filters, max(step, RATE_WINDOW_MIN_SECONDS))
+        return self.query_range(self._sum_by(inner, by), window_s=window_s, step_s=step_s, end=end)
 
     def increase(
         self,

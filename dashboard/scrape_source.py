@@ -7,10 +7,11 @@ the lookback, and a series absent from that scrape is absent (stale) at that ste
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -27,6 +28,7 @@ from dashboard.source import (
     DEVICE_METRICS,
     LOOKBACK_SECONDS,
     NO_FILTERS,
+    RATE_WINDOW_MIN_SECONDS,
     SM_ACTIVE,
     Filters,
     bounded_step,
@@ -228,6 +230,27 @@ class ScrapeSource:
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
         return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
 
+    def rate(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        step_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        hist = self._snapshot()
+        grid, step = self._grid(window_s, step_s, end)
+        # each series' rate over the same window as Prometheus' (RATE_WINDOW_MIN_SECONDS at least),
+        # before the filters and the sum, as Prometheus sums per-series rates: a reset on one GPU
+        # must not read as a fleet-wide drop
+        raw = frame(of_metric(metric), self._on_grid(hist, grid), time=True, series_id=True)
+        steps = max(1, math.ceil(RATE_WINDOW_MIN_SECONDS / step - 1e-9))
+        df = frames.counter_rate(raw, key="_series", steps=steps).drop(columns=["_series"], errors="ignore")
+        alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
+        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+
     def increase(
         self,
         metric: str,
@@ -269,8 +292,9 @@ class ScrapeSource:
             raw(SM_ACTIVE),
             raw("gpulens_gpu_sm_active_seconds_total"),
             raw("gpulens_gpu_utilization_ratio"),
-            # the definition reads the launch class only: a sixth of the state set's samples
-            raw("gpulens_gpu_boundness", ("class", definitions.LAUNCH_CLASS)),
+            # the definition reads the in-use classes only (launch, transfer): two of the state
+            # set's seven series per leaf
+            _rows(raw("gpulens_gpu_boundness", ("class", cls)) for cls in definitions.IN_USE_CLASSES),
             np.asarray(grid, dtype=float),
             fresh_s=max(2.5 * self.interval_s, self.interval_s + self.timeout_s),
         )
@@ -355,6 +379,12 @@ class ScrapeSource:
 _DEVICE = re.compile(DEVICE_METRICS)
 _IDLE_LABELS = ("cluster", "node", "instance", *definitions.LEAF, "class")
 """The labels the idle verdict reads: the target's (for filters), the leaf's and the class."""
+
+
+def _rows(parts: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of ``parts`` in one frame (the empty ones left out: pandas warns on concatenating them)."""
+    kept = [df for df in parts if not df.empty]
+    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=["timestamp", "value"])
 
 
 def _duration(seconds: float) -> str:

@@ -45,6 +45,10 @@ MAX_POINTS = 720
 
 MAX_WINDOW_SECONDS = 31 * 86400.0
 MIN_STEP_SECONDS = 1.0
+RATE_WINDOW_MIN_SECONDS = 60.0
+"""The shortest window a counter's rate over time is taken over (each point: the mean over its step,
+or over this much where the step is shorter): four scrapes at the chart's 15 s interval, so that a
+window never holds a single scrape (no rate), and a late scrape averages out."""
 LOOKBACK_SECONDS = 300.0
 """How far back an instant value may lie (Prometheus' default lookback delta)."""
 
@@ -136,6 +140,20 @@ class MetricSource(Protocol):
         end: float | None = None,
     ) -> pd.DataFrame:
         """Values over the ``window_s`` seconds before ``end`` every ``step_s`` (bounded by MAX_POINTS)."""
+        ...
+
+    def rate(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        step_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        """Per-second rate of counter ``metric`` over the range, a point every ``step_s`` (the
+        mean over about a step, resets handled); with ``by``, the rates summed by those labels."""
         ...
 
     def increase(

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures
+from dashboard import figures, frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.settings import DashboardSettings, from_env
@@ -44,7 +44,7 @@ FILTER_PARAMS = ("cluster", "node", "instance", "namespace")
 """Sidebar filters kept in the URL (``?node=gpu-3``), so a view can be shared."""
 RANGE_PARAMS = ("range", "from", "to")
 """``range=1h``, or ``from``/``to`` as UTC ``YYYY-MM-DDTHH:MM`` for an absolute range."""
-_END_AWARE = {"instant", "current_state", "series", "increase", "mean", "allocation_activity", "leaf_idle"}
+_END_AWARE = {"instant", "current_state", "series", "rate", "increase", "mean", "allocation_activity", "leaf_idle"}
 
 _CTX = "gpulens_ctx"
 
@@ -314,6 +314,66 @@ COLUMN_CONFIG: dict[str, Any] = {
     "sm_active": st.column_config.NumberColumn("SM active", format="percent"),
 }
 """Column settings shared by the tables that name a GPU."""
+
+
+LINK_COLUMN_CONFIG: dict[str, Any] = {
+    **{
+        frames.link_column(link): st.column_config.ProgressColumn(
+            f"{name} use",
+            format="%.0f%%",
+            min_value=0.0,
+            max_value=100.0,
+            help=f"{name} bytes per second of the busier direction over the link's capacity",
+        )
+        for link, name in frames.LINK_NAMES.items()
+    },
+    **{
+        frames.link_column(link, d): st.column_config.TextColumn(
+            f"{name} {way}", help=f"{name} throughput {'into' if way == 'in' else 'out of'} the GPU"
+        )
+        for link, name in frames.LINK_NAMES.items()
+        for d, way in frames.DIRECTION_NAMES.items()
+    },
+    "device": st.column_config.TextColumn("device", help="the whole GPU, or the MIG instance"),
+}
+"""Column settings of the tables with a leaf's links (frames.leaf_links' columns, use in percent:
+:func:`link_use_percent`)."""
+
+
+def link_use_percent(df: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """``df`` with link use (0..1) in percent, for a progress column that reads ``80%``, not
+    ``79.85%`` (Streamlit's ``percent`` format keeps two decimals); ``columns`` default to each
+    link's use column."""
+    names = [frames.link_column(link) for link in frames.LINK_NAMES] if columns is None else list(columns)
+    return df.assign(**{c: df[c] * 100.0 for c in names if c in df.columns})
+
+
+def devices(mig_uuids: Iterable[str]) -> str:
+    """How many whole GPUs and MIG slices a list of leaves holds, in words: ``1 GPU``,
+    ``2 GPUs and 1 MIG slice`` (``mig_uuids``: each leaf's, ``""`` for a whole GPU)."""
+    migs = [bool(m) for m in mig_uuids]
+    parts = [
+        f"{n} {what}{'' if n == 1 else 's'}"
+        for n, what in ((migs.count(False), "GPU"), (migs.count(True), "MIG slice"))
+        if n
+    ]
+    return " and ".join(parts) or "no GPU"
+
+
+def link_columns(df: pd.DataFrame) -> list[str]:
+    """The link columns of ``df`` (frames.leaf_links), each link's use then its throughput in and out."""
+    names = [frames.link_column(link, d) for link in frames.LINK_NAMES for d in (None, *frames.DIRECTION_NAMES)]
+    return [c for c in names if c in df.columns]
+
+
+def link_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A table of leaves with their links, as the pages show it: throughput as ``51.5 GB/s``, the
+    GPU page linked, ``node`` or ``instance``, and the device column only where a MIG instance is
+    among the rows (whole GPUs all read ``GPU``)."""
+    out = linked(node_column(humanize_bytes(link_use_percent(df))))
+    if "device" in out.columns and (out["device"] == "GPU").all():
+        out = out.drop(columns=["device"])
+    return out.drop(columns=[c for c in ("mig_uuid",) if c in out.columns])
 
 
 def url_state() -> dict[str, str]:

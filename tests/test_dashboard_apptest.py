@@ -4,8 +4,10 @@ Prometheus that is down, slow or erroring gives a banner instead of a traceback.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -197,3 +199,66 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         assert not at.exception and not at.error
         assert "circle" in _chart_marks(at) and "point" not in _chart_marks(at)
         assert any("GPUs and slices, more than a point each" in c.value for c in at.caption)
+
+
+MOVER = "GPU-4aecb4d1-13f8-58f3-955e-8fea11c88f57"
+"""GPU 4 of the simulated mps node (tests/fixtures/dashboard/mps.prom): a data loader copying pinned
+host memory to the GPU, no kernel: NVML GPU-Util ~1.0, SM activity 0, class transfer."""
+LAUNCHER = "GPU-efd810cf-b282-585b-9c09-5d265c2321d8"
+"""GPU 4 of the simulated h200x8 node: launch-bound (tiny kernels back to back)."""
+
+
+def _table_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The page's one table that has ``column``."""
+    tables = [t.value for t in at.dataframe if column in t.value.columns]
+    assert len(tables) == 1, [list(t.value.columns) for t in at.dataframe]
+    frame: pd.DataFrame = tables[0]
+    return frame
+
+
+@pytest.mark.parametrize("source", ["prometheus", "scrape"])
+def test_fleet_shows_a_gpu_moving_data_as_such_not_as_launch_bound(
+    dashboard_env: pytest.MonkeyPatch, source: str
+) -> None:
+    """The transfer-bound GPU (GPU-Util high, SMs idle, PCIe busy) is listed as moving data with its
+    link use; the launch-bound GPU stays in the 'launch-bound or polling' list, alone."""
+    with ExitStack() as es:
+        if source == "prometheus":
+            url, _state = es.enter_context(fake_prometheus("h200x8.prom", "mps.prom"))
+            dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        else:
+            urls = es.enter_context(serve_exposition("h200x8.prom", "mps.prom"))
+            dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    moving = [i.value for i in at.info if "moving data" in i.value]
+    assert moving and moving[0].startswith("1 GPU moving data: PCIe/NVLink busy, SMs idle"), moving
+    table = _table_with(at, "pcie")
+    assert table["uuid"].tolist() == [MOVER]
+    assert table["pcie"].iloc[0] > 50, "PCIe use in percent: the loader fills 0.8 of the link"
+    if "pcie_in_bytes_per_second" in table.columns:  # a rate needs two scrapes: one static scrape has none
+        assert table["pcie_in_bytes_per_second"].iloc[0].endswith("B/s"), "throughput as text in its unit"
+    launch = [w.value for w in at.warning if "launch-bound or polling" in w.value]
+    assert launch and launch[0].startswith("1 GPU(s)"), launch
+    assert _table_with(at, "gpu_util")["uuid"].tolist() == [LAUNCHER]
+
+
+def test_gpu_page_shows_the_links_in_words(dashboard_env: pytest.MonkeyPatch) -> None:
+    """The GPU page of the data-moving GPU has its links' panel: capacity each way and where the
+    bytes come from in words, throughput and use charts; no raw metric name in its texts. (Scrape
+    mode: the fake Prometheus does not answer the page's one regex query; the browser test reads
+    the links from a real one.)"""
+    with serve_exposition("mps.prom") as urls:
+        dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        at.query_params["uuid"] = MOVER
+        at.switch_page("views/gpu.py").run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    texts = _texts(at)
+    assert "Links: PCIe and NVLink" in texts
+    links = _table_with(at, "capacity_bytes_per_second").set_index("link")
+    assert links.loc["PCIe", "capacity_bytes_per_second"] == "63.0 GB/s"
+    assert links.loc["PCIe", "measured_by"] == "NVML byte counters"
+    assert links.loc["NVLink", "measured_by"] == "GPM counters, each cycle"
+    assert 50 < links.loc["PCIe", "mean_utilization"] <= 100
+    assert "gpulens_" not in texts

@@ -425,7 +425,7 @@ def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
 
 
 def test_gpu_page_panels_name_each_series_by_its_own_labels() -> None:
-    """device_panels names a line by its metric, its MIG instance and its labels beyond the
+    """device_panels names a line in words, with its MIG instance and its labels beyond the
     device's own, one name per label set whatever the rows' order; counters become steps."""
     t = [0.0, 15.0, 30.0]
 
@@ -434,8 +434,8 @@ def test_gpu_page_panels_name_each_series_by_its_own_labels() -> None:
 
     series = pd.concat(
         [
-            rows("gpulens_gpu_nvlink_tx_bytes_per_second", [1.0, 2.0, 3.0], link="0"),
-            rows("gpulens_gpu_nvlink_tx_bytes_per_second", [4.0, 5.0, 6.0], link="1"),
+            rows("gpulens_probe_efficiency_ratio", [1.0, 0.9, 0.8], probe="dram_copy"),
+            rows("gpulens_probe_efficiency_ratio", [0.5, 0.6, 0.7], probe="h2d"),
             rows("gpulens_gpu_power_watts", [100.0, 110.0, 120.0]),
             rows(
                 "gpulens_gpu_utilization_ratio", [0.5, 0.6, 0.7], mig_uuid="MIG-abcdefghijklmnop", mig_profile="3g.71gb"
@@ -445,16 +445,188 @@ def test_gpu_page_panels_name_each_series_by_its_own_labels() -> None:
         ignore_index=True,
     ).sample(frac=1.0, random_state=3)  # rows in no particular order
     panels = {title: df for title, _unit, df in frames.device_panels(series)}
-    nvlink = panels["PCIe and NVLink throughput"]
-    by_name = {n: sorted(g["value"]) for n, g in nvlink.groupby("series")}
+    probes = panels["Probe efficiency (measured / expected)"]
+    by_name = {n: sorted(g["value"]) for n, g in probes.groupby("series")}
     assert by_name == {
-        "nvlink_tx_bytes_per_second link=0": [1.0, 2.0, 3.0],
-        "nvlink_tx_bytes_per_second link=1": [4.0, 5.0, 6.0],
+        "measured / expected probe=dram_copy": [0.8, 0.9, 1.0],
+        "measured / expected probe=h2d": [0.5, 0.6, 0.7],
     }
-    assert set(panels["Power"]["series"]) == {"power_watts"}
+    assert set(panels["Power"]["series"]) == {"power"}
     assert set(panels["Utilisation (NVML) next to SM activity (GPM)"]["series"]) == {
-        "utilization_ratio [3g.71gb MIG-abcdefgh]"
+        "GPU-Util (NVML) [3g.71gb MIG-abcdefgh]"
     }
     errors = panels["Errors (increase per step)"]
-    assert set(errors["series"]) == {"xid_errors_total xid=79"}
+    assert set(errors["series"]) == {"Xid errors xid=79"}
     assert sorted(errors["value"]) == [0.0, 2.0], "a counter is charted as its increase per step"
+
+
+def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() -> None:
+    """Each device series of the catalogue (what the GPU page's one query brings) is in a panel,
+    drawn by the links' panel, or left out on purpose (shown elsewhere, or an integral of one that
+    is drawn); a new family must be placed before it lands on a chart titled by its raw name."""
+    import re
+
+    from dashboard.source import DEVICE_METRICS
+    from exporter.metrics import CATALOGUE
+
+    placed = {m for _title, _unit, ms in frames.DEVICE_PANELS for m in ms}
+    device = {
+        spec.name
+        for spec in CATALOGUE
+        if re.fullmatch(DEVICE_METRICS, spec.name)
+        and "uuid" in spec.labels
+        and not spec.name.startswith("gpulens_pod_")
+    }
+    unplaced = device - placed - frames.NOT_CHARTED - set(frames.OWN_CHARTS)
+    assert not unplaced, f"place these on the GPU page (frames.DEVICE_PANELS) or leave them out: {sorted(unplaced)}"
+    assert not placed & frames.NOT_CHARTED
+    assert {*frames.LINK_COUNTERS.values(), *frames.LINK_UTILIZATION.values(), frames.LINK_INFO} <= frames.NOT_CHARTED
+    assert set(frames.SERIES_WORDS) == placed | set(frames.OWN_CHARTS), "every charted series is named in words"
+
+
+def _link_rows(metric: str, t: list[float], values: list[float], **labels: str) -> pd.DataFrame:
+    return pd.DataFrame({"metric": metric, "timestamp": t, "value": values, "uuid": "GPU-1", **labels})
+
+
+def test_counter_rate_is_per_second_per_series_and_survives_a_reset() -> None:
+    df = pd.DataFrame(
+        {
+            "uuid": ["a", "a", "a", "a", "b", "b"],
+            "timestamp": [0.0, 10.0, 20.0, 30.0, 0.0, 5.0],
+            "value": [100.0, 300.0, 50.0, 150.0, 0.0, 10.0],
+        }
+    )
+    rates = frames.counter_rate(df)
+    by_uuid = {u: g.sort_values("timestamp")["value"].tolist() for u, g in rates.groupby("uuid")}
+    assert by_uuid == {"a": [20.0, 5.0, 10.0], "b": [2.0]}, "a drop is a reset: the new value over the gap"
+    # over two steps: a scrape read late (the same value twice, then the catch-up) averages out
+    late = pd.DataFrame({"timestamp": [0.0, 5.0, 10.0, 15.0, 20.0], "value": [0.0, 50.0, 50.0, 150.0, 200.0]})
+    assert frames.counter_rate(late)["value"].tolist() == [10.0, 0.0, 20.0, 10.0]
+    assert frames.counter_rate(late, steps=2)["value"].tolist() == [10.0, 5.0, 10.0, 15.0]
+
+
+def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity() -> None:
+    """The links' panel: each way's throughput from the byte counters (rate per step), each link's
+    use, and a table with capacity, where the bytes come from and the range's means; a MIG
+    instance's lines carry its profile; without counters the sampled throughput stands in."""
+    t = [0.0, 10.0, 20.0]
+    pcie = {"link": ""}
+    series = pd.concat(
+        [
+            _link_rows("gpulens_gpu_pcie_rx_bytes_total", t, [0.0, 500e9, 1000e9]),
+            _link_rows("gpulens_gpu_pcie_tx_bytes_total", t, [0.0, 10e9, 20e9]),
+            _link_rows("gpulens_gpu_nvlink_rx_bytes_total", t, [0.0, 0.0, 0.0]),
+            _link_rows("gpulens_gpu_pcie_utilization_ratio", t, [0.8, 0.8, 0.78]),
+            _link_rows("gpulens_gpu_pcie_capacity_bytes_per_second", t, [63e9] * 3),
+            _link_rows("gpulens_gpu_link_info", t, [1.0] * 3, link="pcie", source="counter"),
+            _link_rows("gpulens_gpu_link_info", t, [1.0] * 3, link="nvlink", source="gpm"),
+            _link_rows("gpulens_gpu_pcie_rx_bytes_per_second", t, [1.0] * 3),  # sampled: not drawn beside counters
+            _link_rows(
+                "gpulens_gpu_pcie_rx_bytes_total",
+                t,
+                [0.0, 1e9, 2e9],
+                mig_uuid="MIG-abcdefghijkl",
+                mig_profile="1g.18gb",
+            ),
+            _link_rows("gpulens_gpu_power_watts", t, [100.0] * 3, **pcie),
+        ],
+        ignore_index=True,
+    )
+    throughput, use = frames.link_panels(series)
+    lines = {n: sorted(g["value"]) for n, g in throughput.groupby("series")}
+    assert lines == {
+        "PCIe in": [50e9, 50e9],
+        "PCIe out": [1e9, 1e9],
+        "NVLink in": [0.0, 0.0],
+        "PCIe in [1g.18gb MIG-abcdefgh]": [1e8, 1e8],
+    }
+    assert set(use["series"]) == {"PCIe"}
+    table = frames.link_table(series).set_index(["device", "link"])
+    gpu_pcie = table.loc[("GPU", "PCIe")]
+    assert gpu_pcie["capacity_bytes_per_second"] == 63e9
+    assert gpu_pcie["measured_by"] == "NVML byte counters"
+    assert gpu_pcie["in_bytes_per_second"] == pytest.approx(50e9)
+    assert gpu_pcie["out_bytes_per_second"] == pytest.approx(1e9)
+    assert gpu_pcie["mean_utilization"] == pytest.approx(0.79333, abs=1e-4)
+    assert gpu_pcie["peak_utilization"] == 0.8
+    assert table.loc[("GPU", "NVLink")]["measured_by"] == "GPM counters, each cycle"
+    assert table.loc[("1g.18gb MIG-abcdefgh", "PCIe")]["in_bytes_per_second"] == pytest.approx(1e8)
+    # an exporter without the counters: the physical GPU's sampled throughput
+    old = series[~series["metric"].str.endswith("_bytes_total")]
+    throughput, _use = frames.link_panels(old)
+    assert set(throughput["series"]) == {"PCIe in"}
+    assert frames.link_panels(pd.DataFrame())[0].empty
+
+
+def test_fleet_tells_gpus_moving_data_from_launch_bound_ones() -> None:
+    """GPU-Util high and SMs idle: a GPU in class transfer is moving data and is left out of the
+    launch-bound-or-polling list, with its links' use and throughput; the others stay in it."""
+    classes = pd.DataFrame(
+        {
+            "uuid": ["GPU-0", "GPU-1", "GPU-2"],
+            "gpu": ["0", "1", "2"],
+            "node": "n",
+            "class": ["transfer", "launch", "compute"],
+            "value": 1.0,
+        }
+    )
+    util = pd.DataFrame({"uuid": ["GPU-0", "GPU-1", "GPU-2"], "gpu": ["0", "1", "2"], "node": "n", "value": 1.0})
+    idle = pd.DataFrame({"uuid": ["GPU-0", "GPU-1", "GPU-2"], "mig_uuid": "", "sm_mean": [0.0, 0.002, 0.9]})
+    moving = frames.leaves_in_class(classes, frames.TRANSFER_CLASS)
+    assert moving["uuid"].tolist() == ["GPU-0"]
+    lie = frames.busy_but_sm_idle(util, idle, moving)
+    assert lie["uuid"].tolist() == ["GPU-1"], "the transfer-bound GPU is not called launch-bound"
+    moved = pd.DataFrame({"uuid": ["GPU-0"], "value": [51.5e9 * 300]})
+    links = frames.leaf_links(
+        moving,
+        {"pcie": pd.DataFrame({"uuid": ["GPU-0"], "mig_uuid": "", "value": [0.82]})},
+        {("pcie", "rx"): frames.per_second(moved, 300.0)},
+    )
+    row = links.iloc[0]
+    assert row["pcie"] == 0.82 and row["pcie_in_bytes_per_second"] == pytest.approx(51.5e9)
+    assert math.isnan(row["nvlink"])
+    shown = frames.measured_links(links)
+    assert "pcie" in shown.columns and "nvlink" not in shown.columns, "a link nothing measured is left out"
+
+
+def test_latest_keeps_each_series_newest_point() -> None:
+    df = pd.DataFrame({"uuid": ["a", "a", "b"], "timestamp": [20.0, 10.0, 5.0], "value": [2.0, 1.0, 7.0]})
+    assert frames.latest(df).sort_values("uuid").to_dict("list") == {"uuid": ["a", "b"], "value": [2.0, 7.0]}
+
+
+def test_busiest_links_draw_the_top_devices_that_moved_data() -> None:
+    rows = [
+        {"node": "n", "gpu": str(g), "uuid": f"GPU-{g}", "timestamp": t, "value": level}
+        for g, level in ((0, 0.8), (1, 0.3), (2, 0.001), (3, 0.5))
+        for t in (0.0, 10.0)
+    ]
+    lines = frames.busiest_links(pd.DataFrame(rows), top=2, at_least=0.01)
+    assert list(dict.fromkeys(lines["series"])) == ["n GPU 0", "n GPU 3"]
+    assert frames.busiest_links(pd.DataFrame(rows), top=8, at_least=0.9).empty
+
+
+def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
+    """rate(): Prometheus sums per-series rates over at least a minute (never one scrape) in the
+    store; the scrape source takes each series' rate between steps, then sums."""
+    with fake_prometheus("h200x8.prom") as (url, state):
+        src = PrometheusSource(url)
+        src.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=900, step_s=4, by=[])
+        assert state.queries[-1] == "sum by () (rate(gpulens_gpu_pcie_rx_bytes_total[60s]))"
+        src.rate("gpulens_gpu_pcie_rx_bytes_total", Filters(namespace="ml"), window_s=86400, step_s=360)
+        assert state.queries[-1] == (
+            "(rate(gpulens_gpu_pcie_rx_bytes_total[360s]) and on(uuid,mig_uuid) "
+            'gpulens_pod_gpu_allocation{namespace="ml"})'
+        )
+    clock = _Clock()
+    head = "# TYPE gpulens_gpu_pcie_rx_bytes_total counter\n"
+    line = 'gpulens_gpu_pcie_rx_bytes_total{{gpu="{g}",uuid="GPU-{g}"}} {v}\n'
+    pages = [head + line.format(g=0, v=a) + line.format(g=1, v=b) for a, b in ((0, 0), (50, 10), (100, 5))]
+    scrape = _scraper({"http://a:1/metrics": pages}, clock)
+    for _ in range(3):
+        scrape.scrape_once()
+        clock.t += 5
+    clock.t -= 5
+    total = scrape.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=10, step_s=5, by=[])
+    # over a minute at least, as Prometheus: at the 2nd scrape GPU 0 moved 10/s and GPU 1 2/s; at the 3rd,
+    # over both steps, GPU 0 100 in 10 s and GPU 1 10 + 5 (a reset: its new value) in 10 s
+    assert total.sort_values("timestamp")["value"].tolist() == [12.0, 11.5]

@@ -78,6 +78,35 @@ def test_boundness_area_stacks_one_area_per_class_in_the_class_colours() -> None
     assert chart["encoding"]["x"]["scale"] == {"type": "utc"}
 
 
+def test_every_class_has_its_own_colour_and_place_transfer_included() -> None:
+    """Every class the exporter can report (leaf and pod) has a colour of its own, in the order the
+    exporter renders them; ``transfer`` (links busy, SMs idle) is drawn in its colour, not the
+    fallback grey, on the boundness chart, the roofline and the GPU page's strip."""
+    from exporter.model import POD_BOUNDNESS_CLASSES
+
+    assert figures.CLASS_ORDER[: len(POD_BOUNDNESS_CLASSES)] == list(POD_BOUNDNESS_CLASSES)
+    assert set(figures.CLASS_ORDER) == set(figures.CLASS_COLORS)
+    assert len(set(figures.CLASS_COLORS.values())) == len(figures.CLASS_COLORS), "no two classes share a colour"
+    df = pd.DataFrame({"class": ["transfer", "launch"], "timestamp": [0, 0], "value": [1, 2]})
+    assert _colours(figures.boundness_area(df)["encoding"])["transfer"] == figures.CLASS_COLORS["transfer"]
+    strip = figures.state_strip(pd.DataFrame({"timestamp": [0], "leaf": ["GPU"], "class": ["transfer"]}), "class")
+    assert _colours(strip["encoding"]) == {"transfer": figures.CLASS_COLORS["transfer"]}
+    points = _points().assign(**{"class": ["transfer", "compute", "idle"]})
+    roofline = _layer(figures.roofline_scatter(points), "point")
+    assert _colours(roofline["encoding"])["transfer"] == figures.CLASS_COLORS["transfer"]
+
+
+def test_link_use_lines_span_0_to_100_percent_and_throughput_reads_gb_per_second() -> None:
+    df = pd.DataFrame({"timestamp": [0, 10], "series": ["PCIe", "PCIe"], "value": [0.02, 0.03]})
+    use = figures.time_lines(df, "ratio", full_scale=True)
+    assert use["encoding"]["y"]["scale"] == {"domain": [0, 1]}, "a link 3 % busy does not fill the chart"
+    assert "scale" not in figures.time_lines(df, "ratio")["encoding"]["y"]
+    rate = pd.DataFrame({"timestamp": [0, 10], "series": ["PCIe in", "PCIe in"], "value": [51.5e9, 50e9]})
+    chart = figures.time_lines(rate, "bytes_per_second")
+    assert chart["encoding"]["y"]["title"] == "GB/s"
+    assert [r["value"] for r in figures.data_of(chart)] == [51.5, 50.0]
+
+
 def test_sm_heatmap_has_a_row_per_node_and_a_column_per_gpu_and_opens_a_gpu() -> None:
     df = pd.DataFrame(
         {"instance": ["a:1", "a:1", "b:1"], "gpu": ["0", "1", "0"], "value": [0.5, 0.9, 0.1], "uuid": ["x", "y", "z"]}

@@ -1,10 +1,21 @@
-"""Efficiency page: what limits each busy GPU (roofline position, boundness class over time)."""
+"""Efficiency page: what limits each busy GPU (roofline position, boundness class over time), and
+what its links move (PCIe and NVLink throughput and utilisation)."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
+
+# (comments, not docstrings: Streamlit's magic would draw a string under an assignment on the page)
+# Most GPUs and slices the per-GPU link chart draws a line for (the busiest ones).
+LINK_LINES = 8
+# Most devices in view for which the page fetches each one's link use over time; over it (a
+# fleet), the table's means stand in, and a cluster or node filter brings the lines back.
+LINK_LINES_IN_VIEW = 64
+# A device's busiest link must average this share of its capacity over the range to get a line.
+LINK_BUSY_AT_LEAST = 0.01
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -18,7 +29,16 @@ def body(ctx: ui.PageContext) -> None:
             "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
         ),
     }
-    ui.prefetch(ctx, q.values())
+    # the links: throughput of the whole view over time, and each device's means over the range
+    rates = {
+        key: ui.query("rate", metric, f, window_s=ctx.window_s, step_s=ctx.step_s, by=[])
+        for key, metric in frames.LINK_COUNTERS.items()
+    }
+    use = {link: ui.query("mean", metric, f, window_s=ctx.window_s) for link, metric in frames.LINK_UTILIZATION.items()}
+    moved = {
+        key: ui.query("increase", metric, f, window_s=ctx.window_s) for key, metric in frames.LINK_COUNTERS.items()
+    }
+    ui.prefetch(ctx, [*q.values(), *rates.values(), *use.values(), *moved.values()])
     with ui.panel("Roofline"):
         st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
         points = frames.roofline_points(
@@ -27,8 +47,8 @@ def body(ctx: ui.PageContext) -> None:
         dense = len(points) > ctx.settings.max_marks
         st.caption(
             f"Means over the last {ui.fmt_duration(ctx.window_s)}; colour = class now. Right = memory-bound, "
-            "top = compute-bound, bottom-left = idle, launch- or latency-bound."
-            + ("" if dense else " Click a point to open its GPU.")
+            "top = compute-bound, bottom-left = idle, launch-, latency- or transfer-bound (moving data over "
+            "PCIe or NVLink: the links below)." + ("" if dense else " Click a point to open its GPU.")
         )
         if points.empty:
             ui.no_data("roofline (needs GPM: Hopper or newer)")
@@ -50,18 +70,68 @@ def body(ctx: ui.PageContext) -> None:
         else:
             ui.chart(figures.boundness_area(series), key="boundness_area")
 
+    with ui.panel("Data movement"):
+        st.subheader("Data movement over PCIe and NVLink")
+        st.caption(
+            "In = into the GPU (host to GPU over PCIe, from its peers over NVLink), out = from it. Use = the busier "
+            "direction over the link's capacity. A GPU whose links are busy while its SMs idle is transfer-bound."
+        )
+        use_means = {link: ui.get(ctx, qq) for link, qq in use.items()}
+        links_in_view = max((len(df) for df in use_means.values()), default=0)
+        left, right = st.columns(2)
+        with left:
+            st.markdown("**Throughput of the GPUs in view, GB/s**")
+            totals = frames.link_totals({key: ui.get(ctx, qq) for key, qq in rates.items()})
+            ui.chart(figures.time_lines(totals, "bytes_per_second", legend_columns=2), key="link_totals")
+        with right:
+            st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
+            busiest_links(ctx, links_in_view)
+
     with ui.panel("Leaves by class"):
         if not points.empty:
             st.subheader("GPUs and slices by class")
+            throughput = {key: frames.per_second(ui.get(ctx, qq), ctx.window_s) for key, qq in moved.items()}
+            table = frames.leaf_links(points, use_means, throughput)
+            table = frames.measured_links(table.sort_values(["class", "node", "instance", "gpu"]))
+            # what limits each, then what it moved, then who holds it: the columns a reader compares first
+            columns = ["node", "instance", "gpu", "class", "dram_active", "pipe_active", *ui.link_columns(table),
+                       "holders", "uuid", "mig_uuid"]  # fmt: skip
+            table = table[columns]
+            if (table["mig_uuid"] == "").all():
+                table = table.drop(columns=["mig_uuid"])
+            st.caption(f"Link use and throughput: means over the last {ui.fmt_duration(ctx.window_s)}.")
             st.dataframe(
-                ui.linked(ui.node_column(points.sort_values(["class", "node", "instance", "gpu"]))),
+                ui.linked(ui.node_column(ui.humanize_bytes(ui.link_use_percent(table)))),
                 hide_index=True,
                 column_config={
                     **ui.COLUMN_CONFIG,
+                    **ui.LINK_COLUMN_CONFIG,
                     "dram_active": st.column_config.ProgressColumn("DRAM active", min_value=0.0, max_value=1.0),
                     "pipe_active": st.column_config.ProgressColumn("pipe active", min_value=0.0, max_value=1.0),
                 },
             )
+
+
+def busiest_links(ctx: ui.PageContext, in_view: int) -> None:
+    """Each of the busiest devices' busiest link over time, when few enough are in view to fetch
+    them all (a fleet's would be a range query over every device)."""
+    if in_view == 0:
+        ui.no_data("link use")
+        return
+    if in_view > LINK_LINES_IN_VIEW:
+        st.caption(
+            f"{in_view:,} GPUs and slices in view: each one's means are in the table below. Filter by cluster or "
+            f"node (at most {LINK_LINES_IN_VIEW}) for their link use over time."
+        )
+        return
+    active: pd.DataFrame = ui.fetch(
+        ctx, "series", frames.TRANSFER_ACTIVE, ctx.filters, window_s=ctx.window_s, step_s=ctx.step_s
+    )
+    lines = frames.busiest_links(active, LINK_LINES, LINK_BUSY_AT_LEAST)
+    if lines.empty and not active.empty:
+        st.success(f"No GPU kept a link {LINK_BUSY_AT_LEAST:.0%} busy on average over the range.")
+    else:
+        ui.chart(figures.time_lines(lines, "ratio", full_scale=True, legend_columns=2), key="link_busiest")
 
 
 ui.page("Efficiency", body)

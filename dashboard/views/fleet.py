@@ -20,6 +20,7 @@ def body(ctx: ui.PageContext) -> None:
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
         "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s),
         "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
+        "classes": ui.query("current_state", "gpulens_gpu_boundness", f),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Device counts"):
@@ -39,8 +40,9 @@ def body(ctx: ui.PageContext) -> None:
         c4.metric("Allocated but idle", counts["allocated_idle"])
         st.caption(
             f"{counts['gpus']} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
-            f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW} and no kernels running "
-            "(launch-bound devices are in use): the recording rules' definition."
+            f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels running and no "
+            "data moving over its links (launch-bound and transfer-bound devices are in use): the recording rules' "
+            "definition."
         )
         if info.empty:
             ui.no_data("GPUs")
@@ -61,8 +63,8 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("SM activity"):
         st.subheader(f"SM activity per GPU (mean over the last {ui.fmt_duration(ctx.window_s)})")
         st.caption(
-            "GPM SM activity (warps resident), not NVML GPU-Util: a stream of tiny kernels "
-            "shows as busy in nvidia-smi while the SMs idle. MIG instances show their busiest."
+            "GPM SM activity (warps resident), not NVML GPU-Util: a stream of tiny kernels, or a copy over "
+            "PCIe or NVLink, shows as busy in nvidia-smi while the SMs idle. MIG instances show their busiest."
         )
         sm_mean = ui.get(ctx, q["sm_mean"])
         gpus = frames.col(sm_mean, "uuid").nunique()
@@ -79,34 +81,26 @@ def body(ctx: ui.PageContext) -> None:
         if not sm_mean.empty:
             ui.gpu_picker(info, key="fleet_gpu")
 
+    with ui.panel("Moving data"):
+        moving = frames.leaves_in_class(ui.get(ctx, q["classes"]), frames.TRANSFER_CLASS)
+        if not moving.empty:
+            moving_data(ctx, moving, idle)
+
     with ui.panel("GPU-Util vs SM activity"):
-        util = ui.get(ctx, q["util"])
-        if not util.empty and not idle.empty:
-            # SM active over the idle definition's window (leaf_idle's sm_mean), the busiest MIG instance
-            sm_gpu = frames.with_cols(idle, ["uuid"]).groupby("uuid", as_index=False)["sm_mean"].max()
-            both = frames.with_cols(util, ["node", "instance", "gpu", "uuid"]).merge(
-                sm_gpu.rename(columns={"sm_mean": "sm_active"}), on="uuid"
+        lie = frames.busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving)
+        if not lie.empty:
+            st.warning(
+                f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
+                f"GPU-Util now, SM active over {definitions.MEAN_WINDOW}"
             )
-            lie = both[
-                (both["value"] >= definitions.KERNELS_UTIL_AT_LEAST)
-                & (both["sm_active"] < definitions.IDLE_SM_ACTIVE_BELOW)
-            ]
-            if not lie.empty:
-                st.warning(
-                    f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
-                    f"GPU-Util now, SM active over {definitions.MEAN_WINDOW}"
-                )
-                table = lie.rename(columns={"value": "gpu_util"})[
-                    ["node", "instance", "gpu", "uuid", "gpu_util", "sm_active"]
-                ]
-                st.dataframe(
-                    ui.linked(ui.node_column(table)),
-                    hide_index=True,
-                    column_config={
-                        **ui.COLUMN_CONFIG,
-                        "gpu_util": st.column_config.NumberColumn("GPU-Util", format="percent"),
-                    },
-                )
+            st.dataframe(
+                ui.linked(ui.node_column(lie)),
+                hide_index=True,
+                column_config={
+                    **ui.COLUMN_CONFIG,
+                    "gpu_util": st.column_config.NumberColumn("GPU-Util", format="percent"),
+                },
+            )
 
     with ui.panel("Models"):
         if not info.empty:
@@ -114,6 +108,46 @@ def body(ctx: ui.PageContext) -> None:
             models = frames.with_cols(info, ["name", "driver_version", "mig_mode"])
             table = models.groupby(["name", "driver_version", "mig_mode"], as_index=False).size()
             st.dataframe(table.rename(columns={"size": "GPUs"}), hide_index=True)
+
+
+# Throughput "now": each link's rate over the last minute at most (Prometheus' shortest rate()
+# window; the scrape source's last step). A comment: Streamlit's magic would draw a docstring.
+LINK_NOW_SECONDS = 60.0
+
+
+def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -> None:
+    """The leaves in class transfer now, as what they are: moving data over PCIe or NVLink while
+    their SMs idle, with each link's use and throughput now and SM activity over the idle
+    definition's window."""
+    f = ctx.filters
+    use = {link: ui.query("instant", metric, f) for link, metric in frames.LINK_UTILIZATION.items()}
+    rates = {
+        key: ui.query("rate", metric, f, window_s=LINK_NOW_SECONDS, step_s=ctx.step_s)
+        for key, metric in frames.LINK_COUNTERS.items()
+    }
+    ui.prefetch(ctx, [*use.values(), *rates.values()])
+    table = frames.leaf_links(
+        moving,
+        {link: ui.get(ctx, qq) for link, qq in use.items()},
+        {key: frames.latest(ui.get(ctx, qq)) for key, qq in rates.items()},
+    )
+    sm = frames.with_cols(idle, frames.LEAF)[[*frames.LEAF, "sm_mean"]].rename(columns={"sm_mean": "sm_active"})
+    table = table.merge(sm, on=list(frames.LEAF), how="left")
+    leaves = zip(table["mig_uuid"], table["mig_profile"], strict=True)
+    table = frames.measured_links(table.assign(device=[frames.leaf_words(m, p) for m, p in leaves]))
+    st.info(
+        f"{ui.devices(table['mig_uuid'])} moving data: PCIe/NVLink busy, SMs idle (class transfer, e.g. a data "
+        "loader copying to the GPU). nvidia-smi calls them busy; their links, not their kernels, are the limit. "
+        f"Link use and throughput now, SM active over {definitions.MEAN_WINDOW}.",
+        icon=":material/swap_horiz:",
+    )
+    columns = ["node", "instance", "gpu", "device", *ui.link_columns(table), "sm_active", "uuid", "mig_uuid"]
+    st.dataframe(
+        ui.link_table(table[[c for c in columns if c in table.columns]]),
+        hide_index=True,
+        column_config={**ui.COLUMN_CONFIG, **ui.LINK_COLUMN_CONFIG},
+        key="moving_data",
+    )
 
 
 ui.page("Fleet", body)

@@ -6,6 +6,7 @@ filters); without a GPU in the URL it offers a picker.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
@@ -71,6 +72,9 @@ def body(ctx: ui.PageContext) -> None:
         else:
             ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
 
+    with ui.panel("Links"):
+        links(series)
+
     with ui.panel("Clock events"):
         st.subheader("Clock events (throttle reasons) over time")
         events = frames.state_timeline(series, "gpulens_gpu_clock_event_active", "reason")
@@ -86,6 +90,50 @@ def body(ctx: ui.PageContext) -> None:
         with ui.panel(title):
             st.subheader(title)
             ui.chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
+
+
+def links(series: pd.DataFrame) -> None:
+    """PCIe and NVLink: what each link carries (capacity) and where its bytes are read from, the
+    range's means, and throughput each way and use over time."""
+    st.subheader("Links: PCIe and NVLink")
+    throughput, use = frames.link_panels(series)
+    table = frames.link_table(series)
+    if throughput.empty and use.empty and table.empty:
+        st.info("No link series in the range (an exporter older than the link counters, or a driver without them).")
+        return
+    st.caption(
+        "In = into the GPU (host to GPU over PCIe, from its peers over NVLink), out = from it; throughput is the "
+        "rate of the exporter's byte counters over each step. Use = the busier direction over the link's capacity. "
+        "Links busy while the SMs idle read class transfer: the GPU is moving data."
+    )
+    if not table.empty:
+        st.dataframe(
+            ui.humanize_bytes(ui.link_use_percent(table, ["mean_utilization", "peak_utilization"])),
+            hide_index=True,
+            column_config=LINK_TABLE_CONFIG,
+            key="gpu_links",
+        )
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Throughput, GB/s**")
+        ui.chart(figures.time_lines(throughput, "bytes_per_second", legend_columns=2), key="gpu_link_throughput")
+    with right:
+        st.markdown("**Use, % of capacity**")
+        ui.chart(figures.time_lines(use, "ratio", full_scale=True, legend_columns=2), key="gpu_link_use")
+
+
+# The link table (frames.link_table) in words (a comment: Streamlit's magic would draw a docstring).
+LINK_TABLE_CONFIG = {
+    "device": st.column_config.TextColumn("device", help="the whole GPU, or the MIG instance"),
+    "capacity_bytes_per_second": st.column_config.TextColumn(
+        "capacity each way", help="PCIe: generation x lanes, after line encoding; NVLink: the active links together"
+    ),
+    "measured_by": st.column_config.TextColumn("bytes read from"),
+    "in_bytes_per_second": st.column_config.TextColumn("in (mean)", help="into the GPU, mean over the range"),
+    "out_bytes_per_second": st.column_config.TextColumn("out (mean)", help="out of the GPU, mean over the range"),
+    "mean_utilization": st.column_config.ProgressColumn("use (mean)", format="%.0f%%", min_value=0, max_value=100),
+    "peak_utilization": st.column_config.ProgressColumn("use (peak)", format="%.0f%%", min_value=0, max_value=100),
+}
 
 
 ui.page("GPU", body)
