@@ -15,7 +15,7 @@ selection named :data:`PICK` on those fields: a click reaches the page as
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -59,7 +59,7 @@ _UNIT_SCALE: dict[str, tuple[float, str, str]] = {
     # unit -> (divide by, axis title, number format)
     "ratio": (1.0, "", ".0%"),
     "bytes": (2**30, "GiB", ",.1f"),
-    "bytes_per_second": (1e9, "GB/s", ",.2f"),
+    "bytes_per_second": (1e9, "GB/s", ",.1~f"),
     "watts": (1.0, "W", ",.0f"),
     "celsius": (1.0, "°C", ",.0f"),
     "hertz": (1e6, "MHz", ",.0f"),
@@ -645,11 +645,14 @@ def savings_bar(table: pd.DataFrame) -> Chart:
     }
 
 
-def time_lines(df: pd.DataFrame, unit: str, *, full_scale: bool = False, legend_columns: int = 4) -> Chart:
+def time_lines(
+    df: pd.DataFrame, unit: str, *, full_scale: bool = False, legend_columns: int = 4, dashed: Iterable[str] = ()
+) -> Chart:
     """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %), a legend
     naming every line, even a single one, in a grid of ``legend_columns`` (fewer for a half-width
     chart). ``full_scale``: a ratio's axis spans 0-100 % whatever the values (a link 2 % busy must
-    not fill the chart)."""
+    not fill the chart). ``dashed``: the series drawn dashed (a link's outbound direction, which
+    NVLink's inbound one would hide: every byte a GPU sends, a peer receives)."""
     if df.empty:
         return empty_figure()
     scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ",.3~g"))
@@ -658,31 +661,37 @@ def time_lines(df: pd.DataFrame, unit: str, *, full_scale: bool = False, legend_
     y: dict[str, Any] = {"field": "value", "type": "quantitative", "title": title or None, "axis": {"format": fmt}}
     if full_scale:
         y["scale"] = {"domain": [0, 1]}
+    columns = max(1, min(len(names), legend_columns))
+    encoding: dict[str, Any] = {
+        "x": _time_x(d),
+        "y": y,
+        "color": {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            # a grid, not one row: a row of eight names runs off the chart's edge
+            "legend": {"title": None, "orient": "bottom", "columns": columns, "labelLimit": 260},
+        },
+        "tooltip": [
+            {"field": "time"},
+            {"field": "series"},
+            {"field": "value", "title": title or "value", "format": fmt},
+        ],
+    }
+    dashes = set(dashed) & set(names)
+    if dashes:  # the same field as the colour: one legend, its symbols dashed too
+        encoding["strokeDash"] = {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            "scale": {"domain": names, "range": [[5, 3] if n in dashes else [1, 0] for n in names]},
+        }
     return {
         **_data(rows(d, ["t", "time", "series", "value"])),
         "mark": {"type": "line", "interpolate": "linear", "point": False},
-        "encoding": {
-            "x": _time_x(d),
-            "y": y,
-            "color": {
-                "field": "series",
-                "type": "nominal",
-                "sort": names,
-                # a grid, not one row: a row of eight names runs off the chart's edge
-                "legend": {
-                    "title": None,
-                    "orient": "bottom",
-                    "columns": max(1, min(len(names), legend_columns)),
-                    "labelLimit": 260,
-                },
-            },
-            "tooltip": [
-                {"field": "time"},
-                {"field": "series"},
-                {"field": "value", "title": title or "value", "format": fmt},
-            ],
-        },
-        "height": 240,
+        "encoding": encoding,
+        # the page fits axes and legend into the height: each further row of names adds its own
+        "height": 240 + 20 * (math.ceil(len(names) / columns) - 1),
     }
 
 

@@ -553,6 +553,13 @@ def leaf_words(mig_uuid: object, mig_profile: object) -> str:
     return f"{mig_profile or 'MIG'} {str(mig_uuid)[:12]}" if mig_uuid else "GPU"
 
 
+def outbound(lines: pd.DataFrame) -> list[str]:
+    """The series of link lines (:func:`link_totals`, :func:`link_panels`) that are a link's
+    outbound direction (drawn dashed)."""
+    out = f" {DIRECTION_NAMES['tx']}"
+    return [n for n in dict.fromkeys(col(lines, "series")) if str(n).endswith(out) or f"{out} [" in str(n)]
+
+
 def link_totals(rates: Mapping[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
     """The throughput of every leaf in view together, per link and direction over time
     (``rates``: (link, direction) -> bytes/s summed, timestamp and value): timestamp, series

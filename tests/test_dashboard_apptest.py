@@ -179,7 +179,7 @@ def _chart_marks(at: AppTest) -> list[str]:
 def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.MonkeyPatch) -> None:
     """Over --max-marks GPUs the Fleet heatmap becomes a histogram, the roofline a density, and the
     GPU chooser asks for a node first; at or under it, a mark per GPU as before."""
-    with fake_prometheus("h200x8.prom") as (url, _state):
+    with fake_prometheus("h200x8.prom") as (url, state):
         dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
         dashboard_env.setenv("GPULENS_DASHBOARD_MAX_MARKS", "8")
         at = AppTest.from_file(APP, default_timeout=60).run()
@@ -195,10 +195,14 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         node.select("node-a:9445").run()
         gpu = next(s for s in at.selectbox if s.key == "fleet_gpu")
         assert len(gpu.options) == 8
+        state.queries.clear()
         at.switch_page("views/efficiency.py").run()
         assert not at.exception and not at.error
         assert "circle" in _chart_marks(at) and "point" not in _chart_marks(at)
         assert any("GPUs and slices, more than a point each" in c.value for c in at.caption)
+        # every device's link counters over the range would cost the store more than the rest of the page
+        assert any("more than 7: filter by cluster or node for their links" in c.value for c in at.caption)
+        assert not [q for q in state.queries if "_bytes_total" in q or "_utilization_ratio" in q], state.queries
 
 
 MOVER = "GPU-4aecb4d1-13f8-58f3-955e-8fea11c88f57"

@@ -1,6 +1,7 @@
-"""The running dashboard in headless Chromium over three simulated exporters (8 whole H200s, a MIG
-node, a time-sliced node), once through a real Prometheus scraping them and once scraping them
-itself: every page loads with its key elements and without a Streamlit exception, a Python repr or
+"""The running dashboard in headless Chromium over four simulated exporters (8 whole H200s, a MIG
+node, a time-sliced node, and the MPS node, whose GPU 4 runs a data loader that only copies host
+memory to the GPU), once through a real Prometheus scraping them and once scraping them itself:
+every page loads with its key elements and without a Streamlit exception, a Python repr or
 Streamlit internals in its text, a console error, or a request to any host but the dashboard's.
 Screenshots land in artifacts/dashboard/; a dead Prometheus gives a banner, not a dead app."""
 
@@ -24,19 +25,21 @@ from tests.support.prometheus import query as prom_query
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 MODES = ("prometheus", "scrape")
+SCENARIOS = ("h200x8", "mig", "timeslice", "mps")
+"""The simulated nodes, node-0 to node-3 in Prometheus (the mps node's GPU 4 moves data: class transfer)."""
 
 
 @pytest.fixture(scope="module")
 def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
-    """Three sim exporters, a Prometheus scraping them every second, a dashboard on it and a
+    """Four sim exporters, a Prometheus scraping them every second, a dashboard on it and a
     dashboard scraping the exporters itself: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
     with ExitStack() as es:
-        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in ("h200x8", "mig", "timeslice")]
+        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in SCENARIOS]
         config = demo_scrape_config(targets, rules=True)
         prom = es.enter_context(run_prometheus(config, {"gpulens.rules.yml": RULES.read_text()}))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if len(prom_query(prom, "gpulens_gpu_info")) >= 24 and prom_query(prom, "gpulens_probe_efficiency_ratio"):
+            if len(prom_query(prom, "gpulens_gpu_info")) >= 32 and prom_query(prom, "gpulens_probe_efficiency_ratio"):
                 break
             time.sleep(0.5)
         else:
@@ -66,8 +69,13 @@ def test_every_page_loads_clean_with_its_key_elements(
             name = f"{mode}-{path or 'fleet'}"
             # 15 minutes: a 4 s step, so the few seconds of history already give range points
             check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png")
-            if mode == "prometheus" and path != "rightsizing" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
-                # the docs' screenshots (the right-sizing one comes from the advisor's test, with data)
+            if (
+                mode == "prometheus"
+                and path not in ("rightsizing", "gpu")
+                and os.environ.get("GPULENS_UPDATE_DOCS_IMG")
+            ):
+                # the docs' screenshots (the right-sizing one comes from the advisor's test, with
+                # data; the GPU page's from the data-moving GPU's test, with its links busy)
                 shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
         if mode == "prometheus":
             # filters: the relabelled cluster and node labels become sidebar filters
@@ -83,8 +91,8 @@ def test_fleet_page_counts_the_three_nodes(stack: tuple[str, str, str]) -> None:
         assert isinstance(page, Page)
         load(page, dash, 1)
         metric = page.locator('[data-testid="stMetric"]').first
-        # 24 GPUs, the MIG node's GPUs counted as their instances: whole GPUs + MIG instances
-        assert metric.inner_text().split("\n")[-1].strip() == "40"
+        # 32 GPUs, the MIG node's GPUs counted as their instances: whole GPUs + MIG instances
+        assert metric.inner_text().split("\n")[-1].strip() == "48"
 
 
 def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir: Path) -> None:
@@ -147,3 +155,48 @@ def test_fleet_scale_charts_draw_clean(stack: tuple[str, str, str], artifacts_di
         check_page(page, watch, f"{dash}/efficiency?range=15m", ["more than a point each (4 at most)"], 2,
                    out / "fleet-scale-efficiency.png")  # fmt: skip
         assert page.locator("g.mark-symbol.role-mark path").count() > 0, "the density's circles"
+
+
+def _mover(prom: str) -> str:
+    """The UUID of the GPU whose class is transfer now (the mps node's data loader), once the
+    classifier has called it so."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        rows = prom_query(prom, 'gpulens_gpu_boundness{class="transfer"} == 1')
+        if rows:
+            return str(rows[0]["metric"]["uuid"])
+        time.sleep(1)
+    pytest.fail("no GPU of the mps node reached class transfer")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gpu_moving_data_is_shown_as_moving_data_with_its_links(
+    stack: tuple[str, str, str], mode: str, artifacts_dir: Path
+) -> None:
+    """The data loader's GPU (NVML GPU-Util 1.0, SM activity 0, PCIe 0.8 busy): Fleet lists it as
+    moving data, and 'busy in nvidia-smi but SMs idle (launch-bound or polling)' keeps only the
+    launch-bound GPU of the h200x8 node; Efficiency has its link charts and the transfer class; its
+    GPU page a links panel with throughput each way and use."""
+    prom, prom_dash, scrape_dash = stack
+    dash = prom_dash if mode == "prometheus" else scrape_dash
+    uuid = _mover(prom)
+    out = artifacts_dir / "dashboard"
+    out.mkdir(exist_ok=True)
+    with chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        watch = PageWatch(page, dash)
+        fleet = ["1 GPU moving data: PCIe/NVLink busy, SMs idle", "1 GPU(s) look busy in nvidia-smi but their SMs"]
+        check_page(page, watch, f"{dash}/?range=15m", fleet, 1, out / f"{mode}-moving-fleet.png")
+        assert page.get_by_text("2 GPU(s) look busy in nvidia-smi").count() == 0, "the loader is not launch-bound"
+        efficiency = ["Data movement over PCIe and NVLink", "Throughput of the GPUs in view, GB/s"]
+        check_page(page, watch, f"{dash}/efficiency?range=15m", efficiency, 4, out / f"{mode}-moving-efficiency.png")
+        assert page.locator("svg text", has_text="transfer").count() > 0, "the class in the boundness legend"
+        gpu = ["Links: PCIe and NVLink", "Throughput, GB/s", "Use, % of capacity"]
+        shot = out / f"{mode}-moving-gpu.png"
+        check_page(page, watch, f"{dash}/gpu?range=15m&uuid={uuid}", gpu, 5, shot)
+        for line in ("PCIe in", "PCIe out", "NVLink in"):
+            assert page.locator("svg text", has_text=line).count() > 0, line
+        if mode == "prometheus" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
+            shutil.copy(shot, REPO / "docs" / "img" / "dashboard-gpu.png")

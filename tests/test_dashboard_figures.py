@@ -105,6 +105,27 @@ def test_link_use_lines_span_0_to_100_percent_and_throughput_reads_gb_per_second
     chart = figures.time_lines(rate, "bytes_per_second")
     assert chart["encoding"]["y"]["title"] == "GB/s"
     assert [r["value"] for r in figures.data_of(chart)] == [51.5, 50.0]
+    assert "strokeDash" not in chart["encoding"]
+
+
+def test_a_links_outbound_lines_are_dashed_and_long_legends_get_rows_of_their_own() -> None:
+    """NVLink in and out carry the same bytes across a node: the out line is dashed so the in
+    line does not hide it; a legend of more names than columns adds height for its rows."""
+    names = ["PCIe in", "PCIe out", "NVLink in", "NVLink out", "PCIe out [1g.18gb MIG-abcdefgh]"]
+    df = pd.DataFrame({"timestamp": [0] * 5, "series": names, "value": [1.0] * 5})
+    assert frames.outbound(df) == ["PCIe out", "NVLink out", "PCIe out [1g.18gb MIG-abcdefgh]"]
+    chart = figures.time_lines(df, "bytes_per_second", legend_columns=2, dashed=frames.outbound(df))
+    dash = chart["encoding"]["strokeDash"]
+    assert dash["field"] == chart["encoding"]["color"]["field"], "one legend for colour and dash"
+    assert dict(zip(dash["scale"]["domain"], map(tuple, dash["scale"]["range"]), strict=True)) == {
+        "PCIe in": (1, 0),
+        "PCIe out": (5, 3),
+        "NVLink in": (1, 0),
+        "NVLink out": (5, 3),
+        "PCIe out [1g.18gb MIG-abcdefgh]": (5, 3),
+    }
+    assert chart["encoding"]["color"]["legend"]["columns"] == 2
+    assert chart["height"] > figures.time_lines(df.head(2), "bytes_per_second", legend_columns=2)["height"]
 
 
 def test_sm_heatmap_has_a_row_per_node_and_a_column_per_gpu_and_opens_a_gpu() -> None:

@@ -29,16 +29,7 @@ def body(ctx: ui.PageContext) -> None:
             "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
         ),
     }
-    # the links: throughput of the whole view over time, and each device's means over the range
-    rates = {
-        key: ui.query("rate", metric, f, window_s=ctx.window_s, step_s=ctx.step_s, by=[])
-        for key, metric in frames.LINK_COUNTERS.items()
-    }
-    use = {link: ui.query("mean", metric, f, window_s=ctx.window_s) for link, metric in frames.LINK_UTILIZATION.items()}
-    moved = {
-        key: ui.query("increase", metric, f, window_s=ctx.window_s) for key, metric in frames.LINK_COUNTERS.items()
-    }
-    ui.prefetch(ctx, [*q.values(), *rates.values(), *use.values(), *moved.values()])
+    ui.prefetch(ctx, q.values())
     with ui.panel("Roofline"):
         st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
         points = frames.roofline_points(
@@ -70,28 +61,14 @@ def body(ctx: ui.PageContext) -> None:
         else:
             ui.chart(figures.boundness_area(series), key="boundness_area")
 
+    use_means: dict[str, pd.DataFrame] = {}
     with ui.panel("Data movement"):
-        st.subheader("Data movement over PCIe and NVLink")
-        st.caption(
-            "In = into the GPU (host to GPU over PCIe, from its peers over NVLink), out = from it. Use = the busier "
-            "direction over the link's capacity. A GPU whose links are busy while its SMs idle is transfer-bound."
-        )
-        use_means = {link: ui.get(ctx, qq) for link, qq in use.items()}
-        links_in_view = max((len(df) for df in use_means.values()), default=0)
-        left, right = st.columns(2)
-        with left:
-            st.markdown("**Throughput of the GPUs in view, GB/s**")
-            totals = frames.link_totals({key: ui.get(ctx, qq) for key, qq in rates.items()})
-            ui.chart(figures.time_lines(totals, "bytes_per_second", legend_columns=2), key="link_totals")
-        with right:
-            st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
-            busiest_links(ctx, links_in_view)
+        use_means = data_movement(ctx, len(frames.boundness_now(ui.get(ctx, q["bound"]))))
 
     with ui.panel("Leaves by class"):
         if not points.empty:
             st.subheader("GPUs and slices by class")
-            throughput = {key: frames.per_second(ui.get(ctx, qq), ctx.window_s) for key, qq in moved.items()}
-            table = frames.leaf_links(points, use_means, throughput)
+            table = frames.leaf_links(points, use_means, {})
             table = frames.measured_links(table.sort_values(["class", "node", "instance", "gpu"]))
             # what limits each, then what it moved, then who holds it: the columns a reader compares first
             columns = ["node", "instance", "gpu", "class", "dram_active", "pipe_active", *ui.link_columns(table),
@@ -99,7 +76,8 @@ def body(ctx: ui.PageContext) -> None:
             table = table[columns]
             if (table["mig_uuid"] == "").all():
                 table = table.drop(columns=["mig_uuid"])
-            st.caption(f"Link use and throughput: means over the last {ui.fmt_duration(ctx.window_s)}.")
+            if use_means:
+                st.caption(f"Link use: the mean over the last {ui.fmt_duration(ctx.window_s)}.")
             st.dataframe(
                 ui.linked(ui.node_column(ui.humanize_bytes(ui.link_use_percent(table)))),
                 hide_index=True,
@@ -112,21 +90,54 @@ def body(ctx: ui.PageContext) -> None:
             )
 
 
-def busiest_links(ctx: ui.PageContext, in_view: int) -> None:
-    """Each of the busiest devices' busiest link over time, when few enough are in view to fetch
-    them all (a fleet's would be a range query over every device)."""
-    if in_view == 0:
-        ui.no_data("link use")
-        return
-    if in_view > LINK_LINES_IN_VIEW:
+def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
+    """The view's link throughput over time and the busiest devices' link use, and each device's
+    mean link use over the range (returned: link -> a value per device, for the table). Over
+    ``--max-marks`` devices in view none of it: every device's link counters over the range would
+    cost the store more than the rest of the page together; a cluster or node filter brings it back."""
+    st.subheader("Data movement over PCIe and NVLink")
+    if in_view > ctx.settings.max_marks:
         st.caption(
-            f"{in_view:,} GPUs and slices in view: each one's means are in the table below. Filter by cluster or "
-            f"node (at most {LINK_LINES_IN_VIEW}) for their link use over time."
+            f"{in_view:,} GPUs and slices in view, more than {ctx.settings.max_marks:,}: filter by cluster or node "
+            "for their links."
         )
-        return
-    active: pd.DataFrame = ui.fetch(
-        ctx, "series", frames.TRANSFER_ACTIVE, ctx.filters, window_s=ctx.window_s, step_s=ctx.step_s
+        return {}
+    st.caption(
+        "In = into the GPU (host to GPU over PCIe, from its peers over NVLink), out = from it (dashed). Use = the "
+        "busier direction over the link's capacity. A GPU whose links are busy while its SMs idle is transfer-bound."
     )
+    f = ctx.filters
+    rates = {
+        key: ui.query("rate", metric, f, window_s=ctx.window_s, step_s=ctx.step_s, by=[])
+        for key, metric in frames.LINK_COUNTERS.items()
+    }
+    use = {link: ui.query("mean", metric, f, window_s=ctx.window_s) for link, metric in frames.LINK_UTILIZATION.items()}
+    ui.prefetch(ctx, [*rates.values(), *use.values()])
+    means = {link: ui.get(ctx, qq) for link, qq in use.items()}
+    # counted from the links themselves: a GPU without GPM has links but no class
+    measured = max((len(df) for df in means.values()), default=0)
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Throughput of the GPUs in view, GB/s**")
+        totals = frames.link_totals({key: ui.get(ctx, qq) for key, qq in rates.items()})
+        chart = figures.time_lines(totals, "bytes_per_second", legend_columns=2, dashed=frames.outbound(totals))
+        ui.chart(chart, key="link_totals")
+    with right:
+        st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
+        if measured == 0:
+            ui.no_data("link use")
+        elif measured > LINK_LINES_IN_VIEW:
+            st.caption(
+                f"{measured:,} GPUs and slices in view: each one's mean is in the table below. Filter by cluster or "
+                f"node (at most {LINK_LINES_IN_VIEW}) for their link use over time."
+            )
+        else:
+            busiest_links(ui.fetch(ctx, "series", frames.TRANSFER_ACTIVE, f, window_s=ctx.window_s, step_s=ctx.step_s))
+    return means
+
+
+def busiest_links(active: pd.DataFrame) -> None:
+    """The busiest devices' busiest link over time (``active``: every device's)."""
     lines = frames.busiest_links(active, LINK_LINES, LINK_BUSY_AT_LEAST)
     if lines.empty and not active.empty:
         st.success(f"No GPU kept a link {LINK_BUSY_AT_LEAST:.0%} busy on average over the range.")

@@ -110,8 +110,8 @@ def body(ctx: ui.PageContext) -> None:
             st.dataframe(table.rename(columns={"size": "GPUs"}), hide_index=True)
 
 
-# Throughput "now": each link's rate over the last minute at most (Prometheus' shortest rate()
-# window; the scrape source's last step). A comment: Streamlit's magic would draw a docstring.
+# Throughput "now": each link's rate over the last minute (Prometheus' shortest rate() window, a
+# point or two per device however many the fleet has). A comment: Streamlit's magic would draw a docstring.
 LINK_NOW_SECONDS = 60.0
 
 
@@ -122,7 +122,7 @@ def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -
     f = ctx.filters
     use = {link: ui.query("instant", metric, f) for link, metric in frames.LINK_UTILIZATION.items()}
     rates = {
-        key: ui.query("rate", metric, f, window_s=LINK_NOW_SECONDS, step_s=ctx.step_s)
+        key: ui.query("rate", metric, f, window_s=LINK_NOW_SECONDS, step_s=LINK_NOW_SECONDS)
         for key, metric in frames.LINK_COUNTERS.items()
     }
     ui.prefetch(ctx, [*use.values(), *rates.values()])
@@ -137,8 +137,8 @@ def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -
     table = frames.measured_links(table.assign(device=[frames.leaf_words(m, p) for m, p in leaves]))
     st.info(
         f"{ui.devices(table['mig_uuid'])} moving data: PCIe/NVLink busy, SMs idle (class transfer, e.g. a data "
-        "loader copying to the GPU). nvidia-smi calls them busy; their links, not their kernels, are the limit. "
-        f"Link use and throughput now, SM active over {definitions.MEAN_WINDOW}.",
+        "loader copying to the GPU). nvidia-smi counts the copies as busy; the links, not the kernels, are the limit. "
+        f"Link use now, throughput over the last minute, SM active over {definitions.MEAN_WINDOW}.",
         icon=":material/swap_horiz:",
     )
     columns = ["node", "instance", "gpu", "device", *ui.link_columns(table), "sm_active", "uuid", "mig_uuid"]

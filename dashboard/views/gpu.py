@@ -116,7 +116,10 @@ def links(series: pd.DataFrame) -> None:
     left, right = st.columns(2)
     with left:
         st.markdown("**Throughput, GB/s**")
-        ui.chart(figures.time_lines(throughput, "bytes_per_second", legend_columns=2), key="gpu_link_throughput")
+        ui.chart(
+            figures.time_lines(throughput, "bytes_per_second", legend_columns=2, dashed=frames.outbound(throughput)),
+            key="gpu_link_throughput",
+        )
     with right:
         st.markdown("**Use, % of capacity**")
         ui.chart(figures.time_lines(use, "ratio", full_scale=True, legend_columns=2), key="gpu_link_use")
