@@ -21,7 +21,7 @@ from exporter.analysis.boundness import BoundnessClassifier
 from exporter.backends.base import GpuBackend
 from exporter.backends.nvml import NvmlBackend
 from exporter.collector import SnapshotCollector
-from exporter.model import MPS_CLIENT, MPS_SERVER, BackendSample, GpuSample
+from exporter.model import MPS_CLIENT, MPS_SERVER, PCIE, BackendSample, GpuSample, LeafSample
 from exporter.sampler import Sampler
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from tests.fakes import fake_pynvml as f
@@ -45,6 +45,7 @@ _GPM_IDS = {
     "dram_active": f.NVML_GPM_METRIC_DRAM_BW_UTIL,
     "graphics_active": f.NVML_GPM_METRIC_GRAPHICS_UTIL,
 }
+_MIB = 1024 * 1024
 _COMPUTE_MODES = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusive_process": 3}
 _NO_INSTANCE = 0xFFFFFFFF
 
@@ -53,8 +54,16 @@ def _pct(ratio: float | None) -> int:
     return round((ratio or 0.0) * 100)
 
 
-def _gpm(leaf_gpm: object) -> dict[int, float]:
-    return {mid: 100.0 * (getattr(leaf_gpm, name) or 0.0) for name, mid in _GPM_IDS.items()} if leaf_gpm else {}
+def _gpm(leaf: LeafSample) -> dict[int, float]:
+    """The leaf's GPM counters as the fake driver answers them: ratios in percent, PCIe in MiB/s."""
+    if leaf.gpm is None:
+        return {}
+    out = {mid: 100.0 * (getattr(leaf.gpm, name) or 0.0) for name, mid in _GPM_IDS.items()}
+    for link in leaf.links:
+        if link.link == PCIE and link.source == "gpm":
+            out[f.NVML_GPM_METRIC_PCIE_TX_PER_SEC] = (link.tx_bytes_per_second or 0.0) / _MIB
+            out[f.NVML_GPM_METRIC_PCIE_RX_PER_SEC] = (link.rx_bytes_per_second or 0.0) / _MIB
+    return out
 
 
 def fake_node(sample: BackendSample) -> FakeNvml:
@@ -76,7 +85,7 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                     FakeProcess(p.pid, p.used_memory_bytes, leaf.mig.gpu_instance_id, leaf.mig.compute_instance_id)
                     for p in leaf.processes
                 ],
-                gpm=_gpm(leaf.gpm),
+                gpm=_gpm(leaf),
             )
             for leaf in g.leaves
             if leaf.mig is not None
@@ -115,7 +124,7 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                 compute_mode=_COMPUTE_MODES[g.compute_mode or "default"],
                 mig_mode=1 if g.mig_mode == "enabled" else 0,
                 nvlink=g.nvlink_tx_bytes_per_second is not None,
-                gpm={**(_gpm(whole[0].gpm) if whole else {}), **_nvlink(g)},
+                gpm={**(_gpm(whole[0]) if whole else {}), **_nvlink(g)},
                 processes=[
                     FakeProcess(
                         p.pid,
@@ -143,12 +152,12 @@ def fake_node(sample: BackendSample) -> FakeNvml:
 
 
 def _nvlink(g: GpuSample) -> dict[int, float]:
-    """NVLink throughput comes from the device's GPM counters (bytes per second)."""
+    """NVLink throughput comes from the device's GPM counters (MiB/s)."""
     if g.nvlink_rx_bytes_per_second is None:
         return {}
     return {
-        f.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: g.nvlink_rx_bytes_per_second,
-        f.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: g.nvlink_tx_bytes_per_second or 0.0,
+        f.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: g.nvlink_rx_bytes_per_second / _MIB,
+        f.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: (g.nvlink_tx_bytes_per_second or 0.0) / _MIB,
     }
 
 

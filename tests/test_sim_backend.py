@@ -334,19 +334,14 @@ def test_mig_leaves_carry_their_own_activity() -> None:
     assert min(means) == 0 and max(means) > 0.8  # idle instances next to busy ones
 
 
-def test_mig7x8_has_56_one_slice_instances_200_processes_and_samples_fast() -> None:
+def test_mig7x8_has_56_one_slice_instances_and_200_processes() -> None:
+    # How fast it samples is measured in bench/ (no timing asserts in tests: they fail on a busy CI).
     backend = SimulatedBackend("mig7x8")
     sample = run(backend, 2)[-1]
     leaves = [leaf for g in sample.gpus for leaf in g.leaves]
     assert len(sample.gpus) == 8 and len(leaves) == 56
     assert {leaf.mig.profile for leaf in leaves if leaf.mig} == {"1g.18gb"}
     assert 190 <= sum(len(leaf.processes) for leaf in leaves) <= 210
-    timings = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        backend.sample()
-        timings.append(time.perf_counter() - t0)
-    assert statistics.median(timings) < 0.005
 
 
 # --- time-slicing ------------------------------------------------------------------------

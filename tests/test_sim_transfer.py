@@ -176,7 +176,9 @@ def test_every_leaf_and_gpu_has_its_link_reads_and_the_gpu_fields_are_the_same_n
     assert all(g.pcie_rx_bytes_per_second is None and g.nvlink_rx_bytes_per_second is None for g in first.gpus)
     for gpu in backend.sample().gpus:
         pcie, nvlink = _link(gpu, PCIE), _link(gpu, NVLINK)
-        assert pcie is not None and pcie.source == "counter" and pcie.window_seconds == 1.0
+        # as the NVML backend reads an H200: GPM's rates, or throughput samples for a GPU in MIG mode
+        expected_source = "sampled" if gpu.mig_mode == "enabled" else "gpm"
+        assert pcie is not None and pcie.source == expected_source and pcie.window_seconds == 1.0
         assert pcie.capacity_bytes_per_second == pytest.approx(63.0e9, rel=1e-3)
         assert (gpu.pcie_tx_bytes_per_second, gpu.pcie_rx_bytes_per_second) == (
             pcie.tx_bytes_per_second,
@@ -296,7 +298,7 @@ def test_exported_pcie_counters_grow_at_the_simulated_rates() -> None:
     assert reg.get_sample_value("gpulens_gpu_boundness", {**stager, "class": "transfer"}) == 1
     assert reg.get_sample_value("gpulens_gpu_pcie_utilization_ratio", stager) == pytest.approx(0.8, abs=0.03)
     assert reg.get_sample_value("gpulens_gpu_pcie_capacity_bytes_per_second", stager) == pytest.approx(GEN5_X16)
-    assert reg.get_sample_value("gpulens_gpu_link_info", {**stager, "link": "pcie", "source": "counter"}) == 1
+    assert reg.get_sample_value("gpulens_gpu_link_info", {**stager, "link": "pcie", "source": "gpm"}) == 1
     assert reg.get_sample_value("gpulens_gpu_link_info", {**stager, "link": "nvlink", "source": "gpm"}) == 1
     idle = labels[sample.gpus[FREE].uuid]
     assert reg.get_sample_value("gpulens_gpu_boundness", {**idle, "class": "idle"}) == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from exporter.backends.nvml_device import DeviceCore, DeviceFields, memory_info
@@ -70,11 +70,11 @@ class GpuReader:
             links = self._links.read(cycle, now, None, pcie)
             leaves = self._mig_leaves(now, pcie.capacity)
         else:
-            leaf, reading = self._whole_gpu_leaf(core, now)
+            reading = self._gpm.read(self.uuid, None, now)
             # GPM's first window ends at the second sample: skip the slow sampled read until then.
             first = not self._sampled_once
             links = self._links.read(cycle, now, reading, pcie, gpm_pending=first and self._gpm.supported)
-            leaves = (replace(leaf, links=links),)
+            leaves = (self._whole_gpu_leaf(core, reading, links),)
         self._sampled_once = True
         return self._device.sample(cycle, core, leaves, links, pcie, self._events.drain())
 
@@ -87,12 +87,13 @@ class GpuReader:
         """Release the NVML objects this GPU holds (its Xid event set)."""
         self._events.free()
 
-    def _whole_gpu_leaf(self, core: DeviceCore, now: float) -> tuple[LeafSample, GpmReading | None]:
-        """The GPU as its only leaf (its links are added by the caller), and its GPM window."""
+    def _whole_gpu_leaf(
+        self, core: DeviceCore, reading: GpmReading | None, links: tuple[LinkTraffic, ...]
+    ) -> LeafSample:
+        """The GPU as its only leaf, with its GPM window and its links."""
         listed = self._processes.on_leaf(self.uuid, self._handle)
         utilization = self._processes.utilization(wanted=bool(listed.running))
-        reading = self._gpm.read(self.uuid, None, now)
-        leaf = LeafSample(
+        return LeafSample(
             uuid=self.uuid,
             memory_used_bytes=core.memory[0],
             memory_total_bytes=core.memory[1],
@@ -100,8 +101,8 @@ class GpuReader:
             utilization_ratio=core.utilization_ratio,
             gpm=reading.sample if reading is not None else None,
             processes=process_samples(listed, utilization),
+            links=links,
         )
-        return leaf, reading
 
     def _mig_leaves(self, now: float, pcie_capacity: float | None) -> tuple[LeafSample, ...]:
         """One leaf per MIG device present now, each with its memory, GPM window, processes and the

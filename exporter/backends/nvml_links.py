@@ -123,17 +123,20 @@ class LinkReader:
         self._sampled: tuple[float | None, float | None] = (None, None)
         self._sampled_yet = False
         self._last_now: float | None = None
+        self._lane_mbps: float | None = None
+        self._lane_for: int | None = None  # the generation _lane_mbps was read at
 
     # --- PCIe -----------------------------------------------------------------------------------
     def pcie_state(self) -> PcieState:
-        """Current generation, width and lane rate (NVML answers each in microseconds)."""
+        """Current generation and width, and the lane rate (asked again only when the generation
+        changes: the link trains down at idle and up under load)."""
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
-        speed = q.call(u, f.nvmlDeviceGetPcieSpeed, h)
-        return PcieState(
-            generation=q.call(u, f.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            width=q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h),
-            lane_mbps=float(speed) if speed else None,
-        )
+        generation = q.call(u, f.nvmlDeviceGetCurrPcieLinkGeneration, h)
+        if generation != self._lane_for:
+            speed = q.call(u, f.nvmlDeviceGetPcieSpeed, h)
+            self._lane_mbps = float(speed) if speed else None
+            self._lane_for = generation
+        return PcieState(generation, q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h), self._lane_mbps)
 
     def read(
         self, cycle: int, now: float, gpm: GpmReading | None, pcie: PcieState, gpm_pending: bool = False

@@ -5,9 +5,10 @@ MIG layouts, pods) through the workloads of ``workloads`` and returns the same m
 as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
 N-th sample depends only on (scenario, seed, N) and the faults injected, never on the clock.
 
-Link traffic is read as the NVML backend reads it: a whole GPU's PCIe bytes from the device's
-cumulative counters (``source="counter"``) and its NVLink bytes from GPM, a MIG instance's PCIe
-share from its GPM (``source="gpm"``; MIG instances have no NVLink).  Both are rates over the
+Link traffic is read as the NVML backend reads it on an H200: a whole GPU's PCIe and NVLink bytes
+from GPM (``source="gpm"``: the H200's PCIe byte counters are 32-bit and skipped), a MIG
+instance's PCIe share from its GPU instance's GPM (MIG instances have no NVLink), and the physical
+link of a GPU in MIG mode from NVML's throughput samples (``source="sampled"``).  Both are rates over the
 cycle's window, so the first sample (and the first after a loss) has none; the GPU's
 ``pcie_*``/``nvlink_*_bytes_per_second`` are the same reads.  An idle GPU moves a few KB/s.
 """
@@ -369,7 +370,8 @@ class SimulatedBackend:
             sum(m.nvlink for m in moved),
         )
         # Rates need two reads of a counter (or two GPM samples): none on a fresh window.
-        gpu_links = self._links(device, "counter", nvlink=not spec.mig_enabled) if windowed else ()
+        source = "sampled" if spec.mig_enabled else "gpm"
+        gpu_links = self._links(device, source, nvlink=not spec.mig_enabled) if windowed else ()
         if windowed and not spec.mig_enabled:
             leaves = (replace(leaves[0], links=gpu_links),)  # the whole GPU is its only leaf: one read
         pcie = next((x for x in gpu_links if x.link == PCIE), None)
