@@ -176,3 +176,20 @@ def test_mig_instances_get_their_own_pcie_traffic_from_gpm() -> None:
         assert (link.link, link.source) == (PCIE, "gpm")
         assert link.rx_bytes_per_second == pytest.approx(1000.0 * gi * MIB)
         assert link.capacity_bytes_per_second == pytest.approx(GEN5_X16)
+
+
+def test_link_metrics_a_mig_instance_does_not_have_are_asked_once() -> None:
+    clock = Clock()
+    mig = FakeMig(uuid="MIG-1", gpu_instance_id=1, compute_instance_id=0, profile_id=19, gpm={GRAPHICS: 0.0})
+    fake = FakeNvml([h200(mig_mode=1, migs=[mig], pcie_tx_kib=1, pcie_rx_kib=1)])
+    asked: list[int] = []
+    real = fake.nvmlGpmMetricsGet
+
+    def recording(request: object) -> object:
+        asked.append(request.numMetrics)  # type: ignore[attr-defined]
+        return real(request)  # type: ignore[arg-type]
+
+    fake.nvmlGpmMetricsGet = recording  # type: ignore[method-assign,assignment]
+    samples = _run(make(fake, clock), clock, 4)
+    assert samples[-1].gpus[0].leaves[0].links == ()
+    assert asked[0] - asked[-1] == 2, "PCIe tx and rx dropped from the request after NVML said NotSupported"

@@ -52,6 +52,8 @@ class _Window:
     previous: Any  # nvmlGpmSample_t holding the last cycle's counters
     spare: Any  # second buffer, filled this cycle, then swapped
     previous_at: float | None = None
+    dropped: frozenset[str] = frozenset()
+    """Link metrics NVML answered NotSupported for on this leaf: not asked again."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class GpmTracker:
         self._request_type = nvml.c_nvmlGpmMetricsGet_t
         self._request_version = nvml.NVML_GPM_METRICS_GET_VERSION
         self._success = nvml.NVML_SUCCESS
+        self._not_supported = nvml.NVML_ERROR_NOT_SUPPORTED
 
     def read(
         self,
@@ -110,18 +113,20 @@ class GpmTracker:
             return None
         reading = None
         if window.previous_at is not None and now > window.previous_at:
-            reading = self._metrics(scope, window.previous, window.spare, now - window.previous_at, nvlink)
+            reading = self._metrics(scope, window, now - window.previous_at, nvlink)
         window.previous, window.spare = window.spare, window.previous
         window.previous_at = now
         return reading
 
-    def _metrics(self, scope: str, first: Any, second: Any, seconds: float, nvlink: bool) -> GpmReading | None:
+    def _metrics(self, scope: str, window: _Window, seconds: float, nvlink: bool) -> GpmReading | None:
         ids = self._all_ids if nvlink else self._ratio_ids
+        if window.dropped:
+            ids = {f: i for f, i in ids.items() if f not in window.dropped}
         request = self._request_type()
         request.version = self._request_version
         request.numMetrics = len(ids)
-        request.sample1 = first
-        request.sample2 = second
+        request.sample1 = window.previous
+        request.sample2 = window.spare
         for slot, metric_id in enumerate(ids.values()):
             request.metrics[slot].metricId = metric_id
         if self._q.call(scope, self._q.fns.nvmlGpmMetricsGet, request, key="gpm_metrics") is None:
@@ -131,6 +136,8 @@ class GpmTracker:
             metric = request.metrics[slot]
             if metric.nvmlReturn != self._success:
                 values[field] = None
+                if metric.nvmlReturn == self._not_supported and field not in RATIO_METRICS:
+                    window.dropped = window.dropped | {field}  # e.g. PCIe on a MIG instance
                 continue
             raw = float(metric.value)
             values[field] = self._ratio(raw) if field in RATIO_METRICS else self._bytes_per_second(raw)
