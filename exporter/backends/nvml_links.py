@@ -231,6 +231,8 @@ class LinkReader:
 
     # --- NVLink ---------------------------------------------------------------------------------
     def _nvlink(self, cycle: int, now: float, gpm: GpmReading | None) -> LinkTraffic | None:
+        if self._q.is_unsupported(self._uuid, "nvlink_state"):
+            return None  # a GPU without NVLink (remembered from the first answer)
         if self._links_read_at is None or cycle - self._links_read_at >= _LINK_STATE_REFRESH_CYCLES:
             self._read_link_states(cycle)
         if not self._nvlinks:
