@@ -473,7 +473,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_pcie_tx_bytes_per_second",
         "bytes",
-        "PCIe transmit throughput (bytes/s).",
+        "PCIe transmit throughput (bytes/s) over the last cycle, TLP headers included; the same read as "
+        "gpulens_gpu_pcie_tx_bytes_total.",
         GPU,
         lambda v: v.gpu.pcie_tx_bytes_per_second,
     ),
@@ -481,7 +482,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_pcie_rx_bytes_per_second",
         "bytes",
-        "PCIe receive throughput (bytes/s).",
+        "PCIe receive throughput (bytes/s) over the last cycle, TLP headers included; the same read as "
+        "gpulens_gpu_pcie_rx_bytes_total.",
         GPU,
         lambda v: v.gpu.pcie_rx_bytes_per_second,
     ),
@@ -513,7 +515,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_nvlink_tx_bytes_per_second",
         "bytes",
-        "NVLink transmit throughput (bytes/s).",
+        "NVLink transmit throughput (bytes/s) over the last cycle; the same read as "
+        "gpulens_gpu_nvlink_tx_bytes_total.",
         GPU,
         lambda v: v.gpu.nvlink_tx_bytes_per_second,
     ),
@@ -521,7 +524,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_nvlink_rx_bytes_per_second",
         "bytes",
-        "NVLink receive throughput (bytes/s).",
+        "NVLink receive throughput (bytes/s) over the last cycle; the same read as "
+        "gpulens_gpu_nvlink_rx_bytes_total.",
         GPU,
         lambda v: v.gpu.nvlink_rx_bytes_per_second,
     ),
