@@ -594,11 +594,13 @@ def busiest_links(active: pd.DataFrame, top: int, at_least: float) -> pd.DataFra
     return pd.DataFrame({"timestamp": df["timestamp"], "series": names, "value": df["value"]})[cols]
 
 
-def link_panels(series: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def link_panels(series: pd.DataFrame, steps: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The GPU page's links from ``device_series`` rows: (throughput, utilisation), each a frame of
     timestamp, series (``PCIe in``, ``NVLink out``; a MIG instance's with its profile) and value.
-    Throughput is bytes/s, the rate of each leaf's byte counters over each step, or the physical
-    GPU's sampled throughput where the exporter has no counters; utilisation is 0..1."""
+    Throughput is bytes/s, the rate of each leaf's byte counters over the last ``steps`` steps
+    (source.rate_steps: a step at a scrape interval's length reads a scrape twice, then none,
+    every so often), or the physical GPU's sampled throughput where the exporter has no counters;
+    utilisation is 0..1."""
     cols = ["timestamp", "series", "value"]
     if series.empty or "metric" not in series.columns:
         return pd.DataFrame(columns=cols), pd.DataFrame(columns=cols)
@@ -608,7 +610,7 @@ def link_panels(series: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     for (link, d), metric in (LINK_COUNTERS if counted else LINK_GAUGES).items():
         rows = df[df["metric"] == metric].drop(columns=["metric"]).dropna(axis=1, how="all")
         if counted:
-            rows = counter_rate(with_cols(rows, [*LEAF, "mig_profile"]))
+            rows = counter_rate(with_cols(rows, [*LEAF, "mig_profile"]), steps=steps)
         if rows.empty:
             continue
         throughput.append(_link_lines(rows, f"{LINK_NAMES[link]} {DIRECTION_NAMES[d]}"))

@@ -177,12 +177,18 @@ class PrometheusSource:
             expr = f"sum by (class) ({selector(FLEET_BOUNDNESS_MIX, filters.target_matchers())})"
         return self.query_range(expr, window_s=window_s, step_s=step_s, end=end)
 
-    def _windowed(self, func: str, metric: str, filters: Filters, window_s: float) -> str:
-        """``func(metric[window])`` under ``filters`` (namespace through the allocation join)."""
+    @staticmethod
+    def _own(metric: str, filters: Filters) -> str:
+        """The selector of ``metric`` under the filters its own labels can take (target, and the
+        namespace where the series has one)."""
         matchers = filters.target_matchers()
         if filters.namespace and has_namespace(metric):
             matchers = {**matchers, "namespace": filters.namespace}
-        inner = f"{func}({selector(metric, matchers)}[{duration(window_s)}])"
+        return selector(metric, matchers)
+
+    def _windowed(self, func: str, metric: str, filters: Filters, window_s: float) -> str:
+        """``func(metric[window])`` under ``filters`` (namespace through the allocation join)."""
+        inner = f"{func}({self._own(metric, filters)}[{duration(window_s)}])"
         keys = device_keys(metric)
         if filters.namespace and keys and not has_namespace(metric):
             alloc = selector(ALLOCATION, {**filters.target_matchers(), "namespace": filters.namespace})
@@ -209,8 +215,12 @@ class PrometheusSource:
         _, step = bounded_step(window_s, step_s)
         # each point the mean over its step, and never over fewer than four scrapes at 15 s
         # (a window of one scrape has no rate): Grafana's $__rate_interval, without asking the
-        # store for its scrape interval
-        inner = self._windowed("rate", metric, filters, max(step, RATE_WINDOW_MIN_SECONDS))
+        # store for its scrape interval. Only where the series is a window old (the rules' own
+        # "and x offset w"): rate() over a younger one reads its growth over the whole window, a
+        # ramp up from 0 in the first minute of every new GPU and of a new Prometheus
+        window = max(step, RATE_WINDOW_MIN_SECONDS)
+        inner = self._windowed("rate", metric, filters, window)
+        inner = f"({inner} and {self._own(metric, filters)} offset {duration(window)})"
         return self.query_range(self._sum_by(inner, by), window_s=window_s, step_s=step_s, end=end)
 
     def increase(

@@ -7,7 +7,6 @@ the lookback, and a series absent from that scrape is absent (stale) at that ste
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import time
@@ -28,11 +27,11 @@ from dashboard.source import (
     DEVICE_METRICS,
     LOOKBACK_SECONDS,
     NO_FILTERS,
-    RATE_WINDOW_MIN_SECONDS,
     SM_ACTIVE,
     Filters,
     bounded_step,
     device_keys,
+    rate_steps,
 )
 
 
@@ -246,8 +245,7 @@ class ScrapeSource:
         # before the filters and the sum, as Prometheus sums per-series rates: a reset on one GPU
         # must not read as a fleet-wide drop
         raw = frame(of_metric(metric), self._on_grid(hist, grid), time=True, series_id=True)
-        steps = max(1, math.ceil(RATE_WINDOW_MIN_SECONDS / step - 1e-9))
-        df = frames.counter_rate(raw, key="_series", steps=steps).drop(columns=["_series"], errors="ignore")
+        df = frames.counter_rate(raw, key="_series", steps=rate_steps(step)).drop(columns=["_series"], errors="ignore")
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
         return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
 

@@ -7,6 +7,7 @@ seconds). Failures raise :class:`SourceError`, which pages turn into a banner.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,6 +50,14 @@ RATE_WINDOW_MIN_SECONDS = 60.0
 """The shortest window a counter's rate over time is taken over (each point: the mean over its step,
 or over this much where the step is shorter): four scrapes at the chart's 15 s interval, so that a
 window never holds a single scrape (no rate), and a late scrape averages out."""
+
+
+def rate_steps(step_s: float) -> int:
+    """How many steps of a series a counter's rate spans: one, or RATE_WINDOW_MIN_SECONDS' worth
+    where the step is shorter."""
+    return max(1, math.ceil(RATE_WINDOW_MIN_SECONDS / max(step_s, 1e-9) - 1e-9))
+
+
 LOOKBACK_SECONDS = 300.0
 """How far back an instant value may lie (Prometheus' default lookback delta)."""
 

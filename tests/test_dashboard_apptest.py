@@ -3,6 +3,7 @@ Prometheus that is down, slow or erroring gives a banner instead of a traceback.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard import frames
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_exposition
 from tests.support.net import free_port
 
@@ -205,6 +207,7 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         assert not [q for q in state.queries if "_bytes_total" in q or "_utilization_ratio" in q], state.queries
 
 
+MPS = (Path(__file__).parent / "fixtures" / "dashboard" / "mps.prom").read_text()
 MOVER = "GPU-4aecb4d1-13f8-58f3-955e-8fea11c88f57"
 """GPU 4 of the simulated mps node (tests/fixtures/dashboard/mps.prom): a data loader copying pinned
 host memory to the GPU, no kernel: NVML GPU-Util ~1.0, SM activity 0, class transfer."""
@@ -262,7 +265,12 @@ def test_gpu_page_shows_the_links_in_words(dashboard_env: pytest.MonkeyPatch) ->
     assert "Links: PCIe and NVLink" in texts
     links = _table_with(at, "capacity_bytes_per_second").set_index("link")
     assert links.loc["PCIe", "capacity_bytes_per_second"] == "63.0 GB/s"
-    assert links.loc["PCIe", "measured_by"] == "NVML byte counters"
-    assert links.loc["NVLink", "measured_by"] == "GPM counters, each cycle"
+    # where the exporter read the bytes, in words (gpulens_gpu_link_info{source} of the fixture)
+    sources = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r'gpulens_gpu_link_info\{[^}]*link="(\w+)"[^}]*source="(\w+)"[^}]*' + MOVER, MPS)
+    }
+    assert links.loc["PCIe", "measured_by"] == frames.LINK_SOURCE_NAMES[sources["pcie"]]
+    assert links.loc["NVLink", "measured_by"] == frames.LINK_SOURCE_NAMES[sources["nvlink"]]
     assert 50 < links.loc["PCIe", "mean_utilization"] <= 100
     assert "gpulens_" not in texts

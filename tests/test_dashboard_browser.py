@@ -19,13 +19,15 @@ import pytest
 from tests.support.browser import MIN_CHARTS, PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.net import free_port
-from tests.support.prometheus import demo_scrape_config, run_prometheus
+from tests.support.prometheus import demo_scrape_config, run_prometheus, wait_for_query
 from tests.support.prometheus import query as prom_query
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 MODES = ("prometheus", "scrape")
 SCENARIOS = ("h200x8", "mig", "timeslice", "mps")
+MOVING_DOCS = ("", "efficiency", "gpu")
+"""The pages whose docs screenshot the data-moving GPU's test takes (docs/img/dashboard-PAGE.png)."""
 """The simulated nodes, node-0 to node-3 in Prometheus (the mps node's GPU 4 moves data: class transfer)."""
 
 
@@ -71,11 +73,12 @@ def test_every_page_loads_clean_with_its_key_elements(
             check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png")
             if (
                 mode == "prometheus"
-                and path not in ("rightsizing", "gpu")
+                and path not in ("rightsizing", *MOVING_DOCS)
                 and os.environ.get("GPULENS_UPDATE_DOCS_IMG")
             ):
                 # the docs' screenshots (the right-sizing one comes from the advisor's test, with
-                # data; the GPU page's from the data-moving GPU's test, with its links busy)
+                # data; Fleet, Efficiency and GPU from the data-moving GPU's test, with a minute of
+                # link rates)
                 shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
         if mode == "prometheus":
             # filters: the relabelled cluster and node labels become sidebar filters
@@ -180,6 +183,8 @@ def test_a_gpu_moving_data_is_shown_as_moving_data_with_its_links(
     prom, prom_dash, scrape_dash = stack
     dash = prom_dash if mode == "prometheus" else scrape_dash
     uuid = _mover(prom)
+    # link rates are drawn where a counter is a rate window (a minute) old: wait for that much history
+    wait_for_query(prom, "count(gpulens_gpu_pcie_rx_bytes_total offset 70s)", timeout=120)
     out = artifacts_dir / "dashboard"
     out.mkdir(exist_ok=True)
     with chromium_page() as page:
@@ -187,16 +192,18 @@ def test_a_gpu_moving_data_is_shown_as_moving_data_with_its_links(
 
         assert isinstance(page, Page)
         watch = PageWatch(page, dash)
+        shots = {path: out / f"{mode}-moving-{path or 'fleet'}.png" for path in MOVING_DOCS}
         fleet = ["1 GPU moving data: PCIe/NVLink busy, SMs idle", "1 GPU(s) look busy in nvidia-smi but their SMs"]
-        check_page(page, watch, f"{dash}/?range=15m", fleet, 1, out / f"{mode}-moving-fleet.png")
+        check_page(page, watch, f"{dash}/?range=15m", fleet, 1, shots[""])
         assert page.get_by_text("2 GPU(s) look busy in nvidia-smi").count() == 0, "the loader is not launch-bound"
         efficiency = ["Data movement over PCIe and NVLink", "Throughput of the GPUs in view, GB/s"]
-        check_page(page, watch, f"{dash}/efficiency?range=15m", efficiency, 4, out / f"{mode}-moving-efficiency.png")
+        check_page(page, watch, f"{dash}/efficiency?range=15m", efficiency, 4, shots["efficiency"])
         assert page.locator("svg text", has_text="transfer").count() > 0, "the class in the boundness legend"
+        assert page.locator("svg text", has_text="NVLink out").count() > 0, "the view's throughput has its lines"
         gpu = ["Links: PCIe and NVLink", "Throughput, GB/s", "Use, % of capacity"]
-        shot = out / f"{mode}-moving-gpu.png"
-        check_page(page, watch, f"{dash}/gpu?range=15m&uuid={uuid}", gpu, 5, shot)
+        check_page(page, watch, f"{dash}/gpu?range=15m&uuid={uuid}", gpu, 5, shots["gpu"])
         for line in ("PCIe in", "PCIe out", "NVLink in"):
             assert page.locator("svg text", has_text=line).count() > 0, line
         if mode == "prometheus" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
-            shutil.copy(shot, REPO / "docs" / "img" / "dashboard-gpu.png")
+            for path, shot in shots.items():
+                shutil.copy(shot, REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")

@@ -551,6 +551,9 @@ def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity()
     assert gpu_pcie["peak_utilization"] == 0.8
     assert table.loc[("GPU", "NVLink")]["measured_by"] == "GPM counters, each cycle"
     assert table.loc[("1g.18gb MIG-abcdefgh", "PCIe")]["in_bytes_per_second"] == pytest.approx(1e8)
+    # over a minute's worth of steps where the step is shorter (a late scrape averages out)
+    smooth, _use = frames.link_panels(series, steps=2)
+    assert sorted(smooth[smooth["series"] == "PCIe in"]["value"]) == [50e9, 50e9]
     # an exporter without the counters: the physical GPU's sampled throughput
     old = series[~series["metric"].str.endswith("_bytes_total")]
     throughput, _use = frames.link_panels(old)
@@ -589,6 +592,12 @@ def test_fleet_tells_gpus_moving_data_from_launch_bound_ones() -> None:
     assert "pcie" in shown.columns and "nvlink" not in shown.columns, "a link nothing measured is left out"
 
 
+def test_a_rate_spans_a_step_or_a_minute_whichever_is_longer() -> None:
+    from dashboard.source import rate_steps
+
+    assert [rate_steps(s) for s in (1.0, 4.0, 15.0, 60.0, 360.0)] == [60, 15, 4, 1, 1]
+
+
 def test_latest_keeps_each_series_newest_point() -> None:
     df = pd.DataFrame({"uuid": ["a", "a", "b"], "timestamp": [20.0, 10.0, 5.0], "value": [2.0, 1.0, 7.0]})
     assert frames.latest(df).sort_values("uuid").to_dict("list") == {"uuid": ["a", "b"], "value": [2.0, 7.0]}
@@ -611,11 +620,13 @@ def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
     with fake_prometheus("h200x8.prom") as (url, state):
         src = PrometheusSource(url)
         src.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=900, step_s=4, by=[])
-        assert state.queries[-1] == "sum by () (rate(gpulens_gpu_pcie_rx_bytes_total[60s]))"
+        assert state.queries[-1] == (
+            "sum by () ((rate(gpulens_gpu_pcie_rx_bytes_total[60s]) and gpulens_gpu_pcie_rx_bytes_total offset 60s))"
+        ), "a window of a minute at least, and only over series that old (no ramp up from 0)"
         src.rate("gpulens_gpu_pcie_rx_bytes_total", Filters(namespace="ml"), window_s=86400, step_s=360)
         assert state.queries[-1] == (
-            "(rate(gpulens_gpu_pcie_rx_bytes_total[360s]) and on(uuid,mig_uuid) "
-            'gpulens_pod_gpu_allocation{namespace="ml"})'
+            "((rate(gpulens_gpu_pcie_rx_bytes_total[360s]) and on(uuid,mig_uuid) "
+            'gpulens_pod_gpu_allocation{namespace="ml"}) and gpulens_gpu_pcie_rx_bytes_total offset 360s)'
         )
     clock = _Clock()
     head = "# TYPE gpulens_gpu_pcie_rx_bytes_total counter\n"

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
+from dashboard.source import bounded_step, rate_steps
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -73,7 +74,7 @@ def body(ctx: ui.PageContext) -> None:
             ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
 
     with ui.panel("Links"):
-        links(series)
+        links(series, rate_steps(bounded_step(ctx.window_s, ctx.step_s)[1]))
 
     with ui.panel("Clock events"):
         st.subheader("Clock events (throttle reasons) over time")
@@ -92,19 +93,20 @@ def body(ctx: ui.PageContext) -> None:
             ui.chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
 
 
-def links(series: pd.DataFrame) -> None:
+def links(series: pd.DataFrame, steps: int) -> None:
     """PCIe and NVLink: what each link carries (capacity) and where its bytes are read from, the
-    range's means, and throughput each way and use over time."""
+    range's means, and throughput each way (the rate over ``steps`` steps) and use over time."""
     st.subheader("Links: PCIe and NVLink")
-    throughput, use = frames.link_panels(series)
+    throughput, use = frames.link_panels(series, steps)
     table = frames.link_table(series)
     if throughput.empty and use.empty and table.empty:
         st.info("No link series in the range (an exporter older than the link counters, or a driver without them).")
         return
     st.caption(
-        "In = into the GPU (host to GPU over PCIe, from its peers over NVLink), out = from it; throughput is the "
-        "rate of the exporter's byte counters over each step. Use = the busier direction over the link's capacity. "
-        "Links busy while the SMs idle read class transfer: the GPU is moving data."
+        "In = into the GPU (host to GPU over PCIe, from its peers over NVLink), out = from it (dashed); throughput "
+        "is the rate of the exporter's byte counters over each step, or over a minute where the step is shorter. "
+        "Use = the busier direction over the link's capacity. Links busy while the SMs idle read class transfer: "
+        "the GPU is moving data."
     )
     if not table.empty:
         st.dataframe(
