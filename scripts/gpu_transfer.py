@@ -32,6 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from gpu_boundness import settle, start_exporter  # noqa: E402  (the boundness run's exporter and settle time)
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -408,38 +411,6 @@ def scrape(url: str) -> dict[str, Any]:
     return out
 
 
-def start_exporter(port: int, log_path: Path) -> subprocess.Popen[bytes] | None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "exporter",
-        "--backend",
-        "nvml",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        "--collect.interval",
-        "1s",
-        "--no-probes",
-        "--no-kubernetes.api",
-    ]
-    log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the child
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.3)
-    print(f"exporter did not become ready (rc={proc.poll()})", flush=True)
-    proc.kill()
-    return None
-
-
 class Child:
     """One load's child process, with its ready/switch times and its byte reports."""
 
@@ -479,18 +450,6 @@ class Child:
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
-
-
-def _settle(rows: list[dict[str, Any]], start: float, end: float, expected: str) -> float | None:
-    settled = None
-    for r in rows:
-        if not start <= r["t"] < end:
-            continue
-        if r.get("exported_class") == expected:
-            settled = settled if settled is not None else max(0.0, r["t"] - start)
-        else:
-            settled = None
-    return settled
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -551,7 +510,9 @@ def run_load(load: Load, rec: Recorder, url: str | None, seconds: float, traces:
     bounds = [(ready, switch if switch is not None else float("inf"))]
     if switch is not None:
         bounds.append((switch, float("inf")))
-    res["settle_s"] = [_settle(rows, a, b, e) for (a, b), e in zip(bounds, load.expected, strict=False)]
+    res["settle_s"] = [
+        settle(rows, "exported_class", a, e, b) for (a, b), e in zip(bounds, load.expected, strict=False)
+    ]
     res["exported"] = rows[-1].get("exported_class")
     steady = [r for r in rows if bounds[0][0] + 3.0 <= r["t"] < bounds[0][1]]
     measured = child.rate(steady[0]["t"], steady[-1]["t"]) if child and len(steady) > 1 else None
@@ -607,7 +568,7 @@ def run_parent(args: argparse.Namespace) -> int:
     rec = Recorder()
     facts = rec.facts()
     print("facts:", json.dumps(facts, default=str), flush=True)
-    exporter = None if args.no_exporter else start_exporter(args.port, out / "exporter.log")
+    exporter = None if args.no_exporter else start_exporter(args.port, 10.0, out / "exporter.log")
     url = f"http://127.0.0.1:{args.port}/metrics" if exporter else None
     loads = [x for x in LOADS if not args.loads or x.name in args.loads]
     results = []

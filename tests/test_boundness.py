@@ -472,6 +472,21 @@ MANIFEST = _load_manifest()
 RECORDED = sorted(MANIFEST, key=lambda name: int(MANIFEST[name]["order"]))
 
 
+def recorded_gpm(row: dict[str, Any], window: float) -> GpmSample:
+    """One recorded GPM window (a JSON line of the device scripts' traces) as the backend's sample."""
+    return GpmSample(
+        window_seconds=window,
+        sm_active=row["sm_active"],
+        sm_occupancy=row["sm_occupancy"],
+        tensor_active=row["tensor"],
+        fp64_active=row["fp64"],
+        fp32_active=row["fp32"],
+        fp16_active=row["fp16"],
+        dram_active=row["dram"],
+        graphics_active=row.get("graphics_util"),
+    )
+
+
 def replay(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[tuple[float, str | None]]:
     """Feed a recorded JSON-lines GPM trace through a classifier; return (t, class) per window."""
     out: list[tuple[float, str | None]] = []
@@ -481,17 +496,7 @@ def replay(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[
             continue
         r = json.loads(line)
         t = float(r["t"]) + t_offset
-        gpm = GpmSample(
-            window_seconds=(t - prev) if prev is not None else 1.0,
-            sm_active=r["sm_active"],
-            sm_occupancy=r["sm_occupancy"],
-            tensor_active=r["tensor"],
-            fp64_active=r["fp64"],
-            fp32_active=r["fp32"],
-            fp16_active=r["fp16"],
-            dram_active=r["dram"],
-            graphics_active=r.get("graphics_util"),
-        )
+        gpm = recorded_gpm(r, (t - prev) if prev is not None else 1.0)
         has_processes = bool(r.get("has_processes", r["nvml_util"] > 0))
         out.append((t, clf.observe("GPU-h200", gpm, r["nvml_util"], has_processes, t)))
         prev = t

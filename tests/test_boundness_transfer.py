@@ -17,7 +17,7 @@ import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier
 from exporter.backends.nvml_links import pcie_capacity
-from exporter.model import GpmSample
+from tests.test_boundness import recorded_gpm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transfer_traces"
 MANIFEST: dict[str, Any] = json.loads((FIXTURES / "manifest.json").read_text())
@@ -35,17 +35,7 @@ def replay(name: str, with_links: bool = True) -> list[tuple[float, str | None, 
     for line in (FIXTURES / LOADS[name]["file"]).read_text().splitlines():
         r = json.loads(line)
         t = float(r["t"])
-        gpm = GpmSample(
-            window_seconds=(t - prev) if prev is not None else 1.0,
-            sm_active=r["sm_active"],
-            sm_occupancy=r["sm_occupancy"],
-            tensor_active=r["tensor"],
-            fp64_active=r["fp64"],
-            fp32_active=r["fp32"],
-            fp16_active=r["fp16"],
-            dram_active=r["dram"],
-            graphics_active=r["graphics_util"],
-        )
+        gpm = recorded_gpm(r, (t - prev) if prev is not None else 1.0)
         rates = [r[k] for k in ("gpm_pcie_tx", "gpm_pcie_rx") if r.get(k) is not None]
         link = min(1.0, max(rates) / CAPACITY) if rates and with_links else None
         cls = clf.observe("GPU-h200", gpm, r["nvml_util"], bool(r["has_processes"]), t, link)
