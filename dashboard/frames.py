@@ -850,7 +850,8 @@ def counter_rate(df: pd.DataFrame, key: str | None = None, steps: int = 1) -> pd
     by = [out[c] for c in labels] if labels else [pd.Series(0, index=out.index)]
     grouped = out.groupby(by, dropna=False, sort=False)
     prev, prev_t = grouped["value"].shift(), grouped["timestamp"].shift()
-    grown = (out["value"] - prev).where(out["value"] >= prev, out["value"])
+    # a series' first point has no growth (not its whole value: the count since the exporter started)
+    grown = (out["value"] - prev).where(out["value"] >= prev, out["value"]).where(prev.notna())
     gap = out["timestamp"] - prev_t
     if steps > 1:
         series = out.groupby(by, dropna=False, sort=False).ngroup()

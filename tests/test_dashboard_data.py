@@ -503,6 +503,9 @@ def test_counter_rate_is_per_second_per_series_and_survives_a_reset() -> None:
     late = pd.DataFrame({"timestamp": [0.0, 5.0, 10.0, 15.0, 20.0], "value": [0.0, 50.0, 50.0, 150.0, 200.0]})
     assert frames.counter_rate(late)["value"].tolist() == [10.0, 0.0, 20.0, 10.0]
     assert frames.counter_rate(late, steps=2)["value"].tolist() == [10.0, 5.0, 10.0, 15.0]
+    # a counter that starts high (the bytes since the exporter started) starts no window with that count
+    steady = pd.DataFrame({"timestamp": [100.0, 104.0, 108.0], "value": [250.0, 450.0, 650.0]})
+    assert frames.counter_rate(steady, steps=15)["value"].tolist() == [50.0, 50.0]
 
 
 def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity() -> None:
