@@ -40,8 +40,8 @@ def body(ctx: ui.PageContext) -> None:
         c4.metric("Allocated but idle", counts["allocated_idle"])
         st.caption(
             f"{counts['gpus']} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
-            f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels running and no "
-            "data moving over its links (launch-bound and transfer-bound devices are in use): the recording rules' "
+            f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels running and its "
+            "links idle (launch-bound and transfer-bound devices are in use): the recording rules' "
             "definition."
         )
         if info.empty:

@@ -32,8 +32,9 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Allocated but idle"):
         st.subheader("Allocated but idle now")
         st.caption(
-            f"Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW} and no kernels "
-            "running: the definition the recording rules and the advisor use. Launch-bound devices are listed below."
+            f"Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels "
+            "running and its links idle: the definition the recording rules and the advisor use. "
+            "Launch-bound devices are listed below; transfer-bound ones (moving data) on the Fleet page."
         )
         alloc = ui.get(ctx, q["alloc"])
         idle_now = ui.get(ctx, q["idle_now"])
