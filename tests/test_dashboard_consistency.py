@@ -5,7 +5,8 @@ definition inlined) find the same idle devices and the same wasted GPU-hours.
 
 The history (15 s samples, 45 minutes, one node): GPU a idle; b busy; l launch-bound (SMs ~0 but
 GPU-Util 25 % and class ``launch``: in use, not idle); h busy for 20.5 minutes then idle; a 3g.71gb MIG
-instance idle (3/7 of a GPU-hour per hour); t time-sliced and idle, 3 replicas held by web/t-0 and
+instance idle (3/7 of a GPU-hour per hour); a 2g.35gb MIG instance moving data (SMs 0, no GPU-Util on
+a MIG instance, class ``transfer``: in use, not idle); t time-sliced and idle, 3 replicas held by web/t-0 and
 1 by batch/t-1; u idle but unallocated. Samples sit 7 s off the minute so no rule evaluation lands
 on a sample at the edge of its 5 m window (Prometheus 2 closes that edge, the pandas reader opens it).
 
@@ -71,6 +72,8 @@ def _leaves(t: float, t0: float) -> list[dict[str, Any]]:
                 "util": 0.0, "cls": "idle"})  # fmt: skip
     out.append({"gpu": "4", "uuid": "GPU-m", "mig_uuid": "MIG-1", "profile": "1g.18gb", "gi": "9", "sm": 0.0,
                 "util": 0.0, "cls": "idle"})  # fmt: skip
+    out.append({"gpu": "4", "uuid": "GPU-m", "mig_uuid": "MIG-2", "profile": "2g.35gb", "gi": "5", "sm": 0.0,
+                "util": 0.0, "cls": "transfer"})  # fmt: skip
     return out
 
 
@@ -80,6 +83,7 @@ ALLOCATIONS = (  # namespace, pod, uuid, mig_uuid, replicas
     ("web", "l-0", "GPU-l", "", ("",)),
     ("web", "h-0", "GPU-h", "", ("",)),
     ("ml", "m-0", "GPU-m", "MIG-3", ("",)),
+    ("etl", "x-0", "GPU-m", "MIG-2", ("",)),
     ("web", "t-0", "GPU-t", "", ("0", "1", "2")),
     ("batch", "t-1", "GPU-t", "", ("3",)),
 )
@@ -214,7 +218,9 @@ def test_the_same_devices_are_idle(history: tuple[str, ScrapeSource, float]) -> 
         busy = {(str(u), str(m)) for u, m, v in zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"],
                                                     strict=True) if v < 0.5}  # fmt: skip
         assert idle == expected, name
-        assert busy == {("GPU-b", ""), ("GPU-l", "")}, f"{name}: the launch-bound GPU is in use, not idle"
+        assert busy == {("GPU-b", ""), ("GPU-l", ""), ("GPU-m", "MIG-2")}, (
+            f"{name}: the launch-bound GPU and the instance moving data are in use, not idle"
+        )
 
 
 def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> None:
@@ -223,6 +229,7 @@ def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> 
         ("ml", "a-0"): 0.5,  # 30 minutes of an idle whole GPU
         ("ml", "b-0"): 0.0,
         ("web", "l-0"): 0.0,  # launch-bound: not wasted
+        ("etl", "x-0"): 0.0,  # transfer-bound MIG instance: not wasted
         ("web", "h-0"): 20 / 60,  # idle from minute 20.5 + the 5 m mean: minutes 26-45, 20 steps
         ("ml", "m-0"): 0.5 * 3 / 7,  # a 3g.71gb instance weighs 3/7
         ("web", "t-0"): 0.5 * 3 / 4,  # 3 of the 4 replicas of an idle GPU
