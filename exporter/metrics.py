@@ -515,8 +515,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_nvlink_tx_bytes_per_second",
         "bytes",
-        "NVLink transmit throughput (bytes/s) over the last cycle; the same read as "
-        "gpulens_gpu_nvlink_tx_bytes_total.",
+        "NVLink transmit throughput (bytes/s) over the last cycle; the same read as gpulens_gpu_nvlink_tx_bytes_total.",
         GPU,
         lambda v: v.gpu.nvlink_tx_bytes_per_second,
     ),
@@ -524,8 +523,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_nvlink_rx_bytes_per_second",
         "bytes",
-        "NVLink receive throughput (bytes/s) over the last cycle; the same read as "
-        "gpulens_gpu_nvlink_rx_bytes_total.",
+        "NVLink receive throughput (bytes/s) over the last cycle; the same read as gpulens_gpu_nvlink_rx_bytes_total.",
         GPU,
         lambda v: v.gpu.nvlink_rx_bytes_per_second,
     ),
