@@ -16,6 +16,7 @@ import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
 from exporter.model import BOUNDNESS_CLASSES, GpmSample
+from tests.support.gpm_traces import recorded_gpm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpm_traces"
 
@@ -470,21 +471,6 @@ def _load_manifest() -> dict[str, dict[str, Any]]:
 
 MANIFEST = _load_manifest()
 RECORDED = sorted(MANIFEST, key=lambda name: int(MANIFEST[name]["order"]))
-
-
-def recorded_gpm(row: dict[str, Any], window: float) -> GpmSample:
-    """One recorded GPM window (a JSON line of the device scripts' traces) as the backend's sample."""
-    return GpmSample(
-        window_seconds=window,
-        sm_active=row["sm_active"],
-        sm_occupancy=row["sm_occupancy"],
-        tensor_active=row["tensor"],
-        fp64_active=row["fp64"],
-        fp32_active=row["fp32"],
-        fp16_active=row["fp16"],
-        dram_active=row["dram"],
-        graphics_active=row.get("graphics_util"),
-    )
 
 
 def replay(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[tuple[float, str | None]]:

@@ -17,7 +17,7 @@ import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier
 from exporter.backends.nvml_links import pcie_capacity
-from tests.test_boundness import recorded_gpm
+from tests.support.gpm_traces import recorded_gpm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transfer_traces"
 MANIFEST: dict[str, Any] = json.loads((FIXTURES / "manifest.json").read_text())

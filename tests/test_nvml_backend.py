@@ -15,35 +15,15 @@ from exporter.backends.nvml import NvmlBackend
 from exporter.model import BackendSample, GpuSample
 from tests.fakes import fake_pynvml as fake_module
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
+from tests.support.nvml_node import Clock, h200, make
 
 SM, OCC, TENSOR, DRAM, FP64, FP32, FP16 = 2, 3, 5, 10, 11, 12, 13
 NVLINK_RX, NVLINK_TX = 60, 61
 
 
-class Clock:
-    """Injected monotonic clock; the wall clock follows it from a fixed epoch."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return 1_700_000_000.0 + self.now
-
-
-def h200(i: int = 0, **kw: object) -> FakeGpu:
-    return FakeGpu(uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", pci_bus_id=f"00000000:{i:02X}:00.0", **kw)  # type: ignore[arg-type]
-
-
 @pytest.fixture()
 def clock() -> Clock:
     return Clock()
-
-
-def make(fake: FakeNvml, clock: Clock, **kw: int) -> NvmlBackend:
-    return NvmlBackend(nvml=fake, clock=clock, wall_clock=clock.wall, **kw)
 
 
 def cycles(backend: NvmlBackend, clock: Clock, n: int) -> Iterator[BackendSample]:

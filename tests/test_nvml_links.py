@@ -9,7 +9,7 @@ from exporter.backends.nvml_links import pcie_capacity
 from exporter.model import NVLINK, PCIE, BackendSample, LinkTraffic
 from tests.fakes import fake_pynvml as fake_module
 from tests.fakes.fake_pynvml import FakeMig, FakeNvml
-from tests.test_nvml_backend import Clock, h200, make
+from tests.support.nvml_node import Clock, h200, make
 
 MIB = 1024 * 1024
 GEN5_X16 = 32e9 * 16 * (128 / 130) / 8
