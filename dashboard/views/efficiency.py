@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
+from dashboard.source import RATE_WINDOW_MIN_SECONDS
 
 # (comments, not docstrings: Streamlit's magic would draw a string under an assignment on the page)
 # Most GPUs and slices the per-GPU link chart draws a line for (the busiest ones).
@@ -120,8 +121,16 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
     with left:
         st.markdown("**Throughput of the GPUs in view, GB/s**")
         totals = frames.link_totals({key: ui.get(ctx, qq) for key, qq in rates.items()})
-        chart = figures.time_lines(totals, "bytes_per_second", legend_columns=2, dashed=frames.outbound(totals))
-        ui.chart(chart, key="link_totals")
+        if totals.empty and measured:
+            # The links are measured, but a rate needs its counters a minute apart: a fresh
+            # exporter or store has none yet, which is not the same as no data.
+            st.caption(
+                f"Throughput appears once the byte counters span {RATE_WINDOW_MIN_SECONDS:.0f} s; "
+                "the link use beside it is already measured."
+            )
+        else:
+            chart = figures.time_lines(totals, "bytes_per_second", legend_columns=2, dashed=frames.outbound(totals))
+            ui.chart(chart, key="link_totals")
     with right:
         st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
         if measured == 0:
