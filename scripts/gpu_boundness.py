@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter.analysis.boundness import BoundnessClassifier  # noqa: E402
-from exporter.model import BOUNDNESS_CLASSES, GpmSample  # noqa: E402
+from exporter.model import BOUNDNESS_CLASSES  # noqa: E402
+from tests.support.gpm_traces import recorded_gpm  # noqa: E402  (the same row -> sample as the replays)
 
 GIB = 1 << 30
 
@@ -417,17 +418,7 @@ def run_parent(args: argparse.Namespace) -> int:
                 if ready_t is None and all(r for _, r, _ in children):
                     ready_t = max(r[0] for _, r, _ in children)
                 row = rec.read()
-                gpm = GpmSample(
-                    window_seconds=row["window_s"],
-                    sm_active=row["sm_active"],
-                    sm_occupancy=row["sm_occupancy"],
-                    tensor_active=row["tensor"],
-                    fp64_active=row["fp64"],
-                    fp32_active=row["fp32"],
-                    fp16_active=row["fp16"],
-                    dram_active=row["dram"],
-                    graphics_active=row["graphics_util"],
-                )
+                gpm = recorded_gpm(row, row["window_s"])
                 row["in_script_class"] = clf.observe("gpu0", gpm, row["nvml_util"], row["has_processes"], row["t"])
                 if exporter:
                     row["exported_class"], row["exported_busy"], err = scrape(url)
