@@ -76,8 +76,8 @@ class LinkIntegrator:
 
     Each cycle adds rate x window per direction.  For NVML's cumulative counters the backend
     derived the rate from the counter's increase over exactly that window, so the sum is the
-    counter's own increase (and a driver reset, which the backend drops, adds nothing); GPM and
-    sampled rates are integrated the same way.
+    counter's own increase (across a driver reset the backend takes that window's rate from its
+    next source instead); GPM and sampled rates are integrated the same way.
     """
 
     def __init__(self) -> None:
