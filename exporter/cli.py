@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server = MetricsServer(
             cfg.listen_address,
-            exposition.render,
+            exposition.render_parts,
             ready=lambda: sampler.latest() is not None and sampler.running(),
             web_config=web_config,
         )

@@ -181,10 +181,18 @@ class CachedExposition:
         self._bodies: dict[str, bytes] = {}
 
     def render(self, accept_header: str) -> tuple[bytes, str]:
-        """(body, content type) for a scrape with this ``Accept`` header.
+        """(body, content type) for a scrape with this ``Accept`` header, as one bytes object."""
+        parts, ctype = self.render_parts(accept_header)
+        return b"".join(parts), ctype
+
+    def render_parts(self, accept_header: str) -> tuple[tuple[bytes | memoryview, ...], str]:
+        """(body in parts, content type) for a scrape with this ``Accept`` header.
 
         The header is first reduced to one of two canonical formats (exporter/negotiate.py), so
-        the cache never holds more than one body per format whatever clients send."""
+        the cache never holds more than one body per format whatever clients send.  The first
+        part is a view of the cached body, shared by every reply in flight; only the few bytes of
+        the age line are new per request (the HTTP front sends the parts without joining them, so
+        a thousand unread replies do not hold a thousand copies of the page)."""
         encoder, ctype = choose_encoder(exposition_accept(accept_header))
         snap = self._source()
         with self._lock:
@@ -195,8 +203,8 @@ class CachedExposition:
             if body is None:
                 body = self._bodies[ctype] = self._encode(encoder, ctype, snap)
         if snap is None:
-            return body, ctype
-        return self._with_tail(body, self._age_tail(snap)), ctype
+            return (body,), ctype
+        return self._split_tail(body, self._age_tail(snap)), ctype
 
     def _encode(self, encoder: Callable[[CollectorRegistry], bytes], ctype: str, snap: Snapshot | None) -> bytes:
         openmetrics = ctype.startswith("application/openmetrics-text")
@@ -210,6 +218,14 @@ class CachedExposition:
         if body.endswith(eof):
             return body[: -len(eof)] + tail + eof
         return body + tail
+
+    @staticmethod
+    def _split_tail(body: bytes, tail: bytes) -> tuple[bytes | memoryview, ...]:
+        """``_with_tail(body, tail)`` as parts, without copying ``body``."""
+        eof = b"# EOF\n"
+        if body.endswith(eof):
+            return memoryview(body)[: -len(eof)], tail + eof
+        return body, tail
 
     def _age_tail(self, snap: Snapshot) -> bytes:
         spec = cat.spec("gpulens_snapshot_age_seconds")

@@ -12,6 +12,7 @@ millisecond.  Where the C library has no ``malloc_trim`` (musl), it is a no-op.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 from collections.abc import Callable
 
@@ -59,3 +60,22 @@ class HeapTrimmer:
         except Exception:  # a C library that misbehaves must not stop sampling
             log.exception("malloc_trim failed; not trying again")
             self._trim = None
+
+
+@functools.cache
+def _shared_trim() -> Callable[[int], int] | None:
+    return _libc_trim()
+
+
+def trim_now() -> bool:
+    """One ``malloc_trim(0)`` now (after a burst of freed connections); False where the C library
+    has none or it failed.  Never raises."""
+    trim = _shared_trim()
+    if trim is None:
+        return False
+    try:
+        trim(0)
+    except Exception:  # a C library that misbehaves must not stop serving
+        log.exception("malloc_trim failed")
+        return False
+    return True

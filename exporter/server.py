@@ -1,20 +1,28 @@
 """HTTP(S) endpoints: ``/metrics`` (exposition), ``/healthz`` (alive), ``/readyz`` (ready).
 
-One asyncio event loop serves every connection; h11 parses HTTP/1.1.  What any client, however
-slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
+One asyncio event loop serves every connection (exporter/http_conn.py); h11 parses HTTP/1.1.
+What any client, however slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
 
 - connections: at most ``Limits.max_connections`` open at once.  A new connection over the cap
-  closes the oldest one that is still waiting for its request (an idle keep-alive, a slow
-  sender, a stalled TLS handshake); when every open connection is busy, the new one is closed.
+  closes another, in this order: one that has not completed a request or has stopped reading its
+  reply (oldest first), then kept-alive idle ones that have delivered the fewest replies (a
+  scraper's long-lived connection goes last).  When every open connection is being answered,
+  the new one is closed.
+- unsent bytes: a reply is written a slice at a time; at most ``Limits.max_stalled`` connections
+  may have a reply stuck unread (the longest stuck is closed beyond), and every reply must be
+  taken within ``Limits.write_deadline``.
 - time: the TLS handshake, request line and headers must all arrive within
-  ``Limits.request_deadline`` of the connection (or, on a kept-alive connection, of the first byte
-  of the next request) - one deadline for the whole head, not per read.  A response must be
-  taken by the client within ``Limits.write_deadline``.
+  ``Limits.request_deadline`` of the connection (or, on a kept-alive connection, of the first
+  byte of the next request).
 - bytes: the request head may hold ``Limits.max_header_bytes`` and ``Limits.max_headers``
-  fields (431 beyond).  A request body is never read: the reply closes the connection, so the
-  body can never be parsed as a next request.
-- threads: the loop thread, ``RENDER_WORKERS`` threads that build /metrics bodies, and one thread
-  that runs bcrypt (uncached credential checks queue there, one at a time).
+  fields (431 beyond).  A request body is never read: the reply closes the connection.
+- CPU: TLS handshakes run on ``TLS_WORKERS`` low-priority threads, at most
+  ``Limits.max_handshakes`` waiting (more are shed), and only elliptic-curve key exchanges are
+  offered (exporter/tls_groups.py); uncached bcrypt checks run on one low-priority thread, fairly
+  between client addresses and bounded (exporter/login.py).
+- threads: the loop thread, ``RENDER_WORKERS`` that build /metrics bodies, the TLS handshake
+  threads and the bcrypt thread: a fixed number.
+- freed memory: after a burst of closed connections the C heap is trimmed (exporter/heap.py).
 
 Only GET and HEAD are served.  TLS, mTLS and basic auth come from ``--web.config.file``
 (exporter/webconfig.py); the TLS context is looked up per connection, so rotated certificates
@@ -25,26 +33,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
 import os
 import socket
 import ssl
 import threading
+import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
-import h11
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from exporter.heap import trim_now
+from exporter.http_conn import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_SUSPECT, Connection
+from exporter.login import LoginScheduler
 from exporter.negotiate import accepts_gzip, exposition_accept
 from exporter.tcp import as_tcp
+from exporter.tls_session import TlsSession
 from exporter.webconfig import BasicAuth, TlsContextSource, WebConfig
 
 log = logging.getLogger(__name__)
@@ -56,6 +66,8 @@ LANDING = b"""<html><head><title>gpulens exporter</title></head><body>
 
 RENDER_WORKERS = 2
 """Threads that build /metrics bodies (encoding, gzip); more requests wait for a free one."""
+TLS_WORKERS = 1
+"""Threads that run TLS handshake steps (key exchange, signature, certificate checks)."""
 LISTEN_BACKLOG = 1024
 """Kernel accept queue (capped by net.core.somaxconn): a burst of reconnecting clients must not
 overflow it, or a scraper's SYN is dropped and retried only a second later."""
@@ -63,11 +75,13 @@ ACCEPT_BATCH = 32
 """Connections accepted per event-loop wake-up."""
 FD_RESERVE = 64
 """File descriptors kept free of connections for the rest of the process."""
-BCRYPT_NICE = 10
-"""Nice increment of the bcrypt thread."""
-READ_CHUNK = 4096
-"""Bytes read from a socket at a time.  A connection buffers at most one request head plus one
-chunk: reading pauses while a request is answered."""
+WORKER_NICE = 10
+"""Nice increment of the bcrypt and TLS handshake threads: under a CPU limit they yield to the
+loop thread, which answers scrapes."""
+TRIM_AFTER_CLOSES = 64
+"""Closed connections after which the C heap is trimmed (at most once per ``TRIM_DELAY``)."""
+TRIM_DELAY = 1.0
+"""Seconds from the burst's first counted close to the trim."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +94,13 @@ class Limits:
     request_deadline: float = 10.0
     keepalive_idle: float = 30.0
     write_deadline: float = 30.0
+    max_stalled: int = 32
+    max_handshakes: int = 64
 
 
-Exposition = Callable[[str], tuple[bytes, str]]
-"""``render(accept_header) -> (body, content_type)``: the metrics page."""
+Body = bytes | Sequence[bytes | memoryview]
+Exposition = Callable[[str], tuple[Body, str]]
+"""``render(accept_header) -> (body or its parts, content_type)``: the metrics page."""
 
 
 UNAUTHENTICATED_PATHS = ("/healthz", "/readyz")
@@ -93,18 +110,24 @@ _TEXT = "text/plain; charset=utf-8"
 
 
 @dataclass
-class _Response:
+class Response:
+    """A reply: status, body in parts (sent without joining), content type, extra headers."""
+
     status: int
-    body: bytes
+    body: tuple[bytes | memoryview, ...]
     ctype: str = _TEXT
     headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False
+
+
+def _text(status: int, text: bytes, **kw: Any) -> Response:
+    return Response(status, (text,), **kw)
 
 
 def _lower_priority() -> None:
-    """Run the calling thread at a lower CPU priority (Linux: per-thread nice), so a flood of
-    wrong passwords competes for a core with itself rather than with scrapes."""
+    """Run the calling thread at a lower CPU priority (Linux: per-thread nice)."""
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BCRYPT_NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
 
 
 def _fit_to_fd_limit(limits: Limits) -> Limits:
@@ -126,35 +149,47 @@ def _fit_to_fd_limit(limits: Limits) -> Limits:
 
 
 def _plain(registry: CollectorRegistry) -> Exposition:
-    def render(accept: str) -> tuple[bytes, str]:
+    def render(accept: str) -> tuple[Body, str]:
         encoder, ctype = choose_encoder(exposition_accept(accept))
         return encoder(registry), ctype
 
     return render
 
 
-def _raw_error(status: int, reason: str) -> bytes:
-    body = f"{reason.lower()}\n".encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {_TEXT}\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
 def parse_listen_address(value: str) -> tuple[str, int]:
-    """``host:port`` / ``:port`` / ``[::1]:port`` -> (host, port); ValueError names what is wrong."""
+    """``host:port`` / ``:port`` / ``[::1]:port`` -> (host, port); ValueError names what is wrong.
+
+    An empty host (``:port``) means every address of both IP stacks (``listen_socket``)."""
     host, sep, port_s = value.rpartition(":")
     if not sep:
         raise ValueError(f"expected HOST:PORT or :PORT, got {value!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ValueError(f"port {port_s!r} is not a number") from None
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError(f"unbalanced brackets in {value!r}")
+    if ":" in host and not host.startswith("["):
+        raise ValueError(f"an IPv6 address needs brackets, as in [{host}]:{port_s}")
+    host = host.strip("[]")
+    if not port_s.isascii() or not port_s.isdigit():
+        raise ValueError(f"port {port_s!r} is not a number")
+    port = int(port_s)
     if not 0 <= port <= 65535:
         raise ValueError(f"port {port} is out of range 0..65535")
     return host, port
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket.  An empty host listens on both stacks (``::`` with
+    IPV6_V6ONLY off, as Go's ``:port`` does) where the host has IPv6, else on 0.0.0.0; ``0.0.0.0``
+    is IPv4 only and ``::`` IPv6 only."""
+    if not host:
+        if socket.has_dualstack_ipv6():
+            sock = socket.create_server(("", port), family=socket.AF_INET6, backlog=LISTEN_BACKLOG, dualstack_ipv6=True)
+        else:
+            sock = socket.create_server(("0.0.0.0", port), family=socket.AF_INET, backlog=LISTEN_BACKLOG)
+    else:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    # as_tcp: asyncio then sets TCP_NODELAY on each connection (a small reply is not held 40 ms)
+    return as_tcp(sock)
 
 
 class MetricsServer:
@@ -175,25 +210,29 @@ class MetricsServer:
         self._exposition = _plain(exposition) if isinstance(exposition, CollectorRegistry) else exposition
         self._ready = ready
         self.limits = _fit_to_fd_limit(limits or Limits())
-        self._headers: tuple[tuple[str, str], ...] = ()
+        self.extra_headers: tuple[tuple[str, str], ...] = ()
         self._auth: BasicAuth | None = None
         self._tls: TlsContextSource | None = None
         if web_config is not None:
-            self._headers = tuple(web_config.headers.items())
+            self.extra_headers = tuple(web_config.headers.items())
             if web_config.basic_auth_users:
                 self._auth = BasicAuth(web_config.basic_auth_users)
             if web_config.tls is not None:
                 self._tls = TlsContextSource(web_config.tls, web_config.path)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # as_tcp: asyncio then sets TCP_NODELAY on each connection (a small reply is not held 40 ms)
-        self._sock = as_tcp(socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG))
+        self._sock = listen_socket(host, port)
         self._sock.setblocking(False)
-        self._read_buffer = memoryview(bytearray(READ_CHUNK))
+        self.read_buffer = memoryview(bytearray(READ_CHUNK))
         self._render_pool = ThreadPoolExecutor(RENDER_WORKERS, thread_name_prefix="gpulens-render")
         self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="gpulens-bcrypt", initializer=_lower_priority)
-        self._loop = asyncio.new_event_loop()
-        self._conns: dict[int, _Connection] = {}
-        self._waiting: OrderedDict[int, _Connection] = OrderedDict()
+        self._tls_pool = ThreadPoolExecutor(TLS_WORKERS, thread_name_prefix="gpulens-tls", initializer=_lower_priority)
+        self.loop = asyncio.new_event_loop()
+        self._logins = LoginScheduler(self._auth, self._auth_pool, self.loop) if self._auth is not None else None
+        self._conns: dict[int, Connection] = {}
+        self._tiers: list[OrderedDict[int, Connection]] = [OrderedDict() for _ in range(TIER_IDLE_TRUSTED + 1)]
+        self._stalled: OrderedDict[int, Connection] = OrderedDict()
+        self._handshakes = 0
+        self._closes = 0
+        self._trim_pending = False
         self._next_key = 0
         self._server: asyncio.AbstractServer | None = None
         self._started = threading.Event()
@@ -202,11 +241,22 @@ class MetricsServer:
         """Connections closed to make room for a new one (for tests and the bench)."""
         self.refused = 0
         """New connections closed because every open one was busy."""
+        self.stall_closed = 0
+        """Connections closed because more than ``max_stalled`` had unread replies."""
+        self.handshakes_shed = 0
+        """TLS connections closed because ``max_handshakes`` were already waiting."""
+        self.trims = 0
+        """Heap trims after bursts of closed connections."""
 
     @property
     def port(self) -> int:
         """The bound port (useful with ``:0``)."""
         return int(self._sock.getsockname()[1])
+
+    @property
+    def family(self) -> socket.AddressFamily:
+        """The listening socket's address family."""
+        return self._sock.family
 
     def open_connections(self) -> int:
         """Connections open right now."""
@@ -220,29 +270,29 @@ class MetricsServer:
     def shutdown(self) -> None:
         """Stop accepting, close every connection and the socket, and end the threads."""
         if self._thread.is_alive():
-            fut = asyncio.run_coroutine_threadsafe(self._close(), self._loop)
+            fut = asyncio.run_coroutine_threadsafe(self._close(), self.loop)
             with contextlib.suppress(Exception):
                 fut.result(5)
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
-        if not self._loop.is_running():
-            self._loop.close()
+        if not self.loop.is_running():
+            self.loop.close()
         self._sock.close()
-        self._render_pool.shutdown(wait=False, cancel_futures=True)
-        self._auth_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._render_pool, self._auth_pool, self._tls_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # --- loop ---------------------------------------------------------------------------
     def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            self._loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=ACCEPT_BATCH)
+        asyncio.set_event_loop(self.loop)
+        self._server = self.loop.run_until_complete(
+            self.loop.create_server(lambda: Connection(self), sock=self._sock, backlog=ACCEPT_BATCH)
         )
         # asyncio uses one number for the kernel's queue and for accepts per wake-up: set the
         # queue long again, so a burst waits in the kernel while the loop keeps serving between
         # batches.
         self._sock.listen(LISTEN_BACKLOG)
         self._started.set()
-        self._loop.run_forever()
+        self.loop.run_forever()
 
     async def _close(self) -> None:
         if self._server is not None:
@@ -250,14 +300,18 @@ class MetricsServer:
         for conn in list(self._conns.values()):
             conn.close()
         self._conns.clear()
-        self._waiting.clear()
+        for tier in self._tiers:
+            tier.clear()
+        self._stalled.clear()
 
-    def _admit(self, conn: _Connection) -> bool:
+    # --- connection bookkeeping (loop thread) ---------------------------------------------
+    def admit(self, conn: Connection) -> bool:
+        """Take a new connection, closing an evictable one at the cap; False: refuse it."""
         if len(self._conns) >= self.limits.max_connections:
-            if not self._waiting:
+            victim = next((tier.popitem(last=False)[1] for tier in self._tiers if tier), None)
+            if victim is None:
                 self.refused += 1
                 return False
-            _key, victim = self._waiting.popitem(last=False)
             victim.close()
             self.evicted += 1
         self._next_key += 1
@@ -265,271 +319,124 @@ class MetricsServer:
         self._conns[conn.key] = conn
         return True
 
-    def _forget(self, conn: _Connection) -> None:
-        self._conns.pop(conn.key, None)
-        self._waiting.pop(conn.key, None)
+    def place(self, conn: Connection, tier: int | None) -> None:
+        """Put ``conn`` at the back of eviction tier ``tier`` (None: not evictable)."""
+        if conn.tier is not None:
+            self._tiers[conn.tier].pop(conn.key, None)
+        conn.tier = tier
+        if tier is not None and not conn.closed:
+            self._tiers[tier][conn.key] = conn
 
-    def _set_waiting(self, conn: _Connection, waiting: bool) -> None:
-        if waiting:
-            self._waiting[conn.key] = conn
-            self._waiting.move_to_end(conn.key)
-        else:
-            self._waiting.pop(conn.key, None)
+    def stalled(self, conn: Connection, stalled: bool) -> None:
+        """``conn``'s client stopped (or resumed) taking its reply.  A stalled connection is
+        evictable first; beyond ``max_stalled`` the one stalled longest is closed."""
+        if not stalled:
+            if self._stalled.pop(conn.key, None) is not None and conn.busy:
+                self.place(conn, None)
+            return
+        if conn.key in self._stalled:
+            return
+        self._stalled[conn.key] = conn
+        self.place(conn, TIER_SUSPECT)
+        while len(self._stalled) > self.limits.max_stalled:
+            _key, victim = self._stalled.popitem(last=False)
+            self.stall_closed += 1
+            victim.close()
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is closed: drop it from every table and count it towards a heap trim."""
+        if self._conns.pop(conn.key, None) is None:
+            return
+        self.place(conn, None)
+        self._stalled.pop(conn.key, None)
+        self._closes += 1
+        if self._closes >= TRIM_AFTER_CLOSES and not self._trim_pending:
+            self._trim_pending = True
+            self.loop.call_later(TRIM_DELAY, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_pending = False
+        self._closes = 0
+        if trim_now():
+            self.trims += 1
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context for a new connection (re-read after a certificate rotation), or None."""
+        return self._tls.context() if self._tls is not None else None
+
+    def handshake(self, session: TlsSession) -> asyncio.Future[bool] | None:
+        """Run one handshake step of ``session`` on the TLS thread; None if too many wait."""
+        if self._handshakes >= self.limits.max_handshakes:
+            self.handshakes_shed += 1
+            return None
+        self._handshakes += 1
+        try:
+            future = self.loop.run_in_executor(self._tls_pool, session.handshake_step)
+        except RuntimeError:  # the pool is shut down
+            self._handshakes -= 1
+            return None
+        future.add_done_callback(self._handshake_done)
+        return future
+
+    def _handshake_done(self, _future: asyncio.Future[bool]) -> None:
+        self._handshakes -= 1
 
     # --- requests -----------------------------------------------------------------------
-    async def _respond(self, request: Any) -> _Response:
+    async def respond(self, request: Any, peer: str) -> Response:
+        """The reply to one request (``peer``: the client's address, for fair logins)."""
         method = request.method.decode("ascii", "replace")
         if method not in ("GET", "HEAD"):
-            return _Response(405, b"method not allowed\n", headers=(("Allow", "GET, HEAD"),))
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+            return _text(405, b"method not allowed\n", headers=(("Allow", "GET, HEAD"),))
+        headers: dict[str, str] = {}
+        for name, value in request.headers:
+            key = name.decode("latin-1").lower()
+            if key == "authorization" and key in headers:  # which one counts is ambiguous: refuse
+                return _text(400, b"more than one Authorization header\n", close=True)
+            headers[key] = value.decode("latin-1")
         path = urlsplit(request.target.decode("latin-1")).path
         if self._auth is not None and path not in UNAUTHENTICATED_PATHS:
-            header = headers.get("authorization")
-            ok = self._auth.check_cached(header)
-            if ok is None:
-                loop = asyncio.get_running_loop()
-                ok = await loop.run_in_executor(self._auth_pool, self._auth.check, header)
-            if not ok:
-                return _Response(401, b"unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="gpulens"'),))
+            refused = await self._authenticate(headers.get("authorization"), peer)
+            if refused is not None:
+                return refused
         if path == "/metrics":
-            loop = asyncio.get_running_loop()
             accept, encoding = headers.get("accept", ""), headers.get("accept-encoding", "")
-            return await loop.run_in_executor(self._render_pool, self._metrics, accept, encoding)
+            return await self.loop.run_in_executor(self._render_pool, self._metrics, accept, encoding)
         if path == "/healthz":
-            return _Response(200, b"ok\n")
+            return _text(200, b"ok\n")
         if path == "/readyz":
             if self._ready():
-                return _Response(200, b"ready\n")
-            return _Response(503, b"not ready: no snapshot yet, or the sampler stopped\n")
+                return _text(200, b"ready\n")
+            return _text(503, b"not ready: no snapshot yet, or the sampler stopped\n")
         if path == "/":
-            return _Response(200, LANDING, "text/html; charset=utf-8")
-        return _Response(404, b"not found\n")
+            return Response(200, (LANDING,), "text/html; charset=utf-8")
+        return _text(404, b"not found\n")
 
-    def _metrics(self, accept: str, accept_encoding: str) -> _Response:
+    async def _authenticate(self, header: str | None, peer: str) -> Response | None:
+        """None if ``header`` holds valid credentials, else the refusal (401, or 429 when the
+        login lanes are full)."""
+        assert self._auth is not None and self._logins is not None
+        ok = self._auth.check_cached(header)
+        if ok is None:
+            verdict = self._logins.check(peer, header or "")
+            if verdict is None:
+                return _text(429, b"too many login attempts waiting\n", headers=(("Retry-After", "1"),), close=True)
+            ok = await verdict
+        if ok:
+            return None
+        return _text(401, b"unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="gpulens"'),))
+
+    def _metrics(self, accept: str, accept_encoding: str) -> Response:
         body, ctype = self._exposition(accept)
+        parts: tuple[bytes | memoryview, ...] = (body,) if isinstance(body, bytes) else tuple(body)
         extra: list[tuple[str, str]] = [("Vary", "Accept-Encoding")]
         if accepts_gzip(accept_encoding):
-            body = gzip.compress(body, compresslevel=1)
+            parts = (_gzip(parts),)
             extra.append(("Content-Encoding", "gzip"))
-        return _Response(200, body, ctype, tuple(extra))
+        return Response(200, parts, ctype, tuple(extra))
 
 
-class _Connection(asyncio.BufferedProtocol):
-    """One client connection: bytes go to h11; one request is answered at a time.
-
-    No task or thread exists for a connection that has not sent a complete request head: a timer
-    (``call_later``) enforces the deadline, and the bytes wait in h11's capped buffer.
-    """
-
-    def __init__(self, server: MetricsServer) -> None:
-        self.server = server
-        self.key = 0
-        self.transport: asyncio.Transport | None = None
-        self.h = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
-        self.timer: asyncio.TimerHandle | None = None
-        self.write_timer: asyncio.TimerHandle | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.idle = False  # kept alive between requests: the head deadline starts at the first byte
-        self.busy = False  # a request is being answered (or the connection is being closed)
-        self.tls_pending = False
-        self.closed = False
-        self.write_paused = False  # the transport's buffer is above its high-water mark
-        self.drained: asyncio.Future[None] | None = None
-
-    # --- asyncio.Protocol ---
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        server = self.server
-        if not server._admit(self):
-            self.closed = True
-            transport.abort()
-            return
-        server._set_waiting(self, True)
-        self._arm(server.limits.request_deadline)
-        if server._tls is not None:
-            self.tls_pending = True
-            self.task = server._loop.create_task(self._start_tls(server._tls.context()))
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        # One small buffer shared by every connection (the loop consumes it before the next
-        # read): a read never takes more than READ_CHUNK bytes off a socket.
-        return self.server._read_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self.closed:
-            return
-        self.h.receive_data(bytes(self.server._read_buffer[:nbytes]))
-        if self.idle:
-            self.idle = False
-            self._arm(self.server.limits.request_deadline)
-        if not self.busy and not self.tls_pending:
-            self._process()
-
-    def eof_received(self) -> bool:
-        if self.closed:
-            return False
-        self.h.receive_data(b"")
-        if not self.busy and not self.tls_pending:
-            self._process()
-        # Keep the write side open only while a reply is on its way (TLS cannot half-close).
-        return self.busy and self.server._tls is None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        for timer in (self.timer, self.write_timer):
-            if timer is not None:
-                timer.cancel()
-        self.server._forget(self)
-        self.resume_writing()
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
-
-    # --- helpers ---
-    def close(self) -> None:
-        """Drop the connection now (deadline, eviction, shutdown)."""
-        if not self.closed:
-            self.closed = True
-            self.server._forget(self)
-            if self.transport is not None:
-                self.transport.abort()
-
-    def _arm(self, seconds: float) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = self.server._loop.call_later(seconds, self.close)
-
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def _write(self, *chunks: bytes) -> None:
-        """Send; if the client has not taken it all within the write deadline, drop it."""
-        if self.closed or self.transport is None:
-            return
-        for chunk in chunks:
-            if chunk:
-                self.transport.write(chunk)
-        if self.transport.get_write_buffer_size() and self.write_timer is None:
-            self.write_timer = self.server._loop.call_later(self.server.limits.write_deadline, self._write_expired)
-
-    def _write_expired(self) -> None:
-        self.write_timer = None
-        if self.transport is not None and self.transport.get_write_buffer_size():
-            self.close()
-
-    def _finish(self, *chunks: bytes) -> None:
-        """Send a last reply and close once it is flushed."""
-        self.busy = True
-        self._disarm()
-        self.server._set_waiting(self, False)
-        self._write(*chunks)
-        if not self.closed and self.transport is not None:
-            self.transport.close()
-
-    async def _start_tls(self, context: ssl.SSLContext) -> None:
-        loop = self.server._loop
-        assert self.transport is not None
-        try:
-            tls_transport = await loop.start_tls(
-                self.transport,
-                self,
-                context,
-                server_side=True,
-                ssl_handshake_timeout=self.server.limits.request_deadline,
-            )
-        except Exception as exc:  # OSError, SSLError, TimeoutError, or the transport closed under it
-            log.debug("TLS handshake failed: %s", exc)
-            self.close()
-            return
-        if self.closed or tls_transport is None:
-            if tls_transport is not None:
-                tls_transport.abort()
-            return
-        self.transport = tls_transport
-        self.tls_pending = False
-        if not self.busy:
-            self._process()
-
-    def _process(self) -> None:
-        buffered = len(self.h.trailing_data[0])
-        try:
-            event = self.h.next_event()
-        except h11.RemoteProtocolError as exc:
-            if exc.error_status_hint == 431:
-                self._finish(_raw_error(431, "Request Header Fields Too Large"))
-            else:
-                self._finish(_raw_error(400, "Bad Request"))
-            return
-        if event is h11.NEED_DATA:
-            return
-        if isinstance(event, h11.Request):
-            # h11 caps a head that is still incomplete; one that arrived whole is measured here
-            head_bytes = buffered - len(self.h.trailing_data[0])
-            limits = self.server.limits
-            if head_bytes > limits.max_header_bytes or len(event.headers) > limits.max_headers:
-                self._finish(_raw_error(431, "Request Header Fields Too Large"))
-                return
-            self.busy = True
-            self._disarm()
-            self.server._set_waiting(self, False)
-            # A request without a body ends here (EndOfMessage); anything else is a body we will
-            # not read, and the reply then closes the connection (their_state is not DONE).
-            with contextlib.suppress(h11.RemoteProtocolError):
-                self.h.next_event()
-            assert self.transport is not None
-            self.transport.pause_reading()
-            self.task = self.server._loop.create_task(self._answer(event))
-            return
-        self.close()  # ConnectionClosed, or data after the peer's end of stream
-
-    async def _answer(self, request: Any) -> None:
-        try:
-            response = await self.server._respond(request)
-        except Exception:
-            log.exception("request failed")
-            self._finish(_raw_error(500, "Internal Server Error"))
-            return
-        if self.closed:
-            return
-        h = self.h
-        headers = [
-            ("Content-Type", response.ctype),
-            ("Content-Length", str(len(response.body))),
-            *self.server._headers,
-            *response.headers,
-        ]
-        # A request body is never read: close instead, so it cannot be parsed as a request.
-        closing = h.their_state is not h11.DONE or h.our_state is h11.MUST_CLOSE
-        if closing:
-            headers.append(("Connection", "close"))
-        reason = HTTPStatus(response.status).phrase.encode()
-        out = [h.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""]
-        if request.method != b"HEAD" and response.body:  # passthrough: the body is not copied
-            out += h.send_with_data_passthrough(h11.Data(data=response.body)) or []
-        out.append(h.send(h11.EndOfMessage()) or b"")
-        if closing or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
-            self._finish(*out)
-            return
-        self._write(*out)
-        if self.write_paused:  # the client is not reading: read no next request until it does
-            self.drained = self.server._loop.create_future()
-            await self.drained
-            if self.closed:
-                return
-        h.start_next_cycle()
-        self.busy = False
-        self.idle = not h.trailing_data[0]  # bytes of the next request may already be here
-        self.server._set_waiting(self, True)
-        limits = self.server.limits
-        self._arm(limits.keepalive_idle if self.idle else limits.request_deadline)
-        assert self.transport is not None
-        self.transport.resume_reading()
-        self._process()  # a pipelined request may already be buffered
+def _gzip(parts: Sequence[bytes | memoryview]) -> bytes:
+    """The concatenated parts as one gzip stream (level 1: a scrape's CPU matters more than bytes),
+    compressed part by part so the page is never joined first."""
+    z = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return b"".join([*(z.compress(p) for p in parts), z.flush()])

@@ -17,10 +17,13 @@ import re
 import ssl
 import stat
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from exporter.tls_groups import CURVE_NAMES, DEFAULT_GROUPS, GroupsError, set_groups
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,8 @@ _TLS_KEYS = {
     "curve_preferences",
 }
 _HTTP_KEYS = {"http2", "headers"}
+_LEGACY_VERSIONS = ("TLS10", "TLS11")
+"""Versions OpenSSL 3 refuses at security level 1 and above (Debian's default is 2)."""
 
 
 class WebConfigError(ValueError):
@@ -66,6 +71,8 @@ class TlsSettings:
     client_ca_file: Path | None = None
     min_version: str = "TLS12"
     max_version: str | None = None
+    groups: tuple[str, ...] = DEFAULT_GROUPS
+    """Key-exchange groups offered, OpenSSL names (from ``curve_preferences``; exporter/tls_groups.py)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +185,7 @@ def _parse_tls(path: Path, raw: Any) -> TlsSettings | None:
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise _fail(path, f"{section}.{key} must be a list of names")
     _typed(path, raw, section, "prefer_server_cipher_suites", bool)
-    for ignored in ("cipher_suites", "prefer_server_cipher_suites", "curve_preferences"):
+    for ignored in ("cipher_suites", "prefer_server_cipher_suites"):
         if ignored in raw:
             log.warning("%s.%s is accepted but Python's TLS defaults apply", section, ignored)
     cert = _typed(path, raw, section, "cert_file", str)
@@ -207,6 +214,20 @@ def _parse_tls(path: Path, raw: Any) -> TlsSettings | None:
             raise _fail(path, f"{section}.{key_name} {value!r} is not one of {list(TLS_VERSIONS)}")
     if max_v is not None and TLS_VERSIONS[min_v] > TLS_VERSIONS[max_v]:
         raise _fail(path, f"{section}.min_version {min_v} is above max_version {max_v}: no handshake could succeed")
+    groups: tuple[str, ...] = DEFAULT_GROUPS
+    curves = raw.get("curve_preferences")
+    if curves:
+        unknown_curves = [c for c in curves if c not in CURVE_NAMES]
+        if unknown_curves:
+            raise _fail(path, f"{section}.curve_preferences {unknown_curves} not among {list(CURVE_NAMES)}")
+        groups = tuple(dict.fromkeys(CURVE_NAMES[c] for c in curves))
+    for key_name, value in (("min_version", min_v), ("max_version", max_v)):
+        if value in _LEGACY_VERSIONS and ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).security_level >= 1:
+            raise _fail(
+                path,
+                f"{section}.{key_name} {value}: this system's OpenSSL ({ssl.OPENSSL_VERSION}) refuses TLS 1.0 and "
+                "1.1 at its security level, so no such handshake could succeed; use TLS12 or TLS13",
+            )
     base = path.parent
 
     def resolve(p: str) -> Path:
@@ -220,6 +241,7 @@ def _parse_tls(path: Path, raw: Any) -> TlsSettings | None:
         client_ca_file=resolve(ca) if ca else None,
         min_version=min_v,
         max_version=max_v,
+        groups=groups,
     )
 
 
@@ -322,6 +344,12 @@ class TlsContextSource:
         for what, f in self._files():
             read_small_file(f, what, self._config_path)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        # A renegotiation would be a second handshake, run on the event loop: refuse it (TLS 1.2).
+        ctx.options |= ssl.OP_NO_RENEGOTIATION
+        try:
+            set_groups(ctx, tls.groups)
+        except GroupsError as exc:
+            raise _fail(self._config_path, f"cannot limit the key exchange to {list(tls.groups)}: {exc}") from None
         ctx.minimum_version = TLS_VERSIONS[tls.min_version]
         if tls.max_version:
             ctx.maximum_version = TLS_VERSIONS[tls.max_version]
@@ -383,14 +411,26 @@ class BasicAuth:
         self._ok: dict[str, bytes] = {}
         self._lock = threading.Lock()
         costs = [int(h[4:6]) for h in self._users.values()] or [10]
+        started = time.perf_counter()
         self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=max(costs)))
+        self.check_seconds = time.perf_counter() - started
+        """What one check at the highest configured cost took here (seconds)."""
+
+    def knows_user(self, header: str | None) -> bool:
+        """Whether bcrypt could say yes: Basic credentials of a configured user with a password
+        bcrypt reads whole.  Anything else is refused without spending bcrypt on it."""
+        parts = self._split(header)
+        return parts is not None and parts[0] in self._users and len(parts[1]) <= MAX_PASSWORD_BYTES
 
     @staticmethod
     def _split(header: str | None) -> tuple[str, bytes] | None:
-        if not header or not header.startswith("Basic "):
+        if not header:
+            return None
+        scheme, _, credentials = header.partition(" ")
+        if scheme.lower() != "basic":  # the scheme is case-insensitive (RFC 7617, RFC 9110 11.1)
             return None
         try:
-            raw = base64.b64decode(header[6:], validate=True)
+            raw = base64.b64decode(credentials.strip(" "), validate=True)
             user_b, sep, password = raw.partition(b":")
             return (user_b.decode("utf-8"), password) if sep else None
         except (ValueError, UnicodeDecodeError):

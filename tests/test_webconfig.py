@@ -17,11 +17,10 @@ import bcrypt
 import pytest
 import trustme
 
-from exporter.sampler import Sampler
-from exporter.server import Limits, MetricsServer
+from exporter.server import Limits
 from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
-from tests.fakes_backend import ScriptedBackend, healthy
 from tests.support.net import free_port
+from tests.support.web import client_ctx, serving, write_pair
 
 HASH = "$2b$10$jkQTlPYBfAEbC2HcRJZOHOwjhmjTXR7yH..Boh3EDmUBCP.5hgYKq"
 """bcrypt of ``s3cret`` at cost 10, written out so that test IDs built from it are the same in every
@@ -33,40 +32,13 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
-def _write_pair(ca: trustme.CA, folder: Path, name: str = "server") -> tuple[Path, Path]:
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
-    cert.private_key_pem.write_to_path(str(key_path))
-    cert.cert_chain_pems[0].write_to_path(str(cert_path))
-    return cert_path, key_path
-
-
 def _serve(config_path: Path, limits: Limits | None = None) -> Iterator[int]:
-    from prometheus_client import CollectorRegistry
-
-    from exporter.collector import SnapshotCollector
-
-    sampler = Sampler(ScriptedBackend(healthy(1)))
-    sampler.run_once()
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest))
-    web_config = load_web_config(str(config_path))
-    server = MetricsServer("127.0.0.1:0", reg, ready=lambda: True, web_config=web_config, limits=limits)
-    server.start()
-    try:
+    with serving(config_path, limits) as server:
         yield server.port
-    finally:
-        server.shutdown()
 
 
-def _client_ctx(ca: trustme.CA, client: trustme.LeafCert | None = None, **kw: object) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
-    if client is not None:
-        client.configure_cert(ctx)
-    for k, v in kw.items():
-        setattr(ctx, k, v)
-    return ctx
+_write_pair = write_pair
+_client_ctx = client_ctx
 
 
 def _get(port: int, ctx: ssl.SSLContext | None, path: str = "/metrics", headers: dict[str, str] | None = None) -> int:
