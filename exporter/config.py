@@ -12,6 +12,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from exporter.server import parse_listen_address
@@ -23,7 +24,22 @@ SIM_SCENARIOS: tuple[str, ...] = ("h200x8", "mig", "mig7x8", "timeslice", "mps")
 ``exporter.sim.SCENARIOS``; this module does not import the simulator)."""
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DECIMAL = r"[0-9]+(?:\.[0-9]+)?"
+"""A plain decimal in ASCII digits: no sign, exponent, ``_``, whitespace, ``nan`` or ``inf``
+(``\\d`` and ``int()``/``float()`` would take any Unicode digit and all of those)."""
+_DURATION = re.compile(rf"({_DECIMAL})(ms|s|m|h|d)?")
+_SIZE = re.compile(rf"({_DECIMAL})(?:e([0-9]{{1,2}}))?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?")
+_SIZE_UNITS: dict[str | None, int] = {
+    None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}  # fmt: skip
+_MAX_TEXT = 64
+"""Longest number text read (characters): a longer one is a mistake, and is refused before any
+conversion has to work through it."""
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A Kubernetes node name: an RFC 1123 subdomain (at most 253 characters)."""
+_HOST = re.compile(r"\[[0-9A-Za-z:.%]+\]|[0-9A-Za-z.:%-]*")
+"""The host part of a listen address: a name, an IPv4 address or an IPv6 one (bracketed or not)."""
 
 
 MAX_DURATION_SECONDS = 365 * 86400.0
@@ -32,11 +48,49 @@ MAX_BYTES = 2**60
 """No size flag may exceed 1 EiB."""
 
 
+def _not_a_number_because(text: str) -> str:
+    """Why ``text`` is not a plain ASCII decimal, in words for an error message."""
+    low = text.lower()
+    if not text:
+        return "is empty"
+    if not text.isascii():
+        return "has characters outside ASCII (write digits as 0-9)"
+    if any(c.isspace() for c in text):
+        return "contains whitespace"
+    if text[0] in "+-":
+        return "has a sign (write the number without + or -; negative values are not allowed)"
+    if "_" in text:
+        return "contains '_' (write 1000, not 1_000)"
+    if "nan" in low or "inf" in low:
+        return "is not a finite number"
+    if re.search(r"[0-9.]e[+-]?[0-9]", low):
+        return "has an exponent (write 1000, not 1e3)"
+    return "is not a plain decimal number"
+
+
+def _not_a_quantity(text: str, what: str, units: Sequence[str], examples: str) -> ValueError:
+    """The error for ``text`` that is no ``what`` (duration, size): an unknown unit, or why the
+    number is not a plain ASCII decimal."""
+    m = re.fullmatch(rf"{_DECIMAL}([A-Za-z]+)", text)
+    if m:
+        return ValueError(f"{text!r} has an unknown unit {m.group(1)!r}: use one of {', '.join(units)}")
+    return ValueError(f"{text!r} {_not_a_number_because(text)}: expected a {what} such as {examples}")
+
+
+def _check_text(text: str) -> None:
+    """Refuse an over-long text before a regex or a conversion reads it."""
+    if len(text) > _MAX_TEXT:
+        raise ValueError(f"{text[:20]!r}... is longer than {_MAX_TEXT} characters")
+
+
 def parse_duration(text: str) -> float:
-    """``500ms``, ``1s``, ``2m``, ``1h``, ``1d`` or bare seconds -> seconds (> 0, at most a year)."""
-    m = _DURATION.match(text)
+    """``500ms``, ``1s``, ``2m``, ``1h``, ``1d`` or bare seconds -> seconds (> 0, at most a year).
+
+    ASCII digits only, no sign, exponent, ``_`` or whitespace."""
+    _check_text(text)
+    m = _DURATION.fullmatch(text)
     if not m:
-        raise ValueError(f"{text!r} is not a duration (examples: 500ms, 1s, 2m, 1h)")
+        raise _not_a_quantity(text, "duration", list(_UNITS), "500ms, 1s, 2m, 1h")
     seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
     if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{text!r} is longer than the limit of 365d")
@@ -65,8 +119,8 @@ def _fmt_seconds(seconds: float) -> str:
 
 
 def parse_bool(text: str) -> bool:
-    """Environment booleans: true/false, 1/0, yes/no, on/off."""
-    low = text.strip().lower()
+    """Environment booleans: true/false, 1/0, yes/no, on/off (any case, nothing around them)."""
+    low = text.lower()
     if low in ("1", "true", "yes", "on"):
         return True
     if low in ("0", "false", "no", "off"):
@@ -75,22 +129,44 @@ def parse_bool(text: str) -> bool:
 
 
 def parse_bytes(text: str) -> int:
-    """``4GiB``, ``512MiB``, ``1e9`` or a plain byte count -> bytes."""
-    m = re.match(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*$", text)
+    """``4GiB``, ``512MiB``, ``1e9`` or a plain byte count -> bytes (a whole number, at most 1 EiB).
+
+    ASCII digits only; the exponent of ``1e9`` has at most two digits; no sign, ``_`` or whitespace.
+    Computed exactly, so ``1.1GB`` is 1100000000 and ``0.5B`` is refused."""
+    _check_text(text)
+    m = _SIZE.fullmatch(text)
+    if not m and re.fullmatch(rf"{_DECIMAL}e[0-9]+[A-Za-z]*", text):
+        raise ValueError(f"{text!r} has an exponent of more than two digits: expected a size of at most 1 EiB")
     if not m:
-        raise ValueError(f"{text!r} is not a size (examples: 4GiB, 512MiB)")
-    mult = {
-        None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-        "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    }[m.group(2)]  # fmt: skip
-    value = float(m.group(1)) * mult
-    if not math.isfinite(value) or value > MAX_BYTES:
+        raise _not_a_quantity(text, "size", [u for u in _SIZE_UNITS if u], "4GiB, 512MiB")
+    value = Fraction(m.group(1)) * 10 ** int(m.group(2) or 0) * _SIZE_UNITS[m.group(3)]
+    if value > MAX_BYTES:
         raise ValueError(f"{text!r} is larger than the limit of 1 EiB")
+    if value.denominator != 1:
+        raise ValueError(f"{text!r} is not a whole number of bytes")
     return int(value)
 
 
 def _listen(text: str) -> str:
+    """``--web.listen-address``: ``[HOST]:PORT`` with an ASCII port 0..65535 and an ASCII host.
+
+    ``exporter.server.parse_listen_address`` reads the port with ``int()``, which would also take
+    other scripts' digits, a sign, ``_`` and whitespace; they are refused here first."""
+    host, sep, port = text.rpartition(":")
+    if sep and not re.fullmatch(r"[0-9]+", port):
+        raise ValueError(f"port {port[:20]!r} {_not_a_number_because(port)}: expected 0..65535")
+    if len(port) > 5:
+        raise ValueError(f"port {port[:20]!r} is out of range 0..65535")
+    if sep and not _HOST.fullmatch(host):
+        raise ValueError(f"host {host!r}: expected a host name or an IP address in ASCII, without spaces")
     parse_listen_address(text)
+    return text
+
+
+def _node_name(text: str) -> str:
+    """``--kubernetes.node-name`` (or ``NODE_NAME``): empty, or a Kubernetes node name."""
+    if text and (len(text) > 253 or not _NODE_NAME.fullmatch(text)):
+        raise ValueError(f"{text!r} is not a Kubernetes node name (lower-case a-z, 0-9, '-' and '.')")
     return text
 
 
@@ -130,15 +206,22 @@ class ExporterConfig:
 
 
 def _ratio(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:  # also refuses nan
+    """A ratio 0..1 written as a plain ASCII decimal (``0.05``, ``1``)."""
+    _check_text(text)
+    if not re.fullmatch(_DECIMAL, text):
+        raise ValueError(f"{text!r} {_not_a_number_because(text)}: expected a ratio in 0..1 such as 0.05")
+    if Fraction(text) > 1:
         raise ValueError(f"{text!r} is not a ratio in 0..1")
-    return value
+    return float(text)
 
 
 def _seed(text: str) -> int:
+    """A seed 0..2^64-1 in ASCII digits."""
+    _check_text(text)
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError(f"{text!r} {_not_a_number_because(text)}: expected a whole number in 0..2^64-1")
     value = int(text)
-    if not 0 <= value < 2**64:
+    if value >= 2**64:
         raise ValueError(f"{text!r} is outside 0..2^64-1")
     return value
 
@@ -186,7 +269,7 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         DEFAULT_PODRESOURCES_SOCKET,
         "Kubelet PodResources socket; empty disables pod attribution from the kubelet.",
     ),
-    ("--kubernetes.node-name", str, "", "This node's name for the API watch (default: $NODE_NAME)."),
+    ("--kubernetes.node-name", _node_name, "", "This node's name for the API watch (default: $NODE_NAME)."),
     (
         "--kubernetes.refresh-interval",
         duration_between(0.1, 86400),
@@ -194,7 +277,12 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         "How often the kubelet mapping is refreshed (cached between); 100ms..1d.",
     ),
     ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods."),
-    ("--probes.interval", parse_duration, "1h", "Interval between bandwidth probes of a GPU."),
+    (
+        "--probes.interval",
+        duration_between(1, MAX_DURATION_SECONDS),
+        "1h",
+        "Interval between bandwidth probes of a GPU; 1s..365d.",
+    ),
     ("--probes.timeout", duration_between(1, 3600), "10s", "Wall-clock limit of one probe child process; 1s..1h."),
     ("--probes.min-free-memory", parse_bytes, "4GiB", "Skip probes on a GPU with less free memory."),
     ("--probes.max-utilization", _ratio, "0.05", "Skip probes on a GPU busier than this (0..1)."),
@@ -224,8 +312,9 @@ def _die(message: str) -> Any:
     raise SystemExit(2)
 
 
-def _typed_from_env(flag: str, conv: Callable[[str], Any], env: Mapping[str, str], default: str) -> Any:
-    name = env_name(flag)
+def _typed_from_env(name: str, conv: Callable[[str], Any], env: Mapping[str, str], default: str) -> Any:
+    """The environment variable ``name`` read by ``conv``, else ``default`` read by it; exits 2
+    naming the variable when it cannot be read."""
     raw = env.get(name)
     if raw is None:
         return conv(default)
@@ -255,9 +344,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     for flag, conv, default, help_ in _FLAGS:
         dest = flag.lstrip("-").replace(".", "_").replace("-", "_")
-        env_default = _typed_from_env(flag, conv, env, default)
+        env_default = _typed_from_env(env_name(flag), conv, env, default)
         if flag == "--kubernetes.node-name" and not env_default:
-            env_default = env.get("NODE_NAME", "")
+            env_default = _typed_from_env("NODE_NAME", conv, env, "")
         parser.add_argument(
             flag,
             dest=dest,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from exporter.config import env_name, parse_bytes, parse_config, parse_duration
+from exporter.config import env_name, parse_bool, parse_bytes, parse_config, parse_duration
 
 
 def test_defaults_follow_the_design() -> None:
@@ -112,3 +112,115 @@ def test_docs_flags_md_is_generated_from_the_parser() -> None:
 
     path = Path(__file__).resolve().parents[1] / "docs" / "flags.md"
     assert path.read_text() == flags_markdown(), "run `.venv/bin/python -m exporter.config > docs/flags.md`"
+
+
+# --- numbers in ASCII only: int(), float() and \d take any script's digits, signs, '_' and spaces ---
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("\u0665s", "outside ASCII"),  # ARABIC-INDIC DIGIT FIVE
+        ("\uff11s", "outside ASCII"),  # FULLWIDTH DIGIT ONE
+        ("\u09e7m", "outside ASCII"),  # BENGALI DIGIT ONE
+        (" 1s", "whitespace"),
+        ("1 s", "whitespace"),
+        ("1s\n", "whitespace"),
+    ],
+)
+def test_duration_takes_ascii_digits_and_nothing_around_them(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("\u0664GiB", "outside ASCII"),
+        (" 4GiB", "whitespace"),
+        ("4 GiB", "whitespace"),
+        ("0.5B", "whole number of bytes"),
+        ("1.5", "whole number of bytes"),
+    ],
+)
+def test_size_takes_ascii_digits_and_whole_bytes(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize("text", [" true", "true ", "on\n", "\tno"])
+def test_boolean_is_the_word_alone(text: str) -> None:
+    with pytest.raises(ValueError, match="not a boolean"):
+        parse_bool(text)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [
+        ("--probes.max-utilization", "-0", "sign"),
+        ("--probes.max-utilization", "+0.5", "sign"),
+        ("--probes.max-utilization", "1e-1", "exponent"),
+        ("--probes.max-utilization", "0.0_5", "'_'"),
+        ("--probes.max-utilization", "\u0660.\u0665", "outside ASCII"),
+        ("--probes.max-utilization", " 0.5", "whitespace"),
+        ("--sim.seed", "+5", "sign"),
+        ("--sim.seed", "1_000", "'_'"),
+        ("--sim.seed", "\u0663", "outside ASCII"),
+        ("--sim.seed", " 5", "whitespace"),
+        ("--web.listen-address", ":\u0669\u0664\u0664\u0665", "outside ASCII"),
+        ("--web.listen-address", ":+9445", "sign"),
+        ("--web.listen-address", ": 9445", "whitespace"),
+        ("--web.listen-address", ":9_445", "'_'"),
+        ("--web.listen-address", "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54:9445", "host"),
+        ("--web.listen-address", "local host:9445", "host"),
+        ("--collect.interval", "\uff12s", "outside ASCII"),
+        ("--probes.min-free-memory", "\u0664GiB", "outside ASCII"),
+        ("--probes.interval", "1ms", "outside 1s..365d"),
+        ("--kubernetes.node-name", "Node_1", "not a Kubernetes node name"),
+        ("--kubernetes.node-name", "node 1", "not a Kubernetes node name"),
+    ],
+)
+def test_number_flags_refuse_what_int_and_float_would_take(
+    flag: str, value: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config([f"{flag}={value}"], env={})
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err
+    assert why in err
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("GPULENS_SIM_SEED", "\u0663"),
+        ("GPULENS_PROBES_MAX_UTILIZATION", "-0"),
+        ("GPULENS_COLLECT_INTERVAL", " 1s"),
+        ("GPULENS_PROBES", "true "),
+        ("NODE_NAME", "gpu node 7"),
+    ],
+)
+def test_environment_twins_are_read_as_strictly_as_flags(
+    name: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config([], env={name: value})
+    assert exc.value.code == 2
+    assert f"environment {name}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--collect.interval", "\u0665s"],
+        ["--web.listen-address", "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54:9445"],
+        ["--probes.max-utilization=-0"],
+        ["--sim.seed", "1_0"],
+    ],
+)
+def test_non_ascii_or_signed_numbers_exit_2_from_the_real_command(argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "exporter", *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert argv[0].partition("=")[0] in proc.stderr
+    assert "Traceback" not in proc.stderr
