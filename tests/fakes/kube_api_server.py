@@ -5,12 +5,29 @@ dependencies, and an event loop thread next to our synchronous client), ignores 
 (so a node-scoped watch cannot be verified), answers lists with ``resourceVersion: "..."`` (so
 resuming a watch from a version and 410 Gone cannot be exercised), and calls itself early v0.
 This one does exactly what the real API server does for the calls gpulens makes, plus faults.
+
+Lists are paged as the real server pages them: ``limit`` items per page (after the field
+selector), ``metadata.continue`` an opaque token naming the list's resource version and the last
+key served, every page of one list read from that same version (the emulator replays its event
+log up to it, as etcd serves an old revision), and ``metadata.resourceVersion`` that version.
+
+Hostile modes (``hostile``), for the exporter's bounds: ``"endless-line"`` answers watches with
+one event line that never ends (64 KiB HTTP chunks as fast as the client reads, up to
+``endless_line_bytes`` if set); ``"trickle-line"`` with one line that grows by a byte every
+``trickle_interval`` seconds (each byte its own HTTP chunk, as a server flushing every write
+sends them); ``"huge-list"`` answers lists with about ``huge_list_bytes`` of pods, ignoring
+``limit``, with a Content-Length or, with ``huge_list_chunked``, chunked without one.  The bodies
+are streamed from one encoded pod, never built whole.  ``list_bytes_sent`` / ``watch_bytes_sent``
+count what the emulator managed to write.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -52,12 +69,43 @@ def make_pod(
     }
 
 
+HOSTILE_MODES = ("endless-line", "trickle-line", "huge-list")
+"""Values of ``KubeApiEmulator.hostile``."""
+
+_STREAM_PIECE = 64 * 1024
+"""Bytes per HTTP chunk of the hostile streams."""
+
+
+def _pod_key(pod: dict[str, Any]) -> tuple[str, str]:
+    """Where the API server's storage keeps a pod (``/registry/pods/<namespace>/<name>``): the
+    order of a list and the position a continue token names."""
+    meta = pod["metadata"]
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def _continue_token(rv: int, key: tuple[str, str]) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": "/".join(key) + "\x00"}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _parse_continue(token: str) -> tuple[int, tuple[str, str]]:
+    """(resource version, key after which the page starts); ValueError if malformed."""
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+        namespace, name = str(doc["start"]).rstrip("\x00").split("/", 1)
+        return int(doc["rv"]), (namespace, name)
+    except (binascii.Error, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"invalid continue token: {exc}") from None
+
+
 class KubeApiEmulator:
     """Pods with resource versions and an event log; watches stream events after a version.
 
     Faults: ``fail_status`` answers every pod request with that HTTP status; ``expire_watches``
     answers watches with a 410 Gone ERROR event; ``drop_watches()`` cuts open streams;
     ``jobs_forbidden`` answers job GETs with 403.  ``stop()``/``start()`` keep the port.
+    ``continue_gate`` (an Event) holds every continue page until it is set (``continue_waiting``
+    is set while one waits).  ``hostile`` selects a hostile mode (module docstring).
     """
 
     def __init__(self) -> None:
@@ -70,6 +118,16 @@ class KubeApiEmulator:
         self.expire_watches = False
         self.jobs_forbidden = False
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.continue_gate: threading.Event | None = None
+        self.continue_waiting = threading.Event()
+        self.hostile: str | None = None
+        self.endless_line_bytes: int | None = None
+        self.trickle_interval = 0.1
+        self.huge_list_bytes = 200_000_000
+        self.huge_list_chunked = False
+        self.list_bytes_sent = 0
+        self.watch_bytes_sent = 0
+        self._count_lock = threading.Lock()
         self._generation = 0
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -120,10 +178,41 @@ class KubeApiEmulator:
             self.cond.notify_all()
 
     def watch_count(self) -> int:
+        """Watch requests so far."""
         return sum(1 for _, q in self.requests if q.get("watch") == "true")
 
     def list_count(self) -> int:
+        """List requests so far, each page counted."""
         return sum(1 for p, q in self.requests if p == "/api/v1/pods" and q.get("watch") != "true")
+
+    def list_starts(self) -> int:
+        """Lists begun so far (first pages: requests without a continue token)."""
+        return sum(
+            1 for p, q in self.requests if p == "/api/v1/pods" and q.get("watch") != "true" and not q.get("continue")
+        )
+
+    def pods_at(self, rv: int) -> dict[str, dict[str, Any]]:
+        """The pods as they were at resource version ``rv`` (the event log replayed up to it)."""
+        with self.cond:
+            pods: dict[str, dict[str, Any]] = {}
+            for event_rv, kind, pod in self.events:
+                if event_rv > rv:
+                    break
+                uid = pod["metadata"].get("uid")
+                if uid is None:
+                    continue  # a bookmark
+                if kind == "DELETED":
+                    pods.pop(uid, None)
+                else:
+                    pods[uid] = pod
+            return pods
+
+    def _count(self, kind: str, sent: int) -> None:
+        with self._count_lock:
+            if kind == "list":
+                self.list_bytes_sent += sent
+            else:
+                self.watch_bytes_sent += sent
 
     # --- server --------------------------------------------------------------------------
 
@@ -172,13 +261,15 @@ class KubeApiEmulator:
     # --- request handling ----------------------------------------------------------------
 
     @staticmethod
-    def _send_json(h: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+    def _send_json(h: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> int:
+        """Send ``body``; returns the bytes of the body written."""
         data = json.dumps(body).encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
+        return len(data)
 
     @staticmethod
     def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -223,19 +314,47 @@ class KubeApiEmulator:
             return node is None or pod["spec"].get("nodeName") == node
 
         if query.get("watch") != "true":
-            with self.cond:
-                items = [p for p in self.pods.values() if on_node(p)]
-                body = {
-                    "kind": "PodList",
-                    "apiVersion": "v1",
-                    "metadata": {"resourceVersion": str(self.rv)},
-                    "items": items,
-                }
-            self._send_json(h, 200, body)
+            if self.hostile == "huge-list":
+                self._send_huge_list(h)
+                return
+            try:
+                body = self._list_page(query, on_node)
+            except ValueError as exc:
+                self._send_json(h, 400, self._status(400, "BadRequest", str(exc)))
+                return
+            self._count("list", self._send_json(h, 200, body))
+            return
+        if self.hostile in ("endless-line", "trickle-line"):
+            self._stream_hostile_line(h)
             return
         self._stream_watch(
             h, int(query.get("resourceVersion") or 0), float(query.get("timeoutSeconds") or 300), on_node
         )
+
+    def _list_page(self, query: dict[str, str], on_node: Any) -> dict[str, Any]:
+        """One page of a list: ``limit`` items after the continue token's key, all read at the
+        list's resource version; ``metadata.continue`` set while items remain."""
+        token = query.get("continue")
+        after: tuple[str, str] | None = None
+        if token:
+            rv, after = _parse_continue(token)
+            gate = self.continue_gate
+            if gate is not None:
+                self.continue_waiting.set()
+                gate.wait()
+            pods = self.pods_at(rv)
+        else:
+            with self.cond:
+                rv, pods = self.rv, dict(self.pods)
+        items = sorted((p for p in pods.values() if on_node(p)), key=_pod_key)
+        if after is not None:
+            items = [p for p in items if _pod_key(p) > after]
+        limit = int(query.get("limit") or 0)
+        metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+        if 0 < limit < len(items):
+            items = items[:limit]
+            metadata["continue"] = _continue_token(rv, _pod_key(items[-1]))
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
 
     def _stream_watch(self, h: BaseHTTPRequestHandler, since: int, timeout: float, on_node: Any) -> None:
         h.send_response(200)
@@ -247,6 +366,7 @@ class KubeApiEmulator:
             data = (json.dumps(obj) + "\n").encode()
             h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             h.wfile.flush()
+            self._count("watch", len(data))
 
         try:
             if self.expire_watches:
@@ -269,6 +389,80 @@ class KubeApiEmulator:
                         sent = rv
                         if on_node(pod):
                             chunk({"type": kind, "object": pod})
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        h.close_connection = True
+
+    # --- hostile modes ---------------------------------------------------------------------
+
+    def _huge_item(self) -> bytes:
+        """One pod of this node with a 16 KiB annotation, as a list item."""
+        pod = make_pod("bulky", "bulk")
+        pod["metadata"]["annotations"] = {"example.com/blob": "x" * 16384}
+        pod["metadata"]["resourceVersion"] = str(self.rv)
+        return json.dumps(pod).encode()
+
+    def _send_huge_list(self, h: BaseHTTPRequestHandler) -> None:
+        """A PodList of about ``huge_list_bytes``, streamed from one encoded item."""
+        head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[' % self.rv
+        tail = b"]}"
+        item = self._huge_item()
+        count = max(1, (self.huge_list_bytes - len(head) - len(tail)) // (len(item) + 1))
+        per_piece = max(1, _STREAM_PIECE // (len(item) + 1))
+        piece = (item + b",") * per_piece
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        if self.huge_list_chunked:
+            h.send_header("Transfer-Encoding", "chunked")
+        else:
+            h.send_header("Content-Length", str(len(head) + count * (len(item) + 1) - 1 + len(tail)))
+        h.end_headers()
+        generation = self._generation
+        try:
+            self._write(h, head, "list")
+            left = count
+            while left > per_piece:
+                if generation != self._generation:
+                    return  # stop(): hang up mid-list
+                self._write(h, piece, "list")
+                left -= per_piece
+            self._write(h, (item + b",") * (left - 1) + item + tail, "list")
+            if self.huge_list_chunked:
+                h.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            h.close_connection = True
+
+    def _write(self, h: BaseHTTPRequestHandler, data: bytes, kind: str) -> None:
+        """Write ``data`` as it is, or as one HTTP chunk when the response is chunked."""
+        chunked = kind == "watch" or self.huge_list_chunked
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+        h.wfile.flush()
+        self._count(kind, len(data))
+
+    def _stream_hostile_line(self, h: BaseHTTPRequestHandler) -> None:
+        """A watch whose first event line never ends: sent fast (endless) or a byte at a time."""
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        generation = self._generation
+        endless = self.hostile == "endless-line"
+        piece = b"x" * _STREAM_PIECE
+        limit = self.endless_line_bytes
+        try:
+            self._write(h, b'{"type":"ADDED","object":{"metadata":{"name":"', "watch")
+            sent = 0
+            while generation == self._generation and (limit is None or sent < limit):
+                if endless:
+                    self._write(h, piece, "watch")
+                    sent += len(piece)
+                else:
+                    self._write(h, b"x", "watch")
+                    time.sleep(self.trickle_interval)
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

@@ -1,9 +1,18 @@
-"""A real gRPC kubelet PodResources v1 server on a temporary unix socket, for tests and benchmarks."""
+"""A real gRPC kubelet PodResources v1 server on a temporary unix socket, for tests and benchmarks.
+
+Besides the honest kubelet (``FakeKubelet``) there are two hostile ones: ``FakeKubelet.raw_list``
+serves any prepared bytes as the ``List`` reply (``small_pods_reply`` builds tens of MiB of small
+pods once, in one buffer), and ``PrefixPeer`` is an HTTP/2 server that announces a reply of any
+size in the gRPC length prefix and then sends nothing more.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
+import struct
 import tempfile
 import threading
 from collections.abc import Iterable, Sequence
@@ -12,8 +21,13 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+import h2.config
+import h2.connection
+import h2.events
 
-from exporter.attribution._proto import api_pb2, api_pb2_grpc
+from exporter.attribution._proto import api_pb2
+
+_SERVICE = "v1.PodResourcesLister"
 
 ContainerSpec = tuple[str, Sequence[tuple[str, Sequence[str]]]]
 """(container name, [(resource name, device IDs), ...])."""
@@ -39,15 +53,55 @@ def devices(resource: str, ids: Iterable[str]) -> api_pb2.ContainerDevices:
     return api_pb2.ContainerDevices(resource_name=resource, device_ids=list(ids))
 
 
-class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
+_NAME_SLOT = b"pod-00000000"
+_ID_SLOT = b"::00000000"
+
+
+def small_pods_reply(total_bytes: int, with_gpu: bool = True) -> bytes:
+    """A serialised ``ListPodResourcesResponse`` of about ``total_bytes`` (never more) made of
+    small pods ``team-a/pod-NNNNNNNN``, each one container ``main``; ``with_gpu`` gives each
+    container one ``nvidia.com/gpu`` device with its own ID (``GPU-…::NNNNNNNN``), else none.
+
+    Built in one buffer from one encoded pod whose name and device ID are patched per pod, so
+    30 MiB cost about two copies of 30 MiB while they are built and one afterwards.
+    """
+    gpu = [("nvidia.com/gpu", ["GPU-00000000-aaaa-bbbb-cccc-000000000000" + _ID_SLOT.decode()])] if with_gpu else []
+    one = api_pb2.ListPodResourcesResponse(
+        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", gpu)])]
+    ).SerializeToString()
+    name_at = one.index(_NAME_SLOT) + len(_NAME_SLOT) - 8
+    id_at = one.index(_ID_SLOT) + len(_ID_SLOT) - 8 if with_gpu else -1
+    count = min(total_bytes // len(one), 10**8)
+    out = bytearray(one) * count
+    for i in range(count):
+        digits = b"%08d" % i
+        base = i * len(one)
+        out[base + name_at : base + name_at + 8] = digits
+        if id_at >= 0:
+            out[base + id_at : base + id_at + 8] = digits
+    return bytes(out)
+
+
+def _serialise(message: Any) -> bytes:
+    """A reply as the wire carries it: prepared bytes as they are, a protobuf message encoded."""
+    return message if isinstance(message, bytes) else bytes(message.SerializeToString())
+
+
+class _Servicer:
     def __init__(self, kubelet: FakeKubelet) -> None:
         self.k = kubelet
 
-    def List(self, request: Any, context: Any) -> api_pb2.ListPodResourcesResponse:
+    def List(self, request: Any, context: Any) -> Any:
+        gate = self.k.hold_list
+        if gate is not None:
+            self.k.list_waiting.set()
+            gate.wait()
         with self.k.lock:
             self.k.list_calls += 1
             if self.k.fail_list is not None:
                 context.abort(self.k.fail_list, "injected failure")
+            if self.k.raw_list is not None:
+                return self.k.raw_list
             return api_pb2.ListPodResourcesResponse(pod_resources=list(self.k.pods))
 
     def GetAllocatableResources(self, request: Any, context: Any) -> api_pb2.AllocatableResourcesResponse:
@@ -58,11 +112,30 @@ class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
             return api_pb2.AllocatableResourcesResponse(devices=list(self.k.allocatable))
 
 
+def _handlers(servicer: _Servicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The two methods the exporter calls; ``List`` may answer with prepared bytes."""
+    return {
+        "List": grpc.unary_unary_rpc_method_handler(
+            servicer.List,
+            request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+            response_serializer=_serialise,
+        ),
+        "GetAllocatableResources": grpc.unary_unary_rpc_method_handler(
+            servicer.GetAllocatableResources,
+            request_deserializer=api_pb2.AllocatableResourcesRequest.FromString,
+            response_serializer=_serialise,
+        ),
+    }
+
+
 class FakeKubelet:
     """Serves ``pods`` and ``allocatable`` (mutable attributes) on ``socket_path``.
 
     ``fail_list`` makes ``List`` fail with that status; ``allocatable_unimplemented`` mimics an
     old kubelet; ``restart()`` removes and recreates the socket like a kubelet restart does.
+    ``raw_list`` (bytes) is sent as the ``List`` reply instead of ``pods``, as it is (see
+    ``small_pods_reply``).  ``hold_list`` (an Event) holds every ``List`` call until it is set;
+    ``list_waiting`` is set once a call waits there.
     """
 
     def __init__(self, socket_path: str | None = None) -> None:
@@ -74,6 +147,9 @@ class FakeKubelet:
         self.allocatable: list[api_pb2.ContainerDevices] = []
         self.allocatable_unimplemented = False
         self.fail_list: grpc.StatusCode | None = None
+        self.raw_list: bytes | None = None
+        self.hold_list: threading.Event | None = None
+        self.list_waiting = threading.Event()
         self.list_calls = 0
         self.allocatable_calls = 0
         self._server: grpc.Server | None = None
@@ -86,7 +162,9 @@ class FakeKubelet:
             futures.ThreadPoolExecutor(max_workers=4),
             options=[("grpc.max_send_message_length", 512 * 1024 * 1024)],
         )
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        handlers = _handlers(_Servicer(self))
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+        server.add_registered_method_handlers(_SERVICE, handlers)
         server.add_insecure_port("unix://" + self.socket_path)
         server.start()
         self._server = server
@@ -94,6 +172,8 @@ class FakeKubelet:
 
     def stop(self, remove_socket: bool = True) -> None:
         """Stop serving; the socket file goes away as when the kubelet exits."""
+        if self.hold_list is not None:
+            self.hold_list.set()  # a held call would keep its handler thread
         if self._server is not None:
             self._server.stop(grace=None).wait()
             self._server = None
@@ -113,6 +193,75 @@ class FakeKubelet:
 
     def __enter__(self) -> FakeKubelet:
         return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class PrefixPeer:
+    """A hostile kubelet: an HTTP/2 server on a unix socket that answers each gRPC call with
+    status 200 and a DATA frame holding only the 5-byte length prefix of a message of
+    ``announced`` bytes (plus ``extra`` bytes of it), then sends nothing more until it is closed.
+
+    ``sent`` counts the DATA bytes it wrote.
+    """
+
+    def __init__(self, announced: int, extra: int = 0) -> None:
+        self.announced = announced
+        self.extra = extra
+        self.sent = 0
+        self._dir = tempfile.mkdtemp(prefix="prefix-peer-")
+        self.socket_path = os.path.join(self._dir, "kubelet.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.socket_path)
+        self._listener.listen(4)
+        self._closed = threading.Event()
+        self._peers: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="prefix-peer", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                peer, _ = self._listener.accept()
+            except OSError:
+                return
+            self._peers.append(peer)
+            threading.Thread(target=self._serve, args=(peer,), daemon=True).start()
+
+    def _serve(self, peer: socket.socket) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        conn.initiate_connection()
+        with contextlib.suppress(OSError):
+            peer.sendall(conn.data_to_send())
+            while not self._closed.is_set():
+                data = peer.recv(65536)
+                if not data:
+                    return
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
+                        self._answer(conn, event.stream_id)
+                peer.sendall(conn.data_to_send())
+
+    def _answer(self, conn: h2.connection.H2Connection, stream: int) -> None:
+        conn.send_headers(stream, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        body = struct.pack(">BI", 0, self.announced) + b"\0" * self.extra
+        conn.send_data(stream, body)
+        self.sent += len(body)
+
+    def close(self) -> None:
+        """Stop listening, hang up on every caller and remove the socket."""
+        self._closed.set()
+        self._listener.close()
+        for peer in self._peers:
+            with contextlib.suppress(OSError):
+                peer.shutdown(socket.SHUT_RDWR)
+            peer.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> PrefixPeer:
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
