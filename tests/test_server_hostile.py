@@ -1,0 +1,440 @@
+"""The HTTP front under the second round of hostile clients (docs/security.md, "HTTP front").
+
+Each test fails on the front as it was before: unread replies held a page copy each and their
+connections were never evicted; idle scrapers were evicted first; ffdhe-only ClientHellos got an
+8192-bit key exchange; handshakes ran on the loop; the heap was trimmed only every 5 minutes;
+wrong passwords queued in one FIFO; ``:port`` listened on IPv4 only; and four smaller gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import http.client
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import bcrypt
+import pytest
+import trustme
+
+from exporter import tls_session
+from exporter.login import LoginScheduler, client_lane
+from exporter.server import Limits, MetricsServer
+from exporter.tls_groups import set_groups
+from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
+from tests.support.web import client_ctx, serving, write_pair
+
+PAGE = b"# a big page\n" + b"gpu_metric 1\n" * 80_000  # ~1 MB, like a MIG node's page
+GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@contextlib.contextmanager
+def big_page_server(limits: Limits) -> Iterator[MetricsServer]:
+    """A front serving PAGE (as parts, like CachedExposition) on loopback."""
+    server = MetricsServer(
+        "127.0.0.1:0", lambda accept: ((memoryview(PAGE), b"# age\n"), "text/plain"), ready=lambda: True, limits=limits
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+
+
+def _on_loop(server: MetricsServer, fn):  # type: ignore[no-untyped-def]
+    """Run ``fn()`` on the server's loop thread and return its result (its tables live there)."""
+
+    async def call():  # type: ignore[no-untyped-def]
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), server.loop).result(5)
+
+
+def _scrape(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> int:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def _unread_clients(port: int, count: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(GET * 4)
+        socks.append(s)
+    return socks
+
+
+# --- unread replies -------------------------------------------------------------------------
+
+
+def test_unread_replies_hold_a_bounded_number_of_bytes_and_connections() -> None:
+    """60 clients pipeline 4 scrapes of a 1 MB page and read nothing.  Before: every connection
+    kept about a page in its buffer (~60 MB).  Now at most ``max_stalled`` are kept, each with at
+    most one write slice in user space, and a normal scrape is still answered."""
+    with big_page_server(Limits(max_stalled=8)) as server:
+        socks = _unread_clients(server.port, 60)
+        try:
+            time.sleep(1.5)
+            buffered = _on_loop(
+                server, lambda: [c.transport.get_write_buffer_size() for c in server._conns.values() if c.transport]
+            )
+            assert sum(buffered) <= 8 * 64 * 1024, (len(buffered), sum(buffered))
+            assert server.stall_closed >= 40
+            assert _scrape(server.port) == 200
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_connections_with_unread_replies_are_evicted_at_the_cap() -> None:
+    """All 20 connection slots held by clients that never read: before, a new scraper was refused
+    (busy connections were never evicted); now the longest-stalled one makes room."""
+    with big_page_server(Limits(max_connections=20, max_stalled=100)) as server:
+        socks = _unread_clients(server.port, 20)
+        try:
+            time.sleep(1.0)
+            assert server.open_connections() == 20
+            assert _scrape(server.port) == 200
+            assert server.evicted >= 1 and server.refused == 0
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_a_scrapers_kept_alive_connection_outlives_churning_idle_connections_at_the_cap() -> None:
+    """At the cap, 60 clients that make one request each and then sit idle: before, the oldest
+    idle connection went first, which between scrapes is the scraper's; now connections that have
+    delivered many replies go last."""
+    with big_page_server(Limits(max_connections=10)) as server:
+        scraper = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        for _ in range(20):
+            scraper.request("GET", "/healthz")
+            scraper.getresponse().read()
+        first_sock = scraper.sock
+        others = []
+        try:
+            for _ in range(60):
+                c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+                c.request("GET", "/healthz")
+                c.getresponse().read()
+                others.append(c)
+            scraper.request("GET", "/healthz")
+            assert scraper.getresponse().read() == b"ok\n"
+            assert scraper.sock is first_sock, "the scraper had to reconnect"
+            assert server.evicted >= 50
+        finally:
+            scraper.close()
+            for c in others:
+                c.close()
+
+
+# --- TLS -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def _tls_config(folder: Path, ca: trustme.CA, extra: str = "") -> Path:
+    cert, key = write_pair(ca, folder)
+    path = folder / "web.yml"
+    path.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n{extra}")
+    return path
+
+
+def _client_hello(groups: list[str]) -> bytes:
+    """The first flight of a TLS client that offers only ``groups``."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    set_groups(ctx, groups)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_side=False)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return outgoing.read()
+
+
+def _answer_to(port: int, hello: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(hello)
+        got = bytearray()
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(65536):
+                got += chunk
+                if got[:1] == b"\x16" and len(got) > 100:  # a ServerHello flight: enough said
+                    break
+        return bytes(got)
+
+
+def test_a_client_offering_only_ffdhe8192_gets_an_alert_not_a_key_exchange(tmp_path: Path, ca: trustme.CA) -> None:
+    """Before, OpenSSL's default groups included ffdhe8192 and the server computed an 8192-bit
+    key share (~120-190 ms of CPU per replayed ClientHello); now only ECDHE groups are offered."""
+    with serving(_tls_config(tmp_path, ca)) as server:
+        answer = _answer_to(server.port, _client_hello(["ffdhe8192"]))
+        assert answer[:1] == b"\x15", answer[:16]  # an alert record, no ServerHello (0x16)
+        ok = _answer_to(server.port, _client_hello(["X25519"]))
+        assert ok[:1] == b"\x16"
+
+
+def test_curve_preferences_are_honoured(tmp_path: Path, ca: trustme.CA) -> None:
+    """``curve_preferences`` was accepted and ignored; now it is the list of groups offered."""
+    cfg = _tls_config(tmp_path, ca, "  curve_preferences: [CurveP256]\n")
+    with serving(cfg) as server:
+        assert _answer_to(server.port, _client_hello(["X25519"]))[:1] == b"\x15"
+        assert _answer_to(server.port, _client_hello(["P-256"]))[:1] == b"\x16"
+
+
+def test_an_unknown_curve_name_is_refused_at_start(tmp_path: Path, ca: trustme.CA) -> None:
+    cfg = _tls_config(tmp_path, ca, "  curve_preferences: [CurveP256, ffdhe8192]\n")
+    with pytest.raises(WebConfigError, match="curve_preferences"):
+        load_web_config(str(cfg))
+
+
+@pytest.mark.parametrize("key", ["min_version", "max_version"])
+def test_tls10_is_refused_where_openssl_would_refuse_every_such_handshake(
+    tmp_path: Path, ca: trustme.CA, key: str
+) -> None:
+    """``min_version: TLS10`` was accepted, yet OpenSSL 3 at security level 2 completes no TLS 1.0
+    handshake; the config now fails at start with the reason."""
+    if ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).security_level < 1:
+        pytest.skip("this OpenSSL still allows TLS 1.0")
+    cfg = _tls_config(tmp_path, ca, f"  {key}: TLS10\n")
+    with pytest.raises(WebConfigError, match=f"{key} TLS10"):
+        load_web_config(str(cfg))
+
+
+def test_a_slow_handshake_does_not_hold_up_an_established_tls_scraper(
+    tmp_path: Path, ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handshake step that takes long (an expensive key exchange) runs on the TLS thread: a
+    kept-alive TLS scraper is answered meanwhile.  Before, handshakes ran on the loop thread."""
+    release = threading.Event()
+    real = tls_session.TlsSession.handshake_step
+    blocked: list[bool] = []
+
+    def slow_step(self: tls_session.TlsSession) -> bool:
+        if getattr(self, "_slow", False):
+            blocked.append(True)
+            release.wait(10)
+        return real(self)
+
+    monkeypatch.setattr(tls_session.TlsSession, "handshake_step", slow_step)
+    with serving(_tls_config(tmp_path, ca)) as server:
+        scraper = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10, context=client_ctx(ca))
+        scraper.request("GET", "/healthz")
+        assert scraper.getresponse().read() == b"ok\n"
+
+        def mark_slow(conn) -> None:  # type: ignore[no-untyped-def]
+            conn.tls._slow = True
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as victim:
+            time.sleep(0.2)
+            _on_loop(server, lambda: [mark_slow(c) for c in server._conns.values() if c.tls and not c.tls.established])
+            victim.sendall(_client_hello(["X25519"]))
+            deadline = time.monotonic() + 5
+            while not blocked and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert blocked, "the slow step never started"
+            scraper.request("GET", "/healthz")
+            assert scraper.getresponse().read() == b"ok\n"
+            release.set()
+        scraper.close()
+
+
+def test_plaintext_on_the_tls_port_is_refused_and_bursts_trim_the_heap(tmp_path: Path, ca: trustme.CA) -> None:
+    """Clients sending a plaintext head to the TLS port, again and again: each is refused, and
+    after the burst the C heap is trimmed (before: only every 5 minutes, so 564 MB stayed)."""
+    with serving(_tls_config(tmp_path, ca)) as server:
+        for _ in range(150):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        deadline = time.monotonic() + 5
+        while server.trims == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.trims >= 1
+        status = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10, context=client_ctx(ca))
+        status.request("GET", "/healthz")
+        assert status.getresponse().status == 200
+        status.close()
+
+
+# --- logins --------------------------------------------------------------------------------
+
+
+class _GatedAuth(BasicAuth):
+    """A BasicAuth whose checks wait for ``gate`` and record the order they ran in."""
+
+    def __init__(self) -> None:
+        super().__init__({"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))})
+        self.gate = threading.Event()
+        self.order: list[str] = []
+
+    def check(self, header: str | None) -> bool:
+        self.gate.wait(10)
+        self.order.append(base64.b64decode((header or "").split()[1]).decode())
+        return super().check(header)
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_a_flood_of_wrong_passwords_from_one_address_does_not_delay_another_address() -> None:
+    """Before, every uncached check waited in one FIFO: 200 wrong passwords put the first real
+    login after a restart behind 200 checks.  Now lanes are per client address, round-robin, and
+    a full lane sheds its excess."""
+    auth = _GatedAuth()
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(1)
+    try:
+        scheduler = LoginScheduler(auth, pool, loop, lane_depth=4)
+
+        async def scenario() -> tuple[list[bool | None], bool]:
+            flood = [scheduler.check("10.0.0.66", _basic("prometheus", f"wrong{i}")) for i in range(200)]
+            real = scheduler.check("10.0.0.7", _basic("prometheus", "right"))
+            assert real is not None
+            auth.gate.set()
+            verdict = await real
+            rest = [await f if f is not None else None for f in flood]
+            return rest, verdict
+
+        rest, verdict = loop.run_until_complete(scenario())
+        assert verdict is True
+        # after the check already running and at most one more from the flooding lane (its turn)
+        assert auth.order.index("prometheus:right") <= 2, auth.order
+        assert sum(r is None for r in rest) == 200 - 5  # one running + 4 waiting; the rest shed
+        assert scheduler.shed == 195
+    finally:
+        pool.shutdown()
+        loop.close()
+
+
+def test_unknown_users_cost_no_bcrypt_and_identical_credentials_share_one_check() -> None:
+    auth = _GatedAuth()
+    auth.gate.set()
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(1)
+    try:
+        scheduler = LoginScheduler(auth, pool, loop)
+
+        async def scenario() -> list[bool]:
+            a = scheduler.check("10.0.0.1", _basic("nobody", "x"))
+            b = scheduler.check("10.0.0.1", _basic("prometheus", "right"))
+            c = scheduler.check("10.0.0.2", _basic("prometheus", "right"))
+            assert a is not None and b is not None and b is c
+            return [await a, await b]
+
+        assert loop.run_until_complete(scenario()) == [False, True]
+        assert auth.order == ["prometheus:right"]
+    finally:
+        pool.shutdown()
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    ("peer", "lane"),
+    [
+        ("10.1.2.3", "10.1.2.3"),
+        ("::ffff:10.1.2.3", "10.1.2.3"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+    ],
+)
+def test_client_lanes(peer: str, lane: str) -> None:
+    assert client_lane(peer) == lane
+
+
+# --- listening -----------------------------------------------------------------------------
+
+
+def _reaches(family: socket.AddressFamily, host: str, port: int) -> bool:
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect((host, port))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not socket.has_dualstack_ipv6(), reason="no IPv6 on this host")
+@pytest.mark.parametrize(
+    ("address", "v4", "v6"),
+    [(":0", True, True), ("0.0.0.0:0", True, False), ("[::]:0", False, True)],
+)
+def test_the_address_form_chooses_the_stacks(address: str, v4: bool, v6: bool) -> None:
+    """``:port`` listens on both stacks, as Go exporters do (before: IPv4 only)."""
+    with serving(None, address=address) as server:
+        assert _reaches(socket.AF_INET, "127.0.0.1", server.port) is v4
+        assert _reaches(socket.AF_INET6, "::1", server.port) is v6
+
+
+# --- smaller items ---------------------------------------------------------------------------
+
+
+def _auth_config(folder: Path) -> Path:
+    path = folder / "web.yml"
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    path.write_text(f"basic_auth_users:\n  p: '{hashed}'\n")
+    return path
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        got = bytearray()
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(65536):
+                got += chunk
+        return bytes(got)  # all of it: the server closed the connection
+
+
+def test_the_basic_scheme_is_case_insensitive(tmp_path: Path) -> None:
+    token = base64.b64encode(b"p:s3cret").decode()
+    with serving(_auth_config(tmp_path)) as server:
+        for scheme in ("basic", "BASIC", "Basic"):
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            conn.request("GET", "/metrics", headers={"Authorization": f"{scheme} {token}"})
+            assert conn.getresponse().status == 200, scheme
+            conn.close()
+
+
+def test_two_authorization_headers_are_refused(tmp_path: Path) -> None:
+    """Before, the last one counted; proxies may pass on the first.  Now: 400 and close."""
+    good = base64.b64encode(b"p:s3cret").decode()
+    with serving(_auth_config(tmp_path)) as server:
+        got = _raw(
+            server.port,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic Zm9vOmJhcg==\r\n"
+            + f"Authorization: Basic {good}\r\n\r\n".encode(),
+        )
+        assert got.startswith(b"HTTP/1.1 400 ")
+
+
+def test_content_length_with_transfer_encoding_is_refused_and_closed() -> None:
+    """Both framings in one request (a smuggling vector) was answered and kept alive; now 400,
+    and the connection closes (``_raw`` only returns once it has)."""
+    with serving(None) as server:
+        got = _raw(
+            server.port,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+            + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        assert got.startswith(b"HTTP/1.1 400 ") and got.count(b"HTTP/1.1") == 1
