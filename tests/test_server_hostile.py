@@ -240,8 +240,9 @@ def test_a_slow_handshake_does_not_hold_up_an_established_tls_scraper(
         scraper.request("GET", "/healthz")
         assert scraper.getresponse().read() == b"ok\n"
 
-        def mark_slow(conn) -> None:  # type: ignore[no-untyped-def]
+        def mark_slow(conn) -> bool:  # type: ignore[no-untyped-def]
             conn.tls._slow = True
+            return True
 
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as victim:
             time.sleep(0.2)
