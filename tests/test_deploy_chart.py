@@ -247,6 +247,17 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def test_the_exporter_listens_and_is_served_on_both_ip_stacks() -> None:
+    """``:<port>`` is dual-stack in the exporter (both stacks where the node has IPv6), and the
+    headless Service prefers dual-stack, so an IPv6-only or dual-stack cluster's Prometheus
+    reaches every pod."""
+    objs = objects()
+    assert "--web.listen-address=:9445" in exporter_container()["args"]
+    assert one(objs, "Service", "exporter")["spec"]["ipFamilyPolicy"] == "PreferDualStack"
+    pinned = objects({"service": {"ipFamilyPolicy": "SingleStack"}})
+    assert one(pinned, "Service", "exporter")["spec"]["ipFamilyPolicy"] == "SingleStack"
+
+
 def test_service_monitor_scrapes_the_exporter_with_honor_labels() -> None:
     objs = objects()
     service = one(objs, "Service", "exporter")
