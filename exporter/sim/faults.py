@@ -6,6 +6,8 @@ A ``SimFaults`` object is shared between the code that injects faults (a test, t
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from dataclasses import dataclass, fields
 
@@ -18,6 +20,19 @@ FAULTABLE_FIELDS: frozenset[str] = frozenset(
 )
 """Field names that ``unsupported`` / ``transient`` may name: GpuSample, LeafSample and
 GpmSample fields except identity.  ``gpm`` drops the whole GPM sample (a pre-Hopper GPU)."""
+
+MAX_GPU_INDEX = 255
+"""Highest GPU index ``lost`` and ``xid`` take (no node has more GPUs than that)."""
+MAX_TRANSIENT_CYCLES = 1_000_000
+"""Most cycles a ``transient`` fault may last (11 days at the 1 s interval)."""
+MAX_HANG_SECONDS = 86400.0
+"""Longest ``hang`` in seconds: a day, far past the longest ``--collect.deadline`` (1 h)."""
+MAX_XID = 999
+"""Highest Xid code (NVIDIA's documented codes have at most three digits)."""
+_SPEC_HELP = (
+    "valid: lost=GPU,...; unsupported=FIELD,...; transient=FIELD[:CYCLES],...; hang=SECONDS; unavailable; "
+    "xid=GPU:XID,..."
+)
 
 
 @dataclass(frozen=True)
@@ -82,8 +97,15 @@ class SimFaults:
         self.xid: dict[int, list[int]] = {k: list(v) for k, v in (xid or {}).items()}
         _check_fields(self.unsupported, "unsupported")
         _check_fields(self.transient, "transient")
-        if self._hang_seconds < 0:
-            raise ValueError(f"hang: must be >= 0 seconds, got {hang_seconds}")
+        for index in self.lost:
+            _check_range("lost", index, 0, MAX_GPU_INDEX)
+        for count in self.transient.values():
+            _check_range("transient", count, 1, MAX_TRANSIENT_CYCLES)
+        for index, codes in self.xid.items():
+            _check_range("xid GPU", index, 0, MAX_GPU_INDEX)
+            for code in codes:
+                _check_range("xid", code, 1, MAX_XID)
+        _check_hang(self._hang_seconds)
 
     @property
     def hang_seconds(self) -> float:
@@ -92,6 +114,7 @@ class SimFaults:
 
     @hang_seconds.setter
     def hang_seconds(self, value: float) -> None:
+        _check_hang(float(value))
         with self._cond:
             self._hang_seconds = float(value)
             self._cond.notify_all()
@@ -128,11 +151,13 @@ class SimFaults:
 
     @classmethod
     def parse(cls, spec: str) -> SimFaults:
-        """Build faults from a CLI spec, parts separated by ``;``.
+        """Build faults from the ``--sim.faults`` spec, parts separated by ``;``.
 
         ``lost=3,5``  ``unsupported=fan_speed_ratio,gpm``  ``transient=power_watts:3``
-        ``hang=30`` (seconds)  ``unavailable`` (or ``unavailable=true``)  ``xid=2:79,3:31``.
-        An empty spec gives no faults.  A ValueError names the part it could not read.
+        ``hang=30`` (seconds; ``30s`` and ``500ms`` too)  ``unavailable`` (or ``unavailable=true``)
+        ``xid=2:79,3:31``.  Numbers are whole ASCII numbers within the ``MAX_*`` limits, the hang a
+        plain decimal; ``hang`` and ``unavailable`` may be given once.  An empty spec gives no
+        faults.  A ValueError names ``--sim.faults``, the part and the key it could not read.
         """
         lost: set[int] = set()
         unsupported: set[str] = set()
@@ -140,6 +165,7 @@ class SimFaults:
         hang = 0.0
         unavailable = False
         xid: dict[int, list[int]] = {}
+        seen: set[str] = set()
         for raw in spec.split(";"):
             part = raw.strip()
             if not part:
@@ -147,41 +173,91 @@ class SimFaults:
             key, sep, value = part.partition("=")
             key, value = key.strip(), value.strip()
             try:
+                if key in seen and key in ("hang", "unavailable"):
+                    raise ValueError(f"{key} is given twice")
+                seen.add(key)
                 if key == "lost" and sep:
-                    lost.update(_ints(value))
+                    lost.update(_whole(v, "lost", 0, MAX_GPU_INDEX) for v in _items(value, "lost", "GPU indices"))
                 elif key == "unsupported" and sep:
-                    names = {n.strip() for n in value.split(",") if n.strip()}
+                    names = set(_items(value, "unsupported", "field names"))
                     _check_fields(names, "unsupported")
                     unsupported |= names
                 elif key == "transient" and sep:
-                    for item in value.split(","):
-                        name, _, count = item.partition(":")
-                        transient[name.strip()] = int(count) if count.strip() else 1
+                    transient.update(_transient(item) for item in _items(value, "transient", "FIELD[:CYCLES]"))
                     _check_fields(transient, "transient")
                 elif key == "hang" and sep:
-                    hang = float(value.removesuffix("s"))
-                    if hang < 0:
-                        raise ValueError("must be >= 0")
+                    hang = _hang(value)
                 elif key == "unavailable":
                     unavailable = _bool(value) if sep else True
                 elif key == "xid" and sep:
-                    for item in value.split(","):
-                        gpu, colon, code = item.partition(":")
-                        if not colon:
-                            raise ValueError("expected GPU:XID")
-                        xid.setdefault(int(gpu), []).append(int(code))
+                    for gpu, code in (_xid(item) for item in _items(value, "xid", "GPU:XID")):
+                        xid.setdefault(gpu, []).append(code)
                 else:
-                    raise ValueError("unknown fault; valid: lost=, unsupported=, transient=, hang=, unavailable, xid=")
+                    raise ValueError(f"unknown fault {key!r}; {_SPEC_HELP}")
             except ValueError as exc:
-                raise ValueError(f"bad fault spec part {part!r}: {exc}") from None
+                raise ValueError(f"--sim.faults: bad part {part!r}: {exc}") from None
         return cls(lost, unsupported, transient, hang, unavailable, xid)
 
 
-def _ints(value: str) -> set[int]:
-    out = {int(v) for v in value.split(",") if v.strip()}
-    if not out or any(v < 0 for v in out):
-        raise ValueError("expected GPU indices >= 0")
+def _check_range(what: str, value: int, low: int, high: int) -> None:
+    """ValueError naming ``what`` unless ``value`` is a whole number in ``low..high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} {value!r} is outside {low}..{high}")
+
+
+def _check_hang(seconds: float) -> None:
+    """ValueError unless ``seconds`` is a finite hang in 0..``MAX_HANG_SECONDS``."""
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_HANG_SECONDS):
+        raise ValueError(f"hang {seconds!r} is outside 0..{MAX_HANG_SECONDS:g} seconds")
+
+
+def _items(value: str, key: str, what: str) -> list[str]:
+    """The comma-separated items of ``key``'s ``value``, stripped; ValueError when there is none."""
+    out = [v.strip() for v in value.split(",") if v.strip()]
+    if not out:
+        raise ValueError(f"{key}: expected {what}")
     return out
+
+
+def _whole(text: str, what: str, low: int, high: int) -> int:
+    """A whole number ``low..high`` written in ASCII digits (no sign, ``_`` or spaces, unlike ``int()``)."""
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError(f"{what} {text!r} is not a whole number in {low}..{high} written with digits 0-9")
+    if len(text) > len(str(high)) or not low <= int(text) <= high:
+        raise ValueError(f"{what} {text[:20]!r} is outside {low}..{high}")
+    return int(text)
+
+
+def _transient(item: str) -> tuple[str, int]:
+    """``FIELD`` (one cycle) or ``FIELD:CYCLES`` -> (field, cycles)."""
+    name, colon, count = item.partition(":")
+    if not colon:
+        return name, 1
+    return name.strip(), _whole(count.strip(), "transient cycles", 1, MAX_TRANSIENT_CYCLES)
+
+
+def _hang(text: str) -> float:
+    """``30``, ``30s``, ``1.5s`` or ``500ms`` -> seconds in 0..``MAX_HANG_SECONDS``."""
+    if len(text) > 32:
+        raise ValueError(f"hang {text[:20]!r}... is longer than 32 characters")
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(ms|s)?", text)
+    if not m:
+        raise ValueError(
+            f"hang {text!r} is not a number of seconds written with digits 0-9 (no sign, exponent, "
+            "nan or inf), such as 30, 30s or 500ms"
+        )
+    seconds = float(m.group(1)) * (0.001 if m.group(2) == "ms" else 1.0)
+    if seconds > MAX_HANG_SECONDS:
+        raise ValueError(f"hang {text!r} is longer than {MAX_HANG_SECONDS:g} seconds")
+    return seconds
+
+
+def _xid(item: str) -> tuple[int, int]:
+    """``GPU:XID`` -> (GPU index, Xid code)."""
+    gpu, colon, code = item.partition(":")
+    if not colon:
+        raise ValueError(f"xid {item!r}: expected GPU:XID")
+    return _whole(gpu.strip(), "xid GPU", 0, MAX_GPU_INDEX), _whole(code.strip(), "xid", 1, MAX_XID)
 
 
 def _bool(value: str) -> bool:
