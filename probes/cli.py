@@ -10,9 +10,11 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from probes.bandwidth import (
@@ -42,6 +44,19 @@ EXIT_CODES: dict[str, int] = {
 NUMPY_MAX_COPY_BYTES = 32 * MiB
 """NumPy stands in for a GPU in CI: keep its run to a fraction of a second."""
 
+MAX_TIMEOUT_SECONDS = 3600.0
+"""Longest ``--timeout``: the exporter's ``--probes.timeout`` limit (it passes 90 % of that)."""
+MAX_BUFFER_BYTES = 1 << 60
+"""Largest ``--buffer-bytes`` / ``--transfer-bytes`` (1 EiB, the exporter's size limit); a size
+above free memory is still tried and ends as an ``out_of_memory`` error."""
+MAX_COPIES = 1000
+"""Most ``--warmup`` and ``--repeats`` copies."""
+MAX_DEVICE_INDEX = 255
+"""Highest ``--device`` index."""
+_HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID = re.compile(rf"GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]{{1,3}}/[0-9]{{1,3}}")
+"""A GPU UUID, a MIG UUID, or a MIG instance in the older ``MIG-GPU-<uuid>/<gi>/<ci>`` form."""
+
 _output_lock = threading.Lock()
 _emitted = False
 
@@ -64,24 +79,90 @@ def _error(kind: str, message: str) -> int:
 
 
 class _JsonArgumentParser(argparse.ArgumentParser):
-    """Usage errors are failures too: report them as the JSON error the caller parses."""
+    """Usage errors are failures too: report them as the JSON error the caller parses (and, as
+    argparse does, on stderr for a person)."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(_error("usage", message))
+
+
+def _seconds(text: str) -> float:
+    """``--timeout``: seconds, more than 0 and at most ``MAX_TIMEOUT_SECONDS``, as a plain ASCII
+    decimal (``float()`` would also take ``inf``, ``nan``, exponents, ``_`` and other digits)."""
+    if len(text) > 32 or not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:32]!r} is not a number of seconds written with digits 0-9 (no sign, exponent, nan or inf)"
+        )
+    value = float(text)
+    if not 0 < value <= MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most {MAX_TIMEOUT_SECONDS:g} seconds")
+    return value
+
+
+def _whole(low: int, high: int, high_shown: str = "") -> Callable[[str], int]:
+    """A parser of whole numbers ``low..high`` (``high_shown`` names ``high`` in messages) in ASCII
+    digits (``int()`` would also take a sign, ``_``, spaces and other scripts' digits)."""
+    span = f"{low}..{high_shown or high}"
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[0-9]+", text):
+            raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a whole number written with digits 0-9 ({span})")
+        if len(text) > len(str(high)) or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text[:32]!r} is outside {span}")
+        return int(text)
+
+    return parse
+
+
+def _uuid(text: str) -> str:
+    """``--uuid``: ``GPU-<uuid>``, ``MIG-<uuid>`` or ``MIG-GPU-<uuid>/<gi>/<ci>``; anything else
+    (an empty string, a list, an index) would make ``CUDA_VISIBLE_DEVICES`` pick another GPU or none."""
+    if not _UUID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a GPU-... or MIG-... UUID")
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
     p = _JsonArgumentParser(prog="gpulens-probe", description=__doc__)
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--device", type=int, help="GPU index as nvidia-smi numbers them (PCI bus order)")
-    which.add_argument("--uuid", help="GPU-... or MIG-... UUID of the GPU or MIG instance to probe")
+    which.add_argument(
+        "--device",
+        type=_whole(0, MAX_DEVICE_INDEX),
+        help=f"GPU index as nvidia-smi numbers them (PCI bus order), 0..{MAX_DEVICE_INDEX}",
+    )
+    which.add_argument("--uuid", type=_uuid, help="GPU-... or MIG-... UUID of the GPU or MIG instance to probe")
     p.add_argument("--array", choices=("cupy", "numpy"), default="cupy", help="array module (default cupy)")
-    p.add_argument("--timeout", type=float, default=10.0, help="give up after S seconds (default 10)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed copies before measuring (default 1)")
-    p.add_argument("--repeats", type=int, default=5, help="timed copies; the median is reported (default 5)")
-    p.add_argument("--buffer-bytes", type=int, help="HBM copy buffer size in bytes (default: from L2 and free)")
-    p.add_argument("--transfer-bytes", type=int, default=24 * MiB, help="pinned H2D/D2H buffer size (default 24 MiB)")
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        help=f"give up after S seconds, more than 0 and at most {MAX_TIMEOUT_SECONDS:g} (default 10)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_whole(0, MAX_COPIES),
+        default=1,
+        help=f"untimed copies before measuring, 0..{MAX_COPIES} (default 1)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=_whole(1, MAX_COPIES),
+        default=5,
+        help=f"timed copies, 1..{MAX_COPIES}; the median is reported (default 5)",
+    )
+    p.add_argument(
+        "--buffer-bytes",
+        type=_whole(1, MAX_BUFFER_BYTES, "2^60"),
+        help="HBM copy buffer size in bytes, 1..2^60 (default: from L2 and free)",
+    )
+    p.add_argument(
+        "--transfer-bytes",
+        type=_whole(1, MAX_BUFFER_BYTES, "2^60"),
+        default=24 * MiB,
+        help="pinned H2D/D2H buffer size in bytes, 1..2^60 (default 24 MiB)",
+    )
     return p
 
 
@@ -179,9 +260,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``gpulens-probe``; returns the exit status."""
-    args = _parser().parse_args(argv)
-    if args.timeout <= 0:
-        return _error("usage", "--timeout must be positive")
+    args = _parser().parse_args(argv)  # every value checked: a bad one exits 2 with a JSON usage error
     watchdog = _start_watchdog(args.timeout)
     try:
         doc = run(args)

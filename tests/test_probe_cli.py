@@ -180,3 +180,66 @@ def test_exporter_side_never_imports_cupy_or_numpy() -> None:
     code = "import sys, exporter.probe_scheduler; print(sorted({'cupy', 'numpy', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- every option: ASCII digits, finite, within its stated range; a usage error names it ---------
+
+
+def _probe_usage(*args: str) -> tuple[int, dict[str, Any], str]:
+    """Run the CLI on arguments it must refuse: (exit status, the JSON line, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "probes", "--array", "numpy", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, f"expected exactly one JSON line, got {proc.stdout!r} / {proc.stderr!r}"
+    return proc.returncode, json.loads(lines[0]), proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--timeout", "inf"),
+        ("--timeout", "nan"),
+        ("--timeout", "1e9"),
+        ("--timeout", "3601"),
+        ("--timeout", "1_0"),
+        ("--timeout", "\u0665"),  # ARABIC-INDIC DIGIT FIVE
+        ("--buffer-bytes", "-5"),
+        ("--buffer-bytes", "99999999999999999999999"),
+        ("--transfer-bytes", "-1"),
+        ("--transfer-bytes", "0"),
+        ("--repeats", "0"),
+        ("--repeats", "100000000000"),
+        ("--warmup", "-1"),
+        ("--device", "-1"),
+        ("--device", "\uff11"),  # FULLWIDTH DIGIT ONE
+        ("--device", "256"),
+        ("--uuid", ""),
+        ("--uuid", "0,1"),
+    ],
+)
+def test_bad_option_value_is_a_usage_error_naming_the_option(option: str, value: str) -> None:
+    rc, doc, stderr = _probe_usage(f"{option}={value}")
+    assert rc == 2, doc
+    assert doc["error"]["type"] == "usage"
+    assert option in doc["error"]["message"]
+    assert option in stderr
+    assert "Traceback" not in stderr
+
+
+def test_option_parsers_take_what_the_exporter_passes_and_state_their_range() -> None:
+    assert cli._seconds("0.900") == 0.9  # the scheduler passes 90 % of --probes.timeout, 3 decimals
+    assert cli._seconds("3240.000") == 3240.0
+    assert cli._whole(1, cli.MAX_BUFFER_BYTES)(str(1 << 60)) == 1 << 60
+    for uuid in (
+        "GPU-01234567-89ab-cdef-0011-223344556677",
+        "MIG-2a1ca17e-6c95-5b34-a4a9-19ee253a5385",
+        "MIG-GPU-01234567-89ab-cdef-0011-223344556677/1/0",
+    ):
+        assert cli._uuid(uuid) == uuid
+    with pytest.raises(argparse.ArgumentTypeError, match=r"1\.\.1000"):
+        cli._whole(1, cli.MAX_COPIES)("1001")
