@@ -12,7 +12,6 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from exporter.server import parse_listen_address
@@ -77,6 +76,12 @@ def _not_a_quantity(text: str, what: str, units: Sequence[str], examples: str) -
     return ValueError(f"{text!r} {_not_a_number_because(text)}: expected a {what} such as {examples}")
 
 
+def _exact(decimal: str) -> tuple[int, int]:
+    """A plain ASCII decimal as an exact fraction (numerator, denominator): ``1.25`` -> (125, 100)."""
+    whole, _, frac = decimal.partition(".")
+    return int(whole + frac), 10 ** len(frac)
+
+
 def _check_text(text: str) -> None:
     """Refuse an over-long text before a regex or a conversion reads it."""
     if len(text) > _MAX_TEXT:
@@ -139,12 +144,13 @@ def parse_bytes(text: str) -> int:
         raise ValueError(f"{text!r} has an exponent of more than two digits: expected a size of at most 1 EiB")
     if not m:
         raise _not_a_quantity(text, "size", [u for u in _SIZE_UNITS if u], "4GiB, 512MiB")
-    value = Fraction(m.group(1)) * 10 ** int(m.group(2) or 0) * _SIZE_UNITS[m.group(3)]
-    if value > MAX_BYTES:
+    numerator, denominator = _exact(m.group(1))
+    numerator *= 10 ** int(m.group(2) or 0) * _SIZE_UNITS[m.group(3)]
+    if numerator > MAX_BYTES * denominator:
         raise ValueError(f"{text!r} is larger than the limit of 1 EiB")
-    if value.denominator != 1:
+    if numerator % denominator:
         raise ValueError(f"{text!r} is not a whole number of bytes")
-    return int(value)
+    return numerator // denominator
 
 
 def _listen(text: str) -> str:
@@ -210,7 +216,8 @@ def _ratio(text: str) -> float:
     _check_text(text)
     if not re.fullmatch(_DECIMAL, text):
         raise ValueError(f"{text!r} {_not_a_number_because(text)}: expected a ratio in 0..1 such as 0.05")
-    if Fraction(text) > 1:
+    numerator, denominator = _exact(text)
+    if numerator > denominator:
         raise ValueError(f"{text!r} is not a ratio in 0..1")
     return float(text)
 
