@@ -8,13 +8,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import trustme
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
-from exporter.collector import SnapshotCollector
-from exporter.sampler import Sampler
 from exporter.server import Limits, MetricsServer
 from exporter.webconfig import load_web_config
-from tests.fakes_backend import ScriptedBackend, healthy
 
 
 def write_pair(ca: trustme.CA, folder: Path, name: str = "server") -> tuple[Path, Path]:
@@ -30,11 +27,9 @@ def write_pair(ca: trustme.CA, folder: Path, name: str = "server") -> tuple[Path
 def serving(
     config_path: Path | None, limits: Limits | None = None, address: str = "127.0.0.1:0"
 ) -> Iterator[MetricsServer]:
-    """A started MetricsServer over one simulated GPU, with the web config at ``config_path``."""
-    sampler = Sampler(ScriptedBackend(healthy(1)))
-    sampler.run_once()
+    """A started MetricsServer of a one-series registry, with the web config at ``config_path``."""
     reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest))
+    Gauge("gpulens_test_up", "A series for the TLS and auth tests to fetch.", registry=reg).set(1)
     web_config = load_web_config(str(config_path)) if config_path is not None else None
     server = MetricsServer(address, reg, ready=lambda: True, web_config=web_config, limits=limits)
     server.start()
