@@ -240,7 +240,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
-    ("--web.listen-address", _listen, ":9445", "Address to serve /metrics, /healthz and /readyz on."),
+    (
+        "--web.listen-address",
+        _listen,
+        ":9445",
+        "Address to serve /metrics, /healthz and /readyz on: :PORT is both IP stacks where the host has "
+        "IPv6 (else IPv4), 0.0.0.0:PORT IPv4 only, [::]:PORT IPv6 only.",
+    ),
     (
         "--web.config.file",
         str,
