@@ -249,9 +249,10 @@ def test_api_unreachable_leaves_kubelet_allocations_and_recovers(api: KubeApiEmu
             pod("ml", "train", [("main", [("nvidia.com/gpu", [U0])])]),
             pod("ml", "old", [("main", [("nvidia.com/gpu", [U0])])]),
         ]
-        attributor = PipelineAttributor(PodResourcesSource(kubelet.socket_path), watcher(api), None)
+        kubelet_source = PodResourcesSource(kubelet.socket_path)
+        attributor = PipelineAttributor(kubelet_source, watcher(api), None)
         try:
-            time.sleep(0.3)
+            assert kubelet_source.wait_first_refresh(30)
             attribution, stages = attributor.attribute(sample, time.time())
             assert {s.stage: s.success for s in stages} == {"podresources": True, "kube_api": False}
             assert {(a.pod.pod, a.pod.workload_kind) for a in attribution.allocations} == {

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.attribution.pipeline import PipelineAttributor
+from exporter.attribution.podresources import PodResourcesSource
 from exporter.cli import make_attributor
+from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, parse_config
 from exporter.model import (
     BackendSample,
@@ -19,8 +23,10 @@ from exporter.model import (
     MigInstance,
     ProcessSample,
 )
+from exporter.sampler import Sampler
 from exporter.sim import Simulation
 from exporter.sim.attribution import simulated_attributor
+from tests.fakes.kubelet_server import FakeKubelet, pod
 
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
@@ -279,3 +285,54 @@ def test_explicit_socket_overrides_the_simulated_kubelet(tmp_path: Any) -> None:
 def test_without_the_simulator_the_default_socket_is_the_real_kubelet() -> None:
     attributor = make_attributor(parse_config([], env={}), None)
     assert _stages(attributor) == [("podresources", False)], "no kubelet on this machine"
+
+
+def _exposition(sampler: Sampler) -> CachedExposition:
+    """The metrics page of ``sampler``'s snapshots, wired as ``exporter.cli.build`` wires it."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(SnapshotCollector(sampler.latest, version="test", backend="sim", include_age=False))
+    return CachedExposition(registry, sampler.latest)
+
+
+def test_until_the_kubelet_first_answers_the_sampler_runs_and_shows_no_allocation() -> None:
+    """The kubelet source's first refresh runs on its own thread, so building it does not wait
+    for the kubelet (the exporter binds its port meanwhile); until the kubelet answers, the
+    podresources stage reads 0 and the allocation series are absent: unknown, not "all free"."""
+    simulation = Simulation.create("h200x8")
+    uuid = simulation.backend.sample().gpus[0].uuid
+    with FakeKubelet() as kubelet:
+        kubelet.hold_list = threading.Event()
+        built: list[PodResourcesSource] = []
+        builder = threading.Thread(
+            target=lambda: built.append(PodResourcesSource(kubelet.socket_path, 120, timeout_seconds=120)), daemon=True
+        )
+        builder.start()
+        sampler: Sampler | None = None
+        try:
+            assert kubelet.list_waiting.wait(30), "the first List was asked at once"
+            builder.join(30)
+            assert built, "built while the kubelet still holds its reply"
+            sampler = Sampler(simulation.backend, attributor=PipelineAttributor(built[0], None, None))
+            snapshot = sampler.run_once()
+            assert {s.stage: s.success for s in snapshot.stages}["podresources"] is False
+            assert snapshot.attribution is not None and snapshot.attribution.allocations == ()
+            assert snapshot.attribution.podresources_last_success_timestamp is None
+            page = _exposition(sampler).render("text/plain")[0].decode()
+            assert 'gpulens_stage_success{stage="podresources"} 0.0' in page
+            assert "gpulens_pod_gpu_allocation{" not in page
+            assert "gpulens_podresources_last_success_timestamp_seconds " not in page
+
+            kubelet.pods = [pod("ml", "train-0", [("main", [("nvidia.com/gpu", [uuid])])])]
+            kubelet.hold_list.set()
+            assert built[0].wait_first_refresh(60)
+            snapshot = sampler.run_once()
+            assert snapshot.attribution is not None
+            assert [(a.pod.pod, a.uuid) for a in snapshot.attribution.allocations] == [("train-0", uuid)]
+            assert {s.stage: s.success for s in snapshot.stages}["podresources"] is True
+        finally:
+            kubelet.hold_list.set()
+            builder.join(130)
+            if sampler is not None:
+                sampler.stop()
+            for source in built:
+                source.close()

@@ -220,6 +220,7 @@ def test_kubelet_restart_is_picked_up_within_one_refresh_period(kubelet: FakeKub
     kubelet.pods = [pod("ml", "before", [("c", [("nvidia.com/gpu", [gpu_uuid(0)])])])]
     source = PodResourcesSource(kubelet.socket_path, refresh_seconds=1.0, stale_after_seconds=60)
     try:
+        assert source.wait_first_refresh(30), "the first refresh runs on the source's thread at once"
         view, result, first_success = source.latest()
         assert result.success and view is not None and view.devices[0].pod == "before"
         kubelet.stop()
@@ -267,6 +268,7 @@ def test_kubelet_is_asked_once_per_refresh_not_once_per_cycle(kubelet: FakeKubel
     kubelet.pods = [pod("ml", "p", [("c", [("nvidia.com/gpu", [gpu_uuid(0)])])])]
     attributor = kubelet_attributor(kubelet.socket_path)
     try:
+        assert wait_for(lambda: attributor.attribute(whole_gpus(1), time.time())[1][0].success, 30)
         for _ in range(200):
             attribution, _ = attributor.attribute(whole_gpus(1), time.time())
         assert len(attribution.allocations) == 1

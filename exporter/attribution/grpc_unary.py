@@ -16,7 +16,10 @@ What is left to write is gRPC's thin framing over HTTP/2, which this module hold
 Each :class:`UnaryConnection` dials the socket afresh, so a kubelet restart (which recreates the
 socket) is seen on the next refresh without a reconnect backoff.  Every wait is bounded by the
 call's deadline and a reply by ``max_reply_bytes``: a stuck or hostile peer costs one timeout and
-one bounded buffer, never more.
+one bounded buffer, never more.  The cap is checked on the message's length prefix, before any of
+the message is kept: a reply announced over the cap is refused at once (``RESOURCE_EXHAUSTED``);
+one under it is received into a single buffer of exactly that length and handed back as a
+``memoryview`` of it, with no further copy.
 """
 
 from __future__ import annotations
@@ -83,6 +86,64 @@ class RpcError(Exception):
         self.details = details
 
 
+class _Message:
+    """The one length-prefixed message of a unary reply, filled as DATA frames arrive.
+
+    The 5-byte prefix (compressed flag, big-endian length) is read first; a length over ``cap``
+    bytes is refused before anything else is kept, otherwise a buffer of exactly that length is
+    allocated once and filled in place.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._prefix = bytearray()
+        self._view: memoryview | None = None
+        self.filled = 0
+        """Bytes of the message received so far."""
+
+    def feed(self, data: bytes) -> None:
+        """Take the next bytes of the reply body; raises ``RpcError`` at the first sign of a
+        message over the cap, a compressed one, or bytes past the one message."""
+        chunk = memoryview(data)
+        view = self._view
+        if view is None:
+            need = 5 - len(self._prefix)
+            self._prefix += chunk[:need]
+            chunk = chunk[need:]
+            if len(self._prefix) < 5:
+                return
+            view = self._view = self._open()
+        end = self.filled + len(chunk)
+        if end > len(view):
+            raise RpcError(
+                StatusCode.INTERNAL,
+                f"reply runs past the one message of {len(view)} bytes its prefix announced",
+            )
+        view[self.filled : end] = chunk
+        self.filled = end
+
+    def _open(self) -> memoryview:
+        """The buffer for the message the complete prefix announces, once it passed the checks."""
+        compressed, length = struct.unpack(">BI", self._prefix)
+        if compressed:
+            raise RpcError(StatusCode.INTERNAL, "compressed reply, though none was offered")
+        if length > self.cap:
+            raise RpcError(
+                StatusCode.RESOURCE_EXHAUSTED, f"reply message of {length} bytes exceeds the cap of {self.cap} bytes"
+            )
+        return memoryview(bytearray(length))
+
+    def message(self) -> memoryview:
+        """The whole message; raises ``RpcError`` if the reply ended before it did."""
+        if self._view is None:
+            raise RpcError(StatusCode.INTERNAL, "reply holds no message")
+        if self.filled != len(self._view):
+            raise RpcError(
+                StatusCode.INTERNAL, f"reply message of {self.filled} bytes, its prefix says {len(self._view)}"
+            )
+        return self._view
+
+
 def _status(value: bytes | None) -> StatusCode:
     try:
         return StatusCode(int(value or b""))
@@ -93,14 +154,16 @@ def _status(value: bytes | None) -> StatusCode:
 class UnaryConnection:
     """One HTTP/2 connection to a gRPC server on ``socket_path``; calls run one after another.
 
-    ``timeout_seconds`` bounds each call from its start (connect included for the first);
-    ``max_reply_bytes`` bounds one reply message.
+    ``timeout_seconds`` bounds each call from its start (connect included for the first) unless
+    the caller passes a deadline of its own; ``max_reply_bytes`` bounds one reply message.
+    ``bytes_received`` counts what was read from the socket (frames and all).
     """
 
     def __init__(self, socket_path: str, timeout_seconds: float, max_reply_bytes: int) -> None:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
         self.max_reply_bytes = max_reply_bytes
+        self.bytes_received = 0
         self._sock: socket.socket | None = None
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
 
@@ -137,10 +200,14 @@ class UnaryConnection:
         self._sock = sock
         return sock
 
-    def call(self, method: str, request: bytes) -> bytes:
+    def call(self, method: str, request: bytes, deadline: float | None = None) -> memoryview:
         """Send ``request`` (serialised protobuf) to ``method`` (``/package.Service/Method``) and
-        return the reply's serialised message; raises :class:`RpcError`."""
-        deadline = time.monotonic() + self.timeout_seconds
+        return the reply's serialised message (a view of the one buffer it was received into);
+        raises :class:`RpcError`.  ``deadline`` (``time.monotonic()`` seconds) bounds the call,
+        by default ``timeout_seconds`` from now."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout_seconds
+        remaining = self._remaining(deadline)
         sock = self._sock or self._connect(deadline)
         stream = self._h2.get_next_available_stream_id()
         headers = [
@@ -150,7 +217,7 @@ class UnaryConnection:
             (b":authority", b"localhost"),
             (b"content-type", b"application/grpc"),
             (b"te", b"trailers"),
-            (b"grpc-timeout", b"%dm" % max(1, int(self.timeout_seconds * 1000))),
+            (b"grpc-timeout", b"%dm" % max(1, int(remaining * 1000))),
         ]
         self._h2.send_headers(stream, headers)
         self._h2.send_data(stream, struct.pack(">BI", 0, len(request)) + request, end_stream=True)
@@ -163,11 +230,10 @@ class UnaryConnection:
             self.close()
             raise RpcError(StatusCode.INTERNAL, f"HTTP/2 protocol error: {exc}") from exc
 
-    def _exchange(self, sock: socket.socket, stream: int, deadline: float) -> bytes:
-        body = bytearray()
+    def _exchange(self, sock: socket.socket, stream: int, deadline: float) -> memoryview:
+        body = _Message(self.max_reply_bytes)
         response: dict[bytes, bytes] = {}
         trailers: dict[bytes, bytes] = {}
-        limit = self.max_reply_bytes + 5
         ended = False
         while not ended:
             self._send(sock, deadline)
@@ -175,10 +241,9 @@ class UnaryConnection:
                 if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
                     response = {bytes(k): bytes(v) for k, v in event.headers or ()}
                 elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                    body += event.data or b""
                     self._h2.acknowledge_received_data(event.flow_controlled_length, stream)
-                    if len(body) > limit:
-                        raise RpcError(StatusCode.RESOURCE_EXHAUSTED, f"reply larger than {self.max_reply_bytes} bytes")
+                    if response.get(b":status") == b"200":  # not gRPC otherwise: dropped unread
+                        body.feed(event.data or b"")
                 elif isinstance(event, h2.events.TrailersReceived) and event.stream_id == stream:
                     trailers = {bytes(k): bytes(v) for k, v in event.headers or ()}
                 elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
@@ -188,7 +253,7 @@ class UnaryConnection:
                 elif isinstance(event, h2.events.ConnectionTerminated):
                     raise RpcError(StatusCode.UNAVAILABLE, f"connection closed by the server ({event.error_code})")
         self._send(sock, deadline)
-        return _message(response, trailers, bytes(body))
+        return _message(response, trailers, body)
 
     def _send(self, sock: socket.socket, deadline: float) -> None:
         data = self._h2.data_to_send()
@@ -211,6 +276,7 @@ class UnaryConnection:
             raise RpcError(StatusCode.UNAVAILABLE, f"receive failed: {exc}") from exc
         if not data:
             raise RpcError(StatusCode.UNAVAILABLE, "connection closed before the reply ended")
+        self.bytes_received += len(data)
         return data
 
     def _remaining(self, deadline: float) -> float:
@@ -220,7 +286,7 @@ class UnaryConnection:
         return remaining
 
 
-def _message(response: dict[bytes, bytes], trailers: dict[bytes, bytes], body: bytes) -> bytes:
+def _message(response: dict[bytes, bytes], trailers: dict[bytes, bytes], body: _Message) -> memoryview:
     """The one message of a finished reply, or the error its status says."""
     http = response.get(b":status", b"")
     if http != b"200":
@@ -233,11 +299,4 @@ def _message(response: dict[bytes, bytes], trailers: dict[bytes, bytes], body: b
     if status != StatusCode.OK:
         detail = trailers.get(b"grpc-message", response.get(b"grpc-message", b""))
         raise RpcError(status, unquote(detail.decode("utf-8", errors="replace")))
-    if len(body) < 5:
-        raise RpcError(StatusCode.INTERNAL, "reply holds no message")
-    compressed, length = struct.unpack(">BI", body[:5])
-    if compressed:
-        raise RpcError(StatusCode.INTERNAL, "compressed reply, though none was offered")
-    if length != len(body) - 5:
-        raise RpcError(StatusCode.INTERNAL, f"reply message of {len(body) - 5} bytes, its prefix says {length}")
-    return body[5:]
+    return body.message()

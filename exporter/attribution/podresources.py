@@ -3,7 +3,10 @@
 ``List`` says which device IDs each container holds; ``GetAllocatableResources`` what the node
 advertises (time-slicing replicas).  The kubelet is asked once per refresh period by a background
 thread, never per scrape or per sampling cycle (dcgm-exporter's per-scrape calls burnt cores on
-MIG nodes).  Replies over gRPC's default 4 MiB are accepted.
+MIG nodes); the first time as soon as the thread starts, so building the source never waits for
+the kubelet (the exporter binds its port and serves meanwhile, the stage reading 0).  Replies
+over gRPC's default 4 MiB are accepted, up to ``MAX_MESSAGE_BYTES``; one refresh, both calls and
+their decoding, is bounded by one deadline.
 
 The calls go through :mod:`exporter.attribution.grpc_unary` (``h2``) rather than ``grpcio``;
 that module says why.
@@ -19,54 +22,90 @@ import time
 from exporter.attribution import stages
 from exporter.attribution.grpc_unary import RpcError, StatusCode, UnaryConnection
 from exporter.attribution.merge import KubeletView
-from exporter.attribution.podresources_wire import allocatable_reply, list_reply
+from exporter.attribution.podresources_wire import DecodeDeadlineError, allocatable_reply, list_reply
 from exporter.model import ContainerDevices, StageResult
 
 log = logging.getLogger(__name__)
 
 STAGE = stages.PODRESOURCES
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-"""Largest reply accepted: 1,000 pods with SR-IOV NICs and CPU lists exceed gRPC's 4 MiB default."""
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest reply message accepted, bytes; a reply whose length prefix says more is refused
+before any of it is kept (``RESOURCE_EXHAUSTED``), so a refresh holds at most this much.
+
+gRPC's default of 4 MiB is too small: 1,000 pods whose containers hold SR-IOV virtual functions
+and CPU lists make a 5 MiB ``List`` (``tests/test_attribution_podresources.py``), and a node's
+``List`` names every pod on it, GPU or not.  16 MiB is the limit the Kubernetes project gives its
+own PodResources clients (``defaultPodResourcesMaxSize`` in the node e2e tests, copied by the
+device plugins and CNI plugins that read this socket): about 3x that 1,000-pod node, 10x a node
+at the default 110-pod limit with the same heavy pods.  Anything larger is not a kubelet we
+know of; decoding 16 MiB of small GPU pods (about 160,000) takes about 2 s here and about
+50 MB of Python objects, which the refresh deadline bounds in time."""
 LIST = "/v1.PodResourcesLister/List"
 ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
 EMPTY_REQUEST = b""
 """Both requests are empty messages, whose protobuf encoding is no bytes."""
 
 
+def _decode_deadline(method: str, payload: memoryview, exc: DecodeDeadlineError) -> RpcError:
+    """The error of a reply whose decoding ran past the call's deadline."""
+    return RpcError(
+        StatusCode.DEADLINE_EXCEEDED,
+        f"decoding the {method.rsplit('/', 1)[-1]} reply ({len(payload)} bytes) ran past the deadline "
+        f"after {exc.items} entries",
+    )
+
+
 class PodResourcesClient:
     """Blocking v1 client.  Each refresh dials the socket afresh (one connection for both calls),
-    so a recreated socket (kubelet restart) is used at once, with no reconnect backoff."""
+    so a recreated socket (kubelet restart) is used at once, with no reconnect backoff.
 
-    def __init__(self, socket_path: str, timeout_seconds: float = 5.0) -> None:
+    A call and the decoding of its reply share one deadline (``time.monotonic()`` seconds): the
+    caller's, else ``timeout_seconds`` from the call's start.  ``max_reply_bytes`` caps a reply.
+    """
+
+    def __init__(
+        self, socket_path: str, timeout_seconds: float = 5.0, max_reply_bytes: int = MAX_MESSAGE_BYTES
+    ) -> None:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
+        self.max_reply_bytes = max_reply_bytes
 
     def connect(self) -> UnaryConnection:
         """A connection for one refresh; each call on it is bounded by ``timeout_seconds``."""
-        return UnaryConnection(os.path.abspath(self.socket_path), self.timeout_seconds, MAX_MESSAGE_BYTES)
+        return UnaryConnection(os.path.abspath(self.socket_path), self.timeout_seconds, self.max_reply_bytes)
 
-    def list(self, conn: UnaryConnection | None = None) -> tuple[ContainerDevices, ...]:
+    def list(self, conn: UnaryConnection | None = None, deadline: float | None = None) -> tuple[ContainerDevices, ...]:
         """Every container's devices, one entry per (container, resource); raises ``RpcError``
-        or ``WireError``."""
+        (``DEADLINE_EXCEEDED`` also when decoding passes the deadline) or ``WireError``."""
         if conn is None:
             with self.connect() as own:
-                return list_reply(own.call(LIST, EMPTY_REQUEST))
-        return list_reply(conn.call(LIST, EMPTY_REQUEST))
+                return self.list(own, deadline)
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout_seconds
+        payload = conn.call(LIST, EMPTY_REQUEST, deadline)
+        try:
+            return list_reply(payload, deadline)
+        except DecodeDeadlineError as exc:
+            raise _decode_deadline(LIST, payload, exc) from None
 
-    def allocatable(self, conn: UnaryConnection | None = None) -> tuple[str, ...] | None:
+    def allocatable(self, conn: UnaryConnection | None = None, deadline: float | None = None) -> tuple[str, ...] | None:
         """Device IDs the node can allocate, all resources; ``None`` on kubelets without the call
         (UNIMPLEMENTED before Kubernetes 1.23 or with the feature gate off)."""
+        if conn is None:
+            with self.connect() as own:
+                return self.allocatable(own, deadline)
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout_seconds
         try:
-            if conn is None:
-                with self.connect() as own:
-                    payload = own.call(ALLOCATABLE, EMPTY_REQUEST)
-            else:
-                payload = conn.call(ALLOCATABLE, EMPTY_REQUEST)
+            payload = conn.call(ALLOCATABLE, EMPTY_REQUEST, deadline)
         except RpcError as exc:
             if exc.code == StatusCode.UNIMPLEMENTED:
                 return None
             raise
-        return allocatable_reply(payload)
+        try:
+            return allocatable_reply(payload, deadline)
+        except DecodeDeadlineError as exc:
+            raise _decode_deadline(ALLOCATABLE, payload, exc) from None
 
     def close(self) -> None:
         """Nothing stays open between refreshes; kept so owners can close uniformly."""
@@ -79,11 +118,15 @@ def _describe(exc: BaseException) -> str:
 
 
 class PodResourcesSource:
-    """Keeps the newest ``KubeletView``; a background thread refreshes it every ``refresh_seconds``.
+    """Keeps the newest ``KubeletView``; a background thread refreshes it every ``refresh_seconds``,
+    the first time as soon as it starts.
 
-    After a failed refresh the last good view is still served (stage marked failed) until it is
+    Until the first refresh succeeds, ``latest()`` has no view and a failed stage: nothing is
+    said about allocations (their series are absent), rather than every GPU looking free.  After
+    a failed refresh the last good view is still served (stage marked failed) until it is
     ``stale_after_seconds`` old, then dropped: a short kubelet restart does not blank the
-    allocation series, a dead kubelet does not leave them up for ever.
+    allocation series, a dead kubelet does not leave them up for ever.  One refresh (both calls
+    and their decoding) is bounded by ``timeout_seconds``, at most the refresh period.
     """
 
     def __init__(
@@ -104,24 +147,43 @@ class PodResourcesSource:
         self._last_success: float | None = None
         self._last_error: str | None = None
         self.refreshes = 0
+        self._first_done = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if start:
-            self.refresh()  # the first snapshot already has allocations (bounded by the timeout)
             self._thread = threading.Thread(target=self._run, name="gpulens-podresources", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
+        self.refresh()  # at once: the constructor does not wait for the kubelet
         while not self._stop.wait(self.refresh_seconds):
             self.refresh()
 
+    def wait_first_refresh(self, timeout: float | None = None) -> bool:
+        """Block until the first refresh ended, successful or not (tools and tests); False if it
+        had not within ``timeout`` seconds."""
+        return self._first_done.wait(timeout)
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last refresh failed, in words; ``None`` after a success (or before any)."""
+        with self._lock:
+            return self._last_error
+
     def refresh(self) -> bool:
         """Ask the kubelet now; True on success.  Never raises."""
+        try:
+            return self._refresh()
+        finally:
+            self._first_done.set()
+
+    def _refresh(self) -> bool:
         start = time.perf_counter()
+        deadline = time.monotonic() + self._client.timeout_seconds
         try:
             with self._client.connect() as conn:
-                devices = self._client.list(conn)
-                allocatable = self._client.allocatable(conn)
+                devices = self._client.list(conn, deadline)
+                allocatable = self._client.allocatable(conn, deadline)
         except Exception as exc:  # any failure of this source only fails this stage
             error = _describe(exc)
             with self._lock:
