@@ -1,201 +1,170 @@
 """Hostile clients against gpulens and Debian's node_exporter, side by side, on loopback.
 
-    .venv/bin/python -m bench.hostile                      # every attack, both exporters
-    .venv/bin/python -m bench.hostile --attacks accept,password --slow-seconds 20
+    .venv/bin/python -m bench.hostile                          # every attack, both exporters, 60 s each
+    .venv/bin/python -m bench.hostile --attacks unread,login-queue --seconds 5   # a smoke run
+    .venv/bin/python -m bench.hostile --container              # the high-severity ones, in the image
+    .venv/bin/python -m bench.hostile --list                   # the attacks
 
-Each exporter runs as its own process on 127.0.0.1 (gpulens with ``--backend sim``;
-``prometheus-node-exporter`` from the Debian package, which serves through the same
-exporter-toolkit web config gpulens mirrors).  For each attack a normal client scrapes
-``/metrics`` once a second (gzip, like Prometheus; with the right credentials where basic auth is
-on), from a process of its own, while the attack runs; the exporter's RSS and thread count are
-sampled every 0.25 s.
+Each exporter runs as its own process on 127.0.0.1, fresh for each attack: gpulens with
+``--backend sim`` (the attack's simulator scenario), ``prometheus-node-exporter`` from the Debian
+package (the exporter-toolkit web config gpulens mirrors).  Where the attack needs them, both get
+the same web config: basic auth (one bcrypt cost-10 user), TLS or mutual TLS with a CA and
+certificates made by ``openssl`` in a temporary folder.  While the attack runs
+(bench/hostile_attacks.py; ``--seconds`` each), a normal client in a process of its own scrapes
+``/metrics`` once a second (gzip, like Prometheus; HTTPS, credentials and client certificate
+where the attack turns them on), and the exporter's RSS, threads and open fds are sampled every
+0.25 s.
 
-Attacks (every loop is bounded in count and time; targets are loopback only):
+``--container`` runs gpulens from the project's image under podman with the chart's limits
+(``exporter.resources.limits``: 128Mi, 200m) and reports whether it was OOM-killed and its cgroup
+memory peak.  The image is built once by scripts/image.sh into build/hostile/ and tagged with a
+digest of the sources it holds; a later run reuses it until those sources change.
 
-- ``slow``: 500 connections that send a request head one header byte per second, reopened when
-  the server drops them, for ``--slow-seconds`` (60).
-- ``headers``: 20 connections, each sending 99 header lines of 64 KB as fast as the server takes
-  them and then one byte every 5 s without ever ending the head, for ``--headers-seconds`` (30;
-  shorter than a 60 s hold so the whole run stays under ~5 minutes), reopened when dropped.
-- ``accept``: 1,500 requests from 4 threads, each with a different ``version=`` in ``Accept``.
-- ``password``: 8 threads sending wrong passwords for 10 s, against a web config with one
-  bcrypt (cost 10) user; the normal client sends the right one.
-
-Prints a Markdown table (docs/security.md keeps the latest) and, with ``--json``, the raw figures.
+Prints Markdown tables (docs/security.md keeps the latest) and, with ``--json``, the raw figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
+import contextlib
+import hashlib
 import http.client
 import json
 import os
-import random
+import resource
 import shutil
 import signal
-import socket
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+import tomllib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.support.net import free_port
-from tests.support.process import managed_process
-from tests.support.procstat import rss_bytes, thread_count
+from bench.hostile_attacks import HOST, PASSWORD, USER, AttackSpec, Budget, Target, basic, registry
+from tests.support.net import free_port, wait_http
+from tests.support.procstat import open_fds, rss_bytes, thread_count
 
-HOST = "127.0.0.1"
-USER = "prometheus"
-PASSWORD = "correct horse battery staple"
+REPO = Path(__file__).resolve().parents[1]
 NODE_EXPORTER = "prometheus-node-exporter"
 NODE_EXPORTER_COLLECTORS = ("cpu", "meminfo", "loadavg", "netdev", "filesystem", "diskstats")
 """node_exporter runs with these collectors only, so its page and collection cost stay small."""
-MAX_RECONNECTS = 50_000
-"""No attack opens more connections than this in total."""
+SCRAPE_TIMEOUT = 10.0
+"""Seconds the normal scraper waits for one scrape (Prometheus' default scrape_timeout)."""
+READY_TIMEOUT = 120.0
+"""Seconds an exporter may take to answer its readiness URL (a container at 0.2 CPU is slow)."""
+GOAL_RSS_MB, GOAL_P99_MS, GOAL_THREADS, GOAL_FDS = 20.0, 50.0, 2, 32
+"""The goals: RSS growth, normal-scrape p99, and how far threads and fds may rise ("flat": the
+second render thread may start; a few fds for the scraper and the sampling)."""
+
+
+# --- results --------------------------------------------------------------------------------------
 
 
 @dataclass
 class Outcome:
-    """One exporter under one attack."""
+    """One exporter under one attack (MB of 10^6 bytes, ms, counts)."""
 
     exporter: str
     attack: str
-    rss_before_mb: float
-    rss_peak_mb: float
-    threads_before: int
-    threads_peak: int
-    scrapes: int
-    scrapes_ok: int
-    p50_ms: float
-    p99_ms: float
-    attack_requests: int
+    rss_before_mb: float = 0.0
+    rss_peak_mb: float = 0.0
+    rss_after_mb: float | None = None
+    """RSS some seconds after the attack ended (AttackSpec.rss_after_seconds), else None."""
+    send_queue_peak_mb: float = 0.0
+    """Peak of the bytes the kernel holds unsent on the exporter's sockets (replies not read by
+    their clients): memory outside RSS, charged to the container on cgroup v2 nodes."""
+    threads_before: int = 0
+    threads_peak: int = 0
+    fds_before: int = 0
+    fds_peak: int = 0
+    scrapes: int = 0
+    scrapes_ok: int = 0
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    attack_count: int = 0
     load_average: float = 0.0
     """The machine's 1-minute load average when the attack ended (other work shares the cores)."""
+    notes: list[str] = field(default_factory=list)
+    not_applicable: str = ""
+    """Why this exporter has no figures for this attack ("" when it has)."""
+    oom_killed: bool | None = None
+    """--container only: the container was OOM-killed."""
+    memory_peak_mb: float | None = None
+    """--container only: the container's cgroup memory peak."""
 
     @property
     def rss_growth_mb(self) -> float:
         """Peak RSS during the attack minus RSS just before it."""
         return self.rss_peak_mb - self.rss_before_mb
 
+    def misses(self) -> list[str]:
+        """The goals this row misses."""
+        out = []
+        if self.rss_growth_mb > GOAL_RSS_MB:
+            out.append("RSS")
+        if self.threads_peak - self.threads_before > GOAL_THREADS:
+            out.append("threads")
+        if self.fds_peak - self.fds_before > GOAL_FDS:
+            out.append("fds")
+        if not self.p99_ms <= GOAL_P99_MS:  # NaN (no scrape answered) misses too
+            out.append("p99")
+        if self.scrapes_ok < self.scrapes:
+            out.append("lost scrapes")
+        if self.oom_killed:
+            out.append("OOM")
+        return out
 
-# --- exporters ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcSample:
+    """RSS (bytes), threads and open fds of a process at one moment."""
+
+    rss: int
+    threads: int
+    fds: int
 
 
-def _web_config(folder: Path, with_auth: bool) -> Path | None:
-    if not with_auth:
+def sample(pid: int) -> ProcSample | None:
+    """The process' RSS, threads and fds, or None once it is gone."""
+    try:
+        return ProcSample(rss_bytes(pid), thread_count(pid), open_fds(pid))
+    except (OSError, RuntimeError):
         return None
-    import bcrypt
-
-    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
-    path = folder / "web.yml"
-    path.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n")
-    return path
 
 
-def _auth_headers(with_auth: bool) -> dict[str, str]:
-    if not with_auth:
-        return {}
-    return {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
+def send_queue_bytes(port: int) -> int:
+    """Bytes queued unsent (or unacknowledged) in the kernel on the TCP sockets whose local port is
+    ``port``: the tx_queue column of /proc/net/tcp and tcp6, listening sockets left out."""
+    total = 0
+    suffix = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if fields[1].endswith(suffix) and fields[3] != "0A":
+                    total += int(fields[4].split(":")[0], 16)
+    return total
 
 
-@contextmanager
-def run_exporter(name: str, with_auth: bool, folder: Path) -> Iterator[tuple[int, int]]:
-    """Start ``gpulens`` or ``node_exporter`` on a free loopback port; yield (port, pid)."""
-    port = free_port()
-    config = _web_config(folder, with_auth)
-    if name == "gpulens":
-        argv = [sys.executable, "-m", "exporter", "--backend", "sim", "--web.listen-address", f"{HOST}:{port}"]
-        if config:
-            argv += ["--web.config.file", str(config)]
-        ready = f"http://{HOST}:{port}/readyz"
-    else:
-        exe = shutil.which(NODE_EXPORTER)
-        if exe is None:
-            raise SystemExit(f"{NODE_EXPORTER} is not installed (apt-get install prometheus-node-exporter)")
-        argv = [exe, f"--web.listen-address={HOST}:{port}", "--collector.disable-defaults"]
-        argv += [f"--collector.{c}" for c in NODE_EXPORTER_COLLECTORS]
-        if config:
-            argv.append(f"--web.config.file={config}")
-        ready = f"http://{HOST}:{port}/metrics"
-    with managed_process(argv, ready, log=folder / f"{name}.log", ready_headers=_auth_headers(with_auth)) as proc:
-        yield port, proc.pid
+def vm_hwm_bytes(pid: int) -> int:
+    """The highest RSS the process has had since it started (``VmHWM``), 0 if it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
-# --- measuring ------------------------------------------------------------------------------------
-
-
-class Watcher:
-    """Samples a process' RSS and threads, and runs the normal once-a-second scraper in a process
-    of its own (so the attack threads of this process cannot delay it)."""
-
-    def __init__(self, pid: int, port: int, with_auth: bool) -> None:
-        self.pid, self.port, self.with_auth = pid, port, with_auth
-        self.rss_peak = self.threads_peak = 0
-        self.latencies_ms: list[float] = []
-        self.scrapes = self.scrapes_ok = 0
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-        self._scraper: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> Watcher:
-        self._sampler.start()
-        argv = [sys.executable, "-m", "bench.hostile", "--scraper-port", str(self.port)]
-        if self.with_auth:
-            argv.append("--scraper-auth")
-        self._scraper = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._sampler.join(15)
-        if self._scraper is not None:
-            self._scraper.send_signal(signal.SIGTERM)
-            out, _ = self._scraper.communicate(timeout=30)
-            result = json.loads(out)
-            self.scrapes, self.scrapes_ok, self.latencies_ms = result["scrapes"], result["ok"], result["ms"]
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.25):
-            try:
-                self.rss_peak = max(self.rss_peak, rss_bytes(self.pid))
-                self.threads_peak = max(self.threads_peak, thread_count(self.pid))
-            except (OSError, RuntimeError):
-                return
-
-
-def scraper(port: int, with_auth: bool) -> None:
-    """The normal client: GET /metrics (gzip) once a second until SIGTERM; prints JSON results."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    headers = {"Accept-Encoding": "gzip", **_auth_headers(with_auth)}
-    scrapes = ok = 0
-    ms: list[float] = []
-    deadline = time.monotonic() + 900  # bounded even if nobody stops it
-    while not stop.is_set() and time.monotonic() < deadline:
-        t0 = time.perf_counter()
-        scrapes += 1
-        try:
-            conn = http.client.HTTPConnection(HOST, port, timeout=10)
-            conn.request("GET", "/metrics", headers=headers)
-            resp = conn.getresponse()
-            resp.read()
-            conn.close()
-            if resp.status == 200:
-                ok += 1
-                ms.append((time.perf_counter() - t0) * 1000)
-        except (OSError, http.client.HTTPException):
-            pass
-        stop.wait(max(0.0, 1.0 - (time.perf_counter() - t0)))
-    sys.stdout.write(json.dumps({"scrapes": scrapes, "ok": ok, "ms": ms}))
-
-
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (inclusive method); NaN for no values."""
     if not values:
         return float("nan")
     if len(values) == 1:
@@ -203,247 +172,799 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-# --- attacks --------------------------------------------------------------------------------------
-
-Attack = Callable[[int, argparse.Namespace], int]
-"""``attack(port, args) -> requests or connections made``."""
+# --- TLS material and web config ------------------------------------------------------------------
 
 
-def _open(port: int) -> socket.socket | None:
-    try:
-        s = socket.create_connection((HOST, port), timeout=2)
-        s.setblocking(False)
-        return s
-    except OSError:
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _openssl(folder: Path, args: str) -> None:
+    """Run ``openssl`` with space-separated ``args`` (none contains a space) in ``folder``."""
+    subprocess.run(["openssl", *args.split()], cwd=folder, check=True, capture_output=True, timeout=60)
+
+
+def make_tls(folder: Path) -> TlsFiles:
+    """Generate the CA and the two certificates (P-256 keys, valid 2 days) into ``folder``."""
+    if shutil.which("openssl") is None:
+        raise SystemExit("openssl is not installed (apt-get install openssl)")
+    key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+    ca_ext = "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign"
+    _openssl(folder, f"req -x509 {key} -keyout ca.key -out ca.crt -days 2 -subj /CN=hostile-bench-ca {ca_ext}")
+    extensions = {
+        "server": "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        "client": "extendedKeyUsage=clientAuth\n",
+    }
+    for serial, (name, ext) in enumerate(extensions.items(), start=2):
+        (folder / f"{name}.ext").write_text(ext)
+        _openssl(folder, f"req {key} -keyout {name}.key -out {name}.csr -subj /CN=hostile-{name}")
+        _openssl(
+            folder,
+            f"x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -set_serial {serial} -days 2 -out {name}.crt "
+            f"-extfile {name}.ext",
+        )
+    for f in folder.iterdir():
+        f.chmod(0o644)  # a container's user must read them (a throwaway CA in a temporary folder)
+    return TlsFiles(*(folder / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")))
+
+
+def write_web_config(folder: Path, spec: AttackSpec, tls: TlsFiles | None) -> Path | None:
+    """The exporter-toolkit web config the attack needs (both exporters read it), or None."""
+    lines: list[str] = []
+    if tls is not None:
+        lines += ["tls_server_config:", f"  cert_file: {tls.server_cert}", f"  key_file: {tls.server_key}"]
+        if spec.tls == "mtls":
+            lines += ["  client_auth_type: RequireAndVerifyClientCert", f"  client_ca_file: {tls.ca}"]
+    if spec.auth:
+        import bcrypt
+
+        hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
+        lines += ["basic_auth_users:", f"  {USER}: '{hashed}'"]
+    if not lines:
         return None
+    path = folder / "web.yml"
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o644)
+    return path
 
 
-def attack_slow(port: int, args: argparse.Namespace) -> int:
-    """500 connections trickling a request head, one byte per connection per second."""
-    end = time.monotonic() + args.slow_seconds
-    socks: list[socket.socket | None] = [None] * args.slow_connections
-    opened = 0
-    while time.monotonic() < end and opened < MAX_RECONNECTS:
-        tick = time.monotonic()
-        for i, s in enumerate(socks):
+# --- the normal scraper ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScraperConfig:
+    """How the normal client reaches the exporter."""
+
+    port: int
+    auth: bool = False
+    ca: str = ""
+    """CA file that verifies the server: HTTPS when set."""
+    cert: str = ""
+    key: str = ""
+    """Client certificate and key (mutual TLS)."""
+    keepalive: bool = False
+    """One kept-alive connection, reopened when dropped (Prometheus' way), instead of one per scrape."""
+    source: str = HOST
+
+
+@dataclass
+class ScrapeResult:
+    """What the normal scraper saw: scrapes made, answered (200), latencies of answered ones (ms),
+    reconnects of a kept-alive scraper, seconds to the first answer, failures by kind."""
+
+    scrapes: int = 0
+    ok: int = 0
+    ms: list[float] = field(default_factory=list)
+    reconnects: int = 0
+    first_ok_s: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def client_context(cfg: ScraperConfig) -> ssl.SSLContext | None:
+    """The scraper's TLS context (server verified with the CA; client certificate if given)."""
+    if not cfg.ca:
+        return None
+    ctx = ssl.create_default_context(cafile=cfg.ca)
+    if cfg.cert:
+        ctx.load_cert_chain(cfg.cert, cfg.key)
+    return ctx
+
+
+def connect(cfg: ScraperConfig, timeout: float = SCRAPE_TIMEOUT) -> http.client.HTTPConnection:
+    """A connected (and, with TLS, handshaken) connection to the exporter from ``cfg.source``."""
+    ctx = client_context(cfg)
+    source = (cfg.source, 0)
+    conn: http.client.HTTPConnection
+    if ctx is not None:
+        conn = http.client.HTTPSConnection(HOST, cfg.port, timeout=timeout, source_address=source, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(HOST, cfg.port, timeout=timeout, source_address=source)
+    conn.connect()
+    return conn
+
+
+def scrape_headers(cfg: ScraperConfig) -> dict[str, str]:
+    """What Prometheus sends: gzip, and the credentials where basic auth is on."""
+    headers = {"Accept-Encoding": "gzip"}
+    if cfg.auth:
+        headers["Authorization"] = basic(USER, PASSWORD)
+    return headers
+
+
+def _get(conn: http.client.HTTPConnection, headers: dict[str, str]) -> tuple[int, bool]:
+    conn.request("GET", "/metrics", headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status, resp.will_close
+
+
+def _error_kind(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, ssl.SSLError):
+        return "tls"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, ConnectionError):
+        return "reset"
+    return type(exc).__name__
+
+
+class Scraper:
+    """Scrapes once a second; a kept-alive one retries once on a fresh connection when the server
+    closed the reused one (as Go's HTTP client does for a GET)."""
+
+    def __init__(self, cfg: ScraperConfig) -> None:
+        self.cfg = cfg
+        self.headers = scrape_headers(cfg)
+        self.conn: http.client.HTTPConnection | None = None
+        self.opened = 0
+        self.result = ScrapeResult()
+        self.errors: Counter[str] = Counter()
+
+    def _fresh(self) -> http.client.HTTPConnection:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        self.conn = connect(self.cfg)
+        self.opened += 1
+        return self.conn
+
+    def once(self) -> None:
+        """One scrape; counts it, and its latency if answered."""
+        t0 = time.perf_counter()
+        self.result.scrapes += 1
+        try:
+            reused = self.conn is not None
+            conn = self.conn if self.conn is not None else self._fresh()
+            try:
+                status, closing = _get(conn, self.headers)
+            except ConnectionError:
+                if not reused:
+                    raise
+                status, closing = _get(self._fresh(), self.headers)
+            if closing or not self.cfg.keepalive:
+                assert self.conn is not None
+                self.conn.close()
+                self.conn = None
+        except (OSError, http.client.HTTPException) as exc:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
+            self.errors[_error_kind(exc)] += 1
+            return
+        if status != 200:
+            self.errors[f"HTTP {status}"] += 1
+            return
+        self.result.ok += 1
+        self.result.ms.append((time.perf_counter() - t0) * 1000)
+
+    def run(self, stop: threading.Event, limit_s: float = 1800) -> ScrapeResult:
+        """Scrape once a second until ``stop`` (or ``limit_s``)."""
+        start = time.monotonic()
+        while not stop.is_set() and time.monotonic() - start < limit_s:
+            t0 = time.monotonic()
+            self.once()
+            if self.result.ok and self.result.first_ok_s is None:
+                self.result.first_ok_s = time.monotonic() - start
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+        self.result.reconnects = max(0, self.opened - 1) if self.cfg.keepalive else 0
+        self.result.errors = dict(self.errors)
+        return self.result
+
+
+def scraper_main(cfg: ScraperConfig) -> None:
+    """The normal client's process: scrape until SIGTERM, then print the ScrapeResult as JSON."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    result = Scraper(cfg).run(stop)
+    sys.stdout.write(json.dumps(asdict(result)))
+
+
+class Watcher:
+    """Samples a process (RSS, threads, fds; a container's cgroup memory) every 0.25 s and runs
+    the normal scraper in a process of its own, so the attack's threads cannot delay it."""
+
+    def __init__(self, pid: int, scraper: ScraperConfig, cgroup: Path | None = None) -> None:
+        self.pid, self.scraper_cfg, self.cgroup = pid, scraper, cgroup
+        self.rss_peak = self.threads_peak = self.fds_peak = self.memory_peak = self.send_queue_peak = 0
+        self.result = ScrapeResult()
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._scraper: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> Watcher:
+        self._sampler.start()
+        argv = [sys.executable, "-m", "bench.hostile", "--scraper", json.dumps(asdict(self.scraper_cfg))]
+        self._scraper = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._sampler.join(15)
+        if self._scraper is not None:
+            self._scraper.send_signal(signal.SIGTERM)
+            out, _ = self._scraper.communicate(timeout=SCRAPE_TIMEOUT * 3)
+            if out:
+                self.result = ScrapeResult(**json.loads(out))
+
+    def _sample(self) -> None:
+        tick = 0
+        while not self._stop.wait(0.25):
+            tick += 1
+            if tick % 4 == 0:  # once a second: the tables list every socket of the machine
+                self.send_queue_peak = max(self.send_queue_peak, send_queue_bytes(self.scraper_cfg.port))
+            if self.cgroup is not None:
+                self.memory_peak = max(self.memory_peak, cgroup_memory_peak(self.cgroup))
+            s = sample(self.pid)
             if s is None:
-                s = _open(port)
-                if s is None:
-                    continue
-                opened += 1
-                try:
-                    s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-                except OSError:
-                    s.close()
-                    continue
-                socks[i] = s
-                continue
-            try:
-                s.send(b"a")
-            except OSError:
-                s.close()
-                socks[i] = None
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    for s in socks:
-        if s is not None:
-            s.close()
-    return opened
+                continue  # gone (a killed container): keep the peaks seen so far
+            self.rss_peak = max(self.rss_peak, s.rss)
+            self.threads_peak = max(self.threads_peak, s.threads)
+            self.fds_peak = max(self.fds_peak, s.fds)
 
 
-def attack_headers(port: int, args: argparse.Namespace) -> int:
-    """20 connections each pushing 99 x 64 KB header lines, then one byte every 5 s."""
-    end = time.monotonic() + args.headers_seconds
-    opened = [0]
-    line = b"X-Big-%02d: " + b"b" * (64 * 1024 - 16) + b"\r\n"
-
-    def one() -> None:
-        while time.monotonic() < end and opened[0] < MAX_RECONNECTS:
-            try:
-                with socket.create_connection((HOST, port), timeout=5) as s:
-                    opened[0] += 1
-                    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-                    for i in range(99):
-                        s.sendall(line % i)
-                    while time.monotonic() < end:
-                        time.sleep(min(5.0, max(0.0, end - time.monotonic())))
-                        s.sendall(b"c")
-            except OSError:
-                time.sleep(0.2)  # dropped or refused: reopen, at most 5 times a second
-
-    workers = [threading.Thread(target=one, daemon=True) for _ in range(20)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(args.headers_seconds + 15)
-    return opened[0]
-
-
-def attack_accept(port: int, args: argparse.Namespace) -> int:
-    """1,500 requests, each with a different Accept version."""
-    count = args.accept_requests
-    done = [0]
-    lock = threading.Lock()
-    end = time.monotonic() + 120
-
-    def one(start: int) -> None:
-        conn = http.client.HTTPConnection(HOST, port, timeout=10)
-        for i in range(start, count, 4):
-            if time.monotonic() > end:
-                return
-            accept = f"application/openmetrics-text; version=1.0.{i}" if i % 3 else f"text/plain; version=0.0.{i}"
-            if i % 5 == 0:
-                accept = f"application/openmetrics-text; version={i}x"
-            try:
-                conn.request("GET", "/metrics", headers={"Accept": accept})
-                conn.getresponse().read()
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPConnection(HOST, port, timeout=10)
-            with lock:
-                done[0] += 1
+def warm_up(cfg: ScraperConfig) -> None:
+    """One scrape before the attack, as Prometheus would have made (credentials verified and
+    cached, the first page rendered)."""
+    conn = connect(cfg)
+    try:
+        _get(conn, scrape_headers(cfg))
+    finally:
         conn.close()
 
-    workers = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(4)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(130)
-    return done[0]
+
+# --- exporters ------------------------------------------------------------------------------------
 
 
-def attack_password(port: int, args: argparse.Namespace) -> int:
-    """8 threads of wrong passwords for 10 s."""
-    end = time.monotonic() + args.password_seconds
-    done = [0]
-    lock = threading.Lock()
+@dataclass
+class Running:
+    """An exporter that is up: its port, host PID, seconds it took to get ready (None: it did not
+    within the timeout), and (--container) the container's name and cgroup folder."""
 
-    def one(seed: int) -> None:
-        rnd = random.Random(seed)
-        while time.monotonic() < end:
-            wrong = f"{USER}:{rnd.getrandbits(64):x}".encode()
-            headers = {"Authorization": "Basic " + base64.b64encode(wrong).decode()}
-            try:
-                conn = http.client.HTTPConnection(HOST, port, timeout=15)
-                conn.request("GET", "/metrics", headers=headers)
-                conn.getresponse().read()
-                conn.close()
-            except (OSError, http.client.HTTPException):
-                time.sleep(0.05)
-            with lock:
-                done[0] += 1
-
-    workers = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(8)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(args.password_seconds + 30)
-    return done[0]
+    port: int
+    pid: int
+    ready_s: float | None
+    container: str = ""
+    cgroup: Path | None = None
 
 
-ATTACKS: dict[str, tuple[Attack, bool]] = {
-    "slow": (attack_slow, False),
-    "headers": (attack_headers, False),
-    "accept": (attack_accept, False),
-    "password": (attack_password, True),
-}
-"""name -> (attack, needs basic auth on)."""
+@dataclass(frozen=True)
+class Launch:
+    """What an exporter is started with for one attack."""
+
+    spec: AttackSpec
+    folder: Path
+    web_config: Path | None
+    scraper: ScraperConfig
+    gpulens_tree: Path = REPO
 
 
-def _warm_up(port: int, with_auth: bool) -> None:
-    """One scrape before the attack, as Prometheus would have made (its credentials are then
-    verified and cached, and the first page is rendered)."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=10)
-    conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip", **_auth_headers(with_auth)})
-    conn.getresponse().read()
-    conn.close()
+def _ready_probe(exporter: str, launch: Launch, port: int) -> tuple[str, ssl.SSLContext | None, int]:
+    """(URL, TLS context, expected status) of the exporter's readiness check.  node_exporter has no
+    readiness endpoint: /metrics, without credentials (401 with auth on), so nothing is cached."""
+    scheme = "https" if launch.scraper.ca else "http"
+    if exporter == "gpulens":
+        return f"{scheme}://{HOST}:{port}/readyz", client_context(launch.scraper), 200
+    return f"{scheme}://{HOST}:{port}/metrics", client_context(launch.scraper), 401 if launch.spec.auth else 200
 
 
-def run_one(exporter: str, attack: str, args: argparse.Namespace) -> Outcome:
-    """Start a fresh exporter, let it settle, run one attack under watch, stop the exporter."""
-    fn, with_auth = ATTACKS[attack]
-    with (
-        tempfile.TemporaryDirectory(prefix="hostile-") as tmp,
-        run_exporter(exporter, with_auth, Path(tmp)) as (
-            port,
-            pid,
-        ),
-    ):
-        time.sleep(args.settle_seconds)
-        _warm_up(port, with_auth)
-        rss0, threads0 = rss_bytes(pid), thread_count(pid)
-        with Watcher(pid, port, with_auth) as w:
-            time.sleep(1.0)
-            made = fn(port, args)
-            time.sleep(1.0)
-        lat = w.latencies_ms
-        print(f"  latencies (ms): {[round(x, 1) for x in lat]}", file=sys.stderr)
-        return Outcome(
-            exporter=exporter,
-            attack=attack,
-            rss_before_mb=rss0 / 1e6,
-            rss_peak_mb=max(w.rss_peak, rss0) / 1e6,
-            threads_before=threads0,
-            threads_peak=max(w.threads_peak, threads0),
-            scrapes=w.scrapes,
-            scrapes_ok=w.scrapes_ok,
-            p50_ms=_percentile(lat, 50),
-            p99_ms=_percentile(lat, 99),
-            attack_requests=made,
-            load_average=os.getloadavg()[0],
+def _wait_ready(url: str, ctx: ssl.SSLContext | None, expect: int, started: float, timeout: float) -> float | None:
+    """Seconds from ``started`` until ``url`` answered ``expect``; None if it did not in time."""
+    try:
+        wait_http(url, timeout=timeout, expect=expect, context=ctx)
+    except TimeoutError:
+        return None
+    return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], log: Path, env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` (output to ``log``) for the block; SIGTERM, then SIGKILL after 10 s."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env})
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+
+
+@contextlib.contextmanager
+def run_exporter(exporter: str, launch: Launch, extra_argv: list[str], env: dict[str, str]) -> Iterator[Running]:
+    """Start gpulens (``--backend sim``) or node_exporter on a free loopback port; yield it once
+    ready.  A peer attack's gpulens may stay unready: it is then served as it is (ready_s None)."""
+    port = free_port()
+    config = launch.web_config
+    log = launch.folder / f"{exporter}.log"
+    if exporter == "gpulens":
+        argv = [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--backend",
+            "sim",
+            "--sim.scenario",
+            launch.spec.scenario,
+            "--web.listen-address",
+            f"{HOST}:{port}",
+        ]
+        argv += ["--web.config.file", str(config)] if config else []
+        env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(launch.gpulens_tree), **env}
+        cwd = launch.gpulens_tree
+    else:
+        exe = shutil.which(NODE_EXPORTER)
+        if exe is None:
+            raise SystemExit(f"{NODE_EXPORTER} is not installed (apt-get install prometheus-node-exporter)")
+        argv = [exe, f"--web.listen-address={HOST}:{port}", "--collector.disable-defaults"]
+        argv += [f"--collector.{c}" for c in NODE_EXPORTER_COLLECTORS]
+        argv += [f"--web.config.file={config}"] if config else []
+        cwd = REPO
+    url, ctx, expect = _ready_probe(exporter, launch, port)
+    started = time.monotonic()
+    with _process(argv + extra_argv, log, env, cwd) as proc:
+        ready_s = _wait_ready(url, ctx, expect, started, READY_TIMEOUT)
+        if ready_s is None and not (launch.spec.peer and proc.poll() is None):
+            raise RuntimeError(f"{exporter} did not become ready at {url}:\n{_log_tail(log)}")
+        yield Running(port, proc.pid, ready_s)
+
+
+def launch_for(spec: AttackSpec, folder: Path, tree: Path) -> Launch:
+    """TLS material, web config and scraper settings for one attack, in ``folder``."""
+    tls = make_tls(folder) if spec.tls else None
+    config = write_web_config(folder, spec, tls)
+    port = 0  # set once the exporter has its port
+    scraper = ScraperConfig(
+        port=port,
+        auth=spec.auth,
+        ca=str(tls.ca) if tls else "",
+        cert=str(tls.client_cert) if tls and spec.tls == "mtls" else "",
+        key=str(tls.client_key) if tls and spec.tls == "mtls" else "",
+        keepalive=spec.keepalive_scraper,
+    )
+    return Launch(spec, folder, config, scraper, tree)
+
+
+def raise_fd_limit() -> None:
+    """Raise this process' soft open-files limit to the hard one (600 attack sockets at a time)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def attack_under_watch(spec: AttackSpec, running: Running, launch: Launch, seconds: float, settle: float) -> Outcome:
+    """Let the exporter settle, warm it up (unless the attack says not to), then run the attack
+    beside the normal scraper and measure."""
+    cfg = ScraperConfig(**{**asdict(launch.scraper), "port": running.port})
+    time.sleep(settle)
+    outcome = Outcome(exporter="", attack=spec.name)
+    if spec.warm_up:
+        try:
+            warm_up(cfg)
+        except (OSError, http.client.HTTPException) as exc:
+            outcome.notes.append(f"warm-up failed ({_error_kind(exc)})")
+    before = sample(running.pid) or ProcSample(0, 0, 0)
+    with Watcher(running.pid, cfg, running.cgroup) as w:
+        time.sleep(1.0)
+        outcome.attack_count = spec.run(Target(HOST, running.port, spec.source), Budget(seconds, spec.max_opens))
+        outcome.load_average = os.getloadavg()[0]
+        time.sleep(1.0)
+        if spec.rss_after_seconds:
+            time.sleep(max(0.0, spec.rss_after_seconds - 1.0))
+            after = sample(running.pid)
+            outcome.rss_after_mb = after.rss / 1e6 if after else None
+    result = w.result
+    outcome.rss_before_mb, outcome.rss_peak_mb = before.rss / 1e6, max(w.rss_peak, before.rss) / 1e6
+    outcome.threads_before, outcome.threads_peak = before.threads, max(w.threads_peak, before.threads)
+    outcome.fds_before, outcome.fds_peak = before.fds, max(w.fds_peak, before.fds)
+    outcome.send_queue_peak_mb = w.send_queue_peak / 1e6
+    outcome.scrapes, outcome.scrapes_ok = result.scrapes, result.ok
+    outcome.p50_ms, outcome.p99_ms = percentile(result.ms, 50), percentile(result.ms, 99)
+    outcome.notes += scrape_notes(spec, result)
+    if running.cgroup is not None:
+        outcome.memory_peak_mb = w.memory_peak / 1e6
+    print(f"  latencies (ms): {[round(x, 1) for x in result.ms]}", file=sys.stderr)
+    return outcome
+
+
+def scrape_notes(spec: AttackSpec, result: ScrapeResult) -> list[str]:
+    """The scraper's failures by kind, its reconnects (kept-alive) and its first answer (cold)."""
+    notes = [f"{n} {kind}" for kind, n in sorted(result.errors.items())]
+    if spec.keepalive_scraper:
+        notes.append(f"scraper reconnects {result.reconnects}")
+    if not spec.warm_up:
+        first = "none" if result.first_ok_s is None else f"{result.first_ok_s:.1f} s"
+        notes.append(f"first login answered after {first}")
+    return notes
+
+
+def run_one(exporter: str, spec: AttackSpec, args: argparse.Namespace) -> Outcome:
+    """Start a fresh exporter for ``spec``, run the attack under watch, stop the exporter."""
+    if spec.peer and exporter != "gpulens":
+        return Outcome(exporter, spec.name, not_applicable="no kubelet or API client")
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp, contextlib.ExitStack() as stack:
+        folder = Path(tmp)
+        folder.chmod(0o755)
+        launch = launch_for(spec, folder, args.gpulens_tree)
+        extra_argv: list[str] = []
+        env: dict[str, str] = {}
+        if spec.peer:
+            import bench.hostile_peers as peers  # type: ignore[import-not-found,unused-ignore]
+
+            setup = stack.enter_context(peers.hostile_peer(spec.peer, folder))
+            extra_argv, env = list(setup.argv), dict(setup.env)
+        running = stack.enter_context(run_exporter(exporter, launch, extra_argv, env))
+        outcome = attack_under_watch(spec, running, launch, args.seconds, args.settle_seconds)
+        outcome.exporter = exporter
+        if spec.peer:
+            ready = f"{running.ready_s:.1f} s" if running.ready_s is not None else f"not within {READY_TIMEOUT:.0f} s"
+            hwm = vm_hwm_bytes(running.pid) / 1e6
+            outcome.notes[:0] = [f"time to ready {ready}", f"peak RSS since start (VmHWM) {hwm:.1f} MB"]
+        return outcome
+
+
+# --- --container: the image under podman with the chart's limits ---------------------------------
+
+HOSTILE_DIR = REPO / "build" / "hostile"
+"""Image archive, podman storage and container temp folders of --container (git-ignored)."""
+IMAGE = "localhost/gpulens-hostile"
+IMAGE_SOURCES = ("exporter", "pyproject.toml", "deploy/image", "scripts/image.sh")
+"""What the exporter image is made of; the image tag is a digest of these files."""
+
+
+def cgroup_dir(pid: int) -> Path | None:
+    """The memory cgroup folder of a process (cgroup v1 memory controller, else v2), or None."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+    for line in lines:
+        if line.startswith("0::"):
+            return Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+    return None
+
+
+def cgroup_memory_peak(folder: Path) -> int:
+    """Peak memory (bytes) of a cgroup so far: memory.peak (v2) or memory.max_usage_in_bytes (v1);
+    0 once the cgroup is gone."""
+    for name in ("memory.peak", "memory.max_usage_in_bytes", "memory.current", "memory.usage_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            return int((folder / name).read_text().split()[0])
+    return 0
+
+
+def chart_exporter() -> tuple[dict[str, str], list[str]]:
+    """The chart's exporter container: its resource limits and its arguments."""
+    from tests.support.deploy import objects, one
+
+    pod = one(objects({"exporter": {"probes": {"enabled": False}}}), "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    return dict(container["resources"]["limits"]), list(container["args"])
+
+
+def podman_limits(limits: dict[str, str]) -> list[str]:
+    """Kubernetes limits (``128Mi``, ``200m``) as podman flags; swap off, as on a kubelet node."""
+    memory = limits["memory"].replace("Mi", "m").replace("Gi", "g")
+    cpu = limits["cpu"]
+    cpus = f"{int(cpu[:-1]) / 1000:g}" if cpu.endswith("m") else cpu
+    return [f"--memory={memory}", f"--memory-swap={memory}", f"--cpus={cpus}"]
+
+
+class Podman:
+    """podman with its own storage under build/hostile/podman and the repository's containers.conf
+    (runc, cgroupfs), as tests/test_image.py runs it."""
+
+    def __init__(self, state: Path = HOSTILE_DIR / "podman") -> None:
+        if shutil.which("podman") is None:
+            raise SystemExit("podman is not installed (scripts/test.sh installs it)")
+        self.base = [
+            "podman",
+            "--root",
+            str(state / "root"),
+            "--runroot",
+            str(state / "run"),
+            "--tmpdir",
+            str(state / "tmp"),
+            "--storage-driver",
+            "vfs",
+        ]
+        self.env = {
+            **os.environ,
+            "CONTAINERS_CONF": str(REPO / "deploy" / "image" / "containers.conf"),
+            "CONTAINERS_REGISTRIES_CONF": str(REPO / "deploy" / "image" / "registries.conf"),
+        }
+
+    def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run one podman command; RuntimeError with its output if it fails and ``check``."""
+        proc = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"podman {' '.join(args)}: {proc.stdout}{proc.stderr}")
+        return proc
+
+
+def source_digest(tree: Path = REPO) -> str:
+    """A digest of the files the exporter image is built from (tracked and untracked, not ignored)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *IMAGE_SOURCES],
+        cwd=tree,
+        capture_output=True,
+        check=True,
+    ).stdout
+    digest = hashlib.sha256()
+    for name in sorted(set(filter(None, listed.split(b"\0")))):
+        path = tree / name.decode()
+        if path.is_file():
+            digest.update(name + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _seed_rootfs(out: Path) -> None:
+    """Reuse the base root filesystem tests/test_image.py's build left in build/images (linked;
+    scripts/image.sh rebuilds it anyway if its inputs changed)."""
+    mine = out / "rootfs"
+    mine.mkdir(parents=True, exist_ok=True)
+    if any(mine.glob("*.tar")):
+        return
+    for tar in (REPO / "build" / "images" / "rootfs").glob("*.tar"):
+        try:
+            os.link(tar, mine / tar.name)
+        except OSError:
+            shutil.copy2(tar, mine / tar.name)
+
+
+def ensure_image(podman: Podman) -> str:
+    """The exporter image of this tree, tagged ``localhost/gpulens-hostile:<source digest>``:
+    reused if podman has it, else built by scripts/image.sh (minutes) and loaded."""
+    digest = source_digest()
+    tag = f"{IMAGE}:{digest}"
+    if podman("image", "exists", tag, check=False).returncode == 0:
+        return tag
+    out = HOSTILE_DIR / "images"
+    _seed_rootfs(out)
+    log = out / "build.log"
+    print(f"# building {tag} with scripts/image.sh (log: {log}) ...", file=sys.stderr, flush=True)
+    with open(log, "wb") as f:
+        build = subprocess.run(
+            ["bash", "scripts/image.sh", "exporter"],
+            cwd=REPO,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "GPULENS_IMAGE_OUT": str(out)},
+            timeout=1800,
         )
+    if build.returncode != 0:
+        raise SystemExit(f"scripts/image.sh failed:\n{_log_tail(log)}")
+    if source_digest() != digest:
+        raise SystemExit("the image's sources changed during the build; run again")
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    podman("load", "-q", "-i", str(out / f"gpulens-exporter-{version}.oci.tar"), timeout=600)
+    podman("tag", f"ghcr.io/gpulens/gpulens-exporter:{version}", tag)
+    return tag
+
+
+@contextlib.contextmanager
+def run_container(podman: Podman, image: str, launch: Launch) -> Iterator[Running]:
+    """gpulens from ``image`` as the chart runs it (its arguments, read-only root, no capabilities,
+    its limits; ``--backend sim``), on the host's loopback (``--network=host``: no user-space
+    proxy in front of the server); yields it once ready, removes it afterwards."""
+    port = free_port()
+    name = f"gpulens-hostile-{port}"
+    limits, chart_args = chart_exporter()
+    skip = ("--backend", "--web.listen-address", "--kubernetes.")
+    args = [a for a in chart_args if not a.startswith(skip)]
+    args += ["--backend=sim", f"--sim.scenario={launch.spec.scenario}", f"--web.listen-address={HOST}:{port}"]
+    args += [f"--web.config.file={launch.web_config}"] if launch.web_config else []
+    flags = [
+        "--name",
+        name,
+        "--network=host",
+        "--user=0:0",
+        "--cap-drop=all",
+        "--security-opt=no-new-privileges",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--tmpfs=/tmp:rw,size=256m,mode=1777",
+        f"--volume={launch.folder}:{launch.folder}:ro",
+        *podman_limits(limits),
+    ]
+    url, ctx, expect = _ready_probe("gpulens", launch, port)
+    started = time.monotonic()
+    podman("run", "-d", *flags, image, *args)
+    try:
+        ready_s = _wait_ready(url, ctx, expect, started, READY_TIMEOUT)
+        if ready_s is None:
+            raise RuntimeError(f"the container did not become ready:\n{podman('logs', name, check=False).stderr}")
+        pid = int(podman("inspect", "--format", "{{.State.Pid}}", name).stdout.strip())
+        yield Running(port, pid, ready_s, container=name, cgroup=cgroup_dir(pid))
+    finally:
+        logs = podman("logs", name, check=False)
+        (launch.folder / "gpulens.log").write_text(logs.stdout + logs.stderr)
+        podman("rm", "-f", name, check=False)
+
+
+def run_container_one(spec: AttackSpec, args: argparse.Namespace, podman: Podman, image: str) -> Outcome:
+    """One attack against gpulens in its container: measured as run_one, plus OOM and memory peak."""
+    (HOSTILE_DIR / "tmp").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="hostile-", dir=HOSTILE_DIR / "tmp") as tmp:
+        folder = Path(tmp)
+        folder.chmod(0o755)
+        launch = launch_for(spec, folder, REPO)
+        with run_container(podman, image, launch) as running:
+            outcome = attack_under_watch(spec, running, launch, args.seconds, args.settle_seconds)
+            state = podman("inspect", "--format", "{{.State.OOMKilled}} {{.State.Status}}", running.container)
+            oom, status = state.stdout.split()
+            outcome.oom_killed = oom == "true"
+            if status != "running":
+                outcome.notes.insert(0, f"container {status}")
+        outcome.exporter = "gpulens (image)"
+        return outcome
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def _mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _ms(o: Outcome) -> str:
+    return f"{o.p50_ms:.1f} / {o.p99_ms:.1f}"
 
 
 def markdown(outcomes: list[Outcome]) -> str:
-    """The table docs/security.md shows."""
+    """The table docs/security.md shows, with the goals under it."""
     rows = [
-        "| attack | exporter | RSS before → peak (MB) | RSS growth (MB) | threads before → peak "
-        "| normal scrapes answered | p50 / p99 (ms) | attack connections or requests | load avg |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| attack | exporter | RSS before → peak (MB) | RSS growth (MB) | RSS after (MB) | kernel send queues (MB) "
+        "| threads before → peak | fds before → peak | normal scrapes answered | p50 / p99 (ms) "
+        "| attack connections or requests | load avg | misses | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
+        if o.not_applicable:
+            rows.append(f"| {o.attack} | {o.exporter} |" + " n/a |" * 11 + f" {o.not_applicable} |")
+            continue
         rows.append(
             f"| {o.attack} | {o.exporter} | {o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f} | {o.rss_growth_mb:+.1f} "
-            f"| {o.threads_before} → {o.threads_peak} | {o.scrapes_ok}/{o.scrapes} "
-            f"| {o.p50_ms:.1f} / {o.p99_ms:.1f} | {o.attack_requests} | {o.load_average:.1f} |"
+            f"| {_mb(o.rss_after_mb)} | {o.send_queue_peak_mb:.1f} | {o.threads_before} → {o.threads_peak} "
+            f"| {o.fds_before} → {o.fds_peak} "
+            f"| {o.scrapes_ok}/{o.scrapes} | {_ms(o)} | {o.attack_count} | {o.load_average:.1f} "
+            f"| {', '.join(o.misses()) or '–'} | {'; '.join(o.notes) or '–'} |"
+        )
+    return "\n".join(rows) + "\n\n" + GOALS + "\n"
+
+
+def container_markdown(outcomes: list[Outcome], limits: dict[str, str]) -> str:
+    """The --container table: OOM, cgroup memory peak, scrapes answered."""
+    rows = [
+        f"| attack | OOM-killed | memory peak (MB; limit {limits['memory']}, {limits['cpu']} CPU) "
+        "| RSS before → peak (MB) | kernel send queues (MB) | normal scrapes answered | p50 / p99 (ms) "
+        "| attack connections or requests | load avg | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        oom = "–" if o.oom_killed is None else ("yes" if o.oom_killed else "no")
+        rows.append(
+            f"| {o.attack} | {oom} | {_mb(o.memory_peak_mb)} | {o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f} "
+            f"| {o.send_queue_peak_mb:.1f} | {o.scrapes_ok}/{o.scrapes} | {_ms(o)} | {o.attack_count} "
+            f"| {o.load_average:.1f} | {'; '.join(o.notes) or '–'} |"
         )
     return "\n".join(rows) + "\n"
 
 
+GOALS = (
+    f"Goals: RSS growth ≤ {GOAL_RSS_MB:.0f} MB, threads and fds flat (at most +{GOAL_THREADS} threads and "
+    f"+{GOAL_FDS} fds over the attack), normal-scrape p99 ≤ {GOAL_P99_MS:.0f} ms, no lost scrapes; "
+    "'misses' names the goals a row does not meet."
+)
+
+
+def list_attacks(attacks: dict[str, AttackSpec], peers_missing: str) -> str:
+    """``--list``: one line per attack, and the peer attacks' state."""
+    lines = [f"{name:24} {spec.what}" for name, spec in attacks.items()]
+    if peers_missing:
+        lines.append(f"{'(kubelet/API peers)':24} {peers_missing}: bench/hostile_peers.py")
+    return "\n".join(lines) + "\n"
+
+
+def _choose(value: str, attacks: dict[str, AttackSpec], container: bool, parser: argparse.ArgumentParser) -> list[str]:
+    if value == "all":
+        return [n for n, s in attacks.items() if s.container or not container]
+    if not value:
+        return [n for n, s in attacks.items() if s.container] if container else list(attacks)
+    names = [a for a in value.split(",") if a]
+    for name in names:
+        if name not in attacks:
+            parser.error(f"--attacks: unknown attack {name!r}; --list shows them")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the attacks; print the table (and write ``--json``)."""
+    """Run the attacks; print the tables (and write ``--json``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attacks", default="slow,headers,accept,password")
+    parser.add_argument("--attacks", default="", help="comma-separated names, or 'all' (default: all)")
     parser.add_argument("--exporters", default="gpulens,node_exporter")
-    parser.add_argument("--slow-connections", type=int, default=500)
-    parser.add_argument("--slow-seconds", type=float, default=60.0)
-    parser.add_argument("--headers-seconds", type=float, default=30.0)
-    parser.add_argument("--accept-requests", type=int, default=1500)
-    parser.add_argument("--password-seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="each attack's length (default 60)")
     parser.add_argument("--settle-seconds", type=float, default=3.0)
+    parser.add_argument("--container", action="store_true", help="gpulens in its image with the chart's limits")
+    parser.add_argument("--gpulens-tree", type=Path, default=REPO, help="run gpulens from this checkout")
+    parser.add_argument("--list", action="store_true", help="list the attacks and exit")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--scraper-port", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--scraper-auth", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--scraper", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.scraper_port:
-        scraper(args.scraper_port, args.scraper_auth)
+    if args.scraper:
+        scraper_main(ScraperConfig(**json.loads(args.scraper)))
         return 0
-    attacks = [a for a in args.attacks.split(",") if a]
+    attacks, peers_missing = registry()
+    if args.list:
+        sys.stdout.write(list_attacks(attacks, peers_missing))
+        return 0
+    chosen = _choose(args.attacks, attacks, args.container, parser)
     exporters = [e for e in args.exporters.split(",") if e]
-    for a in attacks:
-        if a not in ATTACKS:
-            parser.error(f"--attacks: unknown attack {a!r}; choose from {sorted(ATTACKS)}")
     for e in exporters:
         if e not in ("gpulens", "node_exporter"):
             parser.error(f"--exporters: unknown exporter {e!r}")
+    if peers_missing:
+        print(f"# kubelet/API peer attacks {peers_missing}", file=sys.stderr)
+    raise_fd_limit()
     outcomes: list[Outcome] = []
-    for attack in attacks:
-        for exporter in exporters:
-            print(f"# {attack} vs {exporter} ...", file=sys.stderr, flush=True)
-            outcomes.append(run_one(exporter, attack, args))
-            print(markdown(outcomes[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
-    sys.stdout.write(markdown(outcomes))
+    if args.container:
+        podman = Podman()
+        image = ensure_image(podman)
+        for name in chosen:
+            print(f"# {name} vs gpulens in {image} ...", file=sys.stderr, flush=True)
+            outcomes.append(run_container_one(attacks[name], args, podman, image))
+        sys.stdout.write(container_markdown(outcomes, chart_exporter()[0]))
+    else:
+        for name in chosen:
+            for exporter in exporters:
+                print(f"# {name} vs {exporter} ...", file=sys.stderr, flush=True)
+                outcomes.append(run_one(exporter, attacks[name], args))
+                print(markdown(outcomes[-1:]).splitlines()[2], file=sys.stderr, flush=True)
+        sys.stdout.write(markdown(outcomes))
     if args.json:
-        args.json.write_text(json.dumps([asdict(o) | {"rss_growth_mb": o.rss_growth_mb} for o in outcomes], indent=1))
+        rows = [asdict(o) | {"rss_growth_mb": o.rss_growth_mb, "misses": o.misses()} for o in outcomes]
+        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
