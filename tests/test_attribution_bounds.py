@@ -7,16 +7,23 @@ measures the same attacks against the exporter process.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import types
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from exporter.attribution import podresources_wire
 from exporter.attribution.grpc_unary import RpcError, StatusCode
+from exporter.attribution.kubeapi import ApiBounds, BoundExceeded, KubePodSource, LineReader
 from exporter.attribution.podresources import LIST, MAX_MESSAGE_BYTES, PodResourcesClient, PodResourcesSource
 from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, list_reply
+from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, PrefixPeer, small_pods_reply
 
 MiB = 1024 * 1024
@@ -114,3 +121,182 @@ def test_names_that_repeat_across_pods_are_one_string_each() -> None:
     for e in entries[1:]:
         assert e.namespace is first.namespace and e.container is first.container and e.resource is first.resource
     assert len({id(e.pod) for e in entries}) == 500, "pod names and device IDs are each their own"
+
+
+# --- the Kubernetes API ----------------------------------------------------------------------------
+
+NODE = "gpu-node-1"
+
+
+def client_factory(url: str) -> Callable[[], Any]:
+    def factory() -> Any:
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = url
+        cfg.retries = False
+        return client.ApiClient(cfg)
+
+    return factory
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@pytest.fixture
+def api() -> Iterator[KubeApiEmulator]:
+    pytest.importorskip("kubernetes", reason="the k8s extra is part of the dev install")
+    with KubeApiEmulator() as emulator:
+        yield emulator
+
+
+@contextmanager
+def watching(api: KubeApiEmulator, **bounds: Any) -> Iterator[KubePodSource]:
+    """A pod source on ``api`` with the bounds given (the rest as shipped), closed after."""
+    source = KubePodSource(
+        client_factory(api.url), NODE, backoff_initial_seconds=0.05, backoff_max_seconds=0.5, bounds=ApiBounds(**bounds)
+    )
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+def pod_names(source: KubePodSource) -> set[str]:
+    directory, _ = source.latest()
+    return set() if directory is None else {p.name for p in directory.by_uid.values()}
+
+
+def test_an_endless_watch_line_fails_the_stage_at_the_event_cap_then_lists_again(api: KubeApiEmulator) -> None:
+    api.put(make_pod("a"))
+    api.hostile = "endless-line"
+    api.endless_line_bytes = 8 * MiB  # the stream ends after 8 MiB (without the cap it would be read whole)
+    with watching(api, max_event_bytes=MiB) as source:
+        assert wait_for(lambda: "cap of 1048576 bytes" in (source.last_error or "")), source.last_error
+        error = source.last_error or ""
+        assert error.startswith("BoundExceeded: watch event line longer than the cap of 1048576 bytes"), error
+        read = int(error.rsplit("(", 1)[1].split()[0])
+        assert MiB < read <= MiB + 64 * 1024, "refused within one read past the cap"
+        assert wait_for(lambda: api.list_starts() >= 2), "backs off, then lists again"
+
+
+class _Chunks:
+    """A watch response that hands out the given chunks, one per read."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    def read1(self, amt: int) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+
+def test_the_line_reader_joins_lines_split_anywhere_and_keeps_only_the_unfinished_one() -> None:
+    events = [b'{"type":"ADDED","n":%d}' % i for i in range(200)]
+    stream = b"\n".join(events) + b"\n\n" + b'{"last":1}'
+    reader = LineReader(_Chunks([stream[i : i + 7] for i in range(0, len(stream), 7)]), 64, 3600)
+    assert list(reader.lines()) == [*events, b'{"last":1}']
+    assert reader.ended and reader.line_started is None
+    one_byte_at_a_time = LineReader(_Chunks([bytes([b]) for b in b"x" * 100 + b"\n"]), 100, 3600)
+    assert list(one_byte_at_a_time.lines()) == [b"x" * 100], "a line of exactly the cap is accepted"
+    with pytest.raises(BoundExceeded):
+        list(LineReader(_Chunks([b"x" * 60, b"y" * 60]), 100, 3600).lines())
+
+
+def test_a_trickled_watch_line_fails_the_stage_while_it_is_arriving(api: KubeApiEmulator) -> None:
+    """The line's first bytes came, the next one is 60 s away: the stage fails once the line is
+    older than its bound, before any other byte (nothing else could have failed it)."""
+    api.put(make_pod("a"))
+    api.hostile = "trickle-line"
+    api.trickle_interval = 60.0
+    with watching(api, line_stall_seconds=1.0) as source:
+        assert wait_for(lambda: api.watch_bytes_sent > 0 and api.watch_count() == 1)
+        assert wait_for(lambda: not source.latest()[1].success), "a line unfinished past its bound fails the stage"
+        directory, result = source.latest()
+        assert directory is None and result.stage == "kube_api"
+        assert source.last_error is None, "the reader is still waiting for the next byte: nothing else failed"
+        assert api.list_starts() == 1
+
+
+def test_a_trickled_watch_line_is_dropped_at_the_next_byte_past_its_bound(api: KubeApiEmulator) -> None:
+    api.put(make_pod("a"))
+    api.hostile = "trickle-line"
+    api.trickle_interval = 0.05
+    with watching(api, line_stall_seconds=0.5) as source:
+        assert wait_for(lambda: "unfinished after 0.5 s" in (source.last_error or "")), source.last_error
+        assert wait_for(lambda: api.list_starts() >= 2), "backs off, then lists again"
+
+
+def test_the_list_is_read_in_pages_and_the_table_replaced_only_when_all_arrived(api: KubeApiEmulator) -> None:
+    for i in range(5):
+        api.put(make_pod(f"p{i}"))
+    with watching(api, page_limit=2) as source:
+        assert wait_for(lambda: pod_names(source) == {f"p{i}" for i in range(5)})
+        pages = [q for p, q in api.requests if p == "/api/v1/pods" and q.get("watch") != "true"]
+        assert [q.get("limit") for q in pages] == ["2", "2", "2"]
+        assert [bool(q.get("continue")) for q in pages] == [False, True, True]
+        assert source.resource_version == "105", "the list's version, on every page"
+        before, _ = source.latest()
+
+        api.continue_gate = threading.Event()
+        api.expire_watches = True  # the next watch gets 410 Gone: list again
+        api.drop_watches()
+        assert api.continue_waiting.wait(20), "the re-list asked for its second page"
+        api.expire_watches = False
+        held, result = source.latest()
+        assert result.success and held is before, "while page 2 is held, the whole old table is served"
+        api.continue_gate.set()
+        assert wait_for(lambda: api.list_starts() == 2 and api.list_count() == 6 and source.latest()[0] is not before)
+        assert pod_names(source) == {f"p{i}" for i in range(5)}
+
+
+def test_a_list_that_pages_on_and_on_is_refused(api: KubeApiEmulator) -> None:
+    for i in range(5):
+        api.put(make_pod(f"p{i}"))
+    with watching(api, page_limit=1, max_pages=3) as source:
+        assert wait_for(lambda: "runs past 3 pages of 1" in (source.last_error or "")), source.last_error
+        assert not source.latest()[1].success
+
+
+def test_a_huge_list_is_refused_from_its_content_length_unread(api: KubeApiEmulator) -> None:
+    api.hostile = "huge-list"
+    api.huge_list_bytes = 40_000_000
+    with watching(api) as source:
+        assert wait_for(lambda: source.last_error is not None), "the stage fails"
+        error = source.last_error or ""
+        assert "(Content-Length) exceeds the cap of 16777216 bytes" in error, error
+        assert not source.latest()[1].success
+
+
+def test_a_huge_list_without_a_length_is_refused_once_the_cap_was_read(api: KubeApiEmulator) -> None:
+    api.hostile = "huge-list"
+    api.huge_list_bytes = 40_000_000
+    api.huge_list_chunked = True
+    with watching(api, max_page_bytes=MiB) as source:
+        assert wait_for(lambda: source.last_error is not None), "the stage fails"
+        error = source.last_error or ""
+        assert "pod list page exceeds the cap of 1048576 bytes" in error, error
+        read = int(error.rsplit("(", 1)[1].split()[0])
+        assert MiB < read <= MiB + 64 * 1024, "refused within one read past the cap"
+        assert not source.latest()[1].success
+
+
+def test_the_emulator_pages_from_the_lists_resource_version(api: KubeApiEmulator) -> None:
+    """As the API server: later pages of a list show the pods as they were when it began."""
+    for name in ("a", "b", "c"):
+        api.put(make_pod(name))
+    url = f"{api.url}/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}&limit=2"
+    with urllib.request.urlopen(url) as resp:
+        first = json.load(resp)
+    api.delete("uid-default-c")
+    api.put(make_pod("d"))
+    with urllib.request.urlopen(url + "&continue=" + first["metadata"]["continue"]) as resp:
+        second = json.load(resp)
+    assert [p["metadata"]["name"] for p in first["items"] + second["items"]] == ["a", "b", "c"]
+    assert first["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"] == "103"
+    assert "continue" not in second["metadata"]

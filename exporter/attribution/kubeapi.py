@@ -6,6 +6,12 @@ the watch stream as raw JSON: deserialising 1,000 ``V1Pod`` models costs far mor
 we need.  Least privilege: ``pods`` list + watch; optionally ``jobs`` get (``batch``) to name the
 CronJob behind a Job (see docs/attribution.md).  Deployments are named from the ReplicaSet name
 and the pod's ``pod-template-hash`` label, with no extra permission.
+
+The API server is trusted, but what it sends is bounded all the same (``ApiBounds``): a watch
+event line is read with a byte cap and a time bound (a line that stays unfinished fails the stage
+while it lasts), and the list is read in pages (``limit`` + ``continue``), each page with a byte
+cap checked on its Content-Length first, in a bounded number of pages.  Passing a bound fails the
+stage like any other API error: the source backs off and lists again.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -30,6 +37,52 @@ log = logging.getLogger(__name__)
 STAGE = stages.KUBE_API
 _HTTP_GONE = 410
 _HTTP_FORBIDDEN = 403
+_READ_BYTES = 64 * 1024
+"""Most bytes taken from the connection per read (a read returns whatever has arrived)."""
+_ERROR_BODY_BYTES = 4096
+"""Bytes of an error reply's body read for its message."""
+
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+"""Longest watch event line accepted, bytes.  An event is one object as the API server stores it
+plus a few dozen bytes of envelope, and the API server stores an object only if it fits etcd's
+request limit (``--max-request-bytes``, 1.5 MiB by default; managed etcd services keep it there):
+a pod event of more than about 1.5 MiB cannot come from a real API server.  4 MiB leaves room
+for JSON re-encoding (escapes) and a raised etcd limit."""
+LINE_STALL_SECONDS = 10.0
+"""Longest a watch event line may take from its first byte to its newline, seconds.  The API
+server writes and flushes each event whole: the largest possible one (1.5 MiB) takes about 10 ms
+at 1 Gbit/s and 1.2 s at 10 Mbit/s; a line still unfinished after 10 s means a peer trickling
+bytes (or a connection retransmitting for 10 s, as good as dead).  The stage reads failed from
+then on, and the watch is dropped when the next byte comes.  10 s is also the kubelet refresh
+period: no attribution input is older than that unnoticed."""
+LIST_PAGE_LIMIT = 250
+"""Pods asked per list page (``limit``): a node at the Kubernetes default of 110 pods, or at 250,
+the most large platforms allow, lists in one page."""
+MAX_LIST_PAGE_BYTES = 16 * 1024 * 1024
+"""Largest list page accepted, bytes: 250 pods of 64 KiB each, 3-8x a typical pod with its
+``managedFields`` (8-20 KiB).  It also holds a whole node's list from a server that ignores
+``limit`` (110 such pods are about 2 MiB).  A page announced larger (Content-Length) is refused
+unread; one without a length is refused once this much arrived without its end."""
+MAX_LIST_PAGES = 40
+"""Most pages one list may take: 10,000 pods of one node, 40x the most a node runs."""
+LIST_PAGE_SECONDS = 60.0
+"""Longest one page may take to arrive whole, seconds (a trickled page fails like a large one)."""
+
+
+class BoundExceeded(Exception):
+    """The API server sent more than a bound of ``ApiBounds`` allows (bytes, seconds, pages)."""
+
+
+@dataclass(frozen=True)
+class ApiBounds:
+    """How much the source takes from the API server; the defaults are argued where defined."""
+
+    max_event_bytes: int = MAX_EVENT_BYTES
+    line_stall_seconds: float = LINE_STALL_SECONDS
+    page_limit: int = LIST_PAGE_LIMIT
+    max_page_bytes: int = MAX_LIST_PAGE_BYTES
+    max_pages: int = MAX_LIST_PAGES
+    page_seconds: float = LIST_PAGE_SECONDS
 
 
 class ApiError(Exception):
@@ -97,17 +150,93 @@ def pod_meta(pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None]
     )
 
 
-def _iter_lines(resp: Any) -> Iterator[str]:
-    """Lines of a chunked watch response (events may be split across chunks)."""
-    buf = b""
-    for chunk in resp.stream(64 * 1024, decode_content=False):
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield line.decode("utf-8", errors="replace")
-    if buf.strip():
-        yield buf.decode("utf-8", errors="replace")
+class LineReader:
+    """Event lines of a watch response, read as bytes arrive, each at most ``max_line_bytes``.
+
+    Buffering is linear: new bytes are appended to one ``bytearray`` and only they are scanned
+    for newlines.  ``line_started`` is when the first byte of the line now arriving came
+    (``time.monotonic()``), ``None`` between lines; ``stalled()`` says whether that line has been
+    arriving for longer than ``stall_seconds``.  Raises ``BoundExceeded`` once a line passes
+    either bound.
+    """
+
+    def __init__(self, resp: Any, max_line_bytes: int, stall_seconds: float) -> None:
+        self._resp = resp
+        self.max_line_bytes = max_line_bytes
+        self.stall_seconds = stall_seconds
+        self.line_started: float | None = None
+        self.ended = False
+        """Whether the response was read to its end."""
+
+    def stalled(self, now: float) -> bool:
+        """Whether a line has been arriving for longer than the bound at ``now``."""
+        started = self.line_started
+        return started is not None and now - started > self.stall_seconds
+
+    def lines(self) -> Iterator[bytes]:
+        """Each non-blank line, without its newline; a last line without one at the end too."""
+        buf = bytearray()
+        while chunk := self._resp.read1(_READ_BYTES):
+            now = time.monotonic()
+            scanned = len(buf)
+            buf += chunk
+            start = 0
+            while (newline := buf.find(b"\n", scanned)) >= 0:
+                line = bytes(buf[start:newline])
+                start = scanned = newline + 1
+                if line.strip():
+                    yield line
+            if start:
+                del buf[:start]
+                self.line_started = now if buf else None
+            elif self.line_started is None:
+                self.line_started = now
+            self._check(len(buf), now)
+        self.line_started = None
+        self.ended = True
+        if buf.strip():
+            yield bytes(buf)
+
+    def _check(self, pending: int, now: float) -> None:
+        if pending > self.max_line_bytes:
+            raise BoundExceeded(
+                f"watch event line longer than the cap of {self.max_line_bytes} bytes ({pending} bytes without its end)"
+            )
+        if self.stalled(now):
+            raise BoundExceeded(f"watch event line unfinished after {self.stall_seconds:g} s ({pending} bytes so far)")
+
+
+def read_capped(resp: Any, cap: int, seconds: float, what: str) -> bytearray:
+    """The whole body of ``resp``, or ``BoundExceeded`` as soon as it is known to pass ``cap``
+    bytes (from its Content-Length, before reading, when it has one) or ``seconds``."""
+    length = str(resp.headers.get("Content-Length") or "")
+    if length.isdigit() and int(length) > cap:
+        raise BoundExceeded(f"{what} of {int(length)} bytes (Content-Length) exceeds the cap of {cap} bytes")
+    deadline = time.monotonic() + seconds
+    body = bytearray()
+    while chunk := resp.read1(_READ_BYTES):
+        body += chunk
+        if len(body) > cap:
+            raise BoundExceeded(f"{what} exceeds the cap of {cap} bytes ({len(body)} bytes read without its end)")
+        if time.monotonic() > deadline:
+            raise BoundExceeded(f"{what} unfinished after {seconds:g} s ({len(body)} bytes read)")
+    return body
+
+
+def _error_text(resp: Any) -> str:
+    """The start of an error reply's body, for its message (the rest is left unread)."""
+    head = bytearray()
+    while len(head) < _ERROR_BODY_BYTES and (chunk := resp.read1(_ERROR_BODY_BYTES - len(head))):
+        head += chunk
+    return head.decode("utf-8", errors="replace")
+
+
+def _give_back(resp: Any, whole: bool) -> None:
+    """Return ``resp``'s connection to the pool if its body was read to the end (``whole``), else
+    close it: bytes left unread on it would be read as the next reply."""
+    if not whole:
+        resp.close()
+    resp.release_conn()
 
 
 class KubePodSource:
@@ -127,9 +256,11 @@ class KubePodSource:
         backoff_max_seconds: float = 60.0,
         resolve_cronjobs: bool = True,
         start: bool = True,
+        bounds: ApiBounds | None = None,
     ) -> None:
         self._factory = api_client_factory
         self.node_name = node_name
+        self.bounds = bounds or ApiBounds()
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
@@ -143,6 +274,11 @@ class KubePodSource:
         self._last_error: str | None = None
         self._job_owners: dict[tuple[str, str], str | None] = {}
         self._resp: Any = None
+        self._reader: LineReader | None = None
+        self._watch_progress = False
+        """Whether a watch delivered an event since the last failure: only then does the backoff
+        start over, so a server whose watches fail at once (an endless or trickled line) is
+        asked with the backoff growing, as a failing list is."""
         self._stop = threading.Event()
         self.lists = 0
         self.resource_version: str | None = None
@@ -180,21 +316,30 @@ class KubePodSource:
         backoff = self.backoff_initial_seconds
         api: Any = None
         while not self._stop.is_set():
+            self._watch_progress = False
             try:
                 if api is None:
                     api = self._factory()
                 rv: str | None = self._list(api)
-                backoff = self.backoff_initial_seconds
                 while rv is not None and not self._stop.is_set():
                     rv = self._watch(api, rv)  # None = expired (410): list again
+                    backoff = self.backoff_initial_seconds
             except Exception as exc:  # this source fails alone; retry with backoff
                 if self._stop.is_set():
                     break  # close() cut the stream: not an API failure
                 self._fail(exc)
                 api = None
+                if self._watch_progress:  # events flowed before this failure: start over at 1 s
+                    backoff = self.backoff_initial_seconds
                 delay = backoff * random.uniform(0.8, 1.2)
                 backoff = min(self.backoff_max_seconds, backoff * 2)
                 self._stop.wait(delay)
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the source last failed, in words; ``None`` once it recovered (or before any)."""
+        with self._lock:
+            return self._last_error
 
     def _fail(self, exc: BaseException) -> None:
         error = str(exc) if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
@@ -218,28 +363,52 @@ class KubePodSource:
             **params,
         )
         if not 200 <= resp.status <= 299:
-            body = resp.data.decode("utf-8", errors="replace") if resp.data else ""
-            resp.release_conn()
-            raise ApiError(resp.status, body[:300])
+            try:
+                raise ApiError(resp.status, _error_text(resp)[:300])
+            finally:
+                _give_back(resp, whole=False)
         return resp
 
-    def _list(self, api: Any) -> str:
+    def _list_page(self, api: Any, token: str | None) -> dict[str, Any]:
+        """One page of the node's pods (the first when ``token`` is ``None``), read within the
+        page bounds."""
         from kubernetes.client.exceptions import ApiException
 
-        start = time.perf_counter()
         try:
-            resp = self._request(api)
+            resp = self._request(api, limit=self.bounds.page_limit, _continue=token)
         except ApiException as exc:
             raise ApiError(exc.status or 0, str(exc.reason)) from None
+        whole = False
         try:
-            body = json.loads(resp.data)
+            body = read_capped(resp, self.bounds.max_page_bytes, self.bounds.page_seconds, "pod list page")
+            whole = True
         finally:
-            resp.release_conn()
-        pods = {}
-        for item in body.get("items") or []:
-            meta = pod_meta(item, self._job_owner_getter(api))
-            if meta is not None:
-                pods[meta.uid] = meta
+            _give_back(resp, whole)
+        page = json.loads(body)
+        if not isinstance(page, dict):
+            raise ApiError(resp.status, "the pod list is not a JSON object")
+        return page
+
+    def _list(self, api: Any) -> str:
+        """List the node's pods page by page; the table is replaced once every page arrived."""
+        start = time.perf_counter()
+        pods: dict[str, PodMeta] = {}
+        token: str | None = None
+        version = ""
+        for number in range(self.bounds.max_pages):
+            page = self._list_page(api, token)
+            for item in page.get("items") or []:
+                meta = pod_meta(item, self._job_owner_getter(api))
+                if meta is not None:
+                    pods[meta.uid] = meta
+            metadata = page.get("metadata") or {}
+            if number == 0:
+                version = str(metadata.get("resourceVersion") or "")  # every page of a list has it
+            token = metadata.get("continue") or None
+            if token is None:
+                break
+        else:
+            raise BoundExceeded(f"the pod list runs past {self.bounds.max_pages} pages of {self.bounds.page_limit}")
         with self._lock:
             self._pods = pods
             self._version += 1
@@ -250,7 +419,7 @@ class KubePodSource:
             self.lists += 1
         if recovered:
             log.info("Kubernetes API pod watch recovered (%d pods on %s)", len(pods), self.node_name)
-        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.resource_version = version
         return self.resource_version
 
     def _watch(self, api: Any, rv: str) -> str | None:
@@ -269,35 +438,42 @@ class KubePodSource:
             if exc.status == _HTTP_GONE:
                 return None
             raise ApiError(exc.status or 0, str(exc.reason)) from None
-        self._resp = resp
+        reader = LineReader(resp, self.bounds.max_event_bytes, self.bounds.line_stall_seconds)
+        self._resp, self._reader = resp, reader
         self.watches += 1
         try:
-            for line in _iter_lines(resp):
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == _HTTP_GONE:
-                        return None
-                    raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
-                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if new_rv:
-                    rv = self.resource_version = new_rv
-                if kind in ("ADDED", "MODIFIED"):
-                    meta = pod_meta(obj, self._job_owner_getter(api))
-                    if meta is not None:
-                        with self._lock:
-                            self._pods[meta.uid] = meta
-                            self._version += 1
-                elif kind == "DELETED":
-                    uid = str((obj.get("metadata") or {}).get("uid"))
-                    with self._lock:
-                        if self._pods.pop(uid, None) is not None:
-                            self._version += 1
-                if self._stop.is_set():
-                    break
+            return self._follow(api, reader, rv)
         finally:
-            self._resp = None
-            resp.release_conn()
+            self._resp = self._reader = None
+            _give_back(resp, reader.ended)
+
+    def _follow(self, api: Any, reader: LineReader, rv: str | None) -> str | None:
+        """Apply the watch's events to the table; the resource version to resume from, ``None``
+        when the watch expired (410: list again)."""
+        for line in reader.lines():
+            event = json.loads(line)
+            self._watch_progress = True
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == _HTTP_GONE:
+                    return None
+                raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
+            new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if new_rv:
+                rv = self.resource_version = new_rv
+            if kind in ("ADDED", "MODIFIED"):
+                meta = pod_meta(obj, self._job_owner_getter(api))
+                if meta is not None:
+                    with self._lock:
+                        self._pods[meta.uid] = meta
+                        self._version += 1
+            elif kind == "DELETED":
+                uid = str((obj.get("metadata") or {}).get("uid"))
+                with self._lock:
+                    if self._pods.pop(uid, None) is not None:
+                        self._version += 1
+            if self._stop.is_set():
+                break
         return rv
 
     def list_now(self) -> int:
@@ -328,8 +504,14 @@ class KubePodSource:
             resp: Any = client.BatchV1Api(api).read_namespaced_job(
                 job, namespace, _preload_content=False, _request_timeout=(5, 10)
             )
-            body = json.loads(resp.data) if 200 <= resp.status <= 299 else {}
-            resp.release_conn()
+            whole = False
+            try:
+                ok = 200 <= resp.status <= 299
+                raw = read_capped(resp, self.bounds.max_event_bytes, self.bounds.page_seconds, "job") if ok else b"{}"
+                whole = ok
+            finally:
+                _give_back(resp, whole)
+            body = json.loads(raw)
             refs = (body.get("metadata") or {}).get("ownerReferences") or []
             owner = next((r.get("name") for r in refs if r.get("kind") == "CronJob"), None)
         except ApiException as exc:
@@ -348,9 +530,12 @@ class KubePodSource:
     # --- what the pipeline reads ---------------------------------------------------------------
 
     def latest(self) -> tuple[PodDirectory | None, StageResult]:
-        """This node's pods (``None`` while the API is failing) and the source's health."""
+        """This node's pods (``None`` while the API is failing) and the source's health; failing
+        also while a watch event line has been arriving for longer than its bound."""
+        reader = self._reader
+        stalled = reader is not None and reader.stalled(time.monotonic())
         with self._lock:
-            healthy, duration = self._healthy, self._duration
+            healthy, duration = self._healthy and not stalled, self._duration
             if not healthy:
                 return None, StageResult(STAGE, False, duration)
             if self._directory is None or self._directory[0] != self._version:

@@ -27,7 +27,6 @@ import base64
 import binascii
 import json
 import threading
-import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -462,7 +461,8 @@ class KubeApiEmulator:
                     sent += len(piece)
                 else:
                     self._write(h, b"x", "watch")
-                    time.sleep(self.trickle_interval)
+                    with self.cond:  # drop_watches() and stop() wake it
+                        self.cond.wait(self.trickle_interval)
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
