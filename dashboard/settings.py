@@ -1,17 +1,33 @@
 """Dashboard settings: read from GPULENS_DASHBOARD_* environment variables (set by the CLI).
 
 ``streamlit run`` owns the command line, so the CLI passes its flags to the app through the
-environment; the same variables work when the app runs under Streamlit directly or in tests.
+environment; the same variables work when the app runs under Streamlit directly or in tests. Each
+value is read by the same parser as its flag (``dashboard.inputs``), so a variable the CLI would
+refuse is refused here too, with its name.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from dashboard import prometheus_auth
+from dashboard.inputs import (
+    MAX_MARKS,
+    QUERY_TIMEOUT_SECONDS,
+    duration_in,
+    http_url,
+    named,
+    parse_prices,
+    plain,
+    scrape_targets,
+    whole_between,
+)
 from dashboard.prometheus_auth import PrometheusAuth
+
+T = TypeVar("T")
 
 ENV_PREFIX = "GPULENS_DASHBOARD_"
 
@@ -45,55 +61,42 @@ class DashboardSettings:
         return "scrape:" + ",".join(self.scrape_urls)
 
 
-def parse_prices(text: str) -> dict[str, float]:
-    """``H200=3.5,A100=1.2,*=2`` -> {"H200": 3.5, ...}; ValueError names the bad entry."""
-    out: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        model, sep, price = item.rpartition("=")
-        if not sep or not model.strip():
-            raise ValueError(f"price entry {item!r} is not MODEL=USD")
-        try:
-            value = float(price)
-        except ValueError as exc:
-            raise ValueError(f"price entry {item!r}: {price!r} is not a number") from exc
-        if value < 0:
-            raise ValueError(f"price entry {item!r} is negative")
-        out[model.strip()] = value
-    return out
+REFRESH_SECONDS = (1.0, 86400.0)
+"""Range of the auto-refresh period (s), which may also be 0 (off)."""
+SCRAPE_INTERVAL_SECONDS = (1.0, 3600.0)
+"""Range of the interval between scrapes of an exporter with ``--scrape`` (s)."""
+PARSE_REFRESH = duration_in(*REFRESH_SECONDS, zero=True)
+"""``--refresh`` / ``REFRESH_SECONDS``: 0 (off) or 1s..1d."""
+PARSE_TIMEOUT = duration_in(*QUERY_TIMEOUT_SECONDS)
+"""``--timeout`` / ``TIMEOUT_SECONDS``: 100ms..1h per query."""
+PARSE_SCRAPE_INTERVAL = duration_in(*SCRAPE_INTERVAL_SECONDS)
+"""``--scrape-interval`` / ``SCRAPE_INTERVAL_SECONDS``: 1s..1h."""
+PARSE_MAX_MARKS = whole_between(*MAX_MARKS)
+"""``--max-marks`` / ``MAX_MARKS``: 1..1000000."""
 
 
-def _float(env: Mapping[str, str], key: str, default: float) -> float:
+def _read(env: Mapping[str, str], key: str, parse: Callable[[str], T], default: T) -> T:
+    """``{ENV_PREFIX}{key}`` read by ``parse`` (unset or empty: ``default``); ValueError names it."""
     raw = env.get(ENV_PREFIX + key)
-    if raw is None or raw == "":
-        return default
-    return float(raw)
-
-
-def _max_marks(raw: str | None) -> int:
-    """``GPULENS_DASHBOARD_MAX_MARKS`` (unset or empty: the default); ValueError naming it."""
     if not raw:
-        return DEFAULT_MAX_MARKS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{ENV_PREFIX}MAX_MARKS={raw!r}: a whole number of at least 1")
-    return value
+        return default
+    return named(parse, ENV_PREFIX + key, raw)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
-    """Settings from the environment; ValueError on malformed values."""
+    """Settings from the environment; ValueError naming the variable on a malformed value."""
     env = os.environ if env is None else env
-    scrape = tuple(u.strip() for u in env.get(ENV_PREFIX + "SCRAPE", "").split(",") if u.strip())
+    base = DashboardSettings()
     return DashboardSettings(
-        prometheus_url=env.get(ENV_PREFIX + "PROMETHEUS") or None,
-        scrape_urls=scrape,
-        prices_per_gpu_hour=parse_prices(env.get(ENV_PREFIX + "PRICES", "")),
-        refresh_seconds=_float(env, "REFRESH_SECONDS", 30.0),
-        timeout_seconds=_float(env, "TIMEOUT_SECONDS", 10.0),
-        scrape_interval_seconds=_float(env, "SCRAPE_INTERVAL_SECONDS", 5.0),
-        max_marks=_max_marks(env.get(ENV_PREFIX + "MAX_MARKS")),
+        prometheus_url=_read(env, "PROMETHEUS", http_url, None),
+        scrape_urls=_read(env, "SCRAPE", scrape_targets, ()),
+        prices_per_gpu_hour=_read(env, "PRICES", parse_prices, {}),
+        refresh_seconds=_read(env, "REFRESH_SECONDS", PARSE_REFRESH, base.refresh_seconds),
+        timeout_seconds=_read(env, "TIMEOUT_SECONDS", PARSE_TIMEOUT, base.timeout_seconds),
+        scrape_interval_seconds=_read(
+            env, "SCRAPE_INTERVAL_SECONDS", PARSE_SCRAPE_INTERVAL, base.scrape_interval_seconds
+        ),
+        max_marks=_read(env, "MAX_MARKS", PARSE_MAX_MARKS, base.max_marks),
         prometheus_auth=prometheus_auth.from_env(env, ENV_PREFIX),
     )
 
@@ -101,10 +104,10 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
 def to_env(settings: DashboardSettings) -> dict[str, str]:
     """The environment that makes from_env() return ``settings`` (used by the CLI)."""
     env = {
-        ENV_PREFIX + "PRICES": ",".join(f"{k}={v:g}" for k, v in settings.prices_per_gpu_hour.items()),
-        ENV_PREFIX + "REFRESH_SECONDS": f"{settings.refresh_seconds:g}",
-        ENV_PREFIX + "TIMEOUT_SECONDS": f"{settings.timeout_seconds:g}",
-        ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": f"{settings.scrape_interval_seconds:g}",
+        ENV_PREFIX + "PRICES": ",".join(f"{k}={plain(v)}" for k, v in settings.prices_per_gpu_hour.items()),
+        ENV_PREFIX + "REFRESH_SECONDS": plain(settings.refresh_seconds),
+        ENV_PREFIX + "TIMEOUT_SECONDS": plain(settings.timeout_seconds),
+        ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": plain(settings.scrape_interval_seconds),
         ENV_PREFIX + "MAX_MARKS": str(settings.max_marks),
         ENV_PREFIX + "PROMETHEUS": settings.prometheus_url or "",
         ENV_PREFIX + "SCRAPE": ",".join(settings.scrape_urls),
