@@ -1,7 +1,7 @@
 """``gpulens-advisor``: right-sizing advice for every workload, read from Prometheus.
 
-Exit status: 0 with the table, 2 for bad arguments (argparse convention), 1 when Prometheus cannot
-answer (message on stderr).
+Exit status: 0 with the table, 2 for bad arguments (argparse convention; a message naming the flag,
+each value written as ``dashboard.inputs`` says), 1 when Prometheus cannot answer (message on stderr).
 """
 
 from __future__ import annotations
@@ -11,22 +11,41 @@ import csv
 import io
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dashboard import prometheus_auth
 from dashboard.advisor.engine import Policy, Recommendation
 from dashboard.advisor.query import Window, advise
+from dashboard.inputs import (
+    HEADROOM,
+    PRICE_USD,
+    QUERY_TIMEOUT_SECONDS,
+    STEP_SECONDS,
+    WINDOW_SECONDS,
+    duration_in,
+    duration_span,
+    http_url,
+    named,
+    number_between,
+    parse_prices,
+    plain,
+)
 from dashboard.prometheus_source import PrometheusSource
-from dashboard.settings import parse_prices
 from dashboard.source import Filters, SourceError
 
 ENV_PREFIX = "GPULENS_ADVISOR_"
 """Environment twins of the --prometheus-* authentication flags: GPULENS_ADVISOR_PROMETHEUS_*."""
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+PARSE_WINDOW = duration_in(*WINDOW_SECONDS, weeks=True, whole_seconds=True)
+"""``--window``: 1h..365d in whole seconds (``7d``, ``2w``, ``36h``)."""
+PARSE_STEP = duration_in(*STEP_SECONDS, weeks=True, whole_seconds=True)
+"""``--step``: 1s..1d in whole seconds (PromQL subqueries step in whole seconds)."""
+PARSE_HEADROOM = number_between(*HEADROOM)
+"""``--headroom`` and ``--compute-headroom``: a multiple 1..4 of the observed figure."""
+PARSE_TIMEOUT = duration_in(*QUERY_TIMEOUT_SECONDS)
+"""``--timeout``: 100ms..1h per Prometheus query."""
 COLUMNS = (
     "namespace",
     "workload",
@@ -45,14 +64,6 @@ COLUMNS = (
     "idle_share",
     "reason",
 )
-
-
-def parse_duration(text: str) -> float:
-    """``7d``, ``36h``, ``90m``, ``600s``, ``2w`` -> seconds; ValueError otherwise."""
-    m = _DURATION.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration like 7d, 24h, 90m")
-    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def row(rec: Recommendation) -> dict[str, object]:
@@ -133,62 +144,99 @@ def _json(v: object) -> object:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The parser; value flags keep their text, read by :func:`options` (a bad one exits 2 naming it)."""
+    window = duration_span(*WINDOW_SECONDS)
+    step = duration_span(*STEP_SECONDS)
+    timeout = duration_span(*QUERY_TIMEOUT_SECONDS)
+    headroom = f"{plain(HEADROOM[0])}..{plain(HEADROOM[1])}"
     p = argparse.ArgumentParser(
         prog="gpulens-advisor",
         description="Recommend the smallest GPU, MIG profile or sharing mode that fits each workload.",
     )
-    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or any PromQL API) base URL")
-    p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
-    p.add_argument("--step", default=None, help="subquery resolution (default: window/1008, at least 1m)")
+    p.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        help="Prometheus (or any PromQL API) base URL: http:// or https://",
+    )
+    p.add_argument(
+        "--window",
+        default="7d",
+        help=f"how far back to look: s, m, h, d or w units, {window} in whole seconds (default 7d)",
+    )
+    p.add_argument(
+        "--step",
+        default=None,
+        help=f"subquery resolution, {step} in whole seconds and at most --window (default: window/1008, at least 1m)",
+    )
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument(
         "--price",
         action="append",
         default=[],
         metavar="MODEL=USD",
-        help="price per GPU-hour for GPU models whose name contains MODEL (repeatable; '*' = any other)",
+        help="price per GPU-hour for GPU models whose name contains MODEL (repeatable; '*' = any other); "
+        f"USD {plain(PRICE_USD[0])}..{plain(PRICE_USD[1])}",
     )
-    p.add_argument("--headroom", type=float, default=1.2, help="memory margin over the observed peak (>= 1)")
+    p.add_argument("--headroom", default="1.2", help=f"memory margin over the observed peak, {headroom} (default 1.2)")
     p.add_argument(
-        "--compute-headroom", type=float, default=1.1, help="SM margin over the observed SM-active p95 (>= 1)"
+        "--compute-headroom", default="1.1", help=f"SM margin over the observed SM-active p95, {headroom} (default 1.1)"
     )
     p.add_argument("--namespace", default=None, help="only workloads of this namespace")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per Prometheus query")
+    p.add_argument("--timeout", default="30", help=f"time limit of each Prometheus query, {timeout} (default 30s)")
     prometheus_auth.add_arguments(p, ENV_PREFIX)
     return p
+
+
+@dataclass(frozen=True)
+class Options:
+    """The advisor's validated values: seconds, USD per GPU-hour by model, the policy."""
+
+    prometheus: str
+    window: Window
+    prices: dict[str, float]
+    policy: Policy
+    timeout_s: float
+
+
+def options(a: argparse.Namespace) -> Options:
+    """Every value flag read and checked; ValueError names the flag."""
+    window_s = named(PARSE_WINDOW, "--window", a.window)
+    step_s = None if a.step is None else named(PARSE_STEP, "--step", a.step)
+    if step_s is not None and step_s > window_s:
+        raise ValueError(f"--step {a.step!r} is longer than --window {a.window!r}")
+    prices: dict[str, float] = {}
+    for item in a.price:
+        more = named(parse_prices, "--price", item)
+        twice = sorted(prices.keys() & more.keys())
+        if twice:
+            raise ValueError(f"--price: {twice[0]!r} is priced twice")
+        prices.update(more)
+    return Options(
+        prometheus=named(http_url, "--prometheus", a.prometheus),
+        window=Window(window_s=window_s, step_s=step_s),
+        prices=prices,
+        policy=Policy(
+            headroom=named(PARSE_HEADROOM, "--headroom", a.headroom),
+            compute_headroom=named(PARSE_HEADROOM, "--compute-headroom", a.compute_headroom),
+        ),
+        timeout_s=named(PARSE_TIMEOUT, "--timeout", a.timeout),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     a = p.parse_args(argv)
     try:
-        window = parse_duration(a.window)
-        step = parse_duration(a.step) if a.step else None
-    except ValueError as exc:
-        p.error(str(exc))
-    if not a.prometheus.startswith(("http://", "https://")):
-        p.error(f"--prometheus {a.prometheus!r} must be an http:// or https:// URL")
-    prices: dict[str, float] = {}
-    for item in a.price:
-        try:
-            prices.update(parse_prices(item))
-        except ValueError as exc:
-            p.error(f"--price: {exc}")
-    try:
-        policy = Policy(headroom=a.headroom, compute_headroom=a.compute_headroom)
-    except ValueError as exc:
-        p.error(str(exc))
-    if a.timeout <= 0:
-        p.error("--timeout must be positive")
-    try:
+        o = options(a)
         auth = prometheus_auth.from_args(a)
     except ValueError as exc:
         p.error(str(exc))
-    src = PrometheusSource(a.prometheus, timeout_s=a.timeout, auth=auth)
+    src = PrometheusSource(o.prometheus, timeout_s=o.timeout_s, auth=auth)
     try:
-        recs = advise(src, Window(window_s=window, step_s=step), prices, policy, Filters(namespace=a.namespace))
+        recs = advise(src, o.window, o.prices, o.policy, Filters(namespace=a.namespace))
     except SourceError as exc:
         print(f"gpulens-advisor: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(recs, a.format, window))
+    sys.stdout.write(render(recs, a.format, o.window.window_s))
     return 0
