@@ -43,12 +43,13 @@ import threading
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.hostile_attacks import HOST, PASSWORD, USER, AttackSpec, Budget, Target, basic, registry
-from tests.support.net import free_port, wait_http
+from tests.support.net import free_port
 from tests.support.procstat import open_fds, rss_bytes, thread_count
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,9 +78,9 @@ class Outcome:
     rss_peak_mb: float = 0.0
     rss_after_mb: float | None = None
     """RSS some seconds after the attack ended (AttackSpec.rss_after_seconds), else None."""
-    send_queue_peak_mb: float = 0.0
-    """Peak of the bytes the kernel holds unsent on the exporter's sockets (replies not read by
-    their clients): memory outside RSS, charged to the container on cgroup v2 nodes."""
+    socket_queues_peak_mb: float = 0.0
+    """Peak of the bytes the kernel holds on the exporter's sockets: replies its clients have not
+    read, requests it has not read.  Memory outside RSS (charged to the pod on cgroup v2 nodes)."""
     threads_before: int = 0
     threads_peak: int = 0
     fds_before: int = 0
@@ -88,7 +89,8 @@ class Outcome:
     scrapes_ok: int = 0
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
-    attack_count: int = 0
+    attack_count: int | None = 0
+    """Connections or requests the attack made (None: a peer attack, nothing made client-side)."""
     load_average: float = 0.0
     """The machine's 1-minute load average when the attack ended (other work shares the cores)."""
     notes: list[str] = field(default_factory=list)
@@ -139,9 +141,10 @@ def sample(pid: int) -> ProcSample | None:
         return None
 
 
-def send_queue_bytes(port: int) -> int:
-    """Bytes queued unsent (or unacknowledged) in the kernel on the TCP sockets whose local port is
-    ``port``: the tx_queue column of /proc/net/tcp and tcp6, listening sockets left out."""
+def socket_queue_bytes(port: int) -> int:
+    """Bytes queued in the kernel on the TCP sockets whose local port is ``port``: sent but not
+    yet taken by the peer plus received but not yet read (tx_queue and rx_queue of /proc/net/tcp
+    and tcp6), listening sockets left out."""
     total = 0
     suffix = f":{port:04X}"
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -150,7 +153,8 @@ def send_queue_bytes(port: int) -> int:
             for line in f:
                 fields = line.split()
                 if fields[1].endswith(suffix) and fields[3] != "0A":
-                    total += int(fields[4].split(":")[0], 16)
+                    tx, rx = fields[4].split(":")
+                    total += int(tx, 16) + int(rx, 16)
     return total
 
 
@@ -394,7 +398,7 @@ class Watcher:
 
     def __init__(self, pid: int, scraper: ScraperConfig, cgroup: Path | None = None) -> None:
         self.pid, self.scraper_cfg, self.cgroup = pid, scraper, cgroup
-        self.rss_peak = self.threads_peak = self.fds_peak = self.memory_peak = self.send_queue_peak = 0
+        self.rss_peak = self.threads_peak = self.fds_peak = self.memory_peak = self.socket_queues_peak = 0
         self.result = ScrapeResult()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
@@ -402,9 +406,12 @@ class Watcher:
 
     def __enter__(self) -> Watcher:
         self._sampler.start()
+        return self
+
+    def start_scraper(self) -> None:
+        """Start the normal scraper's process (it scrapes until the block ends)."""
         argv = [sys.executable, "-m", "bench.hostile", "--scraper", json.dumps(asdict(self.scraper_cfg))]
         self._scraper = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -420,7 +427,7 @@ class Watcher:
         while not self._stop.wait(0.25):
             tick += 1
             if tick % 4 == 0:  # once a second: the tables list every socket of the machine
-                self.send_queue_peak = max(self.send_queue_peak, send_queue_bytes(self.scraper_cfg.port))
+                self.socket_queues_peak = max(self.socket_queues_peak, socket_queue_bytes(self.scraper_cfg.port))
             if self.cgroup is not None:
                 self.memory_peak = max(self.memory_peak, cgroup_memory_peak(self.cgroup))
             s = sample(self.pid)
@@ -467,22 +474,38 @@ class Launch:
     gpulens_tree: Path = REPO
 
 
-def _ready_probe(exporter: str, launch: Launch, port: int) -> tuple[str, ssl.SSLContext | None, int]:
-    """(URL, TLS context, expected status) of the exporter's readiness check.  node_exporter has no
-    readiness endpoint: /metrics, without credentials (401 with auth on), so nothing is cached."""
-    scheme = "https" if launch.scraper.ca else "http"
+def ready_check(exporter: str, spec: AttackSpec) -> tuple[str, int]:
+    """(path, expected status) of the exporter's readiness check.  node_exporter has no readiness
+    endpoint: /metrics without credentials (401 with basic auth on), so nothing gets cached."""
     if exporter == "gpulens":
-        return f"{scheme}://{HOST}:{port}/readyz", client_context(launch.scraper), 200
-    return f"{scheme}://{HOST}:{port}/metrics", client_context(launch.scraper), 401 if launch.spec.auth else 200
+        return "/readyz", 200
+    return "/metrics", 401 if spec.auth else 200
 
 
-def _wait_ready(url: str, ctx: ssl.SSLContext | None, expect: int, started: float, timeout: float) -> float | None:
-    """Seconds from ``started`` until ``url`` answered ``expect``; None if it did not in time."""
+def _status(cfg: ScraperConfig, path: str) -> int | None:
+    """The status of one GET ``path`` (HTTPS and client certificate as ``cfg`` says), or None."""
     try:
-        wait_http(url, timeout=timeout, expect=expect, context=ctx)
-    except TimeoutError:
+        conn = connect(cfg, timeout=2.0)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
         return None
-    return time.monotonic() - started
+
+
+def wait_ready(cfg: ScraperConfig, check: tuple[str, int], started: float, alive: Callable[[], bool]) -> float | None:
+    """Seconds from ``started`` until ``check`` (path, status) answered; None if the exporter did
+    not within READY_TIMEOUT, or stopped (``alive``)."""
+    path, expect = check
+    while time.monotonic() - started < READY_TIMEOUT and alive():
+        if _status(cfg, path) == expect:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    return None
 
 
 @contextlib.contextmanager
@@ -514,17 +537,8 @@ def run_exporter(exporter: str, launch: Launch, extra_argv: list[str], env: dict
     config = launch.web_config
     log = launch.folder / f"{exporter}.log"
     if exporter == "gpulens":
-        argv = [
-            sys.executable,
-            "-m",
-            "exporter",
-            "--backend",
-            "sim",
-            "--sim.scenario",
-            launch.spec.scenario,
-            "--web.listen-address",
-            f"{HOST}:{port}",
-        ]
+        flags = f"--backend sim --sim.scenario {launch.spec.scenario} --web.listen-address {HOST}:{port}"
+        argv = [sys.executable, "-m", "exporter", *flags.split()]
         argv += ["--web.config.file", str(config)] if config else []
         env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(launch.gpulens_tree), **env}
         cwd = launch.gpulens_tree
@@ -536,12 +550,12 @@ def run_exporter(exporter: str, launch: Launch, extra_argv: list[str], env: dict
         argv += [f"--collector.{c}" for c in NODE_EXPORTER_COLLECTORS]
         argv += [f"--web.config.file={config}"] if config else []
         cwd = REPO
-    url, ctx, expect = _ready_probe(exporter, launch, port)
+    cfg = replace(launch.scraper, port=port)
     started = time.monotonic()
     with _process(argv + extra_argv, log, env, cwd) as proc:
-        ready_s = _wait_ready(url, ctx, expect, started, READY_TIMEOUT)
+        ready_s = wait_ready(cfg, ready_check(exporter, launch.spec), started, lambda: proc.poll() is None)
         if ready_s is None and not (launch.spec.peer and proc.poll() is None):
-            raise RuntimeError(f"{exporter} did not become ready at {url}:\n{_log_tail(log)}")
+            raise RuntimeError(f"{exporter} did not become ready:\n{_log_tail(log)}")
         yield Running(port, proc.pid, ready_s)
 
 
@@ -572,7 +586,7 @@ def raise_fd_limit() -> None:
 def attack_under_watch(spec: AttackSpec, running: Running, launch: Launch, seconds: float, settle: float) -> Outcome:
     """Let the exporter settle, warm it up (unless the attack says not to), then run the attack
     beside the normal scraper and measure."""
-    cfg = ScraperConfig(**{**asdict(launch.scraper), "port": running.port})
+    cfg = replace(launch.scraper, port=running.port)
     time.sleep(settle)
     outcome = Outcome(exporter="", attack=spec.name)
     if spec.warm_up:
@@ -581,9 +595,16 @@ def attack_under_watch(spec: AttackSpec, running: Running, launch: Launch, secon
         except (OSError, http.client.HTTPException) as exc:
             outcome.notes.append(f"warm-up failed ({_error_kind(exc)})")
     before = sample(running.pid) or ProcSample(0, 0, 0)
-    with Watcher(running.pid, cfg, running.cgroup) as w:
-        time.sleep(1.0)
-        outcome.attack_count = spec.run(Target(HOST, running.port, spec.source), Budget(seconds, spec.max_opens))
+    target, budget = Target(HOST, running.port, spec.source), Budget(seconds, spec.max_opens)
+    with Watcher(running.pid, cfg, running.cgroup) as w, ThreadPoolExecutor(1) as pool:
+        if spec.scraper_lag_s < 0:
+            w.start_scraper()
+            time.sleep(-spec.scraper_lag_s)
+        attack = pool.submit(spec.run, target, budget)
+        if spec.scraper_lag_s >= 0:
+            time.sleep(spec.scraper_lag_s)
+            w.start_scraper()
+        outcome.attack_count = attack.result() if not spec.peer else None
         outcome.load_average = os.getloadavg()[0]
         time.sleep(1.0)
         if spec.rss_after_seconds:
@@ -594,7 +615,7 @@ def attack_under_watch(spec: AttackSpec, running: Running, launch: Launch, secon
     outcome.rss_before_mb, outcome.rss_peak_mb = before.rss / 1e6, max(w.rss_peak, before.rss) / 1e6
     outcome.threads_before, outcome.threads_peak = before.threads, max(w.threads_peak, before.threads)
     outcome.fds_before, outcome.fds_peak = before.fds, max(w.fds_peak, before.fds)
-    outcome.send_queue_peak_mb = w.send_queue_peak / 1e6
+    outcome.socket_queues_peak_mb = w.socket_queues_peak / 1e6
     outcome.scrapes, outcome.scrapes_ok = result.scrapes, result.ok
     outcome.p50_ms, outcome.p99_ms = percentile(result.ms, 50), percentile(result.ms, 99)
     outcome.notes += scrape_notes(spec, result)
@@ -610,8 +631,10 @@ def scrape_notes(spec: AttackSpec, result: ScrapeResult) -> list[str]:
     if spec.keepalive_scraper:
         notes.append(f"scraper reconnects {result.reconnects}")
     if not spec.warm_up:
-        first = "none" if result.first_ok_s is None else f"{result.first_ok_s:.1f} s"
-        notes.append(f"first login answered after {first}")
+        if result.first_ok_s is None:
+            notes.append("no login answered")
+        else:
+            notes.append(f"first login answered {result.first_ok_s:.1f} s after the scraper started")
     return notes
 
 
@@ -753,10 +776,10 @@ def _seed_rootfs(out: Path) -> None:
             shutil.copy2(tar, mine / tar.name)
 
 
-def ensure_image(podman: Podman) -> str:
-    """The exporter image of this tree, tagged ``localhost/gpulens-hostile:<source digest>``:
-    reused if podman has it, else built by scripts/image.sh (minutes) and loaded."""
-    digest = source_digest()
+def ensure_image(podman: Podman, tree: Path = REPO) -> str:
+    """The exporter image of ``tree`` (a git checkout), tagged ``localhost/gpulens-hostile:<source
+    digest>``: reused if podman has it, else built by its scripts/image.sh (minutes) and loaded."""
+    digest = source_digest(tree)
     tag = f"{IMAGE}:{digest}"
     if podman("image", "exists", tag, check=False).returncode == 0:
         return tag
@@ -767,7 +790,7 @@ def ensure_image(podman: Podman) -> str:
     with open(log, "wb") as f:
         build = subprocess.run(
             ["bash", "scripts/image.sh", "exporter"],
-            cwd=REPO,
+            cwd=tree,
             stdout=f,
             stderr=subprocess.STDOUT,
             env={**os.environ, "GPULENS_IMAGE_OUT": str(out)},
@@ -775,9 +798,9 @@ def ensure_image(podman: Podman) -> str:
         )
     if build.returncode != 0:
         raise SystemExit(f"scripts/image.sh failed:\n{_log_tail(log)}")
-    if source_digest() != digest:
+    if source_digest(tree) != digest:
         raise SystemExit("the image's sources changed during the build; run again")
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["version"]
     podman("load", "-q", "-i", str(out / f"gpulens-exporter-{version}.oci.tar"), timeout=600)
     podman("tag", f"ghcr.io/gpulens/gpulens-exporter:{version}", tag)
     return tag
@@ -795,24 +818,14 @@ def run_container(podman: Podman, image: str, launch: Launch) -> Iterator[Runnin
     args = [a for a in chart_args if not a.startswith(skip)]
     args += ["--backend=sim", f"--sim.scenario={launch.spec.scenario}", f"--web.listen-address={HOST}:{port}"]
     args += [f"--web.config.file={launch.web_config}"] if launch.web_config else []
-    flags = [
-        "--name",
-        name,
-        "--network=host",
-        "--user=0:0",
-        "--cap-drop=all",
-        "--security-opt=no-new-privileges",
-        "--read-only",
-        "--read-only-tmpfs=false",
-        "--tmpfs=/tmp:rw,size=256m,mode=1777",
-        f"--volume={launch.folder}:{launch.folder}:ro",
-        *podman_limits(limits),
-    ]
-    url, ctx, expect = _ready_probe("gpulens", launch, port)
+    chart_like = "--network=host --user=0:0 --cap-drop=all --security-opt=no-new-privileges --read-only "
+    chart_like += "--read-only-tmpfs=false --tmpfs=/tmp:rw,size=256m,mode=1777"  # the chart's emptyDir
+    flags = [f"--name={name}", *chart_like.split(), f"--volume={launch.folder}:{launch.folder}:ro"]
+    flags += podman_limits(limits)
     started = time.monotonic()
     podman("run", "-d", *flags, image, *args)
     try:
-        ready_s = _wait_ready(url, ctx, expect, started, READY_TIMEOUT)
+        ready_s = wait_ready(replace(launch.scraper, port=port), ready_check("gpulens", launch.spec), started, bool)
         if ready_s is None:
             raise RuntimeError(f"the container did not become ready:\n{podman('logs', name, check=False).stderr}")
         pid = int(podman("inspect", "--format", "{{.State.Pid}}", name).stdout.strip())
@@ -843,60 +856,69 @@ def run_container_one(spec: AttackSpec, args: argparse.Namespace, podman: Podman
 
 # --- report ---------------------------------------------------------------------------------------
 
-
-def _mb(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
-
-
-def _ms(o: Outcome) -> str:
-    return f"{o.p50_ms:.1f} / {o.p99_ms:.1f}"
-
-
-def markdown(outcomes: list[Outcome]) -> str:
-    """The table docs/security.md shows, with the goals under it."""
-    rows = [
-        "| attack | exporter | RSS before → peak (MB) | RSS growth (MB) | RSS after (MB) | kernel send queues (MB) "
-        "| threads before → peak | fds before → peak | normal scrapes answered | p50 / p99 (ms) "
-        "| attack connections or requests | load avg | misses | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for o in outcomes:
-        if o.not_applicable:
-            rows.append(f"| {o.attack} | {o.exporter} |" + " n/a |" * 11 + f" {o.not_applicable} |")
-            continue
-        rows.append(
-            f"| {o.attack} | {o.exporter} | {o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f} | {o.rss_growth_mb:+.1f} "
-            f"| {_mb(o.rss_after_mb)} | {o.send_queue_peak_mb:.1f} | {o.threads_before} → {o.threads_peak} "
-            f"| {o.fds_before} → {o.fds_peak} "
-            f"| {o.scrapes_ok}/{o.scrapes} | {_ms(o)} | {o.attack_count} | {o.load_average:.1f} "
-            f"| {', '.join(o.misses()) or '–'} | {'; '.join(o.notes) or '–'} |"
-        )
-    return "\n".join(rows) + "\n\n" + GOALS + "\n"
-
-
-def container_markdown(outcomes: list[Outcome], limits: dict[str, str]) -> str:
-    """The --container table: OOM, cgroup memory peak, scrapes answered."""
-    rows = [
-        f"| attack | OOM-killed | memory peak (MB; limit {limits['memory']}, {limits['cpu']} CPU) "
-        "| RSS before → peak (MB) | kernel send queues (MB) | normal scrapes answered | p50 / p99 (ms) "
-        "| attack connections or requests | load avg | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for o in outcomes:
-        oom = "–" if o.oom_killed is None else ("yes" if o.oom_killed else "no")
-        rows.append(
-            f"| {o.attack} | {oom} | {_mb(o.memory_peak_mb)} | {o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f} "
-            f"| {o.send_queue_peak_mb:.1f} | {o.scrapes_ok}/{o.scrapes} | {_ms(o)} | {o.attack_count} "
-            f"| {o.load_average:.1f} | {'; '.join(o.notes) or '–'} |"
-        )
-    return "\n".join(rows) + "\n"
-
-
 GOALS = (
     f"Goals: RSS growth ≤ {GOAL_RSS_MB:.0f} MB, threads and fds flat (at most +{GOAL_THREADS} threads and "
     f"+{GOAL_FDS} fds over the attack), normal-scrape p99 ≤ {GOAL_P99_MS:.0f} ms, no lost scrapes; "
     "'misses' names the goals a row does not meet."
 )
+COLUMNS: dict[str, Callable[[Outcome], str]] = {
+    "RSS before → peak (MB)": lambda o: f"{o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f}",
+    "RSS growth (MB)": lambda o: f"{o.rss_growth_mb:+.1f}",
+    "RSS after (MB)": lambda o: _mb(o.rss_after_mb),
+    "kernel socket queues (MB)": lambda o: f"{o.socket_queues_peak_mb:.1f}",
+    "threads before → peak": lambda o: f"{o.threads_before} → {o.threads_peak}",
+    "fds before → peak": lambda o: f"{o.fds_before} → {o.fds_peak}",
+    "normal scrapes answered": lambda o: f"{o.scrapes_ok}/{o.scrapes}",
+    "p50 / p99 (ms)": lambda o: f"{o.p50_ms:.1f} / {o.p99_ms:.1f}",
+    "attack connections or requests": lambda o: "–" if o.attack_count is None else str(o.attack_count),
+    "load avg": lambda o: f"{o.load_average:.1f}",
+    "misses": lambda o: ", ".join(o.misses()) or "–",
+    "notes": lambda o: "; ".join(o.notes) or "–",
+}
+"""The main table's columns after attack and exporter: header -> cell of an Outcome."""
+CONTAINER_COLUMNS: tuple[str, ...] = (
+    "OOM-killed",
+    "memory peak (MB)",
+    *("RSS before → peak (MB)", "kernel socket queues (MB)", "normal scrapes answered", "p50 / p99 (ms)"),
+    *("attack connections or requests", "load avg", "misses", "notes"),
+)
+
+
+def _mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _cell(o: Outcome, column: str) -> str:
+    if column == "OOM-killed":
+        return "–" if o.oom_killed is None else ("yes" if o.oom_killed else "no")
+    if column == "memory peak (MB)":
+        return _mb(o.memory_peak_mb)
+    return COLUMNS[column](o)
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(outcomes: list[Outcome]) -> str:
+    """The table docs/security.md shows, with the goals under it."""
+    rows = [_row(["attack", "exporter", *COLUMNS]), _row(["---"] * (len(COLUMNS) + 2))]
+    for o in outcomes:
+        if o.not_applicable:
+            rows.append(_row([o.attack, o.exporter, *["n/a"] * (len(COLUMNS) - 1), o.not_applicable]))
+        else:
+            rows.append(_row([o.attack, o.exporter, *(_cell(o, c) for c in COLUMNS)]))
+    return "\n".join(rows) + "\n\n" + GOALS + "\n"
+
+
+def container_markdown(outcomes: list[Outcome], limits: dict[str, str]) -> str:
+    """The --container table: OOM, cgroup memory peak, scrapes answered; the limits under it."""
+    rows = [_row(["attack", *CONTAINER_COLUMNS]), _row(["---"] * (len(CONTAINER_COLUMNS) + 1))]
+    rows += [_row([o.attack, *(_cell(o, c) for c in CONTAINER_COLUMNS)]) for o in outcomes]
+    limit = (
+        f"gpulens in its image under podman with the chart's limits: memory {limits['memory']}, CPU {limits['cpu']}."
+    )
+    return "\n".join(rows) + "\n\n" + limit + "\n"
 
 
 def list_attacks(attacks: dict[str, AttackSpec], peers_missing: str) -> str:
@@ -927,7 +949,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="each attack's length (default 60)")
     parser.add_argument("--settle-seconds", type=float, default=3.0)
     parser.add_argument("--container", action="store_true", help="gpulens in its image with the chart's limits")
-    parser.add_argument("--gpulens-tree", type=Path, default=REPO, help="run gpulens from this checkout")
+    parser.add_argument(
+        "--gpulens-tree",
+        type=Path,
+        default=REPO,
+        help="run gpulens (or, --container, build its image) from this checkout",
+    )
     parser.add_argument("--list", action="store_true", help="list the attacks and exit")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--scraper", default="", help=argparse.SUPPRESS)
@@ -950,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     if args.container:
         podman = Podman()
-        image = ensure_image(podman)
+        image = ensure_image(podman, args.gpulens_tree)
         for name in chosen:
             print(f"# {name} vs gpulens in {image} ...", file=sys.stderr, flush=True)
             outcomes.append(run_container_one(attacks[name], args, podman, image))

@@ -408,6 +408,8 @@ FLEET_CONNECTIONS = 600
 """Connections of the fleet attacks: more than the server's cap of 512."""
 UNREAD_PIPELINE = 4
 LOGIN_CONNECTIONS = 200
+LOGIN_QUEUE_LAG = 2.0
+"""Seconds the wrong passwords flow before the normal scraper's first (uncached) login."""
 CHURN_THREADS = 8
 TLS_MIN_PERIOD = 0.01
 """Seconds between two connections of one ffdhe thread at least: a server that refuses the
@@ -532,6 +534,8 @@ class AttackSpec:
     scenario: str = SCENARIO
     warm_up: bool = True
     """One scrape before the attack (credentials verified and cached, first page rendered)."""
+    scraper_lag_s: float = -1.0
+    """Seconds the normal scraper starts after the attack (negative: before it)."""
     keepalive_scraper: bool = False
     """The normal scraper keeps one connection alive (like Prometheus) and counts reconnects."""
     source: str = HOST
@@ -598,6 +602,7 @@ def _own_attacks() -> list[AttackSpec]:
             "200 connections from 127.0.0.2 send wrong passwords for the real user; scraper not warmed up",
             auth=True,
             warm_up=False,
+            scraper_lag_s=LOGIN_QUEUE_LAG,
             source=OTHER_CLIENT,
         ),
         AttackSpec(
@@ -606,6 +611,7 @@ def _own_attacks() -> list[AttackSpec]:
             "as login-queue, the attacker also from 127.0.0.1",
             auth=True,
             warm_up=False,
+            scraper_lag_s=LOGIN_QUEUE_LAG,
         ),
         AttackSpec(
             "keepalive-at-cap",
