@@ -53,6 +53,9 @@ from tests.support.net import free_port
 from tests.support.procstat import open_fds, rss_bytes, thread_count
 
 REPO = Path(__file__).resolve().parents[1]
+HOSTILE_DIR = REPO / "build" / "hostile"
+"""The exporters' logs of the last run; for --container also the image archive, podman's storage
+and the containers' temporary folders (git-ignored)."""
 NODE_EXPORTER = "prometheus-node-exporter"
 NODE_EXPORTER_COLLECTORS = ("cpu", "meminfo", "loadavg", "netdev", "filesystem", "diskstats")
 """node_exporter runs with these collectors only, so its page and collection cost stay small."""
@@ -525,6 +528,13 @@ def _process(argv: list[str], log: Path, env: dict[str, str], cwd: Path) -> Iter
                     proc.wait()
 
 
+def log_path(attack: str, exporter: str) -> Path:
+    """Where an exporter's output goes: build/hostile/logs/<attack>-<exporter>.log (the last run's)."""
+    folder = HOSTILE_DIR / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{attack}-{exporter}.log"
+
+
 def _log_tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
@@ -535,7 +545,7 @@ def run_exporter(exporter: str, launch: Launch, extra_argv: list[str], env: dict
     ready.  A peer attack's gpulens may stay unready: it is then served as it is (ready_s None)."""
     port = free_port()
     config = launch.web_config
-    log = launch.folder / f"{exporter}.log"
+    log = log_path(launch.spec.name, exporter)
     if exporter == "gpulens":
         flags = f"--backend sim --sim.scenario {launch.spec.scenario} --web.listen-address {HOST}:{port}"
         argv = [sys.executable, "-m", "exporter", *flags.split()]
@@ -665,8 +675,6 @@ def run_one(exporter: str, spec: AttackSpec, args: argparse.Namespace) -> Outcom
 
 # --- --container: the image under podman with the chart's limits ---------------------------------
 
-HOSTILE_DIR = REPO / "build" / "hostile"
-"""Image archive, podman storage and container temp folders of --container (git-ignored)."""
 IMAGE = "localhost/gpulens-hostile"
 IMAGE_SOURCES = ("exporter", "pyproject.toml", "deploy/image", "scripts/image.sh")
 """What the exporter image is made of; the image tag is a digest of these files."""
@@ -825,14 +833,16 @@ def run_container(podman: Podman, image: str, launch: Launch) -> Iterator[Runnin
     started = time.monotonic()
     podman("run", "-d", *flags, image, *args)
     try:
-        ready_s = wait_ready(replace(launch.scraper, port=port), ready_check("gpulens", launch.spec), started, bool)
+        ready_s = wait_ready(
+            replace(launch.scraper, port=port), ready_check("gpulens", launch.spec), started, lambda: True
+        )
         if ready_s is None:
             raise RuntimeError(f"the container did not become ready:\n{podman('logs', name, check=False).stderr}")
         pid = int(podman("inspect", "--format", "{{.State.Pid}}", name).stdout.strip())
         yield Running(port, pid, ready_s, container=name, cgroup=cgroup_dir(pid))
     finally:
         logs = podman("logs", name, check=False)
-        (launch.folder / "gpulens.log").write_text(logs.stdout + logs.stderr)
+        log_path(launch.spec.name, "gpulens-image").write_text(logs.stdout + logs.stderr)
         podman("rm", "-f", name, check=False)
 
 
@@ -845,11 +855,15 @@ def run_container_one(spec: AttackSpec, args: argparse.Namespace, podman: Podman
         launch = launch_for(spec, folder, REPO)
         with run_container(podman, image, launch) as running:
             outcome = attack_under_watch(spec, running, launch, args.seconds, args.settle_seconds)
-            state = podman("inspect", "--format", "{{.State.OOMKilled}} {{.State.Status}}", running.container)
-            oom, status = state.stdout.split()
-            outcome.oom_killed = oom == "true"
+            state = podman(
+                "inspect", "--format", "{{.State.OOMKilled}} {{.State.Status}} {{.State.ExitCode}}", running.container
+            )
+            oom, status, code = state.stdout.split()
+            # podman 4.3 with runc on cgroup v1 leaves OOMKilled false when the kernel's OOM killer
+            # ends the container; its SIGKILL shows as exit code 137 (nothing else kills it here).
+            outcome.oom_killed = oom == "true" or (status == "exited" and code == "137")
             if status != "running":
-                outcome.notes.insert(0, f"container {status}")
+                outcome.notes.insert(0, f"container {status} (exit code {code})")
         outcome.exporter = "gpulens (image)"
         return outcome
 
