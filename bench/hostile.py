@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import http.client
 import json
@@ -274,8 +275,10 @@ class ScrapeResult:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+@functools.cache
 def client_context(cfg: ScraperConfig) -> ssl.SSLContext | None:
-    """The scraper's TLS context (server verified with the CA; client certificate if given)."""
+    """The scraper's TLS context (server verified with the CA; client certificate if given), one
+    per configuration, as a client keeps one."""
     if not cfg.ca:
         return None
     ctx = ssl.create_default_context(cafile=cfg.ca)
@@ -421,7 +424,11 @@ class Watcher:
         self._sampler.join(15)
         if self._scraper is not None:
             self._scraper.send_signal(signal.SIGTERM)
-            out, _ = self._scraper.communicate(timeout=SCRAPE_TIMEOUT * 3)
+            try:  # it ends its scrape in flight first: a connect and a request, 10 s each at most
+                out, _ = self._scraper.communicate(timeout=SCRAPE_TIMEOUT * 3)
+            except subprocess.TimeoutExpired:
+                self._scraper.kill()
+                out, _ = self._scraper.communicate()
             if out:
                 self.result = ScrapeResult(**json.loads(out))
 
