@@ -14,7 +14,8 @@ kubelet of their own.
 
 Run as a script, it starts the exporter against each peer (and against honest ones, for the
 baseline) for ``--seconds`` and prints a Markdown table: time to ``/readyz``, RSS when ready,
-peak RSS (``VmHWM``, from the process start), CPU seconds, and the attribution stages at the end.
+peak RSS (``VmHWM``, from the process start), RSS and CPU seconds at the end, and for each
+attribution stage the seconds it read 0 out of the seconds scraped (once a second).
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ class Run:
     """VmHWM: the highest RSS since the process started (startup included)."""
     rss_end_mb: float
     cpu_s: float
-    stages: dict[str, float]
+    failing: dict[str, int]
+    """Stage -> scrapes (one a second) in which it read 0."""
+    scrapes: int
 
 
 def _peak_rss_bytes(pid: int) -> int:
@@ -184,7 +187,14 @@ def run_one(name: str, seconds: float) -> Run:
         ) as proc:
             ready_s = time.monotonic() - started
             rss_ready = rss_bytes(proc.pid)
-            time.sleep(seconds)
+            failing: dict[str, int] = {}
+            scrapes = 0
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                time.sleep(1.0)
+                scrapes += 1
+                for stage, value in _stages(port).items():
+                    failing[stage] = failing.get(stage, 0) + (value == 0)
             return Run(
                 attack=name,
                 ready_s=ready_s,
@@ -192,21 +202,22 @@ def run_one(name: str, seconds: float) -> Run:
                 rss_peak_mb=_peak_rss_bytes(proc.pid) / MiB,
                 rss_end_mb=rss_bytes(proc.pid) / MiB,
                 cpu_s=cpu_seconds(proc.pid),
-                stages=_stages(port),
+                failing=failing,
+                scrapes=scrapes,
             )
 
 
 def table(runs: list[Run]) -> str:
-    """The runs as a Markdown table."""
+    """The runs as a Markdown table; a stage column reads "seconds at 0 / seconds scraped"."""
     lines = [
-        "| peer | ready (s) | RSS ready (MB) | peak RSS (MB) | RSS end (MB) | CPU (s) | podresources | kube_api |",
+        "| peer | ready (s) | RSS ready (MB) | peak RSS (MB) | RSS end (MB) | CPU (s) | podresources 0 | kube_api 0 |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        pr, api = (r.stages.get(s) for s in ("podresources", "kube_api"))
+        cells = [f"{r.failing[s]}/{r.scrapes}" if s in r.failing else "-" for s in ("podresources", "kube_api")]
         lines.append(
             f"| {r.attack} | {r.ready_s:.1f} | {r.rss_ready_mb:.1f} | {r.rss_peak_mb:.1f} | {r.rss_end_mb:.1f} "
-            f"| {r.cpu_s:.1f} | {'-' if pr is None else f'{pr:g}'} | {'-' if api is None else f'{api:g}'} |"
+            f"| {r.cpu_s:.1f} | {cells[0]} | {cells[1]} |"
         )
     return "\n".join(lines)
 
