@@ -208,6 +208,22 @@ def test_the_line_reader_joins_lines_split_anywhere_and_keeps_only_the_unfinishe
         list(LineReader(_Chunks([b"x" * 60, b"y" * 60]), 100, 3600).lines())
 
 
+class _Urllib3V1:
+    """A response of urllib3 1.x: ``read(amt)`` and no ``read1``."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def read(self, amt: int) -> bytes:
+        data, self._body = self._body[:amt], self._body[amt:]
+        return data
+
+
+def test_the_line_reader_also_reads_responses_without_read1() -> None:
+    body = b'{"a":1}\n' * 20_000
+    assert list(LineReader(_Urllib3V1(body), 64, 3600).lines()) == [b'{"a":1}'] * 20_000
+
+
 def test_a_trickled_watch_line_fails_the_stage_while_it_is_arriving(api: KubeApiEmulator) -> None:
     """The line's first bytes came, the next one is 60 s away: the stage fails once the line is
     older than its bound, before any other byte (nothing else could have failed it)."""

@@ -150,6 +150,15 @@ def pod_meta(pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None]
     )
 
 
+def _read_some(resp: Any, most: int) -> bytes:
+    """Up to ``most`` bytes of the body, as soon as any arrived (``b""`` at its end).  urllib3 1.x
+    responses have no ``read1``: there a read waits for ``most`` bytes, so bytes are seen (and a
+    stall noticed) only that many at a time; the caps hold alike."""
+    read1 = getattr(resp, "read1", None)
+    data = read1(most) if read1 is not None else resp.read(most)
+    return bytes(data or b"")
+
+
 class LineReader:
     """Event lines of a watch response, read as bytes arrive, each at most ``max_line_bytes``.
 
@@ -176,7 +185,7 @@ class LineReader:
     def lines(self) -> Iterator[bytes]:
         """Each non-blank line, without its newline; a last line without one at the end too."""
         buf = bytearray()
-        while chunk := self._resp.read1(_READ_BYTES):
+        while chunk := _read_some(self._resp, _READ_BYTES):
             now = time.monotonic()
             scanned = len(buf)
             buf += chunk
@@ -214,7 +223,7 @@ def read_capped(resp: Any, cap: int, seconds: float, what: str) -> bytearray:
         raise BoundExceeded(f"{what} of {int(length)} bytes (Content-Length) exceeds the cap of {cap} bytes")
     deadline = time.monotonic() + seconds
     body = bytearray()
-    while chunk := resp.read1(_READ_BYTES):
+    while chunk := _read_some(resp, _READ_BYTES):
         body += chunk
         if len(body) > cap:
             raise BoundExceeded(f"{what} exceeds the cap of {cap} bytes ({len(body)} bytes read without its end)")
@@ -226,7 +235,7 @@ def read_capped(resp: Any, cap: int, seconds: float, what: str) -> bytearray:
 def _error_text(resp: Any) -> str:
     """The start of an error reply's body, for its message (the rest is left unread)."""
     head = bytearray()
-    while len(head) < _ERROR_BODY_BYTES and (chunk := resp.read1(_ERROR_BODY_BYTES - len(head))):
+    while len(head) < _ERROR_BODY_BYTES and (chunk := _read_some(resp, _ERROR_BODY_BYTES - len(head))):
         head += chunk
     return head.decode("utf-8", errors="replace")
 
