@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from exporter.attribution.stages import PODRESOURCES
 from exporter.model import Attribution, GpuSample, LeafSample, ProbeResult, Snapshot
 from probes.expected import PROBES, efficiency_ratio
 
@@ -203,6 +204,12 @@ def _is_allocated(gpu: GpuSample, leaf: LeafSample, attribution: Attribution | N
     return False
 
 
+def _allocation_unknown(snapshot: Snapshot) -> bool:
+    """True when this snapshot's kubelet stage ran and did not succeed: no allocation can be
+    trusted, so none may be assumed free.  (No kubelet stage at all: attribution is off.)"""
+    return any(stage.stage == PODRESOURCES and not stage.success for stage in snapshot.stages)
+
+
 def _is_busy(gpu: GpuSample, leaf: LeafSample, threshold: float) -> bool:
     if leaf.processes:
         return True
@@ -274,7 +281,7 @@ class ProbeScheduler:
             for gpu, leaf in sorted(leaves, key=lambda gl: self._due[gl[1].leaf_id]):
                 if self._due[leaf.leaf_id] > now:
                     break
-                verdict = self._gate(gpu, leaf, snapshot.attribution)
+                verdict = self._gate(gpu, leaf, snapshot.attribution, _allocation_unknown(snapshot))
                 if verdict is not None:
                     self._count(leaf.leaf_id, verdict)
                     self._due[leaf.leaf_id] = now + self._wait(self._retry_seconds())
@@ -316,10 +323,13 @@ class ProbeScheduler:
     def _retry_seconds(self) -> float:
         return min(self._options.retry_seconds, self._options.interval_seconds)
 
-    def _gate(self, gpu: GpuSample, leaf: LeafSample, attribution: Attribution | None) -> str | None:
-        """The skip reason for probing ``leaf`` now, or ``None`` if it may run."""
+    def _gate(
+        self, gpu: GpuSample, leaf: LeafSample, attribution: Attribution | None, allocation_unknown: bool = False
+    ) -> str | None:
+        """The skip reason for probing ``leaf`` now, or ``None`` if it may run.  While the kubelet
+        has not answered (or is failing), allocation is unknown and counts as allocated."""
         o = self._options
-        if o.skip_allocated and _is_allocated(gpu, leaf, attribution):
+        if o.skip_allocated and (allocation_unknown or _is_allocated(gpu, leaf, attribution)):
             return "skipped_allocated"
         if gpu.compute_mode == "exclusive_process":
             return "skipped_exclusive"  # our context would lock tenants out, or fail to open

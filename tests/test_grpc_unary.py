@@ -168,7 +168,7 @@ def test_server_status_and_message_reach_the_caller(kubelet: FakeKubelet) -> Non
 def test_a_reply_larger_than_the_window_streams_and_one_over_the_limit_is_refused(kubelet: FakeKubelet) -> None:
     ids = [f"GPU-{i:08d}-" + "x" * 200 for i in range(120_000)]  # ~25 MB: more than the 16 MiB window
     kubelet.pods = [pod("ml", "big", [("main", [("nvidia.com/gpu", ids)])])]
-    reply = PodResourcesClient(kubelet.socket_path, timeout_seconds=30).list()
+    reply = PodResourcesClient(kubelet.socket_path, timeout_seconds=30, max_reply_bytes=32 * 1024 * 1024).list()
     assert reply[0].device_ids == tuple(ids)
     with UnaryConnection(kubelet.socket_path, 30, max_reply_bytes=1 << 20) as conn, pytest.raises(RpcError) as info:
         conn.call(LIST, b"")

@@ -252,6 +252,28 @@ def test_gpu_allocated_to_a_pod_is_skipped_unless_allowed() -> None:
     assert len(runner2.requests) == 1
 
 
+def test_a_gpu_is_not_probed_while_the_kubelet_has_not_said_who_holds_it() -> None:
+    """Before the kubelet's first answer, or while it fails, there are no allocations to read:
+    that is not 'free'.  Before, such a GPU was probed (1.9 GiB allocated on a GPU a pod may hold)."""
+    from dataclasses import replace
+
+    from exporter.model import StageResult
+
+    gpu = idle_gpu()
+    runner = FakeRunner()
+    sched, _ = make(runner)
+    unknown = replace(snap(gpu, attribution=Attribution()), stages=(StageResult("podresources", False, 0.0),))
+    observe_and_wait(sched, unknown)
+    assert runner.requests == []
+    assert runs(sched, gpu.uuid, "skipped_allocated") == 1
+
+    answered = replace(snap(gpu, attribution=Attribution()), stages=(StageResult("podresources", True, 0.0),))
+    fresh_runner = FakeRunner()
+    fresh, _ = make(fresh_runner)
+    observe_and_wait(fresh, answered)
+    assert len(fresh_runner.requests) == 1
+
+
 def _mig_gpu() -> GpuSample:
     uuid = "GPU-mig00000-aaaa-bbbb-cccc-000000000000"
     leaves = tuple(
