@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from http.client import HTTPConnection, HTTPException
 from typing import Any
 
 HOST = "127.0.0.1"
@@ -303,53 +304,38 @@ def attack_headers(target: Target, budget: Budget) -> int:
     return budget.opened
 
 
-def _http_loop(target: Target, budget: Budget, timeout: float, send: Callable[[socket.socket], bool]) -> None:
-    """Keep one kept-alive connection and call ``send(sock)`` (one request and its reply) until
-    it returns False or the budget ends; reconnect when the connection fails."""
-    sock: socket.socket | None = None
+def _http_loop(target: Target, budget: Budget, timeout: float, send: Callable[[HTTPConnection], bool]) -> None:
+    """Keep one kept-alive connection and call ``send(conn)`` (one request and its reply) until it
+    returns False or the budget ends; reconnect when the connection fails or the server closes it."""
+    conn: HTTPConnection | None = None
     while budget.left() > 0:
-        if sock is None:
+        if conn is None:
             if not budget.take():
                 return
-            sock = open_socket(target, timeout=timeout)
-            if sock is None:
-                time.sleep(0.05)
-                continue
+            conn = HTTPConnection(target.host, target.port, timeout=timeout, source_address=(target.source, 0))
         try:
-            sock.settimeout(max(0.1, min(timeout, budget.left() + 1)))
-            if not send(sock):
+            conn.timeout = max(0.1, min(timeout, budget.left() + 1))
+            if conn.sock is not None:
+                conn.sock.settimeout(conn.timeout)
+            if not send(conn):
                 break
-        except OSError:
-            sock.close()
-            sock = None
-    if sock is not None:
-        sock.close()
+        except (OSError, HTTPException):
+            conn.close()
+            conn = None
+            time.sleep(0.01)  # refused or dropped: reconnect, at most 100 times a second
+    if conn is not None:
+        conn.close()
 
 
-def exchange(sock: socket.socket, data: bytes) -> int:
-    """Send one request and read its reply (headers and Content-Length body); returns the status.
-    OSError if the connection closed or timed out first."""
-    sock.sendall(data)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionResetError("closed before the reply")
-        buf += chunk
-    head, _, body = buf.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionResetError("closed in the reply")
-        body += chunk
-    if b"connection: close" in head.lower():
-        raise ConnectionResetError("server closes")  # the caller reconnects
-    return int(head.split(b" ", 2)[1])
+def get(conn: HTTPConnection, path: str, headers: dict[str, str]) -> int:
+    """One GET on a kept-alive connection, its reply read whole; returns the status.  Closes the
+    connection (the next request reconnects) when the server said it would."""
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    if resp.will_close:
+        conn.close()
+    return resp.status
 
 
 def attack_accept(target: Target, budget: Budget) -> int:
@@ -358,7 +344,7 @@ def attack_accept(target: Target, budget: Budget) -> int:
     answered = [0]
     lock = threading.Lock()
 
-    def send(sock: socket.socket) -> bool:
+    def send(conn: HTTPConnection) -> bool:
         with lock:
             i = next(counter, -1)
         if i < 0:
@@ -366,7 +352,7 @@ def attack_accept(target: Target, budget: Budget) -> int:
         accept = f"application/openmetrics-text; version=1.0.{i}" if i % 3 else f"text/plain; version=0.0.{i}"
         if i % 5 == 0:
             accept = f"application/openmetrics-text; version={i}x"
-        exchange(sock, request("/metrics", f"Accept: {accept}"))
+        get(conn, "/metrics", {"Accept": accept})
         with lock:
             answered[0] += 1
         return True
@@ -384,9 +370,8 @@ def _wrong_passwords(target: Target, budget: Budget, connections: int) -> int:
     def loop(k: int) -> None:
         rnd = random.Random(k)
 
-        def send(sock: socket.socket) -> bool:
-            wrong = basic(USER, f"{rnd.getrandbits(64):x}")
-            exchange(sock, request("/metrics", f"Authorization: {wrong}"))
+        def send(conn: HTTPConnection) -> bool:
+            get(conn, "/metrics", {"Authorization": basic(USER, f"{rnd.getrandbits(64):x}")})
             with lock:
                 answered[0] += 1
             return True
