@@ -64,9 +64,14 @@ SCRAPE_TIMEOUT = 10.0
 """Seconds the normal scraper waits for one scrape (Prometheus' default scrape_timeout)."""
 READY_TIMEOUT = 120.0
 """Seconds an exporter may take to answer its readiness URL (a container at 0.2 CPU is slow)."""
-GOAL_RSS_MB, GOAL_P99_MS, GOAL_THREADS, GOAL_FDS = 20.0, 50.0, 2, 32
-"""The goals: RSS growth, normal-scrape p99, and how far threads and fds may rise ("flat": the
-second render thread may start; a few fds for the scraper and the sampling)."""
+GOAL_RSS_MB, GOAL_P99_MS, GOAL_THREADS = 20.0, 50.0, 2
+"""The goals: RSS growth, normal-scrape p99, and how far the thread count may rise ("flat": the
+second render thread may start)."""
+CONNECTION_CAP = 512
+"""gpulens' connection cap (``exporter.server.Limits.max_connections``)."""
+GOAL_FDS = CONNECTION_CAP + 32
+"""How far the open fds may rise: every attack holding connections takes the server to its cap,
+so "flat" means bounded by the cap (plus a few for the scraper and the sampling), not unchanged."""
 
 
 # --- results --------------------------------------------------------------------------------------
@@ -878,9 +883,9 @@ def run_container_one(spec: AttackSpec, args: argparse.Namespace, podman: Podman
 # --- report ---------------------------------------------------------------------------------------
 
 GOALS = (
-    f"Goals: RSS growth ≤ {GOAL_RSS_MB:.0f} MB, threads and fds flat (at most +{GOAL_THREADS} threads and "
-    f"+{GOAL_FDS} fds over the attack), normal-scrape p99 ≤ {GOAL_P99_MS:.0f} ms, no lost scrapes; "
-    "'misses' names the goals a row does not meet."
+    f"Goals: RSS growth ≤ {GOAL_RSS_MB:.0f} MB, threads flat (at most +{GOAL_THREADS}), fds bounded "
+    f"(at most +{GOAL_FDS}: the {CONNECTION_CAP}-connection cap and a few), normal-scrape "
+    f"p99 ≤ {GOAL_P99_MS:.0f} ms, no lost scrapes; 'misses' names the goals a row does not meet."
 )
 COLUMNS: dict[str, Callable[[Outcome], str]] = {
     "RSS before → peak (MB)": lambda o: f"{o.rss_before_mb:.1f} → {o.rss_peak_mb:.1f}",

@@ -61,7 +61,7 @@ def _row_cells(line: str) -> list[str]:
 
 def test_markdown_rows_have_every_column_and_name_the_misses() -> None:
     good = Outcome("gpulens", "slow", 30.0, 31.0, None, 0.2, 5, 5, 7, 9, 10, 10, 5.0, 9.0, 500)
-    bad = Outcome("gpulens", "unread", 30.0, 90.0, 95.0, 150.0, 5, 6, 7, 519, 10, 4, 20.0, 900.0, 600)
+    bad = Outcome("gpulens", "unread", 30.0, 90.0, 95.0, 150.0, 5, 6, 7, 608, 10, 4, 20.0, 900.0, 600)
     peer = Outcome("node_exporter", "kubelet-big", not_applicable="no kubelet or API client")
     table = markdown([good, bad, peer])
     header, rule, *rows = [line for line in table.splitlines() if line.startswith("|")]
