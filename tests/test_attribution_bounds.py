@@ -20,6 +20,7 @@ import pytest
 
 from exporter.attribution import podresources_wire
 from exporter.attribution.grpc_unary import RpcError, StatusCode
+from exporter.attribution.kube_http import KubeClient, endpoint_for
 from exporter.attribution.kubeapi import ApiBounds, BoundExceeded, KubePodSource, LineReader
 from exporter.attribution.podresources import LIST, MAX_MESSAGE_BYTES, PodResourcesClient, PodResourcesSource
 from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, list_reply
@@ -128,16 +129,8 @@ def test_names_that_repeat_across_pods_are_one_string_each() -> None:
 NODE = "gpu-node-1"
 
 
-def client_factory(url: str) -> Callable[[], Any]:
-    def factory() -> Any:
-        from kubernetes import client
-
-        cfg = client.Configuration()
-        cfg.host = url
-        cfg.retries = False
-        return client.ApiClient(cfg)
-
-    return factory
+def client_factory(url: str) -> Callable[[], KubeClient]:
+    return lambda: KubeClient(endpoint_for(url))
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
@@ -151,7 +144,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
 
 @pytest.fixture
 def api() -> Iterator[KubeApiEmulator]:
-    pytest.importorskip("kubernetes", reason="the k8s extra is part of the dev install")
     with KubeApiEmulator() as emulator:
         yield emulator
 

@@ -1,4 +1,4 @@
-"""Pod metadata via the official kubernetes client against a loopback API emulator."""
+"""Pod metadata through the exporter's own API client (kube_http) against a loopback API emulator."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from exporter.attribution.kube_http import KubeClient, endpoint_for
 from exporter.attribution.kubeapi import KubePodSource, owner_of
 from exporter.attribution.pipeline import PipelineAttributor
 from exporter.attribution.podresources import PodResourcesSource
@@ -16,22 +17,12 @@ from exporter.model import BackendSample, GpuSample, LeafSample
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, pod
 
-pytest.importorskip("kubernetes", reason="the k8s extra is part of the dev install")
-
 NODE = "gpu-node-1"
 U0 = "GPU-00000000-1111-2222-3333-444444444444"
 
 
-def client_factory(url: str) -> Callable[[], Any]:
-    def factory() -> Any:
-        from kubernetes import client
-
-        cfg = client.Configuration()
-        cfg.host = url
-        cfg.retries = False
-        return client.ApiClient(cfg)
-
-    return factory
+def client_factory(url: str) -> Callable[[], KubeClient]:
+    return lambda: KubeClient(endpoint_for(url))
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

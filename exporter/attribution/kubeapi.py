@@ -1,11 +1,12 @@
 """Pod metadata of this node from the Kubernetes API: a node-scoped list + watch in a thread.
 
 Gives pod UID, phase, owner workload and container IDs for the pods on ``spec.nodeName``.
-Uses the official ``kubernetes`` client (auth, TLS, in-cluster config) but reads the list and
-the watch stream as raw JSON: deserialising 1,000 ``V1Pod`` models costs far more than the dicts
-we need.  Least privilege: ``pods`` list + watch; optionally ``jobs`` get (``batch``) to name the
-CronJob behind a Job (see docs/attribution.md).  Deployments are named from the ReplicaSet name
-and the pod's ``pod-template-hash`` label, with no extra permission.
+Requests go through ``kube_http`` (the standard library: in-cluster or kubeconfig configuration,
+auth, TLS, GET) and the list and the watch stream are read as raw JSON: the official client
+costs ~40 MB of imports, and 1,000 ``V1Pod`` models far more than the dicts we need (see
+docs/design.md).  Least privilege: ``pods`` list + watch; optionally ``jobs`` get (``batch``) to
+name the CronJob behind a Job (see docs/attribution.md).  Deployments are named from the
+ReplicaSet name and the pod's ``pod-template-hash`` label, with no extra permission.
 
 The API server is trusted, but what it sends is bounded all the same (``ApiBounds``): a watch
 event line is read with a byte cap and a time bound (a line that stays unfinished fails the stage
@@ -16,19 +17,19 @@ stage like any other API error: the source backs off and lists again.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import random
-import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from exporter.attribution import stages
+from exporter.attribution.kube_http import ApiError, ApiResponse, KubeClient, Query, load_endpoint
 from exporter.attribution.merge import PodDirectory, PodMeta
 from exporter.model import StageResult
 
@@ -39,8 +40,8 @@ _HTTP_GONE = 410
 _HTTP_FORBIDDEN = 403
 _READ_BYTES = 64 * 1024
 """Most bytes taken from the connection per read (a read returns whatever has arrived)."""
-_ERROR_BODY_BYTES = 4096
-"""Bytes of an error reply's body read for its message."""
+PODS_PATH = "/api/v1/pods"
+JOB_PATH = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 """Longest watch event line accepted, bytes.  An event is one object as the API server stores it
@@ -83,14 +84,6 @@ class ApiBounds:
     max_page_bytes: int = MAX_LIST_PAGE_BYTES
     max_pages: int = MAX_LIST_PAGES
     page_seconds: float = LIST_PAGE_SECONDS
-
-
-class ApiError(Exception):
-    """The API server answered with an error status (kept apart from transport errors)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
 
 
 def _container_id(raw: str | None) -> str | None:
@@ -151,9 +144,9 @@ def pod_meta(pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None]
 
 
 def _read_some(resp: Any, most: int) -> bytes:
-    """Up to ``most`` bytes of the body, as soon as any arrived (``b""`` at its end).  urllib3 1.x
-    responses have no ``read1``: there a read waits for ``most`` bytes, so bytes are seen (and a
-    stall noticed) only that many at a time; the caps hold alike."""
+    """Up to ``most`` bytes of the body, as soon as any arrived (``b""`` at its end).  A response
+    without ``read1`` is read with ``read``: there a read waits for ``most`` bytes, so bytes are
+    seen (and a stall noticed) only that many at a time; the caps hold alike."""
     read1 = getattr(resp, "read1", None)
     data = read1(most) if read1 is not None else resp.read(most)
     return bytes(data or b"")
@@ -232,22 +225,6 @@ def read_capped(resp: Any, cap: int, seconds: float, what: str) -> bytearray:
     return body
 
 
-def _error_text(resp: Any) -> str:
-    """The start of an error reply's body, for its message (the rest is left unread)."""
-    head = bytearray()
-    while len(head) < _ERROR_BODY_BYTES and (chunk := _read_some(resp, _ERROR_BODY_BYTES - len(head))):
-        head += chunk
-    return head.decode("utf-8", errors="replace")
-
-
-def _give_back(resp: Any, whole: bool) -> None:
-    """Return ``resp``'s connection to the pool if its body was read to the end (``whole``), else
-    close it: bytes left unread on it would be read as the next reply."""
-    if not whole:
-        resp.close()
-    resp.release_conn()
-
-
 class KubePodSource:
     """Keeps this node's pods up to date from a list + watch loop in a daemon thread.
 
@@ -258,7 +235,7 @@ class KubePodSource:
 
     def __init__(
         self,
-        api_client_factory: Callable[[], Any],
+        api_client_factory: Callable[[], KubeClient],
         node_name: str,
         watch_timeout_seconds: int = 300,
         backoff_initial_seconds: float = 1.0,
@@ -282,7 +259,7 @@ class KubePodSource:
         self._duration = 0.0
         self._last_error: str | None = None
         self._job_owners: dict[tuple[str, str], str | None] = {}
-        self._resp: Any = None
+        self._resp: ApiResponse | None = None
         self._reader: LineReader | None = None
         self._watch_progress = False
         """Whether a watch delivered an event since the last failure: only then does the backoff
@@ -300,30 +277,15 @@ class KubePodSource:
 
     @classmethod
     def in_cluster(cls, node_name: str) -> KubePodSource:
-        """Service-account credentials in a pod, else the local kubeconfig (for development)."""
-
-        def factory() -> Any:
-            from kubernetes import client, config
-
-            cfg = client.Configuration()
-            try:
-                config.load_incluster_config(client_configuration=cfg)
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=cfg)
-            return client.ApiClient(cfg)
-
-        return cls(factory, node_name)
+        """Service-account credentials in a pod, else the local kubeconfig (for development); the
+        configuration is read again after each failure (a configuration error fails the stage)."""
+        return cls(lambda: KubeClient(load_endpoint()), node_name)
 
     # --- the loop --------------------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            import kubernetes.client  # noqa: F401  (slow first import: keep it out of timings)
-        except ImportError as exc:  # the k8s extra is not installed: this stage fails, others go on
-            self._fail(exc)
-            return
         backoff = self.backoff_initial_seconds
-        api: Any = None
+        api: KubeClient | None = None
         while not self._stop.is_set():
             self._watch_progress = False
             try:
@@ -337,12 +299,16 @@ class KubePodSource:
                 if self._stop.is_set():
                     break  # close() cut the stream: not an API failure
                 self._fail(exc)
+                if api is not None:
+                    api.close()
                 api = None
                 if self._watch_progress:  # events flowed before this failure: start over at 1 s
                     backoff = self.backoff_initial_seconds
                 delay = backoff * random.uniform(0.8, 1.2)
                 backoff = min(self.backoff_max_seconds, backoff * 2)
                 self._stop.wait(delay)
+        if api is not None:
+            api.close()
 
     @property
     def last_error(self) -> str | None:
@@ -360,45 +326,34 @@ class KubePodSource:
             hint = " (RBAC: the service account needs pods list+watch)" if "403" in error else ""
             log.warning("Kubernetes API pod watch failed: %s%s", error[:300], hint)
 
-    def _request(self, api: Any, **params: Any) -> Any:
-        from kubernetes import client
+    def list_pod_for_all_namespaces(self, api: KubeClient, query: Query, read_timeout: float = 30) -> ApiResponse:
+        """GET the node's pods with ``query`` (a list page, or a watch with ``watch``), the body
+        unread.  Named after the API operation it calls, which is what the RBAC role must allow
+        (pods ``list`` and ``watch``; tests/test_deploy_chart.py reads these names)."""
+        selector = {"fieldSelector": f"spec.nodeName={self.node_name}"}
+        return api.get(PODS_PATH, {**selector, **query}, read_timeout=read_timeout)
 
-        core = client.CoreV1Api(api)
-        timeout = params.pop("_read_timeout", 30)
-        resp: Any = core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.node_name}",
-            _preload_content=False,
-            _request_timeout=(10, timeout),
-            **params,
-        )
-        if not 200 <= resp.status <= 299:
-            try:
-                raise ApiError(resp.status, _error_text(resp)[:300])
-            finally:
-                _give_back(resp, whole=False)
-        return resp
+    def read_namespaced_job(self, api: KubeClient, namespace: str, name: str) -> ApiResponse:
+        """GET one Job, the body unread (RBAC: jobs ``get`` in ``batch``, optional)."""
+        path = JOB_PATH.format(namespace=urllib.parse.quote(namespace, safe=""), name=urllib.parse.quote(name, safe=""))
+        return api.get(path, connect_timeout=5, read_timeout=10)
 
-    def _list_page(self, api: Any, token: str | None) -> dict[str, Any]:
+    def _list_page(self, api: KubeClient, token: str | None) -> dict[str, Any]:
         """One page of the node's pods (the first when ``token`` is ``None``), read within the
         page bounds."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            resp = self._request(api, limit=self.bounds.page_limit, _continue=token)
-        except ApiException as exc:
-            raise ApiError(exc.status or 0, str(exc.reason)) from None
+        resp = self.list_pod_for_all_namespaces(api, {"limit": self.bounds.page_limit, "continue": token})
         whole = False
         try:
             body = read_capped(resp, self.bounds.max_page_bytes, self.bounds.page_seconds, "pod list page")
             whole = True
         finally:
-            _give_back(resp, whole)
+            resp.release(whole)
         page = json.loads(body)
         if not isinstance(page, dict):
             raise ApiError(resp.status, "the pod list is not a JSON object")
         return page
 
-    def _list(self, api: Any) -> str:
+    def _list(self, api: KubeClient) -> str:
         """List the node's pods page by page; the table is replaced once every page arrived."""
         start = time.perf_counter()
         pods: dict[str, PodMeta] = {}
@@ -431,22 +386,19 @@ class KubePodSource:
         self.resource_version = version
         return self.resource_version
 
-    def _watch(self, api: Any, rv: str) -> str | None:
-        from kubernetes.client.exceptions import ApiException
-
+    def _watch(self, api: KubeClient, rv: str) -> str | None:
+        query: Query = {
+            "watch": True,
+            "resourceVersion": rv,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": self.watch_timeout_seconds,
+        }
         try:
-            resp = self._request(
-                api,
-                watch=True,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self.watch_timeout_seconds,
-                _read_timeout=self.watch_timeout_seconds + 30,
-            )
-        except ApiException as exc:
+            resp = self.list_pod_for_all_namespaces(api, query, read_timeout=self.watch_timeout_seconds + 30)
+        except ApiError as exc:
             if exc.status == _HTTP_GONE:
                 return None
-            raise ApiError(exc.status or 0, str(exc.reason)) from None
+            raise
         reader = LineReader(resp, self.bounds.max_event_bytes, self.bounds.line_stall_seconds)
         self._resp, self._reader = resp, reader
         self.watches += 1
@@ -454,9 +406,9 @@ class KubePodSource:
             return self._follow(api, reader, rv)
         finally:
             self._resp = self._reader = None
-            _give_back(resp, reader.ended)
+            resp.release(reader.ended)
 
-    def _follow(self, api: Any, reader: LineReader, rv: str | None) -> str | None:
+    def _follow(self, api: KubeClient, reader: LineReader, rv: str | None) -> str | None:
         """Apply the watch's events to the table; the resource version to resume from, ``None``
         when the watch expired (410: list again)."""
         for line in reader.lines():
@@ -488,42 +440,38 @@ class KubePodSource:
     def list_now(self) -> int:
         """One full list on the calling thread, replacing the pod table (benchmarks, tools);
         returns the number of pods.  Raises on failure."""
-        import kubernetes.client  # noqa: F401  (import cost is not list cost)
-
-        self._list(self._factory())
+        api = self._factory()
+        try:
+            self._list(api)
+        finally:
+            api.close()
         with self._lock:
             return len(self._pods)
 
     # --- Job -> CronJob ------------------------------------------------------------------------
 
-    def _job_owner_getter(self, api: Any) -> Callable[[str, str], str | None] | None:
+    def _job_owner_getter(self, api: KubeClient) -> Callable[[str, str], str | None] | None:
         if not self._resolve_cronjobs:
             return None
         return lambda namespace, job: self._job_owner(api, namespace, job)
 
-    def _job_owner(self, api: Any, namespace: str, job: str) -> str | None:
+    def _job_owner(self, api: KubeClient, namespace: str, job: str) -> str | None:
         key = (namespace, job)
         if key in self._job_owners:
             return self._job_owners[key]
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
         owner: str | None = None
         try:
-            resp: Any = client.BatchV1Api(api).read_namespaced_job(
-                job, namespace, _preload_content=False, _request_timeout=(5, 10)
-            )
+            resp = self.read_namespaced_job(api, namespace, job)
             whole = False
             try:
-                ok = 200 <= resp.status <= 299
-                raw = read_capped(resp, self.bounds.max_event_bytes, self.bounds.page_seconds, "job") if ok else b"{}"
-                whole = ok
+                raw = read_capped(resp, self.bounds.max_event_bytes, self.bounds.page_seconds, "job")
+                whole = True
             finally:
-                _give_back(resp, whole)
+                resp.release(whole)
             body = json.loads(raw)
             refs = (body.get("metadata") or {}).get("ownerReferences") or []
             owner = next((r.get("name") for r in refs if r.get("kind") == "CronJob"), None)
-        except ApiException as exc:
+        except ApiError as exc:  # the Job is gone (404) or other: remembered as no CronJob
             if exc.status == _HTTP_FORBIDDEN:
                 log.info("no RBAC to get jobs: Job pods are shown as workload_kind=Job, not their CronJob")
                 self._resolve_cronjobs = False
@@ -558,10 +506,6 @@ class KubePodSource:
         if resp is not None:
             # resp.close() would wait for the reader's buffer lock until the next event; shutting
             # the socket down makes the blocked read return at once.
-            conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
-            sock = getattr(conn, "sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):  # already closed by the reader
-                    sock.shutdown(socket.SHUT_RDWR)
+            resp.shutdown()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
