@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import hashlib
 import http.client
 import json
@@ -35,7 +34,6 @@ import os
 import resource
 import shutil
 import signal
-import ssl
 import statistics
 import subprocess
 import sys
@@ -43,13 +41,28 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bench.hostile_attacks import HOST, PASSWORD, USER, AttackSpec, Budget, Target, basic, registry
+from bench.hostile_attacks import (
+    HOST,
+    PASSWORD,
+    SCRAPE_TIMEOUT,
+    USER,
+    AttackSpec,
+    Budget,
+    ScraperConfig,
+    ScrapeResult,
+    Target,
+    connect,
+    error_kind,
+    registry,
+    scrape_get,
+    scrape_headers,
+    scraper_main,
+)
 from tests.support.net import free_port
 from tests.support.procstat import open_fds, rss_bytes, thread_count
 
@@ -60,8 +73,6 @@ and the containers' temporary folders (git-ignored)."""
 NODE_EXPORTER = "prometheus-node-exporter"
 NODE_EXPORTER_COLLECTORS = ("cpu", "meminfo", "loadavg", "netdev", "filesystem", "diskstats")
 """node_exporter runs with these collectors only, so its page and collection cost stay small."""
-SCRAPE_TIMEOUT = 10.0
-"""Seconds the normal scraper waits for one scrape (Prometheus' default scrape_timeout)."""
 READY_TIMEOUT = 120.0
 """Seconds an exporter may take to answer its readiness URL (a container at 0.2 CPU is slow)."""
 GOAL_RSS_MB, GOAL_P99_MS, GOAL_THREADS = 20.0, 50.0, 2
@@ -248,159 +259,7 @@ def write_web_config(folder: Path, spec: AttackSpec, tls: TlsFiles | None) -> Pa
     return path
 
 
-# --- the normal scraper ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScraperConfig:
-    """How the normal client reaches the exporter."""
-
-    port: int
-    auth: bool = False
-    ca: str = ""
-    """CA file that verifies the server: HTTPS when set."""
-    cert: str = ""
-    key: str = ""
-    """Client certificate and key (mutual TLS)."""
-    keepalive: bool = False
-    """One kept-alive connection, reopened when dropped (Prometheus' way), instead of one per scrape."""
-    source: str = HOST
-
-
-@dataclass
-class ScrapeResult:
-    """What the normal scraper saw: scrapes made, answered (200), latencies of answered ones (ms),
-    reconnects of a kept-alive scraper, seconds to the first answer, failures by kind."""
-
-    scrapes: int = 0
-    ok: int = 0
-    ms: list[float] = field(default_factory=list)
-    reconnects: int = 0
-    first_ok_s: float | None = None
-    errors: dict[str, int] = field(default_factory=dict)
-
-
-@functools.cache
-def client_context(cfg: ScraperConfig) -> ssl.SSLContext | None:
-    """The scraper's TLS context (server verified with the CA; client certificate if given), one
-    per configuration, as a client keeps one."""
-    if not cfg.ca:
-        return None
-    ctx = ssl.create_default_context(cafile=cfg.ca)
-    if cfg.cert:
-        ctx.load_cert_chain(cfg.cert, cfg.key)
-    return ctx
-
-
-def connect(cfg: ScraperConfig, timeout: float = SCRAPE_TIMEOUT) -> http.client.HTTPConnection:
-    """A connected (and, with TLS, handshaken) connection to the exporter from ``cfg.source``."""
-    ctx = client_context(cfg)
-    source = (cfg.source, 0)
-    conn: http.client.HTTPConnection
-    if ctx is not None:
-        conn = http.client.HTTPSConnection(HOST, cfg.port, timeout=timeout, source_address=source, context=ctx)
-    else:
-        conn = http.client.HTTPConnection(HOST, cfg.port, timeout=timeout, source_address=source)
-    conn.connect()
-    return conn
-
-
-def scrape_headers(cfg: ScraperConfig) -> dict[str, str]:
-    """What Prometheus sends: gzip, and the credentials where basic auth is on."""
-    headers = {"Accept-Encoding": "gzip"}
-    if cfg.auth:
-        headers["Authorization"] = basic(USER, PASSWORD)
-    return headers
-
-
-def _get(conn: http.client.HTTPConnection, headers: dict[str, str]) -> tuple[int, bool]:
-    conn.request("GET", "/metrics", headers=headers)
-    resp = conn.getresponse()
-    resp.read()
-    return resp.status, resp.will_close
-
-
-def _error_kind(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionRefusedError):
-        return "refused"
-    if isinstance(exc, ssl.SSLError):
-        return "tls"
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, ConnectionError):
-        return "reset"
-    return type(exc).__name__
-
-
-class Scraper:
-    """Scrapes once a second; a kept-alive one retries once on a fresh connection when the server
-    closed the reused one (as Go's HTTP client does for a GET)."""
-
-    def __init__(self, cfg: ScraperConfig) -> None:
-        self.cfg = cfg
-        self.headers = scrape_headers(cfg)
-        self.conn: http.client.HTTPConnection | None = None
-        self.opened = 0
-        self.result = ScrapeResult()
-        self.errors: Counter[str] = Counter()
-
-    def _fresh(self) -> http.client.HTTPConnection:
-        if self.conn is not None:
-            self.conn.close()
-        self.conn = None
-        self.conn = connect(self.cfg)
-        self.opened += 1
-        return self.conn
-
-    def once(self) -> None:
-        """One scrape; counts it, and its latency if answered."""
-        t0 = time.perf_counter()
-        self.result.scrapes += 1
-        try:
-            reused = self.conn is not None
-            conn = self.conn if self.conn is not None else self._fresh()
-            try:
-                status, closing = _get(conn, self.headers)
-            except ConnectionError:
-                if not reused:
-                    raise
-                status, closing = _get(self._fresh(), self.headers)
-            if closing or not self.cfg.keepalive:
-                assert self.conn is not None
-                self.conn.close()
-                self.conn = None
-        except (OSError, http.client.HTTPException) as exc:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
-            self.errors[_error_kind(exc)] += 1
-            return
-        if status != 200:
-            self.errors[f"HTTP {status}"] += 1
-            return
-        self.result.ok += 1
-        self.result.ms.append((time.perf_counter() - t0) * 1000)
-
-    def run(self, stop: threading.Event, limit_s: float = 1800) -> ScrapeResult:
-        """Scrape once a second until ``stop`` (or ``limit_s``)."""
-        start = time.monotonic()
-        while not stop.is_set() and time.monotonic() - start < limit_s:
-            t0 = time.monotonic()
-            self.once()
-            if self.result.ok and self.result.first_ok_s is None:
-                self.result.first_ok_s = time.monotonic() - start
-            stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
-        self.result.reconnects = max(0, self.opened - 1) if self.cfg.keepalive else 0
-        self.result.errors = dict(self.errors)
-        return self.result
-
-
-def scraper_main(cfg: ScraperConfig) -> None:
-    """The normal client's process: scrape until SIGTERM, then print the ScrapeResult as JSON."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    result = Scraper(cfg).run(stop)
-    sys.stdout.write(json.dumps(asdict(result)))
+# --- measuring ------------------------------------------------------------------------------------
 
 
 class Watcher:
@@ -458,7 +317,7 @@ def warm_up(cfg: ScraperConfig) -> None:
     cached, the first page rendered)."""
     conn = connect(cfg)
     try:
-        _get(conn, scrape_headers(cfg))
+        scrape_get(conn, scrape_headers(cfg))
     finally:
         conn.close()
 
@@ -615,7 +474,7 @@ def attack_under_watch(spec: AttackSpec, running: Running, launch: Launch, secon
         try:
             warm_up(cfg)
         except (OSError, http.client.HTTPException) as exc:
-            outcome.notes.append(f"warm-up failed ({_error_kind(exc)})")
+            outcome.notes.append(f"warm-up failed ({error_kind(exc)})")
     before = sample(running.pid) or ProcSample(0, 0, 0)
     target, budget = Target(HOST, running.port, spec.source), Budget(seconds, spec.max_opens)
     with Watcher(running.pid, cfg, running.cgroup) as w, ThreadPoolExecutor(1) as pool:

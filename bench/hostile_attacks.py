@@ -1,4 +1,5 @@
-"""The hostile clients of ``bench/hostile.py``: what each attack does, and the registry of them.
+"""The clients of ``bench/hostile.py``: the hostile ones (each attack, and the registry of them)
+and the normal scraper that runs beside them.
 
 An attack is a function ``attack(target, budget) -> connections or requests made``.  It runs
 until ``budget`` says stop (its seconds are up, or it opened its share of connections), talks
@@ -14,15 +15,19 @@ import contextlib
 import errno
 import functools
 import importlib
+import json
 import random
 import select
+import signal
 import socket
 import ssl
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from http.client import HTTPConnection, HTTPException
+from dataclasses import asdict, dataclass, field, replace
+from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from typing import Any
 
 HOST = "127.0.0.1"
@@ -31,6 +36,8 @@ OTHER_CLIENT = "127.0.0.2"
 """Source address of an attacker that stands for another pod (any 127/8 address is local)."""
 USER = "prometheus"
 PASSWORD = "correct horse battery staple"
+SCRAPE_TIMEOUT = 10.0
+"""Seconds the normal scraper waits for one scrape (Prometheus' default scrape_timeout)."""
 MAX_OPENS = 50_000
 """No attack opens more connections than this in total (the churn attack has its own cap)."""
 CHURN_MAX_OPENS = 250_000
@@ -491,6 +498,163 @@ def attack_none(_target: Target, budget: Budget) -> int:
     """No client-side attack: a misbehaving kubelet or API server does the harm."""
     time.sleep(budget.left())
     return 0
+
+
+# --- the normal scraper ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScraperConfig:
+    """How the normal client reaches the exporter."""
+
+    port: int
+    auth: bool = False
+    ca: str = ""
+    """CA file that verifies the server: HTTPS when set."""
+    cert: str = ""
+    key: str = ""
+    """Client certificate and key (mutual TLS)."""
+    keepalive: bool = False
+    """One kept-alive connection, reopened when dropped (Prometheus' way), instead of one per scrape."""
+    source: str = HOST
+
+
+@dataclass
+class ScrapeResult:
+    """What the normal scraper saw: scrapes made, answered (200), latencies of answered ones (ms),
+    reconnects of a kept-alive scraper, seconds to the first answer, failures by kind."""
+
+    scrapes: int = 0
+    ok: int = 0
+    ms: list[float] = field(default_factory=list)
+    reconnects: int = 0
+    first_ok_s: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@functools.cache
+def client_context(cfg: ScraperConfig) -> ssl.SSLContext | None:
+    """The scraper's TLS context (server verified with the CA; client certificate if given), one
+    per configuration, as a client keeps one."""
+    if not cfg.ca:
+        return None
+    ctx = ssl.create_default_context(cafile=cfg.ca)
+    if cfg.cert:
+        ctx.load_cert_chain(cfg.cert, cfg.key)
+    return ctx
+
+
+def connect(cfg: ScraperConfig, timeout: float = SCRAPE_TIMEOUT) -> HTTPConnection:
+    """A connected (and, with TLS, handshaken) connection to the exporter from ``cfg.source``."""
+    ctx = client_context(cfg)
+    source = (cfg.source, 0)
+    conn: HTTPConnection
+    if ctx is not None:
+        conn = HTTPSConnection(HOST, cfg.port, timeout=timeout, source_address=source, context=ctx)
+    else:
+        conn = HTTPConnection(HOST, cfg.port, timeout=timeout, source_address=source)
+    conn.connect()
+    return conn
+
+
+def scrape_headers(cfg: ScraperConfig) -> dict[str, str]:
+    """What Prometheus sends: gzip, and the credentials where basic auth is on."""
+    headers = {"Accept-Encoding": "gzip"}
+    if cfg.auth:
+        headers["Authorization"] = basic(USER, PASSWORD)
+    return headers
+
+
+def scrape_get(conn: HTTPConnection, headers: dict[str, str]) -> tuple[int, bool]:
+    """GET /metrics on ``conn``, reply read whole: (status, whether the server closes after it)."""
+    conn.request("GET", "/metrics", headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status, resp.will_close
+
+
+def error_kind(exc: BaseException) -> str:
+    """A failed scrape's kind for the notes: refused, tls, timeout, reset, or the exception's name."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, ssl.SSLError):
+        return "tls"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, ConnectionError):
+        return "reset"
+    return type(exc).__name__
+
+
+class Scraper:
+    """Scrapes once a second; a kept-alive one retries once on a fresh connection when the server
+    closed the reused one (as Go's HTTP client does for a GET)."""
+
+    def __init__(self, cfg: ScraperConfig) -> None:
+        self.cfg = cfg
+        self.headers = scrape_headers(cfg)
+        self.conn: HTTPConnection | None = None
+        self.opened = 0
+        self.result = ScrapeResult()
+        self.errors: Counter[str] = Counter()
+
+    def _fresh(self) -> HTTPConnection:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        self.conn = connect(self.cfg)
+        self.opened += 1
+        return self.conn
+
+    def once(self) -> None:
+        """One scrape; counts it, and its latency if answered."""
+        t0 = time.perf_counter()
+        self.result.scrapes += 1
+        try:
+            reused = self.conn is not None
+            conn = self.conn if self.conn is not None else self._fresh()
+            try:
+                status, closing = scrape_get(conn, self.headers)
+            except ConnectionError:
+                if not reused:
+                    raise
+                status, closing = scrape_get(self._fresh(), self.headers)
+            if closing or not self.cfg.keepalive:
+                assert self.conn is not None
+                self.conn.close()
+                self.conn = None
+        except (OSError, HTTPException) as exc:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
+            self.errors[error_kind(exc)] += 1
+            return
+        if status != 200:
+            self.errors[f"HTTP {status}"] += 1
+            return
+        self.result.ok += 1
+        self.result.ms.append((time.perf_counter() - t0) * 1000)
+
+    def run(self, stop: threading.Event, limit_s: float = 1800) -> ScrapeResult:
+        """Scrape once a second until ``stop`` (or ``limit_s``)."""
+        start = time.monotonic()
+        while not stop.is_set() and time.monotonic() - start < limit_s:
+            t0 = time.monotonic()
+            self.once()
+            if self.result.ok and self.result.first_ok_s is None:
+                self.result.first_ok_s = time.monotonic() - start
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+        self.result.reconnects = max(0, self.opened - 1) if self.cfg.keepalive else 0
+        self.result.errors = dict(self.errors)
+        return self.result
+
+
+def scraper_main(cfg: ScraperConfig) -> None:
+    """The normal client's process: scrape until SIGTERM, then print the ScrapeResult as JSON."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    result = Scraper(cfg).run(stop)
+    sys.stdout.write(json.dumps(asdict(result)))
 
 
 # --- the registry ---------------------------------------------------------------------------------
