@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from exporter.attribution import kube_http, kubeapi
 from exporter.attribution.kube_http import KubeClient, endpoint_for
 from exporter.attribution.kubeapi import KubePodSource, owner_of
 from exporter.attribution.pipeline import PipelineAttributor
@@ -268,3 +271,134 @@ def test_close_stops_the_watch_thread_promptly(api: KubeApiEmulator) -> None:
     source.close()
     # a hang check, not a performance figure: the open watch would otherwise block for 300 s
     assert time.monotonic() - start < 4.0
+
+
+def stored(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with the container status fields the API server always sets and the official
+    models require (``make_pod`` leaves them out: see the xfail below)."""
+    for status in pod["status"]["containerStatuses"]:
+        status.update(image="registry.example/app:1", imageID="sha256:" + "0" * 64, ready=True, restartCount=0)
+    return pod
+
+
+def test_the_official_client_lists_and_watches_the_emulator(api: KubeApiEmulator) -> None:
+    """The emulator answers what the official client expects (its models, its paging fields, its
+    watch decoder, its 410 and error handling), so the exporter's own client is tested against a
+    faithful API server, not one shaped after it."""
+    pytest.importorskip("kubernetes", reason="a test dependency (the dev extra)")
+    from kubernetes import client, watch
+
+    for name in ("a", "b", "c"):
+        api.put(stored(make_pod(name, "ml", owner=("StatefulSet", "train"), containers={"main": name * 64})))
+    api.put(make_pod("elsewhere", "ml", node="cpu-node-9"))
+    api.add_job("batch", "nightly-1", cronjob="nightly")
+    for ref in api.jobs[("batch", "nightly-1")]["metadata"]["ownerReferences"]:
+        ref.update(apiVersion="batch/v1", uid="uid-cronjob-nightly")
+    cfg = client.Configuration()
+    cfg.host = api.url
+    cfg.retries = False
+    selector = f"spec.nodeName={NODE}"
+    with client.ApiClient(cfg) as api_client:
+        core = client.CoreV1Api(api_client)
+        first = core.list_pod_for_all_namespaces(field_selector=selector, limit=2)
+        assert isinstance(first, client.V1PodList) and first.metadata is not None
+        assert [p.metadata and p.metadata.name for p in first.items] == ["a", "b"]
+        pod_a = first.items[0]
+        assert pod_a.status is not None and pod_a.status.container_statuses is not None
+        assert pod_a.status.container_statuses[0].container_id == "containerd://" + "a" * 64
+        assert pod_a.metadata is not None and pod_a.metadata.owner_references is not None
+        assert pod_a.metadata.owner_references[0].kind == "StatefulSet"
+        token = first.metadata._continue
+        assert token, "a limited list names its next page"
+        rest = core.list_pod_for_all_namespaces(field_selector=selector, limit=2, _continue=token)
+        assert rest.metadata is not None
+        assert [p.metadata and p.metadata.name for p in rest.items] == ["c"], "the other node's pod is not listed"
+        assert rest.metadata._continue is None
+        assert rest.metadata.resource_version == first.metadata.resource_version
+
+        api.put(make_pod("d", "ml"))
+        api.put(make_pod("moved", "ml", node="cpu-node-9"))
+        api.delete("uid-ml-a")
+        mark = api.bookmark()
+        watcher = watch.Watch()
+        seen: list[tuple[str, str | None]] = []
+        for event in watcher.stream(
+            core.list_pod_for_all_namespaces,
+            field_selector=selector,
+            resource_version=first.metadata.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=10,
+        ):
+            obj = event["object"]
+            if event["type"] == "BOOKMARK":
+                seen.append(("BOOKMARK", None))
+                watcher.stop()
+            else:
+                assert isinstance(obj, client.V1Pod) and obj.metadata is not None
+                seen.append((event["type"], obj.metadata.name))
+        assert seen == [("ADDED", "d"), ("DELETED", "a"), ("BOOKMARK", None)]
+        assert watcher.resource_version == str(mark)
+        watch_query = [q for _, q in api.requests if q.get("watch") == "true"][-1]
+        assert watch_query["allowWatchBookmarks"] == "true" and watch_query["fieldSelector"] == selector
+
+        api.expire_watches = True
+        with pytest.raises(client.ApiException) as expired:
+            list(watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version="101", timeout_seconds=5))
+        assert expired.value.status == 410
+
+        job = client.BatchV1Api(api_client).read_namespaced_job("nightly-1", "batch")
+        assert job.metadata is not None and job.metadata.owner_references is not None
+        assert [r.kind for r in job.metadata.owner_references] == ["CronJob"]
+        api.fail_status = 403
+        with pytest.raises(client.ApiException) as forbidden:
+            core.list_pod_for_all_namespaces(field_selector=selector)
+        assert forbidden.value.status == 403 and "cannot list resource" in str(forbidden.value.body)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tests/fakes/kube_api_server.py (not this change's file) leaves out fields the API server always sets: "
+    "containerStatuses[].image/imageID/ready/restartCount, and apiVersion/uid of a Job's ownerReferences",
+)
+def test_the_emulators_objects_carry_every_field_the_official_models_require() -> None:
+    pytest.importorskip("kubernetes", reason="a test dependency (the dev extra)")
+    from kubernetes import client
+
+    emulator = KubeApiEmulator()
+    emulator.add_job("batch", "nightly-1", cronjob="nightly")
+    decode = client.ApiClient().deserialize
+    decode(json.dumps(make_pod("a", containers={"main": "a" * 64})), "V1Pod", "application/json")
+    decode(json.dumps(emulator.jobs[("batch", "nightly-1")]), "V1Job", "application/json")
+
+
+def test_an_exec_kubeconfig_fails_the_stage_with_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubectl user's credential plugin is not run: the stage fails, saying why, once."""
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: eks}}]\n"
+        "users: [{name: eks, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: aws}}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    reads: list[int] = []
+
+    def counted_load_endpoint() -> kube_http.Endpoint:
+        reads.append(1)
+        return kube_http.load_endpoint()
+
+    monkeypatch.setattr(kubeapi, "load_endpoint", counted_load_endpoint)
+    with caplog.at_level(logging.WARNING, logger="exporter.attribution.kubeapi"):
+        source = KubePodSource.in_cluster(NODE)
+        try:
+            assert wait_for(lambda: len(reads) >= 2), "the configuration is read again after the backoff"
+        finally:
+            source.close()
+    error = source.last_error or ""
+    assert error.startswith("ConfigError: kubeconfig ") and "user 'eks' authenticates with exec" in error, error
+    assert not source.latest()[1].success
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].exc_info is None, "one line, no traceback"
