@@ -140,6 +140,9 @@ def run_threads(count: int, work: Callable[[int], None], budget: Budget) -> None
 
 @dataclass
 class _Slot:
+    """One connection of a Fleet: its socket (None while closed), whether its connect is still in
+    progress, the request bytes not yet sent, the bytes pushed so far, when it may reopen."""
+
     sock: socket.socket | None = None
     connecting: bool = False
     pending: bytes = b""
