@@ -343,6 +343,27 @@ def test_kubeconfig_client_certificate_files(ca: trustme.CA, tmp_path: Path) -> 
         server.close()
 
 
+def test_an_encrypted_client_key_is_an_error_not_a_password_prompt(ca: trustme.CA, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    client_cert = ca.issue_cert("gpulens-dev@example.com")
+    key = serialization.load_pem_private_key(client_cert.private_key_pem.bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    (tmp_path / "client.key").write_bytes(encrypted)
+    client_cert.cert_chain_pems[0].write_to_path(str(tmp_path / "client.crt"))
+    cluster = {"server": "https://127.0.0.1:6443"}
+    for user in (
+        {"client-certificate": "client.crt", "client-key": "client.key"},
+        {"client-certificate": "client.crt", "client-key-data": b64(encrypted)},
+    ):
+        with pytest.raises(ConfigError, match="cannot load the client certificate and key"):
+            kubeconfig_endpoint(write_kubeconfig(tmp_path / "config", cluster, user))
+
+
 def test_verification_is_skipped_only_when_the_kubeconfig_says_so(server: TlsApi, tmp_path: Path) -> None:
     path = write_kubeconfig(tmp_path / "config", {"server": server.url}, {})
     with pytest.raises(ssl.SSLCertVerificationError):

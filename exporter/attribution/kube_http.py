@@ -276,6 +276,12 @@ def _truthy(value: Any) -> bool:
     return value is True or str(value).lower() == "true"
 
 
+def _no_password() -> bytes:
+    """For an encrypted key: an empty password, so loading fails instead of OpenSSL prompting on
+    the terminal."""
+    return b""
+
+
 def load_client_certificate(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
     """Give ``context`` a client certificate and key held in memory.  Python's ``ssl`` loads them
     only from a file: they are written to a private temporary file (mode 0600, created
@@ -286,7 +292,7 @@ def load_client_certificate(context: ssl.SSLContext, cert: bytes, key: bytes) ->
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(cert.rstrip(b"\n") + b"\n" + key)
-        context.load_cert_chain(name)
+        context.load_cert_chain(name, password=_no_password)
     finally:
         os.unlink(name)
 
@@ -359,7 +365,13 @@ def _tls_context(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path
         raise ConfigError(f"{origin}: a client certificate needs both client-certificate and client-key")
     if cert is not None and key is not None:
         try:
-            load_client_certificate(context, cert, key)
+            if user.get("client-certificate-data") or user.get("client-key-data"):
+                load_client_certificate(context, cert, key)
+            else:  # both are files: loaded where they are
+                cert_file, key_file = (
+                    str(base / Path(str(user[k])).expanduser()) for k in ("client-certificate", "client-key")
+                )
+                context.load_cert_chain(cert_file, key_file, password=_no_password)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"{origin}: cannot load the client certificate and key: {exc}") from None
     return context
