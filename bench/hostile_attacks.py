@@ -690,8 +690,9 @@ class AttackSpec:
     """Seconds the normal scraper starts after the attack (negative: before it)."""
     keepalive_scraper: bool = False
     """The normal scraper keeps one connection alive (like Prometheus) and counts reconnects."""
-    source: str = HOST
-    """The attacker's source address."""
+    source: str = OTHER_CLIENT
+    """The attacker's source address: another pod's by default; the normal scraper's own
+    (``HOST``) in the ``-same-addr`` variants."""
     rss_after_seconds: float = 0.0
     """If set, RSS is also read this many seconds after the attack ended."""
     peer: str = ""
@@ -711,6 +712,12 @@ def _own_attacks() -> list[AttackSpec]:
         AttackSpec("password", attack_password, "8 connections send wrong passwords", auth=True),
         AttackSpec("unread", attack_unread, unread + f" ({SCENARIO})", container=True),
         AttackSpec("unread-mig", attack_unread, unread + f" ({MIG_SCENARIO})", scenario=MIG_SCENARIO),
+        AttackSpec(
+            "unread-same-addr",
+            attack_unread,
+            unread + f" ({SCENARIO}), from the normal scraper's own address",
+            source=HOST,
+        ),
         AttackSpec(
             "unread-healthz-auth",
             attack_unread_healthz,
@@ -764,6 +771,7 @@ def _own_attacks() -> list[AttackSpec]:
             auth=True,
             warm_up=False,
             scraper_lag_s=LOGIN_QUEUE_LAG,
+            source=HOST,
         ),
         AttackSpec(
             "keepalive-at-cap",

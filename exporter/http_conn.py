@@ -15,11 +15,15 @@ What one connection can hold, whatever its client does (docs/security.md, "HTTP 
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import logging
 import socket
 import ssl
+import struct
+import termios
 from collections.abc import Sequence
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -37,18 +41,22 @@ READ_CHUNK = 4096
 """Bytes read from a socket at a time."""
 WRITE_SLICE = 32 * 1024
 """Bytes of a reply handed to the transport at a time."""
-SEND_BUFFER_BYTES = 128 * 1024
-"""SO_SNDBUF of each connection (Linux doubles it for its bookkeeping): the most a client that
-stops reading leaves in kernel memory, which the container's memory limit counts.  At 128 KiB a
-0.5 ms round trip still carries 250 MB/s."""
+SEND_BUFFER_BYTES = 32 * 1024
+"""SO_SNDBUF asked for each connection; Linux doubles it for its bookkeeping, so a client that
+stops reading leaves at most 64 KiB in kernel memory (which a cgroup v2 memory limit counts).
+At 64 KiB a 0.5 ms round trip still carries 128 MB/s; a gzipped page is tens of KiB."""
+_LINGER_RESET = struct.pack("ii", 1, 0)
+"""SO_LINGER on with a 0 s timeout: close() resets the connection and drops its unsent bytes
+instead of leaving them queued in the kernel behind a client that never reads."""
 MAX_PIPELINED = 4
 """Requests answered from bytes that arrived before the previous reply was sent (HTTP
 pipelining; no scraper does it) before the connection is closed."""
 
-TIER_SUSPECT = 0
-"""Eviction tier: no request completed yet, a head in progress, a TLS handshake, or a client that
-stopped reading its reply."""
-TIER_IDLE_NEW, TIER_IDLE, TIER_IDLE_TRUSTED = 1, 2, 3
+TIER_STALLED = 0
+"""Eviction tier of a client that is not taking its reply (evicted first)."""
+TIER_SUSPECT = 1
+"""Eviction tier: no request completed yet, a head in progress, or a TLS handshake."""
+TIER_IDLE_NEW, TIER_IDLE, TIER_IDLE_TRUSTED = 2, 3, 4
 """Eviction tiers of kept-alive connections between requests, by replies delivered: 1, 2-15, 16+
 (a scraper's long-lived connection is the last to go)."""
 TRUSTED_AFTER = 16
@@ -66,6 +74,19 @@ def raw_error(status: int, reason: str) -> bytes:
     return head.encode() + body
 
 
+def kernel_unsent(sock: socket.socket | None) -> int:
+    """Bytes the kernel still holds for the peer (sent but not acknowledged, or not yet sent):
+    Linux's SIOCOUTQ; 0 where unknown."""
+    if sock is None:
+        return 0
+    out = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, out, True)
+    except (OSError, ValueError):
+        return 0
+    return int(out[0])
+
+
 def _idle_tier(replies: int) -> int:
     if replies >= TRUSTED_AFTER:
         return TIER_IDLE_TRUSTED
@@ -81,6 +102,10 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.key = 0
         self.tier: int | None = None
+        self.home: int | None = None  # the tier it belongs in when not stalled
+        self.sock: socket.socket | None = None
+        self.closing = False  # the last reply is out: close once the client has taken it
+        self.lagging = False  # the stall sweep found the kernel still holding its bytes
         self.peer = ""
         self.transport: asyncio.Transport | None = None
         self.h = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
@@ -101,16 +126,20 @@ class Connection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         server = self.server
-        if not server.admit(self):
-            self.closed = True
-            transport.abort()
-            return
         sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not server.admit(self):
+            self.closed = True
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            transport.abort()
+            return
+        if sock is not None:
+            self.sock = sock
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         transport.set_write_buffer_limits(high=0)  # pause_writing as soon as the kernel refuses bytes
         server.place(self, TIER_SUSPECT)
         self._arm(server.limits.request_deadline)
@@ -182,21 +211,31 @@ class Connection(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         self.write_paused = True
         if not self.closed:
-            self.server.stalled(self, True)
+            self.server.paused(self, True)
 
     def resume_writing(self) -> None:
         self.write_paused = False
         if not self.closed:
-            self.server.stalled(self, False)
+            self.server.paused(self, False)
         if self.drained is not None and not self.drained.done():
             self.drained.set_result(None)
 
+    def unsent(self) -> int:
+        """Bytes of replies the client has not taken yet: asyncio's buffer plus the kernel's."""
+        if self.closed or self.transport is None:
+            return 0
+        return self.transport.get_write_buffer_size() + kernel_unsent(self.sock)
+
     # --- helpers ---
     def close(self) -> None:
-        """Drop the connection now (deadline, eviction, shutdown)."""
+        """Drop the connection now (deadline, eviction, stall, shutdown), and with it whatever the
+        kernel still holds for the client."""
         if not self.closed:
             self.closed = True
             self.server.forget(self)
+            if self.sock is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
             if self.transport is not None:
                 self.transport.abort()
             self.resume_writing()
@@ -222,6 +261,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.close()
                 return
         self.transport.write(chunk)
+        self.server.wrote(self)
         if self.write_timer is None and self.transport.get_write_buffer_size():
             self.write_timer = self.server.loop.call_later(self.server.limits.write_deadline, self._write_expired)
 
@@ -246,17 +286,32 @@ class Connection(asyncio.BufferedProtocol):
         self._close_after_flush()
 
     def _close_after_flush(self) -> None:
+        """End the connection after the last reply: send our end of stream once asyncio's buffer
+        is flushed, and close the socket once the client has taken everything (the server's stall
+        sweep sees it), so unread bytes never linger in the kernel after we let go of the socket.
+        The write deadline, eviction and the stall cap still apply meanwhile."""
         if self.closed or self.transport is None:
             return
         if self.tls is not None:
             notify = self.tls.close_notify()
             if notify:
                 self.transport.write(notify)
-        if self.transport.get_write_buffer_size():
-            self.server.stalled(self, True)  # evictable, and the write deadline still runs
-            if self.write_timer is None:
-                self.write_timer = self.server.loop.call_later(self.server.limits.write_deadline, self.close)
-        self.transport.close()
+        self.closing = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        if self.write_timer is not None:
+            self.write_timer.cancel()
+        self.write_timer = self.server.loop.call_later(self.server.limits.write_deadline, self.close)
+        self.server.wrote(self)
+
+    def drained_out(self) -> None:
+        """The client has taken every byte (called by the server's stall sweep)."""
+        if self.closing and not self.closed and self.transport is not None:
+            self.closed = True
+            self.server.forget(self)
+            if self.write_timer is not None:
+                self.write_timer.cancel()
+            self.transport.close()
 
     # --- TLS handshake, off the loop ---
     def _handshake(self) -> None:

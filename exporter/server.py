@@ -3,6 +3,9 @@
 One asyncio event loop serves every connection (exporter/http_conn.py); h11 parses HTTP/1.1.
 What any client, however slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
 
+- new connections: each client address may open ``Limits.new_connections_per_second`` on
+  average (bursts of ``new_connections_burst``); beyond, a connection is reset before it is
+  read (exporter/admission.py).
 - connections: at most ``Limits.max_connections`` open at once.  A new connection over the cap
   closes another, in this order: one that has not completed a request or has stopped reading its
   reply (oldest first), then kept-alive idle ones that have delivered the fewest replies (a
@@ -49,8 +52,9 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from exporter.admission import BURST, RATE_PER_SECOND, ConnectionBudget
 from exporter.heap import trim_now
-from exporter.http_conn import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_SUSPECT, Connection
+from exporter.http_conn import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
 from exporter.login import LoginScheduler
 from exporter.negotiate import accepts_gzip, exposition_accept
 from exporter.tcp import as_tcp
@@ -78,6 +82,9 @@ FD_RESERVE = 64
 WORKER_NICE = 10
 """Nice increment of the bcrypt and TLS handshake threads: under a CPU limit they yield to the
 loop thread, which answers scrapes."""
+STALL_SWEEP_SECONDS = 0.25
+"""How often connections with replies in flight are checked; a client that has not taken a
+reply at two checks in a row (0.25-0.5 s; a LAN scraper takes it in milliseconds) is stalled."""
 TRIM_AFTER_CLOSES = 64
 """Closed connections after which the C heap is trimmed (at most once per ``TRIM_DELAY``)."""
 TRIM_DELAY = 1.0
@@ -96,6 +103,8 @@ class Limits:
     write_deadline: float = 30.0
     max_stalled: int = 32
     max_handshakes: int = 64
+    new_connections_per_second: float = RATE_PER_SECOND
+    new_connections_burst: float = BURST
 
 
 Body = bytes | Sequence[bytes | memoryview]
@@ -228,8 +237,12 @@ class MetricsServer:
         self.loop = asyncio.new_event_loop()
         self._logins = LoginScheduler(self._auth, self._auth_pool, self.loop) if self._auth is not None else None
         self._conns: dict[int, Connection] = {}
+        self.budget = ConnectionBudget(self.limits.new_connections_per_second, self.limits.new_connections_burst)
         self._tiers: list[OrderedDict[int, Connection]] = [OrderedDict() for _ in range(TIER_IDLE_TRUSTED + 1)]
         self._stalled: OrderedDict[int, Connection] = OrderedDict()
+        self._unconfirmed: dict[int, Connection] = {}
+        self._seen_unsent: set[int] = set()
+        self._sweeping = False
         self._handshakes = 0
         self._closes = 0
         self._trim_pending = False
@@ -303,10 +316,14 @@ class MetricsServer:
         for tier in self._tiers:
             tier.clear()
         self._stalled.clear()
+        self._unconfirmed.clear()
 
     # --- connection bookkeeping (loop thread) ---------------------------------------------
     def admit(self, conn: Connection) -> bool:
-        """Take a new connection, closing an evictable one at the cap; False: refuse it."""
+        """Take a new connection, closing an evictable one at the cap; False: refuse it (its
+        address spent its budget of new connections, or every open connection is busy)."""
+        if not self.budget.admit(conn.peer):
+            return False
         if len(self._conns) >= self.limits.max_connections:
             victim = next((tier.popitem(last=False)[1] for tier in self._tiers if tier), None)
             if victim is None:
@@ -320,24 +337,65 @@ class MetricsServer:
         return True
 
     def place(self, conn: Connection, tier: int | None) -> None:
-        """Put ``conn`` at the back of eviction tier ``tier`` (None: not evictable)."""
+        """``conn`` belongs in eviction tier ``tier`` (None: not evictable); while it is stalled
+        it stays in the first tier, and goes to ``tier`` once its client catches up."""
+        conn.home = tier
+        self._put(conn, TIER_STALLED if conn.key in self._stalled else tier)
+
+    def _put(self, conn: Connection, tier: int | None) -> None:
         if conn.tier is not None:
             self._tiers[conn.tier].pop(conn.key, None)
         conn.tier = tier
         if tier is not None and not conn.closed:
             self._tiers[tier][conn.key] = conn
 
-    def stalled(self, conn: Connection, stalled: bool) -> None:
-        """``conn``'s client stopped (or resumed) taking its reply.  A stalled connection is
-        evictable first; beyond ``max_stalled`` the one stalled longest is closed."""
+    def wrote(self, conn: Connection) -> None:
+        """``conn`` handed bytes to its transport: watch until its client has taken them."""
+        self._unconfirmed[conn.key] = conn
+        if not self._sweeping:
+            self._sweeping = True
+            self.loop.call_later(STALL_SWEEP_SECONDS, self._sweep)
+
+    def _sweep(self) -> None:
+        """Every ``STALL_SWEEP_SECONDS`` while replies are unconfirmed: a connection whose client
+        has taken everything is confirmed (and closed if it was ending); one that still holds
+        unsent bytes at two sweeps in a row is stalled."""
+        for key, conn in list(self._unconfirmed.items()):
+            if conn.closed:
+                self._unconfirmed.pop(key, None)
+                self._seen_unsent.discard(key)
+            elif conn.unsent() == 0:
+                self._unconfirmed.pop(key, None)
+                self._seen_unsent.discard(key)
+                conn.lagging = False
+                self._stall(conn, False)
+                conn.drained_out()
+            elif key in self._seen_unsent:
+                conn.lagging = True
+                self._stall(conn, True)
+            else:
+                self._seen_unsent.add(key)
+        self._sweeping = bool(self._unconfirmed)
+        if self._sweeping:
+            self.loop.call_later(STALL_SWEEP_SECONDS, self._sweep)
+
+    def paused(self, conn: Connection, paused: bool) -> None:
+        """asyncio's buffer for ``conn`` went non-empty (the kernel refused bytes) or empty again:
+        a paused writer holds up to one slice in user space, so it counts as stalled at once."""
+        if paused or not conn.lagging:
+            self._stall(conn, paused)
+
+    def _stall(self, conn: Connection, stalled: bool) -> None:
+        """A stalled connection is evictable first; beyond ``max_stalled`` the one stalled
+        longest is closed (with a reset, which frees what the kernel holds for it)."""
         if not stalled:
-            if self._stalled.pop(conn.key, None) is not None and conn.busy:
-                self.place(conn, None)
+            if self._stalled.pop(conn.key, None) is not None:
+                self._put(conn, conn.home)
             return
         if conn.key in self._stalled:
             return
         self._stalled[conn.key] = conn
-        self.place(conn, TIER_SUSPECT)
+        self._put(conn, TIER_STALLED)
         while len(self._stalled) > self.limits.max_stalled:
             _key, victim = self._stalled.popitem(last=False)
             self.stall_closed += 1
@@ -347,8 +405,10 @@ class MetricsServer:
         """``conn`` is closed: drop it from every table and count it towards a heap trim."""
         if self._conns.pop(conn.key, None) is None:
             return
-        self.place(conn, None)
         self._stalled.pop(conn.key, None)
+        self._put(conn, None)
+        self._unconfirmed.pop(conn.key, None)
+        self._seen_unsent.discard(conn.key)
         self._closes += 1
         if self._closes >= TRIM_AFTER_CLOSES and not self._trim_pending:
             self._trim_pending = True

@@ -275,6 +275,41 @@ def test_plaintext_on_the_tls_port_is_refused_and_bursts_trim_the_heap(tmp_path:
         status.close()
 
 
+# --- new connections per address --------------------------------------------------------------
+
+
+def test_an_address_that_reconnects_without_pause_is_reset_while_another_is_served() -> None:
+    """Before, every new connection was accepted and read, so one client reconnecting as fast
+    as it was dropped kept the loop busy and every scraper's connection queued behind it."""
+    with big_page_server(Limits(new_connections_per_second=5, new_connections_burst=10)) as server:
+        reset = 0
+        for _ in range(40):
+            with socket.socket() as s:
+                s.bind(("127.0.0.2", 0))
+                s.settimeout(5)
+                s.connect(("127.0.0.1", server.port))
+                try:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    answered = s.recv(64).startswith(b"HTTP/1.1 200")
+                except OSError:
+                    answered = False
+                reset += not answered
+        assert reset >= 25 and server.budget.refused >= 25
+        assert _scrape(server.port) == 200  # 127.0.0.1 has its own budget
+
+
+def test_the_connection_budget_refills_at_its_rate() -> None:
+    from exporter.admission import ConnectionBudget
+
+    now = [0.0]
+    budget = ConnectionBudget(rate=2.0, burst=3.0, max_addresses=2, clock=lambda: now[0])
+    assert [budget.admit("10.0.0.1") for _ in range(4)] == [True, True, True, False]
+    now[0] += 0.5  # one token back
+    assert budget.admit("10.0.0.1") and not budget.admit("10.0.0.1")
+    assert budget.admit("::ffff:10.0.0.2")  # another lane, full bucket
+    assert budget.admit("10.0.0.3") and budget.admit("10.0.0.1"), "forgotten beyond max_addresses: a full bucket"
+
+
 # --- logins --------------------------------------------------------------------------------
 
 
