@@ -157,7 +157,7 @@ class Connection(asyncio.BufferedProtocol):
         return self.server.read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.closed:
+        if self.closed or self.closing:  # nothing more is read once the last reply is out
             return
         data = bytes(self.server.read_buffer[:nbytes])
         if self.tls is not None:
@@ -297,6 +297,7 @@ class Connection(asyncio.BufferedProtocol):
             if notify:
                 self.transport.write(notify)
         self.closing = True
+        self.transport.pause_reading()  # a client still pushing bytes is not read any more
         if self.transport.can_write_eof():
             self.transport.write_eof()
         if self.write_timer is not None:

@@ -474,3 +474,20 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed() -> None:
             + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
         )
         assert got.startswith(b"HTTP/1.1 400 ") and got.count(b"HTTP/1.1") == 1
+
+
+def test_a_client_pushing_headers_past_the_431_is_not_read_any_more() -> None:
+    """After the 431 the connection waits for the client to take the reply; before this fix the
+    bytes it kept pushing were still read into h11's buffer meanwhile (+65 MB for 20 clients)."""
+    with big_page_server(Limits()) as server:
+        line = b"X-Big: " + b"b" * (64 * 1024) + b"\r\n"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=2) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            sent = 0
+            with contextlib.suppress(OSError):  # the server stops reading: our sends time out
+                for _ in range(200):
+                    s.sendall(line)
+                    sent += len(line)
+            buffered = _on_loop(server, lambda: [len(c.h.trailing_data[0]) for c in server._conns.values()])
+            assert not buffered or max(buffered) <= 64 * 1024, buffered
+            assert sent < 8 << 20, sent  # the kernel's buffers filled; nobody read the rest
