@@ -32,6 +32,50 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+CREATED = "2026-01-01T00:00:00Z"
+"""``metadata.creationTimestamp`` of every object the emulator makes (RFC 3339, UTC)."""
+
+IMAGE = "registry.example/app:1"
+"""Image of every container the emulator makes."""
+
+_OWNER_API_VERSIONS = {"ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1"}
+"""``apiVersion`` of an owner reference, by the owner's kind (``CronJob`` and others: ``batch/v1``)."""
+
+
+def owner_reference(kind: str, name: str, namespace: str) -> dict[str, Any]:
+    """A controller reference as the owning controller writes it: ``apiVersion``, ``kind``,
+    ``name`` and ``uid`` (all four required by the API), ``controller`` and ``blockOwnerDeletion``."""
+    return {
+        "apiVersion": _OWNER_API_VERSIONS.get(kind, "batch/v1"),
+        "kind": kind,
+        "name": name,
+        "uid": f"uid-{namespace}-{kind.lower()}-{name}",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def container_status(name: str, runtime_id: str, phase: str) -> dict[str, Any]:
+    """One ``status.containerStatuses`` entry as the kubelet reports it.
+
+    With a ``runtime_id`` the container was created: ``containerID``, the resolved ``imageID``, and
+    a running state (terminated, exit code 0 or 1, once ``phase`` is Succeeded or Failed).  Without
+    one it is still being created: no ``containerID``, an empty ``imageID``, a waiting state.
+    ``image``, ``imageID``, ``name``, ``ready`` and ``restartCount`` are always there.
+    """
+    status: dict[str, Any] = {"name": name, "image": IMAGE, "imageID": "", "restartCount": 0}
+    if not runtime_id:
+        status.update(ready=False, started=False, state={"waiting": {"reason": "ContainerCreating"}})
+        return status
+    status.update(containerID=f"containerd://{runtime_id}", imageID=f"{IMAGE.split(':')[0]}@sha256:{'0' * 64}")
+    if phase in ("Succeeded", "Failed"):
+        code = 0 if phase == "Succeeded" else 1
+        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": CREATED}
+        status.update(ready=False, started=False, state={"terminated": terminated})
+    else:
+        status.update(ready=phase == "Running", started=True, state={"running": {"startedAt": CREATED}})
+    return status
+
 
 def make_pod(
     name: str,
@@ -43,28 +87,50 @@ def make_pod(
     labels: dict[str, str] | None = None,
     containers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pod object as the API returns it; ``containers`` maps container name -> runtime ID."""
+    """A pod object as the API returns it (every field the API server always sets);
+    ``containers`` maps container name -> runtime ID (``""``: not created yet), ``owner`` is the
+    controller's (kind, name)."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
         "uid": uid or f"uid-{namespace}-{name}",
+        "creationTimestamp": CREATED,
         "labels": labels or {},
     }
     if owner is not None:
-        meta["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "o", "controller": True}
-        ]
+        meta["ownerReferences"] = [owner_reference(owner[0], owner[1], namespace)]
+    specs = containers or {"main": ""}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": {"nodeName": node, "containers": [{"name": c} for c in (containers or {"main": ""})]},
+        "spec": {"nodeName": node, "containers": [{"name": c, "image": IMAGE} for c in specs]},
         "status": {
             "phase": phase,
-            "containerStatuses": [
-                {"name": c, "containerID": f"containerd://{cid}"} for c, cid in (containers or {}).items() if cid
-            ],
+            "containerStatuses": [container_status(c, cid, phase) for c, cid in specs.items()],
         },
+    }
+
+
+def make_job(namespace: str, name: str, cronjob: str | None) -> dict[str, Any]:
+    """A Job object as the API returns it: metadata (owned by the CronJob ``cronjob`` if given),
+    the spec the Job controller defaults (selector, one-container pod template) and a status."""
+    uid = f"uid-{namespace}-job-{name}"
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": CREATED}
+    if cronjob:
+        meta["ownerReferences"] = [owner_reference("CronJob", cronjob, namespace)]
+    selector = {"batch.kubernetes.io/controller-uid": uid}
+    template = {
+        "metadata": {"labels": {**selector, "batch.kubernetes.io/job-name": name}},
+        "spec": {"containers": [{"name": "main", "image": IMAGE}], "restartPolicy": "Never"},
+    }
+    spec = {"parallelism": 1, "completions": 1, "backoffLimit": 6, "selector": {"matchLabels": selector}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {**spec, "template": template},
+        "status": {"active": 1, "startTime": CREATED},
     }
 
 
@@ -165,10 +231,7 @@ class KubeApiEmulator:
 
     def add_job(self, namespace: str, name: str, cronjob: str | None) -> None:
         """A Job, owned by ``cronjob`` if given."""
-        meta: dict[str, Any] = {"name": name, "namespace": namespace}
-        if cronjob:
-            meta["ownerReferences"] = [{"kind": "CronJob", "name": cronjob, "controller": True}]
-        self.jobs[(namespace, name)] = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta}
+        self.jobs[(namespace, name)] = make_job(namespace, name, cronjob)
 
     def drop_watches(self) -> None:
         """End every open watch stream (like an API server restart or a load balancer idle cut)."""
@@ -272,9 +335,12 @@ class KubeApiEmulator:
 
     @staticmethod
     def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+        """A failure ``Status`` object as the API server sends it (body of an error reply, object
+        of a watch ERROR event)."""
         return {
             "kind": "Status",
             "apiVersion": "v1",
+            "metadata": {},
             "status": "Failure",
             "code": code,
             "reason": reason,
@@ -287,15 +353,20 @@ class KubeApiEmulator:
         self.requests.append((parsed.path, query))
         parts = parsed.path.strip("/").split("/")
         if parts[:4] == ["apis", "batch", "v1", "namespaces"] and len(parts) == 7 and parts[5] == "jobs":
+            namespace, job = parts[4], parts[6]
             if self.jobs_forbidden:
-                self._send_json(h, 403, self._status(403, "Forbidden", "jobs.batch is forbidden"))
-            elif (parts[4], parts[6]) in self.jobs:
-                self._send_json(h, 200, self.jobs[(parts[4], parts[6])])
+                msg = (
+                    f'jobs.batch "{job}" is forbidden: User "system:serviceaccount:gpulens:gpulens" cannot get '
+                    f'resource "jobs" in API group "batch" in the namespace "{namespace}"'
+                )
+                self._send_json(h, 403, self._status(403, "Forbidden", msg))
+            elif (namespace, job) in self.jobs:
+                self._send_json(h, 200, self.jobs[(namespace, job)])
             else:
-                self._send_json(h, 404, self._status(404, "NotFound", "job not found"))
+                self._send_json(h, 404, self._status(404, "NotFound", f'jobs.batch "{job}" not found'))
             return
         if parsed.path != "/api/v1/pods":
-            self._send_json(h, 404, self._status(404, "NotFound", parsed.path))
+            self._send_json(h, 404, self._status(404, "NotFound", "the server could not find the requested resource"))
             return
         if self.fail_status is not None:
             reason = {403: "Forbidden", 500: "InternalError"}.get(self.fail_status, "Error")
