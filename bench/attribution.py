@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.attribution [--pods 1000] [--repeat 21] [--json FILE]
 
 Every part runs against real transports on loopback, as in production: a real gRPC kubelet
-PodResources server on a temporary unix socket (tests/fakes/kubelet_server.py), the official
-kubernetes client against the loopback API emulator (tests/fakes/kube_api_server.py), and
+PodResources server on a temporary unix socket (tests/fakes/kubelet_server.py), the exporter's
+own API client (exporter/attribution/kube_http.py) against the loopback API emulator
+(tests/fakes/kube_api_server.py), and
 /proc/<pid>/cgroup files in a temporary procfs.  Parts measured:
   kubelet refresh    List + GetAllocatableResources over the socket, into a KubeletView
   kubelet >4 MiB     the same with 48 SR-IOV device IDs per pod (a 5 MiB reply)
@@ -33,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from exporter.attribution import stages  # noqa: E402
 from exporter.attribution.cgroup import CgroupPidSource  # noqa: E402
 from exporter.attribution.deviceids import DeviceIndex  # noqa: E402
+from exporter.attribution.kube_http import KubeClient, endpoint_for  # noqa: E402
 from exporter.attribution.kubeapi import KubePodSource  # noqa: E402
 from exporter.attribution.merge import (  # noqa: E402
     KubeletView,
@@ -152,14 +154,7 @@ def run(n: int, repeat: int) -> dict[str, float]:
                 )
             )
 
-        def factory() -> Any:
-            from kubernetes import client
-
-            cfg = client.Configuration()
-            cfg.host = api.url
-            return client.ApiClient(cfg)
-
-        watcher = KubePodSource(factory, "gpu-node-1", start=False)
+        watcher = KubePodSource(lambda: KubeClient(endpoint_for(api.url)), "gpu-node-1", start=False)
         results["API list"] = median_ms(watcher.list_now, repeat)
         directory, _ = watcher.latest()
         assert directory is not None and len(directory.by_uid) == n
