@@ -233,11 +233,13 @@ def api_path_templates() -> set[str]:
     the function sending them is called."""
     templates: set[str] = set()
     for file in (REPO / "exporter").rglob("*.py"):
+        pieces: set[int] = set()  # the literal pieces of f-strings, read with their f-string
         for node in ast.walk(ast.parse(file.read_text(), str(file))):
             text: str | None = None
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in pieces:
                 text = node.value
             elif isinstance(node, ast.JoinedStr):
+                pieces.update(id(v) for v in node.values)
                 parts = (v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
                 text = "".join(str(part) for part in parts)
             if text is not None and text.startswith(("/api/", "/apis/")):
