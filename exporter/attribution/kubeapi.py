@@ -329,7 +329,7 @@ class KubePodSource:
     def list_pod_for_all_namespaces(self, api: KubeClient, query: Query, read_timeout: float = 30) -> ApiResponse:
         """GET the node's pods with ``query`` (a list page, or a watch with ``watch``), the body
         unread.  Named after the API operation it calls, which is what the RBAC role must allow
-        (pods ``list`` and ``watch``; tests/test_deploy_chart.py reads these names)."""
+        (pods ``list`` and ``watch``; tests/test_deploy_chart.py checks the requests sent against the role)."""
         selector = {"fieldSelector": f"spec.nodeName={self.node_name}"}
         return api.get(PODS_PATH, {**selector, **query}, read_timeout=read_timeout)
 
