@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -509,14 +510,23 @@ def write_procfs(folder: Path, pids: Mapping[int, tuple[str, str]]) -> Path:
 # --- the fakes -----------------------------------------------------------------------------------
 
 
+EXPORTER_CHAIN_MODULES = ("h11", "h2", "yaml")
+"""What the exporter imports with the full chain besides the standard library and
+``prometheus_client``: its HTTP front, its kubelet client and its kubeconfig reader."""
+
+
 def load_fakes() -> tuple[ModuleType, ModuleType, ModuleType]:
     """The fake kubelet, the API emulator and ``bench.hostile_peers`` (its kubeconfig writer);
-    exits with what to install when one of their imports is missing."""
+    exits with what to install when one of their imports, or one the exporter will need with
+    the chain (same interpreter and path), is missing."""
     try:
         from bench import hostile_peers
         from tests.fakes import kube_api_server, kubelet_server
     except ImportError as exc:
         raise SystemExit(f"cannot import the fakes ({exc}): {FAKES_HELP}") from exc
+    missing = [m for m in EXPORTER_CHAIN_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"the exporter could not import {', '.join(missing)}: {FAKES_HELP}")
     return kubelet_server, kube_api_server, hostile_peers
 
 

@@ -1,39 +1,70 @@
 """gpulens vs nvitop-exporter on the same real GPU: scrape latency, CPU per second and RSS.
 
     PYTHONPATH=. python3 -m bench.real_gpu --out DIR
+    PYTHONPATH=<site>:$PWD python3 -m bench.real_gpu --chain full --out DIR     # as the chart runs it
+    .venv/bin/python -m bench.real_gpu --chain full --dry-run-sim --scrapes 50 --quiet-seconds 10
 
-Method: start both exporters (1 s collection interval each) side by side, wait until both
-answer and 5 s more; then (1) 500 scrapes of each, alternating A/B so both see the same machine
-state -> client-side latency p50/p99 (full body read); (2) a quiet 60 s with one scrape per second
-of each (what Prometheus does) -> CPU seconds per second of each process from /proc/PID/stat
-(threads included, children not); RSS at the end. ``--peer`` replaces the nvitop-exporter command
-(for a dry run on a machine without a GPU); ``--load matmul`` keeps a bf16 matmul child busy
-on the GPU meanwhile (so per-process utilisation is read too); ``--kubelet`` serves a real gRPC
-PodResources socket (one pod holding every GPU that ``nvidia-smi -L`` lists) and points gpulens at
-it, as on a Kubernetes node, so the kubelet client is loaded and refreshed during the run.
+Method: start the exporters (1 s collection interval each) side by side, wait until all answer
+and 5 s more; then (1) ``--scrapes`` scrapes of each, in turn, so all see the same machine state
+-> client-side latency p50/p99 (full body read); (2) a quiet ``--quiet-seconds`` with one scrape
+per second of each (what Prometheus does) -> CPU seconds per second of each process from
+/proc/PID/stat (threads included, children not); RSS at the end.
+
+gpulens runs once per configuration (``--configs``, comma-separated), each its own process on
+its own port, beside the peer:
+
+- ``nvml-only``: no kubelet, no API, no procfs ("gpulens, NVML only");
+- ``kubelet``: pointed at a real gRPC PodResources server (one pod holding every GPU that
+  ``nvidia-smi -L`` lists), so the kubelet client is loaded and refreshed during the run;
+- ``full-chain``: the chart's whole attribution chain ("gpulens, full chain"): a gRPC kubelet
+  listing ``--pods`` pods, two of which time-slice every GPU (``<uuid>::0``, ``<uuid>::1``), the
+  API emulator with the same pods as realistic objects (reached through a kubeconfig, so PyYAML
+  is loaded, which a pod's service-account configuration does not) and one pod update a second
+  during the quiet period, and a procfs folder putting the GPU's compute processes (``nvidia-smi
+  --query-compute-apps``, and the ``--load`` child) in the first pod's container.  The fakes and
+  the pods are ``bench/exporter_rss.py``'s.
+
+``--chain none|kubelet|full`` is short for ``--configs nvml-only``, ``kubelet`` and
+``nvml-only,full-chain``; ``--kubelet`` for ``--chain kubelet``.  ``--ours`` replaces the
+command that starts gpulens (the bench appends ``--web.listen-address`` and each configuration's
+flags), ``--peer`` the nvitop-exporter command; ``--load matmul`` keeps a bf16 matmul child busy
+on the GPU meanwhile (so per-process utilisation is read too).  ``--dry-run-sim`` runs gpulens
+with ``--backend sim`` against a second simulated gpulens as the peer (unless ``--peer`` is
+given), to exercise the bench on a machine without a GPU.
+
+The kubelet and full-chain configurations need the test fakes' imports (grpcio, protobuf, h2);
+the bench exits at once, naming what is missing, when they cannot be imported.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tests.fakes.kubelet_server import FakeKubelet, devices, pod
 from tests.support.procstat import cpu_seconds, rss_bytes
 
+if TYPE_CHECKING:
+    from bench.exporter_rss import Chain
+    from tests.fakes.kubelet_server import FakeKubelet
+
 REPO = Path(__file__).resolve().parents[1]
-OURS = (
-    f"{sys.executable} -m exporter --backend nvml --web.listen-address 127.0.0.1:9445 --collect.interval 1 --no-probes"
-)
+OURS = f"{sys.executable} -m exporter --backend nvml --collect.interval 1 --no-probes"
+"""gpulens without its listen address (the bench adds it, and each configuration's flags)."""
 MATMUL_LOAD = """
 import torch
 x = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); y = torch.randn_like(x)
@@ -43,6 +74,14 @@ while True:
     torch.cuda.synchronize()
 """
 PEER = f"{sys.executable} -m nvitop_exporter --bind-address 127.0.0.1 --port 9446 --interval 1"
+SIM_PEER = f"{sys.executable} -m exporter --backend sim --no-probes --web.listen-address 127.0.0.1:9446"
+"""The peer of ``--dry-run-sim``: another simulated gpulens."""
+
+CONFIG_LABELS = {"nvml-only": "gpulens, NVML only", "kubelet": "gpulens, kubelet", "full-chain": "gpulens, full chain"}
+"""``--configs`` name -> row label."""
+CONFIG_PORTS = {"nvml-only": 9445, "kubelet": 9447, "full-chain": 9448}
+CHAINS = {"none": "nvml-only", "kubelet": "kubelet", "full": "nvml-only,full-chain"}
+"""``--chain`` -> the ``--configs`` it stands for."""
 
 
 @dataclass
@@ -59,6 +98,9 @@ class Exporter:
 
 @dataclass
 class Figures:
+    """One exporter's figures in one run: series in its last exposition, client-side scrape
+    latency (ms), CPU cores used during the quiet period, RSS at the end (MB of 10^6 bytes)."""
+
     label: str
     series: int
     scrape_p50_ms: float
@@ -68,17 +110,62 @@ class Figures:
     rss_mb: float
 
 
-def start_kubelet() -> FakeKubelet:
-    """A PodResources server whose one pod holds every GPU of this machine."""
+def gpu_uuids() -> list[str]:
+    """The UUIDs ``nvidia-smi -L`` lists (none without a driver)."""
     try:
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
     except FileNotFoundError:  # a dry run without a GPU
         listing = ""
-    uuids = [line.split("UUID: ")[1].rstrip(")") for line in listing.splitlines() if "UUID: GPU-" in line]
-    kubelet = FakeKubelet().start()
-    kubelet.pods = [pod("ml", "train-0", [("main", [("nvidia.com/gpu", uuids)])])]
-    kubelet.allocatable = [devices("nvidia.com/gpu", uuids)]
+    return [line.split("UUID: ")[1].rstrip(")") for line in listing.splitlines() if "UUID: GPU-" in line]
+
+
+def compute_pids() -> list[int]:
+    """Host PIDs of the GPUs' compute processes, as NVML reports them (none without a driver)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    except FileNotFoundError:
+        return []
+    return [int(line) for line in out.split() if line.strip().isdigit()]
+
+
+def start_kubelet(uuids: Sequence[str]) -> FakeKubelet:
+    """A PodResources server whose one pod holds every GPU of ``uuids``."""
+    from bench.exporter_rss import GPU_RESOURCE, load_fakes
+
+    kubelet_server = load_fakes()[0]
+    kubelet: FakeKubelet = kubelet_server.FakeKubelet().start()
+    kubelet.pods = [kubelet_server.pod("ml", "train-0", [("main", [(GPU_RESOURCE, list(uuids))])])]
+    kubelet.allocatable = [kubelet_server.devices(GPU_RESOURCE, list(uuids))]
     return kubelet
+
+
+def _sim_gpus() -> tuple[list[str], list[int]]:
+    """The simulated node's GPU UUIDs and GPU process PIDs (what ``--backend sim`` reports)."""
+    from exporter.sim import scenarios
+
+    sim = scenarios.build("h200x8")
+    return [g.uuid for g in sim.gpus], sorted(sim.pid_owners)
+
+
+@contextmanager
+def gpu_chain(pods: int, dry_run: bool, load_pid: int | None) -> Iterator[Chain]:
+    """The full chain's fakes for this machine's GPUs (the simulated ones in a dry run)."""
+    from bench.exporter_rss import full_chain, shared_gpu_plan
+
+    if dry_run:
+        uuids, pids = _sim_gpus()
+    else:
+        uuids, pids = gpu_uuids(), compute_pids()
+    if load_pid is not None:
+        pids.append(load_pid)
+    plan = shared_gpu_plan(pods, uuids, sorted(set(pids)))
+    with tempfile.TemporaryDirectory(prefix="gpulens-chain-") as tmp, full_chain(plan, Path(tmp)) as chain:
+        yield chain
 
 
 def scrape(url: str) -> tuple[float, bytes]:
@@ -88,18 +175,30 @@ def scrape(url: str) -> tuple[float, bytes]:
     return time.perf_counter() - t0, body
 
 
-def start(exp: Exporter, log_dir: Path) -> None:
-    log = open(log_dir / f"{exp.label}.log", "wb")  # noqa: SIM115 - lives as long as the process
-    exp.proc = subprocess.Popen(shlex.split(exp.command), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+def _log_path(exp: Exporter, log_dir: Path) -> Path:
+    return log_dir / (re.sub(r"[^A-Za-z0-9.-]+", "_", exp.label).strip("_") + ".log")
 
 
-def wait_ready(exp: Exporter, must_contain: bytes, timeout: float = 60.0) -> None:
-    """Until /metrics answers and shows the GPU (a first sample was taken)."""
+def start(exp: Exporter, log_dir: Path, env: dict[str, str] | None = None) -> None:
+    """Start ``exp`` with ``env`` added, its output in ``<log_dir>/<label>.log``."""
+    log = open(_log_path(exp, log_dir), "wb")  # noqa: SIM115 - lives as long as the process
+    exp.proc = subprocess.Popen(
+        shlex.split(exp.command), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
+
+
+def _log_tail(exp: Exporter, log_dir: Path) -> str:
+    return _log_path(exp, log_dir).read_text(errors="replace")[-3000:]
+
+
+def wait_ready(exp: Exporter, must_contain: bytes, log_dir: Path, timeout: float = 60.0) -> None:
+    """Until /metrics answers and shows the GPU (a first sample was taken); exits with the
+    exporter's log tail if it ends or never does."""
     assert exp.proc is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if exp.proc.poll() is not None:
-            raise SystemExit(f"{exp.label} exited with {exp.proc.returncode}")
+            raise SystemExit(f"{exp.label} exited with {exp.proc.returncode}:\n{_log_tail(exp, log_dir)}")
         try:
             _, body = scrape(exp.url)
             if must_contain in body:
@@ -107,7 +206,7 @@ def wait_ready(exp: Exporter, must_contain: bytes, timeout: float = 60.0) -> Non
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.5)
-    raise SystemExit(f"{exp.label} not ready after {timeout:.0f} s")
+    raise SystemExit(f"{exp.label} not ready after {timeout:.0f} s:\n{_log_tail(exp, log_dir)}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -115,23 +214,28 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(ours: Exporter, peer: Exporter, scrapes: int, quiet_seconds: float) -> list[Figures]:
-    pair = (ours, peer)
+def run(
+    exporters: Sequence[Exporter], scrapes: int, quiet_seconds: float, tick: Callable[[], None] | None = None
+) -> list[Figures]:
+    """Latency of ``scrapes`` scrapes of each exporter in turn, then CPU and RSS over a quiet
+    period of one scrape per second each (``tick`` called once a second meanwhile)."""
     for _ in range(scrapes):
-        for exp in pair:
+        for exp in exporters:
             dt, exp.body = scrape(exp.url)
             exp.latencies.append(dt)
-    pids = {exp.label: exp.proc.pid for exp in pair if exp.proc is not None}
+    pids = {exp.label: exp.proc.pid for exp in exporters if exp.proc is not None}
     cpu0 = {label: cpu_seconds(pid) for label, pid in pids.items()}
     t0 = time.monotonic()
     while time.monotonic() - t0 < quiet_seconds:
-        tick = time.monotonic()
-        for exp in pair:
-            scrape(exp.url)
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        tick_at = time.monotonic()
+        if tick is not None:
+            tick()
+        for exp in exporters:
+            _, exp.body = scrape(exp.url)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick_at)))
     elapsed = time.monotonic() - t0
     out = []
-    for exp in pair:
+    for exp in exporters:
         pid = pids[exp.label]
         series = sum(1 for line in exp.body.decode().splitlines() if line and not line.startswith("#"))
         out.append(
@@ -158,91 +262,178 @@ def stage_durations(body: bytes) -> dict[str, float]:
     return out
 
 
-def table(figs: list[Figures]) -> str:
-    a, b = figs
-    rows = [
-        ("series exported", "series", "{:.0f}"),
-        ("scrape p50 (ms)", "scrape_p50_ms", "{:.2f}"),
-        ("scrape p99 (ms)", "scrape_p99_ms", "{:.2f}"),
-        ("scrape max (ms)", "scrape_max_ms", "{:.2f}"),
-        ("CPU (cores, 1 s interval)", "cpu_cores", "{:.4f}"),
-        ("RSS (MB)", "rss_mb", "{:.1f}"),
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def table(figs: Sequence[Figures]) -> str:
+    """One row per exporter, the peer (last) included; the ratios are to the peer's figures."""
+    peer = figs[-1]
+    lines = [
+        "| exporter | series | scrape p50 (ms) | scrape p99 (ms) | scrape max (ms) | CPU (cores) | RSS (MB) "
+        f"| RSS / {peer.label} | p99 / {peer.label} | CPU / {peer.label} |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines = [f"| | {a.label} | {b.label} | ratio {a.label}/{b.label} |", "|---|---|---|---|"]
-    for title, attr, fmt in rows:
-        va, vb = getattr(a, attr), getattr(b, attr)
-        ratio = f"{va / vb:.2f}" if vb else "-"
-        lines.append(f"| {title} | {fmt.format(va)} | {fmt.format(vb)} | {ratio} |")
+    for f in figs:
+        lines.append(
+            f"| {f.label} | {f.series} | {f.scrape_p50_ms:.2f} | {f.scrape_p99_ms:.2f} | {f.scrape_max_ms:.2f} "
+            f"| {f.cpu_cores:.4f} | {f.rss_mb:.1f} | {_ratio(f.rss_mb, peer.rss_mb)} "
+            f"| {_ratio(f.scrape_p99_ms, peer.scrape_p99_ms)} | {_ratio(f.cpu_cores, peer.cpu_cores)} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def chain_health(body: bytes) -> dict[str, object]:
+    """What one gpulens' last exposition says about its attribution: stage success, pod
+    allocation and pod memory series."""
+    from bench.exporter_rss import series_count, stage_success
+
+    return {
+        "stages": stage_success(body),
+        "pod_allocations": series_count(body, b"gpulens_pod_gpu_allocation"),
+        "pod_memory_series": series_count(body, b"gpulens_pod_gpu_memory_used_bytes"),
+    }
+
+
+def chain_broken(health: dict[str, object], config: str) -> str | None:
+    """Why a configuration's attribution did not work in the run, or None."""
+    stages = health["stages"]
+    assert isinstance(stages, dict)
+    wanted = {"kubelet": ("podresources",), "full-chain": ("podresources", "kube_api", "cgroup")}.get(config, ())
+    failed = [s for s in wanted if stages.get(s) != 1.0]
+    if failed:
+        return f"stages {', '.join(failed)} not 1 at the end"
+    if config == "full-chain" and not health["pod_allocations"]:
+        return "no gpulens_pod_gpu_allocation series"
+    return None
+
+
+def parse_configs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """The configurations to run, from ``--configs``, ``--chain`` or ``--kubelet``."""
+    given = [x for x in (args.configs, args.chain, args.kubelet or None) if x]
+    if len(given) > 1:
+        parser.error("give one of --configs, --chain and --kubelet")
+    text = args.configs or CHAINS[args.chain or ("kubelet" if args.kubelet else "none")]
+    configs = [c for c in text.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIG_LABELS]
+    if unknown or not configs or len(set(configs)) != len(configs):
+        parser.error(f"--configs takes distinct names among {', '.join(CONFIG_LABELS)}")
+    return configs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--ours", default=OURS, help="command that starts gpulens")
-    parser.add_argument("--peer", default=PEER, help="command that starts the peer exporter")
+    parser.add_argument("--ours", default=OURS, help="command that starts gpulens, without its listen address")
+    parser.add_argument("--peer", default=None, help="command that starts the peer exporter")
     parser.add_argument("--peer-url", default="http://127.0.0.1:9446/metrics")
-    parser.add_argument("--peer-label", default="nvitop-exporter")
-    parser.add_argument("--peer-ready", default='uuid="GPU-', help="text in the peer's /metrics once it sampled")
+    parser.add_argument("--peer-label", default=None, help="default: nvitop-exporter (peer gpulens with --dry-run-sim)")
+    parser.add_argument("--peer-ready", default=None, help="text in the peer's /metrics once it sampled")
     parser.add_argument("--load", choices=("none", "matmul"), default="none", help="GPU load during the run")
     parser.add_argument("--scrapes", type=int, default=500)
     parser.add_argument("--tag", default="", help="file name stem of the outputs")
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
-    parser.add_argument("--kubelet", action="store_true", help="serve a PodResources socket and point gpulens at it")
+    parser.add_argument("--configs", default=None, help=f"comma-separated: {', '.join(CONFIG_LABELS)}")
+    parser.add_argument("--chain", choices=tuple(CHAINS), default=None, help="short for --configs (module doc)")
+    parser.add_argument("--kubelet", action="store_true", help="short for --chain kubelet")
+    parser.add_argument("--pods", type=int, default=110, help="pods on the node of the full chain")
+    parser.add_argument("--dry-run-sim", action="store_true", help="gpulens with --backend sim; a sim peer")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    kubelet = start_kubelet() if args.kubelet else None
-    if kubelet is not None:
-        args.ours += f" --kubernetes.podresources-socket {kubelet.socket_path}"
+    configs = parse_configs(args, parser)
+    if not 2 <= args.pods <= 10_000:
+        parser.error("--pods must be 2..10000")
+    if any(c != "nvml-only" for c in configs):
+        from bench.exporter_rss import load_fakes
 
-    ours = Exporter("gpulens", args.ours, "http://127.0.0.1:9445/metrics")
-    peer = Exporter(args.peer_label, args.peer, args.peer_url)
+        load_fakes()  # fail now, naming what is missing, not after the exporters started
+    dry = args.dry_run_sim
+    peer_command = args.peer or (SIM_PEER if dry else PEER)
+    peer_label = args.peer_label or ("peer gpulens (sim)" if dry and not args.peer else "nvitop-exporter")
+    peer_ready = args.peer_ready or ("gpulens_gpu_info{" if dry and not args.peer else 'uuid="GPU-')
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    peer = Exporter(peer_label, peer_command, args.peer_url)
+    ours: dict[str, Exporter] = {}
+    chain: Chain | None = None
     load = None
-    try:
+    with ExitStack() as stack:
         if args.load == "matmul":
             load = subprocess.Popen([sys.executable, "-c", MATMUL_LOAD], stdout=subprocess.PIPE, text=True)
+            stack.callback(_kill, load)
             assert load.stdout is not None
             if load.stdout.readline().strip() != "ready":
                 raise SystemExit("matmul load did not start")
-        for exp in (ours, peer):
-            start(exp, args.out)
-        wait_ready(ours, b"gpulens_gpu_info{")
-        wait_ready(peer, args.peer_ready.encode())
+        envs: dict[str, dict[str, str]] = {}
+        for config in configs:
+            port = CONFIG_PORTS[config]
+            flags: Sequence[str] = ("--backend", "sim") if dry else ()
+            if config == "kubelet":
+                kubelet = start_kubelet(_sim_gpus()[0] if dry else gpu_uuids())
+                stack.callback(kubelet.close)
+                flags = (*flags, "--kubernetes.podresources-socket", kubelet.socket_path)
+            elif config == "full-chain":
+                chain = stack.enter_context(gpu_chain(args.pods, dry, load.pid if load else None))
+                flags = (*flags, *chain.flags)
+                envs[config] = chain.env
+            command = " ".join([args.ours, "--web.listen-address", f"127.0.0.1:{port}", *map(shlex.quote, flags)])
+            ours[config] = Exporter(CONFIG_LABELS[config], command, f"http://127.0.0.1:{port}/metrics")
+        everyone = [*ours.values(), peer]
+        for exp in everyone:
+            stack.callback(_stop, exp)
+        for config, exp in ours.items():
+            start(exp, args.out, envs.get(config))
+        start(peer, args.out)
+        for exp in ours.values():
+            wait_ready(exp, b"gpulens_gpu_info{", args.out)
+        wait_ready(peer, peer_ready.encode(), args.out)
         time.sleep(5.0)
-        figs = run(ours, peer, args.scrapes, args.quiet_seconds)
-    finally:
-        if kubelet is not None:
-            kubelet.close()
-        if load is not None:
-            load.kill()
-            load.wait()
-        for exp in (ours, peer):
-            if exp.proc is not None and exp.proc.poll() is None:
-                exp.proc.terminate()
-                try:
-                    exp.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    exp.proc.kill()
+        figs = run(everyone, args.scrapes, args.quiet_seconds, chain.tick if chain else None)
+
+    health = {config: chain_health(exp.body) for config, exp in ours.items()}
+    broken = {config: why for config in configs if (why := chain_broken(health[config], config))}
     report = {
         "figures": [asdict(f) for f in figs],
-        "gpulens_stage_duration_seconds": stage_durations(ours.body),
-        "gpulens_up": b"gpulens_up 1" in ours.body,
-        "commands": {"gpulens": args.ours, args.peer_label: args.peer},
+        "gpulens_stage_duration_seconds": {c: stage_durations(exp.body) for c, exp in ours.items()},
+        "gpulens_up": {c: b"gpulens_up 1" in exp.body for c, exp in ours.items()},
+        "attribution": health,
+        "attribution_broken": broken,
+        "commands": {**{exp.label: exp.command for exp in ours.values()}, peer.label: peer.command},
+        "chain_env": envs,
+        "configs": configs,
+        "pods": args.pods if "full-chain" in configs else None,
+        "dry_run_sim": dry,
         "scrapes": args.scrapes,
         "load": args.load,
-        "kubelet": args.kubelet,
-        "gpulens_podresources_ok": b'gpulens_stage_success{stage="podresources"} 1' in ours.body,
         "quiet_seconds": args.quiet_seconds,
-        "latency_mean_ms": {e.label: statistics.fmean(e.latencies) * 1e3 for e in (ours, peer)},
+        "latency_mean_ms": {e.label: statistics.fmean(e.latencies) * 1e3 for e in everyone},
     }
     text = table(figs)
     print(text)
     print(json.dumps({k: v for k, v in report.items() if k != "figures"}, indent=1))
-    tag = f"{args.tag}" if args.tag else f"real_gpu_{args.load}"
+    tag = args.tag or f"real_gpu_{args.load}"
     (args.out / f"{tag}.md").write_text(text)
     (args.out / f"{tag}.json").write_text(json.dumps(report, indent=1))
-    (args.out / f"{tag}_gpulens_metrics.txt").write_bytes(ours.body)
+    for config, exp in ours.items():
+        (args.out / f"{tag}_gpulens_{config}_metrics.txt").write_bytes(exp.body)
     (args.out / f"{tag}_peer_metrics.txt").write_bytes(peer.body)
+    if broken:
+        raise SystemExit(f"ATTRIBUTION DID NOT WORK in this run, its figures do not measure the chain: {broken}")
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def _stop(exp: Exporter) -> None:
+    """Terminate ``exp`` if it runs (SIGKILL after 10 s)."""
+    if exp.proc is not None and exp.proc.poll() is None:
+        exp.proc.terminate()
+        try:
+            exp.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            exp.proc.kill()
+            exp.proc.wait()
 
 
 if __name__ == "__main__":
