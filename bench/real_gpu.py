@@ -13,7 +13,8 @@ per second of each (what Prometheus does) -> CPU seconds per second of each proc
 gpulens runs once per configuration (``--configs``, comma-separated), each its own process on
 its own port, beside the peer:
 
-- ``nvml-only``: no kubelet, no API, no procfs ("gpulens, NVML only");
+- ``nvml-only``: no kubelet, no API, no procfs ("gpulens, NVML only"; the kubelet socket is
+  set empty, since the default one loads the kubelet client even where no kubelet answers);
 - ``kubelet``: pointed at a real gRPC PodResources server (one pod holding every GPU that
   ``nvidia-smi -L`` lists), so the kubelet client is loaded and refreshed during the run;
 - ``full-chain``: the chart's whole attribution chain ("gpulens, full chain"): a gRPC kubelet
@@ -375,6 +376,8 @@ def main() -> None:
                 chain = stack.enter_context(gpu_chain(args.pods, dry, load.pid if load else None))
                 flags = (*flags, *chain.flags)
                 envs[config] = chain.env
+            else:
+                flags = (*flags, "--kubernetes.podresources-socket=")  # else the default socket's client loads
             command = " ".join([args.ours, "--web.listen-address", f"127.0.0.1:{port}", *map(shlex.quote, flags)])
             ours[config] = Exporter(CONFIG_LABELS[config], command, f"http://127.0.0.1:{port}/metrics")
         everyone = [*ours.values(), peer]
