@@ -59,7 +59,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from tests.support.procstat import rss_bytes
+from tests.support.procstat import cpu_seconds, rss_bytes
 
 if TYPE_CHECKING:
     from tests.fakes.kube_api_server import KubeApiEmulator
@@ -648,13 +648,15 @@ def _within(path: Path, folder: Path) -> bool:
 class Reading:
     """One exporter run: RSS after the settle time and its peak since start (``VmHWM``), bytes;
     ``gpulens_stage_success`` and the series of pods' GPU allocations and of their measured GPU
-    memory (from the processes' cgroups) in the last scrape."""
+    memory (from the processes' cgroups) in the last scrape; CPU seconds it took to get ready
+    (start-up: imports, compiling, first cycle)."""
 
     rss: int
     peak: int
     stages: Mapping[str, float]
     allocations: int
     usages: int
+    ready_cpu_s: float = 0.0
 
 
 def _free_port() -> int:
@@ -713,6 +715,7 @@ def measure(
         proc = subprocess.Popen(argv, cwd=source, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         try:
             _wait_ready(proc, port, log)
+            ready_cpu = cpu_seconds(proc.pid)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 if tick is not None:
@@ -726,6 +729,7 @@ def measure(
                 stage_success(body),
                 series_count(body, b"gpulens_pod_gpu_allocation"),
                 series_count(body, b"gpulens_pod_gpu_memory_used_bytes"),
+                ready_cpu,
             )
         finally:
             _stop(proc)
@@ -794,6 +798,7 @@ class Result:
     stages: Mapping[str, float]
     allocations: int
     usages: int
+    ready_cpu_s: float
     command: str
 
 
@@ -831,6 +836,7 @@ def run_config(
         stages=dict(readings[-1].stages),
         allocations=readings[-1].allocations,
         usages=readings[-1].usages,
+        ready_cpu_s=round(statistics.median(r.ready_cpu_s for r in readings), 2),
         command=command,
     )
 
@@ -862,8 +868,9 @@ def configs(chains: Sequence[str], pods: Sequence[int]) -> list[Config]:
 def table(results: Sequence[Result]) -> str:
     """The results as a Markdown table (MiB of 2^20 bytes)."""
     lines = [
-        "| configuration | pods | .pyc | RSS (MiB) | peak RSS (MiB) | runs: RSS / peak (MiB) | chain stages |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | pods | .pyc | RSS (MiB) | peak RSS (MiB) | CPU to ready (s) | runs: RSS / peak (MiB) "
+        "| chain stages |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         runs = ", ".join(f"{a} / {b}" for a, b in zip(r.rss_mib_runs, r.peak_mib_runs, strict=True))
@@ -872,7 +879,9 @@ def table(results: Sequence[Result]) -> str:
         else:
             stages = " ".join(f"{s} {r.stages[s]:g}" for s in CHAIN_STAGES if s in r.stages) or "-"
         pods = "-" if r.pods is None else str(r.pods)
-        lines.append(f"| {r.config} | {pods} | {r.bytecode} | {r.rss_mib} | {r.peak_mib} | {runs} | {stages} |")
+        lines.append(
+            f"| {r.config} | {pods} | {r.bytecode} | {r.rss_mib} | {r.peak_mib} | {r.ready_cpu_s} | {runs} | {stages} |"
+        )
     return "\n".join(lines)
 
 
