@@ -1,13 +1,16 @@
-"""A budget of new connections per client address, so one address cannot keep the front busy.
+"""A budget of misbehaving connections per client address, so one address cannot keep the front
+busy.
 
 Every new connection costs the event loop work before it can be judged: an accept, a request
 parsed, a reply started.  A client that reconnects as fast as it is dropped (unread replies,
-plaintext on the TLS port, ffdhe ClientHellos) turns that into a loop at full CPU, and every
-scraper's connection waits in the kernel's accept queue behind it.  So each client address (an
-IPv4 address or an IPv6 /64, ``exporter.login.client_lane``) gets a token bucket of new
-connections; a connection beyond it is closed at once (with a reset), before any parsing.
-Prometheus opens one connection per target and keeps it; a kubelet probe opens one every few
-seconds: both stay far below the rate.
+plaintext on the TLS port, ffdhe ClientHellos, heads that never end) turns that into a loop at
+full CPU, and every scraper's connection waits in the kernel's accept queue behind it.  So each
+client address (an IPv4 address or an IPv6 /64, ``exporter.login.client_lane``) has a token
+bucket, and each of its connections that ends badly - closed at a deadline, evicted, reset for
+not reading, a failed TLS handshake, a malformed request - takes a token (``charge``).  While
+the bucket is empty, the address' new connections are reset at once, before any parsing.
+Connections that end well cost nothing: a client scraping as fast as it can, one connection per
+scrape, is never refused.
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ from collections.abc import Callable
 
 from exporter.login import client_lane
 
-RATE_PER_SECOND = 50.0
-"""New connections per second one address may open, on average."""
+RATE_PER_SECOND = 20.0
+"""Connections per second one address may end badly, on average."""
 BURST = 100.0
-"""New connections one address may open at once (the bucket's size)."""
+"""Connections one address may end badly in a burst (the bucket's size)."""
 MAX_ADDRESSES = 4096
 """Addresses remembered; the least recently seen is forgotten beyond (it starts with a full bucket)."""
 
 
 class ConnectionBudget:
-    """Token buckets of new connections per client lane; ``admit(address)`` on each accept."""
+    """Token buckets per client lane: ``admit(address)`` on each accept, ``charge(address)``
+    when one of its connections ends badly."""
 
     def __init__(
         self,
@@ -44,16 +48,28 @@ class ConnectionBudget:
         self.refused = 0
         """Connections refused because their address had spent its budget."""
 
-    def admit(self, address: str) -> bool:
-        """Take one token from ``address``' bucket; False when it is empty."""
-        lane = client_lane(address)
-        now = self._clock()
+    def _tokens(self, lane: str, now: float) -> float:
         tokens, last = self._buckets.pop(lane, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        ok = tokens >= 1.0
-        self._buckets[lane] = (tokens - 1.0 if ok else tokens, now)
+        return min(self.burst, tokens + (now - last) * self.rate)
+
+    def _store(self, lane: str, tokens: float, now: float) -> None:
+        self._buckets[lane] = (tokens, now)
         if len(self._buckets) > self.max_addresses:
             self._buckets.popitem(last=False)
-        if not ok:
+
+    def admit(self, address: str) -> bool:
+        """Whether ``address`` may open a connection now (its bucket holds a token)."""
+        lane = client_lane(address)
+        now = self._clock()
+        tokens = self._tokens(lane, now)
+        self._store(lane, tokens, now)
+        if tokens < 1.0:
             self.refused += 1
-        return ok
+            return False
+        return True
+
+    def charge(self, address: str) -> None:
+        """One of ``address``' connections ended badly: take a token."""
+        lane = client_lane(address)
+        now = self._clock()
+        self._store(lane, max(0.0, self._tokens(lane, now) - 1.0), now)

@@ -149,7 +149,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.tls = TlsSession(tls)
             except (ssl.SSLError, OSError) as exc:
                 log.warning("cannot start a TLS session: %s", exc)
-                self.close()
+                self.close(charge=False)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         # One small buffer shared by every connection (the loop consumes it before the next
@@ -227,10 +227,13 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport.get_write_buffer_size() + kernel_unsent(self.sock)
 
     # --- helpers ---
-    def close(self) -> None:
+    def close(self, charge: bool = True) -> None:
         """Drop the connection now (deadline, eviction, stall, shutdown), and with it whatever the
-        kernel still holds for the client."""
+        kernel still holds for the client; ``charge``: the client misbehaved (its address'
+        budget pays; not at shutdown)."""
         if not self.closed:
+            if charge:
+                self.server.budget.charge(self.peer)
             self.closed = True
             self.server.forget(self)
             if self.sock is not None:
@@ -240,10 +243,12 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.abort()
             self.resume_writing()
 
-    def _arm(self, seconds: float) -> None:
+    def _arm(self, seconds: float, charge: bool = True) -> None:
+        """Close the connection in ``seconds`` (the head deadline: charged; the keep-alive idle
+        limit: ``charge`` False, an idle scraper is no misbehaviour)."""
         if self.timer is not None:
             self.timer.cancel()
-        self.timer = self.server.loop.call_later(seconds, self.close)
+        self.timer = self.server.loop.call_later(seconds, self.close, charge)
 
     def _disarm(self) -> None:
         if self.timer is not None:
@@ -276,8 +281,11 @@ class Connection(asyncio.BufferedProtocol):
             if out:
                 self.transport.write(out)
 
-    def finish(self, *chunks: bytes) -> None:
-        """Send a last short reply and close once it is flushed."""
+    def finish(self, *chunks: bytes, charge: bool = True) -> None:
+        """Send a last short error reply and close once it is flushed; ``charge``: the request
+        was malformed (its address' budget pays)."""
+        if charge:
+            self.server.budget.charge(self.peer)
         self.busy = True
         self._disarm()
         self.server.place(self, None)
@@ -322,7 +330,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         future = self.server.handshake(tls)
         if future is None:  # too many handshakes waiting: shed this one
-            self.close()
+            self.close(charge=False)
             return
         tls.stepping = True
         self.transport.pause_reading()
@@ -338,6 +346,7 @@ class Connection(asyncio.BufferedProtocol):
         self._flush_tls()  # handshake messages, or the alert that ends a failed handshake
         if error is not None:
             log.debug("TLS handshake failed: %s", error)
+            self.server.budget.charge(self.peer)
             self.busy = True
             self._disarm()
             self.server.place(self, None)
@@ -393,14 +402,15 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.pause_reading()
             self.task = self.server.loop.create_task(self._answer(event))
             return
-        self.close()  # ConnectionClosed, or data after the peer's end of stream
+        # the client closed between requests (free), or sent data after its end of stream
+        self.close(charge=not isinstance(event, h11.ConnectionClosed))
 
     async def _answer(self, request: Any) -> None:
         try:
             response = await self.server.respond(request, self.peer)
         except Exception:
             log.exception("request failed")
-            self.finish(raw_error(500, "Internal Server Error"))
+            self.finish(raw_error(500, "Internal Server Error"), charge=False)
             return
         if self.closed:
             return
@@ -441,7 +451,7 @@ class Connection(asyncio.BufferedProtocol):
         self.pipelined = 0 if self.idle else self.pipelined + 1
         self.server.place(self, _idle_tier(self.replies) if self.idle else TIER_SUSPECT)
         limits = self.server.limits
-        self._arm(limits.keepalive_idle if self.idle else limits.request_deadline)
+        self._arm(limits.keepalive_idle if self.idle else limits.request_deadline, charge=not self.idle)
         assert self.transport is not None
         self.transport.resume_reading()
         self._process()  # a pipelined request may already be buffered

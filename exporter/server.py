@@ -3,9 +3,11 @@
 One asyncio event loop serves every connection (exporter/http_conn.py); h11 parses HTTP/1.1.
 What any client, however slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
 
-- new connections: each client address may open ``Limits.new_connections_per_second`` on
-  average (bursts of ``new_connections_burst``); beyond, a connection is reset before it is
-  read (exporter/admission.py).
+- misbehaving clients: each connection of a client address that ends badly (a deadline, an
+  eviction, a reset for not reading, a failed TLS handshake, a malformed request) takes a token
+  from that address' bucket (``Limits.bad_endings_per_second``, bursts of
+  ``bad_endings_burst``); while it is empty the address' new connections are reset before they
+  are read (exporter/admission.py).
 - connections: at most ``Limits.max_connections`` open at once.  A new connection over the cap
   closes another, in this order: one that has not completed a request or has stopped reading its
   reply (oldest first), then kept-alive idle ones that have delivered the fewest replies (a
@@ -103,8 +105,8 @@ class Limits:
     write_deadline: float = 30.0
     max_stalled: int = 32
     max_handshakes: int = 64
-    new_connections_per_second: float = RATE_PER_SECOND
-    new_connections_burst: float = BURST
+    bad_endings_per_second: float = RATE_PER_SECOND
+    bad_endings_burst: float = BURST
 
 
 Body = bytes | Sequence[bytes | memoryview]
@@ -237,7 +239,7 @@ class MetricsServer:
         self.loop = asyncio.new_event_loop()
         self._logins = LoginScheduler(self._auth, self._auth_pool, self.loop) if self._auth is not None else None
         self._conns: dict[int, Connection] = {}
-        self.budget = ConnectionBudget(self.limits.new_connections_per_second, self.limits.new_connections_burst)
+        self.budget = ConnectionBudget(self.limits.bad_endings_per_second, self.limits.bad_endings_burst)
         self._tiers: list[OrderedDict[int, Connection]] = [OrderedDict() for _ in range(TIER_IDLE_TRUSTED + 1)]
         self._stalled: OrderedDict[int, Connection] = OrderedDict()
         self._unconfirmed: dict[int, Connection] = {}
@@ -311,7 +313,7 @@ class MetricsServer:
         if self._server is not None:
             self._server.close()
         for conn in list(self._conns.values()):
-            conn.close()
+            conn.close(charge=False)
         self._conns.clear()
         for tier in self._tiers:
             tier.clear()

@@ -262,8 +262,12 @@ def test_plaintext_on_the_tls_port_is_refused_and_bursts_trim_the_heap(tmp_path:
     """Clients sending a plaintext head to the TLS port, again and again: each is refused, and
     after the burst the C heap is trimmed (before: only every 5 minutes, so 564 MB stayed)."""
     with serving(_tls_config(tmp_path, ca)) as server:
-        for _ in range(150):
-            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        for _ in range(150):  # from another address: these use up 127.0.0.2's budget, not the scraper's
+            other = ("127.0.0.2", 0)
+            with (
+                socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=other) as s,
+                contextlib.suppress(OSError),
+            ):
                 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         deadline = time.monotonic() + 5
         while server.trims == 0 and time.monotonic() < deadline:
@@ -278,23 +282,32 @@ def test_plaintext_on_the_tls_port_is_refused_and_bursts_trim_the_heap(tmp_path:
 # --- new connections per address --------------------------------------------------------------
 
 
-def test_an_address_that_reconnects_without_pause_is_reset_while_another_is_served() -> None:
-    """Before, every new connection was accepted and read, so one client reconnecting as fast
-    as it was dropped kept the loop busy and every scraper's connection queued behind it."""
-    with big_page_server(Limits(new_connections_per_second=5, new_connections_burst=10)) as server:
-        reset = 0
-        for _ in range(40):
-            with socket.socket() as s:
-                s.bind(("127.0.0.2", 0))
-                s.settimeout(5)
-                s.connect(("127.0.0.1", server.port))
-                try:
-                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                    answered = s.recv(64).startswith(b"HTTP/1.1 200")
-                except OSError:
-                    answered = False
-                reset += not answered
-        assert reset >= 25 and server.budget.refused >= 25
+def _request_from(source: str, port: int, request: bytes) -> bool:
+    """Whether a connection from ``source`` sending ``request`` got any HTTP reply."""
+    with socket.socket() as s:
+        s.bind((source, 0))
+        s.settimeout(5)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.sendall(request)
+            return s.recv(64).startswith(b"HTTP/1.1 ")
+        except OSError:
+            return False
+
+
+def test_an_address_whose_connections_misbehave_is_reset_while_another_is_served() -> None:
+    """Before, every new connection was accepted and read, so a client reconnecting as fast as it
+    was dropped kept the loop busy and every scraper's connection queued behind it.  Now each
+    connection that ends badly costs its address a token; an address without tokens is reset at
+    once.  Connections that end well cost nothing."""
+    limits = Limits(bad_endings_per_second=1, bad_endings_burst=10)
+    with big_page_server(limits) as server:
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        assert all(_request_from("127.0.0.2", server.port, healthz) for _ in range(30)), "good ones are free"
+        answered = [_request_from("127.0.0.2", server.port, b"NOT HTTP\r\n\r\n") for _ in range(40)]
+        assert answered[:10] == [True] * 10 and not any(answered[12:]), answered
+        assert server.budget.refused >= 25
+        assert not _request_from("127.0.0.2", server.port, healthz)  # until it earns tokens back
         assert _scrape(server.port) == 200  # 127.0.0.1 has its own budget
 
 
@@ -303,9 +316,14 @@ def test_the_connection_budget_refills_at_its_rate() -> None:
 
     now = [0.0]
     budget = ConnectionBudget(rate=2.0, burst=3.0, max_addresses=2, clock=lambda: now[0])
-    assert [budget.admit("10.0.0.1") for _ in range(4)] == [True, True, True, False]
+    for _ in range(3):
+        assert budget.admit("10.0.0.1")
+        budget.charge("10.0.0.1")
+    assert not budget.admit("10.0.0.1")
     now[0] += 0.5  # one token back
-    assert budget.admit("10.0.0.1") and not budget.admit("10.0.0.1")
+    assert budget.admit("10.0.0.1")
+    budget.charge("10.0.0.1")
+    assert not budget.admit("10.0.0.1")
     assert budget.admit("::ffff:10.0.0.2")  # another lane, full bucket
     assert budget.admit("10.0.0.3") and budget.admit("10.0.0.1"), "forgotten beyond max_addresses: a full bucket"
 
