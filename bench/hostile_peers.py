@@ -43,9 +43,9 @@ NODE = "gpu-node-1"
 
 KUBELET_HUGE_BYTES = 30 * MiB
 """A ``List`` reply of small pods, each with one GPU: about 300,000 pods."""
-KUBELET_BIG_BYTES = 16 * MiB - 64 * 1024
+KUBELET_BIG_BYTES = 8 * MiB - 64 * 1024
 """Just under the exporter's reply cap (``exporter.attribution.podresources.MAX_MESSAGE_BYTES``,
-16 MiB): accepted, so its decoding must fit in the refresh's deadline."""
+8 MiB): accepted, so its decoding must fit in the refresh's deadline and the chart's memory."""
 API_HUGE_LIST_BYTES = 200_000_000
 """A pod list that ignores ``limit``, streamed with its Content-Length."""
 

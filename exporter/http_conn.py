@@ -45,6 +45,10 @@ SEND_BUFFER_BYTES = 32 * 1024
 """SO_SNDBUF asked for each connection; Linux doubles it for its bookkeeping, so a client that
 stops reading leaves at most 64 KiB in kernel memory (which a cgroup v2 memory limit counts).
 At 64 KiB a 0.5 ms round trip still carries 128 MB/s; a gzipped page is tens of KiB."""
+RECV_BUFFER_BYTES = 16 * 1024
+"""SO_RCVBUF of each connection (doubled by Linux): a request head is at most 16 KiB and a body
+is never read, so a client pushing bytes the server does not read leaves at most 32 KiB in
+kernel memory."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
 """SO_LINGER on with a 0 s timeout: close() resets the connection and drops its unsent bytes
 instead of leaving them queued in the kernel behind a client that never reads."""
@@ -140,6 +144,7 @@ class Connection(asyncio.BufferedProtocol):
             self.sock = sock
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER_BYTES)
         transport.set_write_buffer_limits(high=0)  # pause_writing as soon as the kernel refuses bytes
         server.place(self, TIER_SUSPECT)
         self._arm(server.limits.request_deadline)
@@ -434,6 +439,8 @@ class Connection(asyncio.BufferedProtocol):
         )
         if closing:
             headers.append(("Connection", "close"))
+        if self.pipelined >= MAX_PIPELINED:  # no scraper pipelines: its address' budget pays
+            self.server.budget.charge(self.peer)
         reason = HTTPStatus(response.status).phrase.encode()
         self._put(h.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b"")
         if request.method != b"HEAD" and length and not await self._send_body(response.body):

@@ -21,7 +21,7 @@ import pytest
 from exporter.attribution import podresources_wire
 from exporter.attribution.grpc_unary import RpcError, StatusCode
 from exporter.attribution.kube_http import KubeClient, endpoint_for
-from exporter.attribution.kubeapi import ApiBounds, BoundExceeded, KubePodSource, LineReader
+from exporter.attribution.kubeapi import MAX_LIST_PAGE_BYTES, ApiBounds, BoundExceeded, KubePodSource, LineReader
 from exporter.attribution.podresources import LIST, MAX_MESSAGE_BYTES, PodResourcesClient, PodResourcesSource
 from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, list_reply
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
@@ -42,7 +42,7 @@ def kubelet() -> Iterator[FakeKubelet]:
 def test_a_reply_over_the_cap_is_refused_at_its_length_prefix(kubelet: FakeKubelet) -> None:
     kubelet.raw_list = small_pods_reply(17 * MiB)
     size = len(kubelet.raw_list)
-    assert MAX_MESSAGE_BYTES == 16 * MiB < size
+    assert MAX_MESSAGE_BYTES == 8 * MiB < size
     client = PodResourcesClient(kubelet.socket_path, timeout_seconds=60)
     with client.connect() as conn:
         with pytest.raises(RpcError) as info:
@@ -277,7 +277,7 @@ def test_a_huge_list_is_refused_from_its_content_length_unread(api: KubeApiEmula
     with watching(api) as source:
         assert wait_for(lambda: source.last_error is not None), "the stage fails"
         error = source.last_error or ""
-        assert "(Content-Length) exceeds the cap of 16777216 bytes" in error, error
+        assert f"(Content-Length) exceeds the cap of {MAX_LIST_PAGE_BYTES} bytes" in error, error
         assert not source.latest()[1].success
 
 

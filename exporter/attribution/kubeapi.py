@@ -56,15 +56,18 @@ at 1 Gbit/s and 1.2 s at 10 Mbit/s; a line still unfinished after 10 s means a p
 bytes (or a connection retransmitting for 10 s, as good as dead).  The stage reads failed from
 then on, and the watch is dropped when the next byte comes.  10 s is also the kubelet refresh
 period: no attribution input is older than that unnoticed."""
-LIST_PAGE_LIMIT = 250
-"""Pods asked per list page (``limit``): a node at the Kubernetes default of 110 pods, or at 250,
-the most large platforms allow, lists in one page."""
-MAX_LIST_PAGE_BYTES = 16 * 1024 * 1024
-"""Largest list page accepted, bytes: 250 pods of 64 KiB each, 3-8x a typical pod with its
-``managedFields`` (8-20 KiB).  It also holds a whole node's list from a server that ignores
-``limit`` (110 such pods are about 2 MiB).  A page announced larger (Content-Length) is refused
-unread; one without a length is refused once this much arrived without its end."""
-MAX_LIST_PAGES = 40
+LIST_PAGE_LIMIT = 100
+"""Pods asked per list page (``limit``): a node at the Kubernetes default of 110 pods lists in
+two pages; each page is decoded on its own, so a page's JSON objects (several times its bytes)
+are what the list costs in memory at once."""
+MAX_LIST_PAGE_BYTES = 4 * 1024 * 1024
+"""Largest list page accepted, bytes: 100 pods of 40 KiB each, 2-5x a typical pod with its
+``managedFields`` (8-20 KiB), and a page whose decoding stays well inside the chart's 128 Mi
+(JSON objects take several times the bytes they came in).  A page announced larger
+(Content-Length) is refused unread; one without a length is refused once this much arrived
+without its end.  A server that ignores ``limit`` on a node of 110 such pods (about 2 MiB) still
+fits."""
+MAX_LIST_PAGES = 100
 """Most pages one list may take: 10,000 pods of one node, 40x the most a node runs."""
 LIST_PAGE_SECONDS = 60.0
 """Longest one page may take to arrive whole, seconds (a trickled page fails like a large one)."""

@@ -28,18 +28,18 @@ from exporter.model import ContainerDevices, StageResult
 log = logging.getLogger(__name__)
 
 STAGE = stages.PODRESOURCES
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """Largest reply message accepted, bytes; a reply whose length prefix says more is refused
 before any of it is kept (``RESOURCE_EXHAUSTED``), so a refresh holds at most this much.
 
 gRPC's default of 4 MiB is too small: 1,000 pods whose containers hold SR-IOV virtual functions
 and CPU lists make a 5 MiB ``List`` (``tests/test_attribution_podresources.py``), and a node's
-``List`` names every pod on it, GPU or not.  16 MiB is the limit the Kubernetes project gives its
-own PodResources clients (``defaultPodResourcesMaxSize`` in the node e2e tests, copied by the
-device plugins and CNI plugins that read this socket): about 3x that 1,000-pod node, 10x a node
-at the default 110-pod limit with the same heavy pods.  Anything larger is not a kubelet we
-know of; decoding 16 MiB of small GPU pods (164,000 of them) takes about 1.5 s here and
-54 MiB of Python objects, and the refresh's deadline bounds the time whatever the machine."""
+``List`` names every pod on it, GPU or not.  The Kubernetes project gives its own PodResources
+clients 16 MiB (``defaultPodResourcesMaxSize`` in the node e2e tests), but decoding that much is
+what the chart's 128 Mi limit cannot hold: 16 MiB of small GPU pods (164,000 of them) took the
+exporter from 99 to 178 MB in ``bench/hostile.py``'s ``kubelet-big``.  8 MiB still holds 1.6x
+that 1,000-pod node and 16x a node at the default 110-pod limit with the same heavy pods, and
+its decoding peaks near half of that; the refresh's deadline bounds the time."""
 LIST = "/v1.PodResourcesLister/List"
 ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
 EMPTY_REQUEST = b""
