@@ -59,6 +59,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from exporter.attribution import stages as stage_names
 from tests.support.procstat import cpu_seconds, rss_bytes
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ is down."""
 CHAIN_CONFIGS = {"none": "sim, no probes", "kubelet": "sim, no probes, kubelet socket"}
 """``--chain`` name -> label in ``CONFIGS``; ``full`` is built per run (``full_chain``)."""
 FULL_LABEL = "sim, no probes, full chain"
-CHAIN_STAGES = ("podresources", "kube_api", "cgroup")
+CHAIN_STAGES = (stage_names.PODRESOURCES, stage_names.KUBE_API, stage_names.CGROUP)
 """The attribution stages of the full chain (``gpulens_stage_success``)."""
 NO_IN_CLUSTER = {"NODE_NAME": "", "GPULENS_KUBERNETES_NODE_NAME": "", "KUBERNETES_SERVICE_HOST": ""}
 """Environment that keeps the exporter from taking this machine for a pod (the kubeconfig is used)."""

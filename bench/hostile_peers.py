@@ -31,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.attribution import stages as stage_names
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, small_pods_reply
 from tests.support.net import free_port
@@ -214,7 +215,10 @@ def table(runs: list[Run]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        cells = [f"{r.failing[s]}/{r.scrapes}" if s in r.failing else "-" for s in ("podresources", "kube_api")]
+        cells = [
+            f"{r.failing[s]}/{r.scrapes}" if s in r.failing else "-"
+            for s in (stage_names.PODRESOURCES, stage_names.KUBE_API)
+        ]
         lines.append(
             f"| {r.attack} | {r.ready_s:.1f} | {r.rss_ready_mb:.1f} | {r.rss_peak_mb:.1f} | {r.rss_end_mb:.1f} "
             f"| {r.cpu_s:.1f} | {cells[0]} | {cells[1]} |"

@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exporter.attribution import stages as stage_names
 from tests.support.procstat import cpu_seconds, rss_bytes
 
 if TYPE_CHECKING:
@@ -300,7 +301,10 @@ def chain_broken(health: dict[str, object], config: str) -> str | None:
     """Why a configuration's attribution did not work in the run, or None."""
     stages = health["stages"]
     assert isinstance(stages, dict)
-    wanted = {"kubelet": ("podresources",), "full-chain": ("podresources", "kube_api", "cgroup")}.get(config, ())
+    wanted = {
+        "kubelet": (stage_names.PODRESOURCES,),
+        "full-chain": (stage_names.PODRESOURCES, stage_names.KUBE_API, stage_names.CGROUP),
+    }.get(config, ())
     failed = [s for s in wanted if stages.get(s) != 1.0]
     if failed:
         return f"stages {', '.join(failed)} not 1 at the end"
