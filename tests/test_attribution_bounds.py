@@ -12,7 +12,7 @@ import threading
 import time
 import types
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,12 +20,12 @@ import pytest
 
 from exporter.attribution import podresources_wire
 from exporter.attribution.grpc_unary import RpcError, StatusCode
-from exporter.attribution.kube_http import KubeClient, endpoint_for
 from exporter.attribution.kubeapi import MAX_LIST_PAGE_BYTES, ApiBounds, BoundExceeded, KubePodSource, LineReader
 from exporter.attribution.podresources import LIST, MAX_MESSAGE_BYTES, PodResourcesClient, PodResourcesSource
 from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, list_reply
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, PrefixPeer, small_pods_reply
+from tests.support.kube import client_factory, wait_for
 
 MiB = 1024 * 1024
 
@@ -127,19 +127,6 @@ def test_names_that_repeat_across_pods_are_one_string_each() -> None:
 # --- the Kubernetes API ----------------------------------------------------------------------------
 
 NODE = "gpu-node-1"
-
-
-def client_factory(url: str) -> Callable[[], KubeClient]:
-    return lambda: KubeClient(endpoint_for(url))
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture

@@ -5,36 +5,23 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from exporter.attribution import kube_http, kubeapi
-from exporter.attribution.kube_http import KubeClient, endpoint_for
 from exporter.attribution.kubeapi import KubePodSource, owner_of
 from exporter.attribution.pipeline import PipelineAttributor
 from exporter.attribution.podresources import PodResourcesSource
 from exporter.model import BackendSample, GpuSample, LeafSample
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, pod
+from tests.support.kube import client_factory, wait_for
 
 NODE = "gpu-node-1"
 U0 = "GPU-00000000-1111-2222-3333-444444444444"
-
-
-def client_factory(url: str) -> Callable[[], KubeClient]:
-    return lambda: KubeClient(endpoint_for(url))
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture
