@@ -64,6 +64,7 @@ from bench.hostile_attacks import (
     scraper_main,
 )
 from tests.support.net import free_port
+from tests.support.process import stop
 from tests.support.procstat import open_fds, rss_bytes, thread_count
 
 REPO = Path(__file__).resolve().parents[1]
@@ -390,13 +391,7 @@ def _process(argv: list[str], log: Path, env: dict[str, str], cwd: Path) -> Iter
         try:
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc)
 
 
 def log_path(attack: str, exporter: str) -> Path:

@@ -51,10 +51,15 @@ def managed_process(
                 raise RuntimeError(f"{argv[0]} did not become ready at {ready_url}:\n{tail}") from None
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], grace_seconds: float = 10.0) -> None:
+    """End ``proc`` if it still runs: SIGTERM, then SIGKILL after ``grace_seconds``; reaps it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
