@@ -13,8 +13,6 @@ from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-
 from exporter import __version__
 from exporter.backends.base import GpuBackend
 from exporter.collector import CachedExposition, SnapshotCollector
@@ -155,7 +153,6 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         classifier=make_classifier(cfg),
         probes=make_probes(cfg, simulation),
     )
-    registry = CollectorRegistry(auto_describe=True)
     checks: dict[str, Callable[[Snapshot], bool]] = {}
     tails: list[Callable[[Snapshot, bool], bytes]] = []
     if cfg.compat_dcgm:
@@ -164,12 +161,10 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         compat = DcgmCompatRenderer(default_hostname(cfg.node_name))
         checks["compat_dcgm"] = compat.ok
         tails.append(compat.text)
-    registry.register(
-        SnapshotCollector(
-            sampler.latest, version=__version__, backend=backend.name, include_age=False, render_checks=checks
-        )
+    collector = SnapshotCollector(
+        sampler.latest, version=__version__, backend=backend.name, include_age=False, render_checks=checks
     )
-    return sampler, CachedExposition(registry, sampler.latest, tails=tails), backend
+    return sampler, CachedExposition(collector, sampler.latest, tails=tails), backend
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,15 +16,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter import metrics as cat
+from exporter.exposition import Encoder, Family
 from exporter.model import Snapshot
-from exporter.negotiate import exposition_accept
+from exporter.negotiate import OPENMETRICS_ACCEPT, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, exposition_accept
 from exporter.scopes import EXPORTER, Frame, LabelValues
 
 log = logging.getLogger(__name__)
@@ -44,35 +43,53 @@ def _ok(value: float | None) -> bool:
     return value is not None and not (isinstance(value, float) and not math.isfinite(value))
 
 
-def render_family(spec: cat.MetricSpec, instances: Sequence[tuple[LabelValues, Any]]) -> Metric | None:
-    """The family of ``spec`` over its scope's instances, or ``None`` when it has no sample.
+def family_samples(
+    spec: cat.MetricSpec, instances: Sequence[tuple[LabelValues, Any]]
+) -> list[tuple[LabelValues, float]]:
+    """The samples of ``spec`` over its scope's instances: full label values and the reading.
 
-    Every sample's label values are checked against the entry's label names: prometheus_client
-    would silently drop or truncate a mismatched sample, so a mismatch raises ``LabelMismatch``
-    naming the family (the caller drops that family alone)."""
-    fam = None
+    Missing readings (``None``, NaN, infinities) are left out. Every sample's label values are
+    checked against the entry's label names: prometheus_client would silently drop or truncate a
+    mismatched sample, so a mismatch raises ``LabelMismatch`` naming the family (the caller drops
+    that family alone)."""
+    out: list[tuple[LabelValues, float]] = []
     width = len(spec.labels)
     for scope_values, view in instances:
         for own_values, value in spec.read(view):
             if not _ok(value):
                 continue
-            values = (*scope_values, *own_values)
+            values = (*scope_values, *own_values) if own_values else scope_values
             if len(values) != width:
                 raise LabelMismatch(f"{spec.name}: label values {values} do not match labels {spec.labels}")
-            if fam is None:
-                fam = _family(spec)
-            fam.add_metric(values, float(value))  # type: ignore[arg-type]
+            out.append((values, float(value)))  # type: ignore[arg-type]
+    return out
+
+
+def render_family(spec: cat.MetricSpec, instances: Sequence[tuple[LabelValues, Any]]) -> Metric | None:
+    """The prometheus_client family of ``spec`` over its scope's instances, or ``None`` when it
+    has no sample (see ``family_samples``)."""
+    return _as_family(spec, family_samples(spec, instances))
+
+
+def _as_family(spec: cat.MetricSpec, samples: Sequence[tuple[LabelValues, float]]) -> Metric | None:
+    if not samples:
+        return None
+    fam = _family(spec)
+    for values, value in samples:
+        fam.add_metric(values, value)
     return fam
 
 
-def render(catalogue: Sequence[cat.MetricSpec], frame: Frame) -> list[Metric]:
-    """Every family of ``catalogue`` with samples in ``frame``, in catalogue order.
+def collect_samples(
+    catalogue: Sequence[cat.MetricSpec], frame: Frame
+) -> list[tuple[cat.MetricSpec, list[tuple[LabelValues, float]]]]:
+    """Every entry of ``catalogue`` with samples in ``frame``, in catalogue order, with its samples.
 
     One loop for every entry: its scope is walked (once per scope, shared by its entries) and the
     entry reads its samples from each instance.  An entry that raises drops only its own family,
     is logged, and shows as ``gpulens_stage_success{stage="render_<name>"} 0``; the exporter's own
-    series render last so they can report it."""
-    families: dict[str, Metric] = {}
+    series are read last so they can report it."""
+    found: dict[str, list[tuple[LabelValues, float]]] = {}
     walked: dict[str, list[tuple[LabelValues, Any]]] = {}
     failed: list[str] = []
 
@@ -81,13 +98,13 @@ def render(catalogue: Sequence[cat.MetricSpec], frame: Frame) -> list[Metric]:
             instances = walked.get(spec.scope.name)
             if instances is None:
                 instances = walked[spec.scope.name] = list(spec.scope.walk(frame))
-            fam = render_family(spec, instances)
+            samples = family_samples(spec, instances)
         except Exception:
             log.exception("rendering %s failed; only this family is dropped", spec.name)
             failed.append(spec.name)
             return
-        if fam is not None:
-            families[spec.name] = fam
+        if samples:
+            found[spec.name] = samples
 
     for spec in catalogue:
         if spec.scope is not EXPORTER:
@@ -96,7 +113,17 @@ def render(catalogue: Sequence[cat.MetricSpec], frame: Frame) -> list[Metric]:
     for spec in catalogue:
         if spec.scope is EXPORTER:
             one(spec, frame)
-    return [families[spec.name] for spec in catalogue if spec.name in families]
+    return [(spec, found[spec.name]) for spec in catalogue if spec.name in found]
+
+
+def render(catalogue: Sequence[cat.MetricSpec], frame: Frame) -> list[Metric]:
+    """Every family of ``catalogue`` with samples in ``frame`` as prometheus_client families."""
+    out = []
+    for spec, samples in collect_samples(catalogue, frame):
+        fam = _as_family(spec, samples)
+        if fam is not None:
+            out.append(fam)
+    return out
 
 
 class SnapshotCollector(Collector):
@@ -129,17 +156,33 @@ class SnapshotCollector(Collector):
         self._backend = backend
         self._wall = wall
         self._catalogue = tuple(catalogue)
+        self._families = {spec.name: Family(spec.name, spec.type, spec.help, spec.labels) for spec in self._catalogue}
+        self._encoder = Encoder()
 
     def describe(self) -> Iterable[Metric]:
         """Empty families named after the catalogue (lets the registry check name clashes)."""
         return [_family(spec) for spec in self._catalogue]
 
     def collect(self) -> Iterable[Metric]:
-        """Render the newest snapshot."""
+        """Render the newest snapshot as prometheus_client families."""
+        out = []
+        for spec, samples in self._samples():
+            fam = _as_family(spec, samples)
+            if fam is not None:
+                out.append(fam)
+        return out
+
+    def exposition(self, openmetrics: bool) -> str:
+        """The newest snapshot as exposition text (what ``generate_latest`` writes for ``collect()``,
+        without its per-sample label checks; see exporter/exposition.py)."""
+        families = ((self._families[spec.name], samples) for spec, samples in self._samples())
+        return self._encoder.encode(families, openmetrics)
+
+    def _samples(self) -> list[tuple[cat.MetricSpec, list[tuple[LabelValues, float]]]]:
         snap = self._source()
         frame = Frame(snap, self._version, self._backend)
         if snap is None:
-            return render(self._catalogue, frame)
+            return collect_samples(self._catalogue, frame)
         # Blocks rendered outside this collector (``--compat.dcgm``, see CachedExposition) report
         # their health here, like a family of the catalogue.
         failed: list[str] = []
@@ -152,7 +195,7 @@ class SnapshotCollector(Collector):
             if not ok:
                 failed.append(section)
         now = self._wall() if self._include_age else None
-        return render(self._catalogue, replace(frame, now=now, failed_renders=tuple(failed)))
+        return collect_samples(self._catalogue, replace(frame, now=now, failed_renders=tuple(failed)))
 
 
 class CachedExposition:
@@ -160,20 +203,20 @@ class CachedExposition:
 
     A snapshot is immutable and changes once per interval, while Prometheus (HA pairs, several
     scrapers) may ask many times: only ``gpulens_snapshot_age_seconds`` differs between those
-    scrapes, so it is appended per request.  ``registry`` must hold a ``SnapshotCollector`` with
-    ``include_age=False``.  ``tails`` add pre-encoded families after the registry's (called with the
-    snapshot and whether the format is OpenMetrics), e.g. the DCGM-compatible block.
+    scrapes, so it is appended per request.  ``collector`` must be built with
+    ``include_age=False``.  ``tails`` add pre-encoded families after the collector's (called with
+    the snapshot and whether the format is OpenMetrics), e.g. the DCGM-compatible block.
     """
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        collector: SnapshotCollector,
         snapshot_source: Callable[[], Snapshot | None],
         wall: Callable[[], float] = time.time,
         tails: Sequence[Callable[[Snapshot, bool], bytes]] = (),
     ) -> None:
         self._tails = tuple(tails)
-        self._registry = registry
+        self._collector = collector
         self._source = snapshot_source
         self._wall = wall
         self._lock = threading.Lock()
@@ -193,7 +236,9 @@ class CachedExposition:
         part is a view of the cached body, shared by every reply in flight; only the few bytes of
         the age line are new per request (the HTTP front sends the parts without joining them, so
         a thousand unread replies do not hold a thousand copies of the page)."""
-        encoder, ctype = choose_encoder(exposition_accept(accept_header))
+        accept = exposition_accept(accept_header)
+        openmetrics = accept == OPENMETRICS_ACCEPT
+        ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         snap = self._source()
         with self._lock:
             if snap is not self._snapshot or snap is None:
@@ -201,16 +246,15 @@ class CachedExposition:
                 self._bodies = {}
             body = self._bodies.get(ctype)
             if body is None:
-                body = self._bodies[ctype] = self._encode(encoder, ctype, snap)
+                body = self._bodies[ctype] = self._encode(openmetrics, snap)
         if snap is None:
             return (body,), ctype
         return self._split_tail(body, self._age_tail(snap)), ctype
 
-    def _encode(self, encoder: Callable[[CollectorRegistry], bytes], ctype: str, snap: Snapshot | None) -> bytes:
-        openmetrics = ctype.startswith("application/openmetrics-text")
-        # The tails render first so the registry's gpulens_stage_success sees their health.
+    def _encode(self, openmetrics: bool, snap: Snapshot | None) -> bytes:
+        # The tails render first so the collector's gpulens_stage_success sees their health.
         extra = b"".join(tail(snap, openmetrics) for tail in self._tails) if snap is not None else b""
-        return self._with_tail(encoder(self._registry), extra)
+        return self._with_tail(self._collector.exposition(openmetrics).encode(), extra)
 
     @staticmethod
     def _with_tail(body: bytes, tail: bytes) -> bytes:

@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client.utils import floatToGoString
 
 from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
+from exporter.exposition import escape_label_value
 from exporter.model import NVLINK, PCIE, Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
 from exporter.scopes import GpuView, gpu_view
 
@@ -479,10 +480,6 @@ def _holders(snap: Snapshot) -> _Holders:
     return _Holders(exclusive, shared)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 class _Builder:
     """Sample lines of one snapshot by family; label sets are encoded once and cached across
     snapshots (identity and holders rarely change, values do)."""
@@ -499,7 +496,7 @@ class _Builder:
         if encoded is None:
             if len(self._cache) >= MAX_CACHED_LABEL_SETS:
                 self._cache.clear()
-            encoded = self._cache[labels] = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+            encoded = self._cache[labels] = "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels) + "}"
         self.lines.setdefault(name, []).append(f"{name}{encoded} {floatToGoString(value)}\n")
         return True
 

@@ -13,6 +13,10 @@ OPENMETRICS_ACCEPT = "application/openmetrics-text; version=1.0.0"
 """The canonical ``Accept`` value handed to the encoder for OpenMetrics."""
 TEXT_ACCEPT = "text/plain; version=0.0.4"
 """The canonical ``Accept`` value for the classic text format (the fallback)."""
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
+"""``Content-Type`` of an OpenMetrics reply (what prometheus_client names it for that ``Accept``)."""
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""``Content-Type`` of a text-format reply."""
 
 _MAX_RANGES = 32
 """Media ranges looked at per header; a longer list is cut (the fallback still applies)."""

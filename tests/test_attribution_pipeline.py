@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.attribution.pipeline import PipelineAttributor
@@ -289,9 +288,8 @@ def test_without_the_simulator_the_default_socket_is_the_real_kubelet() -> None:
 
 def _exposition(sampler: Sampler) -> CachedExposition:
     """The metrics page of ``sampler``'s snapshots, wired as ``exporter.cli.build`` wires it."""
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(sampler.latest, version="test", backend="sim", include_age=False))
-    return CachedExposition(registry, sampler.latest)
+    collector = SnapshotCollector(sampler.latest, version="test", backend="sim", include_age=False)
+    return CachedExposition(collector, sampler.latest)
 
 
 def test_until_the_kubelet_first_answers_the_sampler_runs_and_shows_no_allocation() -> None:

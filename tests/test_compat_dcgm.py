@@ -9,7 +9,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -45,10 +44,9 @@ class _Scrape:
 
     def __init__(self, snap: Snapshot, hostname: str = "node-a", openmetrics: bool = False) -> None:
         compat = DcgmCompatRenderer(hostname)
-        reg = CollectorRegistry()
-        reg.register(SnapshotCollector(lambda: snap, include_age=False, render_checks={"compat_dcgm": compat.ok}))
+        collector = SnapshotCollector(lambda: snap, include_age=False, render_checks={"compat_dcgm": compat.ok})
         accept = "application/openmetrics-text; version=1.0.0" if openmetrics else "text/plain"
-        self.text = CachedExposition(reg, lambda: snap, tails=[compat.text]).render(accept)[0].decode()
+        self.text = CachedExposition(collector, lambda: snap, tails=[compat.text]).render(accept)[0].decode()
         parse = openmetrics_families if openmetrics else text_string_to_metric_families
         self.samples = [s for fam in parse(self.text) for s in fam.samples]
 

@@ -43,6 +43,8 @@ def test_names_follow_the_conventions() -> None:
             assert f"_{m.unit}" in m.name, m.name
         assert m.help.strip(), m.name
         assert "node" not in m.labels and "hostname" not in m.labels, m.name
+        # exporter/exposition.py writes label names as they are, unchecked: they must be legal.
+        assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", label) and not label.startswith("__") for label in m.labels)
 
 
 def test_design_core_names_are_present() -> None:

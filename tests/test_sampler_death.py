@@ -56,9 +56,7 @@ def test_the_exporter_exits_1_when_the_sampling_thread_dies(monkeypatch: pytest.
     def fatal_build(cfg: object) -> tuple[Sampler, CachedExposition, ScriptedBackend]:
         backend = ScriptedBackend(healthy(1))
         sampler = Sampler(backend, _FATAL)
-        reg = CollectorRegistry()
-        reg.register(SnapshotCollector(sampler.latest, include_age=False))
-        return sampler, CachedExposition(reg, sampler.latest), backend
+        return sampler, CachedExposition(SnapshotCollector(sampler.latest, include_age=False), sampler.latest), backend
 
     monkeypatch.setattr(cli, "build", fatal_build)
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}

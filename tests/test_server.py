@@ -233,9 +233,7 @@ def test_distinct_accept_versions_keep_one_cached_body_per_format() -> None:
 
     sampler = Sampler(ScriptedBackend(healthy(2)))
     sampler.run_once()
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest, include_age=False))
-    expo = CachedExposition(reg, sampler.latest)
+    expo = CachedExposition(SnapshotCollector(sampler.latest, include_age=False), sampler.latest)
     server = MetricsServer("127.0.0.1:0", expo.render, ready=lambda: True)
     server.start()
     try:

@@ -140,8 +140,6 @@ def soak(scrapes: int, warmup: int = 3000) -> SoakResult:
     """In one process: sampler + HTTP server + scraper; pods churn every cycle and GPU 3 flaps."""
     import os
 
-    from prometheus_client import CollectorRegistry
-
     from exporter.cli import make_classifier
     from exporter.collector import CachedExposition, SnapshotCollector
     from exporter.config import parse_config
@@ -156,9 +154,8 @@ def soak(scrapes: int, warmup: int = 3000) -> SoakResult:
         attributor=ChurningAttributor(),
         classifier=make_classifier(cfg),
     )
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest, include_age=False))
-    server = MetricsServer("127.0.0.1:0", CachedExposition(reg, sampler.latest).render, ready=lambda: True)
+    collector = SnapshotCollector(sampler.latest, include_age=False)
+    server = MetricsServer("127.0.0.1:0", CachedExposition(collector, sampler.latest).render, ready=lambda: True)
     server.start()
     pid = os.getpid()
     errors = 0
