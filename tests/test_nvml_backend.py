@@ -122,7 +122,7 @@ def test_nvlink_throughput_comes_from_gpm_on_gpus_with_nvlink(clock: Clock) -> N
 
 def test_not_supported_is_asked_once_per_device_and_then_omitted(clock: Clock) -> None:
     fake = FakeNvml([h200(0, fan=None), h200(1, fan=55)])
-    samples = list(cycles(make(fake, clock), clock, 5))
+    samples = list(cycles(make(fake, clock, slow_every=1), clock, 5))
     assert all(gpu(s, 0).fan_speed_ratio is None for s in samples)
     assert all(gpu(s, 1).fan_speed_ratio == pytest.approx(0.55) for s in samples)
     assert fake.calls["nvmlDeviceGetFanSpeed"] == 1 + 5, "GPU 0 asked once, GPU 1 every cycle"
@@ -474,6 +474,39 @@ def test_energy_counter_is_read_every_nth_cycle_and_held_in_between(clock: Clock
     for _ in range(11):
         backend.sample()
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 3, "cycles 0, 5, 10"
+
+
+def test_slow_fields_are_read_every_nth_cycle_staggered_by_gpu_and_held_in_between(clock: Clock) -> None:
+    # The MIG mode, ECC, replays and the power limit change with a configuration or an error:
+    # read every slow_every cycles, GPU i at cycles i, i + n, ... (and each at its first cycle).
+    devs = [h200(0), h200(1)]
+    fake = FakeNvml(devs)
+    backend = make(fake, clock, slow_every=4)
+    seen: list[tuple[int | None, float | None]] = []
+    for cycle in range(9):
+        devs[1].pcie_replay = cycle
+        devs[1].power_limit_mw = 500_000 + cycle * 1000
+        sample = backend.sample()
+        seen.append((sample.gpus[1].pcie_replay_errors, sample.gpus[1].power_limit_watts))
+        assert sample.gpus[1].power_watts == 75.0, "power itself is read every cycle"
+    # GPU 1: first cycle 0, then its stagger 1, 5 (and 9 would be next).
+    assert [r for r, _ in seen] == [0, 1, 1, 1, 1, 5, 5, 5, 5]
+    assert [w for _, w in seen] == [500.0, 501.0, 501.0, 501.0, 501.0, 505.0, 505.0, 505.0, 505.0]
+    # GPU 0 at 0, 4, 8; GPU 1 at 0, 1, 5.
+    assert fake.calls["nvmlDeviceGetMigMode"] == 6
+    assert fake.calls["nvmlDeviceGetPcieReplayCounter"] == 6
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == 18
+
+
+def test_a_mig_mode_change_is_seen_at_the_next_slow_cycle(clock: Clock) -> None:
+    dev = h200(0)
+    fake = FakeNvml([dev])
+    backend = make(fake, clock, slow_every=3)
+    modes = []
+    for _ in range(5):
+        modes.append(backend.sample().gpus[0].mig_mode)
+        dev.mig_mode = 1 if dev.mig_mode == 0 else dev.mig_mode
+    assert modes[:3] == ["disabled"] * 3 and modes[3:] == ["enabled"] * 2
 
 
 def test_gpu_added_at_runtime_appears_and_removed_one_vanishes(clock: Clock) -> None:

@@ -67,6 +67,9 @@ class NvmlBackend:
     all pay in the same cycle; cycles in between repeat the last value.  Total energy (~4.7 ms
     per call there, the largest per-cycle cost) is a counter, so it is read every
     ``energy_every`` cycles the same way: ``rate()`` over any window longer than that is unchanged.
+    Fields that change with a configuration or an error (MIG and compute mode, power limit, ECC,
+    remapped rows, PCIe replays, fan, HBM temperature) are read every ``slow_every`` cycles
+    (exporter/backends/nvml_device.py).
     """
 
     name = "nvml"
@@ -78,12 +81,17 @@ class NvmlBackend:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         pcie_every: int = 10,
-        energy_every: int = 5,
+        energy_every: int = 10,
+        slow_every: int = 10,
         close_timeout: float = 5.0,
     ) -> None:
         self._nvml = nvml
         self._options = ReaderOptions(
-            clock=clock, wall_clock=wall_clock, pcie_every=max(1, pcie_every), energy_every=max(1, energy_every)
+            clock=clock,
+            wall_clock=wall_clock,
+            pcie_every=max(1, pcie_every),
+            energy_every=max(1, energy_every),
+            slow_every=max(1, slow_every),
         )
         self._close_timeout = close_timeout
         self._lock = threading.Lock()

@@ -1,4 +1,17 @@
-"""Device fields of one physical GPU: identity once, telemetry every cycle, energy staggered.
+"""Device fields of one physical GPU: identity once, telemetry every cycle, slow fields staggered.
+
+Three cadences, each chosen from what a field is for and what it costs on an H200
+(docs/gpu-validation.md#cost-of-one-sample-one-gpu):
+
+- **every cycle**: what the busy time, the boundness class and the link counters integrate
+  (utilisation, memory, GPM, links, processes: other readers) and the instant gauges a scrape
+  shows (power, temperature, clocks, clock events);
+- **slow, every ``slow_every`` cycles** (staggered by GPU index): fields that change with a
+  configuration or an error, and whose consumers look at minutes: the MIG and compute modes, the
+  enforced power limit, ECC, remapped rows, PCIe replays, the fan and the HBM temperature. The
+  MIG mode alone costs ~0.5 ms per call; a change shows up to ``slow_every`` cycles late;
+- **energy, every ``energy_every`` cycles**: the total-energy counter (~4.7 ms per call) feeds
+  ``rate()`` over windows longer than that, which it leaves unchanged.
 
 To read a new NVML field: add the function to ``nvml_functions.py``, read it in
 :meth:`DeviceFields.sample` next to the ``GpuSample`` field it fills, and teach the fake.
@@ -71,20 +84,38 @@ class DeviceCore:
     """``enabled`` / ``disabled``; ``None`` when the GPU has no MIG."""
 
 
+@dataclass(frozen=True, slots=True)
+class _SlowFields:
+    """The slow fields as last read (see the module docstring)."""
+
+    compute_mode: str | None
+    power_limit_watts: float | None
+    memory_temperature_celsius: float | None
+    fan_speed_ratio: float | None
+    pcie_replay_errors: int | None
+    ecc_errors: Mapping[str, int] | None
+    remapped_rows: Mapping[str, int] | None
+
+
 class DeviceFields:
     """Reads the fields of one physical GPU that belong to the GPU itself (not to its leaves).
 
-    Total energy is read every ``energy_every`` cycles, staggered by GPU index so the GPUs of a
-    node do not all pay in the same cycle; the cycles in between repeat the last value.  Link
-    traffic comes from ``nvml_links.LinkReader``.
+    Slow fields are read every ``slow_every`` cycles and total energy every ``energy_every``
+    cycles, both staggered by GPU index so the GPUs of a node do not all pay in the same cycle; the
+    cycles in between repeat the last value (see the module docstring).  Link traffic comes from
+    ``nvml_links.LinkReader``.
     """
 
-    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, energy_every: int) -> None:
+    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, energy_every: int, slow_every: int) -> None:
         self._q = q
         self._index = index
         self._handle = handle
         self._uuid = uuid
         self._energy_every = energy_every
+        self._slow_every = slow_every
+        self._slow: _SlowFields | None = None
+        self._mig_state: Any = None
+        self._mig_read = False
         self._name: str | None = None
         self._pci_bus_id: str | None = None
         self._compute_capability: str | None = None
@@ -111,11 +142,17 @@ class DeviceFields:
             mask = q.call(u, f.nvmlDeviceGetSupportedClocksThrottleReasons, h)
         self._clock_reasons = _reason_bits(q.nvml, mask)
 
-    def core(self) -> DeviceCore:
-        """Utilisation, memory and MIG mode, read before the leaves that reuse them."""
+    def _due(self, cycle: int, every: int) -> bool:
+        return (cycle - self._index) % every == 0
+
+    def core(self, cycle: int) -> DeviceCore:
+        """Utilisation, memory and MIG mode (a slow field), read before the leaves that reuse them."""
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
         util = q.call(u, f.nvmlDeviceGetUtilizationRates, h)
-        mig_state = q.call(u, f.nvmlDeviceGetMigMode, h)
+        if not self._mig_read or self._due(cycle, self._slow_every):
+            self._mig_state = q.call(u, f.nvmlDeviceGetMigMode, h)
+            self._mig_read = True
+        mig_state = self._mig_state
         return DeviceCore(
             utilization_ratio=percent(q, util.gpu) if util is not None else None,
             memory_utilization_ratio=percent(q, util.memory) if util is not None else None,
@@ -134,11 +171,13 @@ class DeviceFields:
     ) -> GpuSample:
         """The GPU's sample: ``core`` and the other readers' parts plus every remaining device field."""
         q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
-        if self._energy_mj is None or (cycle - self._index) % self._energy_every == 0:
+        if self._energy_mj is None or self._due(cycle, self._energy_every):
             self._energy_mj = q.call(u, f.nvmlDeviceGetTotalEnergyConsumption, h)
+        if self._slow is None or self._due(cycle, self._slow_every):
+            self._slow = self._read_slow()
+        slow = self._slow
         by_name = {link.link: link for link in links}
         pcie_link, nvlink = by_name.get(PCIE), by_name.get(NVLINK)
-        compute_mode = q.call(u, f.nvmlDeviceGetComputeMode, h)
         sm_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM, key="clock_sm")
         mem_clock = q.call(u, f.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM, key="clock_mem")
         return GpuSample(
@@ -148,17 +187,17 @@ class DeviceFields:
             pci_bus_id=self._pci_bus_id,
             compute_capability=self._compute_capability,
             mig_mode=core.mig_mode,
-            compute_mode=_COMPUTE_MODES.get(compute_mode) if compute_mode is not None else None,
+            compute_mode=slow.compute_mode,
             utilization_ratio=core.utilization_ratio,
             memory_utilization_ratio=core.memory_utilization_ratio,
             memory_used_bytes=core.memory[0],
             memory_total_bytes=core.memory[1],
             power_watts=milli(q, q.call(u, f.nvmlDeviceGetPowerUsage, h), MAX_POWER_WATTS),
-            power_limit_watts=milli(q, q.call(u, f.nvmlDeviceGetEnforcedPowerLimit, h), MAX_POWER_WATTS),
+            power_limit_watts=slow.power_limit_watts,
             energy_joules=self._energy_mj / 1000.0 if self._energy_mj is not None else None,
             temperature_celsius=temperature(q, q.call(u, f.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)),
-            memory_temperature_celsius=self._memory_temperature(),
-            fan_speed_ratio=percent(q, q.call(u, f.nvmlDeviceGetFanSpeed, h)),
+            memory_temperature_celsius=slow.memory_temperature_celsius,
+            fan_speed_ratio=slow.fan_speed_ratio,
             sm_clock_hertz=sm_clock * _MHZ if sm_clock is not None else None,
             memory_clock_hertz=mem_clock * _MHZ if mem_clock is not None else None,
             sm_clock_max_hertz=self._sm_clock_max_hertz,
@@ -167,14 +206,27 @@ class DeviceFields:
             pcie_rx_bytes_per_second=pcie_link.rx_bytes_per_second if pcie_link else None,
             pcie_link_generation=pcie.generation,
             pcie_link_width=pcie.width,
-            pcie_replay_errors=q.call(u, f.nvmlDeviceGetPcieReplayCounter, h),
+            pcie_replay_errors=slow.pcie_replay_errors,
             nvlink_tx_bytes_per_second=nvlink.tx_bytes_per_second if nvlink else None,
             nvlink_rx_bytes_per_second=nvlink.rx_bytes_per_second if nvlink else None,
             links=links,
-            ecc_errors=self._ecc(),
-            remapped_rows=self._remapped_rows(),
+            ecc_errors=slow.ecc_errors,
+            remapped_rows=slow.remapped_rows,
             xid_events=xid_events,
             leaves=leaves,
+        )
+
+    def _read_slow(self) -> _SlowFields:
+        q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
+        compute_mode = q.call(u, f.nvmlDeviceGetComputeMode, h)
+        return _SlowFields(
+            compute_mode=_COMPUTE_MODES.get(compute_mode) if compute_mode is not None else None,
+            power_limit_watts=milli(q, q.call(u, f.nvmlDeviceGetEnforcedPowerLimit, h), MAX_POWER_WATTS),
+            memory_temperature_celsius=self._memory_temperature(),
+            fan_speed_ratio=percent(q, q.call(u, f.nvmlDeviceGetFanSpeed, h)),
+            pcie_replay_errors=q.call(u, f.nvmlDeviceGetPcieReplayCounter, h),
+            ecc_errors=self._ecc(),
+            remapped_rows=self._remapped_rows(),
         )
 
     def _memory_temperature(self) -> float | None:

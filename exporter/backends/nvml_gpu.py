@@ -26,6 +26,7 @@ class ReaderOptions:
     """Unix seconds: the start of each per-process utilisation window."""
     pcie_every: int
     energy_every: int
+    slow_every: int
 
 
 class GpuReader:
@@ -45,7 +46,7 @@ class GpuReader:
         self._clock = options.clock
         self._identity_read = False
         self._sampled_once = False
-        self._device = DeviceFields(q, index, handle, uuid, options.energy_every)
+        self._device = DeviceFields(q, index, handle, uuid, options.energy_every, options.slow_every)
         self._links = LinkReader(q, index, handle, uuid, options.pcie_every)
         self._mig = MigDevices(q, handle, uuid)
         self._processes = Processes(q, handle, uuid, options.wall_clock)
@@ -60,11 +61,11 @@ class GpuReader:
         self._identity_read = True
 
     def sample(self, cycle: int) -> GpuSample:
-        """This cycle's sample; ``cycle`` paces the staggered PCIe and energy reads."""
+        """This cycle's sample; ``cycle`` paces the staggered PCIe, energy and slow reads."""
         if not self._identity_read:
             self.read_identity()
         now = self._clock()
-        core = self._device.core()
+        core = self._device.core(cycle)
         pcie = self._links.pcie_state()
         if core.mig_mode == "enabled":
             links = self._links.read(cycle, now, None, pcie)
