@@ -164,7 +164,9 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     collector = SnapshotCollector(
         sampler.latest, version=__version__, backend=backend.name, include_age=False, render_checks=checks
     )
-    return sampler, CachedExposition(collector, sampler.latest, tails=tails), backend
+    exposition = CachedExposition(collector, sampler.latest, tails=tails)
+    sampler.after_publish = exposition.prepare
+    return sampler, exposition, backend
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -222,6 +222,8 @@ class CachedExposition:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._bodies: dict[str, bytes] = {}
+        self._asked: set[str] = set()
+        """Formats scrapes asked the current snapshot in (``prepare`` encodes the next in those)."""
 
     def render(self, accept_header: str) -> tuple[bytes, str]:
         """(body, content type) for a scrape with this ``Accept`` header, as one bytes object."""
@@ -238,18 +240,41 @@ class CachedExposition:
         a thousand unread replies do not hold a thousand copies of the page)."""
         accept = exposition_accept(accept_header)
         openmetrics = accept == OPENMETRICS_ACCEPT
-        ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         snap = self._source()
+        body, ctype = self._body(snap, openmetrics, asked=True)
+        if snap is None:
+            return (body,), ctype
+        return self._split_tail(body, self._age_tail(snap)), ctype
+
+    def prepare(self, snap: Snapshot) -> None:
+        """Encode ``snap`` ahead of the scrapes, in the formats the previous snapshot was asked in.
+
+        The sampler calls this right after it published ``snap`` (its thread, off the scrape path).
+        Where a scraper asks at least once per interval, each snapshot is encoded once either way
+        and scrapes never wait for an encoding; where scrapes are rarer (every 15-60 s), only the
+        snapshot after each scrape is encoded ahead, once, and the scrape itself encodes its own."""
+        with self._lock:
+            if snap is self._snapshot:
+                return
+            wanted = sorted(self._asked)
+        for ctype in wanted:
+            self._body(snap, ctype == OPENMETRICS_CONTENT_TYPE, asked=False)
+
+    def _body(self, snap: Snapshot | None, openmetrics: bool, asked: bool) -> tuple[bytes, str]:
+        """The cached body of ``snap`` in one format, encoded now if needed; ``asked``: for a scrape
+        (what ``prepare`` goes by), not ahead of one."""
+        ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         with self._lock:
             if snap is not self._snapshot or snap is None:
                 self._snapshot = snap
                 self._bodies = {}
+                self._asked = set()
+            if asked:
+                self._asked.add(ctype)
             body = self._bodies.get(ctype)
             if body is None:
                 body = self._bodies[ctype] = self._encode(openmetrics, snap)
-        if snap is None:
-            return (body,), ctype
-        return self._split_tail(body, self._age_tail(snap)), ctype
+        return body, ctype
 
     def _encode(self, openmetrics: bool, snap: Snapshot | None) -> bytes:
         # The tails render first so the collector's gpulens_stage_success sees their health.

@@ -121,6 +121,9 @@ class Sampler:
         self._xid_last: dict[str, int] = {}
         self._nvml_errors: EventCounter[str] = EventCounter()
         self.heap = HeapTrimmer()
+        self.after_publish: Callable[[Snapshot], None] | None = None
+        """Called in the sampling thread with each new Snapshot once it is published (the
+        exposition encodes it there, off the scrape path); an exception is logged, not raised."""
 
     # --- public -----------------------------------------------------------------------
     def latest(self) -> Snapshot | None:
@@ -317,7 +320,9 @@ class Sampler:
         next_at = self._clock()
         while not self._stop.is_set():
             try:
-                self.run_once()
+                snapshot = self.run_once()
+                if self.after_publish is not None:
+                    self.after_publish(snapshot)
             except Exception:
                 log.exception("sampling cycle failed")
             self.heap.due(self._clock())  # after the first cycle, then every few minutes

@@ -614,3 +614,53 @@ def test_both_backends_spell_nvml_error_codes_the_same() -> None:
     backend.sample()
     faults.transient["temperature_celsius"] = 1
     assert set(real.errors) == set(backend.sample().errors) == {"unknown"}
+
+
+GRAPHICS = fake_module.NVML_GPM_METRIC_GRAPHICS_UTIL
+
+
+def _busy_requests(fake: FakeNvml) -> list[int]:
+    """Records the metric ids of each nvmlGpmMetricsGet request; returns the list it fills."""
+    asked: list[int] = []
+    real = fake.nvmlGpmMetricsGet
+
+    def recording(request: fake_module._GpmMetricsGet) -> fake_module._GpmMetricsGet:
+        ids = [request.metrics[slot].metricId for slot in range(request.numMetrics)]
+        asked.append(int(GRAPHICS in ids))
+        return real(request)
+
+    fake.nvmlGpmMetricsGet = recording  # type: ignore[method-assign]
+    return asked
+
+
+@pytest.mark.parametrize(
+    ("sm", "util", "asked", "busy"),
+    [
+        (0.0, 0, False, 0.0),  # no resident warp, no GPU-Util: no kernel ran, graphics not asked
+        (0.02, 0, True, 0.3),  # tiny kernels leave SM activity just above 0
+        (0.0, 20, True, 0.3),  # GPU-Util saw a kernel the SM counter rounded away
+    ],
+)
+def test_graphics_activity_is_asked_only_for_windows_in_which_kernels_ran(
+    clock: Clock, sm: float, util: int, asked: bool, busy: float
+) -> None:
+    # GRAPHICS_UTIL costs ~1.7 ms of CPU per call on an H200, every other GPM metric ~2 µs.
+    fake = FakeNvml([h200(0, gpm={SM: sm * 100, GRAPHICS: 30.0}, util_gpu=util)])
+    requests = _busy_requests(fake)
+    samples = list(cycles(make(fake, clock), clock, 3))
+    gpm = samples[-1].gpus[0].leaves[0].gpm
+    assert gpm is not None and gpm.graphics_active == pytest.approx(busy)
+    assert any(requests) is asked
+    assert len(requests) == 2 * (1 + int(asked)), "one request per window, a second for graphics when asked"
+
+
+def test_an_idle_mig_instance_reads_zero_busy_without_asking_graphics(clock: Clock) -> None:
+    mig = FakeMig(uuid="MIG-1", gpu_instance_id=1, compute_instance_id=0, profile_id=19, gpm={SM: 0.0, GRAPHICS: 30.0})
+    busy = FakeMig(uuid="MIG-2", gpu_instance_id=2, compute_instance_id=0, profile_id=19, gpm={SM: 5.0, GRAPHICS: 40.0})
+    fake = FakeNvml([h200(mig_mode=1, migs=[mig, busy])])
+    requests = _busy_requests(fake)
+    samples = list(cycles(make(fake, clock), clock, 3))
+    idle_leaf, busy_leaf = samples[-1].gpus[0].leaves
+    assert idle_leaf.gpm is not None and idle_leaf.gpm.graphics_active == 0.0
+    assert busy_leaf.gpm is not None and busy_leaf.gpm.graphics_active == pytest.approx(0.4)
+    assert sum(requests) == 2, "graphics asked for the busy instance only, in each of its 2 windows"

@@ -192,4 +192,21 @@ def test_link_metrics_a_mig_instance_does_not_have_are_asked_once() -> None:
     fake.nvmlGpmMetricsGet = recording  # type: ignore[method-assign,assignment]
     samples = _run(make(fake, clock), clock, 4)
     assert samples[-1].gpus[0].leaves[0].links == ()
-    assert asked[0] - asked[-1] == 2, "PCIe tx and rx dropped from the request after NVML said NotSupported"
+    main = [n for n in asked if n > 1]  # graphics activity is a request of its own
+    assert main[0] - main[-1] == 2, "PCIe tx and rx dropped from the request after NVML said NotSupported"
+
+
+def test_pcie_width_is_read_when_the_generation_changes_and_every_slow_cycle() -> None:
+    clock = Clock()
+    dev = h200(0)
+    fake = FakeNvml([dev])
+    backend = make(fake, clock, slow_every=5)
+    widths = []
+    for cycle in range(7):
+        if cycle == 2:
+            dev.pcie_width = 8  # degraded, same generation: seen at the next slow cycle (5)
+        if cycle == 6:
+            dev.pcie_gen, dev.pcie_width = 4, 4  # retrained: seen at once
+        widths.append(_run(backend, clock, 1)[0].gpus[0].pcie_link_width)
+    assert widths == [16, 16, 16, 16, 16, 8, 4]
+    assert fake.calls["nvmlDeviceGetCurrPcieLinkWidth"] == 3

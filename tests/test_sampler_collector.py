@@ -220,3 +220,33 @@ def test_cached_exposition_encodes_once_per_snapshot_and_keeps_age_fresh() -> No
     sampler.run_once()
     expo.render("")
     assert calls[0] == 3
+
+
+def test_prepare_encodes_ahead_only_the_formats_the_last_snapshot_was_scraped_in() -> None:
+    from exporter.collector import CachedExposition
+
+    sampler = Sampler(ScriptedBackend(healthy(1)))
+    encoded: list[bool] = []
+
+    class CountingCollector(SnapshotCollector):
+        def exposition(self, openmetrics: bool) -> str:
+            encoded.append(openmetrics)
+            return super().exposition(openmetrics)
+
+    expo = CachedExposition(CountingCollector(sampler.latest, include_age=False), sampler.latest)
+    expo.prepare(sampler.run_once())
+    assert encoded == [], "nobody scraped yet: nothing encoded ahead"
+    expo.render("")
+    assert encoded == [False]
+    expo.prepare(sampler.run_once())
+    assert encoded == [False, False], "the next snapshot, encoded ahead in the format asked"
+    expo.render("")
+    assert encoded == [False, False], "the scrape found it encoded"
+    expo.render("application/openmetrics-text; version=1.0.0")
+    expo.prepare(sampler.run_once())
+    assert encoded[:3] == [False, False, True] and sorted(encoded[3:]) == [False, True], "both asked: both ahead"
+    expo.prepare(sampler.run_once())
+    assert len(encoded) == 5, "a snapshot encoded ahead but never scraped does not carry on (rare scrapes)"
+    snap = sampler.latest()
+    expo.prepare(snap)  # type: ignore[arg-type]
+    assert len(encoded) == 5, "the same snapshot twice: nothing new"

@@ -2,6 +2,14 @@
 
 Each leaf (whole GPU or MIG instance) keeps the buffer of the previous cycle; the window is the
 time between two ``sample()`` calls, i.e. the sampler's interval.
+
+Graphics-engine activity (the busy fraction) is asked separately, and only for a window in which
+kernels ran: on an H200 (driver 580) ``nvmlGpmMetricsGet`` takes ~1.7 ms of CPU for
+``GRAPHICS_UTIL`` and ~2 µs for each other metric (``bench/gpm_cost.py``), so asking it every
+second was half of the exporter's CPU on an idle GPU. A window with SM activity exactly 0 and no
+GPU-Util ran no kernel, and its graphics activity is 0: in the recorded H200 traces
+(``tests/fixtures/gpm_traces/``) the 146 samples with SM activity 0 read at most 0.0017, and at
+most 0.00007 where GPU-Util was 0 too (copy-engine work; the link utilisation counts it).
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ PCIE_METRICS: dict[str, str] = {
     "pcie_tx": "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
     "pcie_rx": "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
 }
+BUSY_FIELD = "graphics_active"
+"""The ratio metric asked only for windows in which kernels ran (see the module docstring)."""
 _MIB = 1024 * 1024
 #: Percent values this far outside 0..100 are rounding noise and clamped; further out is absurd.
 _PERCENT_SLACK = 0.5
@@ -78,7 +88,10 @@ class GpmTracker:
         self._windows: dict[str, _Window] = {}
         nvml = query.nvml
         # Metric ids the binding defines (an older one may lack some), resolved once.
-        self._ratio_ids = {**_metric_ids(nvml, RATIO_METRICS), **_metric_ids(nvml, PCIE_METRICS)}
+        ratio_ids = _metric_ids(nvml, RATIO_METRICS)
+        busy_id = ratio_ids.pop(BUSY_FIELD, None)
+        self._busy_ids = {BUSY_FIELD: busy_id} if busy_id is not None else {}
+        self._ratio_ids = {**ratio_ids, **_metric_ids(nvml, PCIE_METRICS)}
         self._all_ids = {**self._ratio_ids, **_metric_ids(nvml, NVLINK_METRICS)}
         self._request_type = nvml.c_nvmlGpmMetricsGet_t
         self._request_version = nvml.NVML_GPM_METRICS_GET_VERSION
@@ -92,9 +105,12 @@ class GpmTracker:
         fetch: Callable[[Any], bool],
         now: float,
         nvlink: bool = False,
+        utilization_ratio: float | None = None,
     ) -> GpmReading | None:
         """Fill a new buffer with ``fetch(buffer)`` (False = failed) and compare with the last one.
 
+        ``utilization_ratio`` is NVML GPU-Util for the same cycle (``None`` for a MIG instance):
+        with SM activity, it tells whether kernels ran, so whether graphics activity is asked.
         Returns ``None`` on the first call for a leaf, or when a sample or the metrics call failed
         (the next window then starts afresh).
         """
@@ -113,13 +129,40 @@ class GpmTracker:
             return None
         reading = None
         if window.previous_at is not None and now > window.previous_at:
-            reading = self._metrics(scope, window, now - window.previous_at, nvlink)
+            reading = self._metrics(scope, window, now - window.previous_at, nvlink, utilization_ratio)
         window.previous, window.spare = window.spare, window.previous
         window.previous_at = now
         return reading
 
-    def _metrics(self, scope: str, window: _Window, seconds: float, nvlink: bool) -> GpmReading | None:
+    def _metrics(
+        self, scope: str, window: _Window, seconds: float, nvlink: bool, utilization_ratio: float | None
+    ) -> GpmReading | None:
         ids = self._all_ids if nvlink else self._ratio_ids
+        values = self._ask(scope, window, ids)
+        if values is None:
+            return None
+        if self._busy_ids:
+            sm = values.get("sm_active")
+            if sm is None or sm > 0.0 or (utilization_ratio is not None and utilization_ratio > 0.0):
+                busy = self._ask(scope, window, self._busy_ids)
+                values[BUSY_FIELD] = None if busy is None else busy.get(BUSY_FIELD)
+            else:
+                values[BUSY_FIELD] = 0.0  # no kernel ran in the window (module docstring)
+        ratios = {f: values.get(f) for f in RATIO_METRICS}
+        if all(v is None for v in ratios.values()):
+            return None
+        sample = GpmSample(window_seconds=seconds, **ratios)
+        return GpmReading(
+            sample=sample,
+            nvlink_rx_bytes_per_second=values.get("nvlink_rx"),
+            nvlink_tx_bytes_per_second=values.get("nvlink_tx"),
+            pcie_rx_bytes_per_second=values.get("pcie_rx"),
+            pcie_tx_bytes_per_second=values.get("pcie_tx"),
+        )
+
+    def _ask(self, scope: str, window: _Window, ids: dict[str, int]) -> dict[str, float | None] | None:
+        """The metrics ``ids`` over ``window``'s two samples, by field (``None`` where NVML gave none);
+        ``None`` when the call failed."""
         if window.dropped:
             ids = {f: i for f, i in ids.items() if f not in window.dropped}
         request = self._request_type()
@@ -141,17 +184,7 @@ class GpmTracker:
                 continue
             raw = float(metric.value)
             values[field] = self._ratio(raw) if field in RATIO_METRICS else self._bytes_per_second(raw)
-        ratios = {f: values.get(f) for f in RATIO_METRICS}
-        if all(v is None for v in ratios.values()):
-            return None
-        sample = GpmSample(window_seconds=seconds, **ratios)
-        return GpmReading(
-            sample=sample,
-            nvlink_rx_bytes_per_second=values.get("nvlink_rx"),
-            nvlink_tx_bytes_per_second=values.get("nvlink_tx"),
-            pcie_rx_bytes_per_second=values.get("pcie_rx"),
-            pcie_tx_bytes_per_second=values.get("pcie_tx"),
-        )
+        return values
 
     def _ratio(self, percent: float) -> float | None:
         if math.isnan(percent) or not -_PERCENT_SLACK <= percent <= 100.0 + _PERCENT_SLACK:
@@ -207,8 +240,11 @@ class GpmReader:
         """True while the GPU has GPM and NVML has not refused GPM samples on it."""
         return self._capable and not self._q.is_unsupported(self._uuid, "gpm")
 
-    def read(self, leaf_id: str, gpu_instance_id: int | None, now: float) -> GpmReading | None:
-        """The window ending ``now`` for the whole GPU (``gpu_instance_id=None``) or one MIG instance."""
+    def read(
+        self, leaf_id: str, gpu_instance_id: int | None, now: float, utilization_ratio: float | None = None
+    ) -> GpmReading | None:
+        """The window ending ``now`` for the whole GPU (``gpu_instance_id=None``, with its NVML
+        GPU-Util of this cycle) or one MIG instance."""
         q, u, h = self._q, self._uuid, self._handle
         if not self.supported:
             return None
@@ -226,4 +262,5 @@ class GpmReader:
             def fetch(buffer: Any) -> bool:
                 return q.call(u, mig_sample_get, h, gpu_instance_id, buffer, key="gpm_mig") is not None
 
-        return self._tracker.read(u, leaf_id, fetch, now, nvlink=self._has_nvlink and gpu_instance_id is None)
+        nvlink = self._has_nvlink and gpu_instance_id is None
+        return self._tracker.read(u, leaf_id, fetch, now, nvlink=nvlink, utilization_ratio=utilization_ratio)

@@ -47,7 +47,7 @@ class GpuReader:
         self._identity_read = False
         self._sampled_once = False
         self._device = DeviceFields(q, index, handle, uuid, options.energy_every, options.slow_every)
-        self._links = LinkReader(q, index, handle, uuid, options.pcie_every)
+        self._links = LinkReader(q, index, handle, uuid, options.pcie_every, options.slow_every)
         self._mig = MigDevices(q, handle, uuid)
         self._processes = Processes(q, handle, uuid, options.wall_clock)
         self._gpm = GpmReader(q, tracker, handle, uuid)
@@ -66,12 +66,12 @@ class GpuReader:
             self.read_identity()
         now = self._clock()
         core = self._device.core(cycle)
-        pcie = self._links.pcie_state()
+        pcie = self._links.pcie_state(cycle)
         if core.mig_mode == "enabled":
             links = self._links.read(cycle, now, None, pcie)
             leaves = self._mig_leaves(now, pcie.capacity)
         else:
-            reading = self._gpm.read(self.uuid, None, now)
+            reading = self._gpm.read(self.uuid, None, now, core.utilization_ratio)
             # GPM's first window ends at the second sample: skip the slow sampled read until then.
             first = not self._sampled_once
             links = self._links.read(cycle, now, reading, pcie, gpm_pending=first and self._gpm.supported)

@@ -109,12 +109,15 @@ class _Counter:
 class LinkReader:
     """Reads one physical GPU's link traffic every cycle (see the module docstring)."""
 
-    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, pcie_every: int) -> None:
+    def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, pcie_every: int, slow_every: int = 1) -> None:
         self._q = q
         self._index = index
         self._handle = handle
         self._uuid = uuid
         self._pcie_every = pcie_every
+        self._slow_every = slow_every
+        self._width: int | None = None
+        self._width_for: int | None = -1  # the generation _width was read at (-1: not yet)
         self._pcie_counter = _Counter()
         self._nvlink_counter = _Counter()
         self._nvlinks: tuple[int, ...] = ()
@@ -127,16 +130,20 @@ class LinkReader:
         self._lane_for: int | None = None  # the generation _lane_mbps was read at
 
     # --- PCIe -----------------------------------------------------------------------------------
-    def pcie_state(self) -> PcieState:
-        """Current generation and width, and the lane rate (asked again only when the generation
-        changes: the link trains down at idle and up under load)."""
+    def pcie_state(self, cycle: int) -> PcieState:
+        """Current generation (every cycle: the link trains down at idle and up under load), and
+        the lane rate and width, asked again when the generation changes; the width also every
+        ``slow_every`` cycles (~0.1 ms per call on an H200; it changes when a link degrades)."""
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
         generation = q.call(u, f.nvmlDeviceGetCurrPcieLinkGeneration, h)
         if generation != self._lane_for:
             speed = q.call(u, f.nvmlDeviceGetPcieSpeed, h)
             self._lane_mbps = float(speed) if speed else None
             self._lane_for = generation
-        return PcieState(generation, q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h), self._lane_mbps)
+        if generation != self._width_for or (cycle - self._index) % self._slow_every == 0:
+            self._width = q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h)
+            self._width_for = generation
+        return PcieState(generation, self._width, self._lane_mbps)
 
     def read(
         self, cycle: int, now: float, gpm: GpmReading | None, pcie: PcieState, gpm_pending: bool = False
