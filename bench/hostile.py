@@ -16,7 +16,7 @@ where the attack turns them on), and the exporter's RSS, threads and open fds ar
 0.25 s.
 
 ``--container`` runs gpulens from the project's image under podman with the chart's limits
-(``exporter.resources.limits``: 128Mi, 200m) and reports whether it was OOM-killed and its cgroup
+(``exporter.resources.limits``: 256Mi, 200m) and reports whether it was OOM-killed and its cgroup
 memory peak.  The image is built once by scripts/image.sh into build/hostile/ and tagged with a
 digest of the sources it holds; a later run reuses it until those sources change.
 
@@ -581,7 +581,7 @@ def chart_exporter() -> tuple[dict[str, str], list[str]]:
 
 
 def podman_limits(limits: dict[str, str]) -> list[str]:
-    """Kubernetes limits (``128Mi``, ``200m``) as podman flags; swap off, as on a kubelet node."""
+    """Kubernetes limits (``256Mi``, ``200m``) as podman flags; swap off, as on a kubelet node."""
     memory = limits["memory"].replace("Mi", "m").replace("Gi", "g")
     cpu = limits["cpu"]
     cpus = f"{int(cpu[:-1]) / 1000:g}" if cpu.endswith("m") else cpu

@@ -184,12 +184,12 @@ def test_health_probes_use_healthz_and_readyz() -> None:
 def test_requests_and_limits_follow_the_sizing_and_grow_for_probes() -> None:
     without = exporter_container(VARIANTS["no-probes-no-api"])["resources"]
     assert without == {
-        "requests": {"cpu": "50m", "memory": "64Mi"},
-        "limits": {"cpu": "200m", "memory": "128Mi"},
+        "requests": {"cpu": "50m", "memory": "96Mi"},
+        "limits": {"cpu": "200m", "memory": "256Mi"},
     }
     assert "--no-probes" in exporter_container(VARIANTS["no-probes-no-api"])["args"]
     with_probes = exporter_container()["resources"]
-    assert with_probes["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert with_probes["requests"] == {"cpu": "50m", "memory": "96Mi"}
     assert with_probes["limits"] == {"cpu": "1", "memory": "1Gi"}
 
 

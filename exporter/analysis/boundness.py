@@ -388,7 +388,8 @@ def kernel_busy(gpm: GpmSample | None, utilization_ratio: float | None) -> float
 
     Graphics-engine activity is the fraction of time a context ran work on the leaf (GPM gives it
     per MIG instance too); NVML GPU-Util is the same duty cycle for whole GPUs on drivers whose
-    GPM lacks the metric.  On the H200 the two agree within 0.01 (docs/boundness.md).
+    GPM lacks the metric.  On the H200 the two agree within 0.01 on steady work, not at edges or
+    on duty-cycled work (docs/boundness.md).
     """
     if gpm is not None and gpm.graphics_active is not None:
         return gpm.graphics_active

@@ -281,7 +281,7 @@ class SimulatedBackend:
                 fp32_active=_ratio(fp32 * (1 + g(0, 0.01))),
                 fp16_active=_ratio(fp16 * (1 + g(0, 0.02))),
                 dram_active=_ratio(dram * (1 + g(0, 0.01))),
-                # GPM graphics-engine activity tracks NVML GPU-Util on the H200 (within 0.01) while
+                # GPM graphics-engine activity tracks NVML GPU-Util on the H200 (within 0.01 on steady work) while
                 # kernels run, and GPM has it per MIG instance too; no draw of its own keeps the
                 # random stream.
                 graphics_active=_ratio(graphics),

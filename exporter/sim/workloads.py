@@ -58,7 +58,7 @@ class Signature:
     """If set, GPU-Util is drawn inside this band each window (launch-bound kernels jitter)."""
     graphics_activity: float | None = None
     """GPM graphics-engine activity while running, where it differs from GPU-Util; ``None`` = the
-    same (they agree within 0.01 for kernels).  Copies count in NVML GPU-Util, not in GPM's graphics
+    same (they agree within 0.01 for steady kernels).  Copies count in NVML GPU-Util, not in GPM's graphics
     activity: an H200 copying from the host reads GPU-Util 1.0, graphics and SM activity 0."""
 
 
