@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -20,8 +20,10 @@ from exporter.model import (
     BOUNDNESS_CLASSES,
     LINKS,
     NVLINK,
+    NVLINK_ERROR_KINDS,
     PCIE,
     POD_BOUNDNESS_CLASSES,
+    TEMPERATURE_THRESHOLDS,
     GpmSample,
     LeafAnalysis,
     LeafSample,
@@ -178,6 +180,13 @@ def _link_bytes(name: str, direction: str) -> Callable[[LeafAnalysis], Value]:
 
 def _link_sources(leaf: LeafSample) -> Iterable[Sample]:
     return (((link.link, link.source), 1.0) for link in leaf.links if link.link in LINKS)
+
+
+def _by_kind(kinds: tuple[str, ...], values: Mapping[str, float] | None) -> Iterable[Sample]:
+    """One sample per kind in ``values``, in the order of ``kinds``; nothing for ``None``."""
+    if not values:
+        return ()
+    return (((kind,), float(values[kind])) for kind in kinds if kind in values)
 
 
 def _xids(snap: Snapshot) -> Iterable[Sample]:
@@ -449,6 +458,18 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "gauge",
+        "gpulens_gpu_temperature_threshold_celsius",
+        "celsius",
+        "The GPU's own temperature limits, read once per GPU, by threshold: slowdown (hardware slows the "
+        "clocks), shutdown (the GPU turns off to protect itself) and gpu_max (clocks may drop below base), "
+        "to compare with gpulens_gpu_temperature_celsius; memory_max (software slows the GPU to protect "
+        "its HBM), to compare with gpulens_gpu_memory_temperature_celsius.",
+        GPU,
+        each=lambda v: _by_kind(TEMPERATURE_THRESHOLDS, v.gpu.temperature_thresholds),
+        labels=("threshold",),
+    ),
+    _m(
+        "gauge",
         "gpulens_gpu_fan_speed_ratio",
         "ratio",
         "Fan speed as a fraction of maximum.",
@@ -502,6 +523,25 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Current PCIe link width (lanes).",
         GPU,
         lambda v: v.gpu.pcie_link_width,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_link_max_generation",
+        "",
+        "Highest PCIe generation the link can train to (the GPU and its slot together, read once per "
+        "GPU). gpulens_gpu_pcie_link_generation below it under load is a link that trained down; at "
+        "idle some GPUs lower the generation on purpose to save power.",
+        GPU,
+        lambda v: v.gpu.pcie_link_max_generation,
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_pcie_link_max_width",
+        "",
+        "Most PCIe lanes the link can train to (the GPU and its slot together, read once per GPU); "
+        "gpulens_gpu_pcie_link_width below it is a degraded link.",
+        GPU,
+        lambda v: v.gpu.pcie_link_max_width,
     ),
     _m(
         "counter",
@@ -604,6 +644,18 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         GPU,
         each=lambda v: (((severity,), float(n)) for severity, n in sorted((v.gpu.ecc_errors or {}).items())),
         labels=("severity",),
+    ),
+    _m(
+        "counter",
+        "gpulens_gpu_nvlink_errors_total",
+        "",
+        "NVLink data-link errors since the driver loaded, summed over the GPU's links, by kind: replay "
+        "(a packet sent again), recovery (a link retrained), crc_flit and crc_data (a flow-control unit "
+        "or a data packet received with a bad CRC). Read every 10 cycles, like ECC; absent on a GPU without "
+        "NVLink.",
+        GPU,
+        each=lambda v: _by_kind(NVLINK_ERROR_KINDS, v.gpu.nvlink_errors),
+        labels=("kind",),
     ),
     _m(
         "gauge",

@@ -30,6 +30,14 @@ PCIE = "pcie"
 NVLINK = "nvlink"
 LINKS: tuple[str, ...] = (PCIE, NVLINK)
 """The links a leaf moves data over, in the order they are rendered."""
+NVLINK_ERROR_KINDS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_data")
+"""NVLink data-link error counters: ``replay`` (a packet sent again after the receiver rejected it),
+``recovery`` (the link retrained), ``crc_flit`` (a flow-control unit with a bad CRC received),
+``crc_data`` (a data packet with a bad CRC received)."""
+TEMPERATURE_THRESHOLDS: tuple[str, ...] = ("slowdown", "shutdown", "gpu_max", "memory_max")
+"""Kinds of the GPU's temperature limits: ``slowdown`` (hardware slows the clocks), ``shutdown`` (the
+GPU turns off to protect itself), ``gpu_max`` (the hottest the die may run before clocks drop below
+base), ``memory_max`` (the hottest the HBM may run before software slows it)."""
 LINK_SOURCES: tuple[str, ...] = ("counter", "gpm", "sampled")
 """Where a leaf's link bytes came from, best first: NVML's cumulative byte counters, GPM rates over
 the cycle's window, or NVML's sampled throughput calls (a 20 ms window, the last resort)."""
@@ -184,6 +192,11 @@ class GpuSample:
     """Raw cumulative energy since the driver loaded; counters.py makes it monotonic."""
     temperature_celsius: float | None = None
     memory_temperature_celsius: float | None = None
+    temperature_thresholds: Mapping[str, float] | None = None
+    """The GPU's own temperature limits in degrees Celsius, by kind (``TEMPERATURE_THRESHOLDS``):
+    ``slowdown``, ``shutdown`` and ``gpu_max`` are die temperatures (compare ``temperature_celsius``),
+    ``memory_max`` an HBM temperature (compare ``memory_temperature_celsius``); kinds NVML does not
+    answer are absent."""
     fan_speed_ratio: float | None = None
     sm_clock_hertz: float | None = None
     memory_clock_hertz: float | None = None
@@ -194,11 +207,19 @@ class GpuSample:
     pcie_rx_bytes_per_second: float | None = None
     pcie_link_generation: int | None = None
     pcie_link_width: int | None = None
+    pcie_link_max_generation: int | None = None
+    """Highest PCIe generation the link can train to: the lower of the GPU's and the slot's (or
+    switch port's) maximum, so a current generation below it is a link that trained down."""
+    pcie_link_max_width: int | None = None
+    """Most lanes the link can train to (the GPU and its slot together)."""
     pcie_replay_errors: int | None = None
     nvlink_tx_bytes_per_second: float | None = None
     nvlink_rx_bytes_per_second: float | None = None
     links: tuple[LinkTraffic, ...] = ()
     """The physical GPU's link traffic (the same reads the ``*_bytes_per_second`` fields come from)."""
+    nvlink_errors: Mapping[str, int] | None = None
+    """NVLink data-link errors since the driver loaded, summed over the GPU's links, by kind
+    (``NVLINK_ERROR_KINDS``); ``None`` on a GPU without NVLink."""
     ecc_errors: Mapping[str, int] | None = None
     """Volatile ECC error counts by severity (``corrected`` / ``uncorrected``)."""
     remapped_rows: Mapping[str, int] | None = None

@@ -116,6 +116,9 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                 pcie_rx_kib=round((g.pcie_rx_bytes_per_second or 0) / 1024),
                 pcie_gen=g.pcie_link_generation or 0,
                 pcie_width=g.pcie_link_width or 0,
+                pcie_max_gen=g.pcie_link_max_generation,
+                pcie_max_width=g.pcie_link_max_width,
+                temperature_thresholds={k: round(v) for k, v in (g.temperature_thresholds or {}).items()},
                 pcie_replay=g.pcie_replay_errors,
                 ecc=(g.ecc_errors["corrected"], g.ecc_errors["uncorrected"]) if g.ecc_errors else None,
                 remapped_rows=tuple(  # type: ignore[arg-type]
@@ -124,6 +127,7 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                 compute_mode=_COMPUTE_MODES[g.compute_mode or "default"],
                 mig_mode=1 if g.mig_mode == "enabled" else 0,
                 nvlink=g.nvlink_tx_bytes_per_second is not None,
+                nvlink_errors=dict(g.nvlink_errors or {}),
                 gpm={**(_gpm(whole[0]) if whole else {}), **_nvlink(g)},
                 processes=[
                     FakeProcess(
@@ -246,6 +250,32 @@ def test_both_backends_export_the_same_series(scenario: str) -> None:
     sim, nvml = both(scenario)
     assert sim and nvml
     assert differences(sim, nvml) == []
+
+
+HARDWARE_HEALTH = (
+    "gpulens_gpu_pcie_link_max_generation",
+    "gpulens_gpu_pcie_link_max_width",
+    "gpulens_gpu_temperature_threshold_celsius",
+    "gpulens_gpu_nvlink_errors_total",
+)
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+def test_the_hardware_health_series_are_compared_too(scenario: str) -> None:
+    # Present in both, so the contract above is not met by both lacking them; NVLink errors only
+    # where the GPU has NVLink (not in MIG mode), four kinds and four thresholds per GPU.
+    sim, nvml = both(scenario)
+    for exposition in (sim, nvml):
+        for name in HARDWARE_HEALTH:
+            assert any(n == name for n, _ in exposition), name
+        kinds = {dict(labels)["kind"] for n, labels in exposition if n == "gpulens_gpu_nvlink_errors_total"}
+        assert kinds == {"replay", "recovery", "crc_flit", "crc_data"}
+        thresholds = {dict(labels)["threshold"] for n, labels in exposition if n == HARDWARE_HEALTH[2]}
+        assert thresholds == {"slowdown", "shutdown", "gpu_max", "memory_max"}
+    reference = SimulatedBackend(scenario).sample()
+    with_nvlink = {g.uuid for g in reference.gpus if g.mig_mode != "enabled"}
+    exported = {dict(labels)["uuid"] for n, labels in nvml if n == "gpulens_gpu_nvlink_errors_total"}
+    assert exported == with_nvlink and (scenario == "h200x8" or len(with_nvlink) < len(reference.gpus))
 
 
 def test_the_contract_catches_a_misspelled_error_code() -> None:

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import metrics
 from exporter.collector import LabelMismatch, SnapshotCollector, render_family
-from exporter.model import Snapshot
+from exporter.model import BackendSample, GpuSample, Snapshot
 from exporter.sampler import Sampler
-from exporter.scopes import SCOPES, Frame
+from exporter.scopes import GPU, SCOPES, Frame
 from exporter.sim import SCENARIOS
 from tests.fakes_backend import ScriptedBackend, gpu, healthy
 from tests.support.sim_exposition import DASHBOARD_FIXTURES
@@ -173,3 +173,49 @@ def test_every_family_reaches_the_dashboard_fixtures() -> None:
     missing = {m.name for m in metrics.CATALOGUE} - found - set(NOT_SIMULATED)
     assert not missing, f"no dashboard fixture has {sorted(missing)}"
     assert not set(NOT_SIMULATED) & found, "a family listed as not simulated is simulated now: drop it from the list"
+
+
+def _scrape_gpus(*gpus: GpuSample) -> CollectorRegistry:
+    sampler = Sampler(ScriptedBackend(lambda _n: BackendSample(up=True, driver_version="580.159.04", gpus=gpus)))
+    sampler.run_once()
+    snap = sampler.latest()
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(lambda: snap, backend="sim"))
+    return reg
+
+
+def test_row_remap_pending_and_failure_are_0_1_gauges_an_alert_can_compare_directly() -> None:
+    for name in ("gpulens_gpu_row_remap_pending", "gpulens_gpu_row_remap_failure"):
+        m = metrics.spec(name)
+        assert (m.type, m.own_labels, m.scope) == ("gauge", (), GPU), name
+    rows = {"correctable": 3, "uncorrectable": 1, "pending": 1, "failure": 0}
+    reg = _scrape_gpus(gpu(0, remapped_rows=rows), gpu(1))
+    g0, g1 = ({"gpu": str(i), "uuid": gpu(i).uuid} for i in (0, 1))
+    assert reg.get_sample_value("gpulens_gpu_row_remap_pending", g0) == 1.0
+    assert reg.get_sample_value("gpulens_gpu_row_remap_failure", g0) == 0.0
+    assert reg.get_sample_value("gpulens_gpu_row_remap_pending", g1) is None, "unknown is absent, never 0"
+
+
+def test_link_health_and_temperature_limits_render_one_sample_per_kind_and_nothing_when_unknown() -> None:
+    health = gpu(
+        0,
+        pcie_link_generation=4,
+        pcie_link_width=16,
+        pcie_link_max_generation=5,
+        pcie_link_max_width=16,
+        temperature_thresholds={"memory_max": 95.0, "slowdown": 89.0},
+        nvlink_errors={"crc_data": 7, "replay": 2},
+    )
+    reg = _scrape_gpus(health, gpu(1))
+    g0 = {"gpu": "0", "uuid": gpu(0).uuid}
+    assert reg.get_sample_value("gpulens_gpu_pcie_link_max_generation", g0) == 5
+    assert reg.get_sample_value("gpulens_gpu_pcie_link_max_width", g0) == 16
+    assert reg.get_sample_value("gpulens_gpu_temperature_threshold_celsius", {**g0, "threshold": "slowdown"}) == 89
+    assert reg.get_sample_value("gpulens_gpu_nvlink_errors_total", {**g0, "kind": "crc_data"}) == 7
+    assert reg.get_sample_value("gpulens_gpu_nvlink_errors_total", {**g0, "kind": "recovery"}) is None
+    text = generate_latest(reg).decode()
+    assert text.index('threshold="slowdown"') < text.index('threshold="memory_max"'), "in the kinds' order"
+    assert text.index('kind="replay"') < text.index('kind="crc_data"')
+    new = ("gpulens_gpu_pcie_link_max", "gpulens_gpu_temperature_threshold", "gpulens_gpu_nvlink_errors")
+    assert [line for line in text.splitlines() if line.startswith(new) and 'gpu="0"' in line]
+    assert not [line for line in text.splitlines() if line.startswith(new) and 'gpu="1"' in line], "unknown: absent"

@@ -129,6 +129,35 @@ def test_not_supported_is_asked_once_per_device_and_then_omitted(clock: Clock) -
     assert all(dict(s.errors) == {} for s in samples), "NotSupported is not an error"
 
 
+def test_temperature_thresholds_are_read_once_per_gpu_by_kind(clock: Clock) -> None:
+    h200_limits = {"slowdown": 89, "shutdown": 95, "gpu_max": 87, "memory_max": 95}
+    dev = h200(0, temperature_thresholds=dict(h200_limits))
+    fake = FakeNvml([dev, h200(1, temperature_thresholds={})])
+    backend = make(fake, clock, slow_every=1)
+    first = backend.sample()
+    dev.temperature_thresholds["slowdown"] = 70  # a limit is static: not read again
+    samples = [first, *cycles(backend, clock, 3)]
+    for s in samples:
+        assert dict(gpu(s, 0).temperature_thresholds or {}) == {k: float(v) for k, v in h200_limits.items()}
+        assert gpu(s, 1).temperature_thresholds is None, "no kind answered: no thresholds at all"
+        assert dict(s.errors) == {}
+    assert fake.calls["nvmlDeviceGetTemperatureThreshold"] == 8, "4 kinds x 2 GPUs, once each"
+
+
+def test_an_unsupported_temperature_threshold_is_omitted_and_never_asked_again(clock: Clock) -> None:
+    dev = h200(0, temperature_thresholds={"slowdown": 89, "shutdown": 95, "gpu_max": 87, "memory_max": None})
+    fake = FakeNvml([dev])
+    # Lost during its first identity read, after the thresholds: the identity is read again,
+    # without the threshold NVML refused.
+    fake.fail("nvmlDeviceGetMaxPcieLinkGeneration", "GPU_IS_LOST")
+    samples = list(cycles(make(fake, clock), clock, 4))
+    expected = {"slowdown": 89.0, "shutdown": 95.0, "gpu_max": 87.0}
+    assert all(dict(s.gpus[0].temperature_thresholds or {}) == expected for s in samples)
+    assert all(dict(s.errors) == {} for s in samples)
+    assert fake.calls["nvmlDeviceGetTemperatureThreshold"] == 4 + 3
+    assert fake.calls["nvmlDeviceGetMaxPcieLinkGeneration"] == 2
+
+
 def test_one_lost_gpu_of_eight_leaves_the_other_seven_intact(clock: Clock) -> None:
     fake = FakeNvml([h200(i, power_mw=100_000 + i) for i in range(8)])
     backend = make(fake, clock)

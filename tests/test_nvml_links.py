@@ -210,3 +210,102 @@ def test_pcie_width_is_read_when_the_generation_changes_and_every_slow_cycle() -
         widths.append(_run(backend, clock, 1)[0].gpus[0].pcie_link_width)
     assert widths == [16, 16, 16, 16, 16, 8, 4]
     assert fake.calls["nvmlDeviceGetCurrPcieLinkWidth"] == 3
+
+
+# --- link health: PCIe maximums and NVLink errors ------------------------------------------------
+
+NVLINK_ERROR_IDS = {
+    fake_module.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: "replay",
+    fake_module.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: "recovery",
+    fake_module.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: "crc_flit",
+    fake_module.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: "crc_data",
+}
+
+
+def _asked_nvlink_errors(fake: FakeNvml) -> list[list[str]]:
+    """Records, per field-values call that asks for NVLink errors, the kinds it asks for."""
+    asked: list[list[str]] = []
+    real = fake.nvmlDeviceGetFieldValues
+
+    def recording(handle: object, ids: list[object]) -> object:
+        kinds = [NVLINK_ERROR_IDS[i] for i in ids if isinstance(i, int) and i in NVLINK_ERROR_IDS]
+        if kinds:
+            asked.append(kinds)
+        return real(handle, ids)  # type: ignore[arg-type]
+
+    fake.nvmlDeviceGetFieldValues = recording  # type: ignore[method-assign,assignment]
+    return asked
+
+
+def test_pcie_link_maximums_are_read_once_beside_the_current_link() -> None:
+    clock = Clock()
+    degraded = h200(0, pcie_gen=4, pcie_width=8)  # a link that trained down from Gen5 x16
+    unknown = h200(1, pcie_max_gen=None, pcie_max_width=None)
+    fake = FakeNvml([degraded, unknown])
+    samples = _run(make(fake, clock, slow_every=2), clock, 5)
+    for s in samples:
+        g0, g1 = s.gpus
+        assert (g0.pcie_link_generation, g0.pcie_link_width) == (4, 8)
+        assert (g0.pcie_link_max_generation, g0.pcie_link_max_width) == (5, 16)
+        assert (g1.pcie_link_max_generation, g1.pcie_link_max_width) == (None, None)
+        assert g1.pcie_link_generation == 5
+        assert dict(s.errors) == {}
+    # Identity: once per GPU (the unsupported GPU too: NotSupported is an answer).
+    assert fake.calls["nvmlDeviceGetMaxPcieLinkGeneration"] == 2
+    assert fake.calls["nvmlDeviceGetMaxPcieLinkWidth"] == 2
+
+
+def test_nvlink_errors_are_totals_over_the_links_by_kind_read_on_the_slow_cadence() -> None:
+    clock = Clock()
+    dev = h200(0, nvlink=True, gpm={GRAPHICS: 0.0})
+    fake = FakeNvml([h200(1), dev])  # GPU index 1: its slow cycles are 0 (first), 1, 4, 7
+    asked = _asked_nvlink_errors(fake)
+    backend = make(fake, clock, slow_every=3)
+    seen = []
+    for cycle in range(8):
+        dev.nvlink_errors = {"replay": cycle, "recovery": 1, "crc_flit": 0, "crc_data": 2 * cycle}
+        seen.append(dict(_run(backend, clock, 1)[0].gpus[1].nvlink_errors or {}))
+    assert [e["replay"] for e in seen] == [0, 1, 1, 1, 4, 4, 4, 7]
+    assert [e["crc_data"] for e in seen] == [0, 2, 2, 2, 8, 8, 8, 14]
+    assert seen[-1] == {"replay": 7, "recovery": 1, "crc_flit": 0, "crc_data": 14}
+    assert asked == [["replay", "recovery", "crc_flit", "crc_data"]] * 4, "one batched call per read, GPU 1 only"
+
+
+def test_a_gpu_without_nvlink_has_no_nvlink_errors_and_is_never_asked() -> None:
+    clock = Clock()
+    fake = FakeNvml([h200(0)])  # a single H200: NVLink state answers NotSupported
+    asked = _asked_nvlink_errors(fake)
+    backend = make(fake, clock, slow_every=1)
+    samples = _run(backend, clock, 1)
+    state_calls = fake.calls["nvmlDeviceGetNvLinkState"]
+    samples += _run(backend, clock, 3)
+    assert all(s.gpus[0].nvlink_errors is None for s in samples)
+    assert asked == []
+    assert fake.calls["nvmlDeviceGetNvLinkState"] == state_calls, "NotSupported remembered from the first cycle"
+
+
+def test_an_nvlink_error_kind_nvml_does_not_count_is_omitted_and_not_asked_again() -> None:
+    clock = Clock()
+    dev = h200(0, nvlink=True, nvlink_errors={"replay": 3, "recovery": None, "crc_flit": 1, "crc_data": 0})
+    fake = FakeNvml([dev])
+    asked = _asked_nvlink_errors(fake)
+    samples = _run(make(fake, clock, slow_every=1), clock, 3)
+    assert dict(samples[-1].gpus[0].nvlink_errors or {}) == {"replay": 3, "crc_flit": 1, "crc_data": 0}
+    assert asked == [["replay", "recovery", "crc_flit", "crc_data"]] + [["replay", "crc_flit", "crc_data"]] * 2
+    assert all(dict(s.errors) == {} for s in samples), "NotSupported is not an error"
+    dev.nvlink_errors = {}  # no kind counted at all: the series go, and the call is no longer made
+    samples = _run(make(FakeNvml([dev]), clock, slow_every=1), clock, 2)
+    assert all(s.gpus[0].nvlink_errors is None for s in samples)
+
+
+def test_a_transient_nvlink_error_read_is_counted_and_retried() -> None:
+    clock = Clock()
+    fake = FakeNvml([h200(0, nvlink=True, nvlink_errors={"replay": 5})])
+    backend = make(fake, clock, slow_every=1)
+    _run(backend, clock, 1)
+    fake.fail_always("nvmlDeviceGetFieldValues", "UNKNOWN")
+    failed = _run(backend, clock, 1)[0]
+    fake.clear_failures()
+    again = _run(backend, clock, 1)[0]
+    assert failed.gpus[0].nvlink_errors is None and failed.errors.get("unknown", 0) >= 1
+    assert dict(again.gpus[0].nvlink_errors or {}) == {"replay": 5}

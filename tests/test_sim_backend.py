@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from exporter.backends.base import GpuBackend
-from exporter.model import BackendSample, GpmSample, GpuSample, LeafSample
+from exporter.backends.nvml_links import pcie_capacity
+from exporter.model import PCIE, BackendSample, GpmSample, GpuSample, LeafSample
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from exporter.sim.scenarios import MIG_PROFILES
 
@@ -132,6 +133,21 @@ def test_every_gpu_reads_like_an_h200_sxm() -> None:
         assert g.fan_speed_ratio is None  # passively cooled: NVML says NotSupported
         assert g.power_watts is not None and 60 < g.power_watts <= 700
     assert len({g.uuid for g in sample.gpus}) == 8
+
+
+def test_link_health_and_temperature_limits_read_like_an_h200() -> None:
+    for g in run(SimulatedBackend("h200x8"), 2)[-1].gpus:
+        assert (g.pcie_link_max_generation, g.pcie_link_max_width) == (5, 16)
+        assert dict(g.temperature_thresholds or {}) == {
+            "slowdown": 89.0,
+            "shutdown": 95.0,
+            "gpu_max": 87.0,
+            "memory_max": 95.0,
+        }
+        assert dict(g.nvlink_errors or {}) == {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+    for g in run(SimulatedBackend("mig"), 2)[-1].gpus:
+        # NVLink is read only where its throughput is: not on a GPU in MIG mode.
+        assert (g.nvlink_errors is None) == (g.mig_mode == "enabled") == (g.nvlink_rx_bytes_per_second is None)
 
 
 def test_memory_bound_gpus_keep_dram_above_70_percent(h200x8: list[BackendSample]) -> None:
@@ -482,11 +498,48 @@ def test_xid_is_delivered_once_and_waits_while_the_gpu_is_lost() -> None:
     assert backend.sample().gpus[5].xid_events == ()
 
 
+def test_a_degraded_pcie_link_reads_its_trained_generation_and_width_and_capacity() -> None:
+    faults = SimFaults()
+    faulty, clean = SimulatedBackend("h200x8", faults=faults), SimulatedBackend("h200x8")
+    run(faulty, 2), run(clean, 2)
+    faults.pcie_link[2] = (4, 8)
+    a, b = faulty.sample(), clean.sample()
+    g = a.gpus[2]
+    assert (g.pcie_link_generation, g.pcie_link_width) == (4, 8)
+    assert (g.pcie_link_max_generation, g.pcie_link_max_width) == (5, 16)
+    gen4_x8 = pcie_capacity(None, 4, 8)
+    pcie = [x for x in (*g.links, *g.leaves[0].links) if x.link == PCIE]
+    assert len(pcie) == 2 and all(x.capacity_bytes_per_second == gen4_x8 for x in pcie)
+    assert [x for x in g.links if x.link != PCIE] == [x for x in b.gpus[2].links if x.link != PCIE]
+    assert [x for x in a.gpus if x.index != 2] == [x for x in b.gpus if x.index != 2]
+    faults.pcie_link.clear()
+    assert faulty.sample() == clean.sample()
+
+
+def test_nvlink_errors_grow_by_the_fault_each_cycle_and_stay_after_it() -> None:
+    faults = SimFaults.parse("nvlink_errors=1:crc_data:5,1:replay:1")
+    backend = SimulatedBackend("h200x8", faults=faults)
+    counts = [dict(s.gpus[1].nvlink_errors or {}) for s in run(backend, 3)]
+    assert [c["crc_data"] for c in counts] == [5, 10, 15]
+    assert [c["replay"] for c in counts] == [1, 2, 3]
+    assert counts[-1]["recovery"] == counts[-1]["crc_flit"] == 0
+    faults.lost.add(1)
+    backend.sample()  # counted while lost, like energy
+    faults.lost.clear()
+    faults.nvlink_errors.clear()
+    last = backend.sample()
+    assert dict(last.gpus[1].nvlink_errors or {})["crc_data"] == 20, "a counter: it stays after the fault"
+    assert all(set((g.nvlink_errors or {}).values()) == {0} for g in last.gpus if g.index != 1)
+
+
 def test_fault_spec_parses_every_kind() -> None:
     f = SimFaults.parse(
         "lost=3,5; unsupported=fan_speed_ratio,pcie_tx_bytes_per_second;hang=30;"
-        "transient=power_watts:3,gpm;unavailable;xid=2:79,2:48,4:31"
+        "transient=power_watts:3,gpm;unavailable;xid=2:79,2:48,4:31;pcie_link=2:4:16,3:5:8;"
+        "nvlink_errors=1:crc_data:5,1:recovery:1"
     )
+    assert f.pcie_link == {2: (4, 16), 3: (5, 8)}
+    assert f.nvlink_errors == {(1, "crc_data"): 5, (1, "recovery"): 1}
     assert f.lost == {3, 5}
     assert f.unsupported == {"fan_speed_ratio", "pcie_tx_bytes_per_second"}
     assert f.hang_seconds == 30.0
@@ -508,6 +561,8 @@ def test_fault_spec_parses_every_kind() -> None:
         ("xid=79", "xid=79"),
         ("transient=power_watts:many", "transient=power_watts:many"),
         ("unavailable=maybe", "unavailable=maybe"),
+        ("pcie_link=2:4", "pcie_link=2:4"),
+        ("nvlink_errors=1:crc:5", "nvlink_errors=1:crc:5"),
     ],
 )
 def test_bad_fault_spec_names_the_bad_part(spec: str, named: str) -> None:

@@ -40,6 +40,17 @@ from exporter.sim import SimFaults
         ("unsupported=", "unsupported"),
         ("unsupported= , ", "unsupported"),
         ("unavailable;unavailable=false", "unavailable"),
+        ("pcie_link=2:6:16", "pcie_link"),
+        ("pcie_link=2:0:16", "pcie_link"),
+        ("pcie_link=2:4:17", "pcie_link"),
+        ("pcie_link=256:4:16", "pcie_link"),
+        ("pcie_link=2:4", "pcie_link"),
+        ("pcie_link=2:4:8:1", "pcie_link"),
+        ("nvlink_errors=1:crc:5", "nvlink_errors"),
+        ("nvlink_errors=1:replay:0", "nvlink_errors"),
+        ("nvlink_errors=1:replay:1000001", "nvlink_errors"),
+        ("nvlink_errors=1:replay", "nvlink_errors"),
+        ("nvlink_errors=\u0661:replay:1", "nvlink_errors"),
     ],
 )
 def test_bad_fault_values_are_refused_naming_the_flag_and_the_key(spec: str, key: str) -> None:
@@ -73,6 +84,10 @@ def test_hang_set_at_run_time_must_be_finite_and_bounded(seconds: float) -> None
         ({"transient": {"power_watts": -5}}, "transient"),
         ({"xid": {0: [0]}}, "xid"),
         ({"xid": {-1: [79]}}, "xid"),
+        ({"pcie_link": {0: (6, 16)}}, "pcie_link"),
+        ({"pcie_link": {0: (5, 0)}}, "pcie_link"),
+        ({"nvlink_errors": {(0, "bogus"): 1}}, "nvlink_errors"),
+        ({"nvlink_errors": {(0, "replay"): 0}}, "nvlink_errors"),
     ],
 )
 def test_faults_built_in_code_are_checked_like_the_spec(kwargs: dict[str, object], key: str) -> None:

@@ -1,15 +1,17 @@
 """Device fields of one physical GPU: identity once, telemetry every cycle, slow fields staggered.
 
-Three cadences, each chosen from what a field is for and what it costs on an H200
-(docs/gpu-validation.md#cost-of-one-sample-one-gpu):
+Identity (name, PCI bus id, compute capability, maximum SM clock, supported clock reasons, the
+temperature thresholds) is read once per GPU; then three cadences, each chosen from what a field
+is for and what it costs on an H200 (docs/gpu-validation.md#cost-of-one-sample-one-gpu):
 
 - **every cycle**: what the busy time, the boundness class and the link counters integrate
   (utilisation, memory, GPM, links, processes: other readers) and the instant gauges a scrape
   shows (power, temperature, clocks, clock events);
 - **slow, every ``slow_every`` cycles** (staggered by GPU index): fields that change with a
   configuration or an error, and whose consumers look at minutes: the MIG and compute modes, the
-  enforced power limit, ECC, remapped rows, PCIe replays, the fan and the HBM temperature. The
-  MIG mode alone costs ~0.5 ms per call; a change shows up to ``slow_every`` cycles late;
+  enforced power limit, ECC, remapped rows, PCIe replays, the fan and the HBM temperature (and,
+  read by ``nvml_links``, the PCIe width and the NVLink error counters). The MIG mode alone costs
+  ~0.5 ms per call; a change shows up to ``slow_every`` cycles late;
 - **energy, every ``energy_every`` cycles**: the total-energy counter (~4.7 ms per call) feeds
   ``rate()`` over windows longer than that, which it leaves unchanged.
 
@@ -42,6 +44,14 @@ CLOCK_EVENT_REASONS: dict[str, str] = {
     "nvmlClocksEventReasonDisplayClockSetting": "display_clock_setting",
 }
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+#: The GPU's temperature limits we read, by our kind label (``model.TEMPERATURE_THRESHOLDS``) ->
+#: the binding's threshold constant. The acoustic thresholds are fan targets, not limits: left out.
+TEMPERATURE_THRESHOLDS: dict[str, str] = {
+    "slowdown": "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN",
+    "shutdown": "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN",
+    "gpu_max": "NVML_TEMPERATURE_THRESHOLD_GPU_MAX",
+    "memory_max": "NVML_TEMPERATURE_THRESHOLD_MEM_MAX",
+}
 _MHZ = 1e6
 
 
@@ -120,13 +130,15 @@ class DeviceFields:
         self._pci_bus_id: str | None = None
         self._compute_capability: str | None = None
         self._sm_clock_max_hertz: float | None = None
+        self._temperature_thresholds: Mapping[str, float] | None = None
         # (label, bit) of each clock event reason the binding defines, narrowed by read_identity
         # to those the GPU supports.
         self._clock_reasons = _reason_bits(q.nvml, None)
         self._energy_mj: float | None = None
 
     def read_identity(self) -> None:
-        """Name, PCI bus id, compute capability, maximum SM clock and the supported clock reasons."""
+        """Name, PCI bus id, compute capability, maximum SM clock, the supported clock reasons and
+        the temperature thresholds."""
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
         self._name = text(q.call(u, f.nvmlDeviceGetName, h))
         pci = q.call(u, f.nvmlDeviceGetPciInfo, h)
@@ -141,6 +153,22 @@ class DeviceFields:
         if mask is None:
             mask = q.call(u, f.nvmlDeviceGetSupportedClocksThrottleReasons, h)
         self._clock_reasons = _reason_bits(q.nvml, mask)
+        self._temperature_thresholds = self._read_temperature_thresholds()
+
+    def _read_temperature_thresholds(self) -> Mapping[str, float] | None:
+        """The GPU's temperature limits (°C) by kind; each kind NVML does not answer is left out
+        and, NotSupported, never asked again."""
+        q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
+        limits: dict[str, float] = {}
+        for kind, const in TEMPERATURE_THRESHOLDS.items():
+            threshold = getattr(nvml, const, None)
+            if threshold is None:
+                continue
+            raw = q.call(u, f.nvmlDeviceGetTemperatureThreshold, h, threshold, key="temperature_threshold_" + kind)
+            celsius = temperature(q, raw)
+            if celsius is not None:
+                limits[kind] = celsius
+        return MappingProxyType(limits) if limits else None
 
     def _due(self, cycle: int, every: int) -> bool:
         return (cycle - self._index) % every == 0
@@ -167,9 +195,11 @@ class DeviceFields:
         leaves: tuple[LeafSample, ...],
         links: tuple[LinkTraffic, ...],
         pcie: PcieState,
+        nvlink_errors: Mapping[str, int] | None,
         xid_events: tuple[int, ...],
     ) -> GpuSample:
-        """The GPU's sample: ``core`` and the other readers' parts plus every remaining device field."""
+        """The GPU's sample: ``core`` and the other readers' parts (the links' traffic, state and
+        NVLink errors) plus every remaining device field."""
         q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
         if self._energy_mj is None or self._due(cycle, self._energy_every):
             self._energy_mj = q.call(u, f.nvmlDeviceGetTotalEnergyConsumption, h)
@@ -197,6 +227,7 @@ class DeviceFields:
             energy_joules=self._energy_mj / 1000.0 if self._energy_mj is not None else None,
             temperature_celsius=temperature(q, q.call(u, f.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)),
             memory_temperature_celsius=slow.memory_temperature_celsius,
+            temperature_thresholds=self._temperature_thresholds,
             fan_speed_ratio=slow.fan_speed_ratio,
             sm_clock_hertz=sm_clock * _MHZ if sm_clock is not None else None,
             memory_clock_hertz=mem_clock * _MHZ if mem_clock is not None else None,
@@ -206,10 +237,13 @@ class DeviceFields:
             pcie_rx_bytes_per_second=pcie_link.rx_bytes_per_second if pcie_link else None,
             pcie_link_generation=pcie.generation,
             pcie_link_width=pcie.width,
+            pcie_link_max_generation=pcie.max_generation,
+            pcie_link_max_width=pcie.max_width,
             pcie_replay_errors=slow.pcie_replay_errors,
             nvlink_tx_bytes_per_second=nvlink.tx_bytes_per_second if nvlink else None,
             nvlink_rx_bytes_per_second=nvlink.rx_bytes_per_second if nvlink else None,
             links=links,
+            nvlink_errors=nvlink_errors,
             ecc_errors=slow.ecc_errors,
             remapped_rows=slow.remapped_rows,
             xid_events=xid_events,

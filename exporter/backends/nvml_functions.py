@@ -43,6 +43,9 @@ class NvmlFunctions:
     nvmlDeviceGetSupportedClocksEventReasons: NvmlFunction
     nvmlDeviceGetSupportedClocksThrottleReasons: NvmlFunction
     nvmlDeviceGetNvLinkState: NvmlFunction
+    nvmlDeviceGetMaxPcieLinkGeneration: NvmlFunction
+    nvmlDeviceGetMaxPcieLinkWidth: NvmlFunction
+    nvmlDeviceGetTemperatureThreshold: NvmlFunction
     # device fields, read every cycle
     nvmlDeviceGetUtilizationRates: NvmlFunction
     nvmlDeviceGetMemoryInfo: NvmlFunction

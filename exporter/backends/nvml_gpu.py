@@ -54,14 +54,16 @@ class GpuReader:
         self._events = XidEvents(q, handle, uuid)
 
     def read_identity(self) -> None:
-        """Static identity, GPM and NVLink support, Xid registration; done once per GPU."""
+        """Static identity, PCIe link maximums, GPM support, Xid registration; done once per GPU."""
         self._device.read_identity()
+        self._links.read_identity()
         self._gpm.probe()
         self._events.register()
         self._identity_read = True
 
     def sample(self, cycle: int) -> GpuSample:
-        """This cycle's sample; ``cycle`` paces the staggered PCIe, energy and slow reads."""
+        """This cycle's sample; ``cycle`` paces the staggered PCIe, energy and slow reads (NVLink
+        errors among them)."""
         if not self._identity_read:
             self.read_identity()
         now = self._clock()
@@ -77,7 +79,8 @@ class GpuReader:
             links = self._links.read(cycle, now, reading, pcie, gpm_pending=first and self._gpm.supported)
             leaves = (self._whole_gpu_leaf(core, reading, links),)
         self._sampled_once = True
-        return self._device.sample(cycle, core, leaves, links, pcie, self._events.drain())
+        nvlink_errors = self._links.nvlink_errors(cycle)  # after read(): it finds the NVLinks
+        return self._device.sample(cycle, core, leaves, links, pcie, nvlink_errors, self._events.drain())
 
     @property
     def gpm_supported(self) -> bool:

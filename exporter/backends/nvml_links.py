@@ -15,12 +15,18 @@ NVML counts the bytes on the link, TLP headers included: a pinned copy that move
 payload over Gen5 x16 reads ~59 GB/s (docs/boundness.md). Capacity per direction is the lane rate
 NVML reports (``nvmlDeviceGetPcieSpeed``, else the generation's) x lanes x line-encoding efficiency;
 for NVLink, the active links x the common link rate NVML reports.
+
+Link health is read here too: the most the PCIe link can train to (once per GPU), beside its
+current generation and width, and the NVLink data-link error counters (every ``slow_every``
+cycles, on GPUs with NVLink).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from exporter.backends.nvml_gpm import GpmReading
@@ -39,6 +45,14 @@ _MAX_NVLINKS = 18
 """NVLinks per GPU on Hopper (NVML_NVLINK_MAX_LINKS is larger in newer bindings; probing stops at
 the first link NVML does not know)."""
 _U32 = 1 << 32
+NVLINK_ERROR_FIELDS: dict[str, str] = {
+    "replay": "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "recovery": "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "crc_flit": "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "crc_data": "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+}
+"""NVLink error kind (``model.NVLINK_ERROR_KINDS``) -> the binding's field id of its count summed
+over the GPU's links: one field-values call reads all four."""
 
 
 def pcie_encoding(generation: int) -> float:
@@ -60,11 +74,18 @@ def pcie_capacity(lane_mbps: float | None, generation: int | None, width: int | 
 
 @dataclass(frozen=True, slots=True)
 class PcieState:
-    """The PCIe link as it is now: generation, lanes and NVML's lane rate (Mb/s)."""
+    """The PCIe link as it is now: generation, lanes and NVML's lane rate (Mb/s); and the most it
+    can train to."""
 
     generation: int | None
     width: int | None
     lane_mbps: float | None
+    max_generation: int | None = None
+    """``nvmlDeviceGetMaxPcieLinkGeneration``: the highest generation the GPU *and* its slot (or
+    switch port) support together. Not the GPU's own maximum (``nvmlDeviceGetGpuMaxPcieLinkGeneration``),
+    which exceeds this in a slower slot: that link runs as fast as it can and is not degraded."""
+    max_width: int | None = None
+    """``nvmlDeviceGetMaxPcieLinkWidth``: the most lanes the link can train to."""
 
     @property
     def capacity(self) -> float | None:
@@ -128,6 +149,25 @@ class LinkReader:
         self._last_now: float | None = None
         self._lane_mbps: float | None = None
         self._lane_for: int | None = None  # the generation _lane_mbps was read at
+        self._max_generation: int | None = None
+        self._max_width: int | None = None
+        self._nvlink_present = False  # NVML answered a state for at least one NVLink
+        self._nvlink_errors: Mapping[str, int] | None = None
+        self._nvlink_errors_read = False
+        # Union member and width in bits of each unsigned integer field-value type.
+        nvml = q.nvml
+        self._widths: dict[int, tuple[str, int]] = {
+            getattr(nvml, "NVML_VALUE_TYPE_UNSIGNED_INT", -1): ("uiVal", 32),
+            getattr(nvml, "NVML_VALUE_TYPE_UNSIGNED_LONG", -2): ("ulVal", 64),
+            getattr(nvml, "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", -3): ("ullVal", 64),
+        }
+
+    def read_identity(self) -> None:
+        """The most the PCIe link can train to, generation and lanes: fixed by the GPU and its slot,
+        read once per GPU (0 or NotSupported leaves it unknown)."""
+        q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
+        self._max_generation = q.call(u, f.nvmlDeviceGetMaxPcieLinkGeneration, h) or None
+        self._max_width = q.call(u, f.nvmlDeviceGetMaxPcieLinkWidth, h) or None
 
     # --- PCIe -----------------------------------------------------------------------------------
     def pcie_state(self, cycle: int) -> PcieState:
@@ -143,7 +183,7 @@ class LinkReader:
         if generation != self._width_for or (cycle - self._index) % self._slow_every == 0:
             self._width = q.call(u, f.nvmlDeviceGetCurrPcieLinkWidth, h)
             self._width_for = generation
-        return PcieState(generation, self._width, self._lane_mbps)
+        return PcieState(generation, self._width, self._lane_mbps, self._max_generation, self._max_width)
 
     def read(
         self, cycle: int, now: float, gpm: GpmReading | None, pcie: PcieState, gpm_pending: bool = False
@@ -267,12 +307,15 @@ class LinkReader:
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
         self._links_read_at = cycle
         active = []
+        present = False
         for link in range(_MAX_NVLINKS):
             state = q.call(u, f.nvmlDeviceGetNvLinkState, h, link, key="nvlink_state", expect=("INVALID_ARGUMENT",))
             if state is None:
                 break  # no NVLink at all (NotSupported, remembered) or past the GPU's last link
+            present = True
             if state:
                 active.append(link)
+        self._nvlink_present = present
         if tuple(active) != self._nvlinks:
             self._nvlink_counter.reset()
         self._nvlinks = tuple(active)
@@ -314,33 +357,72 @@ class LinkReader:
         per_second, window = rates
         return sum(per_second[0::2]) * _KIB, sum(per_second[1::2]) * _KIB, window
 
+    def nvlink_errors(self, cycle: int) -> Mapping[str, int] | None:
+        """NVLink data-link errors since the driver loaded, summed over the GPU's links, by kind
+        (``NVLINK_ERROR_FIELDS``); read every ``slow_every`` cycles staggered by GPU index, the last
+        reading in between. ``None`` on a GPU without NVLink (call after :meth:`read`, which finds
+        the links) and where NVML counts none of the kinds."""
+        if not self._nvlink_present:
+            return None
+        if not self._nvlink_errors_read or (cycle - self._index) % self._slow_every == 0:
+            self._nvlink_errors_read = True
+            self._nvlink_errors = self._read_nvlink_errors()
+        return self._nvlink_errors
+
+    def _read_nvlink_errors(self) -> Mapping[str, int] | None:
+        """One field-values call for every kind not yet found unsupported (each kind remembered on
+        its own under ``nvlink_errors_<kind>``, the whole call under ``nvlink_errors``)."""
+        q, nvml, u = self._q, self._q.nvml, self._uuid
+        wanted: list[tuple[str, int]] = []
+        for kind, const in NVLINK_ERROR_FIELDS.items():
+            field_id = getattr(nvml, const, None)
+            if field_id is not None and not q.is_unsupported(u, "nvlink_errors_" + kind):
+                wanted.append((kind, field_id))
+        if not wanted:
+            return None
+        entries = q.call(
+            u, q.fns.nvmlDeviceGetFieldValues, self._handle, [fid for _, fid in wanted], key="nvlink_errors"
+        )
+        if not entries:
+            return None
+        counts: dict[str, int] = {}
+        for (kind, _), entry in zip(wanted, entries, strict=True):
+            decoded = self._field_int(entry, "nvlink_errors_" + kind)
+            if decoded is not None:
+                counts[kind] = decoded[0]
+        return MappingProxyType(counts) if counts else None
+
     # --- field values ---------------------------------------------------------------------------
     def _fields(self, ids: list[tuple[int, int]], key: str) -> tuple[list[int], int] | None:
         """Integer field values (field id, scope id) and their narrowest width in bits; ``None``
         when any of them is unavailable (NotSupported is remembered under ``key``)."""
-        q, nvml = self._q, self._q.nvml
+        q = self._q
         entries = q.call(self._uuid, q.fns.nvmlDeviceGetFieldValues, self._handle, ids, key=key)
         if not entries:
             return None
-        widths = {
-            getattr(nvml, "NVML_VALUE_TYPE_UNSIGNED_INT", -1): ("uiVal", 32),
-            getattr(nvml, "NVML_VALUE_TYPE_UNSIGNED_LONG", -2): ("ulVal", 64),
-            getattr(nvml, "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", -3): ("ullVal", 64),
-        }
         out: list[int] = []
         bits = 64
         for entry in entries:
-            code = entry.nvmlReturn
-            if code != nvml.NVML_SUCCESS:
-                if code == nvml.NVML_ERROR_NOT_SUPPORTED:
-                    q.unsupported.add((self._uuid, key))
-                else:
-                    q.count(q.code(nvml.NVMLError(code)).lower())
+            decoded = self._field_int(entry, key)
+            if decoded is None:
                 return None
-            member = widths.get(entry.valueType)
-            if member is None:
-                q.unsupported.add((self._uuid, key))
-                return None
-            out.append(int(getattr(entry.value, member[0])))
-            bits = min(bits, member[1])
+            out.append(decoded[0])
+            bits = min(bits, decoded[1])
         return out, bits
+
+    def _field_int(self, entry: Any, key: str) -> tuple[int, int] | None:
+        """(value, width in bits) of one unsigned integer field value; ``None`` when it failed
+        (NotSupported or a non-integer type is remembered under ``key``, other errors counted)."""
+        q, nvml = self._q, self._q.nvml
+        code = entry.nvmlReturn
+        if code != nvml.NVML_SUCCESS:
+            if code == nvml.NVML_ERROR_NOT_SUPPORTED:
+                q.unsupported.add((self._uuid, key))
+            else:
+                q.count(q.code(nvml.NVMLError(code)).lower())
+            return None
+        member = self._widths.get(entry.valueType)
+        if member is None:
+            q.unsupported.add((self._uuid, key))
+            return None
+        return int(getattr(entry.value, member[0])), member[1]

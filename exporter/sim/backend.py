@@ -19,14 +19,17 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from dataclasses import field as dataclass_field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.backends.nvml_device import CLOCK_EVENT_REASONS
+from exporter.backends.nvml_links import pcie_capacity
 from exporter.model import (
     MPS_SERVER,
     NVLINK,
+    NVLINK_ERROR_KINDS,
     PCIE,
     BackendSample,
     ContainerDevices,
@@ -58,6 +61,10 @@ UNAVAILABLE_ERROR = "NVML library not found (simulated)"
 # twice these: a few KB/s, ~1e-7 of the link, so an idle GPU stays idle.
 HOUSEKEEPING_TX_BYTES_PER_SECOND = 1e3
 HOUSEKEEPING_RX_BYTES_PER_SECOND = 2e3
+H200_TEMPERATURE_THRESHOLDS: Mapping[str, float] = MappingProxyType(
+    {"slowdown": 89.0, "shutdown": 95.0, "gpu_max": 87.0, "memory_max": 95.0}
+)
+"""What NVML answers for an H200's temperature limits, °C (driver 580, docs/gpu-validation.md)."""
 
 _CLOCK_REASONS = tuple(CLOCK_EVENT_REASONS.values())
 """Every reason the H200's NVML lists as supported (docs/gpu-validation.md), labelled as the NVML
@@ -101,6 +108,8 @@ class _GpuState:
     rng: random.Random
     energy_joules: float
     temperature_celsius: float | None = None
+    nvlink_errors: dict[str, int] = dataclass_field(default_factory=lambda: dict.fromkeys(NVLINK_ERROR_KINDS, 0))
+    """Cumulative NVLink errors by kind (zero unless an ``nvlink_errors`` fault adds some)."""
     fresh: bool = True
     """No previous sample to window against (first call, or after being lost/unavailable)."""
 
@@ -160,6 +169,9 @@ class SimulatedBackend:
             self.faults.hang(view.hang_seconds)
         t = self._calls * self.step_seconds
         self._calls += 1
+        for (index, kind), count in view.nvlink_errors.items():
+            if 0 <= index < len(self._gpus):  # counted while the GPU is lost too, like energy
+                self._gpus[index].nvlink_errors[kind] += count
         # Every GPU is simulated every cycle, faults or not, so a fault on one GPU never shifts
         # another GPU's random stream and counters keep integrating while a GPU is "lost".
         gpus = [self._sample_gpu(state, t) for state in self._gpus]
@@ -395,6 +407,7 @@ class SimulatedBackend:
             energy_joules=state.energy_joules,
             temperature_celsius=temp,
             memory_temperature_celsius=temp + 4.0,
+            temperature_thresholds=H200_TEMPERATURE_THRESHOLDS,
             fan_speed_ratio=None,  # SXM boards are passively cooled: NVML says NotSupported.
             sm_clock_hertz=clock,
             memory_clock_hertz=sc.H200_MEMORY_CLOCK_HERTZ,
@@ -404,12 +417,16 @@ class SimulatedBackend:
             pcie_rx_bytes_per_second=pcie.rx_bytes_per_second if pcie else None,
             pcie_link_generation=5,
             pcie_link_width=16,
+            pcie_link_max_generation=5,
+            pcie_link_max_width=16,
             pcie_replay_errors=0,
             # The NVML backend reads NVLink throughput from the whole GPU's GPM counters, which a
             # GPU in MIG mode does not sample.
             nvlink_tx_bytes_per_second=nvl.tx_bytes_per_second if nvl else None,
             nvlink_rx_bytes_per_second=nvl.rx_bytes_per_second if nvl else None,
             links=gpu_links,
+            # NVML finds no NVLink on a GPU in MIG mode here, as for its throughput above.
+            nvlink_errors=None if spec.mig_enabled else MappingProxyType(dict(state.nvlink_errors)),
             ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
             remapped_rows=MappingProxyType(
                 {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}
@@ -427,6 +444,8 @@ class SimulatedBackend:
             if gpu.index in view.lost:
                 out.append(GpuSample(index=gpu.index, uuid=gpu.uuid, up=False))
                 continue
+            if gpu.index in view.pcie_link:
+                gpu = replace(gpu, **_trained_to(gpu, *view.pcie_link[gpu.index]))
             changes: dict[str, Any] = {}
             xids = self.faults.take_xid(gpu.index)
             if xids:
@@ -456,6 +475,22 @@ class SimulatedBackend:
         if failed:
             errors["unknown"] = failed
         return out
+
+
+def _trained_to(gpu: GpuSample, generation: int, width: int) -> dict[str, Any]:
+    """The changes that make ``gpu``'s PCIe link read as trained to ``generation`` x ``width``:
+    its current generation and lanes, and the capacity of every PCIe read (the GPU's and its leaves')."""
+    capacity = pcie_capacity(None, generation, width)
+
+    def narrowed(links: tuple[LinkTraffic, ...]) -> tuple[LinkTraffic, ...]:
+        return tuple(replace(x, capacity_bytes_per_second=capacity) if x.link == PCIE else x for x in links)
+
+    return {
+        "pcie_link_generation": generation,
+        "pcie_link_width": width,
+        "links": narrowed(gpu.links),
+        "leaves": tuple(replace(leaf, links=narrowed(leaf.links)) for leaf in gpu.leaves),
+    }
 
 
 def _nulled(obj: Any, names: frozenset[str], failing: frozenset[str]) -> tuple[int, dict[str, Any]]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import re
 import threading
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 
-from exporter.model import GpmSample, GpuSample, LeafSample
+from exporter.model import NVLINK_ERROR_KINDS, GpmSample, GpuSample, LeafSample
 
 _IDENTITY_FIELDS = frozenset({"index", "uuid", "up", "leaves", "mig", "processes", "xid_events", "window_seconds"})
 
@@ -29,9 +30,15 @@ MAX_HANG_SECONDS = 86400.0
 """Longest ``hang`` in seconds: a day, far past the longest ``--collect.deadline`` (1 h)."""
 MAX_XID = 999
 """Highest Xid code (NVIDIA's documented codes have at most three digits)."""
+MAX_PCIE_GENERATION = 5
+"""Highest PCIe generation a simulated link trains to (the H200's, and its slot's, maximum)."""
+MAX_PCIE_WIDTH = 16
+"""Most lanes a simulated PCIe link has (x16)."""
+MAX_NVLINK_ERRORS_PER_CYCLE = 1_000_000
+"""Most NVLink errors a ``nvlink_errors`` fault adds per cycle."""
 _SPEC_HELP = (
     "valid: lost=GPU,...; unsupported=FIELD,...; transient=FIELD[:CYCLES],...; hang=SECONDS; unavailable; "
-    "xid=GPU:XID,..."
+    "xid=GPU:XID,...; pcie_link=GPU:GEN:WIDTH,...; nvlink_errors=GPU:KIND:PER_CYCLE,..."
 )
 
 
@@ -45,6 +52,10 @@ class FaultView:
     """Fields that fail transiently in this cycle."""
     hang_seconds: float
     unavailable: bool
+    pcie_link: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    """GPU index -> (generation, lanes) its PCIe link trained to instead of Gen5 x16."""
+    nvlink_errors: Mapping[tuple[int, str], int] = field(default_factory=dict)
+    """(GPU index, error kind) -> NVLink errors its counter gains in this cycle."""
 
     @property
     def none_fields(self) -> frozenset[str]:
@@ -54,7 +65,7 @@ class FaultView:
     @property
     def quiet(self) -> bool:
         """True when no fault changes any value in this cycle (the fast path)."""
-        return not (self.lost or self.unsupported or self.failing or self.unavailable)
+        return not (self.lost or self.unsupported or self.failing or self.unavailable or self.pcie_link)
 
 
 def _check_fields(names: set[str] | dict[str, int], what: str) -> None:
@@ -75,6 +86,11 @@ class SimFaults:
       through the property wakes a call that is already blocked).
     - ``unavailable``: ``sample()`` answers ``BackendSample(up=False, error=...)``.
     - ``xid``: GPU index -> Xid codes delivered once, on the next sample in which the GPU is up.
+    - ``pcie_link``: GPU index -> (generation, lanes) its PCIe link trained to while the fault is
+      set (the maximum stays Gen5 x16, and the link's capacity follows): a degraded link.
+    - ``nvlink_errors``: (GPU index, kind) -> errors the GPU's cumulative NVLink error counter of
+      that kind (``model.NVLINK_ERROR_KINDS``) gains every cycle while the fault is set, on GPUs
+      with NVLink (not in MIG mode); the counts stay after the fault is cleared.
 
     Mutate the containers in place or assign new ones; both are safe while sampling runs.
     """
@@ -87,6 +103,8 @@ class SimFaults:
         hang_seconds: float = 0.0,
         unavailable: bool = False,
         xid: dict[int, list[int]] | None = None,
+        pcie_link: dict[int, tuple[int, int]] | None = None,
+        nvlink_errors: dict[tuple[int, str], int] | None = None,
     ) -> None:
         self._cond = threading.Condition()
         self.lost: set[int] = set(lost or ())
@@ -95,6 +113,8 @@ class SimFaults:
         self._hang_seconds = float(hang_seconds)
         self.unavailable = unavailable
         self.xid: dict[int, list[int]] = {k: list(v) for k, v in (xid or {}).items()}
+        self.pcie_link: dict[int, tuple[int, int]] = dict(pcie_link or {})
+        self.nvlink_errors: dict[tuple[int, str], int] = dict(nvlink_errors or {})
         _check_fields(self.unsupported, "unsupported")
         _check_fields(self.transient, "transient")
         for index in self.lost:
@@ -105,6 +125,14 @@ class SimFaults:
             _check_range("xid GPU", index, 0, MAX_GPU_INDEX)
             for code in codes:
                 _check_range("xid", code, 1, MAX_XID)
+        for index, (generation, width) in self.pcie_link.items():
+            _check_range("pcie_link GPU", index, 0, MAX_GPU_INDEX)
+            _check_range("pcie_link generation", generation, 1, MAX_PCIE_GENERATION)
+            _check_range("pcie_link width", width, 1, MAX_PCIE_WIDTH)
+        for (index, kind), count in self.nvlink_errors.items():
+            _check_range("nvlink_errors GPU", index, 0, MAX_GPU_INDEX)
+            _check_kind(kind)
+            _check_range("nvlink_errors per cycle", count, 1, MAX_NVLINK_ERRORS_PER_CYCLE)
         _check_hang(self._hang_seconds)
 
     @property
@@ -131,6 +159,8 @@ class SimFaults:
                 failing=failing,
                 hang_seconds=self._hang_seconds,
                 unavailable=bool(self.unavailable),
+                pcie_link=dict(self.pcie_link),
+                nvlink_errors=dict(self.nvlink_errors),
             )
 
     def take_xid(self, index: int) -> tuple[int, ...]:
@@ -155,9 +185,11 @@ class SimFaults:
 
         ``lost=3,5``  ``unsupported=fan_speed_ratio,gpm``  ``transient=power_watts:3``
         ``hang=30`` (seconds; ``30s`` and ``500ms`` too)  ``unavailable`` (or ``unavailable=true``)
-        ``xid=2:79,3:31``.  Numbers are whole ASCII numbers within the ``MAX_*`` limits, the hang a
-        plain decimal; ``hang`` and ``unavailable`` may be given once.  An empty spec gives no
-        faults.  A ValueError names ``--sim.faults``, the part and the key it could not read.
+        ``xid=2:79,3:31``  ``pcie_link=2:4:16,3:5:8`` (GPU 2 trained to Gen4 x16, GPU 3 to Gen5 x8)
+        ``nvlink_errors=1:crc_data:5`` (GPU 1 gains 5 CRC data errors a cycle).  Numbers are whole
+        ASCII numbers within the ``MAX_*`` limits, the hang a plain decimal; ``hang`` and
+        ``unavailable`` may be given once.  An empty spec gives no faults.  A ValueError names
+        ``--sim.faults``, the part and the key it could not read.
         """
         lost: set[int] = set()
         unsupported: set[str] = set()
@@ -165,6 +197,8 @@ class SimFaults:
         hang = 0.0
         unavailable = False
         xid: dict[int, list[int]] = {}
+        pcie_link: dict[int, tuple[int, int]] = {}
+        nvlink_errors: dict[tuple[int, str], int] = {}
         seen: set[str] = set()
         for raw in spec.split(";"):
             part = raw.strip()
@@ -192,11 +226,16 @@ class SimFaults:
                 elif key == "xid" and sep:
                     for gpu, code in (_xid(item) for item in _items(value, "xid", "GPU:XID")):
                         xid.setdefault(gpu, []).append(code)
+                elif key == "pcie_link" and sep:
+                    pcie_link.update(_pcie_link(item) for item in _items(value, "pcie_link", "GPU:GEN:WIDTH"))
+                elif key == "nvlink_errors" and sep:
+                    items = _items(value, "nvlink_errors", "GPU:KIND:PER_CYCLE")
+                    nvlink_errors.update(_nvlink_errors(item) for item in items)
                 else:
                     raise ValueError(f"unknown fault {key!r}; {_SPEC_HELP}")
             except ValueError as exc:
                 raise ValueError(f"--sim.faults: bad part {part!r}: {exc}") from None
-        return cls(lost, unsupported, transient, hang, unavailable, xid)
+        return cls(lost, unsupported, transient, hang, unavailable, xid, pcie_link, nvlink_errors)
 
 
 def _check_range(what: str, value: int, low: int, high: int) -> None:
@@ -258,6 +297,31 @@ def _xid(item: str) -> tuple[int, int]:
     if not colon:
         raise ValueError(f"xid {item!r}: expected GPU:XID")
     return _whole(gpu.strip(), "xid GPU", 0, MAX_GPU_INDEX), _whole(code.strip(), "xid", 1, MAX_XID)
+
+
+def _pcie_link(item: str) -> tuple[int, tuple[int, int]]:
+    """``GPU:GEN:WIDTH`` -> (GPU index, (generation, lanes))."""
+    parts = [p.strip() for p in item.split(":")]
+    if len(parts) != 3:
+        raise ValueError(f"pcie_link {item!r}: expected GPU:GEN:WIDTH")
+    gpu = _whole(parts[0], "pcie_link GPU", 0, MAX_GPU_INDEX)
+    generation = _whole(parts[1], "pcie_link generation", 1, MAX_PCIE_GENERATION)
+    return gpu, (generation, _whole(parts[2], "pcie_link width", 1, MAX_PCIE_WIDTH))
+
+
+def _nvlink_errors(item: str) -> tuple[tuple[int, str], int]:
+    """``GPU:KIND:PER_CYCLE`` -> ((GPU index, kind), errors per cycle)."""
+    parts = [p.strip() for p in item.split(":")]
+    if len(parts) != 3:
+        raise ValueError(f"nvlink_errors {item!r}: expected GPU:KIND:PER_CYCLE")
+    gpu = _whole(parts[0], "nvlink_errors GPU", 0, MAX_GPU_INDEX)
+    _check_kind(parts[1])
+    return (gpu, parts[1]), _whole(parts[2], "nvlink_errors per cycle", 1, MAX_NVLINK_ERRORS_PER_CYCLE)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in NVLINK_ERROR_KINDS:
+        raise ValueError(f"nvlink_errors kind {kind[:20]!r} is not one of {', '.join(NVLINK_ERROR_KINDS)}")
 
 
 def _bool(value: str) -> bool:

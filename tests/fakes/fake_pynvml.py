@@ -42,6 +42,10 @@ _ERROR_CODES = {
 }
 
 NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2
+NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_PCIE_UTIL_TX_BYTES = 0
@@ -49,6 +53,10 @@ NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
+NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = 38
+NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 45
+NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = 52
+NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 59
 NVML_FI_DEV_MEMORY_TEMP = 82
 NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON = 90
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
@@ -177,6 +185,11 @@ class FakeGpu:
     energy_mj: int | None = 1_000_000
     temperature: int | None = 30
     memory_temperature: int | None = 40
+    temperature_thresholds: dict[str, int | None] = field(
+        default_factory=lambda: {"slowdown": 89, "shutdown": 95, "gpu_max": 87, "memory_max": 95}
+    )
+    """``nvmlDeviceGetTemperatureThreshold`` by kind (an H200 on driver 580, docs/gpu-validation.md);
+    a kind absent or ``None`` answers NOT_SUPPORTED."""
     fan: int | None = None
     sm_clock_mhz: int = 345
     memory_clock_mhz: int = 3201
@@ -187,6 +200,9 @@ class FakeGpu:
     pcie_rx_kib: int | None = 2000
     pcie_gen: int = 5
     pcie_width: int = 16
+    pcie_max_gen: int | None = 5
+    pcie_max_width: int | None = 16
+    """The most the link trains to (``nvmlDeviceGetMaxPcieLinkGeneration/Width``); ``None``: NOT_SUPPORTED."""
     pcie_speed_mbps: int | None = 32000
     """Lane rate nvmlDeviceGetPcieSpeed answers (32000 on the H200's Gen5 link)."""
     pcie_tx_bytes: int | None = None
@@ -207,6 +223,11 @@ class FakeGpu:
     nvlink_rx_kib: list[int] | None = None
     """Cumulative per-link NVLink KiB counters (fields 138/139 by link); ``None`` answers NOT_SUPPORTED."""
     nvlink_counter_bits: int = 64
+    nvlink_errors: dict[str, int | None] = field(
+        default_factory=lambda: {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+    )
+    """NVLink error totals over the links by kind (fields 52, 59, 38, 45), answered only when
+    ``nvlink`` is set; a kind absent or ``None`` answers NOT_SUPPORTED."""
     gpm_supported: bool = True
     gpm: dict[int, float] = field(default_factory=dict)
     processes: list[FakeProcess] = field(default_factory=list)
@@ -272,6 +293,19 @@ class _GpmMetricsGet:
 
 
 c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+
+_THRESHOLD_KINDS = {
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown",
+    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown",
+    NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "gpu_max",
+    NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "memory_max",
+}
+_NVLINK_ERROR_FIELDS = {
+    NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: "replay",
+    NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: "recovery",
+    NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: "crc_flit",
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: "crc_data",
+}
 
 
 class FakeNvml:
@@ -424,6 +458,18 @@ class FakeNvml:
         self._enter("nvmlDeviceGetSupportedClocksThrottleReasons", h)
         return h.gpu.supported_clock_reasons
 
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkGeneration", h)
+        return self._value(h.gpu.pcie_max_gen)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkWidth", h)
+        return self._value(h.gpu.pcie_max_width)
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: FakeHandle, threshold: int) -> int:
+        self._enter("nvmlDeviceGetTemperatureThreshold", h)
+        return self._value(h.gpu.temperature_thresholds.get(_THRESHOLD_KINDS.get(threshold, "")))
+
     def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:
         self._enter("nvmlDeviceGetNvLinkState", h)
         if not h.gpu.nvlink:
@@ -506,6 +552,9 @@ class FakeNvml:
             wide = gpu.pcie_counter_bits == 64
             kind = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if wide else NVML_VALUE_TYPE_UNSIGNED_INT
             return (None if raw is None else raw % (1 << gpu.pcie_counter_bits)), kind
+        if field_id in _NVLINK_ERROR_FIELDS:
+            count = gpu.nvlink_errors.get(_NVLINK_ERROR_FIELDS[field_id]) if gpu.nvlink else None
+            return count, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
         if field_id == NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
             return (gpu.nvlink_speed_mbps if gpu.nvlink else None), NVML_VALUE_TYPE_UNSIGNED_INT
         if field_id in (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
