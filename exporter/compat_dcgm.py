@@ -6,12 +6,21 @@ Identity labels follow dcgm-exporter: ``gpu`` (index), ``UUID`` (physical GPU), 
 ``device`` (``nvidia<index>``), ``modelName``, ``GPU_I_PROFILE`` and ``GPU_I_ID`` on MIG instance
 series, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and ``namespace``/``pod``/``container`` where one
 container holds the device.  Units follow DCGM: percent, MiB, MHz, W, mJ, degrees C; the profiling
-fields are ratios.  Each entry of ``FIELDS`` states its scope (GPU or leaf), its source series and
-how its value is read from the snapshot, like the native catalogue (exporter/metrics.py); one loop
-renders them all.  The PCIe and NVLink rates (bytes per second) are per leaf, from the leaf's own
-link reads (the ones the native ``*_bytes_total`` counters integrate), with the GPU's rate once per
-GPU where no leaf has a read.  Families are built once per snapshot and reused (a scrape between
-two snapshots costs nothing here); no NVML.
+fields are ratios.  Each entry of ``FIELDS`` states its scope (GPU, leaf or pod), its source series
+and how its value is read from the snapshot, like the native catalogue (exporter/metrics.py); one
+loop renders them all.
+
+Every device field appears exactly once per device (GPU or leaf), so ``sum()`` over a field is the
+devices' total and per-GPU dashboards draw one line per GPU.  On a shared GPU (time-slicing, MPS)
+the device series carry no pod; each container's own share lives in the pod-scope families
+(``DCGM_FI_DEV_GPU_UTIL_POD``, ``DCGM_FI_DEV_FB_USED_POD``), never under a device field's name.
+DCGM's counters are typed ``counter`` in the text format, as dcgm-exporter declares them, and
+``unknown`` in OpenMetrics, where a counter's samples would have to end in ``_total``.
+
+The PCIe and NVLink rates (bytes per second) are per leaf, from the leaf's own link reads (the
+ones the native ``*_bytes_total`` counters integrate), with the GPU's rate once per GPU where no
+leaf has a read.  Families are built once per snapshot and reused (a scrape between two snapshots
+costs nothing here); no NVML.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ GPU = "gpu"
 LEAF = "leaf"
 """Scope: once per leaf, a whole GPU or a MIG instance."""
 POD = "pod"
-"""Scope: once per container on a shared GPU (time-slicing), from per-process readings."""
+"""Scope: once per container on a shared GPU (time-slicing, MPS), from per-process readings."""
 
 
 @dataclass(frozen=True)
@@ -70,18 +79,17 @@ class DcgmField:
 
     name: str
     type: str
-    """``gauge`` or ``unknown``: DCGM's counters keep their names without ``_total``, which only
-    an untyped family can carry in both exposition formats (see docs/dcgm-compat.md)."""
+    """``gauge`` or ``counter``, as dcgm-exporter declares the field (etc/default-counters.csv); a
+    counter is ``counter`` in the text format and ``unknown`` in OpenMetrics (see ``encode``)."""
     help: str
     scope: str
     source: str
     """The gpulens series (or model field) the value comes from, for docs/dcgm-compat.md."""
     read: Callable[[Any], Value]
-    """The value from the scope's view (exporter/scopes.py's GpuView, or a LeafView), in DCGM's unit."""
+    """The value from the scope's view (exporter/scopes.py's GpuView, a LeafView or a TenantView),
+    in DCGM's unit."""
     extra_labels: Callable[[Any], Labels] | None = None
     """Labels after the identity labels (the Xid's ``err_code``)."""
-    shared: Callable[[TenantView], Value] | None = None
-    """The per-container value on a shared GPU (dcgm-exporter's virtual-GPU mode), if it has one."""
     device: Callable[[GpuView], Value] | None = None
     """For a per-leaf field: the GPU-wide reading of the same quantity, rendered once per GPU (GPU
     labels) when none of its leaves has a value, e.g. a backend that reads a link for the whole
@@ -96,9 +104,8 @@ def _gpu(
     read: Callable[[GpuView], Value],
     *,
     extra_labels: Callable[[GpuView], Labels] | None = None,
-    shared: Callable[[TenantView], Value] | None = None,
 ) -> DcgmField:
-    return DcgmField(name, type_, help_, GPU, source, read, extra_labels, shared)
+    return DcgmField(name, type_, help_, GPU, source, read, extra_labels)
 
 
 def _leaf(
@@ -108,10 +115,14 @@ def _leaf(
     source: str,
     read: Callable[[LeafView], Value],
     *,
-    shared: Callable[[TenantView], Value] | None = None,
     device: Callable[[GpuView], Value] | None = None,
 ) -> DcgmField:
-    return DcgmField(name, type_, help_, LEAF, source, read, None, shared, device)
+    return DcgmField(name, type_, help_, LEAF, source, read, device=device)
+
+
+def _pod(name: str, help_: str, source: str, read: Callable[[TenantView], Value]) -> DcgmField:
+    """A gauge per container holding a shared GPU: the container's own share of a device field."""
+    return DcgmField(name, "gauge", help_, POD, source, read)
 
 
 def _percent(ratio: float | None) -> float | None:
@@ -233,14 +244,14 @@ FIELDS: tuple[DcgmField, ...] = (
     ),
     _gpu(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "unknown",
+        "counter",
         "Total energy consumption since the exporter first saw the GPU (in mJ; a counter).",
         "gpulens_gpu_energy_joules_total * 1000",
         _energy_mj,
     ),
     _gpu(
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "unknown",
+        "counter",
         "Total number of PCIe retries (a counter).",
         "gpulens_gpu_pcie_replay_errors_total",
         lambda v: v.gpu.pcie_replay_errors,
@@ -263,9 +274,14 @@ FIELDS: tuple[DcgmField, ...] = (
         "DCGM_FI_DEV_GPU_UTIL",
         "gauge",
         "GPU utilization (in %).",
-        "gpulens_gpu_utilization_ratio * 100 (per pod on a shared GPU: gpulens_pod_gpu_sm_share_ratio * 100)",
+        "gpulens_gpu_utilization_ratio * 100",
         lambda v: _percent(v.gpu.utilization_ratio),
-        shared=_tenant(lambda u: _percent(u.sm_share_ratio)),
+    ),
+    _pod(
+        "DCGM_FI_DEV_GPU_UTIL_POD",
+        "Share of a shared GPU's SM time used by the container's processes (in %; not a DCGM field).",
+        "gpulens_pod_gpu_sm_share_ratio * 100",
+        _tenant(lambda u: _percent(u.sm_share_ratio)),
     ),
     _gpu(
         "DCGM_FI_DEV_MEM_COPY_UTIL",
@@ -300,9 +316,14 @@ FIELDS: tuple[DcgmField, ...] = (
         "DCGM_FI_DEV_FB_USED",
         "gauge",
         "Framebuffer memory used (in MiB).",
-        "gpulens_gpu_memory_used_bytes / 2^20 (per pod on a shared GPU: gpulens_pod_gpu_memory_used_bytes / 2^20)",
+        "gpulens_gpu_memory_used_bytes / 2^20",
         lambda v: _mib(v.leaf.memory_used_bytes),
-        shared=_tenant(lambda u: _mib(u.memory_used_bytes)),
+    ),
+    _pod(
+        "DCGM_FI_DEV_FB_USED_POD",
+        "Framebuffer memory used by the container's processes on a shared GPU (in MiB; not a DCGM field).",
+        "gpulens_pod_gpu_memory_used_bytes / 2^20",
+        _tenant(lambda u: _mib(u.memory_used_bytes)),
     ),
     _leaf(
         "DCGM_FI_DEV_FB_RESERVED",
@@ -320,28 +341,28 @@ FIELDS: tuple[DcgmField, ...] = (
     ),
     _gpu(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "unknown",
+        "counter",
         "Total number of single-bit volatile ECC errors (a counter).",
         'gpulens_gpu_ecc_errors_total{severity="corrected"}',
         lambda v: (v.gpu.ecc_errors or {}).get("corrected"),
     ),
     _gpu(
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "unknown",
+        "counter",
         "Total number of double-bit volatile ECC errors (a counter).",
         'gpulens_gpu_ecc_errors_total{severity="uncorrected"}',
         lambda v: (v.gpu.ecc_errors or {}).get("uncorrected"),
     ),
     _gpu(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "unknown",
+        "counter",
         "Number of remapped rows for uncorrectable errors (a counter).",
         'gpulens_gpu_remapped_rows{cause="uncorrectable"}',
         lambda v: (v.gpu.remapped_rows or {}).get("uncorrectable"),
     ),
     _gpu(
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "unknown",
+        "counter",
         "Number of remapped rows for correctable errors (a counter).",
         'gpulens_gpu_remapped_rows{cause="correctable"}',
         lambda v: (v.gpu.remapped_rows or {}).get("correctable"),
@@ -522,7 +543,7 @@ def _leaf_labels(base: Labels, leaf: LeafSample) -> Labels:
 
 _GPU_FIELDS = tuple(f for f in FIELDS if f.scope == GPU)
 _LEAF_FIELDS = tuple(f for f in FIELDS if f.scope == LEAF)
-_SHARED_FIELDS = tuple(f for f in FIELDS if f.shared is not None)
+_POD_FIELDS = tuple(f for f in FIELDS if f.scope == POD)
 _DEVICE_FIELDS = tuple(f for f in _LEAF_FIELDS if f.device is not None)
 
 
@@ -556,8 +577,9 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
 
     One loop over FIELDS per instance of their scope: each answering GPU (device-wide fields, with
     the pod labels of the one container holding it), each of its leaves (per-leaf fields, likewise),
-    and each container of a shared GPU (the fields with a per-container reading, as dcgm-exporter's
-    virtual-GPU mode)."""
+    and each container of a shared GPU (the pod-scope fields, the GPU's identity labels plus the
+    container's).  A device field is added once per device, so no two of its series differ by pod
+    alone."""
     b = _Builder({} if label_cache is None else label_cache)
     driver = snap.backend.driver_version or ""
     holders = _holders(snap)
@@ -584,20 +606,23 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
                 assert field.device is not None
                 b.add(field.name, g, field.device(gview))
         for pod, tenant in _tenants(gpu, holders.shared.get(gpu.uuid, []), snap):
-            for field in _SHARED_FIELDS:
-                assert field.shared is not None
-                b.add(field.name, base + _pod_labels(pod), field.shared(tenant))
+            for field in _POD_FIELDS:
+                b.add(field.name, base + _pod_labels(pod), field.read(tenant))
     return b.lines
 
 
 def encode(lines: dict[str, list[str]], openmetrics: bool) -> str:
-    """Exposition text of the families in FIELDS order (no ``# EOF``: the caller's body ends it)."""
-    untyped = "unknown" if openmetrics else "untyped"
+    """Exposition text of the families in FIELDS order (no ``# EOF``: the caller's body ends it).
+
+    A counter is ``counter`` in the text format, as dcgm-exporter writes it.  OpenMetrics requires a
+    counter's samples to be named ``<family>_total``; DCGM's names have no such suffix and renaming
+    them would break every query, so there they are ``unknown`` (the type OpenMetrics gives a
+    sample it does not describe; PromQL's ``rate()`` and ``increase()`` work on it the same)."""
     out: list[str] = []
     for spec in FIELDS:
         samples = lines.get(spec.name)
         if samples:
-            kind = untyped if spec.type == "unknown" else spec.type
+            kind = "unknown" if openmetrics and spec.type == "counter" else spec.type
             out.append(f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} {kind}\n")
             out.extend(samples)
     return "".join(out)

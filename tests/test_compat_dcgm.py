@@ -48,13 +48,21 @@ class _Scrape:
         accept = "application/openmetrics-text; version=1.0.0" if openmetrics else "text/plain"
         self.text = CachedExposition(collector, lambda: snap, tails=[compat.text]).render(accept)[0].decode()
         parse = openmetrics_families if openmetrics else text_string_to_metric_families
-        self.samples = [s for fam in parse(self.text) for s in fam.samples]
+        self.samples = [_wire_name(fam, s) for fam in parse(self.text) for s in fam.samples]
 
     def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         for s in self.samples:
             if s.name == name and s.labels == (labels or {}):
                 return float(s.value)
         return None
+
+
+def _wire_name(family: Any, sample: Any) -> Any:
+    """The sample as written: prometheus_client's text parser appends ``_total`` to every counter
+    sample, but DCGM's counters carry their names as they are (``DCGM_FI_DEV_..._CONSUMPTION``)."""
+    if family.type == "counter" and family.name.startswith("DCGM_") and sample.name == family.name + "_total":
+        return sample._replace(name=family.name)
+    return sample
 
 
 def _registry(snap: Snapshot, hostname: str = "node-a") -> _Scrape:
@@ -293,7 +301,7 @@ def _time_sliced(g: GpuSample, *usages: PodUsage) -> Attribution:
     )
 
 
-def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_adds_per_pod_util_and_memory() -> None:
+def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_puts_pod_shares_under_pod_names() -> None:
     g = _whole(0)
     attr = _time_sliced(g, PodUsage(NOTEBOOK_A, g.uuid, memory_used_bytes=3 * 1024 * MIB, sm_share_ratio=0.3))
     reg = _registry(_snapshot((g,), attr))
@@ -301,13 +309,17 @@ def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_adds_per_pod_uti
     alice = {**base, "namespace": "nb", "pod": "alice-0", "container": "notebook"}
     bob = {**base, "namespace": "nb", "pod": "bob-0", "container": "notebook"}
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", base) == 50
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", alice) == pytest.approx(30)
-    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", alice) == 3072
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", base) == 1024
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL_POD", alice) == pytest.approx(30)
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED_POD", alice) == 3072
     # bob holds a replica but runs nothing on it (the process table was read): 0, as dcgm-exporter
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", bob) == 0
-    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", bob) == 0
-    # other device series are not copied per pod (sums per namespace would multiply them)
-    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", alice) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL_POD", bob) == 0
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED_POD", bob) == 0
+    # The device fields appear once, unlabelled by pod: a pod's share under the device's name would
+    # add to every sum() over it and draw one more line per pod on per-GPU panels.
+    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"):
+        assert reg.text.count(f"{name}{{") == 1, name
+        assert reg.get_sample_value(name, alice) is None, name
     assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", base) == 300
 
 
@@ -317,8 +329,9 @@ def test_without_process_mapping_an_idle_looking_pod_is_not_invented() -> None:
     snap = replace(_snapshot((g,), attr), stages=(StageResult("cgroup", False, 0.001),))
     reg = _registry(snap)
     bob = {**_gpu_labels(g), "namespace": "nb", "pod": "bob-0", "container": "notebook"}
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", bob) is None
-    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", bob) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL_POD", bob) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED_POD", bob) is None
+    assert "_POD{" not in reg.text
 
 
 def test_last_xid_is_the_value_and_its_code_a_label() -> None:
@@ -420,7 +433,7 @@ def test_every_field_has_a_source_dcgm_naming_and_a_row_in_the_mapping_doc() -> 
     assert len({f.name for f in FIELDS}) == len(FIELDS)
     for f in FIELDS:
         assert f.name.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_")), f.name
-        assert f.type in ("gauge", "unknown")
+        assert f.type in ("gauge", "counter")
         assert f.source
         # the doc groups siblings in one row (`DCGM_FI_PROF_PIPE_FP64_ACTIVE`, `_FP32_ACTIVE`, ...)
         parts = f.name.split("_")
@@ -443,12 +456,14 @@ def test_promtool_flags_only_dcgm_exporters_own_names(scenario: str) -> None:
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60)
     problems = [line for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()]
     assert result.returncode in (0, 3), problems  # 3: lint findings only; 1 would be a parse error
-    # Two findings are dcgm-exporter's own names, which consumers query verbatim: the camelCase
-    # modelName label, and DCGM_FI_DEV_PCIE_REPLAY_COUNTER's "COUNTER". Nothing else may be
-    # flagged (the native series stay clean).
+    # The findings are dcgm-exporter's own names, which consumers query verbatim: the camelCase
+    # modelName label, DCGM_FI_DEV_PCIE_REPLAY_COUNTER's "COUNTER", and DCGM's counters, which have
+    # no "_total" suffix. Nothing else may be flagged (the native series stay clean).
     camel = "label names should be written in 'snake_case' not 'camelCase'"
     replay = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'"
-    assert all((p.startswith("DCGM_FI_") and p.endswith(camel)) or p == replay for p in problems), problems
+    counters = {f'{f.name} counter metrics should have "_total" suffix' for f in FIELDS if f.type == "counter"}
+    allowed = counters | {replay}
+    assert all((p.startswith("DCGM_FI_") and p.endswith(camel)) or p in allowed for p in problems), problems
 
 
 def test_graphics_engine_activity_is_the_busy_ratio_else_nvml_gpu_util() -> None:
@@ -483,6 +498,132 @@ def test_every_field_is_rendered_by_the_one_loop_in_some_simulated_scenario() ->
         assert snap is not None
         seen |= set(render_lines(snap, "node-a"))
     for f in FIELDS:
-        assert f.scope in ("gpu", "leaf") and callable(f.read), f.name
+        assert f.scope in ("gpu", "leaf", "pod") and callable(f.read), f.name
     assert {f.name for f in FIELDS} - seen == {"DCGM_FI_DEV_FAN_SPEED"}  # passively cooled boards
-    assert {f.name for f in FIELDS if f.shared is not None} == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}
+    assert {f.name for f in FIELDS if f.scope == "pod"} == {"DCGM_FI_DEV_GPU_UTIL_POD", "DCGM_FI_DEV_FB_USED_POD"}
+
+
+# --- shared GPUs: sums and per-GPU legends over the simulated nodes --------------------------------
+
+DCGM_EXPORTER_TYPES = {
+    # The type dcgm-exporter declares for each field gpulens provides, where its counter lists
+    # (etc/default-counters.csv, etc/dcp-metrics-included.csv) have it; the others are gauges.
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "counter",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "counter",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "counter",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_XID_ERRORS": "gauge",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "gauge",
+    "DCGM_FI_DEV_GPU_UTIL": "gauge",
+    "DCGM_FI_DEV_FB_USED": "gauge",
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "gauge",
+}
+DASHBOARD_12239 = (
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+)
+"""The fields NVIDIA's DCGM dashboard (Grafana 12239) draws one line per series of, as ``GPU {{gpu}}``."""
+DEVICE_KEY = ("Hostname", "UUID", "gpu", "GPU_I_ID")
+"""What tells one device (a GPU or a MIG instance) from another in a compat series."""
+
+
+def _sim_scrape(scenario: str) -> tuple[Snapshot, str, str]:
+    """The simulated node's snapshot and its /metrics in the text and OpenMetrics formats."""
+    argv = ["--backend", "sim", "--sim.scenario", scenario, "--no-probes", "--compat.dcgm"]
+    sampler, exposition, _ = build(parse_config(argv, env={"NODE_NAME": "gpu-node-7"}))
+    try:
+        sampler.run_once()
+        snap = sampler.run_once()
+        text = exposition.render("text/plain")[0].decode()
+        om = exposition.render("application/openmetrics-text; version=1.0.0")[0].decode()
+    finally:
+        sampler.stop()
+    return snap, text, om
+
+
+def _dcgm_samples(body: str, openmetrics: bool) -> list[Any]:
+    parse = openmetrics_families if openmetrics else text_string_to_metric_families
+    return [_wire_name(fam, s) for fam in parse(body) for s in fam.samples if fam.name.startswith("DCGM_")]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True], ids=["text", "openmetrics"])
+def test_timeslice_sum_of_fb_used_is_the_devices_used_memory(openmetrics: bool) -> None:
+    snap, text, om = _sim_scrape("timeslice")
+    samples = _dcgm_samples(om if openmetrics else text, openmetrics)
+    devices_mib = sum(leaf.memory_used_bytes or 0 for g in snap.backend.gpus for leaf in g.leaves) / MIB
+    attr = snap.attribution
+    assert attr is not None and len(attr.sharing_pods) == 4, "the scenario time-slices four GPUs"
+    assert devices_mib == 562544  # 8 x H200, MiB
+    fb_used = [s for s in samples if s.name == "DCGM_FI_DEV_FB_USED"]
+    assert sum(s.value for s in fb_used) == devices_mib
+    assert len(fb_used) == len(snap.backend.gpus)
+    # Each container's own memory is under its own name; on each shared GPU the shares add up to
+    # the device's (the simulator runs no process outside a pod).
+    for uuid in attr.sharing_pods:
+        device = next(s.value for s in fb_used if s.labels["UUID"] == uuid)
+        shares = [s for s in samples if s.name == "DCGM_FI_DEV_FB_USED_POD" and s.labels["UUID"] == uuid]
+        assert len(shares) >= 2 and all(s.labels["pod"] for s in shares)
+        assert sum(s.value for s in shares) == pytest.approx(device)
+
+
+@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
+def test_every_device_field_has_one_series_per_device_whoever_holds_it(scenario: str) -> None:
+    """No two series of a device field differ by pod alone: Grafana 12239's per-GPU legend
+    (``GPU {{gpu}}`` per node) draws one line per GPU, and a sum counts each device once."""
+    snap, text, _ = _sim_scrape(scenario)
+    per_device: dict[tuple[str, tuple[str, ...]], list[dict[str, str]]] = {}
+    for s in _dcgm_samples(text, openmetrics=False):
+        if not s.name.endswith("_POD"):
+            per_device.setdefault((s.name, tuple(s.labels.get(k, "") for k in DEVICE_KEY)), []).append(s.labels)
+    repeated = {key: len(labels) for key, labels in per_device.items() if len(labels) > 1}
+    assert not repeated, repeated
+    # 12239's panels: one line per GPU for device-wide fields, per leaf (GPU or MIG instance) for
+    # per-leaf ones; NVML has no GPU-Util on a MIG-enabled GPU.
+    scope = {f.name: f.scope for f in FIELDS}
+    gpus = {(str(g.index), ""): g for g in snap.backend.gpus}
+    leaves = {
+        (str(g.index), str(leaf.mig.gpu_instance_id) if leaf.mig else "")
+        for g in snap.backend.gpus
+        for leaf in g.leaves
+    }
+    for name in DASHBOARD_12239:
+        lines = sorted((key[2], key[3]) for n, key in per_device if n == name)
+        if name == "DCGM_FI_DEV_GPU_UTIL":
+            expected = sorted(k for k, g in gpus.items() if g.mig_mode != "enabled")
+        else:
+            expected = sorted(gpus if scope[name] == "gpu" else leaves)
+        assert lines == expected, name
+    if scenario in ("timeslice", "mps"):
+        assert "DCGM_FI_DEV_FB_USED_POD{" in text, "the shares are there, under their own name"
+
+
+def test_counters_are_counters_in_text_and_unknown_in_openmetrics_as_dcgm_exporter_declares() -> None:
+    for f in FIELDS:
+        assert f.type == DCGM_EXPORTER_TYPES.get(f.name, "gauge"), f.name
+    g = _whole(0, pcie_replay_errors=2, ecc_errors={"corrected": 3, "uncorrected": 0})
+    from exporter.model import LeafAnalysis
+
+    snap = _snapshot((g,), analysis={g.uuid: LeafAnalysis(leaf_id=g.uuid, energy_joules=12.5)})
+    text, om = _Scrape(snap), _Scrape(snap, openmetrics=True)
+    counters = [f.name for f in FIELDS if f.type == "counter"]
+    seen = 0
+    for name in counters:
+        if f"\n{name}{{" not in text.text:
+            continue  # the scripted GPU has no remapped rows
+        seen += 1
+        assert f"# TYPE {name} counter\n" in text.text, name
+        assert f"# TYPE {name} unknown\n" in om.text, name
+        # both formats keep the name queries use, with no _total added on the wire
+        assert text.get_sample_value(name, _gpu_labels(g)) == om.get_sample_value(name, _gpu_labels(g)), name
+    assert seen >= 4
+    assert "untyped" not in text.text
+    assert text.get_sample_value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", _gpu_labels(g)) == 12500
+    families = {fam.name: fam.type for fam in text_string_to_metric_families(text.text)}
+    assert families["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter"
+    assert families["DCGM_FI_DEV_GPU_UTIL"] == "gauge"

@@ -4,6 +4,8 @@ timeslice nodes) with the shipped recording rules loaded, and answers:
 - the queries of NVIDIA's DCGM Grafana dashboard (id 12239) with dcgm-exporter's labels and units;
 - per-pod GPU utilisation and memory as cost-allocation tools ask for them;
 - ``avg by (namespace, pod)`` GPU utilisation as an autoscaler asks for it;
+- on a time-sliced node: one line per GPU, ``sum()`` equal to the devices' totals, and each pod's
+  share (``*_POD``) and its GPU's value (a join on ``UUID``) as the docs give the queries;
 - every PromQL expression of deploy/grafana/gpulens.json, with its template variables set to All.
 """
 
@@ -133,7 +135,7 @@ def _dcgm(expr: str, node: Node) -> str:
     return expr.replace("$instance", node.instance).replace("$gpu", ".*")
 
 
-@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
 def test_dcgm_dashboard_device_panels_show_every_gpu_in_dcgm_units(cluster: Cluster, scenario: str) -> None:
     node = cluster.nodes[scenario]
     gpus = {str(g.index): g for g in node.snapshot.backend.gpus}
@@ -142,7 +144,7 @@ def test_dcgm_dashboard_device_panels_show_every_gpu_in_dcgm_units(cluster: Clus
     for panel, (expr, native, scale) in DCGM_DASHBOARD.items():
         got = q(cluster.prom, _dcgm(expr, node), at)
         expected = whole if panel == "GPU Utilization" else set(gpus)  # NVML has no GPU-Util under MIG
-        assert {r["metric"]["gpu"] for r in got} == expected, panel
+        assert sorted(r["metric"]["gpu"] for r in got) == sorted(expected), f"{panel}: one line per GPU"
         truth = _values(q(cluster.prom, f'{native}{{instance="{node.instance}"}}', at), "gpu")
         for r in got:
             m = r["metric"]
@@ -161,7 +163,7 @@ def test_dcgm_dashboard_device_panels_show_every_gpu_in_dcgm_units(cluster: Clus
     assert set(labels) == set(gpus)
 
 
-@pytest.mark.parametrize("scenario", ["h200x8", "mig"])
+@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
 def test_dcgm_dashboard_framebuffer_and_tensor_panels_cover_every_leaf(cluster: Cluster, scenario: str) -> None:
     node = cluster.nodes[scenario]
     leaves = {
@@ -174,7 +176,7 @@ def test_dcgm_dashboard_framebuffer_and_tensor_panels_cover_every_leaf(cluster: 
     relabel = 'label_replace({}{{instance="' + node.instance + '"}}, "GPU_I_ID", "$1", "gpu_instance_id", "(.*)")'
     fb = q(cluster.prom, _dcgm('DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}', node), at)
     used = _values(q(cluster.prom, relabel.format("gpulens_gpu_memory_used_bytes"), at), "gpu", "GPU_I_ID")
-    assert {(r["metric"]["gpu"], r["metric"].get("GPU_I_ID", "")) for r in fb} == set(leaves)
+    assert sorted((r["metric"]["gpu"], r["metric"].get("GPU_I_ID", "")) for r in fb) == sorted(leaves)
     for r in fb:
         key = (r["metric"]["gpu"], r["metric"].get("GPU_I_ID", ""))
         _, leaf = leaves[key]
@@ -247,22 +249,73 @@ def test_autoscaler_average_gpu_util_per_pod(cluster: Cluster, scenario: str) ->
         assert len(per_pod[("ml-training", "llama3-8b-finetune-fkn48")]) == 2, "a two-GPU pod averages both"
 
 
-def test_time_sliced_gpu_keeps_device_series_and_splits_util_and_memory_per_pod(cluster: Cluster) -> None:
+def test_time_sliced_node_sums_to_its_devices_and_keeps_pod_shares_under_their_own_names(cluster: Cluster) -> None:
     node = cluster.nodes["timeslice"]
     inst = f'instance="{node.instance}"'
     at = time.time() - 2
     attr = node.snapshot.attribution
     assert attr is not None
     shared = set(attr.sharing_pods)
-    assert shared
+    assert len(shared) == 4
+    # sum() over the device series is the devices' used memory, in MiB: no pod share is added in
+    total = q(cluster.prom, f"sum(DCGM_FI_DEV_FB_USED{{{inst}}})", at)
+    native = q(cluster.prom, f"sum(gpulens_gpu_memory_used_bytes{{{inst}}}) / 2^20", at)
+    assert float(total[0]["value"][1]) == float(native[0]["value"][1]) == 562544
+    for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"):
+        lines = q(cluster.prom, f"count by (Hostname, UUID, gpu) ({name}{{{inst}}}) > 1", at)
+        assert lines == [], f"{name}: more than one series for a device"
     for uuid in shared:
-        device = q(cluster.prom, f'DCGM_FI_DEV_FB_USED{{{inst}, UUID="{uuid}", pod=""}}', at)
-        pods = q(cluster.prom, f'DCGM_FI_DEV_FB_USED{{{inst}, UUID="{uuid}", pod!=""}}', at)
-        assert len(device) == 1 and len(pods) >= 2
+        device = q(cluster.prom, f'DCGM_FI_DEV_FB_USED{{{inst}, UUID="{uuid}"}}', at)
+        pods = q(cluster.prom, f'DCGM_FI_DEV_FB_USED_POD{{{inst}, UUID="{uuid}"}}', at)
+        assert len(device) == 1 and "pod" not in device[0]["metric"] and len(pods) >= 2
         # pods' processes account for the device's memory (the simulator has no other process)
         assert sum(float(r["value"][1]) for r in pods) == pytest.approx(float(device[0]["value"][1]))
-        # device-wide series are not copied per pod
-        assert len(q(cluster.prom, f'DCGM_FI_DEV_POWER_USAGE{{{inst}, UUID="{uuid}"}}', at)) == 1
+
+
+def test_time_sliced_node_answers_per_pod_cost_and_autoscaler_queries(cluster: Cluster) -> None:
+    """The queries docs/dcgm-compat.md gives: a pod's own share on any GPU (the ``*_POD`` family on
+    shared GPUs, the pod-labelled device series on its own GPUs), and its GPU's value by a join."""
+    node = cluster.nodes["timeslice"]
+    inst = f'instance="{node.instance}"'
+    at = time.time() - 2
+    keys = ("namespace", "pod", "container")
+    mem = q(
+        cluster.prom,
+        f"sum by (namespace, pod, container) "
+        f'(DCGM_FI_DEV_FB_USED_POD{{{inst}}} or DCGM_FI_DEV_FB_USED{{{inst}, container!=""}})',
+        at,
+    )
+    native_mem = q(
+        cluster.prom, f"sum by (namespace, pod, container) (gpulens_pod_gpu_memory_used_bytes{{{inst}}})", at
+    )
+    assert _values(mem, *keys) == pytest.approx({k: v / MIB for k, v in _values(native_mem, *keys).items()})
+    assert set(_values(mem, *keys)) == _holders(node, whole_only=False)
+    util = q(
+        cluster.prom,
+        f"avg by (namespace, pod, container) "
+        f'(DCGM_FI_DEV_GPU_UTIL_POD{{{inst}}} or DCGM_FI_DEV_GPU_UTIL{{{inst}, container!=""}})',
+        at,
+    )
+    assert set(_values(util, *keys)) == _holders(node, whole_only=True)
+    # the GPU's own utilisation for each pod: the device series joined to the pod's series on UUID
+    gpu_util = _values(q(cluster.prom, f"gpulens_gpu_utilization_ratio{{{inst}}} * 100", at), "uuid")
+    attr = node.snapshot.attribution
+    assert attr is not None
+    for a in attr.allocations:
+        pod = f'{inst}, namespace="{a.pod.namespace}", pod="{a.pod.pod}"'
+        by_allocation = (
+            f"DCGM_FI_DEV_GPU_UTIL{{{inst}}} and on (UUID) "
+            f'label_replace(gpulens_pod_gpu_allocation{{{pod}}}, "UUID", "$1", "uuid", "(.*)")'
+        )
+        by_compat = (
+            f"DCGM_FI_DEV_GPU_UTIL{{{inst}}} and on (Hostname, UUID) "
+            f"(DCGM_FI_DEV_FB_USED_POD{{{pod}}} or DCGM_FI_DEV_FB_USED{{{pod}}})"
+        )
+        for expr in (by_allocation, by_compat):
+            got = q(cluster.prom, expr, at)
+            assert [r["metric"]["UUID"] for r in got] == [a.uuid], (a.pod, expr)
+            assert "pod" not in got[0]["metric"] or a.replica is None, "a shared GPU's series has no pod"
+            assert float(got[0]["value"][1]) == pytest.approx(gpu_util[(a.uuid,)]), (a.pod, expr)
 
 
 # --- the gpulens Grafana dashboard -------------------------------------------------------------
