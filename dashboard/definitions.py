@@ -59,6 +59,29 @@ COMPUTE_SLICES = 7
 COMPUTE_SLICES_BY_MODEL: Mapping[str, int] = {"A30": 4}
 """Models divided into another number of compute slices (substring of the NVML name)."""
 
+PROBE_SLOW_EFFICIENCY_BELOW = 0.85
+"""A bandwidth probe result below this share of the model's expected bandwidth is slow: the Health
+page flags it and ``GPUMemoryBandwidthDegraded`` fires when three runs in a row are (the rule's
+``< 0.85``; tests/test_rules_definitions.py checks the two agree)."""
+
+
+def counter_events_promql(series: str, window: str) -> str:
+    """How many events a counter ``series`` (a selector) counted in the last ``window``, the first
+    one included: ``increase()``, or the whole count of a series that did not exist ``window`` ago
+    (the exporter creates an Xid counter at its first event, and ``increase()`` misses a series'
+    first sample), only where the target was scraped then (so a new Prometheus does not count an
+    old exporter's whole history). The ``GPUXidError`` warning alert reads the same."""
+    return (
+        f"(increase({series}[{window}]) or (({series} unless {series} offset {window}) "
+        f"and on (instance, job) (up offset {window} == 1)))"
+    )
+
+
+EXPORTERS_DOWN_PROMQL = "up == 0 and on (job, instance) gpulens:exporter_target:info"
+"""Scrape targets known to be gpulens exporters (whatever the job is called) that Prometheus cannot
+scrape now: the ``GPUExporterDown`` alert's ``scrape_failed`` case and the dashboard's banner."""
+
+
 LEAF = ("uuid", "mig_uuid")
 _SLICES = re.compile(r"^(\d+)g\.")
 

@@ -290,8 +290,8 @@ def timeslice_shares(
     return out[cols].sort_values(["uuid", "pod"]).reset_index(drop=True)
 
 
-SLOW_EFFICIENCY = 0.80
-"""A probe result at or below this share of the model's expected bandwidth is slow (inclusive)."""
+SLOW_EFFICIENCY = definitions.PROBE_SLOW_EFFICIENCY_BELOW
+"""A probe result below this share of the model's expected bandwidth is slow (the alert's threshold)."""
 SLOW_VS_PEERS = 0.90
 """A probe result at or below this share of its healthy peers' median is slow (inclusive)."""
 
@@ -303,7 +303,7 @@ def probe_comparison(
     ``vs_peers`` = efficiency / the median efficiency of its healthy peers: other devices of the same
     model, MIG profile and probe whose own efficiency is above SLOW_EFFICIENCY (NaN without such a
     peer). A slow device is never its own reference, and the slow ones do not drag the median down.
-    ``slow``: efficiency <= SLOW_EFFICIENCY or vs_peers <= SLOW_VS_PEERS.
+    ``slow``: efficiency < SLOW_EFFICIENCY or vs_peers <= SLOW_VS_PEERS.
     """
     cols = ["node", "instance", "gpu", "uuid", "mig_uuid", "model", "mig_profile", "probe", "bandwidth",
             "efficiency", "vs_peers", "peers", "slow"]  # fmt: skip
@@ -324,7 +324,7 @@ def probe_comparison(
     out = out.merge(mig[["mig_uuid", "mig_profile"]].drop_duplicates("mig_uuid"), on="mig_uuid", how="left")
     for c in ("model", "mig_profile"):
         out[c] = out[c].fillna("")
-    healthy = out["efficiency"] > SLOW_EFFICIENCY
+    healthy = out["efficiency"] >= SLOW_EFFICIENCY
     ref, count = [], []
     for _, r in out.iterrows():
         peers = out[
@@ -338,7 +338,7 @@ def probe_comparison(
         count.append(len(peers))
     out["vs_peers"] = out["efficiency"] / pd.Series(ref, index=out.index)
     out["peers"] = count
-    out["slow"] = (out["efficiency"] <= SLOW_EFFICIENCY) | (out["vs_peers"] <= SLOW_VS_PEERS)
+    out["slow"] = (out["efficiency"] < SLOW_EFFICIENCY) | (out["vs_peers"] <= SLOW_VS_PEERS)
     out = out.assign(_gpu=pd.to_numeric(out["gpu"], errors="coerce"))
     return out.sort_values(["slow", "probe", "efficiency"], ascending=[False, True, True])[cols].reset_index(drop=True)
 
@@ -411,6 +411,36 @@ def active_clock_events(events: pd.DataFrame) -> pd.DataFrame:
     return ev.sort_values(["share", "node", "instance", "_gpu"], ascending=[False, True, True, True])[cols].reset_index(
         drop=True
     )
+
+
+def first_events(
+    grown: pd.DataFrame, at_end: pd.DataFrame, at_start: pd.DataFrame, targets_at_start: pd.DataFrame
+) -> pd.DataFrame:
+    """Events a counter counted in a window, the first included (scrape mode's
+    ``definitions.counter_events_promql``): ``grown`` (its increase per series) where the series
+    existed at the window's start, its whole value at the end (``at_end``) where it did not and its
+    target (``instance`` in ``targets_at_start``) was scraped then. Label columns and ``value``."""
+    if at_end.empty:
+        return grown
+    labels = [c for c in at_end.columns if c not in ("timestamp", "value")]
+    known = (
+        set(map(tuple, with_cols(at_start, labels)[labels].itertuples(index=False))) if not at_start.empty else set()
+    )
+    scraped = set(col(targets_at_start, "instance")) if not targets_at_start.empty else set()
+    end = at_end[[*labels, "value"]]
+    is_new = [
+        key not in known and inst in scraped
+        for key, inst in zip(end[labels].itertuples(index=False, name=None), col(end, "instance"), strict=True)
+    ]
+    born = end[is_new]
+    if born.empty:
+        return grown
+    keys = set(map(tuple, born[labels].itertuples(index=False, name=None)))
+    rest = grown
+    if not grown.empty:
+        g = with_cols(grown, labels)
+        rest = grown[[key not in keys for key in g[labels].itertuples(index=False, name=None)]]
+    return pd.concat([rest, born], ignore_index=True)
 
 
 def nonzero(df: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
@@ -709,13 +739,30 @@ DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("Memory", "bytes", ("gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes")),
     ("Power", "watts", ("gpulens_gpu_power_watts", "gpulens_gpu_power_limit_watts")),
-    ("Temperatures", "celsius", ("gpulens_gpu_temperature_celsius", "gpulens_gpu_memory_temperature_celsius")),
+    (
+        "Temperatures, and the GPU's own limits",
+        "celsius",
+        (
+            "gpulens_gpu_temperature_celsius",
+            "gpulens_gpu_memory_temperature_celsius",
+            "gpulens_gpu_temperature_threshold_celsius",
+        ),
+    ),
     (
         "Clocks",
         "hertz",
         ("gpulens_gpu_sm_clock_hertz", "gpulens_gpu_sm_clock_max_hertz", "gpulens_gpu_memory_clock_hertz"),
     ),
-    ("PCIe link: generation and lanes", "", ("gpulens_gpu_pcie_link_generation", "gpulens_gpu_pcie_link_width")),
+    (
+        "PCIe link: generation and lanes, now and at most",
+        "",
+        (
+            "gpulens_gpu_pcie_link_generation",
+            "gpulens_gpu_pcie_link_width",
+            "gpulens_gpu_pcie_link_max_generation",
+            "gpulens_gpu_pcie_link_max_width",
+        ),
+    ),
     ("Fan and processes", "", ("gpulens_gpu_fan_speed_ratio", "gpulens_gpu_compute_processes")),
     ("Probe efficiency (measured / expected)", "ratio", ("gpulens_probe_efficiency_ratio",)),
     ("Probe bandwidth", "bytes_per_second", ("gpulens_probe_bandwidth_bytes_per_second",)),
@@ -729,6 +776,7 @@ DEVICE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "gpulens_gpu_remapped_rows",
             "gpulens_gpu_row_remap_pending",
             "gpulens_gpu_row_remap_failure",
+            "gpulens_gpu_nvlink_errors_total",
         ),
     ),
 )
@@ -791,6 +839,10 @@ SERIES_WORDS: dict[str, str] = {
     "gpulens_gpu_memory_clock_hertz": "memory clock",
     "gpulens_gpu_pcie_link_generation": "PCIe generation",
     "gpulens_gpu_pcie_link_width": "PCIe lanes",
+    "gpulens_gpu_pcie_link_max_generation": "PCIe generation, max",
+    "gpulens_gpu_pcie_link_max_width": "PCIe lanes, max",
+    "gpulens_gpu_temperature_threshold_celsius": "limit",
+    "gpulens_gpu_nvlink_errors_total": "NVLink errors",
     "gpulens_gpu_fan_speed_ratio": "fan speed",
     "gpulens_gpu_compute_processes": "compute processes",
     "gpulens_probe_efficiency_ratio": "measured / expected",

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import requests
 
-from dashboard import frames
+from dashboard import definitions, frames
 from dashboard.prometheus_auth import PrometheusAuth
 from dashboard.promql import by_clause, duration, quote, selector, subquery_range
 from dashboard.source import (
@@ -234,6 +234,23 @@ class PrometheusSource:
     ) -> pd.DataFrame:
         return self._over_time("increase", metric, filters, window_s, by, end)
 
+    def events(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        window, _ = bounded_step(window_s, 1.0)
+        inner = definitions.counter_events_promql(self._own(metric, filters), duration(window))
+        keys = device_keys(metric)
+        if filters.namespace and keys and not has_namespace(metric):
+            alloc = selector(ALLOCATION, {**filters.target_matchers(), "namespace": filters.namespace})
+            inner = f"({inner} and on{by_clause(keys)} {alloc})"
+        return self.query(self._sum_by(inner, by), None if end is None else self._end(end))
+
     def mean(
         self,
         metric: str,
@@ -335,9 +352,25 @@ class PrometheusSource:
         return sorted(values)
 
     def problems(self) -> list[str]:
-        return []
+        """The gpulens exporters Prometheus cannot scrape now (a dead target would otherwise just
+        vanish from every page); nothing when Prometheus itself does not answer (the page says so)."""
+        try:
+            down = self.query(definitions.EXPORTERS_DOWN_PROMQL)
+        except SourceError:
+            return []
+        if down.empty:
+            return []
+        out = []
+        for _, row in frames.with_cols(down, ["instance", "node", "job"]).sort_values("instance").iterrows():
+            where = f" on node {row['node']}" if row["node"] else ""
+            out.append(f"{row['instance']}{where}: Prometheus cannot scrape it (job {row['job']})")
+        if len(out) > MAX_PROBLEMS:
+            out = [*out[:MAX_PROBLEMS], f"and {len(out) - MAX_PROBLEMS} more exporters"]
+        return out
 
 
+MAX_PROBLEMS = 10
+"""Down exporters named one by one in the banner; more are counted."""
 BOUNDNESS = "gpulens_gpu_boundness"
 FLEET_BOUNDNESS_MIX = "class:gpulens_gpu_boundness:sum"
 """Recording rule: leaves per boundness class (time-weighted over 10 m), per cluster."""

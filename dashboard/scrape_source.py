@@ -264,6 +264,24 @@ class ScrapeSource:
         df = reduced(of_metric(metric), self._within(hist, now - window, now), "increase")
         return self._filtered(df, metric, filters, by, now, hist)
 
+    def events(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        hist = self._snapshot()
+        now = self._end(end)
+        window, _ = bounded_step(window_s, 1.0)
+        start = now - window
+        grown = reduced(of_metric(metric), self._within(hist, start, now), "increase")
+        df = frames.first_events(grown, self._frame_at(metric, now, hist), self._frame_at(metric, start, hist),
+                                 self._frame_at("gpulens_up", start, hist))  # fmt: skip
+        return self._filtered(df, metric, filters, by, now, hist)
+
     def _raw(
         self,
         metric: str,

@@ -177,6 +177,22 @@ class MetricSource(Protocol):
         """How much counter ``metric`` grew over the ``window_s`` seconds before ``end`` (resets handled)."""
         ...
 
+    def events(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        by: Sequence[str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        """How many events counter ``metric`` counted over the ``window_s`` seconds before ``end``,
+        its first one included: like ``increase``, except that a series that did not exist at the
+        window's start on a target scraped then counts its whole value (an event counter the
+        exporter creates at its first event, as the Xid counter: dashboard/definitions.py's
+        ``counter_events_promql``)."""
+        ...
+
     def mean(
         self,
         metric: str,

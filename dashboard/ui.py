@@ -44,7 +44,17 @@ FILTER_PARAMS = ("cluster", "node", "instance", "namespace")
 """Sidebar filters kept in the URL (``?node=gpu-3``), so a view can be shared."""
 RANGE_PARAMS = ("range", "from", "to")
 """``range=1h``, or ``from``/``to`` as UTC ``YYYY-MM-DDTHH:MM`` for an absolute range."""
-_END_AWARE = {"instant", "current_state", "series", "rate", "increase", "mean", "allocation_activity", "leaf_idle"}
+_END_AWARE = {
+    "instant",
+    "current_state",
+    "series",
+    "rate",
+    "increase",
+    "events",
+    "mean",
+    "allocation_activity",
+    "leaf_idle",
+}
 
 _CTX = "gpulens_ctx"
 

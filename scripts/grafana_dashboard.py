@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dashboard.definitions import counter_events_promql
+
 UID = "gpulens-overview"
 TITLE = "gpulens: GPUs, MIG slices and pods"
 
@@ -307,12 +309,15 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "timeseries",
                 (
                     _t(
-                        f"sum by (node) (increase(gpulens_gpu_xid_errors_total{{{DEV}}}[1h])) "
+                        f"sum by (node) ({counter_events_promql(f'gpulens_gpu_xid_errors_total{{{DEV}}}', '1h')}) "
                         f"or sum by (node) (gpulens_up{{{NODE}}} * 0)",
                         "{{node}}",
                     ),
                 ),
-                description="Zero where the exporter saw none.",
+                description=(
+                    "Zero where the exporter saw none. The first event of a code, which creates its "
+                    "counter, counts too (what the GPUXidError alert and the Health page count)."
+                ),
                 width=8,
             ),
             Panel(

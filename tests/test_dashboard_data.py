@@ -644,3 +644,27 @@ def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
     # over a minute at least, as Prometheus: at the 2nd scrape GPU 0 moved 10/s and GPU 1 2/s; at the 3rd,
     # over both steps, GPU 0 100 in 10 s and GPU 1 10 + 5 (a reset: its new value) in 10 s
     assert total.sort_values("timestamp")["value"].tolist() == [12.0, 11.5]
+
+
+def test_events_count_the_first_event_that_creates_a_counter_as_the_alert_does() -> None:
+    """An Xid counter is created by its first event: ``increase`` cannot see that one, ``events``
+    (dashboard/definitions.py's counter_events_promql in scrape mode) does, but only for a target
+    that was scraped at the window's start (a target first seen inside the window does not count
+    its whole history), as the alert's ``up offset`` does."""
+    clock = _Clock()
+    head = "# TYPE gpulens_up gauge\ngpulens_up 1.0\n# TYPE gpulens_gpu_xid_errors_total counter\n"
+    xid = 'gpulens_gpu_xid_errors_total{{gpu="0",uuid="GPU-1",xid="{code}"}} {v}\n'
+    before = head + xid.format(code="31", v=2)
+    after = head + xid.format(code="31", v=5) + xid.format(code="79", v=1)
+    a = [before] * 5 + [after] * 2  # Xid 31 twice before the window, 3 more and Xid 79's first in it
+    b = ["DOWN"] * 5 + [head + xid.format(code="13", v=4)] * 2  # first answers inside the window
+    src = _scraper({"http://a:1/metrics": a, "http://b:2/metrics": b}, clock)
+    for _ in range(7):
+        src.scrape_once()
+        clock.t += 60
+    clock.t -= 60
+    ev = src.events("gpulens_gpu_xid_errors_total", window_s=300).set_index("xid")["value"]
+    inc = src.increase("gpulens_gpu_xid_errors_total", window_s=300).set_index("xid")["value"]
+    assert inc["79"] == 0 and ev["79"] == 1, "the first event counts"
+    assert ev["31"] == inc["31"] == 3, "an old counter grows as increase() says"
+    assert ev["13"] == 0, "a target first scraped inside the window: its history is not counted"

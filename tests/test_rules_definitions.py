@@ -52,6 +52,24 @@ def test_thresholds_in_the_rule_file_are_the_python_constants() -> None:
     assert f"< {definitions.IDLE_SM_ACTIVE_BELOW!r}" in alerts["GPUAllocatedButIdle"]
 
 
+def _alerts(name: str) -> list[str]:
+    doc = yaml.safe_load(RULES_FILE.read_text())
+    return [r["expr"] for g in doc["groups"] for r in g["rules"] if r.get("alert") == name]
+
+
+def test_the_probe_alert_and_the_health_page_call_a_gpu_slow_at_one_threshold() -> None:
+    (expr,) = _alerts("GPUMemoryBandwidthDegraded")
+    assert re.findall(r"< ([0-9.]+)", expr) == [repr(definitions.PROBE_SLOW_EFFICIENCY_BELOW)]
+    assert frames.SLOW_EFFICIENCY == definitions.PROBE_SLOW_EFFICIENCY_BELOW
+
+
+def test_the_application_xid_alert_counts_events_as_the_health_page_does() -> None:
+    critical, warning = _alerts("GPUXidError")
+    xids = 'gpulens_gpu_xid_errors_total{xid!~"48|61|62|64|74|79|92|94|95|119|120|140"}'
+    assert _squash(definitions.counter_events_promql(xids, "10m") + " > 0") in _squash(warning)
+    assert "increase(" not in critical, "a hardware Xid holds: its level, not its increase"
+
+
 @pytest.mark.parametrize(
     ("profile", "model", "share"),
     [
@@ -117,3 +135,9 @@ def test_leaf_idle_frame_counts_a_transfer_bound_leaf_as_in_use() -> None:
         ("GPU-i", ""): True,
         ("GPU-o", ""): True,  # the rule's max_over_time(...[5m]) no longer sees it
     }
+
+
+def test_the_exporter_down_alert_and_the_dashboard_banner_read_one_expression() -> None:
+    exprs = _alerts("GPUExporterDown")
+    assert _squash(definitions.EXPORTERS_DOWN_PROMQL) in [_squash(e) for e in exprs]
+    assert not any("job=" in e for e in exprs), "no job-name coupling"

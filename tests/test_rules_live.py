@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.support.exporter import run_exporter
-from tests.support.prometheus import query, run_prometheus, scrape_config
+from tests.support.prometheus import query, run_prometheus, scrape_config, wait_for_query
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -100,3 +100,34 @@ def test_allocated_but_idle_fires_in_a_real_prometheus_scraping_the_sim(
             # the recording rules agree: the notebooks namespace holds idle GPUs
             idle = query(prom, 'namespace:gpulens_gpus_idle:count{namespace="notebooks"}')
             assert idle and float(idle[0]["value"][1]) >= len(idle_pods)
+
+
+def test_a_dead_exporter_fires_and_shows_on_the_dashboard_whatever_the_job_is_called() -> None:
+    """Two simulated exporters under a job that is not called gpulens; one dies. GPUExporterDown
+    (scrape_failed) fires for it alone, and the dashboard's Prometheus source names it in its
+    banner (a dead target no longer just vanishes)."""
+    from contextlib import ExitStack
+
+    from dashboard.prometheus_source import PrometheusSource
+
+    with ExitStack() as stack:
+        alive = stack.enter_context(run_exporter("--sim.scenario", "h200x8", "--no-probes"))
+        doomed_stack = ExitStack()
+        doomed = doomed_stack.enter_context(run_exporter("--sim.scenario", "timeslice", "--no-probes"))
+        targets = [alive.removeprefix("http://"), doomed.removeprefix("http://")]
+        config = scrape_config(targets, job="gpu-metrics") + "rule_files: [gpulens.rules.yml]\n"
+        rules = {"gpulens.rules.yml": rules_with_short_for("GPUExporterDown")}
+        prom = stack.enter_context(run_prometheus(config, rules))
+        wait_for_query(prom, "gpulens:exporter_target:info", lambda r: len(r) == 2)
+        assert PrometheusSource(prom).problems() == []
+        doomed_stack.close()  # the exporter process ends; its target stays in the config
+        deadline = time.monotonic() + 90
+        fired: list[dict[str, str]] = []
+        while time.monotonic() < deadline and not fired:
+            fired = [a for a in firing(prom, "GPUExporterDown") if a.get("reason") == "scrape_failed"]
+            time.sleep(1.0)
+        assert [a["instance"] for a in fired] == [targets[1]], alerts(prom)
+        assert fired[0]["job"] == "gpu-metrics"
+        problems = PrometheusSource(prom).problems()
+        assert len(problems) == 1 and problems[0].startswith(targets[1]), problems
+        assert "Prometheus cannot scrape it (job gpu-metrics)" in problems[0]

@@ -17,7 +17,7 @@ def body(ctx: ui.PageContext) -> None:
         "bw": ui.query("instant", "gpulens_probe_bandwidth_bytes_per_second", f),
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
-        "xid": ui.query("increase", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s),
+        "xid": ui.query("events", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s),
         "ecc": ui.query("increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s),
         "means": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
         "stages": ui.query("instant", "gpulens_stage_success", f),
@@ -28,8 +28,9 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader("Bandwidth probes")
         st.caption(
             f"Efficiency = measured / expected for the model. vs peers = efficiency / the median of healthy peers "
-            f"(other GPUs or MIG instances of the same model, profile and probe above {frames.SLOW_EFFICIENCY:.0%}). "
-            f"Slow: efficiency ≤ {frames.SLOW_EFFICIENCY:.0%} or vs peers ≤ {frames.SLOW_VS_PEERS:.0%}. "
+            f"(other GPUs or MIG instances of the same model, profile and probe at {frames.SLOW_EFFICIENCY:.0%} or "
+            f"more). Slow: efficiency under {frames.SLOW_EFFICIENCY:.0%} (the alert's threshold) or vs peers "
+            f"≤ {frames.SLOW_VS_PEERS:.0%}. "
             "Probes run on unallocated, idle devices only, so the newest result in the range is shown."
         )
         eff = ui.get(ctx, q["eff"])
@@ -73,7 +74,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Xid errors"):
         st.subheader(f"Xid errors (last {window})")
         xid = ui.get(ctx, q["xid"])
-        # the exporter creates an Xid counter at its first event: no counter = no Xid yet
+        # the exporter creates an Xid counter at its first event: "events" counts that one too
         _errors(frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
         if info.empty:
             ui.no_data("GPUs")
