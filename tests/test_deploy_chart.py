@@ -66,6 +66,11 @@ def test_plain_manifests_pass_kubernetes_validate_strict(version: str) -> None:
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "non-root": {"exporter": {"runAsNonRoot": True}},
+    "no-pod-resources-restricted-namespace": {
+        "namespace": {"create": True},
+        "exporter": {"podResources": {"enabled": False}},
+    },
+    "probes-and-namespace": {"namespace": {"create": True}, "exporter": {"probes": {"enabled": True}}},
     "host-pid-and-runtime-class": {"exporter": {"hostPID": True, "runtimeClassName": "nvidia"}},
     "no-probes-no-api": {"exporter": {"probes": {"enabled": False}, "kubernetesApi": False}},
     "web-config": {
@@ -135,6 +140,35 @@ def test_exporter_runs_as_root_without_capabilities_by_default_and_non_root_on_r
     assert non_root["runAsUser"] == 65534 and non_root["runAsGroup"] == 65534
 
 
+@pytest.mark.parametrize(
+    ("values", "uid"),
+    [
+        ({}, 0),  # pod attribution on: the kubelet's root-owned socket needs uid 0
+        ({"exporter": {"podResources": {"enabled": False}}}, 65534),  # nothing else needs root
+        ({"exporter": {"podResources": {"enabled": False}, "hostPID": True}}, 65534),  # /proc/<pid>/cgroup is 0444
+        ({"exporter": {"runAsNonRoot": True, "supplementalGroups": [994]}}, 65534),  # a socket group's nodes
+        ({"exporter": {"podResources": {"enabled": False}, "runAsNonRoot": False}}, 0),
+    ],
+    ids=["default", "no-pod-resources", "host-pid-only", "forced-non-root-with-group", "forced-root"],
+)
+def test_exporter_is_root_only_while_it_opens_the_kubelet_socket(values: dict[str, Any], uid: int) -> None:
+    pod = exporter_pod(values)
+    for ctx in (pod["securityContext"], pod["containers"][0]["securityContext"]):
+        assert (ctx["runAsUser"], ctx["runAsGroup"], ctx["runAsNonRoot"]) == (uid, uid, uid != 0)
+    socket_arg = next(a for a in pod["containers"][0]["args"] if a.startswith("--kubernetes.podresources-socket="))
+    mounted = any("hostPath" in v for v in pod["volumes"])
+    assert mounted == values.get("exporter", {}).get("podResources", {}).get("enabled", True)
+    assert socket_arg.endswith("kubelet.sock") == mounted, "no socket flag without its mount (empty disables)"
+    assert pod["securityContext"].get("supplementalGroups") == values.get("exporter", {}).get("supplementalGroups")
+
+
+def test_run_as_non_root_takes_only_auto_true_or_false() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="runAsNonRoot"):
+        objects({"exporter": {"runAsNonRoot": "yes"}})
+
+
 def test_exporter_sees_all_gpus_without_requesting_one() -> None:
     container = exporter_container()
     env = {e["name"]: e for e in container["env"]}
@@ -159,6 +193,144 @@ def test_pod_resources_socket_is_the_only_host_path_and_is_read_only() -> None:
 def test_host_pid_is_opt_in() -> None:
     assert exporter_pod()["hostPID"] is False
     assert exporter_pod(VARIANTS["host-pid-and-runtime-class"])["hostPID"] is True
+
+
+# --- Pod Security Admission --------------------------------------------------------------------
+
+PSA_LEVELS = ["restricted", "baseline", "privileged"]
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def psa_violations(pod: dict[str, Any], level: str) -> list[str]:
+    """What the Pod Security Standard ``level`` (Kubernetes' "latest" policy) refuses in a pod spec:
+    the checks of the baseline and restricted levels for the fields a pod of this chart can set."""
+    if level == "privileged":
+        return []
+    found: list[str] = []
+    pod_ctx = pod.get("securityContext", {})
+    containers = pod.get("initContainers", []) + pod["containers"]
+    # baseline
+    found += [f"host namespace {k}" for k in ("hostNetwork", "hostPID", "hostIPC") if pod.get(k)]
+    found += [f"hostPath volume {v['name']}" for v in pod.get("volumes", []) if "hostPath" in v]
+    for c in containers:
+        ctx = c.get("securityContext", {})
+        if ctx.get("privileged"):
+            found.append(f"{c['name']}: privileged")
+        added = set(ctx.get("capabilities", {}).get("add", []))
+        if added - BASELINE_CAPABILITIES:
+            found.append(f"{c['name']}: capabilities {sorted(added - BASELINE_CAPABILITIES)}")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            found.append(f"{c['name']}: hostPort")
+        if ctx.get("procMount", "Default") != "Default":
+            found.append(f"{c['name']}: procMount")
+    for ctx in [pod_ctx] + [c.get("securityContext", {}) for c in containers]:
+        if ctx.get("seccompProfile", {}).get("type") == "Unconfined":
+            found.append("seccomp Unconfined")
+    if pod_ctx.get("sysctls"):
+        found.append("sysctls")
+    if level == "baseline":
+        return found
+    # restricted
+    found += [
+        f"volume type of {v['name']}" for v in pod.get("volumes", []) if not set(v) - {"name"} <= RESTRICTED_VOLUMES
+    ]
+    if pod_ctx.get("runAsUser") == 0:
+        found.append("pod runAsUser 0")
+    for c in containers:
+        ctx = c.get("securityContext", {})
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{c['name']}: allowPrivilegeEscalation")
+        if ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) is not True:
+            found.append(f"{c['name']}: runAsNonRoot")
+        if ctx.get("runAsUser") == 0:
+            found.append(f"{c['name']}: runAsUser 0")
+        seccomp = ctx.get("seccompProfile", pod_ctx.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{c['name']}: seccomp {seccomp}")
+        caps = ctx.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []) or set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{c['name']}: capabilities")
+    return found
+
+
+def pod_specs(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o["spec"]["template"]["spec"] for o in objs if o["kind"] in ("DaemonSet", "Deployment")]
+
+
+def lowest_admitting_level(objs: list[dict[str, Any]]) -> str:
+    return next(level for level in PSA_LEVELS if not any(psa_violations(p, level) for p in pod_specs(objs)))
+
+
+def namespace_level(objs: list[dict[str, Any]]) -> str:
+    return str(one(objs, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"])
+
+
+def test_psa_check_sees_what_each_level_refuses() -> None:
+    """The checker itself: the chart's default exporter pod fails baseline for its hostPath, a
+    non-root exporter without it passes restricted, and uid 0 fails restricted only."""
+    assert psa_violations(exporter_pod(), "baseline") == ["hostPath volume pod-resources"]
+    assert psa_violations(exporter_pod({"exporter": {"podResources": {"enabled": False}}}), "restricted") == []
+    root = exporter_pod({"exporter": {"podResources": {"enabled": False}, "runAsNonRoot": False}})
+    assert psa_violations(root, "baseline") == [] and "pod runAsUser 0" in psa_violations(root, "restricted")
+    assert psa_violations(exporter_pod({"exporter": {"hostPID": True}}), "baseline")[0] == "host namespace hostPID"
+
+
+@pytest.mark.parametrize(
+    ("values", "level"),
+    [
+        ({}, "privileged"),  # the PodResources hostPath: pod attribution out of the box
+        ({"exporter": {"podResources": {"enabled": False}}}, "restricted"),
+        ({"exporter": {"podResources": {"enabled": False}, "runAsNonRoot": False}}, "baseline"),
+        ({"exporter": {"podResources": {"enabled": False}, "hostPID": True}}, "privileged"),
+        (
+            {"exporter": {"podResources": {"enabled": False}}, "webConfig": VARIANTS["web-config"]["webConfig"]},
+            "restricted",
+        ),
+    ],
+    ids=["default", "no-pod-resources", "no-pod-resources-root", "host-pid", "web-config-secrets"],
+)
+def test_namespace_pod_security_level_is_the_lowest_that_admits_the_pods(values: dict[str, Any], level: str) -> None:
+    """The Namespace's enforce label follows the values: strong enough for every pod rendered, and
+    no stronger than they need."""
+    objs = objects({**values, "namespace": {"create": True}})
+    assert lowest_admitting_level(objs) == level
+    assert namespace_level(objs) == level
+    ns = one(objs, "Namespace")
+    assert ns["metadata"]["name"] == "gpulens"
+    assert ns["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep", "uninstall must not delete the namespace"
+
+
+def test_namespace_is_opt_in_and_the_plain_manifests_carry_the_default_level() -> None:
+    """``helm install --create-namespace`` makes the namespace itself, so the chart's is opt-in; the
+    plain manifests add their own, which must carry the level the defaults need."""
+    assert not [o for o in objects() if o["kind"] == "Namespace"]
+    plain = [d for d in yaml.safe_load_all((MANIFESTS / "gpulens.yaml").read_text()) if d]
+    assert namespace_level(plain) == namespace_level(objects({"namespace": {"create": True}}))
+    assert namespace_level(plain) == lowest_admitting_level(plain)
 
 
 def test_runtime_class_is_configurable() -> None:
@@ -188,9 +360,45 @@ def test_requests_and_limits_follow_the_sizing_and_grow_for_probes() -> None:
         "limits": {"cpu": "200m", "memory": "256Mi"},
     }
     assert "--no-probes" in exporter_container(VARIANTS["no-probes-no-api"])["args"]
-    with_probes = exporter_container()["resources"]
+    with_probes = exporter_container(PROBES_ON)["resources"]
     assert with_probes["requests"] == {"cpu": "50m", "memory": "96Mi"}
     assert with_probes["limits"] == {"cpu": "1", "memory": "1Gi"}
+
+
+PROBES_ON: dict[str, Any] = {"exporter": {"probes": {"enabled": True}}}
+
+
+def test_probes_are_off_by_default_with_the_plain_image_and_the_small_limits() -> None:
+    """A probe takes a CUDA context and ~1.9 GiB on a GPU the kubelet showed unallocated, which the
+    scheduler may hand out meanwhile: off unless asked for. The image, the driver capabilities and
+    the limits follow the switch."""
+    default = exporter_container()
+    assert "--no-probes" in default["args"] and not any(a.startswith("--probes.") for a in default["args"])
+    assert default["image"] == "ghcr.io/gpulens/gpulens-exporter:0.1.0", "no CuPy image while probes are off"
+    assert default["resources"]["limits"] == {"cpu": "200m", "memory": "256Mi"}
+    env = {e["name"]: e.get("value") for e in default["env"]}
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility", "no CUDA compute without probes"
+    on = exporter_container(PROBES_ON)
+    assert "--probes" in on["args"] and "--probes.interval=1h" in on["args"]
+    assert on["image"] == "ghcr.io/gpulens/gpulens-exporter:0.1.0-cuda12"
+    assert on["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert {e["name"]: e.get("value") for e in on["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    # the plain manifests are the defaults
+    plain = next(
+        d for d in yaml.safe_load_all((MANIFESTS / "gpulens.yaml").read_text()) if d and d["kind"] == "DaemonSet"
+    )
+    assert "--no-probes" in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_probes_need_the_kubelet_allocation_gate() -> None:
+    """Without the PodResources socket no GPU is known to be allocated, so probes would run on
+    tenants' GPUs: the chart refuses the combination."""
+    import helm_python
+
+    with pytest.raises(
+        helm_python.HelmError, match=re.escape("exporter.probes.enabled needs exporter.podResources.enabled")
+    ):
+        objects({"exporter": {"probes": {"enabled": True}, "podResources": {"enabled": False}}})
 
 
 def test_exporter_has_its_priority_class() -> None:
@@ -362,6 +570,91 @@ def test_service_monitor_scrapes_the_exporter_with_honor_labels() -> None:
     # job="gpulens", which GPUExporterDown selects
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "gpulens"
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in endpoint["relabelings"]
+
+
+def test_network_policy_peers_come_from_values() -> None:
+    peers = [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "openshift-monitoring"}}},
+        {
+            "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["sre"]}]},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}},
+        },
+        {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.1.0/24"]}},
+        {"ipBlock": {"cidr": "fd00::/8"}},
+    ]
+    (rule,) = one(objects({"networkPolicy": {"from": peers}}), "NetworkPolicy")["spec"]["ingress"]
+    assert rule["from"] == peers
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert not [o for o in objects({"networkPolicy": {"enabled": False}}) if o["kind"] == "NetworkPolicy"]
+
+
+@pytest.mark.parametrize(
+    ("peers", "needle"),
+    [
+        (
+            [{"namespaceSelctor": {}}],
+            "at '/networkPolicy/from/0': additional properties 'namespaceSelctor' not allowed",
+        ),
+        ([{}], "at '/networkPolicy/from/0': minProperties"),
+        ([], "at '/networkPolicy/from': minItems"),
+        (None, "networkPolicy.from is empty: a NetworkPolicy rule without peers admits every source"),
+        ([{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}], "at '/networkPolicy/from/0': maxProperties"),
+        ([{"ipBlock": {"cidr": "10.0.0.0"}}], "at '/networkPolicy/from/0/ipBlock/cidr'"),
+        ([{"ipBlock": {"except": ["10.0.0.0/24"]}}], "at '/networkPolicy/from/0/ipBlock': missing property 'cidr'"),
+        ([{"podSelector": {"matchLabels": {"app": 1}}}], "at '/networkPolicy/from/0/podSelector/matchLabels/app'"),
+        ([{"podSelector": {"matchExpressions": [{"key": "a", "operator": "in"}]}}], "operator"),
+        ({"podSelector": {}}, "at '/networkPolicy/from': got object, want array"),
+    ],
+    ids=[
+        "misspelt",
+        "empty-peer",
+        "no-peers",
+        "null",
+        "ip-block-and-selector",
+        "cidr",
+        "no-cidr",
+        "label-type",
+        "operator",
+        "not-a-list",
+    ],
+)
+def test_bad_network_policy_peers_are_refused_with_their_place(peers: Any, needle: str) -> None:
+    """A peer the API server would refuse, or one that would silently admit everything (an empty
+    list, an empty peer), stops the render and says where."""
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=re.escape(needle)):
+        objects({"networkPolicy": {"from": peers}})
+
+
+def test_the_old_single_peer_value_is_refused_with_its_replacement() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=r"networkPolicy.prometheus was replaced by networkPolicy.from"):
+        objects({"networkPolicy": {"prometheus": {"podSelector": {}}}})
+
+
+def test_service_monitor_and_prometheus_rule_carry_the_labels_prometheus_selects() -> None:
+    """kube-prometheus-stack's Prometheus selects monitors and rules by ``release: <its release>``."""
+    release = {"release": "kube-prometheus-stack"}
+    objs = objects({"serviceMonitor": {"additionalLabels": release}, "prometheusRule": {"additionalLabels": release}})
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        labels = one(objs, kind)["metadata"]["labels"]
+        assert labels["release"] == "kube-prometheus-stack"
+        assert labels["app.kubernetes.io/name"] == "gpulens", "the chart's own labels stay"
+        assert "release" not in one(objects(), kind)["metadata"]["labels"]
+    # each monitor gets only its own
+    only_rule = objects({"prometheusRule": {"additionalLabels": {"role": "alert-rules"}}})
+    assert one(only_rule, "PrometheusRule")["metadata"]["labels"]["role"] == "alert-rules"
+    assert "role" not in one(only_rule, "ServiceMonitor")["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("section", ["serviceMonitor", "prometheusRule"])
+def test_monitor_labels_must_be_valid_label_values(section: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=f"at '/{section}/additionalLabels/release'"):
+        objects({section: {"additionalLabels": {"release": "kube prometheus stack"}}})
 
 
 def test_network_policy_admits_only_prometheus_on_the_metrics_port() -> None:

@@ -60,3 +60,28 @@ app.kubernetes.io/component: dashboard
 {{- define "gpulens.webConfigSecretName" -}}
 {{- default (printf "%s-web-config" (include "gpulens.fullname" .)) .Values.webConfig.existingSecret -}}
 {{- end -}}
+
+{{/* "true" when the exporter runs as exporter.nonRootUser, "" when it runs as uid 0.
+runAsNonRoot "auto": uid 0 only while it opens the kubelet's PodResources socket (root-owned, not
+writable by others: connect() needs write permission); true / false force it. */}}
+{{- define "gpulens.exporter.nonRoot" -}}
+{{- $v := .Values.exporter.runAsNonRoot -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if not .Values.exporter.podResources.enabled }}true{{ end -}}
+{{- else if $v }}true{{ end -}}
+{{- end -}}
+
+{{/* The lowest Pod Security Standard that admits every pod these values render (the dashboard
+is always `restricted`): `privileged` for a hostPath (the PodResources socket) or hostPID, which
+`baseline` forbids; `baseline` for uid 0, which `restricted` forbids; `restricted` otherwise (no
+capabilities, no privilege escalation, seccomp RuntimeDefault and only emptyDir, Secret and
+projected volumes in every case). */}}
+{{- define "gpulens.podSecurityLevel" -}}
+{{- if or .Values.exporter.podResources.enabled .Values.exporter.hostPID -}}
+privileged
+{{- else if not (include "gpulens.exporter.nonRoot" .) -}}
+baseline
+{{- else -}}
+restricted
+{{- end -}}
+{{- end -}}
