@@ -31,6 +31,12 @@ ALERTS = {
     "GPUExporterDown",
     "GPUExporterStageFailing",
     "GPULost",
+    "GPURowRemapFailure",
+    "GPURowRemapPending",
+    "GPUPcieLinkDegraded",
+    "GPUNvlinkErrors",
+    "GPUTemperatureHigh",
+    "GPUNodeFewerHealthyThanAllocatable",
 }
 POD_ALERTS = {"GPUAllocatedButIdle", "GPUUnderutilized", "GPULaunchBound"}
 ROUTING_LABELS = {"namespace", "pod", "workload"}
