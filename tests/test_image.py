@@ -427,7 +427,7 @@ def written(podman: Podman, name: str, run: ChartRun) -> list[str]:
 def test_exporter_image_runs_as_the_chart_runs_it(
     podman: Podman, archives: dict[str, Path], tmp_path: Path, probes: bool, archive: str
 ) -> None:
-    """Probes off: the plain image; probes on (the chart's default): the -cuda12 image."""
+    """Probes off: the plain image; probes on (off by default): the -cuda12 image."""
     pod = one(objects({"exporter": {"probes": {"enabled": probes}}}), "DaemonSet")["spec"]["template"]["spec"]
     port = free_port()
     run = chart_run(pod, port, tmp_path)
@@ -512,12 +512,12 @@ def test_chart_image_tags_follow_the_built_tags() -> None:
     def exporter_image(values: dict[str, Any]) -> str:
         return str(one(objects(values), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"])
 
-    assert exporter_image({}) == f"{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"  # probes on: CuPy
-    assert exporter_image({"exporter": {"probes": {"enabled": False}}}) == f"{REGISTRY}/gpulens-exporter:{VERSION}"
+    assert exporter_image({}) == f"{REGISTRY}/gpulens-exporter:{VERSION}"  # probes off by default
+    assert exporter_image({"exporter": {"probes": {"enabled": True}}}) == f"{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"
     pinned = {"exporter": {"image": {"repository": "registry.example.com/gl/exporter", "tag": "1.2.3"}}}
     assert exporter_image(pinned) == "registry.example.com/gl/exporter:1.2.3"
     dashboard = one(objects(), "Deployment", "dashboard")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert dashboard == f"{REGISTRY}/gpulens-dashboard:{VERSION}"
     rendered = (REPO / "deploy" / "manifests" / "gpulens.yaml").read_text()
-    assert f'image: "{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"' in rendered
+    assert f'image: "{REGISTRY}/gpulens-exporter:{VERSION}"' in rendered
     assert f'image: "{REGISTRY}/gpulens-dashboard:{VERSION}"' in rendered
