@@ -1,13 +1,20 @@
 """The one definition of idle, launch-bound, transfer share and wasted GPU-hours, for the rules, the
 dashboard and the advisor.
 
-- **Idle leaf** (a whole GPU or a MIG instance) at time t: its mean SM activity over the
-  ``MEAN_WINDOW`` before t is below ``IDLE_SM_ACTIVE_BELOW`` *and* it did no work that SM activity
-  misses in that window. "Did work" = NVML GPU-Util averaged at least ``KERNELS_UTIL_AT_LEAST``
-  (whole GPUs) or a boundness class of ``IN_USE_CLASSES`` (``launch``, ``transfer``) at any moment
-  (GPM; MIG instances too, which have no GPU-Util: for them only the class says data moved). The
-  mean SM activity is exact from the integral counter once the counter is older than the window,
-  else the mean of the sampled gauge.
+- **Idle leaf** (a whole GPU or a MIG instance) at time t: its mean activity (below: SM activity
+  where the GPU has GPM) over the ``MEAN_WINDOW`` before t is below ``IDLE_SM_ACTIVE_BELOW`` *and*
+  it did no work that its activity misses in that window. "Did work" = NVML GPU-Util averaged at
+  least ``KERNELS_UTIL_AT_LEAST`` (whole GPUs) or a boundness class of ``IN_USE_CLASSES``
+  (``launch``, ``transfer``) at any moment (MIG instances too, which have no GPU-Util: for them only
+  the class says data moved). The mean SM activity is exact from the integral counter once the
+  counter is older than the window, else the mean of the sampled gauge; the busy ratio likewise.
+- **Activity** of a leaf, at the precision its GPU allows (``gpulens_gpu_analysis_info{signals}``):
+  its mean SM activity (GPM: Hopper and newer); without GPM its mean busy ratio (NVML GPU-Util,
+  or the busiest link's utilisation where larger: pre-Hopper whole GPUs, ``signals="nvml"``);
+  for a MIG instance without GPM (A100), which has no GPU-Util, 1 if a compute process ran on it
+  in the window, else 0 (``signals="processes"``). Idle and under-used read this one figure, so a
+  leaf without GPM gets the same verdicts, coarser: GPU-Util counts the time any kernel ran, so a
+  kernel on one SM of 108 reads 100 %, and a process holding a MIG instance counts as use.
 - **Launch-bound** is not idle: a stream of tiny kernels keeps SM activity near 0 while the GPU is
   in use. It is a misuse of its own kind (alert ``GPULaunchBound``, class ``launch``).
 - **Transfer-bound** is not idle either: a leaf whose links (PCIe, NVLink) are busy while its SMs
@@ -114,6 +121,33 @@ def sm_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
     return f"(rate({counter}[{w}]) and {counter} and {counter} offset {w}) or (avg_over_time({gauge}[{w}]) and {gauge})"
 
 
+def _integral_mean_promql(counter: str, gauge: str) -> str:
+    w = MEAN_WINDOW
+    return f"(rate({counter}[{w}]) and {counter} and {counter} offset {w}) or (avg_over_time({gauge}[{w}]) and {gauge})"
+
+
+def busy_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Mean busy ratio of each leaf over MEAN_WINDOW, as :func:`sm_mean_promql` does for SM activity."""
+    return _integral_mean_promql(
+        _sel("gpulens_gpu_busy_seconds_total", matchers), _sel("gpulens_gpu_busy_ratio", matchers)
+    )
+
+
+def activity_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Each leaf's mean activity over MEAN_WINDOW (``gpulens:gpu_activity:ratio_avg5m``; the module
+    docstring): SM activity where the leaf has it, else its busy ratio, else (a MIG instance without
+    GPM) 1 if it ran a compute process in the window and 0 if not."""
+    sm = f"{_sel('gpulens_gpu_sm_active_ratio', matchers)} or {_sel('gpulens_gpu_sm_active_seconds_total', matchers)}"
+    busy = f"{_sel('gpulens_gpu_busy_ratio', matchers)} or {_sel('gpulens_gpu_busy_seconds_total', matchers)}"
+    procs = _sel("gpulens_gpu_compute_processes", matchers)
+    ran = f"(max_over_time({procs}[{MEAN_WINDOW}]) > bool 0 and {procs})"
+    return (
+        f"({sm_mean_promql(matchers)})"
+        f" or (({busy_mean_promql(matchers)}) unless on (uuid, mig_uuid) ({sm}))"
+        f" or ({ran} unless on (uuid, mig_uuid) ({sm} or {busy}))"
+    )
+
+
 def util_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
     """Mean NVML GPU-Util over MEAN_WINDOW (``gpulens:gpu_utilization:ratio_avg5m``)."""
     util = _sel("gpulens_gpu_utilization_ratio", matchers)
@@ -149,7 +183,7 @@ def idle_promql(sm_mean: str, kernels_active: str) -> str:
 def leaf_idle_promql(matchers: Mapping[str, str] | None = None) -> str:
     """``gpulens:gpu_idle:bool`` computed from raw exporter series (for the advisor)."""
     return idle_promql(
-        f"({sm_mean_promql(matchers)})", kernels_active_promql(f"({util_mean_promql(matchers)})", matchers)
+        f"({activity_mean_promql(matchers)})", kernels_active_promql(f"({util_mean_promql(matchers)})", matchers)
     )
 
 
@@ -230,6 +264,7 @@ def wasted_promql(holding: str, idle: str, share: str) -> str:
 
 RULES: Mapping[str, str] = {
     "gpulens:gpu_sm_active:ratio_avg5m": sm_mean_promql(),
+    "gpulens:gpu_activity:ratio_avg5m": activity_mean_promql(),
     "gpulens:gpu_utilization:ratio_avg5m": util_mean_promql(),
     "gpulens:gpu_kernels_active:bool": kernels_active_promql("gpulens:gpu_utilization:ratio_avg5m"),
     "gpulens:gpu_transfer:ratio_avg5m": transfer_share_promql(),
@@ -292,6 +327,44 @@ def _window_stats(
     return out[cols].astype({"timestamp": float, "fresh": bool})
 
 
+def _integral_mean_frame(
+    ratio: pd.DataFrame, seconds: pd.DataFrame, keys: list[str], grid: np.ndarray, fresh_s: float
+) -> pd.DataFrame:
+    """Per key and grid time, ``mean``: the ratio's mean over MEAN_WINDOW, from the integral counter
+    where it spans the whole window (its increase over the covered time), else from the gauge's
+    samples (:func:`_integral_mean_promql`); only where a sample is within ``fresh_s``."""
+    gauge = _window_stats(_leafy(ratio), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    gauge = gauge[gauge["fresh"]][[*keys, "timestamp", "mean"]]
+    counter = _window_stats(_leafy(seconds), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    # rate() needs two samples, and the rule wants the counter to exist a whole window ago
+    born = _leafy(seconds).groupby(keys, as_index=False)["timestamp"].min().rename(columns={"timestamp": "born"})
+    counter = counter.merge(born, on=keys, how="left")
+    counter = counter[
+        counter["fresh"] & (counter["n"] >= 2) & (counter["born"] <= counter["timestamp"] - MEAN_WINDOW_SECONDS)
+    ]
+    counter = counter.assign(rate=(counter["v1"] - counter["v0"]) / (counter["t1"] - counter["t0"]))
+    out = gauge.merge(counter[[*keys, "timestamp", "rate"]], on=[*keys, "timestamp"], how="outer")
+    out["mean"] = out["rate"].where(out["rate"].notna(), out["mean"])
+    return out.dropna(subset=["mean"])[[*keys, "timestamp", "mean"]]
+
+
+def _present(frames_: Sequence[pd.DataFrame], keys: list[str], grid: np.ndarray, fresh_s: float) -> pd.DataFrame:
+    """(key, grid time) pairs at which any of ``frames_`` has a sample within ``fresh_s``: the
+    rules' ``unless on (uuid, mig_uuid) (x or y)``."""
+    parts = []
+    for df in frames_:
+        stats = _window_stats(_leafy(df), keys, grid, fresh_s, fresh_s)
+        parts.append(stats[stats["fresh"]][[*keys, "timestamp"]])
+    return pd.concat(parts).drop_duplicates() if parts else pd.DataFrame(columns=[*keys, "timestamp"])
+
+
+def _unless(df: pd.DataFrame, present: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    if df.empty or present.empty:
+        return df
+    marked = df.merge(present.drop_duplicates().assign(_p=True), on=[*keys, "timestamp"], how="left")
+    return df[~marked["_p"].fillna(False).astype(bool).to_numpy()]
+
+
 def leaf_idle_frame(
     sm_ratio: pd.DataFrame,
     sm_seconds: pd.DataFrame,
@@ -299,32 +372,33 @@ def leaf_idle_frame(
     boundness: pd.DataFrame,
     grid: np.ndarray,
     fresh_s: float,
+    busy_ratio: pd.DataFrame | None = None,
+    busy_seconds: pd.DataFrame | None = None,
+    processes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """``gpulens:gpu_idle:bool`` in pandas: per leaf and grid time, ``sm_mean`` and ``idle`` (bool).
+    """``gpulens:gpu_idle:bool`` in pandas: per leaf and grid time, ``sm_mean`` (the leaf's mean
+    activity: SM activity where it has GPM, else its busy ratio, else 1/0 for compute processes
+    in the window; :func:`activity_mean_promql`) and ``idle`` (bool).
 
     Inputs are raw samples (labels + timestamp + value, one row per scrape; ``boundness`` needs the
-    series of the ``IN_USE_CLASSES`` only, others are ignored); a leaf counts at t
-    only if its SM series was scraped within ``fresh_s`` of t (the rules' ``and x``: a stale leaf
-    drops out). The mean SM activity comes from the counter where it spans the whole window (its
-    increase over the covered time), else from the gauge's samples.
+    series of the ``IN_USE_CLASSES`` only, others are ignored); a leaf counts at t only if its
+    series was scraped within ``fresh_s`` of t (the rules' ``and x``: a stale leaf drops out).
     """
     cols = [*LEAF, "timestamp", "sm_mean", "idle"]
-    if sm_ratio.empty and sm_seconds.empty:
+    empty = pd.DataFrame()
+    busy_ratio = empty if busy_ratio is None else busy_ratio
+    busy_seconds = empty if busy_seconds is None else busy_seconds
+    processes = empty if processes is None else processes
+    if all(df.empty for df in (sm_ratio, sm_seconds, busy_ratio, busy_seconds, processes)):
         return pd.DataFrame(columns=cols)
     keys = list(LEAF)
-    gauge = _window_stats(_leafy(sm_ratio), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
-    gauge = gauge[gauge["fresh"]][[*keys, "timestamp", "mean"]]
-    counter = _window_stats(_leafy(sm_seconds), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
-    # rate() needs two samples, and the rule wants the counter to exist a whole window ago
-    born = _leafy(sm_seconds).groupby(keys, as_index=False)["timestamp"].min().rename(columns={"timestamp": "born"})
-    counter = counter.merge(born, on=keys, how="left")
-    counter = counter[
-        counter["fresh"] & (counter["n"] >= 2) & (counter["born"] <= counter["timestamp"] - MEAN_WINDOW_SECONDS)
-    ]
-    counter = counter.assign(rate=(counter["v1"] - counter["v0"]) / (counter["t1"] - counter["t0"]))
-    sm = gauge.merge(counter[[*keys, "timestamp", "rate"]], on=[*keys, "timestamp"], how="outer")
-    sm["sm_mean"] = sm["rate"].where(sm["rate"].notna(), sm["mean"])
-    sm = sm.dropna(subset=["sm_mean"])
+    sm = _integral_mean_frame(sm_ratio, sm_seconds, keys, grid, fresh_s)
+    has_sm = _present([sm_ratio, sm_seconds], keys, grid, fresh_s)
+    busy = _unless(_integral_mean_frame(busy_ratio, busy_seconds, keys, grid, fresh_s), has_sm, keys)
+    ran = _window_stats(_leafy(processes), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    ran = ran[ran["fresh"]].assign(mean=lambda d: (d["max"] > 0).astype(float))[[*keys, "timestamp", "mean"]]
+    ran = _unless(ran, pd.concat([has_sm, _present([busy_ratio, busy_seconds], keys, grid, fresh_s)]), keys)
+    activity = pd.concat([sm, busy, ran], ignore_index=True).rename(columns={"mean": "sm_mean"})
     util_stats = _window_stats(_leafy(util), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
     util_stats = util_stats[util_stats["fresh"]]
     busy_util = util_stats.assign(k=util_stats["mean"] >= KERNELS_UTIL_AT_LEAST)[[*keys, "timestamp", "k"]]
@@ -335,9 +409,10 @@ def leaf_idle_frame(
     in_use = _window_stats(b, keys, grid, MEAN_WINDOW_SECONDS, np.inf)
     in_use = in_use.assign(k=in_use["max"] >= 1)[[*keys, "timestamp", "k"]]
     kernels = pd.concat([busy_util, in_use]).groupby([*keys, "timestamp"], as_index=False)["k"].max()
-    sm = sm.merge(kernels, on=[*keys, "timestamp"], how="left")
-    sm["idle"] = (sm["sm_mean"] < IDLE_SM_ACTIVE_BELOW) & ~(sm["k"].astype("boolean").fillna(False).astype(bool))
-    return sm[cols].reset_index(drop=True)
+    activity = activity.merge(kernels, on=[*keys, "timestamp"], how="left")
+    k = activity["k"].astype("boolean").fillna(False).astype(bool)
+    activity["idle"] = (activity["sm_mean"] < IDLE_SM_ACTIVE_BELOW) & ~k
+    return activity[cols].reset_index(drop=True)
 
 
 def _leafy(df: pd.DataFrame) -> pd.DataFrame:

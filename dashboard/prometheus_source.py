@@ -332,7 +332,7 @@ class PrometheusSource:
         at = None if end is None else self._end(end)
         idle = self.query(f"max by (uuid,mig_uuid) ({self.rule('gpulens:gpu_idle:bool', filters, per_pod=False)})", at)
         sm = self.query(
-            f"max by (uuid,mig_uuid) ({self.rule('gpulens:gpu_sm_active:ratio_avg5m', filters, per_pod=False)})", at
+            f"max by (uuid,mig_uuid) ({self.rule('gpulens:gpu_activity:ratio_avg5m', filters, per_pod=False)})", at
         )
         if idle.empty:
             if not self.query("count(gpulens_gpu_info)").empty:

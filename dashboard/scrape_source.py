@@ -313,6 +313,9 @@ class ScrapeSource:
             _rows(raw("gpulens_gpu_boundness", ("class", cls)) for cls in definitions.IN_USE_CLASSES),
             np.asarray(grid, dtype=float),
             fresh_s=max(2.5 * self.interval_s, self.interval_s + self.timeout_s),
+            busy_ratio=raw("gpulens_gpu_busy_ratio"),
+            busy_seconds=raw("gpulens_gpu_busy_seconds_total"),
+            processes=raw("gpulens_gpu_compute_processes"),
         )
 
     def mean(

@@ -225,8 +225,9 @@ class MetricSource(Protocol):
         ...
 
     def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
-        """The idle verdict now per leaf: uuid, mig_uuid, sm_mean (mean SM activity over the
-        definition's window) and value (1 idle, 0 busy: in use, launch-bound included)."""
+        """The idle verdict now per leaf: uuid, mig_uuid, sm_mean (the leaf's mean activity over the
+        definition's window: SM activity where it has GPM, else GPU-Util or processes;
+        dashboard/definitions.py) and value (1 idle, 0 busy: in use, launch-bound included)."""
         ...
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:

@@ -7,7 +7,9 @@ The history (15 s samples, 45 minutes, one node): GPU a idle; b busy; l launch-b
 GPU-Util 25 % and class ``launch``: in use, not idle); h busy for 20.5 minutes then idle; a 3g.71gb MIG
 instance idle (3/7 of a GPU-hour per hour); a 2g.35gb MIG instance moving data (SMs 0, no GPU-Util on
 a MIG instance, class ``transfer``: in use, not idle); t time-sliced and idle, 3 replicas held by web/t-0 and
-1 by batch/t-1; u idle but unallocated. Samples sit 7 s off the minute so no rule evaluation lands
+1 by batch/t-1; u idle but unallocated. GPUs without GPM (pre-Hopper: no SM activity, the
+activity is the busy ratio, NVML GPU-Util): p an idle L40S, q a busy one; an A100 MIG instance r1
+with no compute process (idle) and r2 running one (in use: nothing measures more). Samples sit 7 s off the minute so no rule evaluation lands
 on a sample at the edge of its 5 m window (Prometheus 2 closes that edge, the pandas reader opens it).
 
 promtool backfills the recording rules over the history (``tsdb create-blocks-from rules``) and
@@ -51,6 +53,8 @@ IDLE_FROM = 20 * 60 + 30.0
 5 m window (promtool's backfill evaluates a few seconds off the minute it stamps)."""
 NODE = "n1:9445"
 H200 = "NVIDIA H200"
+L40S = "NVIDIA L40S"
+A100 = "NVIDIA A100-SXM4-80GB"
 CLASSES = BOUNDNESS_CLASSES
 STORES = ("prometheus", "victoriametrics")
 
@@ -74,6 +78,15 @@ def _leaves(t: float, t0: float) -> list[dict[str, Any]]:
                 "util": 0.0, "cls": "idle"})  # fmt: skip
     out.append({"gpu": "4", "uuid": "GPU-m", "mig_uuid": "MIG-2", "profile": "2g.35gb", "gi": "5", "sm": 0.0,
                 "util": 0.0, "cls": "transfer"})  # fmt: skip
+    # without GPM: no SM activity; whole GPUs have a busy ratio (GPU-Util), MIG instances processes
+    out.append({"gpu": "7", "uuid": "GPU-p", "mig_uuid": "", "profile": "", "sm": None, "util": 0.0, "busy": 0.0,
+                "cls": "idle", "model": L40S})  # fmt: skip
+    out.append({"gpu": "8", "uuid": "GPU-q", "mig_uuid": "", "profile": "", "sm": None, "util": 0.9, "busy": 0.9,
+                "cls": "busy", "model": L40S})  # fmt: skip
+    out.append({"gpu": "9", "uuid": "GPU-r", "mig_uuid": "MIG-r1", "profile": "3g.40gb", "gi": "1", "sm": None,
+                "util": None, "procs": 0, "cls": "idle", "model": A100})  # fmt: skip
+    out.append({"gpu": "9", "uuid": "GPU-r", "mig_uuid": "MIG-r2", "profile": "3g.40gb", "gi": "2", "sm": None,
+                "util": None, "procs": 1, "cls": None, "model": A100})  # fmt: skip
     return out
 
 
@@ -86,6 +99,10 @@ ALLOCATIONS = (  # namespace, pod, uuid, mig_uuid, replicas
     ("etl", "x-0", "GPU-m", "MIG-2", ("",)),
     ("web", "t-0", "GPU-t", "", ("0", "1", "2")),
     ("batch", "t-1", "GPU-t", "", ("3",)),
+    ("ml", "p-0", "GPU-p", "", ("",)),
+    ("ml", "q-0", "GPU-q", "", ("",)),
+    ("ml", "r-0", "GPU-r", "MIG-r1", ("",)),
+    ("ml", "s-0", "GPU-r", "MIG-r2", ("",)),
 )
 
 
@@ -106,15 +123,22 @@ def _samples(t: float, t0: float) -> dict[str, list[tuple[dict[str, str], float]
             add("gpulens_mig_instance_info", lab, 1.0)
         if leaf["uuid"] not in seen:
             seen.add(leaf["uuid"])
-            add(
-                "gpulens_gpu_info", {**phys, "name": H200, "mig_mode": "enabled" if leaf["mig_uuid"] else "disabled"}, 1
-            )
-            add("gpulens_gpu_utilization_ratio", phys, leaf["util"])
-        add("gpulens_gpu_sm_active_ratio", lab, leaf["sm"])
-        # the integral counter, as if the leaf had always run at its current level since t0
-        add("gpulens_gpu_sm_active_seconds_total", lab, _integral(leaf["uuid"], leaf["mig_uuid"], elapsed))
-        for c in CLASSES:
-            add("gpulens_gpu_boundness", {**lab, "class": c}, 1.0 if leaf["cls"] == c else 0.0)
+            mode = "enabled" if leaf["mig_uuid"] else "disabled"
+            add("gpulens_gpu_info", {**phys, "name": leaf.get("model", H200), "mig_mode": mode}, 1)
+            if leaf["util"] is not None:
+                add("gpulens_gpu_utilization_ratio", phys, leaf["util"])
+        if leaf["sm"] is not None:
+            add("gpulens_gpu_sm_active_ratio", lab, leaf["sm"])
+            # the integral counter, as if the leaf had always run at its current level since t0
+            add("gpulens_gpu_sm_active_seconds_total", lab, _integral(leaf["uuid"], leaf["mig_uuid"], elapsed))
+        if "busy" in leaf:
+            add("gpulens_gpu_busy_ratio", lab, leaf["busy"])
+            add("gpulens_gpu_busy_seconds_total", lab, leaf["busy"] * elapsed)
+        if "procs" in leaf:
+            add("gpulens_gpu_compute_processes", lab, leaf["procs"])
+        if leaf["cls"] is not None:
+            for c in CLASSES:
+                add("gpulens_gpu_boundness", {**lab, "class": c}, 1.0 if leaf["cls"] == c else 0.0)
     for ns, pod, uuid, mig, replicas in ALLOCATIONS:
         for r in replicas:
             who = {"namespace": ns, "pod": pod, "container": "main", "workload_kind": "Deployment"}
@@ -210,7 +234,8 @@ def _by_pod(df: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 def test_the_same_devices_are_idle(history: tuple[str, ScrapeSource, float]) -> None:
     prom, scrape, end = history
-    expected = {("GPU-a", ""), ("GPU-h", ""), ("GPU-t", ""), ("GPU-u", ""), ("GPU-m", "MIG-3"), ("GPU-m", "MIG-1")}
+    expected = {("GPU-a", ""), ("GPU-h", ""), ("GPU-t", ""), ("GPU-u", ""), ("GPU-m", "MIG-3"), ("GPU-m", "MIG-1"),
+                ("GPU-p", ""), ("GPU-r", "MIG-r1")}  # fmt: skip
     for name, src in (("rules", PrometheusSource(prom)), ("scrape", scrape)):
         verdict = src.leaf_idle(end=end)
         idle = {(str(u), str(m)) for u, m, v in zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"],
@@ -218,8 +243,9 @@ def test_the_same_devices_are_idle(history: tuple[str, ScrapeSource, float]) -> 
         busy = {(str(u), str(m)) for u, m, v in zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"],
                                                     strict=True) if v < 0.5}  # fmt: skip
         assert idle == expected, name
-        assert busy == {("GPU-b", ""), ("GPU-l", ""), ("GPU-m", "MIG-2")}, (
-            f"{name}: the launch-bound GPU and the instance moving data are in use, not idle"
+        assert busy == {("GPU-b", ""), ("GPU-l", ""), ("GPU-m", "MIG-2"), ("GPU-q", ""), ("GPU-r", "MIG-r2")}, (
+            f"{name}: the launch-bound GPU, the instance moving data, the busy L40S and the A100 "
+            "instance running a process are in use, not idle"
         )
 
 
@@ -234,6 +260,10 @@ def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> 
         ("ml", "m-0"): 0.5 * 3 / 7,  # a 3g.71gb instance weighs 3/7
         ("web", "t-0"): 0.5 * 3 / 4,  # 3 of the 4 replicas of an idle GPU
         ("batch", "t-1"): 0.5 * 1 / 4,
+        ("ml", "p-0"): 0.5,  # an idle L40S (no GPM): its GPU-Util says so
+        ("ml", "q-0"): 0.0,
+        ("ml", "r-0"): 0.5 * 3 / 7,  # an A100 3g.40gb instance with no process
+        ("ml", "s-0"): 0.0,
     }
     rules = _by_pod(PrometheusSource(prom).allocation_activity(window_s=WINDOW, step_s=STEP, end=end))
     pandas = _by_pod(scrape.allocation_activity(window_s=WINDOW, step_s=STEP, end=end))
@@ -262,7 +292,7 @@ def test_the_same_class_now_from_the_state_sets_current_series(history: tuple[st
     Workloads pages read the class now this way: a sixth of the boundness series), the same on
     the stores and the scrape source, with and without a namespace filter."""
     prom, scrape, end = history
-    expected = {(leaf["uuid"], leaf["mig_uuid"]): leaf["cls"] for leaf in _leaves(end, end - WINDOW)}
+    expected = {(leaf["uuid"], leaf["mig_uuid"]): leaf["cls"] for leaf in _leaves(end, end - WINDOW) if leaf["cls"]}
     for name, src in (("store", PrometheusSource(prom)), ("scrape", scrape)):
         now = src.current_state("gpulens_gpu_boundness", end=end)
         assert set(now["value"]) == {1.0}, name

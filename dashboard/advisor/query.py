@@ -100,7 +100,12 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
             f" max by (namespace,pod,uuid,workload_kind,workload) ({alloc}) and on(uuid) ({holders} > 1))"
         )
 
-    sm = f"({per_pod_on_shared('gpulens_pod_gpu_sm_share_ratio')} or {joined('gpulens_gpu_sm_active_ratio')})"
+    # activity (dashboard/definitions.py): SM activity, or the busy ratio (GPU-Util) on a GPU without GPM
+    no_sm = f"unless on(uuid,mig_uuid) {selector('gpulens_gpu_sm_active_ratio', target)}"
+    sm = (
+        f"({per_pod_on_shared('gpulens_pod_gpu_sm_share_ratio')} or {joined('gpulens_gpu_sm_active_ratio')}"
+        f" or ({joined('gpulens_gpu_busy_ratio')} {no_sm}))"
+    )
     mem = (
         f"({per_pod_on_shared('gpulens_pod_gpu_memory_used_bytes', True)}"
         f" or {joined('gpulens_gpu_memory_used_bytes', True)})"

@@ -125,6 +125,7 @@ def scrape_config(targets: Sequence[str], interval: str = "1s", job: str = "gpul
 RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rules" / "gpulens.rules.yml"
 DASHBOARD_RECORDS = (
     "gpulens:gpu_sm_active:ratio_avg5m",
+    "gpulens:gpu_activity:ratio_avg5m",
     "gpulens:gpu_idle:bool",
     "gpulens:pod_gpu_wasted:gpus",
     "gpulens:gpu_boundness:ratio_avg10m",
