@@ -1,15 +1,19 @@
-"""Simulated GPU backend: a seeded, deterministic H200 node for CI, the demo and golden tests.
+"""Simulated GPU backend: a seeded, deterministic GPU node for CI, the demo and golden tests.
 
-``SimulatedBackend`` plays one of the named scenarios in ``scenarios`` (which GPU runs what,
-MIG layouts, pods) through the workloads of ``workloads`` and returns the same model types
-as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
-N-th sample depends only on (scenario, seed, N) and the faults injected, never on the clock.
+``SimulatedBackend`` plays one of the named scenarios in ``scenarios`` (which GPU model, which GPU
+runs what, MIG layouts, pods) through the workloads of ``workloads`` and returns the same model
+types as the NVML backend.  Simulated time advances ``step_seconds`` per ``sample()`` call, so the
+N-th sample depends only on (scenario, seed, gpm, N) and the faults injected, never on the clock.
 
-Link traffic is read as the NVML backend reads it on an H200: a whole GPU's PCIe and NVLink bytes
-from GPM (``source="gpm"``: the H200's PCIe byte counters are 32-bit and skipped), a MIG
-instance's PCIe share from its GPU instance's GPM (MIG instances have no NVLink), and the physical
-link of a GPU in MIG mode from NVML's throughput samples (``source="sampled"``).  Both are rates over the
-cycle's window, so the first sample (and the first after a loss) has none; the GPU's
+Link traffic is read as the NVML backend reads it.  With GPM (an H200): a whole GPU's PCIe and
+NVLink bytes from GPM (``source="gpm"``: the H200's PCIe byte counters are 32-bit and skipped), a
+MIG instance's PCIe share from its GPU instance's GPM (MIG instances have no NVLink), and the
+physical link of a GPU in MIG mode from NVML's throughput samples (``source="sampled"``).  Without
+GPM (a pre-Hopper model, or ``gpm=False``): the physical PCIe link from NVML's throughput samples,
+read every ``SAMPLED_PCIE_EVERY_CYCLES`` cycles staggered by GPU index and repeated in between (as
+the NVML backend paces them), no MIG instance's share, and NVLink from NVML's per-link byte
+counters where the model has them (``source="counter"``: the A100), else none.  All are rates over
+the cycle's window, so the first sample (and the first after a loss) has none; the GPU's
 ``pcie_*``/``nvlink_*_bytes_per_second`` are the same reads.  An idle GPU moves a few KB/s.
 """
 
@@ -46,25 +50,21 @@ __all__ = ["SCENARIOS", "SimFaults", "SimulatedBackend"]
 
 SCENARIOS: tuple[str, ...] = sc.SCENARIOS
 
-IDLE_POWER_WATTS = 74.0
-"""H200 board power with no CUDA context."""
-CONTEXT_POWER_WATTS = 18.0
-"""Extra power while any process holds a context (the GPU stays in P0)."""
-IDLE_SM_CLOCK_HERTZ = 345e6
 AMBIENT_CELSIUS = 27.0
-CELSIUS_PER_WATT = 0.075
+"""Inlet temperature, °C; a GPU settles ``celsius_per_watt`` (its model's) above it per watt."""
 THERMAL_TIME_CONSTANT_SECONDS = 40.0
 CLOCK_STEP_HERTZ = 15e6
-"""Hopper SM clocks move in 15 MHz steps."""
+"""SM clocks move in 15 MHz steps (Ampere, Ada and Hopper)."""
 UNAVAILABLE_ERROR = "NVML library not found (simulated)"
 # PCIe traffic of a GPU that runs nothing (the driver's and NVML's own reads), between these and
 # twice these: a few KB/s, ~1e-7 of the link, so an idle GPU stays idle.
 HOUSEKEEPING_TX_BYTES_PER_SECOND = 1e3
 HOUSEKEEPING_RX_BYTES_PER_SECOND = 2e3
-H200_TEMPERATURE_THRESHOLDS: Mapping[str, float] = MappingProxyType(
-    {"slowdown": 89.0, "shutdown": 95.0, "gpu_max": 87.0, "memory_max": 95.0}
-)
-"""What NVML answers for an H200's temperature limits, °C (driver 580, docs/gpu-validation.md)."""
+SAMPLED_PCIE_EVERY_CYCLES = 10
+"""Without GPM the NVML backend reads ``nvmlDeviceGetPcieThroughput`` this often per GPU (its
+``pcie_every`` default), staggered by GPU index, and repeats the last value in between."""
+KIB = 1024
+"""NVML's throughput samples and NVLink counters count KiB."""
 
 _CLOCK_REASONS = tuple(CLOCK_EVENT_REASONS.values())
 """Every reason the H200's NVML lists as supported (docs/gpu-validation.md), labelled as the NVML
@@ -112,12 +112,21 @@ class _GpuState:
     """Cumulative NVLink errors by kind (zero unless an ``nvlink_errors`` fault adds some)."""
     fresh: bool = True
     """No previous sample to window against (first call, or after being lost/unavailable)."""
+    nvlink_link_kib: float = 0.0
+    """Without GPM, on a model with NVLink counters: KiB each active link has carried each way
+    (NCCL spreads the bytes over the links); NVML's counters are its whole KiB."""
+    sampled_pcie: tuple[float, float] | None = None
+    """Without GPM: the last ``nvmlDeviceGetPcieThroughput`` read (tx, rx bytes/s), repeated until
+    the next read; ``None`` until the first read of a window."""
 
 
 class SimulatedBackend:
-    """A ``GpuBackend`` that simulates an H200 node; see ``SCENARIOS`` for the layouts.
+    """A ``GpuBackend`` that simulates a GPU node; see ``SCENARIOS`` for the layouts.
 
     ``seed`` changes the noise and starting counters, not identities (UUIDs, PIDs, pods).
+    ``gpm=False`` reads every GPU as NVML would if it refused GPM (every leaf's ``gpm`` ``None``,
+    no GPM link rates), with the same random stream, so the other readings match ``gpm=True``'s;
+    GPUs of a model without GPM never have it.
     ``faults`` can be flipped while sampling runs (``SimFaults``).  Besides ``sample()`` it
     answers what a Kubernetes node would: ``pod_devices()`` (kubelet PodResources),
     ``pods()`` (API server), ``pid_owners()`` (cgroups), ``sharing_replicas()`` (device plugin);
@@ -132,11 +141,14 @@ class SimulatedBackend:
         seed: int = 0,
         faults: SimFaults | None = None,
         step_seconds: float = 1.0,
+        gpm: bool = True,
     ) -> None:
         if not step_seconds > 0:
             raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
         self._scenario = sc.build(scenario)
         self.seed = seed
+        self.gpm = gpm
+        """Whether GPUs whose model has GPM are read with it (``False``: as if NVML refused it)."""
         self.step_seconds = float(step_seconds)
         self.faults = faults if faults is not None else SimFaults()
         self._calls = 0
@@ -167,14 +179,15 @@ class SimulatedBackend:
         view = self.faults.take()
         if view.hang_seconds > 0:
             self.faults.hang(view.hang_seconds)
-        t = self._calls * self.step_seconds
+        cycle = self._calls
+        t = cycle * self.step_seconds
         self._calls += 1
         for (index, kind), count in view.nvlink_errors.items():
             if 0 <= index < len(self._gpus):  # counted while the GPU is lost too, like energy
                 self._gpus[index].nvlink_errors[kind] += count
         # Every GPU is simulated every cycle, faults or not, so a fault on one GPU never shifts
         # another GPU's random stream and counters keep integrating while a GPU is "lost".
-        gpus = [self._sample_gpu(state, t) for state in self._gpus]
+        gpus = [self._sample_gpu(state, t, cycle) for state in self._gpus]
         if view.unavailable:
             for state in self._gpus:
                 state.fresh = True
@@ -189,7 +202,7 @@ class SimulatedBackend:
             driver_version=sc.DRIVER_VERSION,
             gpus=tuple(gpus),
             errors=MappingProxyType(errors) if errors else MappingProxyType({}),
-            gpm_supported="gpm" not in view.unsupported,
+            gpm_supported="gpm" not in view.unsupported and any(self._gpm_on(s.spec) for s in self._gpus),
         )
 
     def close(self) -> None:
@@ -215,8 +228,14 @@ class SimulatedBackend:
 
     # --- simulation --------------------------------------------------------------------
 
-    def _sample_gpu(self, state: _GpuState, t: float) -> GpuSample:
+    def _gpm_on(self, spec: sc.GpuSpec) -> bool:
+        """Whether this GPU's leaves get GPM windows: its model has GPM and it is not switched off."""
+        return self.gpm and spec.model.gpm
+
+    def _sample_gpu(self, state: _GpuState, t: float, cycle: int) -> GpuSample:
         spec, rng = state.spec, state.rng
+        model = spec.model
+        gpm_on = self._gpm_on(spec)
         windowed = not state.fresh
         dynamic_watts = 0.0
         busy = whole_mem_util = 0.0
@@ -252,11 +271,14 @@ class SimulatedBackend:
                 # Copies count in GPU-Util but not in GPM's graphics-engine activity.
                 graphics += u if sig.graphics_activity is None else share * sig.graphics_activity
                 mem_util += share * sig.memory_utilization
-                dynamic_watts += share * (sig.power_watts - IDLE_POWER_WATTS) * leaf.compute_fraction
-                # A workload on a slice of the GPU moves the bytes of its slice.
-                rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction
-                tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction
-                nv += act.nvlink_bytes_per_second * leaf.compute_fraction
+                # Signatures give an H200's power: scaled to this model's span from idle to its limit.
+                dynamic_watts += (
+                    share * (sig.power_watts - sc.H200.idle_power_watts) * leaf.compute_fraction * model.power_scale
+                )
+                # A workload on a slice of the GPU moves the bytes of its slice, at this model's links.
+                rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction * model.pcie_scale
+                tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction * model.pcie_scale
+                nv += act.nvlink_bytes_per_second * leaf.compute_fraction * model.nvlink_scale
                 # NVML has no per-process utilisation for MIG instances, and under MPS reports it
                 # for the server only (set below, the clients' sum).
                 per_process = windowed and mig is None and proc.mps_role is None
@@ -298,7 +320,7 @@ class SimulatedBackend:
                 # random stream.
                 graphics_active=_ratio(graphics),
             )
-            if not windowed:
+            if not windowed or not gpm_on:
                 gpm = None
             leaves.append(
                 LeafSample(
@@ -306,37 +328,66 @@ class SimulatedBackend:
                     mig=mig,
                     memory_used_bytes=sum(p.memory_bytes for p in leaf.processes),
                     memory_total_bytes=leaf.memory_total_bytes,
-                    memory_reserved_bytes=sc.DRIVER_RESERVED_BYTES if mig is None else None,
+                    memory_reserved_bytes=model.reserved_bytes if mig is None else None,
                     # NVML offers GPU-Util only for whole GPUs.
                     utilization_ratio=_ratio(util) if mig is None else None,
                     gpm=gpm,
                     processes=tuple(procs),
                     # GPM measures each GPU instance's own PCIe bytes (MIG instances have no NVLink);
                     # a whole GPU's links are the device's reads, taken with its other readings.
-                    links=self._links(leaf_moved, "gpm", nvlink=False) if windowed and mig else (),
+                    links=(self._pcie_link(leaf_moved, "gpm", model),) if gpm is not None and mig else (),
                 )
             )
             moved.append(leaf_moved)
         return self._physical(
-            state, tuple(leaves), dynamic_watts, has_process, busy, whole_mem_util, tuple(moved), windowed
+            state, tuple(leaves), dynamic_watts, has_process, busy, whole_mem_util, tuple(moved), windowed, cycle
         )
 
-    def _links(self, moved: _Moved, pcie_source: str, nvlink: bool) -> tuple[LinkTraffic, ...]:
-        """One leaf's (or GPU's) link reads over the window: PCIe from ``pcie_source``, and NVLink
-        from GPM where the GPU has NVLink to read (not in MIG mode)."""
+    def _pcie_link(self, moved: _Moved, source: str, model: sc.GpuModel) -> LinkTraffic:
+        """A leaf's (or GPU's) PCIe bytes over the window, as read from ``source``."""
         w = self.step_seconds
-        pcie = LinkTraffic(
-            PCIE,
-            pcie_source,
-            w,
-            _per_second(moved.pcie_tx, w),
-            _per_second(moved.pcie_rx, w),
-            sc.PCIE_GEN5_X16_BYTES_PER_SECOND,
+        return LinkTraffic(
+            PCIE, source, w, _per_second(moved.pcie_tx, w), _per_second(moved.pcie_rx, w), model.pcie_bytes_per_second
         )
-        if not nvlink:
+
+    def _gpu_links(self, state: _GpuState, device: _Moved, cycle: int, windowed: bool) -> tuple[LinkTraffic, ...]:
+        """The physical GPU's link reads over the window, from the sources the NVML backend would
+        use (see the module docstring); none on a fresh window.  NVLink counters integrate every
+        cycle, read or not, like energy."""
+        spec, model = state.spec, state.spec.model
+        gpm_on = self._gpm_on(spec)
+        w = self.step_seconds
+        links = model.nvlink_links if not spec.mig_enabled else 0  # NVML finds no NVLink in MIG mode here
+        counted = links > 0 and model.nvlink_counters  # preferred to GPM, as the NVML backend does
+        kib_before = state.nvlink_link_kib
+        if counted:
+            state.nvlink_link_kib += device.nvlink * w / links / KIB
+        if not windowed:
+            state.sampled_pcie = None
+            return ()
+        if gpm_on and not spec.mig_enabled:
+            pcie = self._pcie_link(device, "gpm", model)
+        elif gpm_on:
+            pcie = self._pcie_link(device, "sampled", model)
+        else:
+            if state.sampled_pcie is None or (cycle - spec.index) % SAMPLED_PCIE_EVERY_CYCLES == 0:
+                # NVML samples ~20 ms of traffic and answers whole KiB/s.
+                state.sampled_pcie = (
+                    round(device.pcie_tx / KIB) * float(KIB),
+                    round(device.pcie_rx / KIB) * float(KIB),
+                )
+            tx, rx = state.sampled_pcie
+            pcie = LinkTraffic(PCIE, "sampled", w, tx, rx, model.pcie_bytes_per_second)
+        if not links:
             return (pcie,)
-        each_way = _per_second(moved.nvlink, w)
-        return pcie, LinkTraffic(NVLINK, "gpm", w, each_way, each_way, sc.NVLINK_BYTES_PER_SECOND)
+        if counted:
+            # Each link's counter in whole KiB; the rate is the links' increases together.
+            per_second = (math.floor(state.nvlink_link_kib) - math.floor(kib_before)) * links * KIB / w
+            return pcie, LinkTraffic(NVLINK, "counter", w, per_second, per_second, model.nvlink_bytes_per_second)
+        if gpm_on:
+            each_way = _per_second(device.nvlink, w)
+            return pcie, LinkTraffic(NVLINK, "gpm", w, each_way, each_way, model.nvlink_bytes_per_second)
+        return (pcie,)  # NVLink present, but neither GPM nor counters to read its bytes from
 
     def _physical(
         self,
@@ -348,21 +399,23 @@ class SimulatedBackend:
         whole_mem_util: float,
         moved: tuple[_Moved, ...],
         windowed: bool,
+        cycle: int,
     ) -> GpuSample:
         spec, rng = state.spec, state.rng
-        limit = sc.H200_POWER_LIMIT_WATTS
-        demand = IDLE_POWER_WATTS + (CONTEXT_POWER_WATTS if has_process else 0.0) + dynamic_watts
+        model = spec.model
+        limit = model.power_limit_watts
+        demand = model.idle_power_watts + (model.context_power_watts if has_process else 0.0) + dynamic_watts
         capped = demand > limit
         if capped:
             # The power controller holds the board just under its limit by lowering the SM clock.
             power = limit - abs(rng.gauss(2.0, 2.0))
-            clock = sc.H200_SM_CLOCK_MAX_HERTZ * math.sqrt(limit / demand)
+            clock = model.sm_clock_max_hertz * math.sqrt(limit / demand)
         else:
             power = demand + rng.gauss(0.0, 1.5)
-            clock = sc.H200_SM_CLOCK_MAX_HERTZ if busy > 0.005 else IDLE_SM_CLOCK_HERTZ
+            clock = model.sm_clock_max_hertz if busy > 0.005 else model.idle_sm_clock_hertz
         clock = round(clock / CLOCK_STEP_HERTZ) * CLOCK_STEP_HERTZ
         power = round(power, 3)
-        target = AMBIENT_CELSIUS + CELSIUS_PER_WATT * power
+        target = AMBIENT_CELSIUS + model.celsius_per_watt * power
         if state.temperature_celsius is None:
             state.temperature_celsius = target
         else:
@@ -382,51 +435,53 @@ class SimulatedBackend:
             sum(m.nvlink for m in moved),
         )
         # Rates need two reads of a counter (or two GPM samples): none on a fresh window.
-        source = "sampled" if spec.mig_enabled else "gpm"
-        gpu_links = self._links(device, source, nvlink=not spec.mig_enabled) if windowed else ()
+        gpu_links = self._gpu_links(state, device, cycle, windowed)
         if windowed and not spec.mig_enabled:
             leaves = (replace(leaves[0], links=gpu_links),)  # the whole GPU is its only leaf: one read
         pcie = next((x for x in gpu_links if x.link == PCIE), None)
         nvl = next((x for x in gpu_links if x.link == NVLINK), None)
         whole = None if spec.mig_enabled else leaves[0]
+        memory_offset = model.memory_temperature_offset_celsius
+        nvlink_present = model.nvlink_links > 0 and not spec.mig_enabled
         return GpuSample(
             index=spec.index,
             uuid=spec.uuid,
-            name=sc.GPU_NAME,
+            name=model.name,
             pci_bus_id=spec.pci_bus_id,
-            compute_capability="9.0",
-            mig_mode="enabled" if spec.mig_enabled else "disabled",
+            compute_capability=model.compute_capability,
+            # A model without MIG: NVML answers NotSupported for the MIG mode.
+            mig_mode=("enabled" if spec.mig_enabled else "disabled") if model.mig_profiles else None,
             compute_mode=spec.compute_mode,
             # In MIG mode NVML answers NotSupported for device-level utilisation.
             utilization_ratio=whole.utilization_ratio if whole else None,
             memory_utilization_ratio=_ratio(whole_mem_util) if whole else None,
             memory_used_bytes=sum(leaf.memory_used_bytes or 0 for leaf in leaves),
-            memory_total_bytes=sc.H200_MEMORY_BYTES,
+            memory_total_bytes=model.memory_bytes,
             power_watts=power,
             power_limit_watts=limit,
             energy_joules=state.energy_joules,
             temperature_celsius=temp,
-            memory_temperature_celsius=temp + 4.0,
-            temperature_thresholds=H200_TEMPERATURE_THRESHOLDS,
-            fan_speed_ratio=None,  # SXM boards are passively cooled: NVML says NotSupported.
+            memory_temperature_celsius=temp + memory_offset if memory_offset is not None else None,
+            temperature_thresholds=model.temperature_thresholds,
+            fan_speed_ratio=model.fan_speed_ratio,
             sm_clock_hertz=clock,
-            memory_clock_hertz=sc.H200_MEMORY_CLOCK_HERTZ,
-            sm_clock_max_hertz=sc.H200_SM_CLOCK_MAX_HERTZ,
+            memory_clock_hertz=model.memory_clock_hertz,
+            sm_clock_max_hertz=model.sm_clock_max_hertz,
             clock_events=MappingProxyType(events),
             pcie_tx_bytes_per_second=pcie.tx_bytes_per_second if pcie else None,
             pcie_rx_bytes_per_second=pcie.rx_bytes_per_second if pcie else None,
-            pcie_link_generation=5,
-            pcie_link_width=16,
-            pcie_link_max_generation=5,
-            pcie_link_max_width=16,
+            pcie_link_generation=model.pcie_generation,
+            pcie_link_width=model.pcie_width,
+            pcie_link_max_generation=model.pcie_generation,
+            pcie_link_max_width=model.pcie_width,
             pcie_replay_errors=0,
-            # The NVML backend reads NVLink throughput from the whole GPU's GPM counters, which a
-            # GPU in MIG mode does not sample.
+            # NVLink throughput as read above: GPM (which a GPU in MIG mode does not sample) or the
+            # per-link counters; none where neither answers.
             nvlink_tx_bytes_per_second=nvl.tx_bytes_per_second if nvl else None,
             nvlink_rx_bytes_per_second=nvl.rx_bytes_per_second if nvl else None,
             links=gpu_links,
-            # NVML finds no NVLink on a GPU in MIG mode here, as for its throughput above.
-            nvlink_errors=None if spec.mig_enabled else MappingProxyType(dict(state.nvlink_errors)),
+            # NVML finds no NVLink on a GPU in MIG mode here, nor on a model without NVLink.
+            nvlink_errors=MappingProxyType(dict(state.nvlink_errors)) if nvlink_present else None,
             ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
             remapped_rows=MappingProxyType(
                 {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}

@@ -10,14 +10,20 @@ that node used to leave free (``_host_transfer_jobs``): a data loader copying fr
 memory with no kernel (``transfer``), an LLM server offloading its KV cache (``memory``) and
 training with its optimizer offloaded (``compute``).  Every other GPU keeps its workload and class;
 their link traffic comes from the same workloads (exporter/sim/workloads.py).
+
+Every node is one GPU model (``GpuModel``: what NVML answers for it).  The H200 nodes (``h200x8``,
+``mig``, ``mig7x8``, ``timeslice``, ``mps``) have GPM; the pre-Hopper nodes (``a100``: p4de's
+A100-SXM4-80GB, some in MIG mode; ``l40s``; ``a10g``: g5.12xlarge) have none, so only NVML's
+GPU-Util, memory-controller utilisation, power, clocks and links describe them.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.model import ContainerDevices, MigInstance
@@ -28,7 +34,7 @@ GIB = 1024**3
 
 H200_MEMORY_BYTES = 143771 * MIB
 DRIVER_RESERVED_BYTES = 512 * MIB
-"""Memory the simulated driver reserves on a whole GPU (NVML memory info v2 ``reserved``)."""
+"""Memory the simulated driver reserves on a whole H200 (NVML memory info v2 ``reserved``)."""
 H200_POWER_LIMIT_WATTS = 700.0
 H200_SM_CLOCK_MAX_HERTZ = 1980e6
 H200_MEMORY_CLOCK_HERTZ = 3201e6
@@ -38,6 +44,8 @@ GPU_NAME = "NVIDIA H200"
 PCIE_GEN5_X16_BYTES_PER_SECOND = 32e9 * 16 * 128 / 130 / 8
 """What an H200's PCIe Gen5 x16 link carries each way at most (~63.0 GB/s): 32 GT/s per lane x
 16 lanes, less the 128b/130b line encoding, 8 bits a byte (what NVML's generation x width gives)."""
+PCIE_GEN4_X16_BYTES_PER_SECOND = 16e9 * 16 * 128 / 130 / 8
+"""The same for PCIe Gen4 x16 (~31.5 GB/s): the A100's, L40S's and A10G's link."""
 NVLINK_LINKS = 18
 """NVLink 4 links of an HGX H200 GPU, all active (to the baseboard's NVSwitches)."""
 NVLINK_LINK_BYTES_PER_SECOND = 26.5625e9
@@ -49,11 +57,12 @@ NVLINK_BYTES_PER_SECOND = NVLINK_LINKS * NVLINK_LINK_BYTES_PER_SECOND
 
 # PCI bus of the eight GPUs on an HGX H200 baseboard.
 _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_H200_PCI_BUS_IDS = tuple(f"00000000:{bus:02X}:00.0" for bus in _PCI_BUSES)
 
 
 @dataclass(frozen=True)
 class MigProfile:
-    """An H200 MIG profile: compute slices (of 7) and instance memory (bytes, approximate)."""
+    """A MIG profile: compute slices (of 7) and instance memory (bytes, as NVML lists the profile)."""
 
     name: str
     compute_slices: int
@@ -71,6 +80,203 @@ MIG_PROFILES: dict[str, MigProfile] = {
         MigProfile("7g.141gb", 7, int(139.625 * GIB)),
     )
 }
+"""The H200's MIG profiles (approximate memory)."""
+
+A100_80GB_MIG_PROFILES: dict[str, MigProfile] = {
+    p.name: p
+    for p in (
+        MigProfile("1g.10gb", 1, 9728 * MIB),
+        MigProfile("2g.20gb", 2, 19968 * MIB),
+        MigProfile("3g.40gb", 3, 40192 * MIB),
+    )
+}
+"""The A100-SXM4-80GB's MIG profiles the ``a100`` node uses, with the memory ``nvidia-smi`` shows for
+such instances (9728, 19968 and 40192 MiB).  A 3g.40gb takes 4 of the 8 memory slices, a 2g.20gb
+2, a 1g.10gb 1: a GPU holds 3g + 2g + 1g + 1g, or 3g + 2g + 2g."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """What NVML answers for one GPU model, and how the simulation scales the workloads to it.
+
+    Sizes in bytes, power in watts, clocks in hertz, temperatures in °C, link rates in bytes/s each
+    way.  Workload signatures (exporter/sim/workloads.py) were written for an H200: their power is
+    scaled by ``power_scale``, and their host and peer traffic by the link capacities' ratios
+    (``pcie_scale``, ``nvlink_scale``); their time shares (GPU-Util, util.mem) are the GPU's own.
+    """
+
+    name: str
+    """``nvmlDeviceGetName``."""
+    compute_capability: str
+    memory_bytes: int
+    """NVML's total memory of the whole GPU."""
+    reserved_bytes: int
+    """Memory the driver reserves (NVML memory info v2 ``reserved``)."""
+    power_limit_watts: float
+    idle_power_watts: float
+    """Board power with no CUDA context (the GPU idles in P8)."""
+    context_power_watts: float
+    """Extra power while any process holds a context (the GPU stays in P0)."""
+    sm_clock_max_hertz: float
+    idle_sm_clock_hertz: float
+    memory_clock_hertz: float
+    temperature_thresholds: Mapping[str, float]
+    """``nvmlDeviceGetTemperatureThreshold`` by kind; kinds NVML does not answer are absent."""
+    celsius_per_watt: float
+    """Die temperature above the 27 °C inlet per watt drawn, once settled (the cooling's resistance)."""
+    memory_temperature_offset_celsius: float | None
+    """HBM temperature minus die temperature; ``None``: no memory sensor (GDDR6: NVML NotSupported)."""
+    fan_speed_ratio: float | None
+    """What ``nvmlDeviceGetFanSpeed`` answers; ``None``: NotSupported (passively cooled)."""
+    pcie_generation: int
+    pcie_width: int
+    pcie_bytes_per_second: float
+    """What the PCIe link carries each way at most (generation x lanes, after line encoding)."""
+    gpm: bool
+    """GPM (Hopper and newer): SM, DRAM and pipe activity, and the link rates per window."""
+    nvlink_links: int = 0
+    """Active NVLinks (0: no NVLink)."""
+    nvlink_link_bytes_per_second: float = 0.0
+    """One link's rate each way as NVML states it (``NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON``)."""
+    nvlink_counters: bool = False
+    """NVML's cumulative per-link NVLink byte counters (``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX``)
+    answer, so NVLink bytes are read from them; else only from GPM."""
+    mig_profiles: Mapping[str, MigProfile] = field(default_factory=lambda: MappingProxyType({}))
+    """MIG profiles by name; empty: no MIG (NVML answers NotSupported for the MIG mode)."""
+
+    @property
+    def nvlink_bytes_per_second(self) -> float:
+        """The NVLink capacity each way: the active links together (0 without NVLink)."""
+        return self.nvlink_links * self.nvlink_link_bytes_per_second
+
+    @property
+    def power_scale(self) -> float:
+        """Watts this GPU draws above idle per watt an H200 draws above idle for the same work
+        (the span from idle to the power limit, over the H200's); 1 for the H200."""
+        return (self.power_limit_watts - self.idle_power_watts) / (H200.power_limit_watts - H200.idle_power_watts)
+
+    @property
+    def pcie_scale(self) -> float:
+        """Host traffic of a workload here per byte it moves on an H200: the PCIe links' ratio (a
+        data loader or a checkpoint goes as fast as the link lets it); 1 for the H200."""
+        return self.pcie_bytes_per_second / H200.pcie_bytes_per_second
+
+    @property
+    def nvlink_scale(self) -> float:
+        """Peer traffic of a workload here per byte it moves over an H200's NVLink: the NVLink
+        capacities' ratio; 0 without NVLink (no all-reduce bytes modelled over PCIe)."""
+        return self.nvlink_bytes_per_second / H200.nvlink_bytes_per_second
+
+
+H200 = GpuModel(
+    name=GPU_NAME,
+    compute_capability="9.0",
+    memory_bytes=H200_MEMORY_BYTES,
+    reserved_bytes=DRIVER_RESERVED_BYTES,
+    power_limit_watts=H200_POWER_LIMIT_WATTS,
+    idle_power_watts=74.0,
+    context_power_watts=18.0,
+    sm_clock_max_hertz=H200_SM_CLOCK_MAX_HERTZ,
+    idle_sm_clock_hertz=345e6,
+    memory_clock_hertz=H200_MEMORY_CLOCK_HERTZ,
+    # What NVML answers for an H200's temperature limits, °C (driver 580, docs/gpu-validation.md).
+    temperature_thresholds=MappingProxyType({"slowdown": 89.0, "shutdown": 95.0, "gpu_max": 87.0, "memory_max": 95.0}),
+    celsius_per_watt=0.075,
+    memory_temperature_offset_celsius=4.0,
+    fan_speed_ratio=None,  # SXM boards are passively cooled: NVML says NotSupported.
+    pcie_generation=5,
+    pcie_width=16,
+    pcie_bytes_per_second=PCIE_GEN5_X16_BYTES_PER_SECOND,
+    gpm=True,
+    nvlink_links=NVLINK_LINKS,
+    nvlink_link_bytes_per_second=NVLINK_LINK_BYTES_PER_SECOND,
+    # The NVML backend reads an H200's NVLink bytes from GPM (the per-link counters were not
+    # validated on NVLink hardware, docs/gpu-validation.md).
+    nvlink_counters=False,
+    mig_profiles=MappingProxyType(MIG_PROFILES),
+)
+"""HGX H200 (SXM, 141 GB HBM3e)."""
+
+A100_SXM4_80GB = GpuModel(
+    name="NVIDIA A100-SXM4-80GB",
+    compute_capability="8.0",
+    memory_bytes=81920 * MIB,  # nvidia-smi: "81920MiB"
+    reserved_bytes=512 * MIB,  # estimate (as the H200's)
+    power_limit_watts=400.0,
+    idle_power_watts=55.0,  # nvidia-smi -q on idle A100 SXM4s: 52-60 W at 210 MHz
+    context_power_watts=15.0,  # estimate
+    sm_clock_max_hertz=1410e6,
+    idle_sm_clock_hertz=210e6,
+    memory_clock_hertz=1593e6,
+    # nvidia-smi -q on A100s (SXM4 and 80GB PCIe): shutdown 92, slowdown 89, max operating 85, HBM 95.
+    temperature_thresholds=MappingProxyType({"slowdown": 89.0, "shutdown": 92.0, "gpu_max": 85.0, "memory_max": 95.0}),
+    celsius_per_watt=0.1,  # estimate: ~67 °C at the 400 W limit
+    memory_temperature_offset_celsius=10.0,  # estimate: idle A100s read HBM 13-18 °C above the die
+    fan_speed_ratio=None,  # SXM: passively cooled
+    pcie_generation=4,
+    pcie_width=16,
+    pcie_bytes_per_second=PCIE_GEN4_X16_BYTES_PER_SECOND,
+    gpm=False,
+    nvlink_links=12,  # NVLink 3 to the NVSwitches (p4de: nvidia-smi nvlink -s, 12 x 25 GB/s)
+    nvlink_link_bytes_per_second=25e9,
+    nvlink_counters=True,  # nvidia-smi nvlink -gt d reads them on Ampere
+    mig_profiles=MappingProxyType(A100_80GB_MIG_PROFILES),
+)
+"""A100-SXM4-80GB (HBM2e), as on AWS p4de.24xlarge."""
+
+L40S = GpuModel(
+    name="NVIDIA L40S",
+    compute_capability="8.9",
+    memory_bytes=46068 * MIB,  # nvidia-smi: "46068MiB" (48 GB GDDR6, ECC on)
+    reserved_bytes=665 * MIB,  # estimate: 450-685 MiB read on 48 GB PCIe boards
+    power_limit_watts=350.0,
+    idle_power_watts=30.0,  # nvidia-smi: 22-34 W in P8
+    context_power_watts=55.0,  # nvidia-smi: 82-105 W in P0 at 0 % GPU-Util
+    sm_clock_max_hertz=2520e6,
+    idle_sm_clock_hertz=210e6,
+    memory_clock_hertz=9001e6,
+    # Estimate: an L20 (same AD102 board, driver 550) reads its limits as T.Limit margins that put
+    # them at 87 (max operating), 89 (slowdown) and 92 °C (shutdown).  No HBM: no memory limit.
+    temperature_thresholds=MappingProxyType({"slowdown": 89.0, "shutdown": 92.0, "gpu_max": 87.0}),
+    celsius_per_watt=0.12,  # estimate
+    memory_temperature_offset_celsius=None,  # GDDR6: Memory Current Temp N/A
+    fan_speed_ratio=None,  # passively cooled: nvidia-smi shows N/A
+    pcie_generation=4,
+    pcie_width=16,
+    pcie_bytes_per_second=PCIE_GEN4_X16_BYTES_PER_SECOND,
+    gpm=False,
+)
+"""L40S (Ada, 48 GB GDDR6, PCIe; no NVLink, no MIG)."""
+
+A10G = GpuModel(
+    name="NVIDIA A10G",
+    compute_capability="8.6",
+    memory_bytes=23028 * MIB,  # nvidia-smi -q on a g5: Total 23028 MiB, Reserved 304 MiB
+    reserved_bytes=304 * MIB,
+    power_limit_watts=300.0,
+    idle_power_watts=10.0,  # nvidia-smi on g5: 9-11 W in P8
+    context_power_watts=50.0,  # nvidia-smi on g5: 60-71 W in P0 at 0 % GPU-Util
+    sm_clock_max_hertz=1710e6,
+    idle_sm_clock_hertz=210e6,
+    memory_clock_hertz=6251e6,
+    # nvidia-smi -q on an A10G (driver 535): shutdown 98, slowdown 95, max operating 88; memory N/A.
+    temperature_thresholds=MappingProxyType({"slowdown": 95.0, "shutdown": 98.0, "gpu_max": 88.0}),
+    celsius_per_watt=0.14,  # estimate
+    memory_temperature_offset_celsius=None,  # GDDR6: Memory Current Temp N/A
+    fan_speed_ratio=0.0,  # the g5's A10G answers 0 % (nvidia-smi: "0%"), not NotSupported
+    pcie_generation=4,
+    pcie_width=16,
+    pcie_bytes_per_second=PCIE_GEN4_X16_BYTES_PER_SECOND,
+    gpm=False,
+)
+"""A10G (Ampere GA102, 24 GB GDDR6), as on AWS g5 instances."""
+
+_P4DE_PCI_BUS_IDS = tuple(f"00000000:{bus}:{dev}.0" for bus in ("10", "20", "90", "A0") for dev in ("1C", "1D"))
+"""PCI addresses of the eight A100s of a p4d/p4de instance."""
+_G5_PCI_BUS_IDS = tuple(f"00000000:00:{dev}.0" for dev in ("1B", "1C", "1D", "1E"))
+"""PCI addresses of the four A10Gs of a g5.12xlarge."""
+_L40S_PCI_BUS_IDS = ("00000000:4A:00.0", "00000000:61:00.0", "00000000:CA:00.0", "00000000:E1:00.0")
+"""PCI addresses of a four-GPU L40S server (one GPU per root port)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +305,7 @@ class LeafSpec:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """A physical H200 in the scenario."""
+    """A physical GPU in the scenario."""
 
     index: int
     uuid: str
@@ -110,6 +316,8 @@ class GpuSpec:
     remapped_correctable: int = 0
     compute_mode: str = "default"
     """``default`` or ``exclusive_process`` (MPS deployments often allow only the MPS server)."""
+    model: GpuModel = H200
+    """What GPU it is."""
 
 
 @dataclass(frozen=True)
@@ -136,10 +344,13 @@ _LAUNCHER = w.Steady(w.LAUNCH_BOUND, level=1.0, jitter=0.0)
 
 
 class _NodeBuilder:
-    """Accumulates GPUs, pods and processes with deterministic identities for one scenario."""
+    """Accumulates GPUs, pods and processes with deterministic identities for one scenario of one
+    GPU model; ``pci_bus_ids`` are the node's GPU addresses by index."""
 
-    def __init__(self, scenario: str) -> None:
+    def __init__(self, scenario: str, model: GpuModel = H200, pci_bus_ids: tuple[str, ...] = _H200_PCI_BUS_IDS) -> None:
         self.scenario = scenario
+        self.model = model
+        self._pci_bus_ids = pci_bus_ids
         self._rng = random.Random(f"gpulens-sim/{scenario}")
         self._pid = 3100 + self._rng.randrange(900)
         self.gpus: list[GpuSpec] = []
@@ -206,21 +417,22 @@ class _NodeBuilder:
         spec = GpuSpec(
             index,
             self.gpu_uuid(index),
-            f"00000000:{_PCI_BUSES[index % 8]:02X}:00.0",
+            self._pci_bus_ids[index % len(self._pci_bus_ids)],
             leaves,
             mig_enabled,
             ecc_corrected,
             remapped_correctable,
             compute_mode,
+            self.model,
         )
         self.gpus.append(spec)
         return spec
 
     def whole(self, *procs: ProcessSpec) -> tuple[LeafSpec, ...]:
-        return (LeafSpec(H200_MEMORY_BYTES, 1.0, procs),)
+        return (LeafSpec(self.model.memory_bytes, 1.0, procs),)
 
     def mig_leaf(self, gpu: int, profile: str, gi: int, *procs: ProcessSpec) -> LeafSpec:
-        p = MIG_PROFILES[profile]
+        p = self.model.mig_profiles[profile]
         return LeafSpec(p.memory_bytes, p.compute_slices / 7, procs, self.mig(gpu, profile, gi))
 
     def build(self) -> Scenario:
@@ -575,12 +787,110 @@ def _host_transfer_jobs(b: _NodeBuilder, first: int) -> None:
     )
 
 
+def _a100() -> Scenario:
+    """8 x A100-SXM4-80GB as on p4de.24xlarge (NVLink 3 to NVSwitches, PCIe Gen4 x16), GPUs 4 and 5
+    in MIG mode.  No GPM: NVML's GPU-Util and util.mem describe the whole GPUs, nothing the MIG
+    instances (NVML has no GPU-Util per instance).
+
+    Reads: 0, 1 busy (GPU-Util ~99 %, at the 400 W limit, NVLink all-reduce); 2 launch-bound
+    (GPU-Util 19-27 %, ~100 W); 3 allocated idle; 4: a memory-bound 3g.40gb, an allocated idle
+    2g.20gb, a launch-bound 1g.10gb and a free 1g.10gb; 5: a busy 3g.40gb, an under-used 2g.20gb
+    and a free 2g.20gb; 6 under-used (GPU-Util 3-15 %); 7 unallocated.
+    """
+    b = _NodeBuilder("a100", A100_SXM4_80GB, _P4DE_PCI_BUS_IDS)
+    # 0, 1: one data-parallel fine-tuning pod on two GPUs, ranks in lock step.
+    uid, _ = b.pod("ml-training", "Job", "mistral-7b-finetune")
+    b.hold(uid, "trainer", "nvidia.com/gpu", (b.gpu_uuid(0), b.gpu_uuid(1)))
+    for index in (0, 1):
+        b.add_gpu(index, b.whole(b.proc(w.Training(w.BF16_GEMM), 71 * GIB, uid, "trainer")))
+    # 2: a request scorer launching tiny kernels: nvidia-smi says ~23 % busy, the power stays low.
+    _exclusive(b, 2, "inference", "Deployment", "fraud-scoring", "scorer", _LAUNCHER, int(3.2 * GIB))
+    # 3: a notebook holding 30 GiB and running nothing.
+    _exclusive(b, 3, "notebooks", "StatefulSet", "jupyter-carol", "notebook", w.Idle(), 30 * GIB)
+    # GPU 4: 3g + 2g + 1g + 1g: an LLM decoder (memory-bound), an idle notebook, a tokenizer
+    # launching tiny kernels, one free.
+    b.add_gpu(
+        4,
+        (
+            _mig_pod(b, 4, "3g.40gb", 2, "inference", "Deployment", "llm-decode-small", "vllm",
+                     (w.Diurnal(w.LLM_DECODE, low=0.5, high=1.0, offset_seconds=300.0),), 34 * GIB),
+            _mig_pod(b, 4, "2g.20gb", 3, "notebooks", "StatefulSet", "jupyter-frank", "notebook",
+                     (w.Idle(),), 12 * GIB),
+            _mig_pod(b, 4, "1g.10gb", 9, "inference", "Deployment", "tokenizer", "tokenizer",
+                     (_LAUNCHER,), 2 * GIB),
+            b.mig_leaf(4, "1g.10gb", 10),
+        ),
+        mig_enabled=True,
+    )  # fmt: skip
+    # GPU 5: 3g + 2g + 2g: batch transcription flat out, a reranker at low load, one free.
+    b.add_gpu(
+        5,
+        (
+            _mig_pod(b, 5, "3g.40gb", 1, "research", "Job", "whisper-batch", "transcribe",
+                     (w.Steady(w.FP16_BATCH, level=0.95),), 28 * GIB),
+            _mig_pod(b, 5, "2g.20gb", 5, "inference", "Deployment", "reranker", "reranker",
+                     (w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.05, high=0.3),), 9 * GIB),
+            b.mig_leaf(5, "2g.20gb", 6),
+        ),
+        mig_enabled=True,
+    )  # fmt: skip
+    # 6: an embedding service at a few requests a second: GPU-Util 3-15 %, under-used.
+    _exclusive(b, 6, "inference", "Deployment", "search-embedder", "embedder",
+               w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.04, high=0.2), 14 * GIB)  # fmt: skip
+    # 7: idle and unallocated.
+    b.add_gpu(7, b.whole())
+    return b.build()
+
+
+def _l40s() -> Scenario:
+    """4 x L40S (48 GB GDDR6, PCIe Gen4 x16, no NVLink, no MIG, no GPM): an inference node.
+
+    Reads: 0 busy and memory-bound (GPU-Util ~99 %, util.mem 0.8-0.9); 1 under-used (GPU-Util
+    2-15 %); 2 and 3 allocated idle (a notebook, and a canary server with its model loaded and
+    no traffic routed to it).
+    """
+    b = _NodeBuilder("l40s", L40S, _L40S_PCI_BUS_IDS)
+    _exclusive(b, 0, "inference", "Deployment", "llm-decode", "vllm",
+               w.Diurnal(w.LLM_DECODE, low=0.86, high=1.0), int(0.9 * L40S.memory_bytes))  # fmt: skip
+    _exclusive(b, 1, "inference", "Deployment", "image-captioner", "captioner",
+               w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.03, high=0.2, offset_seconds=600.0), 11 * GIB)  # fmt: skip
+    _exclusive(b, 2, "notebooks", "StatefulSet", "jupyter-grace", "notebook", w.Idle(), 20 * GIB)
+    _exclusive(b, 3, "inference", "Deployment", "llm-decode-canary", "vllm", w.Idle(), int(0.9 * L40S.memory_bytes))
+    return b.build()
+
+
+def _a10g() -> Scenario:
+    """4 x A10G as on g5.12xlarge (24 GB GDDR6, PCIe Gen4 x16, no NVLink, no MIG, no GPM).
+
+    Reads: 0 busy (a LoRA fine-tune: GPU-Util ~99 %, at the 300 W limit); 1 under-used (a speech
+    recognition service, GPU-Util 4-15 %); 2 allocated idle (a notebook); 3 time-sliced (4
+    replicas of ``nvidia.com/gpu.shared``), two held by notebooks that run nothing: allocated idle.
+    """
+    b = _NodeBuilder("a10g", A10G, _G5_PCI_BUS_IDS)
+    _exclusive(b, 0, "ml-training", "Job", "llama3-8b-lora", "trainer",
+               w.Training(w.BF16_GEMM, compute_seconds=30.0, load_seconds=4.0), 21 * GIB)  # fmt: skip
+    _exclusive(b, 1, "inference", "Deployment", "asr-stream", "asr",
+               w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.05, high=0.2, offset_seconds=900.0), 6 * GIB)  # fmt: skip
+    _exclusive(b, 2, "notebooks", "StatefulSet", "jupyter-heidi", "notebook", w.Idle(), 10 * GIB)
+    procs = []
+    for n in range(2):
+        uid, _ = b.pod("notebooks", "StatefulSet", "jupyter-team")
+        b.hold(uid, "notebook", "nvidia.com/gpu.shared", (f"{b.gpu_uuid(3)}::{n}",))
+        procs.append(b.proc(w.Idle(), (6 + 2 * n) * GIB, uid, "notebook"))
+    b.add_gpu(3, b.whole(*procs))
+    b.sharing[b.gpu_uuid(3)] = 4
+    return b.build()
+
+
 BUILDERS: dict[str, Callable[[], Scenario]] = {
     "h200x8": _h200x8,
     "mig": _mig,
     "mig7x8": _mig7x8,
     "timeslice": _timeslice,
     "mps": _mps,
+    "a100": _a100,
+    "l40s": _l40s,
+    "a10g": _a10g,
 }
 
 SCENARIOS: tuple[str, ...] = tuple(BUILDERS)

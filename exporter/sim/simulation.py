@@ -29,10 +29,11 @@ class Simulation:
     """The simulated fleet shows probe results within seconds of the demo starting."""
 
     @classmethod
-    def create(cls, scenario: str, seed: int = 0, faults: str = "") -> Simulation:
+    def create(cls, scenario: str, seed: int = 0, faults: str = "", gpm: bool = True) -> Simulation:
         """The node of ``--sim.scenario``, ``--sim.seed`` and ``--sim.faults``; ValueError on a bad
-        scenario name or fault spec."""
-        return cls(SimulatedBackend(scenario, seed=seed, faults=SimFaults.parse(faults) if faults else None))
+        scenario name or fault spec.  ``gpm=False`` reads it as if NVML refused GPM (``--collect.gpm``
+        off): every leaf's GPM ``None``, to compare the classes without GPM with those with it."""
+        return cls(SimulatedBackend(scenario, seed=seed, faults=SimFaults.parse(faults) if faults else None, gpm=gpm))
 
     def attributor(self) -> PipelineAttributor:
         """Kubelet, API and cgroup stages answered by the simulated node."""

@@ -15,6 +15,10 @@ window, ``compute``) and writes a checkpoint out at ~21 GB/s with no kernel (tho
 (``Diurnal`` with ``KV_OFFLOAD_BYTES_PER_SECOND``) keeps its memory-bound decode kernels next to
 heavy PCIe traffic (``memory``); ``OffloadedOptimizer`` runs its GEMMs while gradients and
 weights cross PCIe (``compute``).  Services move a few GB/s of requests; idle processes nothing.
+
+On another GPU model (exporter/sim/scenarios.py, ``GpuModel``) a workload keeps its time shares,
+so its NVML GPU-Util and util.mem read the same; its power and link bytes are the H200's scaled to
+that model's power span and link capacities (the backend does it).
 """
 
 from __future__ import annotations
