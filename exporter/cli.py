@@ -73,7 +73,7 @@ def open_gpus(cfg: ExporterConfig) -> tuple[GpuBackend, Simulation | None]:
     if cfg.backend in ("nvml", "auto"):
         from exporter.backends.nvml import NvmlBackend
 
-        nvml = NvmlBackend()
+        nvml = NvmlBackend(gpm=cfg.collect_gpm)
         probe = nvml.sample()
         if probe.up:
             return nvml, None
@@ -89,7 +89,7 @@ def open_gpus(cfg: ExporterConfig) -> tuple[GpuBackend, Simulation | None]:
         log.warning("no NVIDIA driver answered (%s): serving the SIMULATED fleet", probe.error)
     from exporter.sim import Simulation
 
-    simulation = Simulation.create(cfg.sim_scenario, seed=cfg.sim_seed, faults=cfg.sim_faults)
+    simulation = Simulation.create(cfg.sim_scenario, seed=cfg.sim_seed, faults=cfg.sim_faults, gpm=cfg.collect_gpm)
     return simulation.backend, simulation
 
 

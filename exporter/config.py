@@ -18,7 +18,7 @@ from exporter.server import parse_listen_address
 
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-SIM_SCENARIOS: tuple[str, ...] = ("h200x8", "mig", "mig7x8", "timeslice", "mps")
+SIM_SCENARIOS: tuple[str, ...] = ("h200x8", "mig", "mig7x8", "timeslice", "mps", "a100", "l40s", "a10g")
 """Values ``--sim.scenario`` accepts: the simulator's scenarios (a test checks they are
 ``exporter.sim.SCENARIOS``; this module does not import the simulator)."""
 
@@ -209,6 +209,8 @@ class ExporterConfig:
     log_level: str
     compat_dcgm: bool = False
     """Also export dcgm-exporter's series (``--compat.dcgm``)."""
+    collect_gpm: bool = True
+    """Read GPM where the GPU has it (``--collect.gpm``); off, every leaf gets the coarse classes."""
 
 
 def _ratio(text: str) -> float:
@@ -309,6 +311,13 @@ _CHOICES = {
     "sim_scenario": SIM_SCENARIOS,
 }
 _BOOLS: list[tuple[str, bool, str]] = [
+    (
+        "collect.gpm",
+        True,
+        "Read GPM (Hopper and newer) for the full boundness classes; --no-collect.gpm reads every GPU as "
+        "one without GPM (coarse classes from NVML GPU-Util, memory-controller utilisation and power), "
+        "to compare the two on one GPU (docs/boundness.md).",
+    ),
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
     ("probes", True, "Run gated bandwidth probes in child processes."),
     ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
@@ -419,6 +428,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         log_format=ns.log_format,
         log_level=ns.log_level,
         compat_dcgm=ns.compat_dcgm,
+        collect_gpm=ns.collect_gpm,
     )
 
 

@@ -360,8 +360,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpulens_gpu_busy_ratio",
         "ratio",
         "Busy ratio: fraction of time the leaf worked: kernels ran (GPM graphics-engine activity; "
-        "NVML GPU-Util where GPM lacks it) or its links moved data (the busiest link's utilisation), "
-        "whichever is larger. The boundness class says what limits the leaf during this time.",
+        "NVML GPU-Util where GPM lacks it or the GPU has no GPM) or its links moved data (the busiest link's "
+        "utilisation), whichever is larger. Absent for a MIG instance without GPM (no GPU-Util). The "
+        "boundness class says what limits the leaf during this time.",
         LEAF_ANALYSIS,
         lambda a: a.busy_ratio,
     ),
@@ -699,8 +700,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpulens_gpu_boundness",
         "",
         "What limits the leaf while it works, over the analysis window: exactly one class is 1 "
-        "(idle, launch, latency, memory, compute, mixed, transfer). Absent without GPM. How much of "
-        "the time it works is gpulens_gpu_busy_ratio.",
+        "(idle, launch, latency, memory, compute, mixed, transfer, busy). With GPM every class but busy; "
+        "without GPM (gpulens_gpu_analysis_info signals=nvml) only idle, busy (kernels ran, what limits "
+        "them unknown), memory, launch and transfer, coarser; a MIG instance without GPM "
+        "(signals=processes) reads idle when no compute process ran on it over the window, else the "
+        "class is absent. How much of the time it works is gpulens_gpu_busy_ratio.",
         LEAF_ANALYSIS,
         each=lambda a: _classes(BOUNDNESS_CLASSES, a.boundness),
         labels=("class",),
@@ -711,7 +715,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpulens_pod_gpu_boundness",
         "",
         "The container's class on a leaf it holds: exactly one class is 1 (idle, launch, latency, "
-        "memory, compute, mixed, transfer, shared). The leaf's class while the pod is its only holder or the "
+        "memory, compute, mixed, transfer, busy, shared). The leaf's class while the pod is its only holder or the "
         "only pod with processes on it; shared when several pods run there (the leaf's class "
         "describes none of them alone); idle for a pod with no process on a leaf others use. "
         "Absent when the leaf has no class.",
@@ -724,7 +728,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_analysis_info",
         "",
-        "Which signals the leaf's analysis used: signals=gpm (boundness exported) or nvml (no GPM).",
+        "Which source the leaf's analysis has, and so its precision: signals=gpm (GPM, Hopper and newer: "
+        "every class), nvml (no GPM, a whole GPU: coarse classes idle, busy, memory, launch, transfer from "
+        "NVML GPU-Util, memory-controller utilisation and power) or processes (a MIG instance without GPM: "
+        "idle or no class). Always 1.",
         LEAF_ANALYSIS,
         each=lambda a: (((a.signals,), 1.0),),
         labels=("signals",),

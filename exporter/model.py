@@ -12,8 +12,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed", "transfer")
-"""The boundness state set of a leaf, in the order it is rendered (docs/boundness.md)."""
+BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed", "transfer", "busy")
+"""The boundness state set of a leaf, in the order it is rendered (docs/boundness.md).  ``busy`` is
+the coarse classes' answer without GPM: kernels ran, but what limits them cannot be told."""
+
+COARSE_CLASSES: tuple[str, ...] = ("idle", "launch", "memory", "transfer", "busy")
+"""The classes a whole GPU without GPM can have (``signals="nvml"``), in rendering order; with GPM
+a leaf has every class but ``busy``."""
+GPM_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c != "busy")
+"""The classes a leaf classed from GPM can have."""
+
+SIGNALS_GPM = "gpm"
+"""A leaf classed from GPM (Hopper and newer): every class but ``busy``."""
+SIGNALS_NVML = "nvml"
+"""A whole GPU without GPM: coarse classes (idle, busy, memory, launch, transfer) from NVML GPU-Util,
+memory-controller utilisation, power and the links."""
+SIGNALS_PROCESSES = "processes"
+"""A MIG instance without GPM: no GPU-Util, so only ``idle`` (no compute process on it over the
+window) or no class."""
 
 SHARED_CLASS = "shared"
 """A pod's class on a leaf where several pods run: the leaf's class describes none of them alone."""
@@ -332,12 +348,16 @@ class LeafAnalysis:
 
     leaf_id: str
     boundness: str | None = None
-    """One of BOUNDNESS_CLASSES, or ``None`` when there is no GPM to classify with."""
-    signals: str = "gpm"
-    """Which signals the class came from: ``gpm`` or ``nvml`` (no class)."""
+    """One of BOUNDNESS_CLASSES, or ``None`` when nothing classes the leaf this cycle (a MIG
+    instance without GPM that has processes, a GPM leaf before its first window)."""
+    signals: str = SIGNALS_GPM
+    """Which source the leaf's analysis has, and so its precision: ``gpm`` (full classes), ``nvml``
+    (coarse classes from GPU-Util, memory-controller utilisation and power) or ``processes`` (a MIG
+    instance without GPM: ``idle`` or no class)."""
     busy_ratio: float | None = None
-    """This cycle's busy ratio (GPM graphics-engine activity, else NVML GPU-Util): the duty cycle
-    the class is normalised by."""
+    """This cycle's busy ratio (GPM graphics-engine activity, else NVML GPU-Util; the busiest link's
+    utilisation where larger): the duty cycle the class is normalised by.  ``None`` for a MIG
+    instance without GPM."""
     busy_seconds: float | None = None
     sharing_mode: str | None = None
     """``exclusive``, ``time-slicing``, ``mps`` or ``mig`` (exporter/analysis/sharing.py)."""

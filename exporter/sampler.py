@@ -25,10 +25,15 @@ from exporter.analysis.sharing import sharing_mode
 from exporter.backends.base import GpuBackend
 from exporter.heap import HeapTrimmer
 from exporter.model import (
+    SIGNALS_GPM,
+    SIGNALS_NVML,
+    SIGNALS_PROCESSES,
     Attribution,
     BackendSample,
     GpmSample,
+    GpuSample,
     LeafAnalysis,
+    LeafSample,
     PodBoundness,
     ProbeResult,
     Snapshot,
@@ -61,6 +66,10 @@ class Classifier(Protocol):
         has_processes: bool,
         now: float,
         transfer: float | None = None,
+        *,
+        signals: str = SIGNALS_GPM,
+        memory_utilization_ratio: float | None = None,
+        power_ratio: float | None = None,
     ) -> str | None: ...
 
     def forget(self, keep: set[str]) -> None: ...
@@ -115,6 +124,9 @@ class Sampler:
         self._worker.start()
         self._pending: Future[BackendSample] | None = None
         self._integrals = ActivityIntegrator()
+        self._analysed_at: float | None = None
+        """``now`` of the last cycle that read the GPUs: a leaf without GPM integrates its busy ratio
+        over the time since."""
         self._link_bytes = LinkIntegrator()
         self._energy = MonotonicCounter()
         self._xid: EventCounter[tuple[str, int]] = EventCounter()
@@ -238,6 +250,8 @@ class Sampler:
         out: dict[str, LeafAnalysis] = {}
         live_leaves: set[str] = set()
         live_gpus: set[str] = set()
+        last = self._analysed_at
+        cycle_seconds = now - last if last is not None and now > last else 0.0
         for gpu in sample.gpus:
             for xid in gpu.xid_events:
                 self._xid.add((gpu.uuid, xid))
@@ -254,19 +268,35 @@ class Sampler:
                 if util is None and leaf.mig is None:
                     util = gpu.utilization_ratio
                 transfer = transfer_ratio(leaf.links)
-                busy = busy_signal(gpm, util, transfer) if gpm is not None else None
+                signals = leaf_signals(leaf, sample.gpm_supported)
+                # A GPM leaf without a window this cycle (its first, a failed read) has no busy ratio.
+                busy = busy_signal(gpm, util, transfer) if gpm is not None or signals != SIGNALS_GPM else None
                 sm = tensor = dram = busy_s = None
                 if gpm is not None:
                     sm, tensor, dram, busy_s = self._integrals.add(
                         leaf_id, gpm.window_seconds, gpm.sm_active, gpm.tensor_active, gpm.dram_active, busy
                     )
+                elif busy is not None:
+                    # No GPM window: the busy ratio stands for the time since the previous cycle.
+                    busy_s = self._integrals.add(leaf_id, cycle_seconds, None, None, None, busy)[3]
                 boundness: str | None = None
                 if self._classifier is not None:
-                    boundness = self._classifier.observe(leaf_id, gpm, util, bool(leaf.processes), now, transfer)
+                    whole = leaf.mig is None
+                    boundness = self._classifier.observe(
+                        leaf_id,
+                        gpm,
+                        util,
+                        bool(leaf.processes),
+                        now,
+                        transfer,
+                        signals=signals,
+                        memory_utilization_ratio=gpu.memory_utilization_ratio if whole else None,
+                        power_ratio=power_ratio(gpu) if whole else None,
+                    )
                 out[leaf_id] = LeafAnalysis(
                     leaf_id=leaf_id,
                     boundness=boundness,
-                    signals="gpm" if gpm is not None else "nvml",
+                    signals=signals,
                     busy_ratio=busy,
                     busy_seconds=busy_s,
                     sharing_mode=sharing_mode(leaf, attribution),
@@ -281,6 +311,7 @@ class Sampler:
                 # Physical energy still needs a home when every leaf is a MIG instance.
                 out.setdefault(gpu.uuid, LeafAnalysis(leaf_id=gpu.uuid, energy_joules=energy))
         if sample.up:
+            self._analysed_at = now
             self._integrals.forget(live_leaves)
             self._link_bytes.forget(live_leaves)
             self._energy.forget(live_gpus | {g.uuid for g in sample.gpus})
@@ -333,3 +364,19 @@ class Sampler:
                 next_at = self._clock()
                 delay = 0.0
             self._stop.wait(delay)
+
+
+def leaf_signals(leaf: LeafSample, gpm_supported: bool | None) -> str:
+    """The source a leaf's analysis has (``gpulens_gpu_analysis_info{signals}``): ``gpm`` when it has
+    a GPM window or the backend says its GPUs give them (a cycle without one is a gap, not a
+    change of source); otherwise ``nvml`` for a whole GPU and ``processes`` for a MIG instance."""
+    if leaf.gpm is not None or gpm_supported is True:
+        return SIGNALS_GPM
+    return SIGNALS_NVML if leaf.mig is None else SIGNALS_PROCESSES
+
+
+def power_ratio(gpu: GpuSample) -> float | None:
+    """The GPU's power draw over its enforced power limit (0..1), ``None`` where either is unknown."""
+    if gpu.power_watts is None or not gpu.power_limit_watts or gpu.power_limit_watts <= 0.0:
+        return None
+    return min(1.0, max(0.0, gpu.power_watts / gpu.power_limit_watts))

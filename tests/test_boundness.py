@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
-from exporter.model import BOUNDNESS_CLASSES, GpmSample
+from exporter.model import GPM_CLASSES, GpmSample
 from tests.support.gpm_traces import recorded_gpm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpm_traces"
@@ -143,7 +143,7 @@ def settle_seconds(trace: list[tuple[float, str | None]], step_at: float, expect
 # --- every class -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("expected", BOUNDNESS_CLASSES)
+@pytest.mark.parametrize("expected", GPM_CLASSES)
 def test_every_class_is_reachable_from_its_workload_shape(expected: str) -> None:
     trace = feed(BoundnessClassifier(), [(EXPECTED[expected], 30.0)])
     assert trace[-1][1] == expected

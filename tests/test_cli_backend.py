@@ -11,6 +11,7 @@ from exporter import cli
 from exporter.config import parse_config
 from tests.fakes.fake_pynvml import FakeNvml, code
 from tests.support.net import free_port
+from tests.support.nvml_node import h200
 
 
 def _no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,5 +41,30 @@ def test_auto_still_falls_back_to_the_simulator_when_chosen(monkeypatch: pytest.
     backend = cli.make_backend(parse_config(["--backend", "auto"], env={}))
     try:
         assert backend.name == "sim"
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(("argv", "gpm"), [([], True), (["--no-collect.gpm"], False)])
+def test_the_gpm_switch_reaches_the_nvml_backend(monkeypatch: pytest.MonkeyPatch, argv: list[str], gpm: bool) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([h200(0, gpm={2: 50.0})]))
+    backend = cli.make_backend(parse_config(argv, env={}))
+    try:
+        backend.sample()
+        second = backend.sample()
+        assert second.gpm_supported is gpm
+        assert (second.gpus[0].leaves[0].gpm is not None) is gpm
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(("argv", "gpm"), [([], True), (["--no-collect.gpm"], False)])
+def test_the_gpm_switch_reaches_the_simulator(argv: list[str], gpm: bool) -> None:
+    backend = cli.make_backend(parse_config(["--backend", "sim", *argv], env={}))
+    try:
+        backend.sample()
+        second = backend.sample()
+        assert backend.name == "sim"
+        assert all((leaf.gpm is not None) is gpm for g in second.gpus for leaf in g.leaves)
     finally:
         backend.close()

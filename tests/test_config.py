@@ -35,6 +35,22 @@ def test_boolean_flags_have_no_forms_and_env_twins() -> None:
     assert parse_config([], env={"GPULENS_PROBES": "false"}).probes is False
 
 
+def test_gpm_is_collected_unless_switched_off_by_flag_or_env_twin() -> None:
+    assert parse_config([], env={}).collect_gpm is True
+    assert parse_config(["--no-collect.gpm"], env={}).collect_gpm is False
+    assert parse_config([], env={"GPULENS_COLLECT_GPM": "false"}).collect_gpm is False
+    assert parse_config(["--collect.gpm"], env={"GPULENS_COLLECT_GPM": "off"}).collect_gpm is True
+
+
+def test_a_bad_gpm_switch_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config([], env={"GPULENS_COLLECT_GPM": "sometimes"})
+    assert exc.value.code == 2 and "GPULENS_COLLECT_GPM" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["--collect.gpm=false"], env={})  # booleans take no value: --no-collect.gpm
+    assert exc.value.code == 2 and "--collect.gpm" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "needle"),
     [

@@ -411,6 +411,20 @@ def test_pre_hopper_gpu_has_no_gpm_and_is_not_asked(clock: Clock) -> None:
     assert fake.calls["nvmlGpmSampleGet"] == 0 and fake.calls["nvmlGpmSampleAlloc"] == 0
 
 
+def test_gpm_switched_off_is_never_asked_on_a_hopper_gpu(clock: Clock) -> None:
+    # --no-collect.gpm: the GPU reads as one without GPM; its links come from NVML's other sources.
+    fake = FakeNvml([h200(0, gpm={SM: 50.0})])
+    samples = list(cycles(NvmlBackend(nvml=fake, clock=clock, wall_clock=clock.wall, gpm=False), clock, 3))
+    assert samples[-1].gpm_supported is False
+    assert all(s.gpus[0].leaves[0].gpm is None for s in samples)
+    assert {name for name in fake.calls if "Gpm" in name} == set(), "no GPM call at all"
+    links = samples[-1].gpus[0].leaves[0].links
+    assert links and all(link.source != "gpm" for link in links)
+    control = NvmlBackend(nvml=FakeNvml([h200(0, gpm={SM: 50.0})]), clock=clock, wall_clock=clock.wall)
+    on = list(cycles(control, clock, 3))
+    assert on[-1].gpm_supported is True and on[-1].gpus[0].leaves[0].gpm is not None, "the control: GPM on"
+
+
 def test_process_utilisation_uses_the_previous_cycle_timestamp_and_notfound_is_empty(clock: Clock) -> None:
     fake = FakeNvml([h200(0, processes=[FakeProcess(pid=7)], process_util=[])])
     backend = make(fake, clock)

@@ -12,6 +12,8 @@ from exporter.analysis.pod_class import pod_boundness, pod_class
 from exporter.attribution.merge import PidOwner, PodDirectory, PodMeta, leaf_tenants
 from exporter.collector import SnapshotCollector
 from exporter.model import (
+    BOUNDNESS_CLASSES,
+    POD_BOUNDNESS_CLASSES,
     UNKNOWN_TENANT,
     Allocation,
     Attribution,
@@ -85,6 +87,34 @@ def test_pod_boundness_covers_every_allocation_with_a_classified_leaf() -> None:
         ("notebook-c", "main", "GPU-1", None): "idle",
         ("notebook-c", "side", "GPU-2", "MIG-2a"): "compute",
     }
+
+
+def test_the_coarse_busy_class_of_a_leaf_without_gpm_is_a_pods_class_like_any_other() -> None:
+    assert pod_class("busy", A, frozenset({A}), None) == "busy"
+    holders = frozenset({A, B})
+    assert pod_class("busy", A, holders, frozenset({A})) == "busy"
+    assert pod_class("busy", B, holders, frozenset({A})) == "idle"
+    assert pod_class("busy", A, holders, holders) == "shared"
+    assert "busy" in BOUNDNESS_CLASSES and POD_BOUNDNESS_CLASSES[-1] == "shared"
+    assert set(POD_BOUNDNESS_CLASSES) == {*BOUNDNESS_CLASSES, "shared"}
+
+
+def test_pods_on_leaves_without_gpm_get_the_coarse_class_or_none_where_nothing_measures_use() -> None:
+    allocs = (
+        Allocation(_ref(A), "nvidia.com/gpu", "GPU-0"),  # a whole A100: coarse class
+        Allocation(_ref(B), "nvidia.com/mig-1g.10gb", "GPU-1", mig_uuid="MIG-1a"),  # processes: unknown
+        Allocation(_ref(C), "nvidia.com/mig-1g.10gb", "GPU-1", mig_uuid="MIG-1b"),  # no process: idle
+    )
+    attr = Attribution(
+        allocations=allocs, leaf_tenants=MappingProxyType({"GPU-0": frozenset({A}), "MIG-1a": frozenset({B})})
+    )
+    analysis = {
+        "GPU-0": LeafAnalysis("GPU-0", boundness="busy", signals="nvml", busy_ratio=0.7),
+        "MIG-1a": LeafAnalysis("MIG-1a", boundness=None, signals="processes"),
+        "MIG-1b": LeafAnalysis("MIG-1b", boundness="idle", signals="processes"),
+    }
+    got = {(p.pod.pod, p.mig_uuid): p.boundness for p in pod_boundness(attr, analysis)}
+    assert got == {("trainer-a", None): "busy", ("notebook-c", "MIG-1b"): "idle"}
 
 
 def test_leaf_tenants_maps_processes_to_pods_and_marks_the_unplaced() -> None:

@@ -128,6 +128,31 @@ def test_activity_integrals_are_exact_over_windows() -> None:
     assert reg.get_sample_value("gpulens_gpu_dram_active_seconds_total", leaf) == 2.5
 
 
+def test_a_leaf_without_gpm_integrates_its_busy_ratio_over_the_time_since_the_last_read() -> None:
+    # GPU-Util 0.5 and no GPM window (a GPU without GPM). Cycle 3 cannot read the GPUs: cycle 4's
+    # reading stands for the time since cycle 2, as a GPM window would span the gap.
+    def make(n: int) -> BackendSample:
+        if n == 3:
+            return BackendSample(up=False, error="driver busy")
+        leaf = replace(gpu(0).leaves[0], gpm=None, utilization_ratio=0.5)
+        return BackendSample(up=True, gpus=(gpu(0, leaves=(leaf,)),), gpm_supported=False)
+
+    clock = [100.0]
+    sampler = Sampler(ScriptedBackend(make), clock=lambda: clock[0])
+    busy = []
+    for step in (0.0, 1.0, 1.0, 2.0):
+        clock[0] += step
+        snap = sampler.run_once()
+        leaf = snap.analysis.get(gpu(0).uuid)
+        busy.append(None if leaf is None else (leaf.busy_ratio, leaf.busy_seconds, leaf.signals))
+    assert busy == [(0.5, 0.0, "nvml"), (0.5, 0.5, "nvml"), None, (0.5, 2.0, "nvml")]
+    reg = _registry(sampler)
+    leaf_labels = {"gpu": "0", "uuid": gpu(0).uuid, "mig_uuid": "", "gpu_instance_id": "", "compute_instance_id": ""}
+    leaf_labels["mig_profile"] = ""
+    assert reg.get_sample_value("gpulens_gpu_busy_seconds_total", leaf_labels) == 2.0
+    assert reg.get_sample_value("gpulens_gpu_busy_ratio", leaf_labels) == 0.5
+
+
 def test_energy_counter_survives_a_driver_counter_reset() -> None:
     readings = [1000.0, 1100.0, 50.0, 80.0]
     sampler = Sampler(ScriptedBackend(lambda n: BackendSample(up=True, gpus=(gpu(0, energy_joules=readings[n - 1]),))))

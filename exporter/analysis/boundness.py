@@ -5,6 +5,11 @@ graphics-engine activity) and *what limits it while it works* (the class).  Each
 classed on its DRAM and pipe activity divided by its own busy fraction; the class of a leaf is
 the one that holds most of the busy time in a sliding time window, with hysteresis and a minimum
 dwell.  docs/boundness.md gives the physical reasoning behind every level and the H200 runs.
+
+Without GPM (pre-Hopper GPUs, ``--no-collect.gpm``) the same window, vote, dwell and stop rules
+class each sample coarsely from NVML instead (``signals="nvml"``: ``busy``, ``memory``, ``launch``,
+``transfer``; ``idle``), and a MIG instance without GPM reads only ``idle`` or no class
+(``signals="processes"``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from exporter.model import BOUNDNESS_CLASSES, GpmSample
+from exporter.model import BOUNDNESS_CLASSES, SIGNALS_GPM, SIGNALS_NVML, SIGNALS_PROCESSES, GpmSample
 
 BUSY_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c != "idle")
 """Classes a working leaf can have (``idle`` is the absence of work)."""
@@ -76,8 +81,42 @@ class Thresholds:
     min_dwell_seconds: float = 2.0
     """A new class is exported only once it has been the candidate this long."""
 
+    # Without GPM (signals "nvml"): the coarse classes' levels.  All are FIRST ESTIMATES from the
+    # physics below, to be calibrated on an H200 with GPM off (docs/boundness.md, "Without GPM").
+    coarse_memory_util_enter: float = 0.60
+    """Without GPM: NVML memory-controller utilisation per busy time (util.mem / GPU-Util) at which a
+    sample is memory-heavy (``memory``).  First estimate, to be calibrated: util.mem is the fraction
+    of time the memory controller was busy, not bytes over peak, so it reads above GPM's DRAM
+    bandwidth for the same kernels; the GPM level (0.60) is kept as the starting point."""
+    coarse_memory_util_exit: float = 0.50
+    coarse_util_min: float = 0.05
+    """Without GPM: GPU-Util a sample needs before its power and memory-controller utilisation per
+    busy time are read ("clearly above 0": NVML answers whole percents, so below 5 % those ratios
+    are mostly rounding, and the power a few kernels add is within the noise); below it a sample
+    with kernels reads ``busy``.  First estimate."""
+    coarse_launch_power_enter: float = 0.50
+    """Without GPM: the GPU's power above its idle power, as a fraction of its power limit and per
+    busy time ((power - idle) / limit / GPU-Util), below which the kernels that ran kept the SMs
+    (nearly) empty: ``launch``.  Kernels that fill the GPU draw much of the limit while they run
+    (estimated on an H200: a copy loop ~0.65, GEMMs 0.75-0.9 per busy time); back-to-back tiny
+    kernels keep GPU-Util at 20-30 % while adding only the boosted clocks' and the context's
+    ~50-70 W, 0.3-0.45 per busy time.  The midpoint is a first estimate, to be calibrated."""
+    coarse_launch_power_exit: float = 0.55
+    coarse_idle_power_ratio: float = 0.10
+    """Without GPM: a GPU's idle power as a fraction of its power limit, used until the leaf has been
+    seen doing nothing (from then on, the least power it drew while idle: with a process listed,
+    where one was, since a CUDA context keeps the GPU in a higher power state).  Set low on
+    purpose (idle GPUs draw ~0.10-0.25 of their limit, the more with a context): too low a guess
+    reads fewer samples ``launch``, not more.  First estimate."""
+
     def __post_init__(self) -> None:
-        for name in ("mixed_part", "alternation_share", "switch_margin"):
+        for name in (
+            "mixed_part",
+            "alternation_share",
+            "switch_margin",
+            "coarse_util_min",
+            "coarse_idle_power_ratio",
+        ):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: thresholds must be ratios in 0..1")
         pairs = (
@@ -88,6 +127,8 @@ class Thresholds:
             ("busy", self.busy_enter, self.busy_exit, True),
             ("busy_sm_trace", self.busy_sm_trace_enter, self.busy_sm_trace_exit, True),
             ("transfer_link", self.transfer_link_enter, self.transfer_link_exit, True),
+            ("coarse_memory_util", self.coarse_memory_util_enter, self.coarse_memory_util_exit, True),
+            ("coarse_launch_power", self.coarse_launch_power_enter, self.coarse_launch_power_exit, False),
         )
         for name, enter, exit_, rising in pairs:
             if not (0.0 <= enter <= 1.0 and 0.0 <= exit_ <= 1.0):
@@ -113,7 +154,7 @@ class _SampleClasser:
     workload whose per-sample value hovers at a level keeps one class.
     """
 
-    __slots__ = ("compute", "launch", "memory", "mixed", "th", "transfer")
+    __slots__ = ("coarse_launch", "coarse_memory", "compute", "launch", "memory", "mixed", "th", "transfer")
 
     def __init__(self, th: Thresholds) -> None:
         self.th = th
@@ -122,6 +163,8 @@ class _SampleClasser:
         self.compute = _Schmitt(th.compute_pipe_enter, th.compute_pipe_exit)
         self.mixed = _Schmitt(th.mixed_sum_enter, th.mixed_sum_exit)
         self.launch = _Schmitt(th.launch_sm_per_busy_enter, th.launch_sm_per_busy_exit, rising=False)
+        self.coarse_memory = _Schmitt(th.coarse_memory_util_enter, th.coarse_memory_util_exit)
+        self.coarse_launch = _Schmitt(th.coarse_launch_power_enter, th.coarse_launch_power_exit, rising=False)
 
     def classify(
         self, busy: float, sm_active: float | None, dram_active: float | None, max_pipe_active: float | None
@@ -148,6 +191,24 @@ class _SampleClasser:
             return "compute"
         return "mixed" if together else "latency"
 
+    def classify_coarse(self, busy: float, memory_util: float | None, power_excess: float | None) -> str:
+        """The coarse class (no GPM) of a sample whose kernels ran ``busy`` (> 0) of its time.
+
+        ``memory_util`` is NVML's memory-controller utilisation (0..1) and ``power_excess`` the
+        GPU's power above its idle power as a fraction of its power limit; both per sample, ``None``
+        when unknown.  Below ``coarse_util_min`` of GPU-Util: ``busy``.  ``launch`` when the power
+        excess per busy time is small (kernels ran, the SMs stayed nearly empty); ``memory`` when the memory
+        controller was busy a large part of the busy time; otherwise ``busy`` (kernels ran, what
+        limits them cannot be told).  Schmitt triggers across samples, as for the GPM classes.
+        """
+        if busy < self.th.coarse_util_min:
+            return "busy"  # too few kernels for the ratios to tell anything
+        launch = power_excess is not None and self.coarse_launch.update(min(1.0, power_excess / busy))
+        memory = memory_util is not None and self.coarse_memory.update(min(1.0, memory_util / busy))
+        if launch:
+            return "launch"
+        return "memory" if memory else "busy"
+
     def votes(
         self,
         kernels: float,
@@ -166,11 +227,25 @@ class _SampleClasser:
         on the link, so the whole busy time is ``transfer``.  A sample with link traffic and no
         kernel at all is ``transfer``, at any rate: moving data was all the leaf did.
         """
+        cls = self.classify(kernels, sm_active, dram_active, max_pipe_active) if kernels > _MIN_BUSY else None
+        return self._split(kernels, link, cls)
+
+    def coarse_votes(
+        self, kernels: float, link: float, memory_util: float | None, power_excess: float | None
+    ) -> dict[str, float]:
+        """:meth:`votes` without GPM: the kernels' class is :meth:`classify_coarse`'s.  Launch-like
+        kernels (power near idle) beside a busy link are waiting on it (``transfer``), as ``launch``
+        is with GPM; ``busy`` and ``memory`` kernels keep their time."""
+        cls = self.classify_coarse(kernels, memory_util, power_excess) if kernels > _MIN_BUSY else None
+        return self._split(kernels, link, cls)
+
+    def _split(self, kernels: float, link: float, cls: str | None) -> dict[str, float]:
+        """Busy class -> busy fraction, from the kernels' time and class (``None``: no kernel ran)
+        and the link's time (see :meth:`votes`)."""
         busy = max(kernels, link)
         transfer = self.transfer.update(link / busy if busy > _MIN_BUSY else None)
-        if kernels <= _MIN_BUSY:
+        if cls is None:
             return {"transfer": link} if link > _MIN_BUSY else {}
-        cls = self.classify(kernels, sm_active, dram_active, max_pipe_active)
         if cls in ("launch", "latency") and transfer:
             return {"transfer": busy}
         out = {cls: kernels}
@@ -360,14 +435,31 @@ class _LeafState:
         "candidate",
         "candidate_since",
         "classer",
+        "context_idle_power",
         "current",
+        "idle_power",
+        "last_at",
         "pauses",
+        "processes_at",
         "resume_class",
+        "signals",
         "stopped",
         "window",
     )
 
-    def __init__(self, span: float, th: Thresholds) -> None:
+    def __init__(self, span: float, th: Thresholds, signals: str = SIGNALS_GPM) -> None:
+        self.signals = signals
+        """The source the leaf is classed from (``SIGNALS_*``); a change restarts the leaf."""
+        self.last_at: float | None = None
+        """Without GPM: when the leaf was last observed (a sample covers the time since)."""
+        self.idle_power: float | None = None
+        """Without GPM: the least power (fraction of the limit) drawn while the leaf did nothing and
+        NVML listed no process on it ..."""
+        self.context_idle_power: float | None = None
+        """... and while it did nothing with a process listed (a CUDA context keeps the GPU in a
+        higher power state: the baseline of a job's own kernels)."""
+        self.processes_at: float | None = None
+        """MIG without GPM: when NVML last listed a compute process on the leaf."""
         self.window = _Window(span)
         self.classer = _SampleClasser(th)
         self.busy = _Schmitt(th.busy_enter, th.busy_exit)
@@ -380,6 +472,24 @@ class _LeafState:
         """True from a stop (``idle`` called on a quiet run) until work resumes."""
         self.resume_class: str | None = None
         """The class before the stop: work that resumes with it takes it back at once."""
+
+    def learn_idle_power(self, power_ratio: float, has_processes: bool) -> None:
+        """Without GPM: a sample in which nothing ran drew ``power_ratio`` of the power limit."""
+        if has_processes:
+            seen = self.context_idle_power
+            self.context_idle_power = power_ratio if seen is None else min(seen, power_ratio)
+        else:
+            seen = self.idle_power
+            self.idle_power = power_ratio if seen is None else min(seen, power_ratio)
+
+    def idle_power_for(self, has_processes: bool, default: float) -> float:
+        """The power (fraction of the limit) the leaf draws doing nothing, as the baseline of a
+        sample's kernels: with a context where one was seen idle, else the least idle power seen,
+        else ``default``."""
+        if has_processes and self.context_idle_power is not None:
+            return self.context_idle_power
+        seen = [p for p in (self.idle_power, self.context_idle_power) if p is not None]
+        return min(seen) if seen else default
 
 
 def kernel_busy(gpm: GpmSample | None, utilization_ratio: float | None) -> float | None:
@@ -430,8 +540,12 @@ class BoundnessClassifier:
         has_processes: bool,
         now: float,
         transfer: float | None = None,
+        *,
+        signals: str = SIGNALS_GPM,
+        memory_utilization_ratio: float | None = None,
+        power_ratio: float | None = None,
     ) -> str | None:
-        """Add one cycle's signals for a leaf and return its class, or ``None`` without GPM.
+        """Add one cycle's signals for a leaf and return its class, or ``None`` when nothing classes it.
 
         ``gpm`` covers ``[now - gpm.window_seconds, now]`` (the backend's window); ``now`` is in
         seconds on any clock that only moves forward (a jump backwards restarts the leaf).
@@ -440,16 +554,30 @@ class BoundnessClassifier:
         on the leaf (used only without any busy signal); ``transfer`` is the busiest link's
         utilisation over the same window (:func:`exporter.model.transfer_ratio`), ``None`` when
         the leaf's links are not measured.
-        A ``None`` GPM (pre-Hopper, GPM refused, first cycle) adds nothing and returns ``None``;
-        the leaf's earlier samples still age out of the window by time.
+        A ``None`` GPM (first cycle, a failed window) adds nothing and returns ``None``; the leaf's
+        earlier samples still age out of the window by time.
+
+        ``signals`` says what the leaf has (``exporter.model.SIGNALS_*``): ``gpm`` (the default:
+        the GPM classes above); ``nvml`` (a whole GPU without GPM: ``gpm`` is ignored and the coarse
+        classes idle/busy/memory/launch/transfer come from ``utilization_ratio``, ``transfer``,
+        ``memory_utilization_ratio`` (NVML util.mem, 0..1) and ``power_ratio`` (power draw over
+        the power limit, 0..1)); ``processes`` (a MIG instance without GPM: ``idle`` when
+        ``has_processes`` was false over the whole window, else ``None``).  A leaf whose
+        ``signals`` change starts afresh.
         """
+        if signals == SIGNALS_NVML:
+            return self._observe_nvml(
+                leaf_id, utilization_ratio, has_processes, now, transfer, memory_utilization_ratio, power_ratio
+            )
+        if signals == SIGNALS_PROCESSES:
+            return self._observe_processes(leaf_id, has_processes, now)
         if gpm is None:
             return None
         pipe = gpm.max_pipe_active()
         if gpm.sm_active is None and gpm.dram_active is None and pipe is None:
             return None
         state = self._leaves.get(leaf_id)
-        if state is None:
+        if state is None or state.signals != SIGNALS_GPM:
             state = self._leaves[leaf_id] = _LeafState(self.window_seconds, self.thresholds)
         last = state.window.last_end
         if last is not None and now < last:
@@ -470,6 +598,19 @@ class BoundnessClassifier:
             for cls, weight in shares.items():
                 votes[BUSY_CLASSES.index(cls)] = weight
         values = (busy, gpm.sm_active, gpm.sm_occupancy, gpm.dram_active, pipe, utilization_ratio, transfer, *votes)
+        return self._advance(state, now, duration, busy, values, has_processes)
+
+    def _advance(
+        self,
+        state: _LeafState,
+        now: float,
+        duration: float,
+        busy: float | None,
+        values: tuple[float | None, ...],
+        has_processes: bool,
+    ) -> str:
+        """Add one sample (``values`` in window slot order, covering ``duration`` seconds up to
+        ``now``) and return the class: the stop rule, then the window vote, then the dwell."""
         if busy is not None:
             state.pauses.add(now, duration, busy, self.thresholds.busy_exit)
         if self._stopped(state, now):
@@ -482,6 +623,61 @@ class BoundnessClassifier:
         if resumed:
             state.stopped = False
         return self._settle(state, candidate, now, at_once=resumed and candidate == state.resume_class)
+
+    def _state_without_gpm(self, leaf_id: str, signals: str, now: float) -> tuple[_LeafState, float | None]:
+        """The leaf's state on a path without GPM (restarted when its source changed or the clock
+        went back) and the time of its previous observation (``None``: the first)."""
+        state = self._leaves.get(leaf_id)
+        if state is None or state.signals != signals or (state.last_at is not None and now < state.last_at):
+            state = self._leaves[leaf_id] = _LeafState(self.window_seconds, self.thresholds, signals)
+        last = state.last_at
+        state.last_at = now
+        return state, last
+
+    def _observe_nvml(
+        self,
+        leaf_id: str,
+        utilization_ratio: float | None,
+        has_processes: bool,
+        now: float,
+        transfer: float | None,
+        memory_utilization_ratio: float | None,
+        power_ratio: float | None,
+    ) -> str | None:
+        """A whole GPU without GPM: coarse classes from GPU-Util (the kernels' time), the links,
+        the memory-controller utilisation and the power, through the same window, vote, dwell and
+        stop rules as the GPM classes.  A sample covers the time since the leaf's previous one (1 s
+        for the first, as a GPM sample without a window)."""
+        th = self.thresholds
+        state, last = self._state_without_gpm(leaf_id, SIGNALS_NVML, now)
+        busy = busy_signal(None, utilization_ratio, transfer)
+        if busy is None:
+            return None  # nothing measured the leaf this cycle
+        duration = now - last if last is not None and now > last else 1.0
+        kernels = utilization_ratio or 0.0
+        link = transfer or 0.0
+        excess = None
+        if power_ratio is not None:
+            if busy < th.busy_exit:
+                state.learn_idle_power(power_ratio, has_processes)
+            excess = max(0.0, power_ratio - state.idle_power_for(has_processes, th.coarse_idle_power_ratio))
+        votes = [0.0] * len(BUSY_CLASSES)
+        for cls, weight in state.classer.coarse_votes(kernels, link, memory_utilization_ratio, excess).items():
+            votes[BUSY_CLASSES.index(cls)] = weight
+        values = (busy, None, None, None, None, utilization_ratio, transfer, *votes)
+        return self._advance(state, now, duration, busy, values, has_processes)
+
+    def _observe_processes(self, leaf_id: str, has_processes: bool, now: float) -> str | None:
+        """A MIG instance without GPM, which has no GPU-Util: ``idle`` when NVML listed no compute
+        process on it over the window, otherwise ``None`` (nothing measures its use)."""
+        state, _ = self._state_without_gpm(leaf_id, SIGNALS_PROCESSES, now)
+        if has_processes:
+            state.processes_at = now
+        if state.processes_at is not None and now - state.processes_at < self.window_seconds:
+            state.current = None
+            return None
+        state.current = "idle"
+        return "idle"
 
     def window_means(self, leaf_id: str, now: float) -> WindowMeans | None:
         """The smoothed signals the leaf's class was taken from (roofline coordinates), if any."""

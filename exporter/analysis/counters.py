@@ -26,11 +26,13 @@ class _LeafIntegrals:
 
 
 class ActivityIntegrator:
-    """Integrates GPM ratios over their windows: seconds of SM / tensor / DRAM / busy time per leaf.
+    """Integrates activity ratios over their windows: seconds of SM / tensor / DRAM / busy time per leaf.
 
-    A ratio ``r`` measured over a window of ``w`` seconds adds ``r * w`` seconds.  Windows come
-    from the backend (the time between two GPM samples), so missed cycles are not double counted
-    and a leaf without GPM keeps no integral (its series stay absent).
+    A ratio ``r`` measured over a window of ``w`` seconds adds ``r * w`` seconds.  GPM windows come
+    from the backend (the time between two GPM samples), so missed cycles are not double counted.
+    A leaf without GPM integrates only its busy ratio (NVML GPU-Util, or its busiest link), over
+    the time since the sampler's previous cycle; its SM / tensor / DRAM series stay absent, and so
+    does every integral of a MIG instance without GPM (it has no busy ratio).
     """
 
     def __init__(self) -> None:

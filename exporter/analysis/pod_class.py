@@ -1,6 +1,9 @@
 """A pod's boundness class: the leaf's class only where it describes that pod alone.
 
-GPM measures a leaf (a whole GPU or a MIG instance), not a process.  A pod may take its leaf's
+GPM (or, without GPM, NVML's GPU-Util, memory-controller utilisation and power) measures a leaf
+(a whole GPU or a MIG instance), not a process, so every leaf class is handled alike: the GPM
+classes, and the coarse ``busy`` of a GPU without GPM.  A leaf with no class (a MIG instance without
+GPM that has processes: nothing measures its use) gives its pods none.  A pod may take its leaf's
 class when nobody else can be running there: it is the leaf's only holder, or the only pod whose
 processes NVML lists on it.  Where several pods run on one leaf (time-slicing, MPS) the leaf's
 class is a property of their mixture, so each of them reads ``shared``; a pod with no process on

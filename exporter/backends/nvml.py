@@ -69,7 +69,8 @@ class NvmlBackend:
     ``energy_every`` cycles the same way: ``rate()`` over any window longer than that is unchanged.
     Fields that change with a configuration or an error (MIG and compute mode, power limit, ECC,
     remapped rows, PCIe replays, fan, HBM temperature) are read every ``slow_every`` cycles
-    (exporter/backends/nvml_device.py).
+    (exporter/backends/nvml_device.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
+    every GPU then reads as one without it (coarse classes, docs/boundness.md).
     """
 
     name = "nvml"
@@ -84,6 +85,7 @@ class NvmlBackend:
         energy_every: int = 10,
         slow_every: int = 10,
         close_timeout: float = 5.0,
+        gpm: bool = True,
     ) -> None:
         self._nvml = nvml
         self._options = ReaderOptions(
@@ -92,6 +94,7 @@ class NvmlBackend:
             pcie_every=max(1, pcie_every),
             energy_every=max(1, energy_every),
             slow_every=max(1, slow_every),
+            gpm=gpm,
         )
         self._close_timeout = close_timeout
         self._lock = threading.Lock()

@@ -220,19 +220,23 @@ class GpmTracker:
 class GpmReader:
     """GPM windows of one physical GPU and of its MIG instances, kept in the session's tracker."""
 
-    def __init__(self, q: NvmlQuery, tracker: GpmTracker, handle: Any, uuid: str) -> None:
+    def __init__(self, q: NvmlQuery, tracker: GpmTracker, handle: Any, uuid: str, enabled: bool = True) -> None:
         self._q = q
         self._tracker = tracker
         self._handle = handle
         self._uuid = uuid
+        self._enabled = enabled
+        """False with ``--no-collect.gpm``: GPM is never asked, as on a GPU without it."""
         self._capable = False
         self._has_nvlink = False
 
     def probe(self) -> None:
-        """Ask once whether the GPU has GPM (Hopper and later) and NVLink (for NVLink throughput)."""
+        """Ask once whether the GPU has GPM (Hopper and later; not asked when GPM is switched off)
+        and NVLink (for NVLink throughput)."""
         q, f = self._q, self._q.fns
-        support = q.call(self._uuid, f.nvmlGpmQueryDeviceSupport, self._handle)
-        self._capable = bool(support is not None and getattr(support, "isSupportedDevice", 0))
+        if self._enabled:
+            support = q.call(self._uuid, f.nvmlGpmQueryDeviceSupport, self._handle)
+            self._capable = bool(support is not None and getattr(support, "isSupportedDevice", 0))
         self._has_nvlink = q.call(self._uuid, f.nvmlDeviceGetNvLinkState, self._handle, 0) is not None
 
     @property

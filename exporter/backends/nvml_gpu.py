@@ -27,6 +27,8 @@ class ReaderOptions:
     pcie_every: int
     energy_every: int
     slow_every: int
+    gpm: bool = True
+    """False (``--no-collect.gpm``): GPM is never sampled, so every leaf reads as on a GPU without it."""
 
 
 class GpuReader:
@@ -50,7 +52,7 @@ class GpuReader:
         self._links = LinkReader(q, index, handle, uuid, options.pcie_every, options.slow_every)
         self._mig = MigDevices(q, handle, uuid)
         self._processes = Processes(q, handle, uuid, options.wall_clock)
-        self._gpm = GpmReader(q, tracker, handle, uuid)
+        self._gpm = GpmReader(q, tracker, handle, uuid, enabled=options.gpm)
         self._events = XidEvents(q, handle, uuid)
 
     def read_identity(self) -> None:
