@@ -245,7 +245,13 @@ class GpmRecorder:
         for i, (field, _) in enumerate(fields):
             m = req.metrics[i]
             row[field] = round(m.value / 100.0, 6) if m.nvmlReturn == nv.NVML_SUCCESS else None
-        row["nvml_util"] = nv.nvmlDeviceGetUtilizationRates(self.handle).gpu / 100.0
+        rates = nv.nvmlDeviceGetUtilizationRates(self.handle)
+        row["nvml_util"] = rates.gpu / 100.0
+        # what the coarse classes (GPUs without GPM) read: memory-controller busy time and power
+        row["nvml_mem_util"] = rates.memory / 100.0
+        row["power_ratio"] = round(
+            nv.nvmlDeviceGetPowerUsage(self.handle) / nv.nvmlDeviceGetEnforcedPowerLimit(self.handle), 4
+        )
         row["has_processes"] = bool(nv.nvmlDeviceGetComputeRunningProcesses(self.handle))
         row["memory_used_bytes"] = nv.nvmlDeviceGetMemoryInfo(self.handle).used
         try:  # per-process SM utilisation (the pods' shares on a time-sliced GPU come from it)
@@ -280,7 +286,9 @@ def scrape(url: str) -> tuple[str | None, float | None, str]:
     return cls, busy, "" if cls is not None else "no boundness series"
 
 
-def start_exporter(port: int, window: float, log_path: Path) -> subprocess.Popen[bytes] | None:
+def start_exporter(
+    port: int, window: float, log_path: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes] | None:
     if not (ROOT / "exporter" / "cli.py").exists():
         return None
     cmd = [
@@ -297,6 +305,7 @@ def start_exporter(port: int, window: float, log_path: Path) -> subprocess.Popen
         f"{window:g}s",
         "--no-probes",
         "--no-kubernetes.api",
+        *extra,
     ]
     log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the child
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -395,6 +404,13 @@ def run_parent(args: argparse.Namespace) -> int:
     rec = GpmRecorder()
     exporter = start_exporter(args.port, args.window, out / "exporter.log")
     url = f"http://127.0.0.1:{args.port}/metrics"
+    # the same exporter with GPM switched off: the coarse classes a pre-Hopper GPU gets
+    coarse = (
+        start_exporter(args.port + 1, args.window, out / "exporter-nogpm.log", ("--no-collect.gpm",))
+        if args.compare_without_gpm
+        else None
+    )
+    coarse_url = f"http://127.0.0.1:{args.port + 1}/metrics"
     clf = BoundnessClassifier(window_seconds=args.window)
     print(f"GPU 0: {rec.name}; exporter {'running' if exporter else 'NOT running (in-script class only)'}")
     loads = [x for x in LOADS if not args.loads or x.name in args.loads]
@@ -426,6 +442,8 @@ def run_parent(args: argparse.Namespace) -> int:
                     row["exported_class"], row["exported_busy"], err = None, None, "no exporter"
                 if err:
                     row["scrape_error"] = err
+                if coarse is not None:
+                    row["coarse_class"], row["coarse_busy"], _ = scrape(coarse_url)
                 row["load"] = load.name
                 if ready_t is None or row["t"] < ready_t:
                     row["phase"] = "warmup"
@@ -470,6 +488,8 @@ def run_parent(args: argparse.Namespace) -> int:
                 "load": load.name,
                 "expected": "->".join(load.expected),
                 "exported": rows[-1].get(key),
+                "coarse": rows[-1].get("coarse_class"),
+                "coarse_last10": sorted({str(r.get("coarse_class")) for r in last}),
                 "in_script": rows[-1].get("in_script_class"),
                 "ok": all(p["ok"] for p in summary["phases"]) and rows[-1].get(key) == load.final,
                 "settle_s": [p["settle_s"] for p in summary["phases"]],
@@ -482,7 +502,17 @@ def run_parent(args: argparse.Namespace) -> int:
                 "source": "exporter" if exporter else "in-script classifier (exporter not running)",
                 "last10s_means": {
                     f: round(sum(r[f] or 0.0 for r in last) / max(1, len(last)), 4)
-                    for f in ("sm_active", "sm_occupancy", "tensor", "fp32", "dram", "nvml_util", "graphics_util")
+                    for f in (
+                        "sm_active",
+                        "sm_occupancy",
+                        "tensor",
+                        "fp32",
+                        "dram",
+                        "nvml_util",
+                        "graphics_util",
+                        "nvml_mem_util",
+                        "power_ratio",
+                    )
                 },
             }
             if len(load.children) > 1:
@@ -501,6 +531,9 @@ def run_parent(args: argparse.Namespace) -> int:
             print(json.dumps(res), flush=True)
     finally:
         traces.close()
+        if coarse is not None:
+            coarse.terminate()
+            coarse.wait(10)
         if exporter is not None:
             exporter.terminate()
             try:
@@ -532,6 +565,21 @@ def run_parent(args: argparse.Namespace) -> int:
             lines.append("  " + " ".join(f"{t:g}:{c}:{b}" for t, c, b in r["trace"]))
         if "process_sm_util_last10" in r:
             lines.append(f"{r['load']}: NVML per-process SM util, last 10 s: {r['process_sm_util_last10']}")
+    if coarse is not None:
+        lines += [
+            "",
+            "Without GPM (the same loads, a second exporter with --no-collect.gpm: the coarse classes):",
+            "",
+            "| workload | GPM class | coarse class (GPM off) | coarse classes, last 10 s "
+            "| NVML util / mem util / power ratio |",
+            "|---|---|---|---|---|",
+        ]
+        for r in results:
+            m = r.get("last10s_means", {})
+            lines.append(
+                f"| {r['load']} | {r['exported']} | {r.get('coarse')} | {', '.join(r.get('coarse_last10', []))} | "
+                f"{m.get('nvml_util', 0):.2f} / {m.get('nvml_mem_util', 0):.2f} / {m.get('power_ratio', 0):.2f} |"
+            )
     lines.append("")
     lines.append(f"every row right within two windows, no wrong class in a transition: {'YES' if ok else 'NO'}")
     table = "\n".join(lines)
@@ -583,6 +631,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="run time of each load (of each phase) after warm-up")
     ap.add_argument("--window", type=float, default=10.0, help="classifier window (s)")
     ap.add_argument("--port", type=int, default=9445)
+    ap.add_argument(
+        "--compare-without-gpm",
+        action="store_true",
+        help="also run an exporter with --no-collect.gpm on --port + 1 and report its coarse classes",
+    )
     ap.add_argument("--loads", nargs="*", help="subset of: " + " ".join(x.name for x in LOADS))
     ap.add_argument("--make-fixtures", metavar="RUN_DIR", help="turn a run's output into test fixtures")
     ap.add_argument("--fixtures-dir", default=str(ROOT / "tests" / "fixtures" / "gpm_traces"))

@@ -124,14 +124,18 @@ def test_launch_is_measured_against_the_idle_power_the_gpu_showed() -> None:
 
 
 def test_a_jobs_kernels_are_measured_against_the_power_its_context_draws_idle() -> None:
-    # Idle without a process at 0.12, idle with the job's context at 0.18 (a higher power state),
-    # then the job's tiny kernels at 0.26: 0.08 above its context's idle per 0.22 of busy time.
-    empty, context = Nvml(power=0.12, procs=False), Nvml(power=0.18)
-    tiny = Nvml(util=0.22, mem=0.0, power=0.26)
+    # The H200 with GPM off (docs/boundness.md): idle 0.109 of its limit without a process, 0.167
+    # with the job's context; its tiny kernels (GPU-Util 0.26) at 0.168: launch, against either idle.
+    empty, context = Nvml(power=0.109, procs=False), Nvml(power=0.167)
+    tiny = Nvml(util=0.26, mem=0.0, power=0.168)
     trace = feed(BoundnessClassifier(), [(empty, 5.0), (context, 5.0), (tiny, 20.0)])
     assert classes_after(trace, 1015.0) == {"launch"}
-    # Against the idle without a context the same kernels add 0.14 per 0.22: they read busy.
-    assert classes_after(feed(BoundnessClassifier(), [(empty, 5.0), (tiny, 20.0)]), 1010.0) == {"busy"}
+    assert classes_after(feed(BoundnessClassifier(), [(empty, 5.0), (tiny, 20.0)]), 1010.0) == {"launch"}
+    # A slow copy there (GPU-Util 0.46, memory 0.51, power 0.373) fills the SMs while it runs:
+    # 0.45 above the context's idle per busy time, memory-heavy, not launch.
+    slow_copy = Nvml(util=0.46, mem=0.51, power=0.373)
+    trace = feed(BoundnessClassifier(), [(empty, 5.0), (context, 5.0), (slow_copy, 20.0)])
+    assert classes_after(trace, 1015.0) == {"memory"}
 
 
 def test_without_power_or_memory_utilisation_only_idle_busy_and_transfer_remain() -> None:

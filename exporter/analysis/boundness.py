@@ -81,27 +81,28 @@ class Thresholds:
     min_dwell_seconds: float = 2.0
     """A new class is exported only once it has been the candidate this long."""
 
-    # Without GPM (signals "nvml"): the coarse classes' levels.  All are FIRST ESTIMATES from the
-    # physics below, to be calibrated on an H200 with GPM off (docs/boundness.md, "Without GPM").
+    # Without GPM (signals "nvml"): the coarse classes' levels, calibrated on an H200 with GPM off
+    # (docs/boundness.md, "Without GPM": NVML util, memory-controller util and power of 11 loads).
     coarse_memory_util_enter: float = 0.60
     """Without GPM: NVML memory-controller utilisation per busy time (util.mem / GPU-Util) at which a
-    sample is memory-heavy (``memory``).  First estimate, to be calibrated: util.mem is the fraction
-    of time the memory controller was busy, not bytes over peak, so it reads above GPM's DRAM
-    bandwidth for the same kernels; the GPM level (0.60) is kept as the starting point."""
+    sample is memory-heavy (``memory``).  util.mem is the fraction of time the memory controller was
+    busy, not bytes over peak.  On the H200: copy loops 1.0-1.1, two tenants copying and multiplying
+    0.65, GEMMs 0.05-0.26: 0.60 separates them."""
     coarse_memory_util_exit: float = 0.50
     coarse_util_min: float = 0.05
     """Without GPM: GPU-Util a sample needs before its power and memory-controller utilisation per
     busy time are read ("clearly above 0": NVML answers whole percents, so below 5 % those ratios
     are mostly rounding, and the power a few kernels add is within the noise); below it a sample
     with kernels reads ``busy``.  First estimate."""
-    coarse_launch_power_enter: float = 0.50
+    coarse_launch_power_enter: float = 0.35
     """Without GPM: the GPU's power above its idle power, as a fraction of its power limit and per
     busy time ((power - idle) / limit / GPU-Util), below which the kernels that ran kept the SMs
-    (nearly) empty: ``launch``.  Kernels that fill the GPU draw much of the limit while they run
-    (estimated on an H200: a copy loop ~0.65, GEMMs 0.75-0.9 per busy time); back-to-back tiny
-    kernels keep GPU-Util at 20-30 % while adding only the boosted clocks' and the context's
-    ~50-70 W, 0.3-0.45 per busy time.  The midpoint is a first estimate, to be calibrated."""
-    coarse_launch_power_exit: float = 0.55
+    (nearly) empty: ``launch``.  On the H200 (limit 700 W; idle 0.109 of it, 0.167 with a CUDA
+    context): back-to-back tiny kernels (GPU-Util 0.26) 0.00 above the context's idle, 0.23 above
+    the bare idle, 0.26 above the 0.10 guess; every load that fills the SMs 0.45 or more whichever
+    idle it is measured from (a copy loop 0.51-0.58, a GEMM stalled half the time 0.45-0.52, a slow
+    copy 0.45-0.59, GEMMs 0.76-0.89).  0.35 lies between, with room on both sides."""
+    coarse_launch_power_exit: float = 0.40
     coarse_idle_power_ratio: float = 0.10
     """Without GPM: a GPU's idle power as a fraction of its power limit, used until the leaf has been
     seen doing nothing (from then on, the least power it drew while idle: with a process listed,
