@@ -37,11 +37,13 @@ CLASS_COLORS: dict[str, str] = {
     "compute": "#43a047",
     "mixed": "#8e24aa",
     "transfer": "#d81b60",
+    "busy": "#90a4ae",
     "shared": "#00897b",
     "unknown": "#d7ccc8",
 }
 """One colour per boundness class, the same on every page (``transfer``, links busy while the
-SMs idle or wait: a magenta none of the kernel classes is near)."""
+SMs idle or wait: a magenta none of the kernel classes is near; ``busy``, the coarse class of a GPU
+without GPM whose limit cannot be told: a blue-grey between idle's grey and the kernel classes)."""
 
 CLASS_ORDER = [*POD_BOUNDNESS_CLASSES, UNKNOWN_CLASS]
 """The exporter's classes (``shared``: a pod's class when several pods have processes on its leaf,

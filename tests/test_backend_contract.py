@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,7 +22,7 @@ from exporter.analysis.boundness import BoundnessClassifier
 from exporter.backends.base import GpuBackend
 from exporter.backends.nvml import NvmlBackend
 from exporter.collector import SnapshotCollector
-from exporter.model import MPS_CLIENT, MPS_SERVER, PCIE, BackendSample, GpuSample, LeafSample
+from exporter.model import MPS_CLIENT, MPS_SERVER, NVLINK, PCIE, BackendSample, GpuSample, LeafSample
 from exporter.sampler import Sampler
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from tests.fakes import fake_pynvml as f
@@ -66,6 +67,26 @@ def _gpm(leaf: LeafSample) -> dict[int, float]:
     return out
 
 
+NVLINK_LINK_BYTES_PER_SECOND = 25e9
+"""Per link and direction on an A100 (NVLink 3): the rate the fake answers for counter-read NVLink."""
+
+
+def _nvlink_counters(g: GpuSample) -> dict[str, Any]:
+    """The fake's NVLink fields for ``g``: GPM-read NVLink as before; NVLink the simulator reads
+    from per-link counters (a GPU without GPM, an A100) as that many links with counters."""
+    counted = [link for link in g.links if link.link == NVLINK and link.source == "counter"]
+    if not counted:
+        return {"nvlink": g.nvlink_tx_bytes_per_second is not None}
+    links = round((counted[0].capacity_bytes_per_second or 0) / NVLINK_LINK_BYTES_PER_SECOND) or 1
+    return {
+        "nvlink": True,
+        "nvlink_links": links,
+        "nvlink_speed_mbps": 25000,
+        "nvlink_tx_kib": [0] * links,
+        "nvlink_rx_kib": [0] * links,
+    }
+
+
 def fake_node(sample: BackendSample) -> FakeNvml:
     """A fake NVML driver that answers what ``sample``'s node would (values need not be exact:
     only which series exist and their labels are compared)."""
@@ -106,7 +127,9 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                 power_limit_mw=round((g.power_limit_watts or 0) * 1000),
                 energy_mj=round((g.energy_joules or 0) * 1000),
                 temperature=round(g.temperature_celsius or 0),
-                memory_temperature=round(g.memory_temperature_celsius or 0),
+                memory_temperature=(
+                    None if g.memory_temperature_celsius is None else round(g.memory_temperature_celsius)
+                ),
                 fan=None if g.fan_speed_ratio is None else _pct(g.fan_speed_ratio),
                 sm_clock_mhz=round((g.sm_clock_hertz or 0) / 1e6),
                 memory_clock_mhz=round((g.memory_clock_hertz or 0) / 1e6),
@@ -125,8 +148,9 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                     (g.remapped_rows or {}).get(k, 0) for k in ("correctable", "uncorrectable", "pending", "failure")
                 ),
                 compute_mode=_COMPUTE_MODES[g.compute_mode or "default"],
-                mig_mode=1 if g.mig_mode == "enabled" else 0,
-                nvlink=g.nvlink_tx_bytes_per_second is not None,
+                mig_mode=None if g.mig_mode is None else (1 if g.mig_mode == "enabled" else 0),
+                gpm_supported=any(leaf.gpm is not None for leaf in g.leaves),
+                **_nvlink_counters(g),
                 nvlink_errors=dict(g.nvlink_errors or {}),
                 gpm={**(_gpm(whole[0]) if whole else {}), **_nvlink(g)},
                 processes=[

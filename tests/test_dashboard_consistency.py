@@ -9,8 +9,9 @@ instance idle (3/7 of a GPU-hour per hour); a 2g.35gb MIG instance moving data (
 a MIG instance, class ``transfer``: in use, not idle); t time-sliced and idle, 3 replicas held by web/t-0 and
 1 by batch/t-1; u idle but unallocated. GPUs without GPM (pre-Hopper: no SM activity, the
 activity is the busy ratio, NVML GPU-Util): p an idle L40S, q a busy one; an A100 MIG instance r1
-with no compute process (idle) and r2 running one (in use: nothing measures more). Samples sit 7 s off the minute so no rule evaluation lands
-on a sample at the edge of its 5 m window (Prometheus 2 closes that edge, the pandas reader opens it).
+with no compute process (idle) and r2 running one (in use: nothing measures more). Samples sit 7 s
+off the minute so no rule evaluation lands on a sample at the edge of its 5 m window (Prometheus 2
+closes that edge, the pandas reader opens it).
 
 promtool backfills the recording rules over the history (``tsdb create-blocks-from rules``) and
 Prometheus serves the result: the values a live Prometheus would have recorded every minute. The

@@ -513,7 +513,8 @@ def test_chart_image_tags_follow_the_built_tags() -> None:
         return str(one(objects(values), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"])
 
     assert exporter_image({}) == f"{REGISTRY}/gpulens-exporter:{VERSION}"  # probes off by default
-    assert exporter_image({"exporter": {"probes": {"enabled": True}}}) == f"{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"
+    with_probes = {"exporter": {"probes": {"enabled": True}}}
+    assert exporter_image(with_probes) == f"{REGISTRY}/gpulens-exporter:{VERSION}-cuda12"
     pinned = {"exporter": {"image": {"repository": "registry.example.com/gl/exporter", "tag": "1.2.3"}}}
     assert exporter_image(pinned) == "registry.example.com/gl/exporter:1.2.3"
     dashboard = one(objects(), "Deployment", "dashboard")["spec"]["template"]["spec"]["containers"][0]["image"]
