@@ -17,9 +17,15 @@ from tests.support.sim_exposition import DASHBOARD_FIXTURES, dashboard_fixture, 
 
 GOLDEN = Path(__file__).parent / "golden"
 DASHBOARD = Path(__file__).parent / "fixtures" / "dashboard"
+NODES = ["h200x8", "mig", "timeslice", "mps", "a100", "l40s", "a10g"]
+"""Simulated nodes with a golden exposition: the H200 ones, and three without GPM."""
+PREHOPPER = ("a100", "l40s", "a10g")
+_GPM_RATIOS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active", "dram_active")
+GPM_FAMILIES = frozenset(f"gpulens_gpu_{name}_ratio" for name in _GPM_RATIOS)
+"""Families only GPM fills."""
 
 
-@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
+@pytest.mark.parametrize("scenario", NODES)
 def test_exposition_matches_golden(scenario: str, update_golden: bool) -> None:
     text = render(scenario)
     path = GOLDEN / f"{scenario}.prom"
@@ -39,7 +45,7 @@ def test_dashboard_fixture_is_a_scrape_of_the_simulator(scenario: str, update_go
     assert text == path.read_text(), f"tests/fixtures/dashboard/{scenario}.prom drifted: --update-golden"
 
 
-@pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice", "mps"])
+@pytest.mark.parametrize("scenario", NODES)
 def test_exposition_passes_promtool_check_metrics(scenario: str, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run the README test command (scripts/test.sh)"
@@ -56,3 +62,11 @@ def test_exposition_has_no_nan_timestamps_or_negative_values() -> None:
         value = line.rsplit(" ", 1)[1]
         assert value != "NaN" and not value.startswith("-"), line
         assert line.count(" ") == 1 or "}" in line, line  # no timestamp column
+
+
+@pytest.mark.parametrize("scenario", PREHOPPER)
+def test_a_node_without_gpm_exports_no_gpm_series(scenario: str) -> None:
+    samples = [x for x in render(scenario, cycles=3).splitlines() if x and not x.startswith("#")]
+    gpm = [x for x in samples if x.split("{")[0] in GPM_FAMILIES or 'source="gpm"' in x]
+    assert not gpm, gpm[:3]
+    assert any('link="pcie"' in x and 'source="sampled"' in x for x in samples)

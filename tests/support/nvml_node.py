@@ -3,6 +3,8 @@ and a backend over them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from exporter.backends.nvml import NvmlBackend
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
 
@@ -24,5 +26,5 @@ def h200(i: int = 0, **kw: object) -> FakeGpu:
     return FakeGpu(uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", pci_bus_id=f"00000000:{i:02X}:00.0", **kw)  # type: ignore[arg-type]
 
 
-def make(fake: FakeNvml, clock: Clock, **kw: int) -> NvmlBackend:
+def make(fake: FakeNvml, clock: Clock, **kw: Any) -> NvmlBackend:
     return NvmlBackend(nvml=fake, clock=clock, wall_clock=clock.wall, **kw)
