@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
 from exporter.model import GPM_CLASSES, GpmSample
-from tests.support.gpm_traces import recorded_gpm
-
-FIXTURES = Path(__file__).parent / "fixtures" / "gpm_traces"
+from tests.support.gpm_traces import FIXTURES, MANIFEST, RECORDED, changes, load_phases, recorded_gpm, settle_seconds
 
 
 @dataclass(frozen=True)
@@ -119,25 +115,6 @@ def feed(
             t += interval
             out.append((t, clf.observe(leaf, sig.sample(interval), sig.util, sig.processes, t, sig.link)))
     return out
-
-
-def changes(classes: Iterable[str | None]) -> int:
-    seq = list(classes)
-    return sum(1 for a, b in itertools.pairwise(seq) if a != b)
-
-
-def settle_seconds(trace: list[tuple[float, str | None]], step_at: float, expected: str) -> float | None:
-    """Seconds after ``step_at`` until the class becomes ``expected`` and stays so to the end."""
-    settled: float | None = None
-    for t, cls in trace:
-        if t <= step_at:
-            continue
-        if cls == expected:
-            if settled is None:
-                settled = t - step_at
-        else:
-            settled = None
-    return settled
 
 
 # --- every class -----------------------------------------------------------------------------
@@ -461,18 +438,6 @@ def test_fifty_six_mig_leaves_per_cycle_stay_cheap() -> None:
 # Two-phase loads switch at ``switch_s`` (copy then nothing, copy then GEMM, ...).
 
 
-def _load_manifest() -> dict[str, dict[str, Any]]:
-    path = FIXTURES / "manifest.json"
-    if not path.exists():
-        return {}
-    data: dict[str, dict[str, Any]] = json.loads(path.read_text())
-    return data
-
-
-MANIFEST = _load_manifest()
-RECORDED = sorted(MANIFEST, key=lambda name: int(MANIFEST[name]["order"]))
-
-
 def replay(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[tuple[float, str | None]]:
     """Feed a recorded JSON-lines GPM trace through a classifier; return (t, class) per window."""
     out: list[tuple[float, str | None]] = []
@@ -489,16 +454,6 @@ def replay(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[
     return out
 
 
-def _phases(entry: dict[str, Any], offset: float = 0.0) -> list[tuple[float, float, str]]:
-    """(start, end, expected class) per phase of a recorded load."""
-    expected = list(entry["expected"])
-    start = offset + float(entry["load_started_s"])
-    switch = entry.get("switch_s")
-    if len(expected) == 1 or switch is None:
-        return [(start, math.inf, expected[0])]
-    return [(start, offset + float(switch), expected[0]), (offset + float(switch), math.inf, expected[1])]
-
-
 def test_recorded_traces_are_checked_in() -> None:
     finals = {str(e["expected"][-1]) for e in MANIFEST.values()}
     assert finals == {"idle", "memory", "compute", "launch", "mixed"}
@@ -510,7 +465,7 @@ def test_recorded_traces_are_checked_in() -> None:
 def test_recorded_h200_load_is_right_within_two_windows_in_every_phase(name: str) -> None:
     entry = MANIFEST[name]
     trace = replay(FIXTURES / str(entry["file"]), BoundnessClassifier())
-    phases = _phases(entry)
+    phases = load_phases(entry)
     for i, (start, end, expected) in enumerate(phases):
         seg = [(t, c) for t, c in trace if start < t < end]
         settled = settle_seconds(seg, start, expected)
@@ -549,7 +504,7 @@ def test_recorded_h200_loads_back_to_back_each_settle_within_two_windows() -> No
     for name in RECORDED:
         entry = MANIFEST[name]
         trace = replay(FIXTURES / str(entry["file"]), clf, t_offset=offset)
-        for start, end, expected in _phases(entry, offset):
+        for start, end, expected in load_phases(entry, offset):
             seg = [(t, c) for t, c in trace if start < t < end]
             settled = settle_seconds(seg, start, expected)
             assert settled is not None and settled <= 20.0, (name, expected)

@@ -14,7 +14,7 @@ import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
 from exporter.model import COARSE_CLASSES, GpmSample
-from tests.test_boundness import FIXTURES, MANIFEST, RECORDED, _phases, changes, settle_seconds
+from tests.support.gpm_traces import FIXTURES, MANIFEST, RECORDED, changes, load_phases, settle_seconds
 
 
 @dataclass(frozen=True)
@@ -301,7 +301,7 @@ def coarse_expected(gpm_class: str) -> str:
 def test_recorded_h200_load_without_gpm_reads_idle_or_busy_within_two_windows(name: str) -> None:
     entry = MANIFEST[name]
     trace = replay_coarse(FIXTURES / str(entry["file"]), BoundnessClassifier())
-    phases = _phases(entry)
+    phases = load_phases(entry)
     for i, (start, end, gpm_class) in enumerate(phases):
         expected = coarse_expected(gpm_class)
         seg = [(t, c) for t, c in trace if start < t < end]
@@ -315,7 +315,7 @@ def test_recorded_h200_load_without_gpm_reads_idle_or_busy_within_two_windows(na
 def test_recorded_gemms_copies_and_tiny_kernels_without_gpm_never_read_idle_while_they_run(name: str) -> None:
     entry = MANIFEST[name]
     trace = replay_coarse(FIXTURES / str(entry["file"]), BoundnessClassifier())
-    start, end, _ = _phases(entry)[0]
+    start, end, _ = load_phases(entry)[0]
     steady = [c for t, c in trace if start + 10.0 < t < end]
     assert steady and set(steady) <= {"busy", "memory"}, (name, steady)
 

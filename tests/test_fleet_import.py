@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.model import BOUNDNESS_CLASSES
 from tests.support.victoriametrics import import_json_stream, import_openmetrics, query, run_victoriametrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,8 +80,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
 def test_both_formats_carry_the_same_number_of_samples(stores: tuple[str, str, int, int, int]) -> None:
     _slow, _fast, om_samples, js_samples, lines = stores
     assert om_samples == js_samples > 0
-    # 3 nodes' up, 24 GPUs x (info, 4 ratios, 7 classes), an allocation per held GPU
-    assert 3 + 24 * 12 < lines <= 3 + 24 * 13
+    # 3 nodes' up, 24 GPUs x (info, 4 ratios, a series per class), an allocation per held GPU
+    per_gpu = 1 + 4 + len(BOUNDNESS_CLASSES)
+    assert 3 + 24 * per_gpu < lines <= 3 + 24 * (per_gpu + 1)
 
 
 def test_the_fast_import_stores_every_sample_the_openmetrics_import_stores(

@@ -3,56 +3,21 @@ exporter, and GPUAllocatedButIdle fires for exactly the pods whose GPUs idle, in
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from tests.support.exporter import run_exporter
-from tests.support.prometheus import query, run_prometheus, scrape_config, wait_for_query
-
-REPO = Path(__file__).resolve().parents[1]
-RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
-
-
-def rules_with_short_for(alert: str, for_: str = "3s") -> str:
-    """The shipped rules file with ``alert``'s ``for:`` shortened, everything else untouched."""
-    doc = yaml.safe_load(RULES.read_text())
-    changed = 0
-    for group in doc["groups"]:
-        for rule in group["rules"]:
-            if rule.get("alert") == alert:
-                rule["for"] = for_
-                changed += 1
-    assert changed, f"{alert} is not in {RULES}"
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
-def alerts(base: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{base}/api/v1/alerts", timeout=10) as resp:
-        doc = json.load(resp)
-    assert doc["status"] == "success"
-    return list(doc["data"]["alerts"])
-
-
-def firing(base: str, name: str) -> list[dict[str, str]]:
-    return [a["labels"] for a in alerts(base) if a["labels"]["alertname"] == name and a["state"] == "firing"]
-
-
-def wait_firing(base: str, name: str, pods: set[str], timeout: float = 90.0) -> list[dict[str, str]]:
-    """Poll /api/v1/alerts until ``name`` fires for every pod in ``pods``; return the firing labels."""
-    deadline = time.monotonic() + timeout
-    seen: list[dict[str, str]] = []
-    while time.monotonic() < deadline:
-        seen = firing(base, name)
-        if pods <= {labels["pod"] for labels in seen}:
-            return seen
-        time.sleep(1.0)
-    raise AssertionError(f"{name} did not fire for {pods} within {timeout}s; firing: {seen}; all: {alerts(base)}")
+from tests.support.prometheus import (
+    alerts,
+    firing,
+    query,
+    rules_with_short_for,
+    run_prometheus,
+    scrape_config,
+    wait_firing,
+    wait_for_query,
+)
 
 
 @pytest.mark.parametrize(

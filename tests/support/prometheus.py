@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.net import free_port
 from tests.support.process import managed_process
@@ -189,3 +190,39 @@ def demo_scrape_config(targets: Sequence[str], *, rules: bool) -> str:
         else "global: {scrape_interval: 1s}\n"
     )
     return f"{head}scrape_configs:\n  - job_name: gpulens\n    honor_labels: true\n    static_configs:\n{static}\n"
+
+
+def rules_with_short_for(alert: str, for_: str = "3s") -> str:
+    """The shipped rules file with ``alert``'s ``for:`` shortened, everything else untouched."""
+    doc = yaml.safe_load(RULES_FILE.read_text())
+    changed = 0
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == alert:
+                rule["for"] = for_
+                changed += 1
+    assert changed, f"{alert} is not in {RULES_FILE}"
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def alerts(base: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{base}/api/v1/alerts", timeout=10) as resp:
+        doc = json.load(resp)
+    assert doc["status"] == "success"
+    return list(doc["data"]["alerts"])
+
+
+def firing(base: str, name: str) -> list[dict[str, str]]:
+    return [a["labels"] for a in alerts(base) if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+def wait_firing(base: str, name: str, pods: set[str], timeout: float = 90.0) -> list[dict[str, str]]:
+    """Poll /api/v1/alerts until ``name`` fires for every pod in ``pods``; return the firing labels."""
+    deadline = time.monotonic() + timeout
+    seen: list[dict[str, str]] = []
+    while time.monotonic() < deadline:
+        seen = firing(base, name)
+        if pods <= {labels["pod"] for labels in seen}:
+            return seen
+        time.sleep(1.0)
+    raise AssertionError(f"{name} did not fire for {pods} within {timeout}s; firing: {seen}; all: {alerts(base)}")
