@@ -113,17 +113,19 @@ def _sel(metric: str, matchers: Mapping[str, str] | None, extra: Mapping[str, st
     return selector(metric, {**(matchers or {}), **(extra or {})})
 
 
+def _integral_mean_promql(counter: str, gauge: str) -> str:
+    """A ratio's mean over MEAN_WINDOW: exact from its integral ``counter`` once the counter is a
+    window old (rate() of a younger one reads its growth over the whole window), else the mean of
+    the sampled ``gauge``."""
+    w = MEAN_WINDOW
+    return f"(rate({counter}[{w}]) and {counter} and {counter} offset {w}) or (avg_over_time({gauge}[{w}]) and {gauge})"
+
+
 def sm_mean_promql(matchers: Mapping[str, str] | None = None) -> str:
     """Mean SM activity of each leaf over MEAN_WINDOW (``gpulens:gpu_sm_active:ratio_avg5m``)."""
-    counter = _sel("gpulens_gpu_sm_active_seconds_total", matchers)
-    gauge = _sel("gpulens_gpu_sm_active_ratio", matchers)
-    w = MEAN_WINDOW
-    return f"(rate({counter}[{w}]) and {counter} and {counter} offset {w}) or (avg_over_time({gauge}[{w}]) and {gauge})"
-
-
-def _integral_mean_promql(counter: str, gauge: str) -> str:
-    w = MEAN_WINDOW
-    return f"(rate({counter}[{w}]) and {counter} and {counter} offset {w}) or (avg_over_time({gauge}[{w}]) and {gauge})"
+    return _integral_mean_promql(
+        _sel("gpulens_gpu_sm_active_seconds_total", matchers), _sel("gpulens_gpu_sm_active_ratio", matchers)
+    )
 
 
 def busy_mean_promql(matchers: Mapping[str, str] | None = None) -> str:

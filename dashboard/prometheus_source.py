@@ -188,11 +188,16 @@ class PrometheusSource:
 
     def _windowed(self, func: str, metric: str, filters: Filters, window_s: float) -> str:
         """``func(metric[window])`` under ``filters`` (namespace through the allocation join)."""
-        inner = f"{func}({self._own(metric, filters)}[{duration(window_s)}])"
+        return self._allocated(f"{func}({self._own(metric, filters)}[{duration(window_s)}])", metric, filters)
+
+    @staticmethod
+    def _allocated(inner: str, metric: str, filters: Filters) -> str:
+        """``inner`` (an expression over ``metric``'s own selector) kept to the devices allocated in
+        the namespace filter, where ``metric`` is a device series without a namespace label."""
         keys = device_keys(metric)
         if filters.namespace and keys and not has_namespace(metric):
             alloc = selector(ALLOCATION, {**filters.target_matchers(), "namespace": filters.namespace})
-            inner = f"({inner} and on{by_clause(keys)} {alloc})"
+            return f"({inner} and on{by_clause(keys)} {alloc})"
         return inner
 
     def _over_time(
@@ -244,11 +249,8 @@ class PrometheusSource:
         end: float | None = None,
     ) -> pd.DataFrame:
         window, _ = bounded_step(window_s, 1.0)
-        inner = definitions.counter_events_promql(self._own(metric, filters), duration(window))
-        keys = device_keys(metric)
-        if filters.namespace and keys and not has_namespace(metric):
-            alloc = selector(ALLOCATION, {**filters.target_matchers(), "namespace": filters.namespace})
-            inner = f"({inner} and on{by_clause(keys)} {alloc})"
+        events = definitions.counter_events_promql(self._own(metric, filters), duration(window))
+        inner = self._allocated(events, metric, filters)
         return self.query(self._sum_by(inner, by), None if end is None else self._end(end))
 
     def mean(

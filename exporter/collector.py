@@ -116,23 +116,13 @@ def collect_samples(
     return [(spec, found[spec.name]) for spec in catalogue if spec.name in found]
 
 
-def render(catalogue: Sequence[cat.MetricSpec], frame: Frame) -> list[Metric]:
-    """Every family of ``catalogue`` with samples in ``frame`` as prometheus_client families."""
-    out = []
-    for spec, samples in collect_samples(catalogue, frame):
-        fam = _as_family(spec, samples)
-        if fam is not None:
-            out.append(fam)
-    return out
-
-
 class SnapshotCollector(Collector):
     """A prometheus_client collector over ``snapshot_source()`` (normally ``Sampler.latest``).
 
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
     Before the first snapshot only ``gpulens_up 0`` and the build info are exported.  Every family
-    is an entry of ``catalogue`` (exporter/metrics.py), rendered by ``render``.  ``render_checks``
+    is an entry of ``catalogue`` (exporter/metrics.py), read by ``collect_samples``.  ``render_checks``
     (section -> whether that block rendered for the snapshot) report blocks rendered elsewhere,
     such as the DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
     ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
@@ -165,12 +155,7 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """Render the newest snapshot as prometheus_client families."""
-        out = []
-        for spec, samples in self._samples():
-            fam = _as_family(spec, samples)
-            if fam is not None:
-                out.append(fam)
-        return out
+        return [fam for spec, samples in self._samples() if (fam := _as_family(spec, samples)) is not None]
 
     def exposition(self, openmetrics: bool) -> str:
         """The newest snapshot as exposition text (what ``generate_latest`` writes for ``collect()``,

@@ -44,8 +44,6 @@ def header(name: str, kind: str, help_: str, openmetrics: bool) -> str:
     without the suffix, the text format with it, as prometheus_client does."""
     if openmetrics and kind == "counter" and name.endswith("_total"):
         name = name[: -len("_total")]
-    if not openmetrics and kind == "unknown":
-        kind = "untyped"
     return f"# HELP {name} {_escape_help(help_, openmetrics)}\n# TYPE {name} {kind}\n"
 
 
