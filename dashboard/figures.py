@@ -33,6 +33,7 @@ CLASS_COLORS: dict[str, str] = {
     "idle": "#9e9e9e",
     "launch": "#ff9800",
     "latency": "#ffd54f",
+    "communication": "#6d4c41",
     "memory": "#1e88e5",
     "compute": "#43a047",
     "mixed": "#8e24aa",
@@ -43,7 +44,9 @@ CLASS_COLORS: dict[str, str] = {
 }
 """One colour per boundness class, the same on every page (``transfer``, links busy while the
 SMs idle or wait: a magenta none of the kernel classes is near; ``busy``, the coarse class of a GPU
-without GPM whose limit cannot be told: a blue-grey between idle's grey and the kernel classes)."""
+without GPM whose limit cannot be told: a blue-grey between idle's grey and the kernel classes;
+``communication``, latency-like kernels waiting on peers or the network: a brown beside latency's
+yellow)."""
 
 CLASS_ORDER = [*POD_BOUNDNESS_CLASSES, UNKNOWN_CLASS]
 """The exporter's classes (``shared``: a pod's class when several pods have processes on its leaf,

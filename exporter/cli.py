@@ -23,6 +23,7 @@ from exporter.server import MetricsServer
 from exporter.webconfig import WebConfigError, load_web_config
 
 if TYPE_CHECKING:
+    from exporter.network.stage import NetworkStage
     from exporter.sim import Simulation
 
 log = logging.getLogger("gpulens")
@@ -143,6 +144,23 @@ def make_probes(cfg: ExporterConfig, simulation: Simulation | None) -> ProbeSche
     return ProbeScheduler(options, runner=simulation.probe_runner())
 
 
+def make_network(cfg: ExporterConfig, simulation: Simulation | None) -> NetworkStage | None:
+    """The NIC source over ``--path.sysfs`` (the simulated node's own tree with the simulator: a
+    simulated node never reads this host's NICs), or None when off or the node has none to show."""
+    if not cfg.collect_nic:
+        return None
+    sysfs, procfs = cfg.sysfs, cfg.procfs
+    if simulation is not None:
+        roots = getattr(simulation.backend, "network_roots", lambda: None)()
+        if roots is None:
+            return None
+        sysfs, procfs = roots
+    from exporter.network.source import NicSource
+    from exporter.network.stage import NetworkStage
+
+    return NetworkStage(NicSource(sysfs, procfs, interval_seconds=cfg.collect_interval))
+
+
 def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     """Wire the pipeline without starting threads (tests use this)."""
     backend, simulation = open_gpus(cfg)
@@ -152,6 +170,7 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         attributor=make_attributor(cfg, simulation),
         classifier=make_classifier(cfg),
         probes=make_probes(cfg, simulation),
+        network=make_network(cfg, simulation),
     )
     checks: dict[str, Callable[[Snapshot], bool]] = {}
     tails: list[Callable[[Snapshot, bool], bytes]] = []

@@ -18,7 +18,18 @@ from exporter.server import parse_listen_address
 
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-SIM_SCENARIOS: tuple[str, ...] = ("h200x8", "mig", "mig7x8", "timeslice", "mps", "a100", "l40s", "a10g")
+SIM_SCENARIOS: tuple[str, ...] = (
+    "h200x8",
+    "mig",
+    "mig7x8",
+    "timeslice",
+    "mps",
+    "a100",
+    "l40s",
+    "a10g",
+    "p5en",
+    "p5en-nogdr",
+)
 """Values ``--sim.scenario`` accepts: the simulator's scenarios (a test checks they are
 ``exporter.sim.SCENARIOS``; this module does not import the simulator)."""
 
@@ -211,6 +222,10 @@ class ExporterConfig:
     """Also export dcgm-exporter's series (``--compat.dcgm``)."""
     collect_gpm: bool = True
     """Read GPM where the GPU has it (``--collect.gpm``); off, every leaf gets the coarse classes."""
+    collect_nic: bool = True
+    """Read the node's RDMA NICs (``--collect.nic``); on by default, silent where none exists."""
+    sysfs: str = "/sys"
+    """``--path.sysfs``: where the host's sysfs is (RDMA NICs, PCIe paths, peer-memory modules)."""
 
 
 def _ratio(text: str) -> float:
@@ -291,7 +306,13 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         "10s",
         "How often the kubelet mapping is refreshed (cached between); 100ms..1d.",
     ),
-    ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods."),
+    ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods (and read the GPU driver's kind)."),
+    (
+        "--path.sysfs",
+        str,
+        "/sys",
+        "sysfs root the RDMA NICs, their PCIe paths and the peer-memory modules are read from (docs/network.md).",
+    ),
     (
         "--probes.interval",
         duration_between(1, MAX_DURATION_SECONDS),
@@ -317,6 +338,12 @@ _BOOLS: list[tuple[str, bool, str]] = [
         "Read GPM (Hopper and newer) for the full boundness classes; --no-collect.gpm reads every GPU as "
         "one without GPM (coarse classes from NVML GPU-Util, memory-controller utilisation and power), "
         "to compare the two on one GPU (docs/boundness.md).",
+    ),
+    (
+        "collect.nic",
+        True,
+        "Read the node's RDMA NICs (EFA, InfiniBand, RoCE) under --path.sysfs: counters, GPU-NIC topology, "
+        "GPUDirect RDMA readiness; a node without any exports no NIC series.",
     ),
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
     ("probes", True, "Run gated bandwidth probes in child processes."),
@@ -429,6 +456,8 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         log_level=ns.log_level,
         compat_dcgm=ns.compat_dcgm,
         collect_gpm=ns.collect_gpm,
+        collect_nic=ns.collect_nic,
+        sysfs=ns.path_sysfs,
     )
 
 

@@ -12,15 +12,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-BOUNDNESS_CLASSES: tuple[str, ...] = ("idle", "launch", "latency", "memory", "compute", "mixed", "transfer", "busy")
+BOUNDNESS_CLASSES: tuple[str, ...] = (
+    "idle",
+    "launch",
+    "latency",
+    "communication",
+    "memory",
+    "compute",
+    "mixed",
+    "transfer",
+    "busy",
+)
 """The boundness state set of a leaf, in the order it is rendered (docs/boundness.md).  ``busy`` is
-the coarse classes' answer without GPM: kernels ran, but what limits them cannot be told."""
+the coarse classes' answer without GPM: kernels ran, but what limits them cannot be told.
+``communication`` is ``latency`` with evidence that the leaf waits on its peers or its network
+(docs/network.md): only a leaf classed from GPM has it."""
+COMMUNICATION = "communication"
 
 COARSE_CLASSES: tuple[str, ...] = ("idle", "launch", "memory", "transfer", "busy")
 """The classes a whole GPU without GPM can have (``signals="nvml"``), in rendering order; with GPM
 a leaf has every class but ``busy``."""
 GPM_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c != "busy")
 """The classes a leaf classed from GPM can have."""
+RAW_GPM_CLASSES: tuple[str, ...] = tuple(c for c in GPM_CLASSES if c != COMMUNICATION)
+"""The classes the per-leaf GPM classifier itself decides; ``communication`` refines ``latency``
+afterwards, from the pod's other leaves and its network (exporter/analysis/communication.py)."""
 
 SIGNALS_GPM = "gpm"
 """A leaf classed from GPM (Hopper and newer): every class but ``busy``."""
@@ -337,6 +353,9 @@ class Attribution:
     """Leaf id -> (namespace, pod) of every pod with compute processes on it (``UNKNOWN_TENANT``
     for a process that maps to no pod); a leaf with no process is absent.  ``None`` when processes
     cannot be mapped to pods this cycle (no PID source, or it failed)."""
+    other_devices: tuple[tuple[PodRef, ContainerDevices], ...] = ()
+    """Devices of resources that are not GPUs (NICs among them), with the pod they belong to; the
+    network stage keeps those that name an RDMA device or are a NIC resource."""
     allocation_conflicts: int = 0
     """Exclusive devices (no replica) currently listed under more than one pod; all holders are
     shown.  Non-zero when an old kubelet still lists a finished pod and the API phase is unknown."""
@@ -394,6 +413,110 @@ class ProbeResult:
     last_success_timestamp: float | None
 
 
+NIC_KINDS: tuple[str, ...] = ("efa", "infiniband", "roce", "rdma")
+"""What an RDMA device is: ``efa`` (AWS Elastic Fabric Adapter), ``infiniband``, ``roce`` (RDMA over
+Ethernet), ``rdma`` (any other)."""
+PCIE_PATHS: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
+"""PCIe path classes between two devices, nearest first (as NCCL and ``nvidia-smi topo -m`` name
+them): one PCIe switch, several switches, the host bridge, two host bridges of one NUMA node,
+across NUMA nodes."""
+
+
+@dataclass(frozen=True)
+class NicPort:
+    """One port of an RDMA device at one instant.  Counter totals are monotonic since the
+    exporter first read them (a reset or 32-bit wrap handled); rates are over the last read."""
+
+    port: int
+    state_id: int | None = None
+    """Logical state: 1 down, 2 init, 3 armed, 4 active, 5 active-defer."""
+    physical_state_id: int | None = None
+    """Physical state: 5 is LinkUp."""
+    rate_bytes_per_second: float | None = None
+    """Line rate each way (``100 Gb/sec (4X EDR)`` is 12.5e9)."""
+    link_layer: str | None = None
+    tx_bytes: float | None = None
+    rx_bytes: float | None = None
+    tx_packets: float | None = None
+    rx_packets: float | None = None
+    counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Every other port counter by its sysfs file name, monotonic total, in its own unit."""
+    tx_bytes_per_second: float | None = None
+    """Bytes sent per second over the time since the previous read; ``None`` on the first."""
+    rx_bytes_per_second: float | None = None
+
+    def utilization_ratio(self) -> float | None:
+        """The busier direction's rate over the line rate (0..1); ``None`` if either is unknown."""
+        rates = [r for r in (self.tx_bytes_per_second, self.rx_bytes_per_second) if r is not None]
+        if not rates or not self.rate_bytes_per_second:
+            return None
+        return min(1.0, max(0.0, max(rates) / self.rate_bytes_per_second))
+
+
+@dataclass(frozen=True)
+class NicSample:
+    """One RDMA device (``/sys/class/infiniband/<device>``) at one instant."""
+
+    device: str
+    kind: str
+    """One of NIC_KINDS."""
+    driver: str = ""
+    pci_bus_id: str = ""
+    """``0000:4f:00.0`` (lower case, sysfs spelling); empty when the device has no PCI function."""
+    numa_node: int | None = None
+    p2p: str | None = None
+    """EFA only: the driver's peer-to-peer provider (``NVIDIA peermem``, ``NVIDIA``, ``NEURON``, empty),
+    ``1``/``0`` from an older driver's ``gdr`` file; ``None`` where the NIC has neither file."""
+    ports: tuple[NicPort, ...] = ()
+    counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Device-level counters (EFA admin-queue and error counters), monotonic totals."""
+
+    @property
+    def link_layer(self) -> str:
+        """The first port's link layer (``InfiniBand``, ``Ethernet``, ``Unknown``), or empty."""
+        return next((p.link_layer for p in self.ports if p.link_layer), "")
+
+
+@dataclass(frozen=True)
+class GpuNicPath:
+    """How one GPU reaches one NIC, and whether GPUDirect RDMA can work between them."""
+
+    uuid: str
+    device: str
+    path: str
+    """One of PCIE_PATHS."""
+    nearest: bool
+    """No other NIC has a closer path class to this GPU."""
+    gdr_ready: bool
+    gdr_reason: str
+    """How it is ready (``peermem``, ``dmabuf``, ``efa_p2p``) or why not (``no_peer_memory``,
+    ``path_phb``, ``path_node``, ``path_sys``); docs/network.md."""
+
+
+@dataclass(frozen=True)
+class NicHolder:
+    """A container holding a NIC through the kubelet (``gpulens_pod_nic_allocation``)."""
+
+    pod: PodRef
+    resource: str
+    device: str
+    """The RDMA device, or empty when the device plugin's ID names none (a shared pool)."""
+
+
+@dataclass(frozen=True)
+class NetworkSample:
+    """What the NIC source saw in its latest read (docs/network.md)."""
+
+    nics: tuple[NicSample, ...] = ()
+    paths: tuple[GpuNicPath, ...] = ()
+    holders: tuple[NicHolder, ...] = ()
+    """Filled by the sampler from the kubelet's devices (the NIC source does not read the kubelet)."""
+
+    def pods_holding(self, device: str) -> int:
+        """Distinct pods holding ``device``."""
+        return len({(h.pod.namespace, h.pod.pod) for h in self.holders if h.device == device})
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything one scrape renders; built once per cycle by the sampler, never mutated."""
@@ -416,3 +539,6 @@ class Snapshot:
     probe_results: tuple[ProbeResult, ...] = ()
     probe_runs: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))
     """(uuid, result) -> probe runs since start."""
+    network: NetworkSample | None = None
+    """The node's RDMA NICs, their paths to the GPUs and their holders; ``None`` when the NIC source
+    is off, found no RDMA device, or its read failed this cycle."""

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from exporter.analysis.boundness import busy_signal
+from exporter.analysis.communication import CommunicationRefiner
 from exporter.analysis.counters import ActivityIntegrator, EventCounter, LinkIntegrator, MonotonicCounter
 from exporter.analysis.pod_class import pod_boundness
 from exporter.analysis.sharing import sharing_mode
@@ -34,6 +35,7 @@ from exporter.model import (
     GpuSample,
     LeafAnalysis,
     LeafSample,
+    NetworkSample,
     PodBoundness,
     ProbeResult,
     Snapshot,
@@ -75,6 +77,18 @@ class Classifier(Protocol):
     def forget(self, keep: set[str]) -> None: ...
 
 
+class NetworkSource(Protocol):
+    """The node's RDMA NICs (exporter/network/stage.py): never blocks on I/O."""
+
+    def observe(
+        self, sample: BackendSample, attribution: Attribution | None
+    ) -> tuple[NetworkSample | None, StageResult | None]: ...
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ProbeScheduler(Protocol):
     """Runs probes in child processes on its own schedule (exporter/probe_scheduler.py)."""
 
@@ -106,12 +120,15 @@ class Sampler:
         probes: ProbeScheduler | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        network: NetworkSource | None = None,
     ) -> None:
         self._backend = backend
         self._options = options or SamplerOptions()
         self._attributor = attributor
         self._classifier = classifier
         self._probes = probes
+        self._network = network
+        self._communication = CommunicationRefiner()
         self._clock = clock
         self._wall = wall
         self._latest: Snapshot | None = None
@@ -151,6 +168,8 @@ class Sampler:
         """Run cycles in a daemon thread until ``stop()``."""
         if self._thread is not None:
             return
+        if self._network is not None:
+            self._network.start()
         self._thread = threading.Thread(target=self._loop, name="gpulens-sampler", daemon=True)
         self._thread.start()
 
@@ -159,7 +178,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        for closer in (self._probes, self._attributor):
+        for closer in (self._probes, self._attributor, self._network):
             if closer is not None:
                 try:
                     closer.close()
@@ -197,11 +216,25 @@ class Sampler:
                 log.exception("attribution failed")
                 stages.append(StageResult("attribution", False, time.perf_counter() - t0))
 
+        network: NetworkSample | None = None
+        if self._network is not None and sample.up:
+            t0 = time.perf_counter()
+            try:
+                network, net_stage = self._network.observe(sample, attribution)
+                if net_stage is not None:
+                    stages.append(net_stage)
+            except Exception:
+                log.exception("network stage failed")
+                stages.append(StageResult("nic", False, time.perf_counter() - t0))
+
         t0 = time.perf_counter()
         analysis: Mapping[str, LeafAnalysis] = MappingProxyType({})
         pod_classes: tuple[PodBoundness, ...] = ()
         try:
-            analysis = MappingProxyType(self._analyse(sample, now, attribution))
+            leaves = self._analyse(sample, now, attribution)
+            if self._classifier is not None:
+                leaves = self._communication.refine(leaves, sample, attribution, network, now)
+            analysis = MappingProxyType(leaves)
             pod_classes = pod_boundness(attribution, analysis)
             stages.append(StageResult("analysis", True, time.perf_counter() - t0))
         except Exception:
@@ -218,6 +251,7 @@ class Sampler:
             xid_totals=MappingProxyType(self._xid.totals()),
             xid_last=MappingProxyType(dict(self._xid_last)),
             nvml_errors=MappingProxyType(self._nvml_errors.totals()),
+            network=network,
         )
         snapshot = self._with_probes(snapshot)
         self._latest = snapshot

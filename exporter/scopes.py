@@ -19,9 +19,14 @@ from exporter.model import (
     Allocation,
     Attribution,
     GpmSample,
+    GpuNicPath,
     GpuSample,
     LeafAnalysis,
     LeafSample,
+    NetworkSample,
+    NicHolder,
+    NicPort,
+    NicSample,
     PodBoundness,
     PodUsage,
     ProbeResult,
@@ -214,6 +219,47 @@ def _walk_probe_runs(frame: Frame) -> Iterator[tuple[LabelValues, tuple[str, int
         yield _probed(leaves, uuid), (result, n)
 
 
+@dataclass(frozen=True)
+class NicView:
+    """One RDMA device and how many pods hold it."""
+
+    nic: NicSample
+    pods: int
+
+
+def _network(frame: Frame) -> NetworkSample | None:
+    return frame.snapshot.network if frame.snapshot is not None else None
+
+
+def _walk_nic(frame: Frame) -> Iterator[tuple[LabelValues, NicView]]:
+    net = _network(frame)
+    for nic in net.nics if net is not None else ():
+        yield (nic.device,), NicView(nic, net.pods_holding(nic.device) if net is not None else 0)
+
+
+def _walk_nic_port(frame: Frame) -> Iterator[tuple[LabelValues, NicPort]]:
+    net = _network(frame)
+    for nic in net.nics if net is not None else ():
+        for port in nic.ports:
+            yield (nic.device, str(port.port)), port
+
+
+def _walk_gpu_nic(frame: Frame) -> Iterator[tuple[LabelValues, GpuNicPath]]:
+    net = _network(frame)
+    if net is None or frame.snapshot is None:
+        return
+    index_of = {g.uuid: str(g.index) for g in frame.snapshot.backend.gpus if g.up}
+    for p in net.paths:
+        if p.uuid in index_of:
+            yield (index_of[p.uuid], p.uuid, p.device), p
+
+
+def _walk_nic_holder(frame: Frame) -> Iterator[tuple[LabelValues, NicHolder]]:
+    net = _network(frame)
+    for h in net.holders if net is not None else ():
+        yield (h.pod.namespace, h.pod.pod, h.pod.container), h
+
+
 EXPORTER: Scope[Frame] = Scope("exporter", (), _walk_exporter, "the exporter itself, once")
 NODE: Scope[Snapshot] = Scope("node", (), _walk_node, "the node's snapshot, once")
 DEVICE: Scope[GpuSample] = Scope(
@@ -240,6 +286,15 @@ PROBE_RUNS: Scope[tuple[str, int]] = Scope(
     "leaf and run result", LEAF_LABELS, _walk_probe_runs, "every (leaf, result) probe-run counter"
 )
 
+NIC: Scope[NicView] = Scope("RDMA device", ("device",), _walk_nic, "every RDMA NIC of the node")
+NIC_PORT: Scope[NicPort] = Scope("RDMA port", ("device", "port"), _walk_nic_port, "every port of every RDMA NIC")
+GPU_NIC: Scope[GpuNicPath] = Scope(
+    "GPU and NIC pair", ("gpu", "uuid", "device"), _walk_gpu_nic, "every answering GPU with every NIC"
+)
+NIC_ALLOCATION: Scope[NicHolder] = Scope(
+    "allocated NIC", POD_LABELS, _walk_nic_holder, "every NIC (or NIC pool) a container holds (kubelet)"
+)
+
 SCOPES: tuple[Scope[Any], ...] = (
     EXPORTER,
     NODE,
@@ -254,4 +309,8 @@ SCOPES: tuple[Scope[Any], ...] = (
     POD_CLASS,
     PROBE,
     PROBE_RUNS,
+    NIC,
+    NIC_PORT,
+    GPU_NIC,
+    NIC_ALLOCATION,
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
-from exporter.model import GPM_CLASSES, GpmSample
+from exporter.model import RAW_GPM_CLASSES, GpmSample
 from tests.support.gpm_traces import FIXTURES, MANIFEST, RECORDED, changes, load_phases, recorded_gpm, settle_seconds
 
 
@@ -120,7 +120,7 @@ def feed(
 # --- every class -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("expected", GPM_CLASSES)
+@pytest.mark.parametrize("expected", RAW_GPM_CLASSES)
 def test_every_class_is_reachable_from_its_workload_shape(expected: str) -> None:
     trace = feed(BoundnessClassifier(), [(EXPECTED[expected], 30.0)])
     assert trace[-1][1] == expected

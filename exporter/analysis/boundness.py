@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from exporter.model import BOUNDNESS_CLASSES, SIGNALS_GPM, SIGNALS_NVML, SIGNALS_PROCESSES, GpmSample
+from exporter.model import BOUNDNESS_CLASSES, COMMUNICATION, SIGNALS_GPM, SIGNALS_NVML, SIGNALS_PROCESSES, GpmSample
 
-BUSY_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c != "idle")
+BUSY_CLASSES: tuple[str, ...] = tuple(c for c in BOUNDNESS_CLASSES if c not in ("idle", COMMUNICATION))
 """Classes a working leaf can have (``idle`` is the absence of work)."""
 
 # Window signal slots: raw means first, then busy-seconds per busy class.

@@ -8,13 +8,12 @@ PIDs to be visible (``hostPID`` or the host /proc mounted at ``--path.procfs``).
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 import time
 from collections.abc import Collection, Mapping
 
+from exporter import fsread
 from exporter.attribution import stages
 from exporter.attribution.merge import PidOwner
 from exporter.model import StageResult
@@ -66,24 +65,8 @@ are never read, so a planted huge file under ``--path.procfs`` costs nothing."""
 
 
 def read_bounded(path: str, limit: int = MAX_CGROUP_FILE_BYTES) -> str:
-    """At most ``limit`` bytes of a regular file, decoded leniently.  Opened non-blocking and
-    checked with fstat before reading, so a FIFO, socket or device raises ``OSError`` at once
-    instead of blocking the sampler."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        chunks: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 16 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+    """At most ``limit`` bytes of a regular file (``exporter.fsread.read_bounded``)."""
+    return fsread.read_bounded(path, limit)
 
 
 class CgroupPidSource:

@@ -105,6 +105,13 @@ class Allocations:
     sharing_pods: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     conflicts: int = 0
     """Exclusive devices listed under more than one pod (all holders are kept)."""
+    other_devices: tuple[tuple[PodRef, ContainerDevices], ...] = ()
+    """Entries of resources that are not GPUs (NICs among them), of pods still running."""
+
+
+MAX_OTHER_DEVICE_ENTRIES = 4096
+"""Non-GPU (container, resource) entries kept per refresh: a node lists a few dozen (one per NIC
+resource a container holds); the bound keeps a kubelet listing thousands from costing memory."""
 
 
 def _pod_ref(cd: ContainerDevices, pods: PodDirectory | None) -> tuple[PodRef, PodMeta | None]:
@@ -138,11 +145,14 @@ def build_allocations(
     allocations: dict[tuple[PodRef, str, str, str | None, str | None], Allocation] = {}
     pods_per_gpu: dict[str, set[tuple[str, str]]] = {}
     holders: dict[tuple[str, str | None], set[tuple[str, str]]] = {}
+    others: list[tuple[PodRef, ContainerDevices]] = []
     for cd in kubelet.devices:
         ref, meta = _pod_ref(cd, pods)
         if meta is not None and meta.phase in FINISHED_PHASES:
             continue
         is_gpu_resource = cd.resource.startswith(GPU_RESOURCE_PREFIX)
+        if not is_gpu_resource and len(others) < MAX_OTHER_DEVICE_ENTRIES:
+            others.append((ref, cd))
         for device_id in cd.device_ids:
             found = index.resolve(device_id)
             if isinstance(found, str):
@@ -165,6 +175,7 @@ def build_allocations(
         sharing_replicas=MappingProxyType(replicas),
         sharing_pods=MappingProxyType({u: len(p) for u, p in pods_per_gpu.items()}),
         conflicts=sum(1 for pods_of in holders.values() if len(pods_of) > 1),
+        other_devices=tuple(others),
     )
 
 

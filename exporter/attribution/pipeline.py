@@ -160,6 +160,7 @@ class PipelineAttributor:
             podresources_last_success_timestamp=last_success,
             allocation_conflicts=allocs.conflicts,
             leaf_tenants=tenants,
+            other_devices=allocs.other_devices,
         )
         return attribution, tuple(stages)
 

@@ -1,0 +1,156 @@
+"""The NIC source: reads the node's RDMA devices in its own thread; the sampler takes the latest.
+
+A read that hangs (an EFA admin command that times out, a wedged driver) delays nothing but this
+thread: once the latest good read is older than ``stale_seconds`` the ``nic`` stage fails and the
+NIC series drop until reads come back.  Devices are rediscovered, and the host's GPUDirect RDMA
+facts re-read, every ``rediscover_seconds``.  Where no RDMA device exists the source says so once,
+reports no stage (a node without NICs is not a failure) and keeps looking.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.model import NicSample, StageResult
+from exporter.network.gdr import HostGdr, host_gdr
+from exporter.network.rdma import RdmaReader
+
+log = logging.getLogger(__name__)
+
+STAGE = "nic"
+
+
+@dataclass(frozen=True)
+class NicReading:
+    """The source's latest state: its devices (``None``: none found, or no good read lately),
+    the host's GPUDirect RDMA facts and the stage result (``None`` while no device exists)."""
+
+    nics: tuple[NicSample, ...] | None
+    host: HostGdr | None
+    stage: StageResult | None
+
+
+class NicSource:
+    """Reads ``<sysfs>/class/infiniband`` every ``interval_seconds`` in a daemon thread."""
+
+    def __init__(
+        self,
+        sysfs: str,
+        procfs: str,
+        interval_seconds: float = 1.0,
+        rediscover_seconds: float = 60.0,
+        stale_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sysfs = sysfs
+        self.procfs = procfs
+        self.interval_seconds = interval_seconds
+        self.rediscover_seconds = rediscover_seconds
+        self.stale_seconds = stale_seconds if stale_seconds is not None else max(5.0, 3 * interval_seconds)
+        self._clock = clock
+        self._reader = RdmaReader(sysfs)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._discovered_at: float | None = None
+        self._devices = 0
+        self._said_none = False
+        self._host: HostGdr | None = None
+        self._nics: tuple[NicSample, ...] | None = None
+        self._good_at: float | None = None
+        self._duration = 0.0
+        self._failed = False
+
+    @property
+    def started(self) -> bool:
+        """Whether the reading thread was started."""
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Start reading in a daemon thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpulens-nic", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            self.read_once()
+            next_at += self.interval_seconds
+            delay = next_at - self._clock()
+            if delay < 0:
+                next_at = self._clock()
+                delay = 0.0
+            self._stop.wait(delay)
+
+    def read_once(self) -> None:
+        """One read (and a discovery when due); never raises."""
+        now = self._clock()
+        t0 = time.perf_counter()
+        try:
+            if self._discovered_at is None or now - self._discovered_at >= self.rediscover_seconds:
+                self._discover(now)
+            nics = self._reader.read(now) if self._devices else None
+        except Exception:
+            log.exception("reading the RDMA devices under %s failed", self.sysfs)
+            with self._lock:
+                self._failed = True
+                self._duration = time.perf_counter() - t0
+            return
+        with self._lock:
+            self._nics = nics
+            self._failed = False
+            self._good_at = now
+            self._duration = time.perf_counter() - t0
+
+    def _discover(self, now: float) -> None:
+        self._discovered_at = now
+        before = self._devices
+        self._devices = self._reader.discover()
+        host = host_gdr(self.sysfs, self.procfs)
+        with self._lock:
+            self._host = host
+        if self._devices == 0:
+            if not self._said_none:
+                log.info(
+                    "no RDMA device under %s/class/infiniband: no NIC series (looking again every %.0f s)",
+                    self.sysfs,
+                    self.rediscover_seconds,
+                )
+                self._said_none = True
+            return
+        if self._devices != before:
+            log.info(
+                "reading %d RDMA device(s) under %s/class/infiniband: %s%s",
+                self._devices,
+                self.sysfs,
+                ", ".join(self._reader.device_names[:8]),
+                ", ..." if self._devices > 8 else "",
+            )
+        if self._reader.skipped:
+            log.warning(
+                "skipped %d RDMA device(s), port(s) or file(s) outside the tree or over a bound", self._reader.skipped
+            )
+
+    def latest(self) -> NicReading:
+        """The latest state (what the sampler renders this cycle)."""
+        now = self._clock()
+        with self._lock:
+            if self._devices == 0 and not self._failed:
+                return NicReading(None, self._host, None)
+            fresh = self._good_at is not None and now - self._good_at <= self.stale_seconds
+            ok = fresh and not self._failed and self._nics is not None
+            stage = StageResult(STAGE, ok, self._duration)
+            return NicReading(self._nics if ok else None, self._host, stage)
+
+    def close(self) -> None:
+        """Stop the thread and close the kept files."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        if self._thread is None or not self._thread.is_alive():
+            self._reader.close()
