@@ -797,6 +797,11 @@ def test_dcgm_compat_is_off_by_default_and_one_value_turns_it_on() -> None:
     assert "--compat.dcgm" in exporter_container({"exporter": {"compatDcgm": True}})["args"]
 
 
+def test_nic_reading_is_on_by_default_and_one_value_turns_it_off() -> None:
+    assert "--collect.nic" in exporter_container()["args"]
+    assert "--no-collect.nic" in exporter_container({"exporter": {"nic": {"enabled": False}}})["args"]
+
+
 def test_grafana_dashboard_config_map_is_opt_in_and_labelled_for_the_sidecar() -> None:
     assert not [o for o in objects() if o["kind"] == "ConfigMap"]
     cm = one(objects(VARIANTS["dcgm-compat-and-grafana-dashboard"]), "ConfigMap", "grafana-dashboard")
