@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo (README command 1): the exporter plus the dashboard on this machine.
 # With an NVIDIA driver the exporter reads the real GPUs (--backend auto); without one it serves the
-# simulated 8 x H200 fleet (set GPULENS_SIM_SCENARIO=mig|mig7x8|timeslice|mps|a100|l40s|a10g for the others).
+# simulated 8 x H200 fleet (set GPULENS_SIM_SCENARIO=mig|mig7x8|timeslice|mps|a100|l40s|a10g|p5en|p5en-nogdr for the others).
 # Ctrl-C stops both.  Ports: GPULENS_EXPORTER_PORT (9445), GPULENS_DASHBOARD_PORT (8501).
 set -euo pipefail
 cd "$(dirname "$0")/.."
