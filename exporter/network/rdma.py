@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import re
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -30,7 +31,8 @@ MAX_PORTS = 8
 MAX_COUNTERS_PER_DIR = 512
 """Files looked at per counter directory (mlx5 has ~60, EFA ~25)."""
 MAX_OPEN_FILES = 4096
-"""Files kept open across cycles; past it, files are opened and closed at each read."""
+"""Files kept open across cycles (and at most a quarter of the open-files limit: ``open_budget``);
+past it, files are opened and closed at each read."""
 COUNTER_BYTES = 64
 """Bytes read of a counter file: a 64-bit decimal and a newline fit in 21."""
 SLOW_EVERY = 10
@@ -63,10 +65,11 @@ _SETTINGS = frozenset({"lifespan"})
 """Files of a counter directory that are settings, not counters."""
 
 
-def counter_advance(last: float, raw: float) -> float:
+def counter_advance(last: int, raw: int) -> int:
     """How much a cumulative counter grew from ``last`` to ``raw``: a decrease is a 32-bit wrap
     when ``last`` sat in the top quarter of the 32-bit range, a 64-bit wrap in the top quarter of
-    that one, else a reset (driver reload, counters cleared) after which all of ``raw`` is new."""
+    that one, else a reset (driver reload, counters cleared) after which all of ``raw`` is new.
+    Integers: a float holds 53 bits, so near 2**64 it would lose up to 2048 of a wrap's delta."""
     if raw >= last:
         return raw - last
     if 0.75 * WRAP_32 <= last < WRAP_32 and raw < WRAP_32:
@@ -74,6 +77,20 @@ def counter_advance(last: float, raw: float) -> float:
     if last >= 0.75 * WRAP_64:
         return raw + WRAP_64 - last
     return raw
+
+
+def open_budget(limit: int) -> int:
+    """Files to keep open: ``limit``, at most a quarter of the process's open-files limit (soft),
+    so kept counters never take the descriptors the HTTP server and the kubelet client need (the
+    server raises the soft limit to the hard one at start, but discovery may come first, and a
+    hard limit of 1024 exists).  Past the budget a file is opened and closed at each read."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ValueError, OSError):
+        return limit
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    return max(0, min(limit, soft // 4))
 
 
 def parse_rate(text: str | None) -> float | None:
@@ -88,11 +105,11 @@ def parse_state(text: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _parse_count(data: bytes) -> float | None:
+def _parse_count(data: bytes) -> int | None:
     text = data.strip()
     if not text or len(text) > 24 or not text.isdigit():
         return None
-    return float(int(text))
+    return int(text)
 
 
 class _File:
@@ -137,8 +154,8 @@ class _Counter:
     name: str
     file: _File
     scale: float = 1.0
-    last: float | None = None
-    total: float = 0.0
+    last: int | None = None
+    total: int = 0
 
     def update(self) -> float | None:
         """Read it; the monotonic total (scaled), or ``None`` if this read failed."""
@@ -223,7 +240,7 @@ class RdmaReader:
         prev = {(d.name, p.number): p.prev for d in self._devices for p in d.ports}
         self.close()
         self.skipped = 0
-        budget = [self.max_open_files]
+        budget = [open_budget(self.max_open_files)]
         root = os.path.join(self.sysfs, "class", "infiniband")
         top = os.path.realpath(self.sysfs)
         entries = sorted(fsread.list_dir(root, MAX_DEVICES + 1), key=lambda e: e.name)
@@ -267,7 +284,9 @@ class RdmaReader:
         self.skipped += max(0, len(port_entries) - MAX_PORTS)
         first_layer = next((p.link_layer for p in ports if p.link_layer), None)
         device_counters = self._counters(name, None, os.path.join(real, "hw_counters"), budget, old, {})
-        return _Device(name, _kind(driver, first_layer), driver, bdf, numa, p2p, ports, device_counters)
+        # Read just now: a rediscovery between two slow reads must not drop them until the next.
+        totals = {c.name: c.total * c.scale for c in device_counters}
+        return _Device(name, _kind(driver, first_layer), driver, bdf, numa, p2p, ports, device_counters, totals)
 
     def _port(self, device: str, number: int, path: str, budget: list[int], old: _Known) -> _Port:
         port = _Port(

@@ -1,0 +1,752 @@
+"""The RDMA reader (exporter/network/rdma.py) against fake sysfs trees written by
+``exporter.sim.sysfs_tree``: what each kind of NIC's files become, how counters stay monotonic
+(32- and 64-bit wraps, resets), what a broken or hostile tree costs (nothing but its own series),
+and that kept-open files see in-place updates.
+
+Counter files of the fake tree are rewritten in place (``SysfsTree.set_counter``: same inode, one
+``pwrite`` at offset 0), as sysfs regenerates an attribute at each read from offset 0, so a reader
+that keeps a file open sees every new value without reopening it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import threading
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter import fsread
+from exporter.model import NicPort, NicSample
+from exporter.network import rdma
+from exporter.network.rdma import (
+    MAX_COUNTERS_PER_DIR,
+    MAX_DEVICES,
+    SLOW_EVERY,
+    WRAP_32,
+    WRAP_64,
+    RdmaReader,
+    counter_advance,
+    open_budget,
+    parse_rate,
+    parse_state,
+)
+from exporter.sim import sysfs_tree as st
+
+EFA = "rdmap79s0"
+EFA_FUNCTION = st.PciFunction(
+    "0000:4f:00.0", "pci0000:48", ("0000:48:01.0", "0000:49:00.0", "0000:4a:00.0"), 0, st.AMAZON_VENDOR
+)
+MLX = "mlx5_0"
+MLX_FUNCTION = st.PciFunction("0000:17:00.0", "pci0000:14", ("0000:14:01.0",), 1, st.MELLANOX_VENDOR)
+EFA_TRAFFIC = {"tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts"}
+IB_TRAFFIC = {"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"}
+
+
+def tree_of(root: Path, *nics: st.NicSpec) -> st.SysfsTree:
+    return st.SysfsTree(root, nics)
+
+
+def reader_of(tree: st.SysfsTree, max_open_files: int = rdma.MAX_OPEN_FILES) -> RdmaReader:
+    return RdmaReader(str(tree.sysfs), max_open_files=max_open_files)
+
+
+def one(samples: tuple[NicSample, ...], name: str) -> NicSample:
+    (nic,) = [s for s in samples if s.device == name]
+    return nic
+
+
+def port1(samples: tuple[NicSample, ...], name: str) -> NicPort:
+    (port,) = one(samples, name).ports
+    assert port.port == 1
+    return port
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def within(seconds: float, fn: Callable[[], object]) -> object:
+    """``fn()`` in a thread; fails the test if it has not returned after ``seconds`` (a blocked
+    read would hang the test otherwise; the thread is a daemon and dies with the process)."""
+    out: list[object] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:  # re-raised in the test's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+@pytest.fixture
+def reader_cleanup() -> Iterator[list[RdmaReader]]:
+    """Readers to close after the test (their kept-open files)."""
+    readers: list[RdmaReader] = []
+    yield readers
+    for r in readers:
+        r.close()
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("400 Gb/sec (4X NDR)", 50e9),
+        ("200 Gb/sec (4X HDR)", 25e9),
+        ("100 Gb/sec (4X EDR)", 12.5e9),
+        ("2.5 Gb/sec (1X SDR)", 0.3125e9),
+        ("  56 Gb/sec (4X FDR)\n", 7e9),
+        ("", None),
+        (None, None),
+        ("Gb/sec", None),
+        ("fast", None),
+    ],
+)
+def test_parse_rate_is_bytes_per_second_each_way(text: str | None, want: float | None) -> None:
+    """The ``rate`` file is in Gb/s; the series is bytes/s (utilisation divides bytes by it)."""
+    assert parse_rate(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("4: ACTIVE", 4), ("1: DOWN", 1), ("5: LinkUp", 5), ("3: Disabled\n", 3), ("", None), (None, None), ("UP", None)],
+)
+def test_parse_state_takes_the_number(text: str | None, want: int | None) -> None:
+    """``state`` and ``phys_state`` read ``<n>: <NAME>``; the number is the series' value."""
+    assert parse_state(text) == want
+
+
+@pytest.mark.parametrize(
+    ("last", "raw", "want"),
+    [
+        (10, 25, 15),
+        (7, 7, 0),
+        (WRAP_32 - 100, 50, 150),  # 32-bit wrap
+        (WRAP_32 - 1, 0, 1),
+        (WRAP_64 - 1000, 500, 1500),  # 64-bit wrap: exact, which a float could not be
+        (10**6, 7, 7),  # reset (driver reload): the new value counts
+        (2**31, 5, 5),  # below the top quarter of 32 bits: a reset, not a wrap
+        (WRAP_32 + 10, 3, 3),  # a 64-bit counter just past 2**32 that drops: a reset
+    ],
+)
+def test_counter_advance(last: int, raw: int, want: int) -> None:
+    """How much a counter grew: wraps add the distance to the wrap, a reset counts the new value."""
+    assert counter_advance(last, raw) == want
+
+
+# --- EFA ----------------------------------------------------------------------------------------
+
+
+def test_efa_new_driver_counters_named_and_by_file(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """A recent EFA driver: traffic from the port's ``hw_counters`` (tx/rx bytes and packets), every
+    other port counter (RDMA write, SRD health) by file name, the device-level ``hw_counters`` apart,
+    ``lifespan`` never a counter; identity from the PCI function."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION, p2p="NVIDIA peermem"))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    assert reader.discover() == 1
+    assert reader.device_names == (EFA,)
+    values = {name: 1000 + i for i, name in enumerate(st.EFA_PORT_COUNTERS)}
+    for name, value in values.items():
+        tree.set_counter(EFA, 1, name, value)
+    devices = {name: 50 + i for i, name in enumerate(st.EFA_DEVICE_COUNTERS)}
+    for name, value in devices.items():
+        tree.set_counter(EFA, None, name, value)
+    samples = reader.read(0.0)
+    nic = one(samples, EFA)
+    assert (nic.kind, nic.driver, nic.pci_bus_id, nic.numa_node, nic.p2p) == (
+        "efa",
+        "efa",
+        "0000:4f:00.0",
+        0,
+        "NVIDIA peermem",
+    )
+    assert nic.link_layer == "Unknown"
+    port = port1(samples, EFA)
+    assert (port.state_id, port.physical_state_id, port.rate_bytes_per_second) == (4, 5, 12.5e9)
+    assert (port.tx_bytes, port.rx_bytes, port.tx_packets, port.rx_packets) == (
+        values["tx_bytes"],
+        values["rx_bytes"],
+        values["tx_pkts"],
+        values["rx_pkts"],
+    )
+    others = set(st.EFA_PORT_COUNTERS) - EFA_TRAFFIC
+    assert dict(port.counters) == {name: float(values[name]) for name in others}
+    assert {"rdma_write_bytes", "rdma_write_wrs", "retrans_pkts", "unresponsive_remote_events"} <= set(port.counters)
+    assert dict(nic.counters) == {name: float(v) for name, v in devices.items()}
+    assert "lifespan" not in port.counters and "lifespan" not in nic.counters
+    assert (tree.device_dir(EFA) / "hw_counters" / "lifespan").is_file()  # it is there, and not read
+
+
+def test_efa_port_counters_every_read_device_counters_every_slow_read(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """Port counters move at every read; the device-level ones (admin queue) every ``SLOW_EVERY``."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    reader.read(0.0)
+    tree.set_counter(EFA, 1, "rdma_write_bytes", 4096)
+    tree.set_counter(EFA, None, "submitted_cmds", 9)
+    second = reader.read(1.0)
+    assert port1(second, EFA).counters["rdma_write_bytes"] == 4096
+    assert one(second, EFA).counters["submitted_cmds"] == 0  # not a slow read: the previous total
+    for i in range(2, SLOW_EVERY + 1):
+        last = reader.read(float(i))
+    assert one(last, EFA).counters["submitted_cmds"] == 9
+
+
+def test_efa_old_driver_everything_in_the_port_and_gdr_file(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """An older EFA driver: every statistic (admin queue too) in the port's ``hw_counters``, no
+    device-level directory, ``gdr`` instead of ``p2p``: ``1`` is exported as the p2p value."""
+    tree = tree_of(tmp_path, st.efa_old_driver_nic(EFA, EFA_FUNCTION, gdr="1"))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    tree.set_counter(EFA, 1, "tx_bytes", 123)
+    tree.set_counter(EFA, 1, "submitted_cmds", 7)
+    samples = reader.read(0.0)
+    nic = one(samples, EFA)
+    assert (nic.kind, nic.driver, nic.p2p) == ("efa", "efa", "1")
+    assert dict(nic.counters) == {}
+    port = port1(samples, EFA)
+    assert port.tx_bytes == 123
+    assert set(port.counters) == set(st.EFA_OLD_DRIVER_COUNTERS) - EFA_TRAFFIC
+    assert port.counters["submitted_cmds"] == 7
+    assert "lifespan" not in port.counters
+
+
+def test_efa_without_peer_to_peer_provider_reads_empty_not_gdr(tmp_path: Path) -> None:
+    """A ``p2p`` file that is empty (no provider) is ``""``, told apart from no file at all
+    (``None``, an old driver without ``gdr`` either)."""
+    tree = tree_of(
+        tmp_path,
+        st.efa_nic("rdmap79s0", EFA_FUNCTION, p2p=""),
+        st.efa_old_driver_nic("rdmap80s0", st.PciFunction("0000:50:00.0", "pci0000:48", ("0000:48:02.0",), 0), None),
+    )
+    reader = reader_of(tree, max_open_files=0)
+    reader.discover()
+    samples = reader.read(0.0)
+    assert one(samples, "rdmap79s0").p2p == ""
+    assert one(samples, "rdmap80s0").p2p is None
+
+
+# --- mlx5 -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "rate"),
+    [(st.mlx5_infiniband_nic, "infiniband", 50e9), (st.mlx5_roce_nic, "roce", 25e9)],
+    ids=["infiniband", "roce"],
+)
+def test_mlx5_words_become_bytes_and_kind_follows_the_link_layer(
+    tmp_path: Path,
+    reader_cleanup: list[RdmaReader],
+    make: Callable[[str, st.PciFunction], st.NicSpec],
+    kind: str,
+    rate: float,
+) -> None:
+    """``port_xmit_data``/``port_rcv_data`` count 4-byte words: bytes are 4x.  Packets are not
+    scaled, nor is any other counter.  InfiniBand vs RoCE is the link layer (``400 Gb/sec`` is 50e9
+    bytes/s, ``200 Gb/sec`` 25e9)."""
+    tree = tree_of(tmp_path, make(MLX, MLX_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    tree.set_counter(MLX, 1, "port_xmit_data", 1000)
+    tree.set_counter(MLX, 1, "port_rcv_data", 250)
+    tree.set_counter(MLX, 1, "port_xmit_packets", 11)
+    tree.set_counter(MLX, 1, "port_rcv_packets", 12)
+    tree.set_counter(MLX, 1, "port_xmit_wait", 13)
+    tree.set_counter(MLX, 1, "np_cnp_sent", 14)
+    first = reader.read(10.0)
+    nic = one(first, MLX)
+    assert (nic.kind, nic.driver, nic.pci_bus_id, nic.numa_node, nic.p2p) == (
+        kind,
+        "mlx5_core",
+        "0000:17:00.0",
+        1,
+        None,
+    )
+    port = port1(first, MLX)
+    assert (port.tx_bytes, port.rx_bytes, port.tx_packets, port.rx_packets) == (4000, 1000, 11, 12)
+    assert (port.state_id, port.physical_state_id, port.rate_bytes_per_second) == (4, 5, rate)
+    assert port.counters["port_xmit_wait"] == 13
+    assert port.counters["np_cnp_sent"] == 14
+    assert set(port.counters) == (set(st.IB_PORT_COUNTERS) - IB_TRAFFIC) | set(st.MLX5_HW_COUNTERS)
+    tree.set_counter(MLX, 1, "port_xmit_data", 1000 + 500_000_000)
+    tree.set_counter(MLX, 1, "port_rcv_data", 250 + 250_000_000)
+    port = port1(reader.read(12.0), MLX)
+    assert port.tx_bytes_per_second == 1e9  # 2e9 bytes over 2 s
+    assert port.rx_bytes_per_second == 0.5e9
+    assert port.utilization_ratio() == pytest.approx(1e9 / rate)
+
+
+def test_port_state_files_read_every_cycle(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """A port going down shows at the next read: ``state`` and ``phys_state`` are kept open and
+    re-read, whatever text length the kernel writes."""
+    tree = tree_of(tmp_path, st.mlx5_infiniband_nic(MLX, MLX_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    assert port1(reader.read(0.0), MLX).state_id == 4
+    port_dir = tree.device_dir(MLX) / "ports" / "1"
+    for name, text in (("state", "1: DOWN\n"), ("phys_state", "3: Disabled\n")):
+        with open(port_dir / name, "r+") as f:  # in place, as sysfs would regenerate it
+            f.write(text)
+            f.truncate()
+    port = port1(reader.read(1.0), MLX)
+    assert (port.state_id, port.physical_state_id) == (1, 3)
+
+
+# --- wraps, resets, rates --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("start", "after", "delta"), [(WRAP_32 - 100, 50, 150), (WRAP_64 - 1000, 500, 1500)])
+def test_counter_wrap_adds_the_right_delta(
+    tmp_path: Path, reader_cleanup: list[RdmaReader], start: int, after: int, delta: int
+) -> None:
+    """A counter first seen near 2**32 (or 2**64) that wraps adds exactly the distance to the wrap
+    plus the new value (the total counts from the first read, so it is small and exact)."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    tree.set_counter(EFA, 1, "tx_bytes", start)
+    tree.set_counter(EFA, 1, "rdma_write_bytes", start)
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    first = port1(reader.read(0.0), EFA)
+    assert (first.tx_bytes, first.counters["rdma_write_bytes"]) == (0, 0)
+    tree.set_counter(EFA, 1, "tx_bytes", after)
+    tree.set_counter(EFA, 1, "rdma_write_bytes", after)
+    port = port1(reader.read(1.0), EFA)
+    assert port.tx_bytes == delta
+    assert port.counters["rdma_write_bytes"] == delta
+    assert port.tx_bytes_per_second == delta
+
+
+def test_counter_reset_counts_the_new_value_and_never_goes_down(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """A driver reload resets counters to small values: the total keeps what it had and adds the
+    new value (what was counted since the reset), so the exported total never decreases."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    totals: list[float] = []
+    for t, value in enumerate((0, 10_000_000, 20_000_000, 5, 10, 10, 3_000)):
+        tree.set_counter(EFA, 1, "rx_bytes", value)
+        total = port1(reader.read(float(t)), EFA).rx_bytes
+        assert total is not None
+        totals.append(total)
+    assert totals == [0, 10_000_000, 20_000_000, 20_000_005, 20_000_010, 20_000_010, 20_000_010 + 3_000 - 10]
+    assert totals == sorted(totals)
+
+
+def test_rates_are_per_second_between_two_reads(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """tx/rx bytes per second over the time between the two reads' ``now``; none on the first
+    read; utilisation is the busier direction over the line rate."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    tree.set_counter(EFA, 1, "tx_bytes", 1_000)
+    first = port1(reader.read(100.0), EFA)
+    assert (first.tx_bytes_per_second, first.rx_bytes_per_second, first.utilization_ratio()) == (None, None, None)
+    tree.set_counter(EFA, 1, "tx_bytes", 1_000 + 5_000_000_000)
+    tree.set_counter(EFA, 1, "rx_bytes", 2_500_000_000)
+    port = port1(reader.read(102.0), EFA)
+    assert (port.tx_bytes_per_second, port.rx_bytes_per_second) == (2.5e9, 1.25e9)
+    assert port.utilization_ratio() == 0.2  # 2.5e9 of 12.5e9
+    same_time = port1(reader.read(102.0), EFA)
+    assert same_time.tx_bytes_per_second is None  # no time passed: no rate, not a division by 0
+
+
+# --- broken files ---------------------------------------------------------------------------------
+
+
+def test_missing_and_directory_counter_files_at_discovery_are_left_out(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """A counter file that is missing, or a directory where a file should be (what an unreadable
+    file does as root, where chmod stops no read), is not a counter; every other one is."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    tree.counter_path(EFA, 1, "rdma_write_bytes").unlink()
+    odd = tree.counter_path(EFA, 1, "retrans_pkts")
+    odd.unlink()
+    odd.mkdir()
+    tree.counter_path(EFA, 1, "rx_bytes").unlink()
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    port = port1(reader.read(0.0), EFA)
+    assert set(port.counters) == set(st.EFA_PORT_COUNTERS) - EFA_TRAFFIC - {"rdma_write_bytes", "retrans_pkts"}
+    assert port.rx_bytes is None and port.tx_bytes == 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway")
+def test_unreadable_counter_file_is_left_out(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """A counter file without read permission is not a counter; the others are."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    tree.counter_path(EFA, 1, "rdma_read_bytes").chmod(0)
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    port = port1(reader.read(0.0), EFA)
+    assert set(port.counters) == set(st.EFA_PORT_COUNTERS) - EFA_TRAFFIC - {"rdma_read_bytes"}
+
+
+def test_counter_file_removed_after_discovery_drops_only_its_series(tmp_path: Path) -> None:
+    """Reading with open-read-close (no file kept): a counter file that disappears drops its
+    series at the next read, the rest of the port stays."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree, max_open_files=0)
+    reader.discover()
+    assert "rdma_write_bytes" in port1(reader.read(0.0), EFA).counters
+    tree.set_counter(EFA, 1, "rdma_read_bytes", 77)
+    tree.counter_path(EFA, 1, "rdma_write_bytes").unlink()
+    port = port1(reader.read(1.0), EFA)
+    assert "rdma_write_bytes" not in port.counters
+    assert port.counters["rdma_read_bytes"] == 77
+    assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC) - 1
+
+
+@pytest.mark.parametrize("max_open_files", [rdma.MAX_OPEN_FILES, 0], ids=["kept-open", "open-read-close"])
+def test_counter_that_stops_parsing_drops_only_its_series_and_comes_back(
+    tmp_path: Path, reader_cleanup: list[RdmaReader], max_open_files: int
+) -> None:
+    """A counter whose text stops being a number (EINVAL text, garbage) drops its own series for
+    as long as it lasts; the others stay; when it parses again its total goes on."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree, max_open_files)
+    reader_cleanup.append(reader)
+    reader.discover()
+    tree.set_counter(EFA, 1, "tx_bytes", 100)
+    tree.set_counter(EFA, 1, "send_bytes", 100)
+    reader.read(0.0)
+    for name in ("tx_bytes", "send_bytes"):
+        fd = os.open(tree.counter_path(EFA, 1, name), os.O_WRONLY)
+        os.pwrite(fd, b"not a number here!!\n", 0)  # the same 21 bytes, in place
+        os.close(fd)
+    tree.set_counter(EFA, 1, "rx_bytes", 40)
+    port = port1(reader.read(1.0), EFA)
+    assert port.tx_bytes is None and port.tx_bytes_per_second is None
+    assert port.rx_bytes == 40
+    assert "send_bytes" not in port.counters
+    assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC) - 1
+    tree.set_counter(EFA, 1, "tx_bytes", 160)
+    tree.set_counter(EFA, 1, "send_bytes", 160)
+    port = port1(reader.read(2.0), EFA)
+    assert (port.tx_bytes, port.counters["send_bytes"]) == (160, 160)
+
+
+def test_device_without_ports_directory_keeps_its_identity_and_device_counters(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """A device whose ``ports`` directory is missing has no ports, and keeps its kind (from the
+    driver), identity and device-level counters; the other devices are unaffected."""
+    other = st.efa_nic("rdmap80s0", st.PciFunction("0000:50:00.0", "pci0000:48", ("0000:48:02.0",), 0))
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION), other)
+    shutil.rmtree(tree.device_dir(EFA) / "ports")
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    assert reader.discover() == 2
+    tree.set_counter(EFA, None, "keep_alive_rcvd", 3)
+    samples = reader.read(0.0)
+    nic = one(samples, EFA)
+    assert (nic.kind, nic.pci_bus_id, nic.ports, nic.link_layer) == ("efa", "0000:4f:00.0", (), "")
+    assert nic.counters["keep_alive_rcvd"] == 3
+    assert len(one(samples, "rdmap80s0").ports) == 1
+
+
+# --- hostile trees --------------------------------------------------------------------------------
+
+
+def test_fifos_anywhere_block_nothing(tmp_path: Path) -> None:
+    """FIFOs planted as a counter, as ``state``, ``rate``, ``link_layer``, ``numa_node`` and ``p2p``:
+    discovery and reads return (non-blocking opens, regular files only where text is read), the
+    FIFO counter is no counter, and the other counters are read."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    port_dir = tree.device_dir(EFA) / "ports" / "1"
+    function_dir = tree.sysfs / EFA_FUNCTION.path
+    os.mkfifo(port_dir / "hw_counters" / "evil")
+    for path in (port_dir / "state", port_dir / "rate", port_dir / "link_layer"):
+        path.unlink()
+        os.mkfifo(path)
+    for path in (function_dir / "numa_node", function_dir / "p2p"):
+        path.unlink()
+        os.mkfifo(path)
+    reader = reader_of(tree)
+    try:
+        assert within(10.0, reader.discover) == 1
+        samples = within(10.0, lambda: reader.read(0.0))
+        assert isinstance(samples, tuple)
+        nic = one(samples, EFA)
+        assert (nic.numa_node, nic.p2p, nic.kind) == (None, None, "efa")
+        port = port1(samples, EFA)
+        assert (port.state_id, port.physical_state_id, port.rate_bytes_per_second, port.link_layer) == (
+            None,
+            5,
+            None,
+            None,
+        )
+        assert "evil" not in port.counters
+        assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC)
+    finally:
+        reader.close()
+
+
+def test_counter_replaced_by_fifo_after_discovery_does_not_block(tmp_path: Path) -> None:
+    """Reading with open-read-close, a counter swapped for a FIFO after discovery opens at once
+    (``O_NONBLOCK``), reads empty, and drops only its own series."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree, max_open_files=0)
+    reader.discover()
+    reader.read(0.0)
+    path = tree.counter_path(EFA, 1, "retrans_bytes")
+    path.unlink()
+    os.mkfifo(path)
+    samples = within(10.0, lambda: reader.read(1.0))
+    assert isinstance(samples, tuple)
+    port = port1(samples, EFA)
+    assert "retrans_bytes" not in port.counters
+    assert "retrans_pkts" in port.counters
+
+
+def test_huge_files_cost_at_most_the_bound(tmp_path: Path) -> None:
+    """10 MiB of digits as a counter, as ``rate`` and as ``p2p``: nothing of it is kept (a counter
+    reads at most 64 bytes, which is no number of 24 digits or fewer), and the reader's memory
+    does not grow by the file's size."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    huge = b"7" * (10 * 1024 * 1024)
+    port_dir = tree.device_dir(EFA) / "ports" / "1"
+    (port_dir / "hw_counters" / "huge").write_bytes(huge)
+    (port_dir / "rate").write_bytes(huge)
+    (tree.sysfs / EFA_FUNCTION.path / "p2p").write_bytes(huge)
+    reader = reader_of(tree)
+    tracemalloc.start()
+    try:
+        reader.discover()
+        samples = reader.read(0.0)
+        samples = reader.read(1.0)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        reader.close()
+    assert peak < 512 * 1024, peak
+    port = port1(samples, EFA)
+    assert "huge" not in port.counters
+    assert port.rate_bytes_per_second is None
+    p2p = one(samples, EFA).p2p
+    assert p2p is not None and len(p2p) <= 256
+
+
+def test_device_link_out_of_the_tree_is_skipped(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """A ``class/infiniband`` entry that resolves outside the sysfs root (a planted symlink) is not
+    read, and counts as skipped; the real devices are read."""
+    tree = tree_of(tmp_path / "node", st.efa_nic(EFA, EFA_FUNCTION))
+    outside = tree_of(tmp_path / "elsewhere", st.efa_nic("rdmap1s0", st.PciFunction("0000:01:00.0", "pci0000:00")))
+    (tree.sysfs / "class" / "infiniband" / "evil").symlink_to(outside.device_dir("rdmap1s0"))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    assert reader.discover() == 1
+    assert reader.device_names == (EFA,)
+    assert reader.skipped == 1
+    assert [s.device for s in reader.read(0.0)] == [EFA]
+
+
+def test_more_than_max_devices_is_bounded(tmp_path: Path) -> None:
+    """More entries under ``class/infiniband`` than ``MAX_DEVICES``: the listing stops at the bound,
+    the excess counts as skipped, each read returns at most the bound."""
+    root = tmp_path / "sys" / "class" / "infiniband"
+    root.mkdir(parents=True)
+    for i in range(MAX_DEVICES + 40):
+        (root / f"dev{i:04d}").mkdir()
+    reader = RdmaReader(str(tmp_path / "sys"), max_open_files=0)
+    assert reader.discover() == MAX_DEVICES
+    assert reader.skipped >= 1
+    samples = reader.read(0.0)
+    assert len(samples) == MAX_DEVICES
+    assert all(s.kind == "rdma" and s.pci_bus_id == "" and s.ports == () for s in samples)
+
+
+def test_counter_directory_of_thousands_of_files_is_bounded(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """A counter directory of 3,000 files: at most ``MAX_COUNTERS_PER_DIR`` are looked at (and kept
+    open), the excess counts as skipped."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    directory = tree.device_dir(EFA) / "hw_counters"
+    for i in range(3000):
+        (directory / f"c{i:05d}").write_bytes(b"1\n")
+    before = open_fds()
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    assert reader.skipped >= 1  # a lower bound: the listing stops one past the bound
+    kept = open_fds() - before
+    assert kept <= MAX_COUNTERS_PER_DIR + len(st.EFA_PORT_COUNTERS) + 2
+    samples = reader.read(0.0)
+    assert len(one(samples, EFA).counters) <= MAX_COUNTERS_PER_DIR
+    assert len(port1(samples, EFA).counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC)
+
+
+# --- rediscovery, kept-open files, open-file budget ------------------------------------------------
+
+
+def test_rediscovery_keeps_totals_rates_and_device_counters(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """``discover()`` again (the source does it every minute): a counter's total goes on from where
+    it was, the first rate after it is computed against the read before it, and the device-level
+    counters are there at once (not only from the next slow read)."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    tree.set_counter(EFA, None, "completed_cmds", 4)
+    tree.set_counter(EFA, 1, "tx_bytes", 1_000)
+    for t in range(3):
+        reader.read(float(t))
+    tree.set_counter(EFA, 1, "tx_bytes", 500)  # a reset the rediscovery reads
+    tree.set_counter(EFA, None, "completed_cmds", 6)
+    assert reader.discover() == 1
+    tree.set_counter(EFA, 1, "tx_bytes", 2_500)
+    samples = reader.read(3.0)  # the 4th read: not a slow one
+    port = port1(samples, EFA)
+    assert port.tx_bytes == 1_000 + 2_500
+    assert port.tx_bytes_per_second == 2_500
+    assert one(samples, EFA).counters["completed_cmds"] == 4 + 2
+    assert set(one(samples, EFA).counters) == set(st.EFA_DEVICE_COUNTERS)
+
+
+def test_rediscovery_drops_a_device_that_is_gone(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """A device removed from ``class/infiniband`` (driver unbound) is not read after the next
+    discovery, and its files are closed."""
+    other = st.efa_nic("rdmap80s0", st.PciFunction("0000:50:00.0", "pci0000:48", ("0000:48:02.0",), 0))
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION), other)
+    before = open_fds()
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    both = open_fds() - before
+    (tree.sysfs / "class" / "infiniband" / "rdmap80s0").unlink()
+    assert reader.discover() == 1
+    assert [s.device for s in reader.read(0.0)] == [EFA]
+    assert open_fds() - before == both // 2
+
+
+def test_kept_open_files_see_in_place_updates_without_reopening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader_cleanup: list[RdmaReader]
+) -> None:
+    """After discovery, a read opens nothing (counters, states: one ``pread`` each; the line rate
+    on the slow read is the one file read by path) and sees every ``set_counter``."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    before = open_fds()
+    reader.discover()
+    assert open_fds() - before == len(st.EFA_PORT_COUNTERS) + len(st.EFA_DEVICE_COUNTERS) + 2
+    reader.read(0.0)  # the slow read: rate by path
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, flags: int, *args: int, **kwargs: int) -> int:
+        if flags == fsread.OPEN_FLAGS:  # the reader's opens, not set_counter's O_WRONLY
+            opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    for t in range(1, SLOW_EVERY):
+        tree.set_counter(EFA, 1, "rdma_write_bytes", 1000 * t)
+        tree.set_counter(EFA, 1, "tx_bytes", 2000 * t)
+        port = port1(reader.read(float(t)), EFA)
+        assert (port.counters["rdma_write_bytes"], port.tx_bytes) == (1000 * t, 2000 * t)
+    monkeypatch.undo()
+    assert opened == []
+
+
+def test_without_kept_files_reads_still_work(tmp_path: Path) -> None:
+    """``max_open_files=0``: nothing stays open after discovery, and every read opens, reads and
+    closes each file, with the same values as the kept-open path."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION), st.mlx5_infiniband_nic(MLX, MLX_FUNCTION))
+    before = open_fds()
+    reader = reader_of(tree, max_open_files=0)
+    reader.discover()
+    assert open_fds() == before
+    reader.read(0.0)
+    tree.set_counter(EFA, 1, "tx_bytes", 300)
+    tree.set_counter(EFA, 1, "rdma_write_bytes", 30)
+    tree.set_counter(MLX, 1, "port_rcv_data", 10)
+    samples = reader.read(1.0)
+    assert open_fds() == before
+    assert port1(samples, EFA).tx_bytes == 300
+    assert port1(samples, EFA).counters["rdma_write_bytes"] == 30
+    assert port1(samples, MLX).rx_bytes == 40
+    assert port1(samples, MLX).state_id == 4
+    assert len(port1(samples, EFA).counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC)
+
+
+def test_close_releases_every_kept_file(tmp_path: Path) -> None:
+    """``close()`` closes what discovery kept open; the reader can discover again."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    before = open_fds()
+    reader = reader_of(tree)
+    reader.discover()
+    assert open_fds() > before
+    reader.close()
+    assert open_fds() == before
+    reader.close()  # twice is fine
+    assert reader.discover() == 1
+    reader.close()
+    assert open_fds() == before
+
+
+def test_open_budget_is_a_quarter_of_the_open_files_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept-open files never take more than a quarter of the soft open-files limit."""
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (1024, 524288))
+    assert open_budget(4096) == 256
+    assert open_budget(100) == 100
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert open_budget(4096) == 4096
+
+
+def test_p5en_under_a_small_open_files_limit_reads_every_counter(tmp_path: Path) -> None:
+    """32 EFA devices (1,152 counter and state files) under a soft limit of 512 descriptors (what a
+    container may get before the server raises it): discovery keeps at most a quarter open, the
+    process keeps descriptors to spare, and every counter is still read (the rest by
+    open-read-close)."""
+    tree = st.SysfsTree.of(tmp_path, st.p5en_layout())
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = open_fds()
+    assert before < 200
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    reader = RdmaReader(str(tree.sysfs))
+    try:
+        assert reader.discover() == 32
+        kept = open_fds() - before
+        samples = reader.read(0.0)
+        spare = os.open(os.devnull, os.O_RDONLY)  # the process can still open a file
+        os.close(spare)
+    finally:
+        reader.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert kept <= 128
+    assert len(samples) == 32
+    for nic in samples:
+        assert set(nic.counters) == set(st.EFA_DEVICE_COUNTERS)
+        (port,) = nic.ports
+        assert port.tx_bytes == 0 and port.rx_packets == 0 and port.state_id == 4
+        assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC)
