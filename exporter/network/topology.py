@@ -34,11 +34,12 @@ class PciPlace:
 
 
 def sysfs_bdf(nvml_bus_id: str) -> str:
-    """NVML's bus ID (``00000000:18:00.0``) as sysfs spells it (``0000:18:00.0``)."""
+    """NVML's bus ID (``00000000:18:00.0``) as sysfs spells it (``0000:18:00.0``): the kernel
+    writes the domain with at least four hex digits, so a VMD domain ``00010000`` is ``10000``."""
     text = nvml_bus_id.strip().lower()
     domain, _, rest = text.partition(":")
-    if len(domain) > 4 and domain.startswith("0000"):
-        domain = domain[-4:]
+    if re.fullmatch(r"[0-9a-f]{1,8}", domain):
+        domain = f"{int(domain, 16):04x}"
     return f"{domain}:{rest}"
 
 
