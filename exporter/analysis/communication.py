@@ -68,6 +68,7 @@ class CommunicationRefiner:
         gpu_of = {gl.leaf_id: gpu.uuid for gpu in sample.gpus for gl in gpu.leaves}
         busy_nics = _busy_nics(network, self.levels.nic_ratio)
         pod_nics = _pod_nics(network)
+        pool_pods = _pool_pods(network)
         free_nearest = _free_nearest(network)
         for leaf_id, leaf in analysis.items():
             if leaf.boundness != "latency" or len(leaf_pods.get(leaf_id, ())) != 1:
@@ -75,7 +76,7 @@ class CommunicationRefiner:
             (pod,) = leaf_pods[leaf_id]
             peers = pods[pod] - {leaf_id}
             nics = pod_nics.get(pod, set())
-            if not peers and not nics:
+            if not peers and not nics and pod not in pool_pods:
                 continue  # a lone kernel: latency stays latency
             watched = nics or free_nearest.get(gpu_of.get(leaf_id, ""), set())
             evidence = (
@@ -126,6 +127,12 @@ def _pod_nics(network: NetworkSample | None) -> dict[tuple[str, str], set[str]]:
         if h.device:
             out.setdefault((h.pod.namespace, h.pod.pod), set()).add(h.device)
     return out
+
+
+def _pool_pods(network: NetworkSample | None) -> set[tuple[str, str]]:
+    """Pods holding a NIC of a shared pool (``rdma/hca_shared_devices_a``: an ID naming no device):
+    they hold a NIC, which one is not known, so their GPUs' nearest NICs are watched."""
+    return {(h.pod.namespace, h.pod.pod) for h in network.holders if not h.device} if network is not None else set()
 
 
 def _free_nearest(network: NetworkSample | None) -> dict[str, set[str]]:
