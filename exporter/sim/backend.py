@@ -15,15 +15,24 @@ the NVML backend paces them), no MIG instance's share, and NVLink from NVML's pe
 counters where the model has them (``source="counter"``: the A100), else none.  All are rates over
 the cycle's window, so the first sample (and the first after a loss) has none; the GPU's
 ``pcie_*``/``nvlink_*_bytes_per_second`` are the same reads.  An idle GPU moves a few KB/s.
+
+A scenario with RDMA NICs (``p5en``, ``p5en-nogdr``) gets a sysfs and procfs tree in a temporary
+directory (exporter/sim/sysfs_tree.py; ``network_roots()`` names it, ``close()`` removes it) whose
+NIC counters each ``sample()`` advances by the bytes the GPUs' workloads sent and received over
+their nearest NICs in the same simulated second.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import shutil
+import tempfile
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from dataclasses import field as dataclass_field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -45,6 +54,7 @@ from exporter.model import (
 )
 from exporter.sim import scenarios as sc
 from exporter.sim.faults import FaultView, SimFaults
+from exporter.sim.sysfs_tree import SysfsTree
 
 __all__ = ["SCENARIOS", "SimFaults", "SimulatedBackend"]
 
@@ -118,6 +128,134 @@ class _GpuState:
     sampled_pcie: tuple[float, float] | None = None
     """Without GPM: the last ``nvmlDeviceGetPcieThroughput`` read (tx, rx bytes/s), repeated until
     the next read; ``None`` until the first read of a window."""
+    nic_tx: float = 0.0
+    """Bytes/s the GPU's processes sent over RDMA NICs in the last window (its nearest NICs carry them)."""
+    nic_rx: float = 0.0
+    """Bytes/s they received."""
+
+
+# How the simulated EFA devices count a job's bytes (NCCL over EFA through the aws-ofi-nccl
+# plugin, which moves bulk data by RDMA write).  Shares are of the bytes on the wire each way.
+EFA_PACKET_BYTES = 8192
+"""Bytes a data packet carries on average (the EFA SRD MTU is about 8 KiB)."""
+RDMA_WRITE_SHARE = 0.95
+"""Of the bytes sent, those sent by RDMA writes (``rdma_write_bytes``; received: ``rdma_write_recv_bytes``)."""
+RDMA_WRITE_WR_BYTES = 512 * 1024
+"""Bytes per RDMA-write work request (NCCL's network chunks)."""
+RDMA_READ_SHARE = 0.02
+"""Of the bytes received, those fetched by RDMA reads (``rdma_read_bytes``; served to remote reads
+out of the bytes sent: ``rdma_read_resp_bytes``)."""
+RDMA_READ_WR_BYTES = 64 * 1024
+SEND_SHARE = 0.01
+"""Of the bytes each way, two-sided sends and receives (the plugin's control messages)."""
+SEND_WR_BYTES = 256
+RETRANSMIT_RATIO = 1e-6
+"""Data packets the SRD transport sends again (``retrans_pkts``), per packet sent."""
+RETRANSMIT_TIMEOUT_RATIO = 1e-10
+"""Retransmission timeouts (``retrans_timeout_events``) per packet sent."""
+KEEP_ALIVES_PER_SECOND = 1.0
+"""The EFA device's keep-alive events (``keep_alive_rcvd``), one a second."""
+
+
+def _efa_traffic(tx: float, rx: float) -> dict[str, float]:
+    """What ``tx`` bytes sent and ``rx`` received add to each EFA port counter (floats; the files
+    hold their whole parts)."""
+    return {
+        "tx_bytes": tx,
+        "rx_bytes": rx,
+        "tx_pkts": tx / EFA_PACKET_BYTES,
+        "rx_pkts": rx / EFA_PACKET_BYTES,
+        "rdma_write_bytes": RDMA_WRITE_SHARE * tx,
+        "rdma_write_wrs": RDMA_WRITE_SHARE * tx / RDMA_WRITE_WR_BYTES,
+        "rdma_write_recv_bytes": RDMA_WRITE_SHARE * rx,
+        "rdma_read_bytes": RDMA_READ_SHARE * rx,
+        "rdma_read_wrs": RDMA_READ_SHARE * rx / RDMA_READ_WR_BYTES,
+        "rdma_read_resp_bytes": RDMA_READ_SHARE * tx,
+        "send_bytes": SEND_SHARE * tx,
+        "send_wrs": SEND_SHARE * tx / SEND_WR_BYTES,
+        "recv_bytes": SEND_SHARE * rx,
+        "recv_wrs": SEND_SHARE * rx / SEND_WR_BYTES,
+        "retrans_pkts": RETRANSMIT_RATIO * tx / EFA_PACKET_BYTES,
+        "retrans_bytes": RETRANSMIT_RATIO * tx,
+        "retrans_timeout_events": RETRANSMIT_TIMEOUT_RATIO * tx / EFA_PACKET_BYTES,
+    }
+
+
+_CounterKey = tuple[str, int | None, str]
+"""(NIC, port or ``None`` for the device, counter name)."""
+
+
+class _NicCounters:
+    """The simulated node's RDMA NICs: a sysfs tree in a temporary directory (removed by ``close``,
+    or when the object is collected) whose counters follow the GPUs' NIC traffic.
+
+    A GPU's bytes go to its nearest NICs (the layout's ``nearest``), split nearly evenly as NCCL
+    stripes them over its rails.  Counters start where days of uptime left them (seeded) and only
+    grow; each sample writes the counters whose whole value changed.
+    """
+
+    def __init__(self, network: sc.NodeNetwork, scenario: str, seed: int) -> None:
+        self._layout = network.layout
+        directory = tempfile.mkdtemp(prefix=f"gpulens-sim-{scenario}-")
+        self._finalizer = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        self.tree = SysfsTree.of(Path(directory), network.layout, network.peermem, network.open_kernel_module)
+        self._rng = random.Random(f"{scenario}/{seed}/nics")
+        self._where: dict[tuple[str, str], int | None] = {}
+        for nic in network.layout.nics:
+            for port in nic.ports:
+                for name in (*port.hw_counters, *port.ib_counters):
+                    self._where[(nic.name, name)] = port.number
+            for name in nic.device_counters:
+                self._where.setdefault((nic.name, name), None)
+        self._totals: dict[_CounterKey, float] = {}
+        self._written: dict[_CounterKey, int] = {}
+        self._start()
+        self._flush()
+
+    def _start(self) -> None:
+        """Counters as days of uptime and earlier training left them."""
+        rng = self._rng
+        for nic in self._layout.nics:
+            uptime = rng.uniform(2, 9) * 86400.0
+            moved = rng.uniform(0.05, 0.2) * uptime * 12.5e9  # a fraction of the line rate, on average
+            self._add(nic.name, _efa_traffic(moved, moved * rng.uniform(0.98, 1.02)))
+            commands = float(rng.randrange(2000, 6000))  # the verbs that set up queues and memory
+            self._add(nic.name, {"keep_alive_rcvd": uptime, "submitted_cmds": commands, "completed_cmds": commands})
+
+    def advance(self, per_gpu: Mapping[int, tuple[float, float]], seconds: float) -> None:
+        """Add ``seconds`` of traffic: GPU index -> (bytes/s sent, bytes/s received) over its NICs."""
+        nearest = self._layout.nearest
+        for index, (tx, rx) in sorted(per_gpu.items()):
+            names = nearest[index] if index < len(nearest) else ()
+            if not names:
+                continue
+            weights = [1.0 + self._rng.gauss(0.0, 0.01) for _ in names]
+            total = sum(weights)
+            for name, weight in zip(names, weights, strict=True):
+                share = weight / total * seconds
+                self._add(name, _efa_traffic(tx * share, rx * share))
+        for nic in self._layout.nics:
+            self._add(nic.name, {"keep_alive_rcvd": KEEP_ALIVES_PER_SECOND * seconds})
+        self._flush()
+
+    def _add(self, nic: str, deltas: Mapping[str, float]) -> None:
+        """Add to the NIC's counters that exist (a driver without one has no file for it)."""
+        for name, delta in deltas.items():
+            key = (nic, name)
+            if key in self._where:
+                full = (nic, self._where[key], name)
+                self._totals[full] = self._totals.get(full, 0.0) + delta
+
+    def _flush(self) -> None:
+        for key, total in self._totals.items():
+            value = int(total)
+            if self._written.get(key) != value:
+                self.tree.set_counter(*key, value)
+                self._written[key] = value
+
+    def close(self) -> None:
+        """Remove the tree; idempotent."""
+        self._finalizer()
 
 
 class SimulatedBackend:
@@ -153,11 +291,17 @@ class SimulatedBackend:
         self.faults = faults if faults is not None else SimFaults()
         self._calls = 0
         self._gpus = [self._new_state(spec) for spec in self._scenario.gpus]
+        network = self._scenario.network
+        self._nics = _NicCounters(network, self._scenario.name, seed) if network is not None else None
 
     def _new_state(self, spec: sc.GpuSpec) -> _GpuState:
         rng = random.Random(f"{self._scenario.name}/{self.seed}/{spec.index}")
         # The driver loaded days ago: the energy counter does not start at zero.
-        return _GpuState(spec, rng, energy_joules=round(rng.uniform(2e8, 9e8), 3))
+        state = _GpuState(spec, rng, energy_joules=round(rng.uniform(2e8, 9e8), 3))
+        if spec.slowdown_clock_ratio is not None:
+            # It has been throttling for a while: as hot as its slowdown threshold, not settling there.
+            state.temperature_celsius = spec.model.temperature_thresholds.get("slowdown", 90.0) + 1.0
+        return state
 
     @property
     def scenario(self) -> str:
@@ -188,6 +332,8 @@ class SimulatedBackend:
         # Every GPU is simulated every cycle, faults or not, so a fault on one GPU never shifts
         # another GPU's random stream and counters keep integrating while a GPU is "lost".
         gpus = [self._sample_gpu(state, t, cycle) for state in self._gpus]
+        if self._nics is not None:  # the NICs move the job's bytes whatever NVML answers
+            self._nics.advance({s.spec.index: (s.nic_tx, s.nic_rx) for s in self._gpus}, self.step_seconds)
         if view.unavailable:
             for state in self._gpus:
                 state.fresh = True
@@ -206,7 +352,16 @@ class SimulatedBackend:
         )
 
     def close(self) -> None:
-        """Nothing to release; idempotent."""
+        """Remove the NICs' sysfs tree, if the scenario has one; idempotent."""
+        if self._nics is not None:
+            self._nics.close()
+
+    def network_roots(self) -> tuple[str, str] | None:
+        """(sysfs root, procfs root) of the simulated node's NIC tree (``--path.sysfs`` and
+        ``--path.procfs`` of a real node), for scenarios with RDMA NICs; ``None`` for the others."""
+        if self._nics is None:
+            return None
+        return str(self._nics.tree.sysfs), str(self._nics.tree.procfs)
 
     # --- Kubernetes side ---------------------------------------------------------------
 
@@ -242,6 +397,7 @@ class SimulatedBackend:
         has_process = False
         leaves: list[LeafSample] = []
         moved: list[_Moved] = []
+        state.nic_tx = state.nic_rx = 0.0
         for leaf in spec.leaves:
             acts = [p.workload.activity(t, rng) for p in leaf.processes]
             total = sum(a.share for a in acts)
@@ -279,6 +435,9 @@ class SimulatedBackend:
                 rx += act.pcie_rx_bytes_per_second * leaf.compute_fraction * model.pcie_scale
                 tx += act.pcie_tx_bytes_per_second * leaf.compute_fraction * model.pcie_scale
                 nv += act.nvlink_bytes_per_second * leaf.compute_fraction * model.nvlink_scale
+                # The NICs' bytes are what the job sends; they are in its PCIe bytes too.
+                state.nic_tx += act.nic_tx_bytes_per_second * leaf.compute_fraction
+                state.nic_rx += act.nic_rx_bytes_per_second * leaf.compute_fraction
                 # NVML has no per-process utilisation for MIG instances, and under MPS reports it
                 # for the server only (set below, the clients' sum).
                 per_process = windowed and mig is None and proc.mps_role is None
@@ -404,6 +563,12 @@ class SimulatedBackend:
         spec, rng = state.spec, state.rng
         model = spec.model
         limit = model.power_limit_watts
+        # HW thermal slowdown (a GPU whose cooling fails) holds the SM clock down while it works;
+        # the dynamic power falls with the clock and the lower voltage that goes with it, roughly
+        # as the clock's square (estimate).
+        slowdown = spec.slowdown_clock_ratio if busy > 0.005 else None
+        if slowdown is not None:
+            dynamic_watts *= slowdown**2
         demand = model.idle_power_watts + (model.context_power_watts if has_process else 0.0) + dynamic_watts
         capped = demand > limit
         if capped:
@@ -413,9 +578,12 @@ class SimulatedBackend:
         else:
             power = demand + rng.gauss(0.0, 1.5)
             clock = model.sm_clock_max_hertz if busy > 0.005 else model.idle_sm_clock_hertz
+        if slowdown is not None:
+            clock = min(clock, model.sm_clock_max_hertz * slowdown)
         clock = round(clock / CLOCK_STEP_HERTZ) * CLOCK_STEP_HERTZ
         power = round(power, 3)
-        target = AMBIENT_CELSIUS + model.celsius_per_watt * power
+        cooling = spec.celsius_per_watt if spec.celsius_per_watt is not None else model.celsius_per_watt
+        target = AMBIENT_CELSIUS + cooling * power
         if state.temperature_celsius is None:
             state.temperature_celsius = target
         else:
@@ -426,6 +594,7 @@ class SimulatedBackend:
         events = dict.fromkeys(_CLOCK_REASONS, False)
         events["gpu_idle"] = busy <= 0.005
         events["sw_power_cap"] = capped
+        events["hw_thermal_slowdown"] = slowdown is not None
         # The device's counters see every instance's bytes and the driver's own few KB/s.
         housekeeping_tx = HOUSEKEEPING_TX_BYTES_PER_SECOND * (1 + rng.random())
         housekeeping_rx = HOUSEKEEPING_RX_BYTES_PER_SECOND * (1 + rng.random())

@@ -15,6 +15,10 @@ Every node is one GPU model (``GpuModel``: what NVML answers for it).  The H200 
 ``mig``, ``mig7x8``, ``timeslice``, ``mps``) have GPM; the pre-Hopper nodes (``a100``: p4de's
 A100-SXM4-80GB, some in MIG mode; ``l40s``; ``a10g``: g5.12xlarge) have none, so only NVML's
 GPU-Util, memory-controller utilisation, power, clocks and links describe them.
+
+Two H200 nodes have RDMA NICs (``Scenario.network``; the backend writes them as a sysfs tree,
+exporter/sim/sysfs_tree.py): ``p5en`` and ``p5en-nogdr``, the two workers of one multi-node
+training job (``_p5en``), with and without GPUDirect RDMA.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from types import MappingProxyType
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.model import ContainerDevices, MigInstance
+from exporter.sim import sysfs_tree as st
 from exporter.sim import workloads as w
 
 MIB = 1024**2
@@ -38,7 +43,7 @@ DRIVER_RESERVED_BYTES = 512 * MIB
 H200_POWER_LIMIT_WATTS = 700.0
 H200_SM_CLOCK_MAX_HERTZ = 1980e6
 H200_MEMORY_CLOCK_HERTZ = 3201e6
-DRIVER_VERSION = "580.159.04"
+DRIVER_VERSION = st.DRIVER_VERSION
 GPU_NAME = "NVIDIA H200"
 
 PCIE_GEN5_X16_BYTES_PER_SECOND = 32e9 * 16 * 128 / 130 / 8
@@ -55,9 +60,8 @@ datasheet is 18 x 25 GB/s x 2 directions)."""
 NVLINK_BYTES_PER_SECOND = NVLINK_LINKS * NVLINK_LINK_BYTES_PER_SECOND
 """Capacity of the GPU's NVLink each way (~478 GB/s): the active links together."""
 
-# PCI bus of the eight GPUs on an HGX H200 baseboard.
-_PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-_H200_PCI_BUS_IDS = tuple(f"00000000:{bus:02X}:00.0" for bus in _PCI_BUSES)
+# PCI bus of the eight GPUs on an HGX H200 baseboard (the fake sysfs tree places them there too).
+_H200_PCI_BUS_IDS = tuple(f"00000000:{bus:02X}:00.0" for bus in st.HGX_GPU_BUSES)
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,13 @@ class GpuSpec:
     """``default`` or ``exclusive_process`` (MPS deployments often allow only the MPS server)."""
     model: GpuModel = H200
     """What GPU it is."""
+    slowdown_clock_ratio: float | None = None
+    """A GPU whose cooling fails: HW thermal slowdown holds its SM clock at this fraction of the
+    maximum while it works (its kernels take 1/ratio as long: the scenario's workload says so);
+    ``None``: no slowdown."""
+    celsius_per_watt: float | None = None
+    """This GPU's own cooling resistance (°C above the inlet per watt), where it differs from its
+    model's (``GpuModel.celsius_per_watt``)."""
 
 
 @dataclass(frozen=True)
@@ -333,6 +344,19 @@ class Scenario:
     """host PID -> the pod and container it runs in (what /proc/<pid>/cgroup would say)."""
     sharing_replicas: dict[str, int] = field(default_factory=dict)
     """GPU UUID -> time-slicing replicas the device plugin advertises."""
+    network: NodeNetwork | None = None
+    """The node's RDMA NICs, written as a sysfs tree by the backend; ``None``: no NIC."""
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    """A node's RDMA NICs and the GPUDirect RDMA prerequisites (what exporter/sim/sysfs_tree.py
+    writes): the PCIe layout (its GPUs by index match the scenario's), whether the
+    ``nvidia_peermem`` module is loaded and whether the GPU driver is the open kernel module."""
+
+    layout: st.Layout
+    peermem: bool
+    open_kernel_module: bool
 
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet Kubernetes uses for generated names
@@ -371,20 +395,27 @@ class _NodeBuilder:
     def _suffix(self, n: int) -> str:
         return "".join(self._rng.choice(_NAME_CHARS) for _ in range(n))
 
-    def pod(self, namespace: str, kind: str, workload: str, phase: str = "Running") -> tuple[str, str]:
-        """Register a pod owned by ``kind``/``workload``; returns (pod UID, pod name)."""
-        if kind == "Deployment":
-            name = f"{workload}-{self._suffix(10)}-{self._suffix(5)}"
-        elif kind == "StatefulSet":
-            ordinal = sum(1 for o in self.owners.values() if o.workload == workload and o.workload_kind == kind)
-            name = f"{workload}-{ordinal}"
-        elif kind == "CronJob":
-            name = f"{workload}-{29410000 + self._rng.randrange(90000)}-{self._suffix(5)}"
-        else:
-            name = f"{workload}-{self._suffix(5)}"
+    def pod(
+        self, namespace: str, kind: str, workload: str, phase: str = "Running", name: str | None = None
+    ) -> tuple[str, str]:
+        """Register a pod owned by ``kind``/``workload``; returns (pod UID, pod name).  ``name``: the
+        pod's name where its controller names pods itself (a PyTorchJob's ``<job>-worker-<n>``)."""
+        if name is None:
+            name = self._generated_name(kind, workload)
         uid = self._uuid(f"pod/{namespace}/{name}")
         self.owners[uid] = PodMeta(uid, namespace, name, phase=phase, workload_kind=kind, workload=workload)
         return uid, name
+
+    def _generated_name(self, kind: str, workload: str) -> str:
+        """The name ``kind``'s controller gives a pod of ``workload``."""
+        if kind == "Deployment":
+            return f"{workload}-{self._suffix(10)}-{self._suffix(5)}"
+        if kind == "StatefulSet":
+            ordinal = sum(1 for o in self.owners.values() if o.workload == workload and o.workload_kind == kind)
+            return f"{workload}-{ordinal}"
+        if kind == "CronJob":
+            return f"{workload}-{29410000 + self._rng.randrange(90000)}-{self._suffix(5)}"
+        return f"{workload}-{self._suffix(5)}"
 
     def hold(self, pod_uid: str, container: str, resource: str, device_ids: tuple[str, ...]) -> None:
         """The kubelet allocated ``device_ids`` of ``resource`` to this container."""
@@ -413,6 +444,8 @@ class _NodeBuilder:
         ecc_corrected: int = 0,
         remapped_correctable: int = 0,
         compute_mode: str = "default",
+        slowdown_clock_ratio: float | None = None,
+        celsius_per_watt: float | None = None,
     ) -> GpuSpec:
         spec = GpuSpec(
             index,
@@ -424,6 +457,8 @@ class _NodeBuilder:
             remapped_correctable,
             compute_mode,
             self.model,
+            slowdown_clock_ratio,
+            celsius_per_watt,
         )
         self.gpus.append(spec)
         return spec
@@ -435,7 +470,7 @@ class _NodeBuilder:
         p = self.model.mig_profiles[profile]
         return LeafSpec(p.memory_bytes, p.compute_slices / 7, procs, self.mig(gpu, profile, gi))
 
-    def build(self) -> Scenario:
+    def build(self, network: NodeNetwork | None = None) -> Scenario:
         return Scenario(
             self.scenario,
             tuple(self.gpus),
@@ -443,6 +478,7 @@ class _NodeBuilder:
             tuple(self.owners.values()),
             dict(self.pids),
             self.sharing,
+            network,
         )
 
 
@@ -882,6 +918,72 @@ def _a10g() -> Scenario:
     return b.build()
 
 
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+"""The EFA device plugin's resource; its device IDs are the RDMA device names (``rdmap79s0``)."""
+P5EN_GDR_NODE_BYTES_PER_SECOND = 93 * w.GB
+"""What a p5en node's 32 EFAs carry each way in an inter-node all-reduce with GPUDirect RDMA (the
+NICs read and write GPU memory directly): near 93 GB/s of bus bandwidth a node."""
+P5EN_BOUNCE_NODE_BYTES_PER_SECOND = 33 * w.GB
+"""The same without GPUDirect RDMA: every byte bounces through a host buffer (a GPU copy, then the
+NIC's DMA), which caps the all-reduce near 33 GB/s a node."""
+P5EN_COMPUTE_SECONDS = 2.0
+"""Forward and backward of one step on a GPU at full clock."""
+P5EN_ALLREDUCE_BYTES_PER_GPU = 23.25 * w.GB
+"""Gradient bytes each GPU sends (and receives) over its NICs each step: 2 s of the all-reduce at
+the GPUDirect rate (186 GB a node)."""
+P5EN_STRAGGLER = 5
+"""The p5en node's GPU whose cooling fails."""
+P5EN_STRAGGLER_CLOCK_RATIO = 0.5
+"""HW thermal slowdown holds the straggler's SM clock at half the maximum: its compute takes twice as long."""
+P5EN_STRAGGLER_CELSIUS_PER_WATT = 0.285
+"""The straggler's cooling: its ~220 W average (throttled) settles it near 90 °C, past its 89 °C
+slowdown threshold."""
+
+
+def _p5en(gdr: bool) -> Scenario:
+    """One worker node of a two-node PyTorchJob (``llama-70b-pretrain``, synchronous data-parallel):
+    8 H200s and 32 EFA devices (p5en-like PCIe layout, exporter/sim/sysfs_tree.py), one pod holding
+    them all, one process per GPU.  Each step every GPU computes for 2 s, then the ranks all-reduce
+    their gradients (NVLink inside the node, the EFAs between nodes).  Each node is simulated alone.
+
+    ``gdr`` (``p5en``, worker 0): ``nvidia_peermem`` loaded, the open kernel module, every EFA's
+    ``p2p`` naming NVIDIA peermem; the all-reduce runs at 93 GB/s a node (2 s).  GPU 5 is thermally
+    throttled (half clock, ``hw_thermal_slowdown``): it computes for 4 s while its 7 peers wait in
+    NCCL, so the peers spend 4 s of each 6 s step in NCCL (latency-bound kernels) and GPU 5 computes
+    4 s of 6 (compute).
+    Otherwise (``p5en-nogdr``, worker 1): no peer-memory module, the proprietary kernel module, empty
+    ``p2p``: the all-reduce bounces through host memory at 33 GB/s a node (5.6 s), and every GPU
+    spends ~74 % of its busy time in NCCL.  On both, a GPU's PCIe bytes in the all-reduce are its
+    NICs' bytes.
+    """
+    name = "p5en" if gdr else "p5en-nogdr"
+    b = _NodeBuilder(name)
+    layout = st.p5en_layout("NVIDIA peermem" if gdr else "")
+    uid, _ = b.pod(
+        "ml-training", "PyTorchJob", "llama-70b-pretrain", name=f"llama-70b-pretrain-worker-{0 if gdr else 1}"
+    )
+    b.hold(uid, "pytorch", "nvidia.com/gpu", tuple(b.gpu_uuid(i) for i in range(len(layout.gpus))))
+    b.hold(uid, "pytorch", EFA_RESOURCE, tuple(nic.name for nic in layout.nics))
+    node_rate = P5EN_GDR_NODE_BYTES_PER_SECOND if gdr else P5EN_BOUNCE_NODE_BYTES_PER_SECOND
+    slowest = P5EN_COMPUTE_SECONDS / P5EN_STRAGGLER_CLOCK_RATIO if gdr else P5EN_COMPUTE_SECONDS
+    for index in range(len(layout.gpus)):
+        straggler = gdr and index == P5EN_STRAGGLER
+        workload = w.AllReduceTraining(
+            compute_seconds=slowest if straggler else P5EN_COMPUTE_SECONDS,
+            slowest_compute_seconds=slowest,
+            nic_bytes_per_step=P5EN_ALLREDUCE_BYTES_PER_GPU,
+            nic_bytes_per_second=node_rate / len(layout.gpus),
+            nvlink_bytes_per_second=node_rate,
+        )
+        b.add_gpu(
+            index,
+            b.whole(b.proc(workload, 122 * GIB, uid, "pytorch")),
+            slowdown_clock_ratio=P5EN_STRAGGLER_CLOCK_RATIO if straggler else None,
+            celsius_per_watt=P5EN_STRAGGLER_CELSIUS_PER_WATT if straggler else None,
+        )
+    return b.build(NodeNetwork(layout, peermem=gdr, open_kernel_module=gdr))
+
+
 BUILDERS: dict[str, Callable[[], Scenario]] = {
     "h200x8": _h200x8,
     "mig": _mig,
@@ -891,6 +993,8 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "a100": _a100,
     "l40s": _l40s,
     "a10g": _a10g,
+    "p5en": lambda: _p5en(gdr=True),
+    "p5en-nogdr": lambda: _p5en(gdr=False),
 }
 
 SCENARIOS: tuple[str, ...] = tuple(BUILDERS)

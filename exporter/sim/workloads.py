@@ -15,6 +15,8 @@ window, ``compute``) and writes a checkpoint out at ~21 GB/s with no kernel (tho
 (``Diurnal`` with ``KV_OFFLOAD_BYTES_PER_SECOND``) keeps its memory-bound decode kernels next to
 heavy PCIe traffic (``memory``); ``OffloadedOptimizer`` runs its GEMMs while gradients and
 weights cross PCIe (``compute``).  Services move a few GB/s of requests; idle processes nothing.
+A multi-node job (``AllReduceTraining``) also sends and receives over RDMA NICs (``Activity``'s
+``nic_*``), bytes that cross the GPU's PCIe link too.
 
 On another GPU model (exporter/sim/scenarios.py, ``GpuModel``) a workload keeps its time shares,
 so its NVML GPU-Util and util.mem read the same; its power and link bytes are the H200's scaled to
@@ -115,6 +117,16 @@ HOST_COPY = Signature(
     0.0, 0.0, 0.011, utilization=1.0, graphics_activity=0.0, memory_utilization=0.02, power_watts=140.0
 )
 IDLE = Signature(0.0, 0.0, 0.0, utilization=0.0, power_watts=0.0)
+# A rank waiting in an NCCL collective: NCCL runs one CUDA block per channel, and its 24 blocks
+# spin on flags until the peers arrive.  Measured on the H200 (a kernel of 24 spinning blocks):
+# SM activity 0.18, occupancy ~0.01, graphics busy and GPU-Util 1.0, DRAM and pipes 0; power our
+# estimate.
+NCCL_WAIT = Signature(0.18, 0.01, 0.0, utilization=1.0, memory_utilization=0.0, power_watts=210.0)
+# Not measured, shaped after NCCL_WAIT: the same blocks moving an all-reduce's data (copying and
+# adding bf16 buffers) touch HBM a little, a few percent of its bandwidth.
+NCCL_ALLREDUCE = Signature(
+    0.18, 0.01, 0.04, fp16_active=0.01, utilization=1.0, memory_utilization=0.04, power_watts=250.0
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,12 @@ class Activity:
     signature: Signature | None = None
     """What its kernels did in this window, when that changes over time (``Phased``); ``None`` =
     the workload's own signature."""
+    nic_tx_bytes_per_second: float = 0.0
+    """Bytes its RDMA NICs sent for it (inter-node traffic); the backend spreads them over the
+    GPU's nearest NICs.  The NIC reads them from GPU memory over the GPU's PCIe link (directly with
+    GPUDirect RDMA, through a host bounce buffer without), so they are in ``pcie_tx`` too."""
+    nic_rx_bytes_per_second: float = 0.0
+    """Bytes its NICs received for it; in ``pcie_rx`` too."""
 
 
 @dataclass(frozen=True)
@@ -319,3 +337,108 @@ class OffloadedOptimizer(Workload):
         rx = self.overlapped_weight_bytes_per_second * (0.9 + 0.2 * rng.random())
         tx = self.gradient_bytes_per_second * (0.9 + 0.2 * rng.random()) + READ_REQUEST_RATIO * rx
         return Activity(_jitter(rng, 0.97, 0.01), rx, tx)
+
+
+def _overlap(start: float, end: float, period: float, lo: float, hi: float) -> float:
+    """Seconds of ``[start, end]`` that fall in ``[lo, hi)`` of a cycle repeating every ``period``."""
+    total = 0.0
+    k = math.floor((start - hi) / period) + 1
+    while k * period + lo < end:
+        total += max(0.0, min(end, k * period + hi) - max(start, k * period + lo))
+        k += 1
+    return total
+
+
+def blend(parts: tuple[tuple[Signature, float], ...]) -> Signature:
+    """The signature of a window in which each ``(signature, seconds)`` ran for its seconds: every
+    ratio and the power weighted by time (GPM and NVML average over the window)."""
+    total = sum(seconds for _, seconds in parts)
+    if total <= 0:
+        return IDLE
+
+    def mean(name: str) -> float:
+        return sum(float(getattr(sig, name)) * seconds for sig, seconds in parts) / total
+
+    graphics = [sig.graphics_activity for sig, _ in parts]
+    return Signature(
+        mean("sm_active"),
+        mean("sm_occupancy"),
+        mean("dram_active"),
+        tensor_active=mean("tensor_active"),
+        fp32_active=mean("fp32_active"),
+        fp16_active=mean("fp16_active"),
+        fp64_active=mean("fp64_active"),
+        utilization=mean("utilization"),
+        memory_utilization=mean("memory_utilization"),
+        power_watts=mean("power_watts"),
+        graphics_activity=None
+        if all(g is None for g in graphics)
+        else sum((g if g is not None else sig.utilization) * s for (sig, s), g in zip(parts, graphics, strict=True))
+        / total,
+    )
+
+
+@dataclass(frozen=True)
+class AllReduceTraining(Workload):
+    """One rank of synchronous data-parallel training across nodes: each step it computes
+    (``signature``) for ``compute_seconds``, waits in NCCL (``NCCL_WAIT``: no traffic) until the
+    slowest rank has computed (``slowest_compute_seconds``), then all-reduces the gradients
+    (``NCCL_ALLREDUCE``): ``nic_bytes_per_step`` each way over its NICs at ``nic_bytes_per_second``
+    (the inter-node hop) while NVLink carries ``nvlink_bytes_per_second`` each way (the intra-node
+    hops of NCCL's rings, at the network hop's pace).
+
+    Each 1 s window gets the phases' overlaps with it (as ``Stalled`` does) and their blended
+    signature, so over the classifier's window the class is the phase that holds most of the busy
+    time: a rank that waits and all-reduces longer than it computes spins in NCCL most of the time.
+    The ranks run in lock step (no ``offset_seconds``).  Sizes in bytes, rates in bytes/s each way.
+    """
+
+    signature: Signature = BF16_GEMM
+    compute_seconds: float = 2.0
+    slowest_compute_seconds: float = 2.0
+    """When the slowest rank of the job finishes computing (>= ``compute_seconds``)."""
+    nic_bytes_per_step: float = 23.25 * GB
+    nic_bytes_per_second: float = 93 * GB / 8
+    nvlink_bytes_per_second: float = 93 * GB
+    loader_bytes_per_second: float = 0.05 * GB
+    """The next batch's tokens over PCIe while it computes."""
+
+    @property
+    def allreduce_seconds(self) -> float:
+        """How long the all-reduce of one step takes."""
+        return self.nic_bytes_per_step / self.nic_bytes_per_second
+
+    @property
+    def step_seconds(self) -> float:
+        """One training step: the slowest rank's compute, then the all-reduce."""
+        return max(self.compute_seconds, self.slowest_compute_seconds) + self.allreduce_seconds
+
+    def phase_seconds(self, t: float) -> tuple[float, float, float]:
+        """Seconds of compute, NCCL wait and all-reduce in the 1 s window ending at ``t``."""
+        start, end = t - 1.0 + self.offset_seconds, t + self.offset_seconds
+        period = self.step_seconds
+        synced = max(self.compute_seconds, self.slowest_compute_seconds)
+        return (
+            _overlap(start, end, period, 0.0, self.compute_seconds),
+            _overlap(start, end, period, self.compute_seconds, synced),
+            _overlap(start, end, period, synced, period),
+        )
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        compute, wait, allreduce = self.phase_seconds(t)
+        busy = compute + wait + allreduce
+        if busy <= 0:
+            return Activity(0.0)
+        sig = blend(((self.signature, compute), (NCCL_WAIT, wait), (NCCL_ALLREDUCE, allreduce)))
+        pace = _jitter(rng, 0.99, 0.008) if allreduce > 0 else 0.0
+        nic = self.nic_bytes_per_second * pace * allreduce
+        loader = self.loader_bytes_per_second * compute
+        return Activity(
+            _jitter(rng, 0.995 * busy, 0.002),
+            pcie_rx_bytes_per_second=nic + loader,
+            pcie_tx_bytes_per_second=nic,
+            nvlink_bytes_per_second=self.nvlink_bytes_per_second * pace * allreduce,
+            signature=sig,
+            nic_tx_bytes_per_second=nic,
+            nic_rx_bytes_per_second=nic,
+        )
