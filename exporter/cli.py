@@ -151,7 +151,7 @@ def make_network(cfg: ExporterConfig, simulation: Simulation | None) -> NetworkS
         return None
     sysfs, procfs = cfg.sysfs, cfg.procfs
     if simulation is not None:
-        roots = getattr(simulation.backend, "network_roots", lambda: None)()
+        roots = simulation.backend.network_roots()
         if roots is None:
             return None
         sysfs, procfs = roots

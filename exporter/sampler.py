@@ -81,7 +81,7 @@ class NetworkSource(Protocol):
     """The node's RDMA NICs (exporter/network/stage.py): never blocks on I/O."""
 
     def observe(
-        self, sample: BackendSample, attribution: Attribution | None
+        self, sample: BackendSample, attribution: Attribution | None, now: float | None = None
     ) -> tuple[NetworkSample | None, StageResult | None]: ...
 
     def start(self) -> None: ...
@@ -220,7 +220,7 @@ class Sampler:
         if self._network is not None and sample.up:
             t0 = time.perf_counter()
             try:
-                network, net_stage = self._network.observe(sample, attribution)
+                network, net_stage = self._network.observe(sample, attribution, now)
                 if net_stage is not None:
                     stages.append(net_stage)
             except Exception:

@@ -87,9 +87,10 @@ class NicSource:
                 delay = 0.0
             self._stop.wait(delay)
 
-    def read_once(self) -> None:
-        """One read (and a discovery when due); never raises."""
-        now = self._clock()
+    def read_once(self, now: float | None = None) -> None:
+        """One read (and a discovery when due) at ``now`` (seconds on the source's clock; the
+        caller's clock when it reads in its own thread); never raises."""
+        now = self._clock() if now is None else now
         t0 = time.perf_counter()
         try:
             if self._discovered_at is None or now - self._discovered_at >= self.rediscover_seconds:
@@ -136,9 +137,9 @@ class NicSource:
                 "skipped %d RDMA device(s), port(s) or file(s) outside the tree or over a bound", self._reader.skipped
             )
 
-    def latest(self) -> NicReading:
-        """The latest state (what the sampler renders this cycle)."""
-        now = self._clock()
+    def latest(self, now: float | None = None) -> NicReading:
+        """The latest state (what the sampler renders this cycle) as of ``now`` (default: the clock)."""
+        now = self._clock() if now is None else now
         with self._lock:
             if self._devices == 0 and not self._failed:
                 return NicReading(None, self._host, None)

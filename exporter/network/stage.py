@@ -22,12 +22,16 @@ class NetworkStage:
         self._paths: tuple[GpuNicPath, ...] = ()
 
     def observe(
-        self, sample: BackendSample, attribution: Attribution | None
+        self, sample: BackendSample, attribution: Attribution | None, now: float | None = None
     ) -> tuple[NetworkSample | None, StageResult | None]:
-        """This cycle's network view and the ``nic`` stage (``None``: no RDMA device on the node)."""
+        """This cycle's network view and the ``nic`` stage (``None``: no RDMA device on the node);
+        ``now`` is the sampler's clock (seconds), used when the source reads in this thread."""
         if not self.source.started:
-            self.source.read_once()  # not started (tests, one-shot runs): read in this thread
-        reading = self.source.latest()
+            # Not started (tests, one-shot runs): read in the caller's thread, on its clock.
+            self.source.read_once(now)
+            reading = self.source.latest(now)
+        else:
+            reading = self.source.latest()
         if reading.nics is None:
             return None, reading.stage
         paths = self._paths_for(sample, reading.nics, reading.host)
