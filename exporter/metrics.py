@@ -923,7 +923,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "counter",
-        "gpulens_nic_counter_total",
+        "gpulens_nic_stat_total",
         "",
         "Device-level counters of the NIC by their sysfs file name (EFA admin-queue and error counters), "
         "since the exporter first read them.",
@@ -997,7 +997,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "counter",
-        "gpulens_nic_port_counter_total",
+        "gpulens_nic_port_stat_total",
         "",
         "Every other port counter by its sysfs file name, in its own unit (bytes where the name says so): EFA "
         "RDMA, SRD retransmit and error counters, InfiniBand errors and waits, mlx5 congestion counters.",
