@@ -12,7 +12,7 @@ import random
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.cli import make_attributor, make_classifier
+from exporter.cli import make_attributor, make_classifier, make_network
 from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
 from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
@@ -55,6 +55,7 @@ def render(
         attributor=make_attributor(cfg, simulation),
         classifier=make_classifier(cfg),
         probes=scheduler,
+        network=make_network(cfg, simulation),
         clock=lambda: tick[0],
         wall=lambda: EPOCH + tick[0],
     )
@@ -79,9 +80,13 @@ DASHBOARD_FIXTURES: dict[str, str] = {
     "mig": "",
     "timeslice": "",
     "mps": "",
+    "p5en": "",
+    "p5en-nogdr": "",
 }
 """Scenarios with a scrape in tests/fixtures/dashboard (the dashboard's tests read them), and the
-simulated faults each has: the h200x8 node shows an Xid and NVML errors on its health page."""
+simulated faults each has: the h200x8 node shows an Xid and NVML errors on its health page; the
+p5en nodes (32 EFAs each, GPUDirect RDMA ready on ``p5en`` and not on ``p5en-nogdr``) fill the
+Network page."""
 
 
 def dashboard_fixture(scenario: str) -> str:
