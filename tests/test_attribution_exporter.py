@@ -131,3 +131,49 @@ def test_api_outage_leaves_kubelet_allocations_and_names_the_failing_stage(tmp_p
             eventually(
                 base, lambda s: stage(s, "kube_api") == 1.0 and allocations(s) == {("train-0", uuids[0], "StatefulSet")}
             )
+
+
+def nic_holders(samples: Samples) -> set[tuple[str, str, str]]:
+    return {(lab["pod"], lab["resource"], lab["device"]) for lab, _ in samples.get("gpulens_pod_nic_allocation", [])}
+
+
+def test_nics_held_through_the_real_kubelet_reach_their_pods() -> None:
+    """The p5en node's sysfs tree read by the real NIC source, its pods listed by a real gRPC kubelet:
+    EFA devices by name and an SR-IOV-style PCI address name their NIC, a shared rdma/ pool holds
+    no named NIC (device ""), an FPGA's PCI address is no NIC; gpulens_nic_pods counts holders."""
+    kubelet = FakeKubelet()
+    try:
+        kubelet.start()
+        args = ("--sim.scenario", "p5en", "--no-probes", "--kubernetes.podresources-socket", kubelet.socket_path)
+        with run_exporter(*args, "--kubernetes.refresh-interval", "1s", "--no-kubernetes.api", env=NO_API_ENV) as base:
+            first = eventually(base, lambda s: bool(s.get("gpulens_nic_info")) and bool(s.get("gpulens_gpu_info")))
+            nics = {lab["device"]: lab["pci_bus_id"] for lab, _ in first["gpulens_nic_info"]}
+            assert len(nics) == 32
+            names = sorted(nics)
+            assert "0000:e0:1f.7" not in nics.values()
+            uuids = gpu_uuids(first)
+            kubelet.pods = [
+                pod(
+                    "ml",
+                    "train-0",
+                    [("main", [("nvidia.com/gpu", uuids[:2]), ("vpc.amazonaws.com/efa", names[:2])])],
+                ),
+                pod("ml", "sriov-0", [("main", [("intel.com/sriov_rdma", [nics[names[2]]])])]),
+                pod("ml", "pool-0", [("main", [("rdma/hca_shared_devices_a", ["1"])])]),
+                pod("ml", "pool-1", [("main", [("rdma/hca_shared_devices_a", ["2"])])]),
+                pod("fpga", "synth-0", [("main", [("xilinx.com/fpga", ["0000:e0:1f.7"])])]),
+            ]
+            held = eventually(base, lambda s: len(nic_holders(s)) >= 5)
+            assert nic_holders(held) == {
+                ("train-0", "vpc.amazonaws.com/efa", names[0]),
+                ("train-0", "vpc.amazonaws.com/efa", names[1]),
+                ("sriov-0", "intel.com/sriov_rdma", names[2]),
+                ("pool-0", "rdma/hca_shared_devices_a", ""),
+                ("pool-1", "rdma/hca_shared_devices_a", ""),
+            }
+            pods_per_nic = {lab["device"]: v for lab, v in held["gpulens_nic_pods"]}
+            assert pods_per_nic[names[0]] == pods_per_nic[names[2]] == 1.0
+            assert pods_per_nic[names[3]] == 0.0
+            assert stage(held, "nic") == 1.0
+    finally:
+        kubelet.stop()
