@@ -37,6 +37,7 @@ ALERTS = {
     "GPUNvlinkErrors",
     "GPUTemperatureHigh",
     "GPUNodeFewerHealthyThanAllocatable",
+    "GPUDirectRDMANotReady",
 }
 POD_ALERTS = {"GPUAllocatedButIdle", "GPUUnderutilized", "GPULaunchBound"}
 ROUTING_LABELS = {"namespace", "pod", "workload"}
@@ -154,7 +155,8 @@ def test_rules_use_only_catalogue_metrics_and_their_labels() -> None:
                 assert name in BY_NAME, f"{rule.get('alert') or rule.get('record')}: unknown metric {name}"
                 for label in re.findall(r"([a-z_]+)\s*(?:=~|!~|!=|=)", matchers):
                     assert label in set(BY_NAME[name].labels) | TARGET_LABELS, (name, label)
-            known = {lab for spec in BY_NAME.values() for lab in spec.labels} | TARGET_LABELS
+            # `direction` (tx/rx) is the one label a rule adds itself (gpulens:nic_port_bytes:rate5m).
+            known = {lab for spec in BY_NAME.values() for lab in spec.labels} | TARGET_LABELS | {"direction"}
             for labels in _GROUPING.findall(expr):
                 for label in filter(None, (x.strip() for x in labels.split(","))):
                     assert label in known, f"{rule.get('alert') or rule.get('record')}: unknown label {label}"

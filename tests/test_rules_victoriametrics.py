@@ -38,7 +38,7 @@ from tests.support.prometheus import query as prom_query
 from tests.support.victoriametrics import RULES_FILE, force_flush, import_openmetrics, replay_rules, run_victoriametrics
 from tests.support.victoriametrics import query as vm_query
 
-SCENARIOS = ("h200x8", "mig", "timeslice")
+SCENARIOS = ("h200x8", "mig", "timeslice", "p5en-nogdr")
 SCRAPES = 48
 SAMPLE = 15.0
 """History: SCRAPES scrapes of each exporter stamped SAMPLE s apart (12 minutes)."""
