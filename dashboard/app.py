@@ -22,6 +22,7 @@ PAGES = [  # (script, title, url path, icon); the first is the default page, ser
     ("views/workloads.py", "Workloads", "workloads", ":material/work:"),
     ("views/sharing.py", "Sharing", "sharing", ":material/grid_view:"),
     ("views/health.py", "Health", "health", ":material/monitor_heart:"),
+    ("views/network.py", "Network", "network", ":material/lan:"),
     ("views/rightsizing.py", "Right-sizing", "rightsizing", ":material/tune:"),
     ("views/gpu.py", "GPU", "gpu", ":material/memory:"),
 ]

@@ -54,6 +54,8 @@ MEAN_WINDOW_SECONDS = 300.0
 """The window of both means above."""
 LAUNCH_CLASS = "launch"
 TRANSFER_CLASS = "transfer"
+COMMUNICATION_CLASS = "communication"
+"""The class of a leaf spinning in a collective, waiting on its peers or the network (docs/network.md)."""
 IN_USE_CLASSES: tuple[str, ...] = (LAUNCH_CLASS, TRANSFER_CLASS)
 """Boundness classes that mean the leaf is in use whatever its SM activity reads: ``launch`` (tiny
 kernels back to back) and ``transfer`` (its links busy while the SMs idle or wait)."""
@@ -176,6 +178,25 @@ def transfer_share_promql(matchers: Mapping[str, str] | None = None) -> str:
     return f"max without (class) (avg_over_time({transfer}[{MEAN_WINDOW}]) and {transfer})"
 
 
+_POD_LEAF = "cluster, namespace, pod, container, uuid, mig_uuid"
+
+
+def communication_share_promql(matchers: Mapping[str, str] | None = None) -> str:
+    """Each pod's **communication share** (``gpulens:pod_gpu_communication:ratio_avg5m``, 0..1): the
+    mean over the pod's leaves of the fraction of the last MEAN_WINDOW each leaf was in class
+    ``communication`` (spinning in a collective); absent for a pod whose leaves have no class (no
+    GPM). Labels cluster, namespace, pod, workload_kind, workload. :func:`communication_share_frame`
+    computes the same from per-series means."""
+    comm = _sel("gpulens_pod_gpu_boundness", matchers, {"class": COMMUNICATION_CLASS})
+    alloc = _sel("gpulens_pod_gpu_allocation", matchers)
+    return (
+        "avg by (cluster, namespace, pod, workload_kind, workload) ("
+        f"(avg_over_time({comm}[{MEAN_WINDOW}]) and {comm})"
+        f" * on ({_POD_LEAF}) group_left (workload_kind, workload)"
+        f" max by ({_POD_LEAF}, workload_kind, workload) ({alloc}))"
+    )
+
+
 def idle_promql(sm_mean: str, kernels_active: str) -> str:
     """1 if the leaf is idle, 0 if busy (``gpulens:gpu_idle:bool``), from the two expressions."""
     below = f"({sm_mean} < bool {IDLE_SM_ACTIVE_BELOW!r})"
@@ -270,6 +291,7 @@ RULES: Mapping[str, str] = {
     "gpulens:gpu_utilization:ratio_avg5m": util_mean_promql(),
     "gpulens:gpu_kernels_active:bool": kernels_active_promql("gpulens:gpu_utilization:ratio_avg5m"),
     "gpulens:gpu_transfer:ratio_avg5m": transfer_share_promql(),
+    "gpulens:pod_gpu_communication:ratio_avg5m": communication_share_promql(),
     # from raw series, not from the rules above: a rule reading another rule's output lags it by
     # an evaluation (more when backfilled), and the dashboard's scrape mode and the advisor, which
     # compute from raw series, would then disagree with it at every transition
@@ -474,6 +496,25 @@ def gpu_shares(info: pd.DataFrame, mig_info: pd.DataFrame) -> dict[tuple[str, st
     for u, m, p in zip(_col(mig_info, "uuid"), _col(mig_info, "mig_uuid"), _col(mig_info, "mig_profile"), strict=True):
         out[(u, m)] = gpu_share(p, models[u]) if u in models else 1.0
     return out
+
+
+def communication_share_frame(means: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`communication_share_promql` in pandas, from ``means``: each ``gpulens_pod_gpu_boundness``
+    series' mean over MEAN_WINDOW (any classes; only ``communication`` is read).
+
+    Returns (per leaf: namespace, pod, container, uuid, mig_uuid, share; per pod: namespace, pod,
+    share = the mean of its leaves' shares), each share 0..1; empty frames where no leaf has a class."""
+    leaf_cols = ["namespace", "pod", "container", *LEAF]
+    if means.empty or "class" not in means.columns:
+        return pd.DataFrame(columns=[*leaf_cols, "share"]), pd.DataFrame(columns=["namespace", "pod", "share"])
+    m = means.copy()
+    for c in leaf_cols:
+        if c not in m.columns:
+            m[c] = ""
+    m = m[(m["class"] == COMMUNICATION_CLASS) & m["value"].notna()]
+    leaves = m.groupby(leaf_cols, as_index=False)["value"].max().rename(columns={"value": "share"})
+    pods = leaves.groupby(["namespace", "pod"], as_index=False)["share"].mean()
+    return leaves, pods
 
 
 def _col(df: pd.DataFrame, name: str) -> list[str]:

@@ -281,6 +281,19 @@ def fmt_rate(bps: float) -> str:
     return f"{bps:.0f} B/s"
 
 
+def fmt_bitrate(bytes_per_second: float) -> str:
+    """A NIC's throughput or line rate in bits per second, as NICs are rated: ``93.0 Gb/s``,
+    ``400 Gb/s``, ``1.2 Mb/s``; ``""`` for a missing value."""
+    if bytes_per_second != bytes_per_second:
+        return ""
+    bits = bytes_per_second * 8.0
+    for unit, scale in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if abs(bits) >= scale:
+            v = bits / scale
+            return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}"
+    return f"{bits:,.0f} b/s"
+
+
 def humanize_bytes(df: pd.DataFrame) -> pd.DataFrame:
     """``*_bytes`` columns as ``GiB`` strings, ``*_bytes_per_second`` as ``GB/s``/``TB/s``."""
     out = df.copy()

@@ -17,7 +17,14 @@ from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_expo
 from tests.support.net import free_port
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
-PAGES = ["views/efficiency.py", "views/workloads.py", "views/sharing.py", "views/health.py", "views/gpu.py"]
+PAGES = [
+    "views/efficiency.py",
+    "views/workloads.py",
+    "views/sharing.py",
+    "views/health.py",
+    "views/network.py",
+    "views/gpu.py",
+]
 
 
 @pytest.fixture()
@@ -274,3 +281,79 @@ def test_gpu_page_shows_the_links_in_words(dashboard_env: pytest.MonkeyPatch) ->
     assert links.loc["NVLink", "measured_by"] == frames.LINK_SOURCE_NAMES[sources["nvlink"]]
     assert 50 < links.loc["PCIe", "mean_utilization"] <= 100
     assert "gpulens_" not in texts
+
+
+def _network_texts(at: AppTest) -> str:
+    at.switch_page("views/network.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
+    return _texts(at)
+
+
+@pytest.mark.parametrize("mode", ["prometheus", "scrape"])
+def test_network_page_shows_nics_gpudirect_and_holders_of_the_p5en_nodes(
+    dashboard_env: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The simulated p5en nodes (tests/fixtures/dashboard/p5en*.prom): 32 EFAs each, GPUDirect RDMA
+    ready on p5en (the EFA driver's peer-to-peer) and not on p5en-nogdr (no peer-memory module),
+    one pod holding all 32 NICs alone; from both sources."""
+    files = ("p5en.prom", "p5en-nogdr.prom")
+    with ExitStack() as es:
+        if mode == "prometheus":
+            url, _state = es.enter_context(fake_prometheus(*files))
+            dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        else:
+            urls = es.enter_context(serve_exposition(*files))
+            dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        texts = _network_texts(at)
+        frames_shown = [d.value for d in at.dataframe]
+    assert "GPUDirect RDMA ready on all 8 GPUs" in texts
+    assert "GPUDirect RDMA not ready on 8 of 8 GPUs: no peer-memory module or DMA-BUF" in texts
+    assert "All 64 NICs in view are up" in texts
+    nics = next(df for df in frames_shown if "line_rate" in df.columns)
+    assert len(nics) == 64 and set(nics["kind"]) == {"EFA"}
+    assert set(nics["line_rate"]) == {"100 Gb/s"}
+    # a static scrape has no rate yet: blank, never a raw number
+    assert all(str(v).endswith(" b/s") or str(v).endswith("Gb/s") or v == "" for v in nics["tx"]), set(nics["tx"])
+    pods = next(df for df in frames_shown if "nics" in df.columns)
+    assert sorted(pods["nics"]) == [32, 32] and set(pods["shared"]) == {"none"}
+
+
+def test_network_page_says_so_on_nodes_without_nics(dashboard_env: pytest.MonkeyPatch) -> None:
+    with serve_exposition("h200x8.prom") as urls:
+        dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        texts = _network_texts(at)
+    assert "No RDMA NIC in view" in texts
+    assert not at.vega_lite_chart if hasattr(at, "vega_lite_chart") else True
+
+
+def test_gpu_page_lists_its_nearest_nics_and_workloads_the_communication_share(
+    dashboard_env: pytest.MonkeyPatch,
+) -> None:
+    """GPU 0 of p5en-nogdr: its nearest EFAs, their PCIe path in words and GPUDirect RDMA not ready
+    with the reason; the Workloads page's pods carry their devices' communication share."""
+    info = (Path(__file__).parent / "fixtures" / "dashboard" / "p5en-nogdr.prom").read_text()
+    uuid = re.search(r'gpulens_gpu_info\{[^}]*gpu="0"[^}]*uuid="([^"]+)"', info)
+    assert uuid
+    with fake_prometheus("p5en-nogdr.prom") as (url, _state):
+        dashboard_env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        at.switch_page("views/workloads.py").run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        pods = next(d.value for d in at.dataframe if "class" in d.value.columns and "pod" in d.value.columns)
+        at.query_params["uuid"] = uuid.group(1)
+        at.switch_page("views/gpu.py").run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        texts = _texts(at)
+        nics = next(d.value for d in at.dataframe if "gdr_ready" in d.value.columns)
+    assert "communication" in pods.columns and pods["communication"].max() > 50, pods
+    assert "Nearest NICs" in texts and "GPUDirect RDMA is not ready" in texts
+    assert len(nics) == 4 and set(nics["gdr_ready"]) == {"not ready"}
+    assert set(nics["reason"]) == {"no peer-memory module or DMA-BUF"}
+    assert all(p.startswith("PIX") or p.startswith("PXB") for p in nics["path"]), set(nics["path"])

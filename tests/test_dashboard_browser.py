@@ -215,3 +215,70 @@ def test_a_gpu_moving_data_is_shown_as_moving_data_with_its_links(
         if mode == "prometheus" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
             for path, shot in shots.items():
                 shutil.copy(shot, REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
+
+
+NETWORK_SCENARIOS = ("p5en", "p5en-nogdr")
+"""Two simulated p5en workers of one PyTorchJob (32 EFAs each): GPUDirect RDMA ready with a
+thermally throttled GPU 5 (the straggler), and not ready (no peer-memory module)."""
+
+
+@pytest.fixture(scope="module")
+def network_stack() -> Iterator[tuple[str, str, str]]:
+    """The two p5en exporters, a Prometheus with the rules scraping them every second, and a
+    dashboard on each source: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
+    with ExitStack() as es:
+        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in NETWORK_SCENARIOS]
+        prom = es.enter_context(run_prometheus(demo_scrape_config(targets, rules=True),
+                                               {"gpulens.rules.yml": RULES.read_text()}))  # fmt: skip
+        wait_for_query(prom, "count(gpulens_nic_info) >= 64", timeout=60)
+        dash = es.enter_context(run_dashboard("--prometheus", prom))
+        scrape = es.enter_context(run_dashboard("--scrape", ",".join(targets), "--scrape-interval", "1"))
+        yield prom, dash, scrape
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_network_page_shows_the_nics_gpudirect_and_the_straggler(
+    network_stack: tuple[str, str, str], mode: str, artifacts_dir: Path
+) -> None:
+    """What a person sees on the Network page of the two p5en nodes: each node's 32 EFAs with their
+    throughput in Gb/s against a 100 Gb/s line rate, GPUDirect RDMA ready on one node and not on the
+    other with the reason in words, the pod holding the NICs alone with its throughput and its
+    communication share, and the straggler named; the GPU page lists a GPU's nearest NICs."""
+    prom, prom_dash, scrape_dash = network_stack
+    dash = prom_dash if mode == "prometheus" else scrape_dash
+    # NIC rates are drawn where a counter is a rate window (a minute) old
+    wait_for_query(prom, "count(gpulens_nic_port_data_transmitted_bytes_total offset 70s)", timeout=150)
+    uuid = str(prom_query(prom, 'gpulens_gpu_info{gpu="0",node="node-1"}')[0]["metric"]["uuid"])
+    out = artifacts_dir / "dashboard"
+    out.mkdir(exist_ok=True)
+    with chromium_page() as page:
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        if mode == "scrape":
+            # the scrape source starts with the first page a browser opens: give it a rate's history
+            load(page, f"{dash}/network?range=15m")
+            time.sleep(75)
+        watch = PageWatch(page, dash)
+        texts = [
+            "NICs: throughput now against the line rate",
+            "All 64 NICs in view are up",
+            "GPUDirect RDMA ready on all 8 GPUs",
+            "GPUDirect RDMA not ready on 8 of 8 GPUs: no peer-memory module or DMA-BUF",
+            "Pods holding NICs",
+            "llama-70b-pretrain-worker-0",
+            "Time in communication per GPU",
+            "GPU 5 computes",
+        ]
+        shot = out / f"{mode}-network.png"
+        check_page(page, watch, f"{dash}/network?range=15m", texts, 4, shot)
+        body = page.locator("body").inner_text()
+        # the tables are drawn on a canvas (their cells are checked in test_dashboard_apptest.py)
+        assert page.locator("svg text", has_text="Gb/s each way").count() > 0, "the NIC charts' axis"
+        assert page.locator("svg text", has_text="communication").count() > 0, "the class in the legend"
+        assert "gpulens_" not in body and "path_sys" not in body and "no_peer_memory" not in body
+        gpu = ["Nearest NICs", "GPUDirect RDMA is not ready"]
+        check_page(page, watch, f"{dash}/gpu?range=15m&uuid={uuid}", gpu, 3, out / f"{mode}-network-gpu.png")
+        assert page.get_by_text("no peer-memory module or DMA-BUF").count() > 0
+        if mode == "prometheus" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
+            shutil.copy(shot, REPO / "docs" / "img" / "dashboard-network.png")

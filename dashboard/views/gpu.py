@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, frames, ui
-from dashboard.source import bounded_step, rate_steps
+from dashboard.source import Filters, bounded_step, rate_steps
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -52,6 +52,9 @@ def body(ctx: ui.PageContext) -> None:
         if mig:
             st.caption(f"Opened for MIG instance {mig}; the charts show the GPU and every instance on it.")
 
+    with ui.panel("NICs"):
+        nics(ctx, uuid, info)
+
     series = ui.fetch(ctx, "device_series", uuid, window_s=ctx.window_s, step_s=ctx.step_s)
     with ui.panel("Pods that held it"):
         st.subheader("Pods that held this GPU in the range")
@@ -91,6 +94,45 @@ def body(ctx: ui.PageContext) -> None:
         with ui.panel(title):
             st.subheader(title)
             ui.chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
+
+
+def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
+    """The GPU's nearest RDMA NICs (docs/network.md): device, PCIe path, GPUDirect RDMA state and
+    reason in words, and each NIC's throughput now (Gb/s each way); the others are on the Network page."""
+    row = frames.with_cols(info[frames.col(info, "uuid") == uuid], ["instance"])
+    if row.empty:
+        return
+    on_node = Filters(cluster=ctx.filters.cluster, instance=str(row["instance"].iloc[0]) or None)
+    paths = ui.fetch(ctx, "instant", "gpulens_gpu_nic_path_info", on_node)
+    paths = paths[frames.col(paths, "uuid") == uuid]
+    if paths.empty:
+        return  # a node without RDMA NICs: nothing to say on every GPU page
+    ready = ui.fetch(ctx, "instant", "gpulens_gpu_nic_gdr_ready", on_node)
+    pairs = frames.gpu_nics(paths, ready[frames.col(ready, "uuid") == uuid], info)
+    near = pairs[pairs["nearest"]]
+    st.subheader("Nearest NICs")
+    by = list(frames.NIC_KEYS)
+    tx = ui.fetch(ctx, "rate", frames.NIC_TX, on_node, window_s=ctx.window_s, step_s=ctx.step_s, by=by)
+    rx = ui.fetch(ctx, "rate", frames.NIC_RX, on_node, window_s=ctx.window_s, step_s=ctx.step_s, by=by)
+    rates = frames.nic_table(near.assign(kind="", numa_node="", pci_bus_id=""), pd.DataFrame(), pd.DataFrame(), tx, rx)
+    table = near.merge(rates[["device", "tx", "rx"]], on="device", how="left")
+    ok = bool(table["gdr_ready"].any())
+    st.caption(
+        f"{len(table)} of the node's {len(pairs)} NICs are nearest to this GPU. GPUDirect RDMA "
+        + (
+            "is ready: they read and write its memory directly."
+            if ok
+            else "is not ready: its RDMA traffic is staged through host memory."
+        )
+        + " The Network page has every NIC, its errors and the pods holding it."
+    )
+    shown = table.assign(
+        path=[frames.PATH_WORDS.get(str(p), str(p)) for p in table["path"]],
+        gdr_ready=["ready" if r else "not ready" for r in table["gdr_ready"]],
+        tx=[ui.fmt_bitrate(v) for v in table["tx"]],
+        rx=[ui.fmt_bitrate(v) for v in table["rx"]],
+    )[["device", "path", "gdr_ready", "reason", "tx", "rx"]]
+    st.dataframe(shown, hide_index=True, key="gpu_nics", column_config=NIC_TABLE_CONFIG)
 
 
 def links(series: pd.DataFrame, steps: int) -> None:
@@ -138,6 +180,15 @@ LINK_TABLE_CONFIG = {
     "out_bytes_per_second": st.column_config.TextColumn("out (mean)", help="out of the GPU, mean over the range"),
     "mean_utilization": st.column_config.ProgressColumn("use (mean)", format="%.0f%%", min_value=0, max_value=100),
     "peak_utilization": st.column_config.ProgressColumn("use (peak)", format="%.0f%%", min_value=0, max_value=100),
+}
+
+NIC_TABLE_CONFIG = {
+    "device": st.column_config.TextColumn("NIC"),
+    "path": st.column_config.TextColumn("PCIe path", help="as nvidia-smi topo -m names it"),
+    "gdr_ready": st.column_config.TextColumn("GPUDirect RDMA"),
+    "reason": st.column_config.TextColumn("how, or why not"),
+    "tx": st.column_config.TextColumn("sent now"),
+    "rx": st.column_config.TextColumn("received now"),
 }
 
 

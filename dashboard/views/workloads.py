@@ -27,6 +27,7 @@ def body(ctx: ui.PageContext) -> None:
         "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
         "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
+        "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window_s=definitions.MEAN_WINDOW_SECONDS),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Allocated but idle"):
@@ -129,6 +130,18 @@ def body(ctx: ui.PageContext) -> None:
             pods = pods.merge(sm_leaf.rename(columns={"sm_mean": "sm_active"}), on=list(frames.LEAF), how="left")
             classes = frames.pod_classes(ui.get(ctx, q["pod_bound"]))
             pods = pods.merge(classes, on=list(frames.POD_KEYS), how="left")
+            # each device's share of the last 5 minutes waiting in collectives (the pod's figure,
+            # gpulens:pod_gpu_communication:ratio_avg5m, is the mean of its devices')
+            leaves, _pods = definitions.communication_share_frame(ui.get(ctx, q["class_means"]))
+            if not leaves.empty and (leaves["share"] > 0).any():
+                pods = pods.merge(
+                    leaves.rename(columns={"share": "communication"}), on=list(frames.POD_KEYS), how="left"
+                )
+                pods["communication"] = pd.to_numeric(pods["communication"], errors="coerce") * 100.0
+                st.caption(
+                    f"Communication: the share of the last {definitions.MEAN_WINDOW} the device spent waiting in "
+                    "collectives (NCCL); one device of a pod far below its peers is a straggler (Network page)."
+                )
             share = ui.get(ctx, q["share"])
             if not share.empty:
                 sh = frames.with_cols(share, ["namespace", "pod", "container", "uuid"])
@@ -162,6 +175,7 @@ def body(ctx: ui.PageContext) -> None:
                     "workload",
                     "resource",
                     "class",
+                    "communication",
                     "sm_active",
                     "sm_share",
                     "sm_share_note",
@@ -174,7 +188,19 @@ def body(ctx: ui.PageContext) -> None:
                 if c in pods.columns
             ]
             table = ui.humanize_bytes(pods[cols].sort_values(["namespace", "pod"]))
-            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=ui.COLUMN_CONFIG)
+            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=POD_TABLE_CONFIG)
+
+
+POD_TABLE_CONFIG = {
+    **ui.COLUMN_CONFIG,
+    "communication": st.column_config.ProgressColumn(
+        "communication",
+        format="%.0f%%",
+        min_value=0,
+        max_value=100,
+        help=f"share of the last {definitions.MEAN_WINDOW} in collectives, waiting on peers or the network",
+    ),
+}
 
 
 ui.page("Workloads", body)

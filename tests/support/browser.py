@@ -34,9 +34,19 @@ PAGES: dict[str, list[str]] = {
     "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
     "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
     "rightsizing": ["Right-sizing"],
+    "network": ["No RDMA NIC in view"],
     "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
 }
-MIN_CHARTS = {"": 1, "efficiency": 2, "workloads": 1, "sharing": 2, "health": 1, "rightsizing": 0, "gpu": 3}
+MIN_CHARTS = {
+    "": 1,
+    "efficiency": 2,
+    "workloads": 1,
+    "sharing": 2,
+    "health": 1,
+    "rightsizing": 0,
+    "network": 0,
+    "gpu": 3,
+}
 """Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
 charts each draws at least."""
 CHART = '[data-testid="stVegaLiteChart"]'
