@@ -2,8 +2,9 @@
 
 Discovery walks the tree once (and again when asked: the NIC source does it every minute) and
 keeps every per-cycle file open; a cycle then costs one ``pread`` at offset 0 per file (sysfs
-regenerates an attribute's text on each read from offset 0), about 1.7 µs a counter where an
-open-read-close costs 8 µs.  Every open is non-blocking and every read bounded
+regenerates an attribute's text on each read from offset 0), under half of what opening, reading
+and closing each file costs and a fifth of a node_exporter-style walk (docs/benchmarks.md, "NIC
+reading cost").  Every open is non-blocking and every read bounded
 (``exporter.fsread``): a FIFO, a device node or a huge file planted in the tree blocks nothing
 and costs at most the bound.  docs/network.md lists the files and what each becomes.
 """
