@@ -225,6 +225,27 @@ def test_gpus_without_a_place_have_no_paths(p5en: st.SysfsTree, closing: list[Ne
     assert len(network.paths) == 32
 
 
+def test_reading_in_the_callers_thread_uses_the_callers_clock(tmp_path: Path) -> None:
+    """A source that was not started reads in the sampler's thread at the sampler's ``now``: the
+    rates are over the sampler's seconds, whatever the source's own clock says (the simulator's
+    runs are deterministic so)."""
+    layout = st.p5en_layout()
+    tree = st.SysfsTree.of(tmp_path, layout)
+    name = layout.nics[0].name
+    frozen = Clock(5.0)  # never moves
+    net = network_stage(tree, frozen)
+    try:
+        sample = backend_sample(layout.gpus)
+        net.observe(sample, None, now=100.0)
+        tree.set_counter(name, 1, "tx_bytes", 4_000_000_000)
+        network, result = net.observe(sample, None, now=102.0)
+        assert network is not None and result is not None and result.success
+        (port,) = next(n for n in network.nics if n.device == name).ports
+        assert port.tx_bytes_per_second == 2e9
+    finally:
+        net.close()
+
+
 # --- holders --------------------------------------------------------------------------------------
 
 
@@ -439,10 +460,10 @@ def test_source_thread_reads_and_close_is_idempotent(p5en: st.SysfsTree) -> None
     before = len(os.listdir("/proc/self/fd"))
     read = threading.Event()
     source = NicSource(str(p5en.sysfs), str(p5en.procfs), interval_seconds=0.01)
-    real_read_once: Callable[[], None] = source.read_once
+    real_read_once: Callable[[float | None], None] = source.read_once
 
-    def read_once() -> None:
-        real_read_once()
+    def read_once(now: float | None = None) -> None:
+        real_read_once(now)
         read.set()
 
     source.read_once = read_once  # type: ignore[method-assign]
