@@ -386,6 +386,38 @@ def test_a_driver_loaded_later_is_picked_up_at_rediscovery(tmp_path: Path, closi
     assert result is not None and result.success
 
 
+def test_skipped_entries_are_warned_about_once_until_they_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, closing: list[NetworkStage]
+) -> None:
+    """A ``class/infiniband`` entry the reader skips (a link out of the tree) gives one WARNING,
+    not one per rediscovery (every minute); a change in what is skipped is warned about again."""
+    efa = st.PciFunction("0000:4f:00.0", "pci0000:48", ("0000:48:01.0",), 0)
+    tree = st.SysfsTree(tmp_path / "node", [st.efa_nic("rdmap79s0", efa)])
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    links = tree.sysfs / "class" / "infiniband"
+    (links / "evil0").symlink_to(outside)
+    clock = Clock()
+    net = network_stage(tree, clock)
+    closing.append(net)
+    caplog.set_level(logging.INFO, logger="exporter.network")
+    sample = backend_sample(())
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    for _ in range(10):
+        network, _ = net.observe(sample, None)
+        assert network is not None and [n.device for n in network.nics] == ["rdmap79s0"]
+        clock.now += 61.0
+    assert warnings() == ["skipped 1 RDMA device(s), port(s) or file(s) outside the tree or over a bound"]
+    (links / "evil1").symlink_to(outside)
+    for _ in range(3):
+        net.observe(sample, None)
+        clock.now += 61.0
+    assert len(warnings()) == 2 and "skipped 2 " in warnings()[1]
+
+
 def test_stale_reads_fail_the_stage(p5en: st.SysfsTree) -> None:
     """The sampler renders the latest read; once it is older than ``stale_seconds`` (a read that
     hangs in the source's thread) the stage fails and the NICs drop, until a read comes back."""

@@ -59,6 +59,8 @@ class NicSource:
         self._discovered_at: float | None = None
         self._devices = 0
         self._said_none = False
+        self._said_skipped = 0
+        """The skipped count last warned about: a tree that stays the same is warned about once."""
         self._host: HostGdr | None = None
         self._nics: tuple[NicSample, ...] | None = None
         self._good_at: float | None = None
@@ -132,10 +134,11 @@ class NicSource:
                 ", ".join(self._reader.device_names[:8]),
                 ", ..." if self._devices > 8 else "",
             )
-        if self._reader.skipped:
+        if self._reader.skipped and self._reader.skipped != self._said_skipped:
             log.warning(
                 "skipped %d RDMA device(s), port(s) or file(s) outside the tree or over a bound", self._reader.skipped
             )
+        self._said_skipped = self._reader.skipped
 
     def latest(self, now: float | None = None) -> NicReading:
         """The latest state (what the sampler renders this cycle) as of ``now`` (default: the clock)."""
