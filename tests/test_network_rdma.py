@@ -651,15 +651,15 @@ def test_rediscovery_drops_a_device_that_is_gone(tmp_path: Path, reader_cleanup:
 def test_kept_open_files_see_in_place_updates_without_reopening(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader_cleanup: list[RdmaReader]
 ) -> None:
-    """After discovery, a read opens nothing (counters, states: one ``pread`` each; the line rate
-    on the slow read is the one file read by path) and sees every ``set_counter``."""
+    """After discovery, a read opens nothing (counters, states and the line rate: one ``pread``
+    each) and sees every ``set_counter``."""
     tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     before = open_fds()
     reader.discover()
-    assert open_fds() - before == len(st.EFA_PORT_COUNTERS) + len(st.EFA_DEVICE_COUNTERS) + 2
-    reader.read(0.0)  # the slow read: rate by path
+    assert open_fds() - before == len(st.EFA_PORT_COUNTERS) + len(st.EFA_DEVICE_COUNTERS) + 3
+    reader.read(0.0)  # the slow read
     opened: list[str] = []
     real_open = os.open
 
