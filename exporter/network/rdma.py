@@ -19,6 +19,7 @@ import resource
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 from exporter import fsread
 from exporter.model import NicPort, NicSample
@@ -37,8 +38,8 @@ past it, files are opened and closed at each read."""
 COUNTER_BYTES = 64
 """Bytes read of a counter file: a 64-bit decimal and a newline fit in 21."""
 SLOW_EVERY = 10
-"""Device-level counters (EFA admin-queue and error counters) and the line rate are read every
-this many reads; port counters and states every read."""
+"""Device-level counters (EFA admin-queue and error counters) and the line rate of a device are read
+every this many reads (the devices staggered over the reads); port counters and states every read."""
 
 WRAP_32 = 2**32
 WRAP_64 = 2**64
@@ -103,6 +104,17 @@ def parse_rate(text: str | None) -> float | None:
 def _parse_rate_file(file: _File) -> float | None:
     data = file.read(128)
     return parse_rate(data.decode("ascii", "replace")) if data is not None else None
+
+
+def _state_number(data: bytes | None) -> int | None:
+    """The number before the colon of a ``state`` file's bytes (``b"4: ACTIVE"`` is 4)."""
+    if data is None:
+        return None
+    try:
+        value = int(data.split(b":", 1)[0])
+    except ValueError:
+        return None
+    return value if 0 <= value < 256 else None
 
 
 def parse_state(text: str | None) -> int | None:
@@ -203,6 +215,8 @@ class _Port:
     traffic: dict[str, _Counter] = field(default_factory=dict)
     """Named traffic key (``tx_bytes`` ...) -> its counter."""
     counters: list[_Counter] = field(default_factory=list)
+    names: tuple[str, ...] = ()
+    """The counters' names, in their order (set once discovery is done)."""
     rate: float | None = None
     prev: tuple[float, float | None, float | None] | None = None
     """(time, tx bytes, rx bytes) of the previous read, for the rates."""
@@ -324,6 +338,7 @@ class RdmaReader:
         # The kernel's port counters first (their names are the ABI), then the driver's.
         port.counters = self._counters(device, number, os.path.join(path, "counters"), budget, old, port.traffic)
         port.counters += self._counters(device, number, os.path.join(path, "hw_counters"), budget, old, port.traffic)
+        port.names = tuple(c.name for c in port.counters)
         return port
 
     def _counters(
@@ -363,11 +378,17 @@ class RdmaReader:
                 out.append(counter)
         return out
 
-    def read(self, now: float) -> tuple[NicSample, ...]:
-        """Every device's counters and port states now; ``now`` (seconds, monotonic) times the rates."""
-        slow = self._reads % SLOW_EVERY == 0
+    def read(self, now: float, everything: bool = False) -> tuple[NicSample, ...]:
+        """Every device's port counters and states now; ``now`` (seconds, monotonic) times the rates.
+
+        Device ``i``'s device-level counters and line rate are read when ``(reads + i) %
+        SLOW_EVERY == 0``: each device once every ``SLOW_EVERY`` reads, a tenth of the devices on
+        each read, so no read carries them all; ``everything`` reads them all now."""
+        n = self._reads
         self._reads += 1
-        return tuple(self._read_device(d, now, slow) for d in self._devices)
+        return tuple(
+            self._read_device(d, now, everything or (n + i) % SLOW_EVERY == 0) for i, d in enumerate(self._devices)
+        )
 
     def _read_device(self, dev: _Device, now: float, slow: bool) -> NicSample:
         if slow:
@@ -390,9 +411,11 @@ class RdmaReader:
             port.rate = _parse_rate_file(port.rate_file)
         state = port.state.read()
         phys = port.phys_state.read()
-        traffic = dict(zip(port.traffic, _update(tuple(port.traffic.values())), strict=True))
+        traffic = dict(zip(port.traffic, _update(list(port.traffic.values())), strict=True))
         values = _update(port.counters)
-        counters = {c.name: v for c, v in zip(port.counters, values, strict=True) if v is not None}
+        read = dict(zip(port.names, values, strict=True))
+        # A read that failed drops only that counter's series.
+        counters = {k: v for k, v in read.items() if v is not None} if None in values else cast(dict[str, float], read)
         tx, rx = traffic.get("tx_bytes"), traffic.get("rx_bytes")
         tx_rate = rx_rate = None
         if port.prev is not None and now > port.prev[0]:
@@ -404,8 +427,8 @@ class RdmaReader:
         port.prev = (now, tx, rx)
         return NicPort(
             port=port.number,
-            state_id=parse_state(state.decode("ascii", "replace")) if state is not None else None,
-            physical_state_id=parse_state(phys.decode("ascii", "replace")) if phys is not None else None,
+            state_id=_state_number(state),
+            physical_state_id=_state_number(phys),
             rate_bytes_per_second=port.rate,
             link_layer=port.link_layer,
             tx_bytes=tx,
