@@ -196,20 +196,27 @@ def test_efa_new_driver_counters_named_and_by_file(tmp_path: Path, reader_cleanu
 def test_efa_port_counters_every_read_device_counters_every_slow_read(
     tmp_path: Path, reader_cleanup: list[RdmaReader]
 ) -> None:
-    """Port counters move at every read; the device-level ones (admin queue) every ``SLOW_EVERY``."""
+    """The ports' traffic moves at every read; the other port counters and the device-level ones
+    (admin queue) at the device's slow reads, every ``SLOW_EVERY``, keeping their last totals
+    between; ``everything=True`` reads them all at once."""
     tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
     reader.read(0.0)
+    tree.set_counter(EFA, 1, "tx_bytes", 8192)
     tree.set_counter(EFA, 1, "rdma_write_bytes", 4096)
     tree.set_counter(EFA, None, "submitted_cmds", 9)
     second = reader.read(1.0)
-    assert port1(second, EFA).counters["rdma_write_bytes"] == 4096
-    assert one(second, EFA).counters["submitted_cmds"] == 0  # not a slow read: the previous total
+    assert port1(second, EFA).tx_bytes == 8192
+    assert port1(second, EFA).counters["rdma_write_bytes"] == 0  # not a slow read: the last total
+    assert one(second, EFA).counters["submitted_cmds"] == 0
     for i in range(2, SLOW_EVERY + 1):
         last = reader.read(float(i))
+    assert port1(last, EFA).counters["rdma_write_bytes"] == 4096
     assert one(last, EFA).counters["submitted_cmds"] == 9
+    tree.set_counter(EFA, 1, "rdma_write_bytes", 5000)
+    assert port1(reader.read(20.5, everything=True), EFA).counters["rdma_write_bytes"] == 5000
 
 
 def test_efa_old_driver_everything_in_the_port_and_gdr_file(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
@@ -330,11 +337,11 @@ def test_counter_wrap_adds_the_right_delta(
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
-    first = port1(reader.read(0.0), EFA)
+    first = port1(reader.read(0.0, everything=True), EFA)
     assert (first.tx_bytes, first.counters["rdma_write_bytes"]) == (0, 0)
     tree.set_counter(EFA, 1, "tx_bytes", after)
     tree.set_counter(EFA, 1, "rdma_write_bytes", after)
-    port = port1(reader.read(1.0), EFA)
+    port = port1(reader.read(1.0, everything=True), EFA)
     assert port.tx_bytes == delta
     assert port.counters["rdma_write_bytes"] == delta
     assert port.tx_bytes_per_second == delta
@@ -418,10 +425,10 @@ def test_counter_file_removed_after_discovery_drops_only_its_series(tmp_path: Pa
     tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
     reader = reader_of(tree, max_open_files=0)
     reader.discover()
-    assert "rdma_write_bytes" in port1(reader.read(0.0), EFA).counters
+    assert "rdma_write_bytes" in port1(reader.read(0.0, everything=True), EFA).counters
     tree.set_counter(EFA, 1, "rdma_read_bytes", 77)
     tree.counter_path(EFA, 1, "rdma_write_bytes").unlink()
-    port = port1(reader.read(1.0), EFA)
+    port = port1(reader.read(1.0, everything=True), EFA)
     assert "rdma_write_bytes" not in port.counters
     assert port.counters["rdma_read_bytes"] == 77
     assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC) - 1
@@ -439,20 +446,20 @@ def test_counter_that_stops_parsing_drops_only_its_series_and_comes_back(
     reader.discover()
     tree.set_counter(EFA, 1, "tx_bytes", 100)
     tree.set_counter(EFA, 1, "send_bytes", 100)
-    reader.read(0.0)
+    reader.read(0.0, everything=True)
     for name in ("tx_bytes", "send_bytes"):
         fd = os.open(tree.counter_path(EFA, 1, name), os.O_WRONLY)
         os.pwrite(fd, b"not a number here!!\n", 0)  # the same 21 bytes, in place
         os.close(fd)
     tree.set_counter(EFA, 1, "rx_bytes", 40)
-    port = port1(reader.read(1.0), EFA)
+    port = port1(reader.read(1.0, everything=True), EFA)
     assert port.tx_bytes is None and port.tx_bytes_per_second is None
     assert port.rx_bytes == 40
     assert "send_bytes" not in port.counters
     assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC) - 1
     tree.set_counter(EFA, 1, "tx_bytes", 160)
     tree.set_counter(EFA, 1, "send_bytes", 160)
-    port = port1(reader.read(2.0), EFA)
+    port = port1(reader.read(2.0, everything=True), EFA)
     assert (port.tx_bytes, port.counters["send_bytes"]) == (160, 160)
 
 
@@ -518,11 +525,11 @@ def test_counter_replaced_by_fifo_after_discovery_does_not_block(tmp_path: Path)
     tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
     reader = reader_of(tree, max_open_files=0)
     reader.discover()
-    reader.read(0.0)
+    reader.read(0.0, everything=True)
     path = tree.counter_path(EFA, 1, "retrans_bytes")
     path.unlink()
     os.mkfifo(path)
-    samples = within(10.0, lambda: reader.read(1.0))
+    samples = within(10.0, lambda: reader.read(1.0, everything=True))
     assert isinstance(samples, tuple)
     port = port1(samples, EFA)
     assert "retrans_bytes" not in port.counters
@@ -659,7 +666,7 @@ def test_kept_open_files_see_in_place_updates_without_reopening(
     before = open_fds()
     reader.discover()
     assert open_fds() - before == len(st.EFA_PORT_COUNTERS) + len(st.EFA_DEVICE_COUNTERS) + 3
-    reader.read(0.0)  # the slow read
+    reader.read(0.0, everything=True)  # the slow read
     opened: list[str] = []
     real_open = os.open
 
@@ -672,7 +679,7 @@ def test_kept_open_files_see_in_place_updates_without_reopening(
     for t in range(1, SLOW_EVERY):
         tree.set_counter(EFA, 1, "rdma_write_bytes", 1000 * t)
         tree.set_counter(EFA, 1, "tx_bytes", 2000 * t)
-        port = port1(reader.read(float(t)), EFA)
+        port = port1(reader.read(float(t), everything=True), EFA)
         assert (port.counters["rdma_write_bytes"], port.tx_bytes) == (1000 * t, 2000 * t)
     monkeypatch.undo()
     assert opened == []
@@ -686,11 +693,11 @@ def test_without_kept_files_reads_still_work(tmp_path: Path) -> None:
     reader = reader_of(tree, max_open_files=0)
     reader.discover()
     assert open_fds() == before
-    reader.read(0.0)
+    reader.read(0.0, everything=True)
     tree.set_counter(EFA, 1, "tx_bytes", 300)
     tree.set_counter(EFA, 1, "rdma_write_bytes", 30)
     tree.set_counter(MLX, 1, "port_rcv_data", 10)
-    samples = reader.read(1.0)
+    samples = reader.read(1.0, everything=True)
     assert open_fds() == before
     assert port1(samples, EFA).tx_bytes == 300
     assert port1(samples, EFA).counters["rdma_write_bytes"] == 30

@@ -38,8 +38,11 @@ past it, files are opened and closed at each read."""
 COUNTER_BYTES = 64
 """Bytes read of a counter file: a 64-bit decimal and a newline fit in 21."""
 SLOW_EVERY = 10
-"""Device-level counters (EFA admin-queue and error counters) and the line rate of a device are read
-every this many reads (the devices staggered over the reads); port counters and states every read."""
+"""A device's counters other than the ports' traffic (bytes and packets each way), and its line rate,
+are read every this many reads, the devices staggered over the reads (a tenth of them each read):
+their series are at most this many intervals old, which a 15-60 s scrape does not see.  The traffic
+counters (the rates the classifier and the utilisation need) and the port states are read every
+read."""
 
 WRAP_32 = 2**32
 WRAP_64 = 2**64
@@ -217,6 +220,10 @@ class _Port:
     counters: list[_Counter] = field(default_factory=list)
     names: tuple[str, ...] = ()
     """The counters' names, in their order (set once discovery is done)."""
+    traffic_counters: tuple[_Counter, ...] = ()
+    """``traffic``'s counters, in its order (set once discovery is done)."""
+    published: Mapping[str, float] | None = None
+    """The other counters' totals as of their last read (read with the device's slow reads)."""
     rate: float | None = None
     prev: tuple[float, float | None, float | None] | None = None
     """(time, tx bytes, rx bytes) of the previous read, for the rates."""
@@ -339,6 +346,7 @@ class RdmaReader:
         port.counters = self._counters(device, number, os.path.join(path, "counters"), budget, old, port.traffic)
         port.counters += self._counters(device, number, os.path.join(path, "hw_counters"), budget, old, port.traffic)
         port.names = tuple(c.name for c in port.counters)
+        port.traffic_counters = tuple(port.traffic.values())
         return port
 
     def _counters(
@@ -381,9 +389,10 @@ class RdmaReader:
     def read(self, now: float, everything: bool = False) -> tuple[NicSample, ...]:
         """Every device's port counters and states now; ``now`` (seconds, monotonic) times the rates.
 
-        Device ``i``'s device-level counters and line rate are read when ``(reads + i) %
-        SLOW_EVERY == 0``: each device once every ``SLOW_EVERY`` reads, a tenth of the devices on
-        each read, so no read carries them all; ``everything`` reads them all now."""
+        Device ``i``'s other counters (device-level, and the ports' beyond traffic) and line rate are
+        read when ``(reads + i) % SLOW_EVERY == 0``: each device once every ``SLOW_EVERY`` reads, a
+        tenth of the devices on each read, so no read carries them all; in between its last values
+        are reported.  ``everything`` reads them all now."""
         n = self._reads
         self._reads += 1
         return tuple(
@@ -407,15 +416,18 @@ class RdmaReader:
         )
 
     def _read_port(self, port: _Port, now: float, slow: bool) -> NicPort:
-        if slow:
+        if slow or port.published is None:
             port.rate = _parse_rate_file(port.rate_file)
+            values = _update(port.counters)
+            read = dict(zip(port.names, values, strict=True))
+            # A read that failed drops only that counter's series.
+            counters = (
+                {k: v for k, v in read.items() if v is not None} if None in values else cast(dict[str, float], read)
+            )
+            port.published = MappingProxyType(counters)
         state = port.state.read()
         phys = port.phys_state.read()
-        traffic = dict(zip(port.traffic, _update(list(port.traffic.values())), strict=True))
-        values = _update(port.counters)
-        read = dict(zip(port.names, values, strict=True))
-        # A read that failed drops only that counter's series.
-        counters = {k: v for k, v in read.items() if v is not None} if None in values else cast(dict[str, float], read)
+        traffic = dict(zip(port.traffic, _update(port.traffic_counters), strict=True))
         tx, rx = traffic.get("tx_bytes"), traffic.get("rx_bytes")
         tx_rate = rx_rate = None
         if port.prev is not None and now > port.prev[0]:
@@ -435,7 +447,7 @@ class RdmaReader:
             rx_bytes=rx,
             tx_packets=traffic.get("tx_packets"),
             rx_packets=traffic.get("rx_packets"),
-            counters=MappingProxyType(counters),
+            counters=port.published,
             tx_bytes_per_second=tx_rate,
             rx_bytes_per_second=rx_rate,
         )
