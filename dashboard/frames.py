@@ -805,9 +805,13 @@ NOT_CHARTED = {
     LINK_INFO,
     TRANSFER_ACTIVE,
     "gpulens_gpu_sharing_info",  # the Sharing page's; always 1
+    # the Nearest NICs table (and the Network page) show these per GPU-NIC pair: always 1 / 0 or 1
+    "gpulens_gpu_nic_path_info",
+    "gpulens_gpu_nic_gdr_ready",
 }
 """Device series the GPU page leaves out on purpose: identity (the page's header and tables), state
-sets (the strips), integrals of a charted gauge, and the links (their own panel)."""
+sets (the strips), integrals of a charted gauge, the links (their own panel) and the GPU's NICs
+(their own table)."""
 OWN_CHARTS: dict[str, str] = {
     "gpulens_gpu_up": "Readable by the exporter (1 = yes)",
     "gpulens_gpu_sharing_replicas": "Time-slicing replicas advertised",

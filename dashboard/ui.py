@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames
+from dashboard import definitions, figures, frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.settings import DashboardSettings, from_env
@@ -337,6 +337,18 @@ COLUMN_CONFIG: dict[str, Any] = {
     "sm_active": st.column_config.NumberColumn("SM active", format="percent"),
 }
 """Column settings shared by the tables that name a GPU."""
+
+
+def percent_column(title: str, help_text: str) -> Any:
+    """A 0-100 % progress column (a share shown as a bar and a whole percent)."""
+    return st.column_config.ProgressColumn(title, format="%.0f%%", min_value=0, max_value=100, help=help_text)
+
+
+COMMUNICATION_COLUMN = percent_column(
+    "communication",
+    f"share of its GPUs' time over the last {definitions.MEAN_WINDOW} in collectives, waiting on peers or the network",
+)
+"""The pod tables' communication share (dashboard/definitions.py, ``communication_share``)."""
 
 
 LINK_COLUMN_CONFIG: dict[str, Any] = {

@@ -245,13 +245,7 @@ POD_CONFIG = {
     "shared": st.column_config.TextColumn("shared with other pods"),
     "tx": st.column_config.TextColumn("sent", help="through the NICs it holds alone"),
     "rx": st.column_config.TextColumn("received", help="through the NICs it holds alone"),
-    "communication": st.column_config.ProgressColumn(
-        "communication",
-        format="%.0f%%",
-        min_value=0,
-        max_value=100,
-        help=f"share of its GPUs' time in collectives over the last {definitions.MEAN_WINDOW}",
-    ),
+    "communication": ui.COMMUNICATION_COLUMN,
 }
 
 

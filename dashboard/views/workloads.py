@@ -193,13 +193,7 @@ def body(ctx: ui.PageContext) -> None:
 
 POD_TABLE_CONFIG = {
     **ui.COLUMN_CONFIG,
-    "communication": st.column_config.ProgressColumn(
-        "communication",
-        format="%.0f%%",
-        min_value=0,
-        max_value=100,
-        help=f"share of the last {definitions.MEAN_WINDOW} in collectives, waiting on peers or the network",
-    ),
+    "communication": ui.COMMUNICATION_COLUMN,
 }
 
 
