@@ -29,6 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+# The one spelling of an NVML bus ID in sysfs, re-exported for the fixtures that name GPUs by it.
+from exporter.network.topology import sysfs_bdf as sysfs_bdf
+
 COUNTER_WIDTH = 20
 """Digits of a counter file (a 64-bit counter needs at most 20), zero-padded, then a newline."""
 LIFESPAN_MILLISECONDS = 10
@@ -258,13 +261,6 @@ class Layout:
     nics: tuple[NicSpec, ...]
     nearest: tuple[tuple[str, ...], ...] = field(default=())
     """Per GPU index: the NICs below the GPU's own PCIe switch."""
-
-
-def sysfs_bdf(nvml_bus_id: str) -> str:
-    """The sysfs address of a PCI function NVML names ``00000000:18:00.0``: ``0000:18:00.0``
-    (a 4-digit domain, lower-case hex)."""
-    domain, rest = nvml_bus_id.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
 def rdma_name(function: PciFunction, prefix: str = "rdma") -> str:
