@@ -128,7 +128,7 @@ def test_parse_rate_is_bytes_per_second_each_way(text: str | None, want: float |
 )
 def test_parse_state_takes_the_number(text: str | None, want: int | None) -> None:
     """``state`` and ``phys_state`` read ``<n>: <NAME>``; the number is the series' value."""
-    assert parse_state(text) == want
+    assert parse_state(None if text is None else text.encode()) == want
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,6 @@ WRAP_64 = 2**64
 
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
-_STATE = re.compile(r"^\s*([0-9]+)")
 
 _TRAFFIC: Mapping[str, tuple[str, float]] = MappingProxyType(
     {
@@ -109,8 +108,9 @@ def _parse_rate_file(file: _File) -> float | None:
     return parse_rate(data.decode("ascii", "replace")) if data is not None else None
 
 
-def _state_number(data: bytes | None) -> int | None:
-    """The number before the colon of a ``state`` file's bytes (``b"4: ACTIVE"`` is 4)."""
+def parse_state(data: bytes | None) -> int | None:
+    """The number of a ``state`` or ``phys_state`` file's bytes (``b"4: ACTIVE"`` is 4); ``None``
+    when unreadable or not ``<n>: <NAME>`` with n in 0..255."""
     if data is None:
         return None
     try:
@@ -118,12 +118,6 @@ def _state_number(data: bytes | None) -> int | None:
     except ValueError:
         return None
     return value if 0 <= value < 256 else None
-
-
-def parse_state(text: str | None) -> int | None:
-    """The number of a ``state`` or ``phys_state`` file (``4: ACTIVE`` is 4)."""
-    m = _STATE.match(text or "")
-    return int(m.group(1)) if m else None
 
 
 class _File:
@@ -439,8 +433,8 @@ class RdmaReader:
         port.prev = (now, tx, rx)
         return NicPort(
             port=port.number,
-            state_id=_state_number(state),
-            physical_state_id=_state_number(phys),
+            state_id=parse_state(state),
+            physical_state_id=parse_state(phys),
             rate_bytes_per_second=port.rate,
             link_layer=port.link_layer,
             tx_bytes=tx,
