@@ -29,6 +29,8 @@ SIM_SCENARIOS: tuple[str, ...] = (
     "a10g",
     "p5en",
     "p5en-nogdr",
+    "jobs-0",
+    "jobs-1",
 )
 """Values ``--sim.scenario`` accepts: the simulator's scenarios (a test checks they are
 ``exporter.sim.SCENARIOS``; this module does not import the simulator)."""

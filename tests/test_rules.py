@@ -38,6 +38,8 @@ ALERTS = {
     "GPUTemperatureHigh",
     "GPUNodeFewerHealthyThanAllocatable",
     "GPUDirectRDMANotReady",
+    "GPUJobStraggler",
+    "GPUJobCommunicationBound",
 }
 POD_ALERTS = {"GPUAllocatedButIdle", "GPUUnderutilized", "GPULaunchBound"}
 ROUTING_LABELS = {"namespace", "pod", "workload"}

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from dashboard import definitions, frames
+from dashboard import definitions, frames, jobs
 
 REPO = Path(__file__).resolve().parents[1]
 RULES_FILE = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -26,11 +26,27 @@ def _squash(expr: str) -> str:
     return re.sub(r"\s+", "", expr)
 
 
-@pytest.mark.parametrize("name", sorted(definitions.RULES))
+ALL_RULES = {**definitions.RULES, **jobs.RULES}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_RULES))
 def test_rule_reads_as_the_definition_writes_it(name: str) -> None:
     recorded = _recorded()
     assert name in recorded, f"{name} is missing from {RULES_FILE.name}"
-    assert _squash(recorded[name]) == _squash(definitions.RULES[name]), name
+    assert _squash(recorded[name]) == _squash(ALL_RULES[name]), name
+
+
+def test_the_job_rules_are_one_group_in_the_definitions_order() -> None:
+    """Each job rule reads only rules above it in its group (promtool and vmalert evaluate a group
+    in order), and the communication-bound alert reads the definition's condition."""
+    doc = yaml.safe_load(RULES_FILE.read_text())
+    (group,) = [g for g in doc["groups"] if g["name"] == "gpulens.jobs"]
+    records = [r["record"] for r in group["rules"] if "record" in r]
+    assert records == list(jobs.RULES)
+    (alert,) = [r["expr"] for r in group["rules"] if r.get("alert") == "GPUJobCommunicationBound"]
+    assert _squash(alert) == _squash(jobs.communication_bound_promql())
+    (straggler,) = [r["expr"] for r in group["rules"] if r.get("alert") == "GPUJobStraggler"]
+    assert _squash(straggler) == "gpulens:job_straggler:info"
 
 
 def test_thresholds_in_the_rule_file_are_the_python_constants() -> None:

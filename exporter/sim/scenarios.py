@@ -984,6 +984,77 @@ def _p5en(gdr: bool) -> Scenario:
     return b.build(NodeNetwork(layout, peermem=gdr, open_kernel_module=gdr))
 
 
+JOBS_GPU_NIC_BYTES_PER_SECOND = P5EN_GDR_NODE_BYTES_PER_SECOND / 8
+"""What one GPU's 4 EFAs carry each way in an all-reduce with GPUDirect RDMA (~11.6 GB/s)."""
+JOBS_STRAGGLER_NODE = 1
+JOBS_STRAGGLER_GPU = 3
+"""The GPU of the two ``jobs`` nodes whose cooling fails: node 1's GPU 3, a rank of ``mixtral-sft``."""
+
+
+@dataclass(frozen=True)
+class _JobSpec:
+    """One multi-node job of the ``jobs`` nodes: one pod per node holding two GPUs (and their 8 EFAs),
+    each rank computing ``compute_seconds`` then all-reducing for ``allreduce_seconds`` per step."""
+
+    namespace: str
+    kind: str
+    name: str
+    pod: str
+    """The pod name pattern (``{node}`` is the node's index), as the job's controller names pods."""
+    compute_seconds: float
+    allreduce_seconds: float
+    memory_bytes: int
+
+
+JOBS: tuple[_JobSpec, ...] = (
+    # healthy: compute-bound, a short all-reduce (about 9 % of each step), nearly full memory
+    _JobSpec("ml-training", "PyTorchJob", "gpt-13b-finetune", "gpt-13b-finetune-worker-{node}", 3.0, 0.3, 118 * GIB),
+    # a straggler: node 1's GPU 3 throttles to half clock; the other three ranks wait for it in NCCL
+    _JobSpec("ml-training", "JobSet", "mixtral-sft", "mixtral-sft-workers-0-{node}-q7x2m", 2.0, 0.5, 120 * GIB),
+    # communication-bound: an all-to-all-heavy MoE step, 2.5 s of exchange per 1.5 s of compute
+    _JobSpec("research", "MPIJob", "moe-pretrain", "moe-pretrain-worker-{node}", 1.5, 2.5, 126 * GIB),
+    # over-provisioned: 38 GB of 141 per GPU on four GPUs over two nodes, and more time exchanging
+    # gradients than computing: two GPUs of one node would hold it
+    _JobSpec("research", "Job", "embedding-train", "embedding-train-{node}-x8k2p", 1.2, 1.5, int(38e9)),
+)
+"""The four jobs of the two ``jobs`` nodes, GPUs 0-1, 2-3, 4-5 and 6-7 of each node."""
+
+
+def _jobs(node: int) -> Scenario:
+    """Node ``node`` (0 or 1) of a two-node cluster running four multi-node jobs (``JOBS``), two GPUs
+    per job on each node: a healthy one, one with a straggler (node 1's GPU 3, thermally throttled to
+    half clock, so every rank of that job steps at its pace: its peers on both nodes wait in NCCL), a
+    communication-bound one and an over-provisioned one that would fit on two GPUs of one node. The
+    node is a p5en (8 H200, 32 EFAs with GPUDirect RDMA); each pod holds its GPUs' nearest EFAs.
+    Each node is simulated alone: the ranks of a job run the same step in lock step on both."""
+    name = f"jobs-{node}"
+    b = _NodeBuilder(name)
+    layout = st.p5en_layout("NVIDIA peermem")
+    for j, job in enumerate(JOBS):
+        uid, _ = b.pod(job.namespace, job.kind, job.name, name=job.pod.format(node=node))
+        gpus = (2 * j, 2 * j + 1)
+        b.hold(uid, "trainer", "nvidia.com/gpu", tuple(b.gpu_uuid(i) for i in gpus))
+        b.hold(uid, "trainer", EFA_RESOURCE, tuple(nic for i in gpus for nic in layout.nearest[i]))
+        straggles = job.name == "mixtral-sft"
+        slowest = job.compute_seconds / P5EN_STRAGGLER_CLOCK_RATIO if straggles else job.compute_seconds
+        for index in gpus:
+            straggler = straggles and node == JOBS_STRAGGLER_NODE and index == JOBS_STRAGGLER_GPU
+            workload = w.AllReduceTraining(
+                compute_seconds=slowest if straggler else job.compute_seconds,
+                slowest_compute_seconds=slowest,
+                nic_bytes_per_step=job.allreduce_seconds * JOBS_GPU_NIC_BYTES_PER_SECOND,
+                nic_bytes_per_second=JOBS_GPU_NIC_BYTES_PER_SECOND,
+                nvlink_bytes_per_second=2 * JOBS_GPU_NIC_BYTES_PER_SECOND,
+            )
+            b.add_gpu(
+                index,
+                b.whole(b.proc(workload, job.memory_bytes, uid, "trainer")),
+                slowdown_clock_ratio=P5EN_STRAGGLER_CLOCK_RATIO if straggler else None,
+                celsius_per_watt=P5EN_STRAGGLER_CELSIUS_PER_WATT if straggler else None,
+            )
+    return b.build(NodeNetwork(layout, peermem=True, open_kernel_module=True))
+
+
 BUILDERS: dict[str, Callable[[], Scenario]] = {
     "h200x8": _h200x8,
     "mig": _mig,
@@ -995,6 +1066,8 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "a10g": _a10g,
     "p5en": lambda: _p5en(gdr=True),
     "p5en-nogdr": lambda: _p5en(gdr=False),
+    "jobs-0": lambda: _jobs(0),
+    "jobs-1": lambda: _jobs(1),
 }
 
 SCENARIOS: tuple[str, ...] = tuple(BUILDERS)
