@@ -309,8 +309,8 @@ def runs() -> dict[str, Run]:
 
 
 def test_the_network_nodes_are_scenarios_after_the_others() -> None:
-    assert SCENARIOS[-2:] == NETWORK
-    assert SCENARIOS.index("a10g") == len(SCENARIOS) - 3
+    assert SCENARIOS[-4:] == (*NETWORK, "jobs-0", "jobs-1")
+    assert SCENARIOS.index("a10g") == len(SCENARIOS) - 5
 
 
 @pytest.mark.parametrize(("scenario", "worker"), [("p5en", 0), ("p5en-nogdr", 1)])
@@ -458,7 +458,7 @@ def test_without_gpudirect_every_gpu_waits_on_the_network_most_of_the_time(runs:
         assert set(seq[15:]) == {"latency"}, (gpu, seq)
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in NETWORK])
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in (*NETWORK, "jobs-0", "jobs-1")])
 def test_nodes_without_nics_have_no_tree(scenario: str) -> None:
     backend = SimulatedBackend(scenario)
     assert backend.network_roots() is None
