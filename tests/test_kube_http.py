@@ -549,3 +549,20 @@ def test_a_server_url_with_a_path_prefixes_every_request(tmp_path: Path) -> None
     endpoint = endpoint_for("https://rancher.example/k8s/clusters/c-1/")
     assert endpoint.base_path == "/k8s/clusters/c-1" and endpoint.port == 443 and endpoint.tls is not None
     assert endpoint.url == "https://rancher.example:443/k8s/clusters/c-1"
+
+
+def test_the_accept_header_is_json_unless_the_caller_asks_for_another() -> None:
+    metadata_only = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+    with KubeApiEmulator() as api:
+        api.put(make_pod("a", "ml"))
+        client = KubeClient(endpoint_for(api.url))
+        resp = client.get("/api/v1/namespaces/ml/pods/a")
+        assert json.loads(resp.read())["kind"] == "Pod"
+        resp.release(True)
+        resp = client.get("/api/v1/namespaces/ml/pods/a", accept=metadata_only)
+        assert json.loads(resp.read())["kind"] == "PartialObjectMetadata"
+        resp.release(True)
+        with pytest.raises(ValueError, match="line break"):
+            client.get("/api/v1/namespaces/ml/pods/a", accept="application/json\r\nX-Injected: 1")
+        client.close()
+    assert [accept for _, accept in api.accepts] == ["application/json", metadata_only]

@@ -1,9 +1,10 @@
 """The exporter's path to the Kubernetes API: configuration, auth and GET on the standard library.
 
-What ``kubeapi.py`` needs and nothing more: where the API server is and how to prove who we are
-(``load_endpoint``: the pod's service account, else a kubeconfig for development), and a GET of a
-path with query parameters that hands back the response unread (``KubeClient.get``), so the
-bounded readers of ``kubeapi.py`` decide how much of it to take.  ``http.client``, ``ssl`` and
+What ``kubeapi.py`` and ``owners.py`` need and nothing more: where the API server is and how to
+prove who we are (``load_endpoint``: the pod's service account, else a kubeconfig for
+development), a GET of a path with query parameters and an ``Accept`` header that hands back the
+response unread (``KubeClient.get``), and ``read_capped``, which reads a body whole under a byte
+and a time cap, so the callers decide how much of a response to take.  ``http.client``, ``ssl`` and
 ``json`` only; ``yaml`` is imported only to read a kubeconfig, never in a pod.
 
 In a pod: ``KUBERNETES_SERVICE_HOST`` / ``KUBERNETES_SERVICE_PORT``, the service-account token
@@ -45,9 +46,17 @@ ERROR_BODY_BYTES = 4096
 """Most bytes of an error reply read for its message; the rest is left unread."""
 ERROR_MESSAGE_CHARS = 300
 """Longest message kept from an error reply, characters."""
+READ_BYTES = 64 * 1024
+"""Most bytes taken from the connection per read (a read returns whatever has arrived)."""
 USER_AGENT = "gpulens-exporter (python http.client)"
+JSON = "application/json"
+"""The ``Accept`` header of a request that wants the whole object (or list) as JSON."""
 
 Query = Mapping[str, str | int | bool | None]
+
+
+class BoundExceeded(Exception):
+    """The API server sent more than a caller's bound allows (bytes, seconds, pages)."""
 
 
 class ConfigError(Exception):
@@ -380,6 +389,32 @@ def _tls_context(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path
 # --- requests ---------------------------------------------------------------------------------
 
 
+def read_some(resp: Any, most: int) -> bytes:
+    """Up to ``most`` bytes of the body, as soon as any arrived (``b""`` at its end).  A response
+    without ``read1`` is read with ``read``: there a read waits for ``most`` bytes, so bytes are
+    seen (and a stall noticed) only that many at a time; the caps hold alike."""
+    read1 = getattr(resp, "read1", None)
+    data = read1(most) if read1 is not None else resp.read(most)
+    return bytes(data or b"")
+
+
+def read_capped(resp: Any, cap: int, seconds: float, what: str) -> bytearray:
+    """The whole body of ``resp``, or ``BoundExceeded`` as soon as it is known to pass ``cap``
+    bytes (from its Content-Length, before reading, when it has one) or ``seconds``."""
+    length = str(resp.headers.get("Content-Length") or "")
+    if length.isdigit() and int(length) > cap:
+        raise BoundExceeded(f"{what} of {int(length)} bytes (Content-Length) exceeds the cap of {cap} bytes")
+    deadline = time.monotonic() + seconds
+    body = bytearray()
+    while chunk := read_some(resp, READ_BYTES):
+        body += chunk
+        if len(body) > cap:
+            raise BoundExceeded(f"{what} exceeds the cap of {cap} bytes ({len(body)} bytes read without its end)")
+        if time.monotonic() > deadline:
+            raise BoundExceeded(f"{what} unfinished after {seconds:g} s ({len(body)} bytes read)")
+    return body
+
+
 class _Connection(http.client.HTTPConnection):
     """One HTTP/1.1 connection, TLS when ``tls`` is given (checked against ``server_name``)."""
 
@@ -483,17 +518,27 @@ class KubeClient:
         """Connections opened so far."""
 
     def get(
-        self, path: str, query: Query | None = None, connect_timeout: float = 10.0, read_timeout: float = 30.0
+        self,
+        path: str,
+        query: Query | None = None,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 30.0,
+        accept: str = JSON,
     ) -> ApiResponse:
         """GET ``path`` (``/api/v1/…``, its parts already quoted) with ``query``; the response
-        unread.  Raises ``ApiError`` for a status outside 2xx (its body read only up to
+        unread.  ``accept`` is the ``Accept`` header: JSON, or a media type with parameters such
+        as ``application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`` (the owner chain
+        asks for metadata only; one header line, no CR or LF).
+        Raises ``ApiError`` for a status outside 2xx (its body read only up to
         ``ERROR_BODY_BYTES``), ``ConfigError`` if the token cannot be read, ``OSError`` or
         ``http.client.HTTPException`` for the transport.  After a 401 the token is read afresh
         and the request made once more if it changed."""
+        if "\r" in accept or "\n" in accept:
+            raise ValueError("an Accept header cannot hold a line break")
         target = self.endpoint.base_path + path + (f"?{_encode(query)}" if query else "")
         source = self.endpoint.token
         token = source.get() if source is not None else None
-        resp = self._send(target, token, connect_timeout, read_timeout)
+        resp = self._send(target, token, connect_timeout, read_timeout, accept)
         if resp.status == http.client.UNAUTHORIZED and source is not None:
             message = error_message(resp)
             resp.release(False)
@@ -501,14 +546,16 @@ class KubeClient:
             fresh = source.get()
             if fresh == token:
                 raise ApiError(resp.status, message)
-            resp = self._send(target, fresh, connect_timeout, read_timeout)
+            resp = self._send(target, fresh, connect_timeout, read_timeout, accept)
         if not 200 <= resp.status <= 299:
             message = error_message(resp)
             resp.release(False)
             raise ApiError(resp.status, message)
         return resp
 
-    def _send(self, target: str, token: str | None, connect_timeout: float, read_timeout: float) -> ApiResponse:
+    def _send(
+        self, target: str, token: str | None, connect_timeout: float, read_timeout: float, accept: str
+    ) -> ApiResponse:
         conn = self._take()
         reused = conn is not None
         for attempt in (1, 2):
@@ -518,7 +565,7 @@ class KubeClient:
                 conn.sock.settimeout(read_timeout)
                 sock = conn.sock
                 conn.putrequest("GET", target, skip_accept_encoding=True)
-                conn.putheader("Accept", "application/json")
+                conn.putheader("Accept", accept)
                 conn.putheader("User-Agent", USER_AGENT)
                 if token:
                     conn.putheader("Authorization", f"Bearer {token}")
