@@ -1,4 +1,5 @@
-"""A small Kubernetes API emulator on loopback: pod list + watch (chunked JSON lines) and job GET.
+"""A small Kubernetes API emulator on loopback: pod list + watch (chunked JSON lines), API
+discovery and GET of any object it holds.
 
 Written instead of using ``kmock`` (PyPI 0.8): kmock is asyncio/aiohttp-based (three new test
 dependencies, and an event loop thread next to our synchronous client), ignores ``fieldSelector``
@@ -10,6 +11,17 @@ Lists are paged as the real server pages them: ``limit`` items per page (after t
 selector), ``metadata.continue`` an opaque token naming the list's resource version and the last
 key served, every page of one list read from that same version (the emulator replays its event
 log up to it, as etcd serves an old revision), and ``metadata.resourceVersion`` that version.
+
+Objects other than pods are registered with ``add_object`` (any kind, custom ones too, each with
+an optional controller reference) or ``add_job``.  Discovery (``/api/v1``, ``/apis/<group>/<version>``)
+lists the built-in resources an owner chain meets (``BUILTIN_RESOURCES``) and every kind
+registered; ``GET /apis/<group>/<version>/namespaces/<ns>/<plural>/<name>`` (and
+``/api/v1/namespaces/<ns>/pods/<name>`` for any pod held, whatever its node) answers the object,
+or only its metadata as a ``PartialObjectMetadata`` when the Accept header asks for that, as the
+real server does; 404 for what it does not hold, 403 for resources in ``forbidden`` (RBAC denies
+before existence is looked at, as on a real server).  ``raw_bodies`` answers a path with prepared
+bytes (malformed or huge replies), ``object_delay`` makes every single-object GET wait (a slow
+server).  ``accepts`` logs each request's Accept header.
 
 Hostile modes (``hostile``), for the exporter's bounds: ``"endless-line"`` answers watches with
 one event line that never ends (64 KiB HTTP chunks as fast as the client reads, up to
@@ -38,18 +50,76 @@ CREATED = "2026-01-01T00:00:00Z"
 IMAGE = "registry.example/app:1"
 """Image of every container the emulator makes."""
 
-_OWNER_API_VERSIONS = {"ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1"}
-"""``apiVersion`` of an owner reference, by the owner's kind (``CronJob`` and others: ``batch/v1``)."""
+OWNER_API_VERSIONS = {
+    "Pod": "v1",
+    "ReplicaSet": "apps/v1",
+    "Deployment": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "DaemonSet": "apps/v1",
+    "Job": "batch/v1",
+    "CronJob": "batch/v1",
+    "JobSet": "jobset.x-k8s.io/v1alpha2",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
+    "PyTorchJob": "kubeflow.org/v1",
+    "MPIJob": "kubeflow.org/v1",
+    "TFJob": "kubeflow.org/v1",
+    "XGBoostJob": "kubeflow.org/v1",
+    "PaddleJob": "kubeflow.org/v1",
+    "JAXJob": "kubeflow.org/v1",
+    "TrainJob": "trainer.kubeflow.org/v1alpha1",
+    "RayCluster": "ray.io/v1",
+    "RayJob": "ray.io/v1",
+    "RayService": "ray.io/v1",
+}
+"""``apiVersion`` of an owner reference, by the owner's kind, as the controllers of these kinds
+write it; other kinds need ``api_version`` given."""
+
+BUILTIN_RESOURCES: dict[str, dict[str, tuple[str, bool]]] = {
+    "v1": {"Pod": ("pods", True), "Namespace": ("namespaces", False), "Node": ("nodes", False)},
+    "apps/v1": {
+        "Deployment": ("deployments", True),
+        "ReplicaSet": ("replicasets", True),
+        "StatefulSet": ("statefulsets", True),
+        "DaemonSet": ("daemonsets", True),
+    },
+    "batch/v1": {"Job": ("jobs", True), "CronJob": ("cronjobs", True)},
+}
+"""Resources discovery lists before any is registered: apiVersion -> kind -> (plural, namespaced)."""
+
+METADATA_MEDIA = ("as=partialobjectmetadata", "g=meta.k8s.io", "v=v1")
+"""Parameters of an Accept media range asking for metadata only (compared in lower case)."""
 
 
-def owner_reference(kind: str, name: str, namespace: str) -> dict[str, Any]:
+def object_uid(kind: str, namespace: str, name: str) -> str:
+    """The UID the emulator gives an object it makes (pods: ``make_pod``'s own)."""
+    return f"uid-{namespace}-{kind.lower()}-{name}"
+
+
+def owner_reference(kind: str, name: str, namespace: str, api_version: str | None = None) -> dict[str, Any]:
     """A controller reference as the owning controller writes it: ``apiVersion``, ``kind``,
-    ``name`` and ``uid`` (all four required by the API), ``controller`` and ``blockOwnerDeletion``."""
+    ``name`` and ``uid`` (all four required by the API), ``controller`` and ``blockOwnerDeletion``.
+    ``apiVersion`` from ``OWNER_API_VERSIONS`` unless given; the UID is ``object_uid``'s."""
+    version = api_version or OWNER_API_VERSIONS.get(kind)
+    if version is None:
+        raise ValueError(f"no apiVersion known for kind {kind!r}: pass api_version")
     return {
-        "apiVersion": _OWNER_API_VERSIONS.get(kind, "batch/v1"),
+        "apiVersion": version,
         "kind": kind,
         "name": name,
-        "uid": f"uid-{namespace}-{kind.lower()}-{name}",
+        "uid": object_uid(kind, namespace, name),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def reference_to(obj: dict[str, Any]) -> dict[str, Any]:
+    """The controller reference naming ``obj`` (a pod or any object the emulator made)."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -83,13 +153,13 @@ def make_pod(
     uid: str | None = None,
     node: str = "gpu-node-1",
     phase: str = "Running",
-    owner: tuple[str, str] | None = None,
+    owner: tuple[str, str] | dict[str, Any] | None = None,
     labels: dict[str, str] | None = None,
     containers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod object as the API returns it (every field the API server always sets);
     ``containers`` maps container name -> runtime ID (``""``: not created yet), ``owner`` is the
-    controller's (kind, name)."""
+    controller's (kind, name) or its whole reference (``reference_to``)."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -97,7 +167,9 @@ def make_pod(
         "creationTimestamp": CREATED,
         "labels": labels or {},
     }
-    if owner is not None:
+    if isinstance(owner, dict):
+        meta["ownerReferences"] = [owner]
+    elif owner is not None:
         meta["ownerReferences"] = [owner_reference(owner[0], owner[1], namespace)]
     specs = containers or {"main": ""}
     return {
@@ -115,7 +187,7 @@ def make_pod(
 def make_job(namespace: str, name: str, cronjob: str | None) -> dict[str, Any]:
     """A Job object as the API returns it: metadata (owned by the CronJob ``cronjob`` if given),
     the spec the Job controller defaults (selector, one-container pod template) and a status."""
-    uid = f"uid-{namespace}-job-{name}"
+    uid = object_uid("Job", namespace, name)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": CREATED}
     if cronjob:
         meta["ownerReferences"] = [owner_reference("CronJob", cronjob, namespace)]
@@ -134,11 +206,41 @@ def make_job(namespace: str, name: str, cronjob: str | None) -> dict[str, Any]:
     }
 
 
+def make_cronjob(namespace: str, name: str) -> dict[str, Any]:
+    """A CronJob object as the API returns it: metadata, the schedule and the Job template the
+    API requires, and an empty status."""
+    template = {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": IMAGE}]}}}}
+    meta = {
+        "name": name,
+        "namespace": namespace,
+        "uid": object_uid("CronJob", namespace, name),
+        "creationTimestamp": CREATED,
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": meta,
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": template, "concurrencyPolicy": "Allow", "suspend": False},
+        "status": {},
+    }
+
+
 HOSTILE_MODES = ("endless-line", "trickle-line", "huge-list")
 """Values of ``KubeApiEmulator.hostile``."""
 
 _STREAM_PIECE = 64 * 1024
 """Bytes per HTTP chunk of the hostile streams."""
+
+
+def _wants_metadata(accept: str) -> bool:
+    """Whether the first media range of ``accept`` the emulator can serve asks for
+    ``PartialObjectMetadata`` (meta.k8s.io/v1) rather than the object."""
+    for media in accept.split(","):
+        kind, *params = (part.strip().lower() for part in media.split(";"))
+        if kind not in ("application/json", "*/*", "application/*"):
+            continue
+        return set(METADATA_MEDIA) <= set(params)
+    return False
 
 
 def _pod_key(pod: dict[str, Any]) -> tuple[str, str]:
@@ -166,9 +268,10 @@ def _parse_continue(token: str) -> tuple[int, tuple[str, str]]:
 class KubeApiEmulator:
     """Pods with resource versions and an event log; watches stream events after a version.
 
-    Faults: ``fail_status`` answers every pod request with that HTTP status; ``expire_watches``
-    answers watches with a 410 Gone ERROR event; ``drop_watches()`` cuts open streams;
-    ``jobs_forbidden`` answers job GETs with 403.  ``stop()``/``start()`` keep the port.
+    Faults: ``fail_status`` answers every pod list and watch with that HTTP status;
+    ``expire_watches`` answers watches with a 410 Gone ERROR event; ``drop_watches()`` cuts open
+    streams; ``forbidden`` holds (group, resource) pairs whose GETs are denied (403), and
+    ``jobs_forbidden`` adds or removes batch jobs there.  ``stop()``/``start()`` keep the port.
     ``continue_gate`` (an Event) holds every continue page until it is set (``continue_waiting``
     is set while one waits).  ``hostile`` selects a hostile mode (module docstring).
     """
@@ -178,11 +281,22 @@ class KubeApiEmulator:
         self.rv = 100
         self.pods: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[int, str, dict[str, Any]]] = []
-        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.resources: dict[str, dict[str, tuple[str, bool]]] = {
+            version: dict(kinds) for version, kinds in BUILTIN_RESOURCES.items()
+        }
+        """What discovery lists: apiVersion -> kind -> (plural, namespaced)."""
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        """Objects other than pods, by (apiVersion, plural, namespace, name)."""
+        self.forbidden: set[tuple[str, str]] = set()
+        self.raw_bodies: dict[str, bytes] = {}
+        self.object_delay = 0.0
+        """Seconds each single-object GET waits before its answer (a slow API server; any change
+        to the pods or ``stop()`` ends the wait early)."""
         self.fail_status: int | None = None
         self.expire_watches = False
-        self.jobs_forbidden = False
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.accepts: list[tuple[str, str]] = []
+        """(path, Accept header) of each request, in order."""
         self.continue_gate: threading.Event | None = None
         self.continue_waiting = threading.Event()
         self.hostile: str | None = None
@@ -229,9 +343,80 @@ class KubeApiEmulator:
             self.cond.notify_all()
             return self.rv
 
+    def add_resource(self, api_version: str, kind: str, plural: str, namespaced: bool = True) -> None:
+        """Serve ``kind`` as ``plural`` under ``api_version`` (in discovery and by path), as a CRD's
+        installation does."""
+        with self.cond:
+            self.resources.setdefault(api_version, {})[kind] = (plural, namespaced)
+
+    def put_object(self, obj: dict[str, Any], plural: str) -> dict[str, Any]:
+        """Hold ``obj`` (a whole object: apiVersion, kind, metadata) as one of ``plural``."""
+        meta = obj["metadata"]
+        self.add_resource(obj["apiVersion"], obj["kind"], plural)
+        with self.cond:
+            self.objects[(obj["apiVersion"], plural, meta.get("namespace", ""), meta["name"])] = obj
+        return obj
+
+    def add_object(
+        self,
+        api_version: str,
+        kind: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        owner: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A namespaced object of any kind (its resource served from now on), controlled by the
+        object ``owner`` names (a reference: ``owner_reference``, ``reference_to``); returns it."""
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": object_uid(kind, namespace, name),
+            "creationTimestamp": CREATED,
+            "resourceVersion": "1",
+            "generation": 1,
+        }
+        if owner is not None:
+            meta["ownerReferences"] = [owner]
+        obj = {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": {}, "status": {}}
+        return self.put_object(obj, plural)
+
     def add_job(self, namespace: str, name: str, cronjob: str | None) -> None:
-        """A Job, owned by ``cronjob`` if given."""
-        self.jobs[(namespace, name)] = make_job(namespace, name, cronjob)
+        """A Job, owned by ``cronjob`` if given (the CronJob is made too unless already held)."""
+        self.put_object(make_job(namespace, name, cronjob), "jobs")
+        if cronjob and ("batch/v1", "cronjobs", namespace, cronjob) not in self.objects:
+            self.put_object(make_cronjob(namespace, cronjob), "cronjobs")
+
+    @property
+    def jobs(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The Jobs held, by (namespace, name)."""
+        return {(ns, name): obj for (version, plural, ns, name), obj in self.objects.items() if plural == "jobs"}
+
+    @property
+    def jobs_forbidden(self) -> bool:
+        """Whether GETs of batch jobs are denied (403)."""
+        return ("batch", "jobs") in self.forbidden
+
+    @jobs_forbidden.setter
+    def jobs_forbidden(self, value: bool) -> None:
+        if value:
+            self.forbidden.add(("batch", "jobs"))
+        else:
+            self.forbidden.discard(("batch", "jobs"))
+
+    def object_gets(self, plural: str | None = None) -> list[str]:
+        """Paths of the single-object GETs so far (of ``plural`` only, if given)."""
+        found = []
+        for path, _ in self.requests:
+            parts = path.strip("/").split("/")
+            single = "namespaces" in parts and len(parts) - parts.index("namespaces") == 4
+            if single and (plural is None or parts[-2] == plural):
+                found.append(path)
+        return found
+
+    def discovery_gets(self) -> list[str]:
+        """Paths of the discovery requests so far."""
+        return [p for p, _ in self.requests if len(p.strip("/").split("/")) == (2 if p.startswith("/api/") else 3)]
 
     def drop_watches(self) -> None:
         """End every open watch stream (like an API server restart or a load balancer idle cut)."""
@@ -351,19 +536,16 @@ class KubeApiEmulator:
         parsed = urllib.parse.urlsplit(h.path)
         query = dict(urllib.parse.parse_qsl(parsed.query))
         self.requests.append((parsed.path, query))
-        parts = parsed.path.strip("/").split("/")
-        if parts[:4] == ["apis", "batch", "v1", "namespaces"] and len(parts) == 7 and parts[5] == "jobs":
-            namespace, job = parts[4], parts[6]
-            if self.jobs_forbidden:
-                msg = (
-                    f'jobs.batch "{job}" is forbidden: User "system:serviceaccount:gpulens:gpulens" cannot get '
-                    f'resource "jobs" in API group "batch" in the namespace "{namespace}"'
-                )
-                self._send_json(h, 403, self._status(403, "Forbidden", msg))
-            elif (namespace, job) in self.jobs:
-                self._send_json(h, 200, self.jobs[(namespace, job)])
-            else:
-                self._send_json(h, 404, self._status(404, "NotFound", f'jobs.batch "{job}" not found'))
+        self.accepts.append((parsed.path, h.headers.get("Accept") or ""))
+        parts = [urllib.parse.unquote(p) for p in parsed.path.strip("/").split("/")]
+        if (parts[:1] == ["api"] and len(parts) == 2) or (parts[:1] == ["apis"] and len(parts) == 3):
+            self._discovery(h, "/".join(parts[1:]))
+            return
+        if parts[:1] == ["api"] and len(parts) == 6 and parts[2] == "namespaces" and parsed.path != "/api/v1/pods":
+            self._get_object(h, parsed.path, "", parts[1], parts[3], parts[4], parts[5])
+            return
+        if parts[:1] == ["apis"] and len(parts) == 7 and parts[3] == "namespaces":
+            self._get_object(h, parsed.path, parts[1], parts[2], parts[4], parts[5], parts[6])
             return
         if parsed.path != "/api/v1/pods":
             self._send_json(h, 404, self._status(404, "NotFound", "the server could not find the requested resource"))
@@ -400,6 +582,87 @@ class KubeApiEmulator:
         self._stream_watch(
             h, int(query.get("resourceVersion") or 0), float(query.get("timeoutSeconds") or 300), on_node
         )
+
+    def _discovery(self, h: BaseHTTPRequestHandler, api_version: str) -> None:
+        """The APIResourceList of ``api_version`` (each resource with its status subresource, as
+        the real lists have them), or 404 if it serves none."""
+        with self.cond:
+            kinds = dict(self.resources.get(api_version) or {})
+        if not kinds:
+            self._send_json(h, 404, self._status(404, "NotFound", "the server could not find the requested resource"))
+            return
+        resources: list[dict[str, Any]] = []
+        for kind, (plural, namespaced) in sorted(kinds.items()):
+            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+            singular = kind.lower()
+            resources.append(
+                {"name": plural, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs}
+            )
+            status_verbs = ["get", "patch", "update"]
+            resources.append(
+                {
+                    "name": f"{plural}/status",
+                    "singularName": "",
+                    "namespaced": namespaced,
+                    "kind": kind,
+                    "verbs": status_verbs,
+                }
+            )
+        body = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version, "resources": resources}
+        self._send_json(h, 200, body)
+
+    def _get_object(
+        self, h: BaseHTTPRequestHandler, path: str, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> None:
+        """One namespaced object: the prepared bytes for ``path``, else 403 for a denied resource,
+        404 for an unknown resource or object, the object, or its metadata alone when asked."""
+        if self.object_delay:
+            with self.cond:  # stop() wakes it
+                self.cond.wait(self.object_delay)
+        if path in self.raw_bodies:
+            data = self.raw_bodies[path]
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            try:
+                h.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                h.close_connection = True  # the client refused the rest
+            return
+        api_version = f"{group}/{version}" if group else version
+        resource = f"{plural}.{group}" if group else plural
+        if (group, plural) in self.forbidden:
+            msg = (
+                f'{resource} "{name}" is forbidden: User "system:serviceaccount:gpulens:gpulens" cannot get '
+                f'resource "{plural}" in API group "{group}" in the namespace "{namespace}"'
+            )
+            self._send_json(h, 403, self._status(403, "Forbidden", msg))
+            return
+        with self.cond:
+            served = any(
+                p == plural and namespaced for p, namespaced in (self.resources.get(api_version) or {}).values()
+            )
+            if api_version == "v1" and plural == "pods":
+                obj = next(
+                    (
+                        p
+                        for p in self.pods.values()
+                        if (p["metadata"].get("namespace"), p["metadata"]["name"]) == (namespace, name)
+                    ),
+                    None,
+                )
+            else:
+                obj = self.objects.get((api_version, plural, namespace, name))
+        if not served:
+            self._send_json(h, 404, self._status(404, "NotFound", "the server could not find the requested resource"))
+            return
+        if obj is None:
+            self._send_json(h, 404, self._status(404, "NotFound", f'{resource} "{name}" not found'))
+            return
+        if _wants_metadata(h.headers.get("Accept") or ""):
+            obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+        self._send_json(h, 200, obj)
 
     def _list_page(self, query: dict[str, str], on_node: Any) -> dict[str, Any]:
         """One page of a list: ``limit`` items after the continue token's key, all read at the
