@@ -118,6 +118,7 @@ def make_attributor(cfg: ExporterConfig, simulation: Simulation | None) -> Attri
         podresources_socket=socket,
         node_name=cfg.node_name or None,
         kube_api=cfg.kube_api,
+        kube_owner_chain=cfg.kube_owner_chain,
         procfs=cfg.procfs,
         refresh_seconds=cfg.kube_refresh_interval,
     )

@@ -228,6 +228,8 @@ class ExporterConfig:
     """Read the node's RDMA NICs (``--collect.nic``); on by default, silent where none exists."""
     sysfs: str = "/sys"
     """``--path.sysfs``: where the host's sysfs is (RDMA NICs, PCIe paths, peer-memory modules)."""
+    kube_owner_chain: bool = True
+    """``--[no-]kubernetes.owner-chain``: a pod's workload is the top of its owner chain."""
 
 
 def _ratio(text: str) -> float:
@@ -348,6 +350,14 @@ _BOOLS: list[tuple[str, bool, str]] = [
         "GPUDirect RDMA readiness; a node without any exports no NIC series.",
     ),
     ("kubernetes.api", False, "Watch the Kubernetes API for pod owners and phases (needs RBAC)."),
+    (
+        "kubernetes.owner-chain",
+        True,
+        "With --kubernetes.api, follow controller references above each pod's own controller through "
+        "the API (get on the owners' resources), so its workload is the top of its owner chain: the "
+        "JobSet, TrainJob, LeaderWorkerSet, RayJob or CronJob above it (docs/attribution.md). Off: the "
+        "pod's own controller (a ReplicaSet named after its Deployment counts as that Deployment).",
+    ),
     ("probes", True, "Run gated bandwidth probes in child processes."),
     ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
     (
@@ -460,6 +470,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         collect_gpm=ns.collect_gpm,
         collect_nic=ns.collect_nic,
         sysfs=ns.path_sysfs,
+        kube_owner_chain=ns.kubernetes_owner_chain,
     )
 
 

@@ -93,7 +93,8 @@ def test_without_rbac_for_jobs_the_job_itself_is_the_workload(api: KubeApiEmulat
             ("Job", "nightly-2"),
         }
         job_gets = [p for p, _ in api.requests if "/jobs/" in p]
-        assert len(job_gets) == 1, "after a 403 the exporter stops asking"
+        assert len(job_gets) == 1, "a 403 is remembered for its namespace and resource (a minute)"
+        assert source.owners is not None and source.owners.stats()["forbidden"] == 2
     finally:
         source.close()
 
@@ -323,9 +324,24 @@ def test_the_official_client_lists_and_watches_the_emulator(api: KubeApiEmulator
             list(watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version="101", timeout_seconds=5))
         assert expired.value.status == 410
 
-        job = client.BatchV1Api(api_client).read_namespaced_job("nightly-1", "batch")
+        batch = client.BatchV1Api(api_client)
+        job = batch.read_namespaced_job("nightly-1", "batch")
         assert job.metadata is not None and job.metadata.owner_references is not None
         assert [r.kind for r in job.metadata.owner_references] == ["CronJob"]
+        cronjob = batch.read_namespaced_cron_job("nightly", "batch")
+        assert cronjob.metadata is not None and cronjob.metadata.uid == job.metadata.owner_references[0].uid
+        resources = batch.get_api_resources()
+        assert isinstance(resources, client.V1APIResourceList) and resources.group_version == "batch/v1"
+        assert {(r.name, r.kind, r.namespaced) for r in resources.resources} >= {
+            ("jobs", "Job", True),
+            ("jobs/status", "Job", True),
+            ("cronjobs", "CronJob", True),
+        }
+        moved = core.read_namespaced_pod("moved", "ml")
+        assert moved.spec is not None and moved.spec.node_name == "cpu-node-9", "a pod of any node"
+        with pytest.raises(client.ApiException) as missing:
+            batch.read_namespaced_job("nightly-2", "batch")
+        assert missing.value.status == 404
         api.fail_status = 403
         with pytest.raises(client.ApiException) as forbidden:
             core.list_pod_for_all_namespaces(field_selector=selector)
@@ -341,6 +357,7 @@ def test_the_emulators_objects_carry_every_field_the_official_models_require() -
     decode = client.ApiClient().deserialize
     decode(json.dumps(make_pod("a", containers={"main": "a" * 64})), "V1Pod", "application/json")
     decode(json.dumps(emulator.jobs[("batch", "nightly-1")]), "V1Job", "application/json")
+    decode(json.dumps(emulator.objects[("batch/v1", "cronjobs", "batch", "nightly")]), "V1CronJob", "application/json")
 
 
 def test_an_exec_kubeconfig_fails_the_stage_with_one_line_naming_it(

@@ -4,9 +4,11 @@ Gives pod UID, phase, owner workload and container IDs for the pods on ``spec.no
 Requests go through ``kube_http`` (the standard library: in-cluster or kubeconfig configuration,
 auth, TLS, GET) and the list and the watch stream are read as raw JSON: the official client
 costs ~40 MB of imports, and 1,000 ``V1Pod`` models far more than the dicts we need (see
-docs/design.md).  Least privilege: ``pods`` list + watch; optionally ``jobs`` get (``batch``) to
-name the CronJob behind a Job (see docs/attribution.md).  Deployments are named from the
-ReplicaSet name and the pod's ``pod-template-hash`` label, with no extra permission.
+docs/design.md).  Least privilege: ``pods`` list + watch; with the owner chain on
+(``--kubernetes.owner-chain``, ``owners.py``) also ``get`` on the owners' resources, so that a
+pod's workload is the top of its owner chain (the JobSet above a Job, the CronJob above a Job,
+the LeaderWorkerSet above its StatefulSets; see docs/attribution.md).  Deployments are named from
+the ReplicaSet name and the pod's ``pod-template-hash`` label, with no request.
 
 The API server is trusted, but what it sends is bounded all the same (``ApiBounds``): a watch
 event line is read with a byte cap and a time bound (a line that stays unfinished fails the stage
@@ -17,31 +19,38 @@ stage like any other API error: the source backs off and lists again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from exporter.attribution import stages
-from exporter.attribution.kube_http import ApiError, ApiResponse, KubeClient, Query, load_endpoint
+from exporter.attribution.kube_http import (
+    READ_BYTES,
+    ApiError,
+    ApiResponse,
+    BoundExceeded,
+    KubeClient,
+    Query,
+    load_endpoint,
+    read_capped,
+    read_some,
+)
 from exporter.attribution.merge import PodDirectory, PodMeta
+from exporter.attribution.owners import Owner, OwnerResolver, deployment_shortcut
 from exporter.model import StageResult
 
 log = logging.getLogger(__name__)
 
 STAGE = stages.KUBE_API
 _HTTP_GONE = 410
-_HTTP_FORBIDDEN = 403
-_READ_BYTES = 64 * 1024
-"""Most bytes taken from the connection per read (a read returns whatever has arrived)."""
 PODS_PATH = "/api/v1/pods"
-JOB_PATH = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 """Longest watch event line accepted, bytes.  An event is one object as the API server stores it
@@ -71,10 +80,10 @@ MAX_LIST_PAGES = 100
 """Most pages one list may take: 10,000 pods of one node, 40x the most a node runs."""
 LIST_PAGE_SECONDS = 60.0
 """Longest one page may take to arrive whole, seconds (a trickled page fails like a large one)."""
-
-
-class BoundExceeded(Exception):
-    """The API server sent more than a bound of ``ApiBounds`` allows (bytes, seconds, pages)."""
+SETTLE_SECONDS = 10.0
+"""Shortest time between two passes over the pods whose owner walk stopped short, seconds: the
+kubelet refresh period, so a label completed later is no older than other attribution data.  A
+pass costs nothing while the resolver's answers for them are cached (1 min after a failure)."""
 
 
 @dataclass(frozen=True)
@@ -96,33 +105,39 @@ def _container_id(raw: str | None) -> str | None:
     return raw.split("://", 1)[-1] or None
 
 
-def owner_of(
-    pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None] | None = None
-) -> tuple[str | None, str | None]:
-    """(workload_kind, workload) of a pod from its controller reference.
+Resolve = Callable[[str, Mapping[str, Any]], Owner]
+"""Given a namespace and an owner reference, the top owner above it (``OwnerResolver.top`` with
+the client bound)."""
 
-    ReplicaSet -> Deployment when the ReplicaSet is ``<deployment>-<pod-template-hash>`` (how the
-    Deployment controller names them).  Job -> CronJob through ``job_owner`` (an API GET), if given.
-    """
+
+def controller_reference(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's controller reference (else its first owner reference), with a ReplicaSet named
+    ``<deployment>-<pod-template-hash>`` read as that Deployment (``owners.deployment_shortcut``:
+    no request, no RBAC); ``None`` for a pod without owners."""
     meta = pod.get("metadata") or {}
     refs = meta.get("ownerReferences") or []
     ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
     if not ref:
+        return None
+    return deployment_shortcut(ref, meta.get("labels") or {})
+
+
+def owner_of(pod: Mapping[str, Any], resolve: Resolve | None = None) -> tuple[str | None, str | None]:
+    """(workload_kind, workload) of a pod: the top of its owner chain through ``resolve`` when
+    given (``--kubernetes.owner-chain``), else its own controller (a Deployment for a ReplicaSet
+    named after one, without a request)."""
+    ref = controller_reference(pod)
+    if ref is None:
         return None, None
-    kind, name = ref.get("kind"), ref.get("name")
-    if kind == "ReplicaSet" and name:
-        template_hash = (meta.get("labels") or {}).get("pod-template-hash")
-        if template_hash and name.endswith("-" + template_hash):
-            return "Deployment", name[: -len(template_hash) - 1]
-    if kind == "Job" and name and job_owner is not None:
-        cronjob = job_owner(meta.get("namespace", ""), name)
-        if cronjob:
-            return "CronJob", cronjob
-    return kind, name
+    if resolve is not None:
+        owner = resolve((pod.get("metadata") or {}).get("namespace", ""), ref)
+        return owner.kind, owner.name
+    return ref.get("kind"), ref.get("name")
 
 
-def pod_meta(pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None] | None = None) -> PodMeta | None:
-    """The fields we keep from one raw pod object; ``None`` if it has no UID."""
+def pod_meta(pod: Mapping[str, Any], resolve: Resolve | None = None) -> PodMeta | None:
+    """The fields we keep from one raw pod object; ``None`` if it has no UID.  The workload is
+    ``owner_of(pod, resolve)``."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
     if not uid:
@@ -134,7 +149,7 @@ def pod_meta(pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None]
             cid = _container_id(cs.get("containerID"))
             if cid and cs.get("name"):
                 containers[cid] = cs["name"]
-    kind, workload = owner_of(pod, job_owner)
+    kind, workload = owner_of(pod, resolve)
     return PodMeta(
         uid=uid,
         namespace=meta.get("namespace", ""),
@@ -144,15 +159,6 @@ def pod_meta(pod: Mapping[str, Any], job_owner: Callable[[str, str], str | None]
         workload=workload,
         containers=MappingProxyType(containers),
     )
-
-
-def _read_some(resp: Any, most: int) -> bytes:
-    """Up to ``most`` bytes of the body, as soon as any arrived (``b""`` at its end).  A response
-    without ``read1`` is read with ``read``: there a read waits for ``most`` bytes, so bytes are
-    seen (and a stall noticed) only that many at a time; the caps hold alike."""
-    read1 = getattr(resp, "read1", None)
-    data = read1(most) if read1 is not None else resp.read(most)
-    return bytes(data or b"")
 
 
 class LineReader:
@@ -181,7 +187,7 @@ class LineReader:
     def lines(self) -> Iterator[bytes]:
         """Each non-blank line, without its newline; a last line without one at the end too."""
         buf = bytearray()
-        while chunk := _read_some(self._resp, _READ_BYTES):
+        while chunk := read_some(self._resp, READ_BYTES):
             now = time.monotonic()
             scanned = len(buf)
             buf += chunk
@@ -211,23 +217,6 @@ class LineReader:
             raise BoundExceeded(f"watch event line unfinished after {self.stall_seconds:g} s ({pending} bytes so far)")
 
 
-def read_capped(resp: Any, cap: int, seconds: float, what: str) -> bytearray:
-    """The whole body of ``resp``, or ``BoundExceeded`` as soon as it is known to pass ``cap``
-    bytes (from its Content-Length, before reading, when it has one) or ``seconds``."""
-    length = str(resp.headers.get("Content-Length") or "")
-    if length.isdigit() and int(length) > cap:
-        raise BoundExceeded(f"{what} of {int(length)} bytes (Content-Length) exceeds the cap of {cap} bytes")
-    deadline = time.monotonic() + seconds
-    body = bytearray()
-    while chunk := _read_some(resp, _READ_BYTES):
-        body += chunk
-        if len(body) > cap:
-            raise BoundExceeded(f"{what} exceeds the cap of {cap} bytes ({len(body)} bytes read without its end)")
-        if time.monotonic() > deadline:
-            raise BoundExceeded(f"{what} unfinished after {seconds:g} s ({len(body)} bytes read)")
-    return body
-
-
 class KubePodSource:
     """Keeps this node's pods up to date from a list + watch loop in a daemon thread.
 
@@ -243,9 +232,10 @@ class KubePodSource:
         watch_timeout_seconds: int = 300,
         backoff_initial_seconds: float = 1.0,
         backoff_max_seconds: float = 60.0,
-        resolve_cronjobs: bool = True,
+        owner_chain: bool = True,
         start: bool = True,
         bounds: ApiBounds | None = None,
+        owners: OwnerResolver | None = None,
     ) -> None:
         self._factory = api_client_factory
         self.node_name = node_name
@@ -253,7 +243,14 @@ class KubePodSource:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
-        self._resolve_cronjobs = resolve_cronjobs
+        self.owners: OwnerResolver | None = (owners or OwnerResolver()) if owner_chain else None
+        """Follows each pod's owner chain to its top (``--kubernetes.owner-chain``); ``None``: the
+        pod's own controller names its workload.  Its ``stats()`` count the walks by outcome."""
+        self._unsettled: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        """Pods whose owner walk stopped short (a bound, an error, a 403 or 404), by UID: their
+        namespace and controller reference, walked again by ``_settle`` (at most one entry per
+        pod of the node; dropped with the pod)."""
+        self._settled_at = float("-inf")
         self._lock = threading.Lock()
         self._pods: dict[str, PodMeta] = {}
         self._version = 0
@@ -261,7 +258,6 @@ class KubePodSource:
         self._healthy = False
         self._duration = 0.0
         self._last_error: str | None = None
-        self._job_owners: dict[tuple[str, str], str | None] = {}
         self._resp: ApiResponse | None = None
         self._reader: LineReader | None = None
         self._watch_progress = False
@@ -279,10 +275,11 @@ class KubePodSource:
             self._thread.start()
 
     @classmethod
-    def in_cluster(cls, node_name: str) -> KubePodSource:
+    def in_cluster(cls, node_name: str, owner_chain: bool = True) -> KubePodSource:
         """Service-account credentials in a pod, else the local kubeconfig (for development); the
-        configuration is read again after each failure (a configuration error fails the stage)."""
-        return cls(lambda: KubeClient(load_endpoint()), node_name)
+        configuration is read again after each failure (a configuration error fails the stage).
+        ``owner_chain``: follow owners above the pod's controller (``--kubernetes.owner-chain``)."""
+        return cls(lambda: KubeClient(load_endpoint()), node_name, owner_chain=owner_chain)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -336,11 +333,6 @@ class KubePodSource:
         selector = {"fieldSelector": f"spec.nodeName={self.node_name}"}
         return api.get(PODS_PATH, {**selector, **query}, read_timeout=read_timeout)
 
-    def read_namespaced_job(self, api: KubeClient, namespace: str, name: str) -> ApiResponse:
-        """GET one Job, the body unread (RBAC: jobs ``get`` in ``batch``, optional)."""
-        path = JOB_PATH.format(namespace=urllib.parse.quote(namespace, safe=""), name=urllib.parse.quote(name, safe=""))
-        return api.get(path, connect_timeout=5, read_timeout=10)
-
     def _list_page(self, api: KubeClient, token: str | None) -> dict[str, Any]:
         """One page of the node's pods (the first when ``token`` is ``None``), read within the
         page bounds."""
@@ -360,12 +352,13 @@ class KubePodSource:
         """List the node's pods page by page; the table is replaced once every page arrived."""
         start = time.perf_counter()
         pods: dict[str, PodMeta] = {}
+        unsettled: dict[str, tuple[str, Mapping[str, Any]]] = {}
         token: str | None = None
         version = ""
         for number in range(self.bounds.max_pages):
             page = self._list_page(api, token)
             for item in page.get("items") or []:
-                meta = pod_meta(item, self._job_owner_getter(api))
+                meta = self._pod_meta(api, item, unsettled)
                 if meta is not None:
                     pods[meta.uid] = meta
             metadata = page.get("metadata") or {}
@@ -376,6 +369,8 @@ class KubePodSource:
                 break
         else:
             raise BoundExceeded(f"the pod list runs past {self.bounds.max_pages} pages of {self.bounds.page_limit}")
+        self._unsettled = unsettled
+        self._settled_at = time.monotonic()
         with self._lock:
             self._pods = pods
             self._version += 1
@@ -426,18 +421,20 @@ class KubePodSource:
             if new_rv:
                 rv = self.resource_version = new_rv
             if kind in ("ADDED", "MODIFIED"):
-                meta = pod_meta(obj, self._job_owner_getter(api))
+                meta = self._pod_meta(api, obj, self._unsettled)
                 if meta is not None:
                     with self._lock:
                         self._pods[meta.uid] = meta
                         self._version += 1
             elif kind == "DELETED":
                 uid = str((obj.get("metadata") or {}).get("uid"))
+                self._unsettled.pop(uid, None)
                 with self._lock:
                     if self._pods.pop(uid, None) is not None:
                         self._version += 1
             if self._stop.is_set():
                 break
+            self._settle(api)
         return rv
 
     def list_now(self) -> int:
@@ -451,41 +448,57 @@ class KubePodSource:
         with self._lock:
             return len(self._pods)
 
-    # --- Job -> CronJob ------------------------------------------------------------------------
+    # --- the owner chain ------------------------------------------------------------------------
 
-    def _job_owner_getter(self, api: KubeClient) -> Callable[[str, str], str | None] | None:
-        if not self._resolve_cronjobs:
-            return None
-        return lambda namespace, job: self._job_owner(api, namespace, job)
+    def _pod_meta(
+        self, api: KubeClient, raw: Mapping[str, Any], unsettled: dict[str, tuple[str, Mapping[str, Any]]]
+    ) -> PodMeta | None:
+        """``pod_meta`` of ``raw``, its workload the top of its owner chain when that is on; a pod
+        whose walk stopped short is put in ``unsettled`` (and taken out once a walk completes)."""
+        owners = self.owners
+        if owners is None:
+            return pod_meta(raw)
+        walked: list[tuple[str, Mapping[str, Any], Owner]] = []
 
-    def _job_owner(self, api: KubeClient, namespace: str, job: str) -> str | None:
-        key = (namespace, job)
-        if key in self._job_owners:
-            return self._job_owners[key]
-        owner: str | None = None
-        try:
-            resp = self.read_namespaced_job(api, namespace, job)
-            whole = False
-            try:
-                raw = read_capped(resp, self.bounds.max_event_bytes, self.bounds.page_seconds, "job")
-                whole = True
-            finally:
-                resp.release(whole)
-            body = json.loads(raw)
-            refs = (body.get("metadata") or {}).get("ownerReferences") or []
-            owner = next((r.get("name") for r in refs if r.get("kind") == "CronJob"), None)
-        except ApiError as exc:  # the Job is gone (404) or other: remembered as no CronJob
-            if exc.status == _HTTP_FORBIDDEN:
-                log.info("no RBAC to get jobs: Job pods are shown as workload_kind=Job, not their CronJob")
-                self._resolve_cronjobs = False
-                return None
-        except Exception as exc:  # metadata extra only: never fail the watch for it
-            log.debug("job %s/%s owner lookup failed: %s", namespace, job, exc)
-            return None
-        if len(self._job_owners) >= 4096:
-            self._job_owners.clear()
-        self._job_owners[key] = owner
-        return owner
+        def resolve(namespace: str, ref: Mapping[str, Any]) -> Owner:
+            owner = owners.top(api, namespace, ref)
+            walked.append((namespace, ref, owner))
+            return owner
+
+        meta = pod_meta(raw, resolve)
+        if meta is not None:
+            if walked and not walked[0][2].complete:
+                unsettled[meta.uid] = walked[0][:2]
+            else:
+                unsettled.pop(meta.uid, None)
+        return meta
+
+    def _settle(self, api: KubeClient) -> None:
+        """Walk again the chains of pods whose last walk stopped short, at most once every
+        ``SETTLE_SECONDS``, and relabel the pods whose answer changed.  Runs between watch events
+        (a real API server also sends a bookmark about once a minute), so the extra time is the
+        resolver's, bounded there; a pass ends at the first walk the rate bound limits."""
+        owners = self.owners
+        now = time.monotonic()
+        if owners is None or not self._unsettled or now - self._settled_at < SETTLE_SECONDS:
+            return
+        self._settled_at = now
+        for uid, (namespace, ref) in list(self._unsettled.items()):
+            with self._lock:
+                meta = self._pods.get(uid)
+            if meta is None:
+                self._unsettled.pop(uid, None)
+                continue
+            owner = owners.top(api, namespace, ref)
+            if owner.complete:
+                self._unsettled.pop(uid, None)
+            if (owner.kind, owner.name) != (meta.workload_kind, meta.workload):
+                with self._lock:
+                    if self._pods.get(uid) is meta:
+                        self._pods[uid] = dataclasses.replace(meta, workload_kind=owner.kind, workload=owner.name)
+                        self._version += 1
+            if owner.outcome == "limited":
+                break
 
     # --- what the pipeline reads ---------------------------------------------------------------
 

@@ -44,6 +44,8 @@ class AttributionOptions:
     """This node's name (``--kubernetes.node-name`` / ``NODE_NAME``); ``None`` = no API watch."""
     kube_api: bool
     """``--[no-]kubernetes.api``: watch pod metadata (phase, owner workload, container IDs)."""
+    kube_owner_chain: bool
+    """``--[no-]kubernetes.owner-chain``: a pod's workload is the top of its owner chain."""
     procfs: str
     """``--path.procfs``: where host PIDs' ``cgroup`` files are (needs hostPID or host /proc)."""
     refresh_seconds: float
@@ -211,7 +213,7 @@ def build_attributor(options: AttributionOptions) -> PipelineAttributor:
     if options.kube_api and options.node_name:
         from exporter.attribution.kubeapi import KubePodSource
 
-        pods = KubePodSource.in_cluster(options.node_name)
+        pods = KubePodSource.in_cluster(options.node_name, owner_chain=options.kube_owner_chain)
         from exporter.attribution.cgroup import CgroupPidSource
 
         pids = CgroupPidSource(options.procfs)
