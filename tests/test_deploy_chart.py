@@ -416,23 +416,94 @@ def test_exporter_has_its_priority_class() -> None:
 # --- RBAC ---------------------------------------------------------------------------------------
 
 
-def test_cluster_role_only_lists_and_watches_pods() -> None:
+OWNER_RESOURCES: set[tuple[str, str]] = {
+    ("", "pods"),
+    ("apps", "replicasets"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+    ("jobset.x-k8s.io", "jobsets"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+    *(("kubeflow.org", r) for r in ("pytorchjobs", "mpijobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs")),
+    ("trainer.kubeflow.org", "trainjobs"),
+    *(("ray.io", r) for r in ("rayclusters", "rayjobs", "rayservices")),
+}
+"""(API group, resource) of the owners the chart grants ``get`` on for the owner chain."""
+POD_WATCH = {("", "pods", "list"), ("", "pods", "watch")}
+"""What the pod source itself needs: the node-scoped list and watch."""
+
+
+def test_cluster_role_lists_and_watches_pods_and_only_gets_their_owners() -> None:
     objs = objects()
     role = one(objs, "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    assert role_grants(role) == POD_WATCH | {(group, resource, "get") for group, resource in OWNER_RESOURCES}
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames or nonResourceURLs"
+        assert rule["verbs"] == ["get"] or rule == {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["list", "watch"],
+        }
+        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
+        assert not any("/" in resource for resource in rule["resources"]), "no subresources"
     binding = one(objs, "ClusterRoleBinding")
     sa = one(objs, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "gpulens"}]
     assert exporter_pod()["serviceAccountName"] == sa["metadata"]["name"]
+    assert "--kubernetes.owner-chain" in exporter_container()["args"]
 
 
-def test_cronjob_names_add_get_on_jobs_and_nothing_else() -> None:
-    role = one(objects({"rbac": {"cronJobNames": True}}), "ClusterRole")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+def test_with_the_owner_chain_off_the_role_only_lists_and_watches_pods() -> None:
+    values = {
+        "exporter": {"kubernetesOwnerChain": False},
+        "rbac": {"extraOwnerResources": [{"apiGroups": ["example.com"], "resources": ["trainingruns"]}]},
+    }
+    role = one(objects(values), "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    assert "--no-kubernetes.owner-chain" in exporter_container(values)["args"]
+
+
+def test_extra_owner_resources_are_granted_get_only() -> None:
+    extra = [
+        {"apiGroups": ["example.com"], "resources": ["trainingruns", "sweeps"]},
+        {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"]},
     ]
+    role = one(objects({"rbac": {"extraOwnerResources": extra}}), "ClusterRole")
+    assert role_grants(role) - role_grants(one(objects(), "ClusterRole")) == {
+        ("example.com", "trainingruns", "get"),
+        ("example.com", "sweeps", "get"),
+        ("batch.volcano.sh", "jobs", "get"),
+    }
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [{"apiGroups": ["*"], "resources": ["trainingruns"]}],
+        [{"apiGroups": ["example.com"], "resources": ["*"]}],
+        [{"apiGroups": ["example.com"], "resources": ["trainingruns/status"]}],
+        [{"apiGroups": ["example.com"], "resources": ["trainingruns"], "verbs": ["list"]}],
+        [{"apiGroups": ["example.com"], "resources": []}],
+        [{"apiGroups": ["example.com"]}],
+    ],
+    ids=["group wildcard", "resource wildcard", "subresource", "verbs", "no resource", "resources missing"],
+)
+def test_extra_owner_resources_that_would_grant_more_than_get_on_named_resources_are_refused(
+    extra: list[dict[str, Any]],
+) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="extraOwnerResources"):
+        objects({"rbac": {"extraOwnerResources": extra}})
+
+
+def test_the_removed_cronjob_value_is_refused_with_its_replacement() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=r"rbac.cronJobNames was removed: the owner chain"):
+        objects({"rbac": {"cronJobNames": True}})
 
 
 def api_path_templates() -> set[str]:
@@ -469,8 +540,12 @@ def request_attributes(path: str, query: dict[str, str]) -> tuple[str, str, str]
     derives them (k8s.io/apiserver request info): ``/api/v1/...`` is the core group "",
     ``/apis/<group>/<version>/...`` a named group; ``namespaces/<ns>/`` is skipped; a name makes
     it ``get``, none ``list``, or ``watch`` with ``watch=true`` (or the legacy ``watch/`` prefix);
-    a subresource is ``<resource>/<subresource>``."""
+    a subresource is ``<resource>/<subresource>``.  Discovery (``/api/<version>``,
+    ``/apis/<group>/<version>``) is not a resource request: ``("", "", "discovery")``, which
+    ``system:discovery`` grants every account."""
     parts = path.strip("/").split("/")
+    if len(parts) == (2 if parts[0] == "api" else 3):
+        return "", "", "discovery"
     group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
     watch = query.get("watch") in ("true", "1")
     if rest[:1] == ["watch"]:
@@ -495,29 +570,63 @@ def role_grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 def exporter_requests() -> list[tuple[str, dict[str, str]]]:
     """The requests (path, query) the exporter's pod source sends to an API server while it lists
-    a node with a CronJob's pod, resolves the pod's Job and watches."""
+    a node with a pod under each kind of owner the chart grants (walking each owner chain to its
+    top) and watches."""
     from exporter.attribution.kube_http import KubeClient, endpoint_for
     from exporter.attribution.kubeapi import KubePodSource
-    from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
+    from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, reference_to
 
     with KubeApiEmulator() as api:
-        api.put(make_pod("nightly-1-q", "batch", owner=("Job", "nightly-1")))
-        api.add_job("batch", "nightly-1", cronjob="nightly")
+        ns = "ml"
+
+        def owned(version: str, kind: str, plural: str, name: str, owner: dict[str, Any] | None = None) -> Any:
+            return reference_to(api.add_object(version, kind, plural, ns, name, owner=owner))
+
+        api.put(make_pod("nightly-1-q", ns, owner=("Job", "nightly-1")))
+        api.add_job(ns, "nightly-1", cronjob="nightly")
+        api.add_object("apps/v1", "Deployment", "deployments", ns, "web")
+        api.put(make_pod("web-abc12-q", ns, owner=("ReplicaSet", "web-abc12"), labels={"pod-template-hash": "abc12"}))
+        api.put(make_pod("hand-q", ns, owner=owned("apps/v1", "ReplicaSet", "replicasets", "hand")))
+        trainjob = owned("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs", "tj")
+        jobset = owned("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", "tj", trainjob)
+        api.put(make_pod("tj-0-q", ns, owner=owned("batch/v1", "Job", "jobs", "tj-0", jobset)))
+        lws = owned("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", "llm")
+        leader = make_pod(
+            "llm-0", ns, node="gpu-node-9", owner=owned("apps/v1", "StatefulSet", "statefulsets", "llm", lws)
+        )
+        api.put(leader)
+        api.put(
+            make_pod(
+                "llm-0-1", ns, owner=owned("apps/v1", "StatefulSet", "statefulsets", "llm-0", reference_to(leader))
+            )
+        )
+        for kind in ("PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"):
+            api.put(make_pod(f"{kind.lower()}-0", ns, owner=owned("kubeflow.org/v1", kind, f"{kind.lower()}s", "j")))
+        for kind, plural in (("RayJob", "rayjobs"), ("RayService", "rayservices")):
+            cluster = owned(
+                "ray.io/v1", "RayCluster", "rayclusters", f"{plural}-c", owned("ray.io/v1", kind, plural, "r")
+            )
+            api.put(make_pod(f"{plural}-head", ns, owner=cluster))
         source = KubePodSource(lambda: KubeClient(endpoint_for(api.url)), "gpu-node-1")
         try:
             deadline = time.monotonic() + 30
             while api.watch_count() == 0 and time.monotonic() < deadline:
                 time.sleep(0.02)
+            directory, _ = source.latest()
         finally:
             source.close()
+        assert directory is not None
+        tops = {(p.workload_kind, p.workload) for p in directory.by_uid.values()}
+        assert {("TrainJob", "tj"), ("LeaderWorkerSet", "llm"), ("CronJob", "nightly"), ("RayService", "r")} <= tops
         return list(api.requests)
 
 
 def test_the_role_grants_what_the_exporter_calls() -> None:
     """The grants follow the requests: every request the exporter sends is allowed by the role
-    (with ``rbac.cronJobNames``, the largest one) and every grant is used by one, so a new API call
+    (the default one, with the owner chain) and every grant is used by one, so a new API call
     without its RBAC, or a grant nothing uses, fails here.  Each API path in the exporter's source
-    must be among the requests sent, so a call the scenario does not reach fails too."""
+    must be among the requests sent, so a call the scenario does not reach fails too.  Discovery
+    requests are allowed to every account (``system:discovery``), not by the role."""
     requests = exporter_requests()
     templates = api_path_templates()
     assert templates, "no API paths found in exporter/: has the client moved?"
@@ -525,10 +634,12 @@ def test_the_role_grants_what_the_exporter_calls() -> None:
     assert not unmatched, f"requests to paths not written in exporter/ (built where this test cannot see): {unmatched}"
     unsent = sorted(t for t in templates if not any(matches_template(path, t) for path, _ in requests))
     assert not unsent, f"API paths in exporter/ that exporter_requests() never sent (extend it): {unsent}"
-    used = {request_attributes(path, query) for path, query in requests}
-    granted = role_grants(one(objects({"rbac": {"cronJobNames": True}}), "ClusterRole"))
+    used = {request_attributes(path, query) for path, query in requests} - {("", "", "discovery")}
+    granted = role_grants(one(objects(), "ClusterRole"))
     assert used <= granted, f"requests the role does not allow: {sorted(used - granted)}"
     assert granted <= used, f"grants no request uses: {sorted(granted - used)}"
+    discovery = {path for path, query in requests if request_attributes(path, query)[2] == "discovery"}
+    assert "/api/v1" in discovery and "/apis/jobset.x-k8s.io/v1alpha2" in discovery
 
 
 def test_without_the_api_watch_there_is_no_role_and_no_token() -> None:
