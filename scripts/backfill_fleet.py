@@ -11,6 +11,13 @@ add (instance, job, cluster, node). Deterministic for a seed; the last sample is
 
     python scripts/backfill_fleet.py --gpus 1000 --nodes 125 --hours 24 --out fleet.om
     python scripts/backfill_fleet.py --gpus 1000 --nodes 125 --hours 24 --format vm-json --out - | ...
+    python scripts/backfill_fleet.py --gpus 10000 --nodes 1250 --jobs 500 --hours 2 --out fleet.om
+
+``--jobs N`` groups the held GPUs into N multi-node jobs (consecutive GPUs, so a job of 20 GPUs spans
+three nodes), each of one namespace, owner kind and workload: computing, memory-bound, or waiting in
+collectives (class ``communication``), a twentieth of them with a straggler (one GPU computing while
+its peers wait); and adds what the jobs rules read: the pods' own classes
+(``gpulens_pod_gpu_boundness``), the busy ratio and memory used and total.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
@@ -34,6 +41,13 @@ NAMESPACES = ("ml-training", "inference", "research", "notebooks", "batch")
 KINDS = ("compute", "memory", "latency", "idle_held", "launch", "free", "mixed")
 KIND_WEIGHTS = (0.30, 0.15, 0.15, 0.12, 0.05, 0.20, 0.03)
 CLASSES = BOUNDNESS_CLASSES
+JOB_KINDS = ("PyTorchJob", "JobSet", "MPIJob", "Job", "LeaderWorkerSet", "Deployment")
+"""Owner kinds the ``--jobs`` fleet's jobs have (the top of each pod's owner chain)."""
+JOB_ACTIVITY = ("compute", "compute", "memory", "communication")
+"""What a job's GPUs do (``--jobs``): each job draws one."""
+STRAGGLER_EVERY = 20
+"""One job in this many (``--jobs``) has a straggler: its first GPU computes while the others wait."""
+H200_MEMORY_BYTES = 150_754_820_096
 
 
 @dataclass(frozen=True)
@@ -50,9 +64,9 @@ class Gpu:
     """Fraction of the window after which the pod is gone (1.0 = held to the end)."""
 
 
-def make_fleet(gpus: int, nodes: int, seed: int, clusters: int = 2) -> list[Gpu]:
+def make_fleet(gpus: int, nodes: int, seed: int, clusters: int = 2, jobs: int = 0) -> list[Gpu]:
     """``gpus`` GPUs on ``nodes`` nodes, the nodes split evenly over ``clusters`` clusters
-    (prod-a, prod-b, ...)."""
+    (prod-a, prod-b, ...); with ``jobs``, the held GPUs grouped into that many multi-node jobs."""
     rng = np.random.default_rng(seed)
     per_node = math.ceil(gpus / nodes)
     fleet = []
@@ -74,7 +88,30 @@ def make_fleet(gpus: int, nodes: int, seed: int, clusters: int = 2) -> list[Gpu]
                 ends_at=0.5 if kind == "compute" and rng.random() < 0.1 else 1.0,
             )
         )
-    return fleet
+    return group_into_jobs(fleet, jobs, seed) if jobs else fleet
+
+
+def group_into_jobs(fleet: list[Gpu], jobs: int, seed: int) -> list[Gpu]:
+    """The fleet with its held GPUs (every kind but ``free``) grouped into ``jobs`` jobs of
+    consecutive GPUs: one namespace, owner and activity per job (``JOB_ACTIVITY``; the first GPU of
+    every ``STRAGGLER_EVERY``-th job computes while its peers wait: ``communication``), held to the end."""
+    held = [i for i, g in enumerate(fleet) if g.kind != "free"]
+    rng = np.random.default_rng(seed + 2)
+    plans = [
+        (str(rng.choice(NAMESPACES)), JOB_KINDS[j % len(JOB_KINDS)], JOB_ACTIVITY[int(rng.integers(len(JOB_ACTIVITY)))])
+        for j in range(jobs)
+    ]
+    out = list(fleet)
+    first: dict[int, int] = {}
+    for rank, i in enumerate(held):
+        j = rank * jobs // len(held)
+        ns, owner, kind = plans[j]
+        if j % STRAGGLER_EVERY == STRAGGLER_EVERY - 1:
+            kind = "compute" if j not in first else "communication"
+        first.setdefault(j, i)
+        g = fleet[i]
+        out[i] = Gpu(g.node, g.index, g.uuid, g.cluster, kind, ns, f"{owner.lower()}-{j:04d}", owner, 1.0)
+    return out
 
 
 def activity(g: Gpu, t: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -89,6 +126,7 @@ def activity(g: Gpu, t: np.ndarray, rng: np.random.Generator) -> dict[str, np.nd
         "memory": (0.97, 1.0, 0.82, 0.05),
         "latency": (0.35, 0.6, 0.12, 0.08),
         "mixed": (0.97, 1.0, 0.6, 0.6),
+        "communication": (0.18, 1.0, 0.01, 0.0),  # spinning in a collective (NCCL's blocks)
         "launch": (0.0003, 0.25, 0.0, 0.0),
         "idle_held": (0.0, 0.0, 0.0, 0.0),
         "free": (0.0, 0.0, 0.0, 0.0),
@@ -115,12 +153,12 @@ Series = tuple[str, dict[str, str], list[str | None]]
 
 
 def fleet_series(
-    gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
+    gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2, jobs: int = 0
 ) -> tuple[list[str], Iterator[Series]]:
     """The fleet's history: the Unix times (s, formatted) of every step, and every series, one
     metric's series together (as OpenMetrics wants them). Both writers below read this one
     stream, so the OpenMetrics file and the VictoriaMetrics import hold the same samples."""
-    fleet = make_fleet(gpus, nodes, seed, clusters)
+    fleet = make_fleet(gpus, nodes, seed, clusters, jobs)
     steps = int(hours * 3600 // interval_s) + 1
     t = end - interval_s * np.arange(steps - 1, -1, -1, dtype=float)
     stamps = [f"{x:.0f}" for x in t]
@@ -151,12 +189,18 @@ def fleet_series(
         ):
             for g, a in zip(fleet, acts, strict=True):
                 yield name, {**target(g), "gpu": str(g.index), "uuid": g.uuid}, [f"{v:.4g}" for v in a[key]]
+        classes = []
         for g, a in zip(fleet, acts, strict=True):
             cls = boundness(a["sm"], a["util"], a["dram"], a["pipe"])
+            if g.kind == "communication":
+                cls[cls == CLASSES.index("latency")] = CLASSES.index("communication")
+            classes.append(cls)
             for ci, cname in enumerate(CLASSES):
                 values: list[str | None] = np.where(cls == ci, "1", "0").tolist()
                 labels = {**target(g), "class": cname, "gpu": str(g.index), "uuid": g.uuid}
                 yield "gpulens_gpu_boundness", labels, values
+        if jobs:
+            yield from job_series(fleet, acts, classes, target, steps)
         for g, a in zip(fleet, acts, strict=True):
             if not g.namespace:
                 continue
@@ -165,7 +209,7 @@ def fleet_series(
                 **target(g),
                 "container": "main",
                 "namespace": g.namespace,
-                "pod": f"{g.workload}-{g.index}",
+                "pod": f"{g.workload}-{g.node}" if jobs else f"{g.workload}-{g.index}",
                 "resource": "nvidia.com/gpu",
                 "uuid": g.uuid,
                 "workload": g.workload,
@@ -176,11 +220,58 @@ def fleet_series(
     return stamps, series()
 
 
+def job_series(
+    fleet: list[Gpu],
+    acts: list[dict[str, np.ndarray]],
+    classes: list[np.ndarray],
+    target: Callable[[Gpu], dict[str, str]],
+    steps: int,
+) -> Iterator[Series]:
+    """What the jobs rules read besides the allocation (``--jobs``): each held GPU's busy ratio
+    (GPU-Util's series), memory used and total, and its pod's own class (the GPU's)."""
+    ones: list[str | None] = [f"{H200_MEMORY_BYTES}"] * steps
+    for g, a in zip(fleet, acts, strict=True):
+        yield (
+            "gpulens_gpu_busy_ratio",
+            {**target(g), "gpu": str(g.index), "uuid": g.uuid},
+            [f"{v:.4g}" for v in a["util"]],
+        )
+    for g in fleet:
+        yield "gpulens_gpu_memory_total_bytes", {**target(g), "gpu": str(g.index), "uuid": g.uuid}, ones
+    for g, a in zip(fleet, acts, strict=True):
+        used = (0.25 + 0.6 * (g.node % 3) / 2) * H200_MEMORY_BYTES if g.namespace else 0.0
+        yield (
+            "gpulens_gpu_memory_used_bytes",
+            {**target(g), "gpu": str(g.index), "uuid": g.uuid},
+            [f"{used * h:.0f}" for h in a["held"]],
+        )
+    for g, cls in zip(fleet, classes, strict=True):
+        if not g.namespace:
+            continue
+        pod = {
+            **target(g),
+            "namespace": g.namespace,
+            "pod": f"{g.workload}-{g.node}",
+            "container": "main",
+            "uuid": g.uuid,
+        }
+        for ci, cname in enumerate(CLASSES):
+            yield "gpulens_pod_gpu_boundness", {**pod, "class": cname}, np.where(cls == ci, "1", "0").tolist()
+
+
 def write_openmetrics(
-    out: TextIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
+    out: TextIO,
+    gpus: int,
+    nodes: int,
+    hours: float,
+    interval_s: float,
+    end: float,
+    seed: int,
+    clusters: int = 2,
+    jobs: int = 0,
 ) -> int:
     """Write the fleet's history as OpenMetrics (for promtool); return the number of samples written."""
-    stamps, series = fleet_series(gpus, nodes, hours, interval_s, end, seed, clusters)
+    stamps, series = fleet_series(gpus, nodes, hours, interval_s, end, seed, clusters, jobs)
     history = OpenMetricsHistory(out)
     for name, labels, values in series:
         history.series(name, labels, values, stamps)
@@ -188,13 +279,21 @@ def write_openmetrics(
 
 
 def write_vm_json(
-    out: BinaryIO, gpus: int, nodes: int, hours: float, interval_s: float, end: float, seed: int, clusters: int = 2
+    out: BinaryIO,
+    gpus: int,
+    nodes: int,
+    hours: float,
+    interval_s: float,
+    end: float,
+    seed: int,
+    clusters: int = 2,
+    jobs: int = 0,
 ) -> int:
     """Write the same history as :func:`write_openmetrics` in VictoriaMetrics' native import format
     (``/api/v1/import``): one JSON line per series with its values and its timestamps in
     milliseconds; return the number of samples written. Values keep their OpenMetrics text, so the
     stored floats are the same; labels with an empty value are left out, as in OpenMetrics."""
-    stamps, series = fleet_series(gpus, nodes, hours, interval_s, end, seed, clusters)
+    stamps, series = fleet_series(gpus, nodes, hours, interval_s, end, seed, clusters, jobs)
     millis = [f"{s}000" for s in stamps]
     all_millis = ",".join(millis)
     checked: set[str] = set()
@@ -229,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=120.0, help="seconds between samples (<= 300 for instant queries)")
     p.add_argument("--end", type=float, default=None, help="Unix time of the last sample (default: now)")
     p.add_argument("--clusters", type=int, default=2, help="clusters the nodes are split over (prod-a, prod-b, ...)")
+    p.add_argument("--jobs", type=int, default=0, help="group the held GPUs into this many multi-node jobs")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", required=True, help="file to write ('-' = stdout)")
     p.add_argument(
@@ -240,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     end = float(int(a.end if a.end is not None else time.time()))
     started = time.perf_counter()
-    args = (a.gpus, a.nodes, a.hours, a.interval, end, a.seed, a.clusters)
+    args = (a.gpus, a.nodes, a.hours, a.interval, end, a.seed, a.clusters, a.jobs)
     if a.format == "openmetrics":
         with open(a.out, "w") if a.out != "-" else sys.stdout as out:
             n = write_openmetrics(out, *args)
