@@ -836,6 +836,20 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="attribution",
     ),
     _m(
+        "counter",
+        "gpulens_kubernetes_owner_walks_total",
+        "",
+        "Owner-chain walks through the Kubernetes API (--kubernetes.owner-chain) by how they ended: "
+        "resolved (the top reached), or stopped short, naming the last owner reached: forbidden (no "
+        "RBAC get on the next owner's resource), not_found, error, limited (a rate or time bound). "
+        "Walks answered from the cache alone are not counted; a chain that stopped short is walked "
+        "again later (about once a minute while it keeps stopping). Absent without the owner chain.",
+        ATTRIBUTION,
+        each=lambda at: (((outcome,), float(n)) for outcome, n in (at.owner_walks or {}).items()),
+        labels=("outcome",),
+        section="attribution",
+    ),
+    _m(
         "gauge",
         "gpulens_podresources_last_success_timestamp_seconds",
         "seconds",

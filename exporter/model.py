@@ -359,6 +359,11 @@ class Attribution:
     allocation_conflicts: int = 0
     """Exclusive devices (no replica) currently listed under more than one pod; all holders are
     shown.  Non-zero when an old kubelet still lists a finished pod and the API phase is unknown."""
+    owner_walks: Mapping[str, int] | None = None
+    """Outcome (``resolved``, ``forbidden``, ``not_found``, ``error``, ``limited``: see
+    exporter/attribution/owners.py) -> owner-chain walks through the Kubernetes API that ended so,
+    cumulative since the start (counts).  ``None`` when the API source does not follow owner
+    chains (``--no-kubernetes.owner-chain``, or no API source)."""
 
 
 @dataclass(frozen=True)

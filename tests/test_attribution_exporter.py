@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
+from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, reference_to
 from tests.fakes.kubelet_server import FakeKubelet, pod
 from tests.support.exporter import run_exporter
 from tests.support.net import get
@@ -53,6 +53,20 @@ def gpu_uuids(samples: Samples) -> list[str]:
 
 
 NO_API_ENV = {"NODE_NAME": "", "GPULENS_KUBERNETES_NODE_NAME": "", "KUBERNETES_SERVICE_HOST": ""}
+OWNER_WALKS = "gpulens_kubernetes_owner_walks_total"
+
+
+def api_env(api: KubeApiEmulator, tmp_path: Path) -> dict[str, str]:
+    """The exporter's environment with a kubeconfig naming the emulator (and no in-cluster API)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: e, cluster: {{server: '{api.url}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: e, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return {**NO_API_ENV, "KUBECONFIG": str(kubeconfig)}
 
 
 def test_kubelet_missing_then_restarted_with_device_metrics_unaffected() -> None:
@@ -64,6 +78,7 @@ def test_kubelet_missing_then_restarted_with_device_metrics_unaffected() -> None
             uuids = gpu_uuids(first)
             assert uuids, "device metrics are served without the kubelet"
             assert "gpulens_pod_gpu_allocation" not in first
+            assert OWNER_WALKS not in first, "no API source: no owner walks"
             assert stage(first, "kube_api") is None, "a disabled source reports no stage"
 
             kubelet.pods = [pod("ml", "train-0", [("main", [("nvidia.com/gpu", [uuids[0]])])])]
@@ -88,15 +103,7 @@ def test_kubelet_missing_then_restarted_with_device_metrics_unaffected() -> None
 
 def test_api_outage_leaves_kubelet_allocations_and_names_the_failing_stage(tmp_path: Path) -> None:
     with KubeApiEmulator() as api, FakeKubelet() as kubelet:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: e, cluster: {{server: '{api.url}'}}}}]\n"
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: c, context: {cluster: e, user: u}}]\n"
-            "current-context: c\n"
-        )
-        env = {**NO_API_ENV, "KUBECONFIG": str(kubeconfig)}
+        env = api_env(api, tmp_path)
         args = (
             "--kubernetes.podresources-socket",
             kubelet.socket_path,
@@ -131,6 +138,49 @@ def test_api_outage_leaves_kubelet_allocations_and_names_the_failing_stage(tmp_p
             eventually(
                 base, lambda s: stage(s, "kube_api") == 1.0 and allocations(s) == {("train-0", uuids[0], "StatefulSet")}
             )
+
+
+def owner_walks(samples: Samples) -> dict[str, float]:
+    return {labels["outcome"]: value for labels, value in samples.get(OWNER_WALKS, [])}
+
+
+def workloads(samples: Samples) -> set[tuple[str, str, str]]:
+    return {
+        (lab["pod"], lab["workload_kind"], lab["workload"]) for lab, _ in samples.get("gpulens_pod_gpu_allocation", [])
+    }
+
+
+def test_a_forbidden_owner_is_counted_in_the_exposition_and_the_family_is_absent_without_the_chain(
+    tmp_path: Path,
+) -> None:
+    """A Job of a JobSet whose resource the role does not grant: the pod is labelled with the
+    JobSet the Job names (the walk stops there) and the walk counts as ``forbidden``; with
+    ``--no-kubernetes.owner-chain`` the pod's own controller names it and the family is absent."""
+    with KubeApiEmulator() as api, FakeKubelet() as kubelet:
+        jobset = api.add_object("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", "ml", "train")
+        job = api.add_object("batch/v1", "Job", "jobs", "ml", "train-workers-0", owner=reference_to(jobset))
+        api.forbidden.add(("jobset.x-k8s.io", "jobsets"))
+        api.put(make_pod("train-workers-0-0-abcde", "ml", owner=reference_to(job)))
+        env = api_env(api, tmp_path)
+        args = (
+            *("--kubernetes.podresources-socket", kubelet.socket_path, "--kubernetes.refresh-interval", "1s"),
+            *("--kubernetes.api", "--kubernetes.node-name", "gpu-node-1"),
+        )
+        with run_exporter(*args, env=env) as base:
+            uuid = gpu_uuids(scrape(base))[0]
+            kubelet.pods = [pod("ml", "train-workers-0-0-abcde", [("main", [("nvidia.com/gpu", [uuid])])])]
+            held = eventually(base, lambda s: any(k == "JobSet" for _, k, _ in workloads(s)) and bool(owner_walks(s)))
+            assert workloads(held) == {("train-workers-0-0-abcde", "JobSet", "train")}
+            walks = owner_walks(held)
+            assert set(walks) == {"resolved", "forbidden", "not_found", "error", "limited"}, "every outcome, 0 too"
+            assert walks["forbidden"] >= 1
+            assert walks["resolved"] == walks["not_found"] == walks["error"] == walks["limited"] == 0
+            assert api.object_gets("jobsets") == ["/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/train"]
+
+        with run_exporter(*args, "--no-kubernetes.owner-chain", env=env) as base:
+            off = eventually(base, lambda s: any(kind for _, kind, _ in workloads(s)))
+            assert workloads(off) == {("train-workers-0-0-abcde", "Job", "train-workers-0")}
+            assert OWNER_WALKS not in off
 
 
 def nic_holders(samples: Samples) -> set[tuple[str, str, str]]:

@@ -159,6 +159,7 @@ def test_compat_sources_name_real_families() -> None:
 NOT_SIMULATED = {
     "gpulens_gpu_fan_speed_ratio": "the simulated H200 boards are passively cooled (NVML: not supported)",
     "gpulens_unmapped_devices_total": "the simulated kubelet lists only devices of its own node",
+    "gpulens_kubernetes_owner_walks_total": "the simulator has no Kubernetes API source",
 }
 """Families no dashboard fixture has, and why: every other family must be in one."""
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from exporter.attribution.deviceids import DeviceIndex
 from exporter.attribution.merge import (
@@ -26,6 +27,9 @@ from exporter.attribution.merge import (
     leaf_tenants,
 )
 from exporter.model import Attribution, BackendSample, PodUsage, StageResult
+
+if TYPE_CHECKING:
+    from exporter.attribution.owners import OwnerResolver
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +109,8 @@ class PipelineAttributor:
 
     ``sharing_replicas``, when given, is a device plugin's own count of time-slicing replicas per
     GPU UUID; it replaces the count inferred from the kubelet's ``::N`` device IDs.
+    ``owner_walks``, when given, reads the pod source's owner-chain walks by outcome (cumulative
+    counts) into ``Attribution.owner_walks`` each cycle.
     """
 
     def __init__(
@@ -113,11 +119,13 @@ class PipelineAttributor:
         pods: PodSource | None,
         pids: PidSource | None,
         sharing_replicas: Callable[[], Mapping[str, int]] | None = None,
+        owner_walks: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._kubelet = kubelet
         self._pods = pods
         self._pids = pids
         self._sharing_replicas = sharing_replicas
+        self._owner_walks = owner_walks
         self._unmapped = UnmappedCounter()
         self._cache_inputs: tuple[object, object, object] | None = None
         self._cache: Allocations = Allocations()
@@ -163,6 +171,7 @@ class PipelineAttributor:
             allocation_conflicts=allocs.conflicts,
             leaf_tenants=tenants,
             other_devices=allocs.other_devices,
+            owner_walks=MappingProxyType(dict(self._owner_walks())) if self._owner_walks is not None else None,
         )
         return attribution, tuple(stages)
 
@@ -201,11 +210,13 @@ def build_attributor(options: AttributionOptions) -> PipelineAttributor:
     then imported: gRPC and the Kubernetes client are loaded by the sources that use them).
 
     The /proc source needs the API (cgroups name pod UIDs, the kubelet does not), so it is
-    enabled with it.
+    enabled with it.  With the owner chain on, each cycle also reads the API source's walks by
+    outcome (``walk_outcomes``).
     """
     kubelet: KubeletSource | None = None
     pods: PodSource | None = None
     pids: PidSource | None = None
+    owner_walks: Callable[[], Mapping[str, int]] | None = None
     if options.podresources_socket is not None:
         from exporter.attribution.podresources import PodResourcesSource
 
@@ -213,8 +224,20 @@ def build_attributor(options: AttributionOptions) -> PipelineAttributor:
     if options.kube_api and options.node_name:
         from exporter.attribution.kubeapi import KubePodSource
 
-        pods = KubePodSource.in_cluster(options.node_name, owner_chain=options.kube_owner_chain)
+        source = KubePodSource.in_cluster(options.node_name, owner_chain=options.kube_owner_chain)
+        if source.owners is not None:
+            owner_walks = partial(walk_outcomes, source.owners)
+        pods = source
         from exporter.attribution.cgroup import CgroupPidSource
 
         pids = CgroupPidSource(options.procfs)
-    return PipelineAttributor(kubelet, pods, pids)
+    return PipelineAttributor(kubelet, pods, pids, owner_walks=owner_walks)
+
+
+def walk_outcomes(resolver: OwnerResolver) -> Mapping[str, int]:
+    """The resolver's walks by outcome (``owners.OUTCOMES``, each present, in that order), without
+    its request and cache figures: what ``gpulens_kubernetes_owner_walks_total`` exports."""
+    from exporter.attribution.owners import OUTCOMES
+
+    stats = resolver.stats()
+    return {outcome: stats[outcome] for outcome in OUTCOMES}
