@@ -115,6 +115,13 @@ class Policy:
     share_max_memory: float = 0.5
     """Time-slicing only when peak x headroom fits in this share of the GPU's memory (room for a
     neighbour: time-slicing does not partition memory)."""
+    job_scale_in_communication_share: float = 0.25
+    """A multi-GPU job whose memory fits on fewer GPUs is advised to scale in when it spends at least
+    this share (0..1) of its time communicating (its class mix; dashboard/jobs.py) ..."""
+    job_scale_in_activity_below: float = 0.5
+    """... or when its mean activity (0..1; dashboard/definitions.py) is below this. A busy,
+    compute-bound data-parallel job is left alone: on fewer GPUs each step takes proportionally
+    longer, so it holds fewer GPUs for longer and saves no GPU-hours (docs/advisor.md, Jobs)."""
 
     def __post_init__(self) -> None:
         if self.headroom < 1 or self.compute_headroom < 1:
