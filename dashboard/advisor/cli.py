@@ -14,9 +14,12 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from dashboard import prometheus_auth
 from dashboard.advisor.engine import Policy, Recommendation
+from dashboard.advisor.job_query import JobAdviceReport, JobReport, advise_all_jobs
+from dashboard.advisor.jobs import JobAdvice
 from dashboard.advisor.query import Window, advise
 from dashboard.inputs import (
     HEADROOM,
@@ -103,17 +106,152 @@ def totals(recs: Sequence[Recommendation]) -> dict[str, float | None]:
     }
 
 
-def render(recs: Sequence[Recommendation], fmt: str, window_s: float) -> str:
-    """The recommendations as ``table`` (aligned text), ``csv`` or ``json`` (with evidence)."""
+JOB_COLUMNS = (
+    "job",
+    "gpu_model",
+    "gpus",
+    "nodes",
+    "recommendation",
+    "target",
+    "gpu_hours_held",
+    "gpu_hours_saved",
+    "cost_saved_usd",
+    "wasted_gpu_hours",
+    "communication",
+    "activity",
+    "reason",
+)
+"""The columns of a job's advice (:func:`job_row`)."""
+
+
+def job_row(a: JobAdvice) -> dict[str, object]:
+    """One job advice as an output row: the job, the action and the figures behind it (GPU-hours to
+    0.1, dollars to the cent, ratios to 0.001); ``wasted_gpu_hours`` is the waste definition's."""
+    u = a.usage
+
+    def r(x: float | None, nd: int = 3) -> float | None:
+        return None if x is None or x != x else round(x, nd)
+
+    return {
+        "job": u.name,
+        "cluster": u.cluster,
+        "namespace": u.namespace,
+        "workload": f"{u.workload_kind}/{u.workload}",
+        "gpu_model": u.gpu_model,
+        "gpus": u.gpus,
+        "nodes": u.nodes,
+        "recommendation": a.action.value,
+        "target": a.target,
+        "gpu_hours_held": r(a.gpu_hours_held, 1),
+        "gpu_hours_saved": r(a.gpu_hours_saved, 1),
+        "cost_saved_usd": r(a.cost_saved_usd, 2),
+        "wasted_gpu_hours": r(a.wasted_gpu_hours, 1),
+        "communication": r(u.communication),
+        "activity": r(u.activity),
+        "reason": a.reason,
+    }
+
+
+ACTION_NAMES = {
+    "scale-in": "Scale in",
+    "straggler": "Straggler",
+    "higher-bandwidth": "Higher-bandwidth GPU",
+    "keep": "Keep",
+}
+"""How the page names each job action."""
+
+
+def job_display(a: JobAdvice) -> dict[str, str]:
+    """One job advice for people (the Right-sizing page): every cell text, GPU-hours with thousands
+    separators and one decimal, dollars to the cent, ``no price`` where none is configured."""
+    u = a.usage
+    gpus = f"{u.gpus:,} on {u.nodes:,} node{'s' if u.nodes != 1 else ''}"
+    model = u.gpu_model.removeprefix("NVIDIA ") or "unknown model"
+    return {
+        "Job": u.name,
+        "GPUs": f"{gpus} ({model})",
+        "Advice": ACTION_NAMES.get(a.action.value, a.action.value),
+        "Target": a.target,
+        "GPU-hours held": f"{a.gpu_hours_held:,.1f}",
+        "GPU-hours saveable": f"{a.gpu_hours_saved:,.1f}",
+        "Saving": "no price" if a.cost_saved_usd is None else f"${a.cost_saved_usd:,.2f}",
+        "Wasted GPU-hours": f"{a.wasted_gpu_hours:,.1f}",
+        "Evidence": a.reason,
+    }
+
+
+def span_text(seconds: float) -> str:
+    """A span for people: ``45 s``, ``20 min``, ``5.5 h``, ``7 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} days"
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def coverage_text(measured: JobReport) -> str:
+    """What the data covers against the window asked, e.g. ``data from 2026-12-02 04:15 UTC to
+    2026-12-02 04:35 UTC: 20 min of data in the last 1 h``."""
+    if measured.first is None or measured.last is None:
+        return f"no GPU allocated in the last {span_text(measured.window_s)}"
+    return (
+        f"data from {_utc(measured.first)} to {_utc(measured.last)}: "
+        f"{span_text(measured.covered_s)} of data in the last {span_text(measured.window_s)}"
+    )
+
+
+def covered(measured: JobReport) -> dict[str, float | None]:
+    """The span the data covers, for the json output (Unix seconds)."""
+    return {"start": measured.first, "end": measured.last, "seconds": measured.covered_s}
+
+
+def _aligned(rows: Sequence[dict[str, object]], shown: Sequence[str]) -> list[str]:
+    """``rows`` as left-aligned text columns under a header."""
+    cells = [[("-" if x[c] is None else str(x[c])) for c in shown] for x in rows]
+    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(shown)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(shown, widths, strict=True))]
+    return lines + ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in cells]
+
+
+def _markdown(rows: Sequence[dict[str, object]], shown: Sequence[str]) -> list[str]:
+    """``rows`` as a Markdown table (``|`` in a cell escaped)."""
+
+    def cell(v: object) -> str:
+        return "-" if v is None else str(v).replace("|", "\\|")
+
+    return [
+        "| " + " | ".join(shown) + " |",
+        "|" + "|".join("---" for _ in shown) + "|",
+        *("| " + " | ".join(cell(x[c]) for c in shown) + " |" for x in rows),
+    ]
+
+
+def render(recs: Sequence[Recommendation], fmt: str, window_s: float, jobs: JobAdviceReport | None = None) -> str:
+    """The recommendations as ``table`` (aligned text), ``markdown``, ``csv`` (workloads only) or
+    ``json`` (with evidence); ``jobs``, the job advice, as a Jobs section with the span its data
+    covers."""
     rows = [row(r) for r in recs]
+    job_rows = [job_row(a) for a in jobs.advice] if jobs is not None else []
     if fmt == "json":
-        doc = {
+        doc: dict[str, object] = {
             "window_seconds": window_s,
             "totals": totals(recs),
             "workloads": [
                 {**x, "evidence": {k: _json(v) for k, v in r.evidence.items()}} for x, r in zip(rows, recs, strict=True)
             ],
         }
+        if jobs is not None:
+            doc["covered"] = covered(jobs.measured)
+            doc["jobs"] = [
+                {**x, "evidence": {k: _json(v) for k, v in a.evidence.items()}}
+                for x, a in zip(job_rows, jobs.advice, strict=True)
+            ]
         return json.dumps(doc, indent=2) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -121,17 +259,30 @@ def render(recs: Sequence[Recommendation], fmt: str, window_s: float) -> str:
         w.writeheader()
         w.writerows({k: ("" if v is None else v) for k, v in x.items()} for x in rows)
         return buf.getvalue()
-    shown = [c for c in COLUMNS if c != "reason"]
-    cells = [[("-" if x[c] is None else str(x[c])) for c in shown] for x in rows]
-    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(shown)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(shown, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in cells]
-    lines += ["", "why:"] + [f"  {x['namespace']}/{x['workload']}: {x['reason']}" for x in rows]
+    md = fmt == "markdown"
+    table = _markdown if md else _aligned
+
+    def why(items: list[str]) -> list[str]:
+        """The reasons under a table: an indented block, or a Markdown list."""
+        return ["", "Why:", "", *(f"- {x}" for x in items)] if md else ["", "why:", *(f"  {x}" for x in items)]
+
+    def heading(text: str) -> list[str]:
+        return [f"## {text}", ""] if md else [text]
+
+    lines = (heading("Workloads") if md else []) + table(rows, [c for c in COLUMNS if c != "reason"])
+    lines += why([f"{x['namespace']}/{x['workload']}: {x['reason']}" for x in rows])
+    if jobs is not None:
+        lines += ["", *heading(f"Jobs (multi-GPU), {coverage_text(jobs.measured)}")]
+        if job_rows:
+            lines += table(job_rows, [c for c in JOB_COLUMNS if c != "reason"])
+            lines += why([f"{x['job']}: {x['recommendation']}: {x['reason']}" for x in job_rows])
+        else:
+            lines.append("no job held two GPUs or more")
     t = totals(recs)
     cost = "" if t["cost_saved_usd"] is None else f", ${t['cost_saved_usd']:,.2f}"
     lines += [
         "",
-        f"{len(rows)} workloads over {window_s / 86400:g} days: {t['gpu_hours_held'] or 0:,.1f} GPU-hours held, "
+        f"{len(rows)} workloads over {span_text(window_s)}: {t['gpu_hours_held'] or 0:,.1f} GPU-hours held, "
         f"{t['gpu_hours_saved'] or 0:,.1f} could be saved{cost}",
     ]
     if not rows:
@@ -169,7 +320,13 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help=f"subquery resolution, {step} in whole seconds and at most --window (default: window/1008, at least 1m)",
     )
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "--format",
+        choices=("table", "markdown", "csv", "json"),
+        default="table",
+        help="table (default), markdown, csv (the workloads only) or json (with the evidence); all but csv "
+        "add a Jobs section",
+    )
     p.add_argument(
         "--price",
         action="append",
@@ -233,10 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     src = PrometheusSource(o.prometheus, timeout_s=o.timeout_s, auth=auth)
+    filters = Filters(namespace=a.namespace)
     try:
-        recs = advise(src, o.window, o.prices, o.policy, Filters(namespace=a.namespace))
+        recs = advise(src, o.window, o.prices, o.policy, filters)
+        # a job's pods are workloads' pods: no workload, no job (and no second pass over an empty store)
+        jobs = None
+        if a.format != "csv":
+            jobs = advise_all_jobs(src, o.window, o.prices, o.policy, filters) if recs else JobAdviceReport([])
     except SourceError as exc:
         print(f"gpulens-advisor: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(recs, a.format, o.window.window_s))
+    sys.stdout.write(render(recs, a.format, o.window.window_s, jobs))
     return 0

@@ -12,8 +12,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, ui
-from dashboard.advisor.cli import row, totals
+from dashboard.advisor.cli import coverage_text, job_display, row, totals
 from dashboard.advisor.engine import Policy
+from dashboard.advisor.job_query import advise_all_jobs
 from dashboard.advisor.query import Window, advise
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.source import Filters
@@ -38,6 +39,23 @@ def _advice(
     return [row(r) for r in recs], totals(recs), evidence
 
 
+@st.cache_data(ttl=600, show_spinner="Measuring every multi-GPU job over the window…", max_entries=32)
+def _job_advice(
+    url: str,
+    timeout_s: float,
+    window_s: float,
+    headroom: float,
+    compute_headroom: float,
+    filters: tuple[str | None, ...],
+    prices: tuple[tuple[str, float], ...],
+) -> tuple[list[dict[str, str]], str]:
+    """(the job advice as display rows, what span the data covers)."""
+    src = PrometheusSource(url, timeout_s=timeout_s)
+    policy = Policy(headroom, compute_headroom)
+    report = advise_all_jobs(src, Window(window_s=window_s), dict(prices), policy, Filters(*filters))
+    return [job_display(a) for a in report.advice], coverage_text(report.measured)
+
+
 def body(ctx: ui.PageContext) -> None:
     if not isinstance(ctx.source, PrometheusSource):
         st.info(
@@ -50,19 +68,22 @@ def body(ctx: ui.PageContext) -> None:
     headroom = c2.number_input("Memory headroom (x peak)", 1.0, 4.0, 1.2, 0.05, key="rs_headroom")
     compute = c3.number_input("Compute headroom (x SM p95)", 1.0, 4.0, 1.1, 0.05, key="rs_compute")
     f = ctx.filters
+    args = (
+        ctx.source.base_url,
+        ctx.settings.timeout_seconds * 3,
+        WINDOWS[window_label],
+        float(headroom),
+        float(compute),
+        (f.cluster, f.node, f.instance, f.namespace),
+        tuple(sorted(ctx.settings.prices_per_gpu_hour.items())),
+    )
+    advised = False
     with ui.panel("Right-sizing"):
-        rows, total, evidence = _advice(
-            ctx.source.base_url,
-            ctx.settings.timeout_seconds * 3,
-            WINDOWS[window_label],
-            float(headroom),
-            float(compute),
-            (f.cluster, f.node, f.instance, f.namespace),
-            tuple(sorted(ctx.settings.prices_per_gpu_hour.items())),
-        )
+        rows, total, evidence = _advice(*args)
         if not rows:
             ui.no_data("workloads holding GPUs in the window")
             return
+        advised = True
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Workloads", len(rows))
         m2.metric("GPU-hours held", f"{total['gpu_hours_held'] or 0:,.1f}")
@@ -85,6 +106,23 @@ def body(ctx: ui.PageContext) -> None:
         names = [e["workload"] for e in evidence]
         pick = st.selectbox("Workload", names, key="rs_evidence")
         st.json(evidence[names.index(pick)], expanded=True)
+    if not advised:
+        return  # the measurement failed: its banner says why, and the jobs' queries would fail alike
+    with ui.panel("Jobs"):
+        # a job's pods are workloads' pods: reached only when some workload held a GPU
+        st.subheader("Jobs")
+        job_rows, covered = _job_advice(*args)
+        st.caption(
+            f"Multi-GPU jobs (the pods of one owner across nodes), {covered}. Scale in when the GPUs hold far more "
+            "memory than the job uses and it spends its time communicating or idling; replace or drain a straggler "
+            "its peers wait for; a higher-bandwidth GPU for memory-bound jobs. Wasted GPU-hours are the Workloads "
+            "page's (idle while held). Job savings overlap the per-workload ones above: they are not added to the "
+            "totals; see docs/advisor.md."
+        )
+        if not job_rows:
+            st.info("No job held two GPUs or more in the window.")
+        else:
+            st.dataframe(pd.DataFrame(job_rows), hide_index=True, key="rs_jobs")
 
 
 ui.page("Right-sizing", body)
