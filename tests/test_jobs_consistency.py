@@ -1,0 +1,213 @@
+"""One history of two nodes running four two-node jobs, every reader, one answer: the jobs rules
+(recorded by promtool on Prometheus and by vmalert on VictoriaMetrics), the dashboard's Jobs page
+source in both modes (Prometheus, and scrape mode fed the same scrapes) aggregated by
+dashboard/jobs.py, and the advisor (raw series over the window) name the same jobs, with the same
+GPUs, nodes, figures, straggler and communication-bound verdicts.
+
+The history: the simulator's ``jobs-0`` and ``jobs-1`` nodes (exporter/sim/scenarios.py ``_jobs``),
+each exporter scraped SCRAPES times, the scrapes stamped SAMPLE s apart with the target labels a
+scrape adds (cluster, instance, job, node): ml-training/PyTorchJob/gpt-13b-finetune (healthy),
+ml-training/JobSet/mixtral-sft (node 1's GPU 3 straggles: compute), research/MPIJob/moe-pretrain
+(communication-bound), research/Job/embedding-train (over-provisioned). Every figure is taken at T,
+the end of the history, over the rules' 5 m window.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dashboard import jobs
+from dashboard.openmetrics import OpenMetricsHistory, label_text
+from dashboard.scrape_source import ScrapeSource
+from tests.support.exporter import run_exporter
+from tests.support.prometheus import backfill_recording_rules, run_prometheus
+from tests.support.prometheus import query as prom_query
+from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
+from tests.support.victoriametrics import query as vm_query
+
+NODES = ("jobs-0", "jobs-1")
+SCRAPES = 40
+SAMPLE = 15.0
+"""History: SCRAPES scrapes of each exporter stamped SAMPLE s apart (10 minutes)."""
+PERIOD = 0.5
+"""Real seconds between scrapes (the exporters' collection interval too)."""
+WARMUP = 25.0
+"""Real seconds the exporters run before the first scrape: 50 cycles, past the classifier's
+windows, dwell and the communication evidence's hold, so the 5 m window at T (20 scrapes, 20
+cycles of the compressed history) sees each GPU's settled class."""
+CLUSTER = "c1"
+JOB_RECORDS = tuple(jobs.RULES)
+PRE = ("gpulens:gpu_activity:ratio_avg5m",)
+"""The leaf record the jobs rules read."""
+TOLERANCE = 0.02
+"""Absolute difference allowed between two readers' ratios (0..1). The stores differ in rate()
+extrapolation at a window's edge (the busy ratio's counter) by about a scrape's share of 5 m."""
+STRAGGLER = ("ml-training", "JobSet", "mixtral-sft", "node-1", "3", "compute")
+JOBS = {
+    ("ml-training", "PyTorchJob", "gpt-13b-finetune"),
+    ("ml-training", "JobSet", "mixtral-sft"),
+    ("research", "MPIJob", "moe-pretrain"),
+    ("research", "Job", "embedding-train"),
+}
+
+
+@dataclass(frozen=True)
+class History:
+    om: Path
+    scrape: ScrapeSource
+    t0: float
+    end: float
+
+
+_SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")
+_INTEGRAL = re.compile(r"^(# (TYPE|HELP) )?gpulens_gpu_[a-z0-9_]+_seconds(_total|_created)?[ {]")
+
+
+def without_integrals(text: str) -> str:
+    """``text`` without the ratios' integral counters (``gpulens_gpu_*_seconds_total``): the
+    exporters run PERIOD s per scrape while the scrapes are stamped SAMPLE s apart, so a counter of
+    seconds would rate at a fraction of its gauge. Without them every reader takes the gauges'
+    means over the window, as the rules do for a counter younger than the window."""
+    return "\n".join(line for line in text.splitlines() if not _INTEGRAL.match(line)) + "\n"
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> History:
+    tmp = tmp_path_factory.mktemp("jobs-consistency")
+    end = math.floor(time.time() / 60) * 60 - 3600.0
+    t0 = end - (SCRAPES - 1) * SAMPLE - 7.0
+    times = [t0 + k * SAMPLE for k in range(SCRAPES)]
+    pages: dict[tuple[int, int], str] = {}
+    with ExitStack() as es:
+        urls = [
+            es.enter_context(run_exporter("--sim.scenario", n, "--collect.interval", f"{PERIOD:g}s")) for n in NODES
+        ]
+        time.sleep(WARMUP)
+        start = time.monotonic()
+        for k in range(SCRAPES):
+            time.sleep(max(0.0, start + k * PERIOD - time.monotonic()))
+            for i, url in enumerate(urls):
+                pages[(i, k)] = without_integrals(urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode())
+    by_series: dict[str, dict[str, tuple[dict[str, str], list[str | None], list[str]]]] = {}
+    for (i, k), text in pages.items():
+        target = {"cluster": CLUSTER, "instance": f"node-{i}:9445", "job": "gpulens", "node": f"node-{i}"}
+        for line in text.splitlines():
+            m = _SAMPLE_LINE.match(line)
+            if not m or line.startswith("#"):
+                continue
+            name, labels, value = m.groups()
+            parsed = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', labels or ""))
+            full = {**parsed, **target}
+            _, values, stamps = by_series.setdefault(name, {}).setdefault(label_text(full), (full, [], []))
+            values.append(value)
+            stamps.append(f"{times[k]:.0f}")
+    om = tmp / "history.om"
+    with om.open("w") as out:
+        writer = OpenMetricsHistory(out)
+        for name, series in by_series.items():
+            for labels, values, stamps in series.values():
+                writer.series(name, labels, values, stamps)
+        writer.close()
+    clock = {"k": 0}
+    hosts = {f"http://node-{i}:9445/metrics": i for i in range(len(NODES))}
+    scrape = ScrapeSource(list(hosts), interval_s=SAMPLE, history=SCRAPES + 1,
+                          fetch=lambda url: pages[(hosts[url], clock["k"])],
+                          clock=lambda: times[min(clock["k"], SCRAPES - 1)])  # fmt: skip
+    for k in range(SCRAPES):
+        clock["k"] = k
+        scrape.scrape_once()
+    return History(om, scrape, t0, times[-1])
+
+
+@pytest.fixture(scope="module", params=("prometheus", "victoriametrics"))
+def store(
+    request: pytest.FixtureRequest, history: History, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Any]]:
+    """(a store's base URL with the history and the jobs rules recorded over it, its query function)."""
+    tmp = tmp_path_factory.mktemp(str(request.param))
+    start = history.t0 - 60.0
+    if request.param == "victoriametrics":
+        with run_victoriametrics() as base:
+            import_openmetrics(base, history.om)
+            replay_rules(base, start, history.end, tmp, PRE + JOB_RECORDS)
+            yield base, vm_query
+        return
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed: run the README test command (scripts/test.sh)"
+    data = tmp / "data"
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(history.om), str(data)], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    backfill_recording_rules(data, start, history.end, tmp, PRE + JOB_RECORDS)
+    config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
+    with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
+        yield base, prom_query
+
+
+def _at(history: History) -> float:
+    """T: the last whole minute of the history (a rule evaluation)."""
+    return math.floor(history.end / 60) * 60
+
+
+def _job(metric: dict[str, str]) -> tuple[str, str, str]:
+    return (metric.get("namespace", ""), metric.get("workload_kind", ""), metric.get("workload", ""))
+
+
+def _recorded(store: tuple[str, Any], record: str, at: float) -> dict[tuple[str, ...], float]:
+    base, query = store
+    return {
+        (*_job(r["metric"]), r["metric"].get("class", "")): float(r["value"][1]) for r in query(base, record, at=at)
+    }
+
+
+def rules_table(store: tuple[str, Any], at: float) -> pd.DataFrame:
+    """The job-level records at ``at`` as one frame (namespace, workload_kind, workload + figures)."""
+    cols = {
+        "gpus": "gpulens:job_gpus:count",
+        "nodes": "gpulens:job_nodes:count",
+        "activity": "gpulens:job_activity:ratio_avg5m",
+        "activity_min": "gpulens:job_activity_min:ratio_avg5m",
+        "activity_max": "gpulens:job_activity_max:ratio_avg5m",
+        "busy": "gpulens:job_busy:ratio_avg5m",
+        "memory_used_ratio": "gpulens:job_memory_used_max:ratio_max5m",
+    }
+    rows: dict[tuple[str, str, str], dict[str, float]] = {}
+    for col, record in cols.items():
+        for key, value in _recorded(store, record, at).items():
+            rows.setdefault(key[:3], {})[col] = value
+    for key, value in _recorded(store, 'gpulens:job_boundness:ratio_avg5m{class="communication"}', at).items():
+        rows.setdefault(key[:3], {})["communication"] = value
+    return pd.DataFrame([{"namespace": k[0], "workload_kind": k[1], "workload": k[2], **v} for k, v in rows.items()])
+
+
+def stragglers_of(store: tuple[str, Any], at: float) -> set[tuple[str, ...]]:
+    base, query = store
+    return {
+        (*_job(r["metric"]), r["metric"].get("node", ""), r["metric"].get("gpu", ""), r["metric"].get("reason", ""))
+        for r in query(base, "gpulens:job_straggler:info", at=at)
+    }
+
+
+def test_the_rules_name_the_four_jobs_with_their_shapes(store: tuple[str, Any], history: History) -> None:
+    at = _at(history)
+    table = rules_table(store, at)
+    assert {(r.namespace, r.workload_kind, r.workload) for r in table.itertuples()} == JOBS
+    assert set(table["gpus"]) == {4.0} and set(table["nodes"]) == {2.0}
+    assert stragglers_of(store, at) == {STRAGGLER}
+    base, query = store
+    bound = {_job(r["metric"]) for r in query(base, jobs.communication_bound_promql(), at=at)}
+    # moe-pretrain and the over-provisioned embedding-train wait in collectives most of the time;
+    # mixtral-sft's waiting is its straggler's doing
+    assert bound == {("research", "MPIJob", "moe-pretrain"), ("research", "Job", "embedding-train")}
