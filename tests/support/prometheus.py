@@ -131,9 +131,16 @@ DASHBOARD_RECORDS = (
     "gpulens:pod_gpu_wasted:gpus",
     "gpulens:gpu_boundness:ratio_avg10m",
     "class:gpulens_gpu_boundness:sum",
+    "gpulens:leaf_gpu_share:ratio",
+    "gpulens:job_leaf:info",
+    "gpulens:job_leaf_activity:ratio_avg5m",
+    "gpulens:job_leaf_busy:ratio_avg5m",
+    "gpulens:job_leaf_communication:ratio_avg5m",
+    "gpulens:job_leaf_memory_used:ratio_max5m",
+    "gpulens:job_boundness:ratio_avg5m",
 )
 """The recording rules the dashboard's Prometheus mode reads (the fleet's boundness mix reads the
-per-leaf class shares: backfilled in a second pass)."""
+per-leaf class shares, the jobs' records their per-leaf ones: backfilled in later passes)."""
 
 
 def backfill_recording_rules(
