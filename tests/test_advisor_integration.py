@@ -19,6 +19,9 @@ import pytest
 
 from dashboard.advisor import cli
 from dashboard.advisor.backfill import write_openmetrics
+from dashboard.advisor.engine import recommend
+from dashboard.advisor.job_query import measure_jobs
+from dashboard.advisor.profiles import H100, H200
 from dashboard.advisor.query import Window, measure
 from dashboard.prometheus_source import PrometheusSource
 from tests.support.prometheus import run_prometheus
@@ -126,6 +129,38 @@ def test_cli_json_gives_the_expected_advice_and_savings(store: str) -> None:
     assert _approx(doc["totals"]["gpu_hours_saved"], TOTAL_SAVED)
     assert _approx(doc["totals"]["cost_saved_usd"], TOTAL_USD)
     assert doc["window_seconds"] == 7 * 86400
+    # the one job of two GPUs or more: kv-decode's two memory-bound H100s, advised as a whole, with
+    # the percentages of the profile tables and the per-workload rule's saving
+    [kv] = doc["jobs"]
+    assert (kv["job"], kv["recommendation"], kv["target"]) == (
+        "inference/Deployment/kv-decode",
+        "higher-bandwidth",
+        "H200",
+    )
+    more_bw = H200.bandwidth_bytes_per_second / H100.bandwidth_bytes_per_second - 1
+    more_mem = H200.memory_bytes / H100.memory_bytes - 1
+    assert f"H200 has {more_bw:.0%} more bandwidth and {more_mem:.0%} more memory than H100" in kv["reason"]
+    assert _approx(kv["gpu_hours_saved"], EXPECTED["inference/Deployment/kv-decode"][2])
+    assert _approx(kv["cost_saved_usd"], EXPECTED["inference/Deployment/kv-decode"][3])
+    assert kv["wasted_gpu_hours"] == 0.0 and kv["evidence"]["gpus_needed_on_faster_model"] == 2
+    assert _approx(doc["covered"]["seconds"], 7 * 86400)
+
+
+def test_each_jobs_wasted_gpu_hours_are_its_workloads_idle_gpu_hours(store: str) -> None:
+    # one waste definition: the job figure beside the advice (definitions.wasted_promql, integrated)
+    # is the per-workload advisor's idle GPU-hours (MIG instances weighed by their slices), which the
+    # dashboard's wasted GPU-hours equal (tests/test_dashboard_consistency.py)
+    src = PrometheusSource(store, timeout_s=30)
+    win = Window(end=float(int(time.time())))
+    idle: dict[str, float] = {}
+    for u in measure(src, win):
+        idle[u.name] = idle.get(u.name, 0.0) + float(recommend(u).evidence["gpu_hours_idle"] or 0.0)
+    wasted = {u.name: u.wasted_gpu_hours for u in measure_jobs(src, win).usages}
+    assert set(wasted) == set(idle) == set(EXPECTED)
+    for name, hours in idle.items():
+        assert wasted[name] == pytest.approx(hours, abs=1e-6), name
+    assert wasted["research/Pod/debug-shell"] == pytest.approx(WEEK, abs=0.2), "an idle bare pod wastes its week"
+    assert 0.2 * WEEK < wasted["notebooks/StatefulSet/alice"] < 0.45 * WEEK, "idle about a third of the time"
 
 
 def test_measurements_follow_workloads_across_pods_slices_and_shared_gpus(store: str) -> None:
@@ -233,6 +268,13 @@ def test_dashboard_page_shows_the_same_advice(prom: str, monkeypatch: pytest.Mon
     table = at.dataframe[0].value
     got = {f"{n}/{w}": (r, t) for n, w, r, t in table[["namespace", "workload", "recommendation", "target"]].values}
     assert got == {k: v[:2] for k, v in EXPECTED.items()}
+    # the Jobs section: kv-decode's two H100s as one job, for people (no raw names, units, dollars)
+    jobs_table = at.dataframe[1].value
+    [kv] = jobs_table.to_dict("records")
+    assert (kv["Job"], kv["Advice"], kv["Target"]) == ("inference/Deployment/kv-decode", "Higher-bandwidth GPU", "H200")
+    assert kv["GPUs"] == "2 on 1 node (H100 80GB HBM3)" and kv["Wasted GPU-hours"] == "0.0"
+    assert _approx(float(kv["Saving"].lstrip("$").replace(",", "")), EXPECTED["inference/Deployment/kv-decode"][3])
+    assert any("of data in the last 7 days" in c.value for c in at.caption)
 
 
 def test_dashboard_page_in_chromium(prom: str, artifacts_dir: Path) -> None:

@@ -82,6 +82,7 @@ def test_empty_prometheus_says_no_data(env: pytest.MonkeyPatch) -> None:
         at = _page(AppTest.from_file(APP, default_timeout=60))
     assert any("no data" in i.value for i in at.info)
     assert not at.error
+    assert "Jobs" not in [h.value for h in at.subheader], "no workload held a GPU: no job did either"
 
 
 def test_failing_query_is_a_banner_not_a_traceback(env: pytest.MonkeyPatch) -> None:
@@ -89,4 +90,5 @@ def test_failing_query_is_a_banner_not_a_traceback(env: pytest.MonkeyPatch) -> N
         env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
         at = _page(AppTest.from_file(APP, default_timeout=60))
     assert [e.value for e in at.error if "Right-sizing" in e.value and "timed out" in e.value], at.error
+    assert not [e.value for e in at.error if e.value.startswith("Jobs")], "one banner: the jobs' queries are not sent"
     assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
