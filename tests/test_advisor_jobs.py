@@ -23,7 +23,7 @@ import pytest
 from dashboard import definitions, jobs
 from dashboard.advisor import cli
 from dashboard.advisor.engine import Policy
-from dashboard.advisor.job_query import job_usages, leaf_frame, measure_jobs, queries
+from dashboard.advisor.job_query import job_usages, leaf_frame, measure_jobs, queries, touching
 from dashboard.advisor.jobs import JobAction, JobAdvice, JobLeaf, JobUsage, Straggler, advise_job, advise_jobs
 from dashboard.advisor.profiles import H100, H200
 from dashboard.advisor.query import Window, measure
@@ -309,6 +309,9 @@ def test_leaf_rows_aggregate_by_the_job_definition_and_keep_clusters_apart() -> 
     }
     rows, cls = leaf_frame(results)
     assert set(rows.columns) >= set(jobs.LEAF_COLUMNS)
+    # a store without clock series (an older exporter) gives the same jobs, without that evidence
+    bare_rows, _ = leaf_frame({**results, "sm_clock_ratio": pd.DataFrame(), "slowdown": pd.DataFrame()})
+    assert bare_rows["sm_clock_ratio"].isna().all() and len(bare_rows) == len(rows)
     usages = {u.name: u for u in job_usages(rows, cls, {("a", "n0:9445"): 8, ("a", "n1:9445"): 8},
                                              {("a", slow): "hw_thermal_slowdown"})}  # fmt: skip
     assert set(usages) == {"ml/JobSet/sft @ a", "ml/JobSet/sft @ b", "ml/Pod/dbg @ a"}
@@ -322,6 +325,10 @@ def test_leaf_rows_aggregate_by_the_job_definition_and_keep_clusters_apart() -> 
     ]
     assert b.stragglers == () and b.wasted_gpu_hours == 1.5 and a.wasted_gpu_hours == 0.0
     assert a.gpus_per_node == {"n0:9445": 8, "n1:9445": 8} and b.gpus_per_node == {"n0:9445": 0, "n1:9445": 0}
+    # a node filter keeps the jobs with a GPU there, whole
+    assert [u.name for u in touching(list(usages.values()), Filters(node="n2"))] == ["ml/Pod/dbg @ a"]
+    on_n1 = touching(list(usages.values()), Filters(instance="n1:9445"))
+    assert sorted(u.name for u in on_n1) == ["ml/JobSet/sft @ a", "ml/JobSet/sft @ b"] and on_n1[0].gpus == 4
 
 
 # --- a real Prometheus over the simulated jobs nodes ----------------------------------------------

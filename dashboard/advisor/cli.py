@@ -396,7 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a job's pods are workloads' pods: no workload, no job (and no second pass over an empty store)
         jobs = None
         if a.format != "csv":
-            jobs = advise_all_jobs(src, o.window, o.prices, o.policy, filters) if recs else JobAdviceReport([])
+            none = JobAdviceReport([], JobReport([], o.window.window_s))
+            jobs = advise_all_jobs(src, o.window, o.prices, o.policy, filters) if recs else none
     except SourceError as exc:
         print(f"gpulens-advisor: {exc}", file=sys.stderr)
         return 1

@@ -174,15 +174,11 @@ def leaf_frame(results: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Da
         return pd.DataFrame(columns=[*jobs.LEAF_COLUMNS, "held_hours"]), pd.DataFrame(columns=[*keys, "class", "share"])
     rows = held.rename(columns={"value": "held_hours"})[[*keys, "held_hours"]].drop_duplicates(keys)
     for name in (*LEAF_FIGURES, "wasted"):
-        df = frames.with_cols(results[name], keys).rename(columns={"value": name})[[*keys, name]]
-        rows = rows.merge(df.drop_duplicates(keys), on=keys, how="left")
+        rows = rows.merge(_values(results[name], keys, name), on=keys, how="left")
     rows = rows.rename(columns={"wasted": "wasted_gpu_hours"})
     rows["wasted_gpu_hours"] = rows["wasted_gpu_hours"].fillna(0.0)
-    total = frames.with_cols(results["memory_total_bytes"], ("cluster", "uuid", "mig_uuid"))
-    total = total.rename(columns={"value": "memory_total_bytes"})[["cluster", "uuid", "mig_uuid", "memory_total_bytes"]]
-    rows = rows.merge(
-        total.drop_duplicates(["cluster", "uuid", "mig_uuid"]), on=["cluster", "uuid", "mig_uuid"], how="left"
-    )
+    device = ["cluster", "uuid", "mig_uuid"]
+    rows = rows.merge(_values(results["memory_total_bytes"], device, "memory_total_bytes"), on=device, how="left")
     rows["memory_used_ratio"] = rows["memory_used_bytes"] / rows["memory_total_bytes"]
     info = frames.with_cols(results["info"], ("cluster", "uuid", "gpu", "name")).drop_duplicates(["cluster", "uuid"])
     rows = rows.merge(
@@ -204,6 +200,17 @@ def leaf_frame(results: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Da
     comm = classes[classes["class"] == jobs.COMMUNICATION][[*keys, "share"]].rename(columns={"share": "communication"})
     rows = rows.merge(comm.drop_duplicates(keys), on=keys, how="left")
     return rows, classes
+
+
+def _values(result: pd.DataFrame, keys: list[str], name: str) -> pd.DataFrame:
+    """A query's rows as ``keys`` + ``name`` (its value, float), one per key; empty (with those
+    columns) when the store had no such series (an older exporter, no clock events)."""
+    df = frames.with_cols(result, keys)
+    if "value" not in df.columns or df.empty:
+        return pd.DataFrame({**{k: pd.Series(dtype=str) for k in keys}, name: pd.Series(dtype=float)})
+    df = df.rename(columns={"value": name})[[*keys, name]]
+    df[name] = pd.to_numeric(df[name], errors="coerce")
+    return df.drop_duplicates(keys)
 
 
 def job_usages(
@@ -295,25 +302,42 @@ def _num(v: object) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def touching(usages: list[JobUsage], filters: Filters) -> list[JobUsage]:
+    """The jobs with a leaf on the node (``node`` or ``instance``) that ``filters`` name; all of them
+    when they name none."""
+    return [
+        u
+        for u in usages
+        if any(
+            (not filters.node or leaf.node == filters.node)
+            and (not filters.instance or leaf.instance == filters.instance)
+            for leaf in u.leaves
+        )
+    ]
+
+
 def measure_jobs(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filters = NO_FILTERS) -> JobReport:
-    """Every job seen holding a GPU in the window, measured (module docstring).
+    """Every job seen holding a GPU in the window, measured (module docstring). A node or instance
+    filter keeps the jobs with a GPU there, measured whole (on all their nodes: a job cut to one
+    node would look smaller than it is); cluster and namespace filter the queries.
 
     Raises SourceError when Prometheus does not answer."""
-    qs = queries(filters, win)
+    qs = queries(Filters(cluster=filters.cluster, namespace=filters.namespace), win)
     at = win.end if win.end is not None else time.time()
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(zip(qs, pool.map(lambda q: src.query(q, at), qs.values()), strict=True))
     leaves, classes = leaf_frame(results)
-    nodes = frames.with_cols(results["node_gpus"], ("cluster", "instance"))
+    nodes = _values(results["node_gpus"], ["cluster", "instance"], "value")
     node_gpus = {
         (str(c), str(i)): int(v) for c, i, v in zip(nodes["cluster"], nodes["instance"], nodes["value"], strict=True)
     }
-    slow = frames.with_cols(results["slowdown_reason"], ("cluster", "uuid", "reason", "value"))
-    slow = slow[pd.to_numeric(slow["value"]) > 0].sort_values("value", kind="stable")
+    slow = _values(results["slowdown_reason"], ["cluster", "uuid", "reason"], "value")
+    slow = slow[slow["value"] > 0].sort_values("value", kind="stable")
     # the reason that held each GPU's clocks down longest (the last, largest, wins)
     reasons = {(str(c), str(u)): str(r) for c, u, r in zip(slow["cluster"], slow["uuid"], slow["reason"], strict=True)}
     first, last = _scalar(results["first"]), _scalar(results["last"])
-    return JobReport(job_usages(leaves, classes, node_gpus, reasons), win.window_s, first, last, win.resolved_step())
+    usages = touching(job_usages(leaves, classes, node_gpus, reasons), filters)
+    return JobReport(usages, win.window_s, first, last, win.resolved_step())
 
 
 def _scalar(df: pd.DataFrame) -> float | None:
