@@ -7,6 +7,7 @@ values (dashboard.promql); windows and steps are bounded; every call has a timeo
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from typing import Any
 import pandas as pd
 import requests
 
-from dashboard import definitions, frames
+from dashboard import definitions, frames, jobs
 from dashboard.prometheus_auth import PrometheusAuth
 from dashboard.promql import by_clause, duration, quote, selector, subquery_range
 from dashboard.source import (
@@ -23,14 +24,23 @@ from dashboard.source import (
     ALLOCATION,
     ALLOCATION_KEYS,
     DEVICE_METRICS,
+    JOB_CLASS_COLUMNS,
+    JOB_LEAF_COLUMNS,
+    JOB_MIX_COLUMNS,
+    JOB_SERIES_COLUMNS,
     NO_FILTERS,
     POD_DEVICE_KEYS,
     RATE_WINDOW_MIN_SECONDS,
+    SLOWDOWN_REASONS,
+    SLOWDOWN_SAMPLE_SECONDS,
+    SM_ACTIVE,
     Filters,
+    JobKey,
     SourceError,
     bounded_step,
     device_keys,
     has_namespace,
+    held_step,
 )
 
 
@@ -348,6 +358,155 @@ class PrometheusSource:
         out = idle.merge(sm[["uuid", "mig_uuid", "sm_mean"]], on=["uuid", "mig_uuid"], how="left")
         return out[["uuid", "mig_uuid", "sm_mean", "value"]]
 
+    # --- jobs (dashboard/jobs.py): the recorded series of group gpulens.jobs ------------------
+    @staticmethod
+    def job_selector(record: str, filters: Filters) -> str:
+        """The series of job record ``record`` (labels JOB or JOB_LEAF) of the jobs ``filters``
+        select: cluster and namespace by the job's own labels; node and instance keep the jobs
+        with a leaf there, whole (``and on (JOB)`` the leaves there)."""
+        own = {k: v for k, v in (("cluster", filters.cluster), ("namespace", filters.namespace)) if v}
+        sel = selector(record, own)
+        there = {k: v for k, v in (("node", filters.node), ("instance", filters.instance)) if v}
+        if not there:
+            return sel
+        return f"({sel} and on {by_clause(jobs.JOB)} {selector('gpulens:job_leaf:info', {**own, **there})})"
+
+    def _job_queries(self, filters: Filters) -> dict[str, str]:
+        """The instant queries of :meth:`job_leaves`: the recorded per-leaf figures (a few label-light
+        series per leaf), and from raw series what the rules do not record (the SM clock, the
+        slowdown events, each within the rules' window), each kept to the leaves of the jobs in view."""
+        leaf = self.job_selector("gpulens:job_leaf:info", filters)
+        cl = {"cluster": filters.cluster} if filters.cluster else {}
+        w = definitions.MEAN_WINDOW
+
+        def rec(record: str, by: str) -> str:
+            return f"max by ({by}) ({self.job_selector(record, filters)})"
+
+        clock, top = selector("gpulens_gpu_sm_clock_hertz", cl), selector("gpulens_gpu_sm_clock_max_hertz", cl)
+        events = _regex_selector("gpulens_gpu_clock_event_active", cl, "reason", SLOWDOWN_REASONS)
+        step = duration(SLOWDOWN_SAMPLE_SECONDS)
+        pod_leaf = "cluster, namespace, pod, uuid, mig_uuid"
+
+        def kept(expr: str, on: str) -> str:
+            return f"{expr} and on ({on}) {leaf}"
+
+        total = selector("gpulens_gpu_memory_total_bytes", cl)
+        share = selector("gpulens:leaf_gpu_share:ratio", cl)
+        return {
+            "leaves": leaf,
+            "activity": rec("gpulens:job_leaf_activity:ratio_avg5m", "uuid, mig_uuid"),
+            "busy": rec("gpulens:job_leaf_busy:ratio_avg5m", "uuid, mig_uuid"),
+            "communication": rec("gpulens:job_leaf_communication:ratio_avg5m", pod_leaf),
+            "memory_ratio": rec("gpulens:job_leaf_memory_used:ratio_max5m", "uuid, mig_uuid"),
+            "memory_total": kept(f"max by (uuid, mig_uuid) ({total})", "uuid, mig_uuid"),
+            "sm_clock_ratio": kept(
+                f"(max by (uuid) (avg_over_time({clock}[{w}]) and {clock}) / on (uuid) max by (uuid) ({top}))", "uuid"
+            ),
+            # any of the events at each sample: the max over the reasons, then its mean over the window
+            "slowdown": kept(f"avg_over_time((max by (uuid) ({events}))[{w}:{step}])", "uuid"),
+            "reasons": kept(f"(max by (uuid, reason) (max_over_time({events}[{w}])) > 0)", "uuid"),
+            "shares": kept(f"max by (uuid, mig_uuid) ({share})", "uuid, mig_uuid"),
+            "gpus": kept(f"max by (uuid, gpu, name) ({selector('gpulens_gpu_info', cl)})", "uuid"),
+        }
+
+    def job_leaves(
+        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        at = None if end is None else self._end(end)
+        calls: list[tuple[str, float | None]] = [(q, at) for q in self._job_queries(filters).values()]
+        if window_s:
+            # held_hours: the recorded leaf per step of a [range:step] subquery, at a step-aligned
+            # instant (as allocation_activity): one point query per step however long the range
+            window, step = held_step(window_s)
+            leaf = self.job_selector("gpulens:job_leaf:info", filters)
+            held = f"count_over_time({leaf}{subquery_range(window, step)}) * {step:g} / 3600"
+            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})",
+                          math.floor(self._end(end) / step) * step))  # fmt: skip
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            answers = list(pool.map(lambda c: self.query(*c), calls))
+        names = [*self._job_queries(filters), *(["held"] if window_s else [])]
+        got = dict(zip(names, answers, strict=True))
+        if got["leaves"].empty:
+            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
+        return frames.job_leaf_figures(
+            got["leaves"],
+            activity=got["activity"],
+            busy=got["busy"],
+            communication=got["communication"],
+            memory_ratio=got["memory_ratio"],
+            memory_total=got["memory_total"],
+            sm_clock_ratio=got["sm_clock_ratio"],
+            slowdown=got["slowdown"],
+            reasons=got["reasons"],
+            gpus=got["gpus"],
+            shares=got["shares"],
+            held=got.get("held"),
+        )
+
+    def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        leaf = self.job_selector("gpulens:job_leaf:info", filters)
+        own = {k: v for k, v in (("cluster", filters.cluster), ("namespace", filters.namespace)) if v}
+        pods = selector("gpulens_pod_gpu_boundness", own)
+        keys = "cluster, namespace, pod, uuid, mig_uuid"
+        shares = f"max by ({keys}, class) (avg_over_time({pods}[{definitions.MEAN_WINDOW}]) and {pods})"
+        promql = f"{leaf} * on ({keys}) group_right (workload_kind, workload, instance, node) {shares}"
+        df = self.query(promql, None if end is None else self._end(end))
+        if df.empty:
+            return pd.DataFrame(columns=list(JOB_CLASS_COLUMNS))
+        return frames.with_cols(df.rename(columns={"value": "share"}), JOB_CLASS_COLUMNS)[list(JOB_CLASS_COLUMNS)]
+
+    def job_mix(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        # the recorded mix: a few series per job (its classes), not a few per leaf
+        mix = self.job_selector("gpulens:job_boundness:ratio_avg5m", filters)
+        df = self.query(f"{mix} > 0", None if end is None else self._end(end))
+        if df.empty:
+            return pd.DataFrame(columns=list(JOB_MIX_COLUMNS))
+        return frames.with_cols(df.rename(columns={"value": "share"}), JOB_MIX_COLUMNS)[list(JOB_MIX_COLUMNS)]
+
+    def job_series(
+        self,
+        job: JobKey,
+        instances: Sequence[str],
+        *,
+        window_s: float,
+        step_s: float,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        held = selector("gpulens:job_leaf:info", dict(zip(jobs.JOB, job, strict=True)))
+        cluster, namespace = job[0], job[1]
+        target = {"cluster": cluster} if cluster else {}
+        where = sorted(set(instances))
+
+        def sel(metric: str, extra: dict[str, str] | None = None) -> str:
+            # the job's targets only: a store selects those series, not every GPU's
+            return (
+                _regex_selector(metric, {**target, **(extra or {})}, "instance", where)
+                if where
+                else selector(metric, {**target, **(extra or {})})
+            )
+
+        queries = {
+            "sm_active": f"{sel(SM_ACTIVE)} and on (uuid, mig_uuid) {held}",
+            "busy": f"{sel('gpulens_gpu_busy_ratio')} and on (uuid, mig_uuid) {held}",
+            "sm_clock": (
+                f"({sel('gpulens_gpu_sm_clock_hertz')} / on (uuid) group_left () "
+                f"max by (uuid) ({sel('gpulens_gpu_sm_clock_max_hertz')})) and on (uuid) {held}"
+            ),
+            "class": (
+                f"({sel('gpulens_pod_gpu_boundness', {'namespace': namespace})} == 1)"
+                f" and on (cluster, namespace, pod, uuid, mig_uuid) {held}"
+            ),
+        }
+        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+            answers = list(
+                pool.map(lambda q: self.query_range(q, window_s=window_s, step_s=step_s, end=end), queries.values())
+            )
+        parts = [df.assign(metric=name) for name, df in zip(queries, answers, strict=True) if not df.empty]
+        if not parts:
+            return pd.DataFrame(columns=list(JOB_SERIES_COLUMNS))
+        out = frames.with_cols(pd.concat(parts, ignore_index=True), JOB_SERIES_COLUMNS)
+        return out[list(JOB_SERIES_COLUMNS)]
+
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self.query(f"count by {by_clause([label])} ({selector(metric, within.target_matchers())})")
         values = set(frames.col(df, label)) - {""}
@@ -376,6 +535,15 @@ MAX_PROBLEMS = 10
 BOUNDNESS = "gpulens_gpu_boundness"
 FLEET_BOUNDNESS_MIX = "class:gpulens_gpu_boundness:sum"
 """Recording rule: leaves per boundness class (time-weighted over 10 m), per cluster."""
+
+
+def _regex_selector(metric: str, matchers: dict[str, str], label: str, values: Sequence[str]) -> str:
+    """``metric{matchers..., label=~"v1|v2"}``: ``label`` one of ``values`` (each matched literally:
+    regex characters escaped, then quoted as every value is)."""
+    pattern = "|".join(re.escape(v) for v in values)
+    inner = selector("x", matchers)[1:]
+    inner = inner[1:-1] + "," if inner else ""
+    return f"{selector(metric)}{{{inner}{label}=~{quote(pattern)}}}"
 
 
 def _fleet_wide(filters: Filters) -> bool:

@@ -18,19 +18,26 @@ import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard import definitions, frames
+from dashboard import definitions, frames, jobs
 from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
     ALLOCATION_KEYS,
     DEVICE_METRICS,
+    JOB_CLASS_COLUMNS,
+    JOB_LEAF_COLUMNS,
+    JOB_MIX_COLUMNS,
+    JOB_SERIES_COLUMNS,
     LOOKBACK_SECONDS,
     NO_FILTERS,
+    SLOWDOWN_REASONS,
     SM_ACTIVE,
     Filters,
+    JobKey,
     bounded_step,
     device_keys,
+    held_step,
     rate_steps,
 )
 
@@ -385,6 +392,177 @@ class ScrapeSource:
             out = out[out["namespace"] == filters.namespace].reset_index(drop=True)
         return out[list(ACTIVITY_COLUMNS)]
 
+    # --- jobs (dashboard/jobs.py): the rules of group gpulens.jobs, from raw samples -----------
+    def _fresh_s(self) -> float:
+        """How old a target's newest sample may be to count as present (the rules' ``and x``)."""
+        return max(2.5 * self.interval_s, self.interval_s + self.timeout_s)
+
+    def _over_window(
+        self,
+        metric: str,
+        hist: list[Snapshot],
+        end: float,
+        keys: Sequence[str],
+        where: tuple[str, str] | None = None,
+    ) -> pd.DataFrame:
+        """Per ``keys``, the statistics of ``metric``'s samples over the rules' window ending at
+        ``end`` (definitions._window_stats: mean, max, last value), only where the series is still
+        scraped (``avg_over_time(x[5m]) and x``)."""
+        raw = self._raw(metric, hist, end - definitions.MEAN_WINDOW_SECONDS, end, labels=tuple(keys), where=where)
+        stats = definitions._window_stats(
+            frames.with_cols(raw, keys), list(keys), np.asarray([end]), definitions.MEAN_WINDOW_SECONDS, self._fresh_s()
+        )
+        return stats[stats["fresh"]].reset_index(drop=True)
+
+    def _job_class_shares(self, hist: list[Snapshot], end: float) -> pd.DataFrame:
+        """Per pod leaf and class, the share of the window the pod's class was that class (the
+        rules' ``max by (cluster, namespace, pod, uuid, mig_uuid, class) (avg_over_time(...) and ...)``)."""
+        keys = [*frames.POD_LEAF_KEYS, "class"]
+        stats = self._over_window("gpulens_pod_gpu_boundness", hist, end, keys)
+        return frames.keyed(stats.rename(columns={"mean": "value"}), keys, "value")
+
+    def job_leaves(
+        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        hist = self._snapshot()
+        now = self._end(end)
+        leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
+        if leaves.empty:
+            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
+        leaf = list(definitions.LEAF)
+        idle = self._idle_at([now], hist, NO_FILTERS)
+        activity = idle.rename(columns={"sm_mean": "value"})[[*leaf, "value"]]
+
+        def raw(metric: str) -> pd.DataFrame:
+            return self._raw(metric, hist, now - definitions.MEAN_WINDOW_SECONDS, now, labels=leaf)
+
+        grid = np.asarray([now])
+        busy = definitions._integral_mean_frame(
+            raw("gpulens_gpu_busy_ratio"), raw("gpulens_gpu_busy_seconds_total"), leaf, grid, self._fresh_s()
+        ).rename(columns={"mean": "value"})
+        classes = self._job_class_shares(hist, now)
+        communication = classes[classes["class"] == jobs.COMMUNICATION]
+        used = self._over_window("gpulens_gpu_memory_used_bytes", hist, now, leaf)
+        total = self._over_window("gpulens_gpu_memory_total_bytes", hist, now, leaf)
+        memory = used[[*leaf, "max"]].merge(total[[*leaf, "v1"]], on=leaf)
+        clock = self._over_window("gpulens_gpu_sm_clock_hertz", hist, now, ["uuid"])
+        clock_max = self._over_window("gpulens_gpu_sm_clock_max_hertz", hist, now, ["uuid"])
+        clock = clock[["uuid", "mean"]].merge(clock_max[["uuid", "v1"]], on="uuid")
+        slowdown, reasons = self._slowdown(hist, now)
+        info = self._frame_at("gpulens_gpu_info", now, hist)
+        shares = definitions.gpu_shares(info, self._frame_at("gpulens_mig_instance_info", now, hist))
+        out = frames.job_leaf_figures(
+            leaves,
+            activity=activity,
+            busy=busy,
+            communication=communication,
+            memory_ratio=memory.assign(value=memory["max"] / memory["v1"].where(memory["v1"] > 0)),
+            memory_total=total.rename(columns={"v1": "value"}),
+            sm_clock_ratio=clock.assign(value=clock["mean"] / clock["v1"].where(clock["v1"] > 0)),
+            slowdown=slowdown,
+            reasons=reasons,
+            gpus=info,
+            shares=pd.DataFrame(
+                [{"uuid": u, "mig_uuid": m, "value": v} for (u, m), v in shares.items()], columns=[*leaf, "value"]
+            ),
+            held=self._held_hours(hist, window_s, now) if window_s else None,
+        )
+        return frames.jobs_within(out, filters)
+
+    def _slowdown(self, hist: list[Snapshot], end: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Per GPU, the share of the window's scrapes in which any of SLOWDOWN_REASONS held its
+        clocks down (uuid, value), and the reasons that did at some scrape (uuid, reason)."""
+        start = end - definitions.MEAN_WINDOW_SECONDS
+        labels = ("uuid", "reason")
+        parts = [self._raw(EVENTS, hist, start, end, labels=labels, where=("reason", r)) for r in SLOWDOWN_REASONS]
+        raw = _rows(parts)
+        if raw.empty:
+            return pd.DataFrame(columns=["uuid", "value"]), pd.DataFrame(columns=["uuid", "reason"])
+        raw = frames.with_cols(raw, ["uuid", "reason"])
+        # one sample per scrape: 1 when any reason held then
+        anyone = raw.groupby(["uuid", "timestamp"], as_index=False)["value"].max()
+        stats = definitions._window_stats(
+            anyone, ["uuid"], np.asarray([end]), definitions.MEAN_WINDOW_SECONDS, self._fresh_s()
+        )
+        stats = stats[stats["fresh"]].rename(columns={"mean": "value"})[["uuid", "value"]]
+        held = raw[raw["value"] >= 0.5][["uuid", "reason"]].drop_duplicates()
+        return stats, held
+
+    def _held_hours(self, hist: list[Snapshot], window_s: float, end: float) -> pd.DataFrame:
+        """Hours each pod held each leaf over the range: the steps of a ``[window:step]`` subquery
+        (source.held_step) at which it held it, times the step."""
+        window, step = held_step(window_s)
+        grid, step = self._grid(window, step, end)
+        grid = grid[1:] if len(grid) > 1 else grid
+        alloc = self._series_raw(ALLOCATION, grid, hist)
+        keys = list(frames.POD_LEAF_KEYS)
+        if alloc.empty:
+            return pd.DataFrame(columns=[*keys, "value"])
+        named = jobs.name_jobs(alloc)
+        steps = named.groupby(keys, as_index=False)["timestamp"].nunique()
+        return steps.assign(value=steps["timestamp"] * step / 3600.0)[[*keys, "value"]]
+
+    def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        hist = self._snapshot()
+        now = self._end(end)
+        leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
+        shares = self._job_class_shares(hist, now).rename(columns={"value": "share"})
+        if leaves.empty or shares.empty:
+            return pd.DataFrame(columns=list(JOB_CLASS_COLUMNS))
+        out = leaves.merge(shares, on=list(frames.POD_LEAF_KEYS), how="inner")
+        return frames.jobs_within(out, filters)[list(JOB_CLASS_COLUMNS)]
+
+    def job_mix(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        mix = jobs.job_mix(self.job_classes(filters, end=end))
+        return mix[list(JOB_MIX_COLUMNS)] if not mix.empty else pd.DataFrame(columns=list(JOB_MIX_COLUMNS))
+
+    def job_series(
+        self,
+        job: JobKey,
+        instances: Sequence[str],
+        *,
+        window_s: float,
+        step_s: float,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        hist = self._snapshot()
+        grid, _ = self._grid(window_s, step_s, end)
+        wanted = set(instances)
+
+        def on_grid(metric: str) -> pd.DataFrame:
+            df = self._series_raw(metric, grid, hist)
+            return df[frames.col(df, "instance").isin(wanted)] if wanted and not df.empty else df
+
+        alloc = on_grid(ALLOCATION)
+        if alloc.empty:
+            return pd.DataFrame(columns=list(JOB_SERIES_COLUMNS))
+        # the job's leaves at each step (gpulens:job_leaf:info of the job over the range)
+        sel = jobs.name_jobs(alloc)
+        for key, value in zip(jobs.JOB, job, strict=True):
+            sel = sel[sel[key] == value]
+        held_at = sel[[*POD_LEAF, "timestamp"]].drop_duplicates()
+        leaf_at = held_at[["uuid", "mig_uuid", "timestamp"]].drop_duplicates()
+        parts = []
+        for metric, name in ((SM_ACTIVE, "sm_active"), ("gpulens_gpu_busy_ratio", "busy")):
+            df = frames.with_cols(on_grid(metric), ["uuid", "mig_uuid"])
+            parts.append(df.merge(leaf_at, on=["uuid", "mig_uuid", "timestamp"]).assign(metric=name, pod=""))
+        clock = frames.with_cols(on_grid("gpulens_gpu_sm_clock_hertz"), ["uuid"])
+        top = frames.with_cols(on_grid("gpulens_gpu_sm_clock_max_hertz"), ["uuid"])
+        if not clock.empty and not top.empty:
+            ratio = clock[["uuid", "timestamp", "value"]].merge(
+                top[["uuid", "timestamp", "value"]].rename(columns={"value": "max"}), on=["uuid", "timestamp"]
+            )
+            ratio = ratio.assign(value=ratio["value"] / ratio["max"].where(ratio["max"] > 0))
+            physical = leaf_at.drop(columns=["mig_uuid"]).drop_duplicates()
+            parts.append(ratio.merge(physical, on=["uuid", "timestamp"]).assign(metric="sm_clock", pod="", mig_uuid=""))
+        classes = frames.with_cols(on_grid("gpulens_pod_gpu_boundness"), [*POD_LEAF, "class"])
+        if not classes.empty:
+            classes = classes[classes["value"] >= 0.5]
+            parts.append(classes.merge(held_at, on=[*POD_LEAF, "timestamp"]).assign(metric="class"))
+        out = _rows(parts)
+        out = frames.with_cols(out, JOB_SERIES_COLUMNS)
+        return out[list(JOB_SERIES_COLUMNS)].reset_index(drop=True)
+
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self._frame_at(metric, self._clock(), self._snapshot())
         df = frames.restrict(df, Filters(**_targets(within)), pd.DataFrame(), ())
@@ -396,6 +574,9 @@ class ScrapeSource:
 
 
 _DEVICE = re.compile(DEVICE_METRICS)
+EVENTS = "gpulens_gpu_clock_event_active"
+POD_LEAF = ["namespace", "pod", "uuid", "mig_uuid"]
+"""A pod's leaf within a target (the cluster is the target's)."""
 _IDLE_LABELS = ("cluster", "node", "instance", *definitions.LEAF, "class")
 """The labels the idle verdict reads: the target's (for filters), the leaf's and the class."""
 

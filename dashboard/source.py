@@ -14,6 +14,7 @@ from typing import Protocol
 
 import pandas as pd
 
+from dashboard import jobs
 from exporter.metrics import BY_NAME
 
 ALLOCATION = "gpulens_pod_gpu_allocation"
@@ -60,6 +61,58 @@ def rate_steps(step_s: float) -> int:
 
 LOOKBACK_SECONDS = 300.0
 """How far back an instant value may lie (Prometheus' default lookback delta)."""
+
+SLOWDOWN_REASONS: tuple[str, ...] = (
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "sw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_power_cap",
+)
+"""Clock events (``gpulens_gpu_clock_event_active{reason}``) that hold a GPU's clocks down for
+heat, power or a hardware signal: what can make one rank of a job compute slower than its peers."""
+SLOWDOWN_SAMPLE_SECONDS = 15.0
+"""How often, within the window, whether any slowdown event held is sampled in Prometheus mode (a
+subquery step: the usual scrape interval); scrape mode reads every scrape."""
+
+JOB_LEAF_EXTRA: tuple[str, ...] = (
+    "gpu_share",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "sm_clock_ratio",
+    "slowdown",
+    "slowdown_reasons",
+    "model",
+)
+"""What :meth:`MetricSource.job_leaves` gives beside ``jobs.LEAF_COLUMNS``: the leaf's share of a
+physical GPU (0..1; a 3g MIG instance 3/7), its peak memory used over the window and its memory
+(bytes), its GPU's mean SM clock over the clock's maximum (0..1), the share of the window any of
+SLOWDOWN_REASONS held its GPU's clocks down (0..1), those reasons (comma-separated, ``""`` for none)
+and the GPU's model (NVML name)."""
+JOB_LEAF_COLUMNS: tuple[str, ...] = (*jobs.LEAF_COLUMNS, *JOB_LEAF_EXTRA)
+"""The columns of :meth:`MetricSource.job_leaves` (plus ``held_hours`` when asked for a range)."""
+JOB_CLASS_COLUMNS: tuple[str, ...] = (*jobs.JOB_LEAF, "class", "share")
+JOB_MIX_COLUMNS: tuple[str, ...] = (*jobs.JOB, "class", "share")
+JOB_SERIES_COLUMNS: tuple[str, ...] = ("metric", "pod", "uuid", "mig_uuid", "class", "timestamp", "value")
+"""The columns of :meth:`MetricSource.job_series`. ``metric``: ``sm_active`` (SM activity, 0..1),
+``busy`` (NVML busy ratio, for leaves without SM activity), ``sm_clock`` (SM clock over its
+maximum, 0..1) or ``class`` (value 1 at each step the pod's class on the leaf was ``class``)."""
+
+HELD_POINTS = 80
+"""Steps over a range at which ``held_hours`` samples whether a pod held a leaf (the Workloads page's
+wasted hours use the same): 18 minutes apart over 24 h; a point query of the recorded
+``gpulens:job_leaf:info`` per step, so a week costs what an hour does."""
+HELD_MIN_STEP_SECONDS = 60.0
+"""The finest ``held_hours`` step (the rules' evaluation interval)."""
+
+
+def held_step(window_s: float) -> tuple[float, float]:
+    """(window, step) at which ``held_hours`` is sampled over a range of ``window_s`` seconds."""
+    return bounded_step(window_s, max(window_s / HELD_POINTS, HELD_MIN_STEP_SECONDS))
+
+
+JobKey = tuple[str, str, str, str]
+"""A job as ``jobs.JOB`` names it: (cluster, namespace, workload_kind, workload)."""
 
 
 class SourceError(RuntimeError):
@@ -228,6 +281,43 @@ class MetricSource(Protocol):
         """The idle verdict now per leaf: uuid, mig_uuid, sm_mean (the leaf's mean activity over the
         definition's window: SM activity where it has GPM, else GPU-Util or processes;
         dashboard/definitions.py) and value (1 idle, 0 busy: in use, launch-bound included)."""
+        ...
+
+    def job_leaves(
+        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """One row per (job, pod, leaf) held at ``end`` (JOB_LEAF_COLUMNS; dashboard/jobs.py): the
+        figures over the rules' window (``jobs.W``, 5 m) before ``end``, NaN where unmeasured. With
+        ``window_s``, ``held_hours`` too: the hours the pod held the leaf over the ``window_s``
+        seconds before ``end`` (sampled every window / 80 s, at least a minute; the Workloads page's
+        resolution). ``filters``: cluster and namespace select jobs by their own labels; node and
+        instance select the jobs with a leaf there, whole (every leaf, on every node)."""
+        ...
+
+    def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        """Per (job, pod, leaf) and class (JOB_CLASS_COLUMNS), the fraction (0..1) of the rules'
+        window the pod's class on the leaf was that class; only classified leaves (GPM). The input
+        of ``jobs.job_mix``; filters as :meth:`job_leaves`."""
+        ...
+
+    def job_mix(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        """Each job's class mix (JOB_MIX_COLUMNS, ``gpulens:job_boundness:ratio_avg5m``): per class
+        the mean share over its classified leaves. ``jobs.job_mix`` of :meth:`job_classes`; the
+        Prometheus source reads the recorded series (a few per job, not a few per leaf)."""
+        ...
+
+    def job_series(
+        self,
+        job: JobKey,
+        instances: Sequence[str],
+        *,
+        window_s: float,
+        step_s: float,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        """The job's leaves over the range (JOB_SERIES_COLUMNS), at each step only the leaves the job
+        held then: SM activity (or the busy ratio), SM clock over its maximum, and the pod's class.
+        ``instances``: the exporter targets the job's leaves are on (the stores read only theirs)."""
         ...
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
