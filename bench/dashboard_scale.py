@@ -3,6 +3,11 @@
     .venv/bin/python -m bench.dashboard_scale --mode prometheus --gpus 1000 --nodes 125 --hours 24
     .venv/bin/python -m bench.dashboard_scale --mode scrape --gpus 1000 --nodes 125
     .venv/bin/python -m bench.dashboard_scale --mode prometheus --gpus 8 --nodes 1 --hours 24
+    .venv/bin/python -m bench.dashboard_scale --mode prometheus --gpus 10000 --nodes 1250 --jobs 500 \
+        --hours 1 --interval 60 --pages Jobs
+
+``--jobs N`` groups the fleet's held GPUs into N multi-node jobs (scripts/backfill_fleet.py) for the
+Jobs pages; ``--pages`` times only the pages named (titles, comma-separated).
 
 Prometheus mode: scripts/backfill_fleet.py writes the fleet's history as OpenMetrics (every
 ``--interval`` s), promtool turns it into TSDB blocks and backfills the recording rules the dashboard
@@ -56,6 +61,7 @@ PAGES = (  # title, url path, charts the page draws at least
     ("Sharing", "sharing", 0),
     ("Health", "health", 0),
     ("GPU", "gpu", 2),  # the class strip and utilisation: the backfilled history has no other device series
+    ("Jobs", "jobs", 1),  # the class mix of the jobs with the most GPU-hours
 )
 READY_JS = (
     "([title, n]) => {"
@@ -116,14 +122,18 @@ SERVER_S: dict[str, list[float]] = {}
 """Per page, the server-side seconds of each timed page switch (the rest is the browser's)."""
 
 
-def page_switches(browser: Any, base: str, query: str) -> dict[str, float]:
-    """Seconds per page from a click on its sidebar link to the drawn page, in one session."""
+def page_switches(
+    browser: Any, base: str, query: str, pages: tuple[tuple[str, str, int], ...] = PAGES
+) -> dict[str, float]:
+    """Seconds per page of ``pages`` from a click on its sidebar link to the drawn page, in one
+    session that starts on a page not timed (the last of ``PAGES`` when every page is)."""
     context = browser.new_context(**VIEW)
     page = context.new_page()
-    page.goto(f"{base}/{PAGES[-1][1]}?{query}")
-    _wait(page, PAGES[-1][0], PAGES[-1][2])
+    start = next((p for p in PAGES if p not in pages), PAGES[-1])
+    page.goto(f"{base}/{start[1]}?{query}")
+    _wait(page, start[0], start[2])
     out = {}
-    for title, _path, charts in PAGES:
+    for title, _path, charts in pages:
         started = time.perf_counter()
         page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title, exact=True).click()
         _wait(page, title, charts)
@@ -144,7 +154,7 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
          str(a.nodes), "--hours", str(a.hours + 1), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
-         str(om)],
+         str(om), "--jobs", str(a.jobs)],
         check=True,
     )  # fmt: skip
     result["openmetrics_bytes"] = om.stat().st_size
@@ -234,12 +244,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=120.0, help="backfill sample interval (prometheus mode)")
     p.add_argument("--warmup", type=float, default=60.0, help="seconds of scraping before timing (scrape mode)")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument(
+        "--jobs", type=int, default=0, help="group the fleet into this many multi-node jobs (prometheus mode)"
+    )
+    p.add_argument("--pages", default="", help="time only these pages (titles, comma-separated; default: all)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    wanted = {t.strip() for t in a.pages.split(",") if t.strip()}
+    unknown = wanted - {t for t, _, _ in PAGES}
+    if unknown:
+        p.error(f"--pages: no page {sorted(unknown)}; pages: {', '.join(t for t, _, _ in PAGES)}")
+    timed = tuple(pg for pg in PAGES if not wanted or pg[0] in wanted)
     if a.mode == "scrape":
         a.gpus = 8 * a.nodes  # a simulated h200x8 node per exporter
     rng = ("24h" if a.hours >= 24 else "6h" if a.hours >= 6 else "1h") if a.mode == "prometheus" else "1h"
-    result: dict[str, Any] = {"mode": a.mode, "gpus": a.gpus, "nodes": a.nodes, "range": rng, "runs": a.runs}
+    result: dict[str, Any] = {
+        "mode": a.mode,
+        "gpus": a.gpus,
+        "nodes": a.nodes,
+        "jobs": a.jobs,
+        "range": rng,
+        "runs": a.runs,
+    }
     out = Path(a.out or REPO / "artifacts" / "dashboard" / f"scale-{a.mode}-{a.gpus}.json")
     with tempfile.TemporaryDirectory(prefix="gpulens-scale-") as tmp_s:
         stack = prometheus_dashboard if a.mode == "prometheus" else scrape_dashboard
@@ -255,17 +281,17 @@ def main(argv: list[str] | None = None) -> int:
                     result["history_s"] = a.warmup
                 returning = browser.new_context(**VIEW)  # its HTTP cache holds Streamlit's JavaScript
                 returning_load(returning, f"{dash_url}/?range={rng}", "Fleet", 1)
-                first: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
-                again: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
-                switch: dict[str, list[float]] = {t: [] for t, _, _ in PAGES}
+                first: dict[str, list[float]] = {t: [] for t, _, _ in timed}
+                again: dict[str, list[float]] = {t: [] for t, _, _ in timed}
+                switch: dict[str, list[float]] = {t: [] for t, _, _ in timed}
                 for _ in range(a.runs):
-                    for title, path, charts in PAGES:
+                    for title, path, charts in timed:
                         time.sleep(11)  # past the 10 s query cache: every query runs again
                         first[title].append(first_load(browser, f"{dash_url}/{path}?range={rng}", title, charts))
                         time.sleep(11)
                         again[title].append(returning_load(returning, f"{dash_url}/{path}?range={rng}", title, charts))
                     time.sleep(11)
-                    for title, took in page_switches(browser, dash_url, f"range={rng}").items():
+                    for title, took in page_switches(browser, dash_url, f"range={rng}", timed).items():
                         switch[title].append(took)
                 returning.close()
                 browser.close()
@@ -281,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             "page_switch_max_s": round(max(switch[t]), 2),
             "page_switch_server_median_s": round(statistics.median(SERVER_S.get(t, [float("nan")])), 2),
         }
-        for t, _, _ in PAGES
+        for t, _, _ in timed
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

@@ -266,7 +266,15 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
         o = owners[d.pod_uid]
         namespace, pod, phase, kind, workload = o.namespace, o.name, o.phase, o.workload_kind, o.workload
         assert (d.namespace, d.pod) == (namespace, pod)
-        assert phase == "Running" and kind in {"Deployment", "Job", "StatefulSet", "CronJob", "PyTorchJob", "JobSet", "MPIJob"}
+        assert phase == "Running" and kind in {
+            "Deployment",
+            "Job",
+            "StatefulSet",
+            "CronJob",
+            "PyTorchJob",
+            "JobSet",
+            "MPIJob",
+        }
         assert namespace in {"ml-training", "inference", "research", "notebooks", "etl"}
         assert workload is not None and pod.startswith(workload)
         if d.resource == "vpc.amazonaws.com/efa":  # the p5en nodes' NICs (tests/test_sim_network.py)
