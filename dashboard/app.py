@@ -20,10 +20,12 @@ PAGES = [  # (script, title, url path, icon); the first is the default page, ser
     ("views/fleet.py", "Fleet", "fleet", ":material/dns:"),
     ("views/efficiency.py", "Efficiency", "efficiency", ":material/speed:"),
     ("views/workloads.py", "Workloads", "workloads", ":material/work:"),
+    ("views/jobs.py", "Jobs", "jobs", ":material/hub:"),
     ("views/sharing.py", "Sharing", "sharing", ":material/grid_view:"),
     ("views/health.py", "Health", "health", ":material/monitor_heart:"),
     ("views/network.py", "Network", "network", ":material/lan:"),
     ("views/rightsizing.py", "Right-sizing", "rightsizing", ":material/tune:"),
+    ("views/job.py", "Job", "job", ":material/account_tree:"),
     ("views/gpu.py", "GPU", "gpu", ":material/memory:"),
 ]
 

@@ -54,6 +54,10 @@ _END_AWARE = {
     "mean",
     "allocation_activity",
     "leaf_idle",
+    "job_leaves",
+    "job_classes",
+    "job_mix",
+    "job_series",
 }
 
 _CTX = "gpulens_ctx"
@@ -320,6 +324,23 @@ def gpu_url(uuid: str, mig_uuid: str = "", params: dict[str, str] | None = None)
     """The GPU page's URL for a device, keeping the view's range and filters."""
     q = {**(params or {}), "uuid": uuid, **({"mig_uuid": mig_uuid} if mig_uuid else {})}
     return "gpu?" + urlencode(q)
+
+
+JOB_LINK = "job_page"
+
+
+def job_url(key: Iterable[str], params: dict[str, str] | None = None) -> str:
+    """The Job page's URL for a job (cluster, namespace, workload_kind, workload), keeping the view's
+    range and filters: ``job?job=namespace/Kind/name`` first (its name is what the Jobs table's link
+    shows), then ``job_cluster`` where the job has a cluster."""
+    cluster, *rest = (str(x) for x in key)
+    q = {"job": frames.job_param((cluster, *rest)), **({"job_cluster": cluster} if cluster else {}), **(params or {})}
+    return "job?" + urlencode(q, safe="/")
+
+
+JOB_IN_URL = r"job=([^&]+)"
+"""The job's ``namespace/Kind/name`` within a :func:`job_url` (a LinkColumn's ``display_text``:
+Kubernetes names need no URL escaping)."""
 
 
 def linked(df: pd.DataFrame, ctx: PageContext | None = None) -> pd.DataFrame:

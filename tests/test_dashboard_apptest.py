@@ -20,9 +20,11 @@ APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 PAGES = [
     "views/efficiency.py",
     "views/workloads.py",
+    "views/jobs.py",
     "views/sharing.py",
     "views/health.py",
     "views/network.py",
+    "views/job.py",
     "views/gpu.py",
 ]
 

@@ -65,8 +65,9 @@ def body(ctx: ui.PageContext) -> None:
             pods = pods.assign(
                 first_seen=[ui.fmt_time(t) for t in pods["first_seen"]],
                 last_seen=[ui.fmt_time(t) for t in pods["last_seen"]],
+                workload=_job_links(ctx, pods, info[frames.col(info, "uuid") == uuid]),
             )
-            st.dataframe(pods, hide_index=True)
+            st.dataframe(pods, hide_index=True, column_config=PODS_CONFIG)
 
     with ui.panel("Boundness"):
         st.subheader("Boundness class over time")
@@ -94,6 +95,18 @@ def body(ctx: ui.PageContext) -> None:
         with ui.panel(title):
             st.subheader(title)
             ui.chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
+
+
+def _job_links(ctx: ui.PageContext, pods: pd.DataFrame, info: pd.DataFrame) -> list[str]:
+    """Each holder's job page (frames.pods_over_range's ``workload`` is ``Kind/name``; a pod of no
+    owner is the job ``Pod/<pod>``), in the GPU's cluster; ``""`` where the owner has no kind."""
+    cluster = str(frames.col(info, "cluster").iloc[0]) if not info.empty else ""
+    params = ctx.link_params()
+    out = []
+    for ns, pod, workload in zip(pods["namespace"], pods["pod"], pods["workload"], strict=True):
+        kind, _, name = str(workload).rpartition("/") if workload else ("Pod", "/", str(pod))
+        out.append(ui.job_url((cluster, str(ns), kind, name), params) if kind and name else "")
+    return out
 
 
 def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
@@ -180,6 +193,12 @@ LINK_TABLE_CONFIG = {
     "out_bytes_per_second": st.column_config.TextColumn("out (mean)", help="out of the GPU, mean over the range"),
     "mean_utilization": st.column_config.ProgressColumn("use (mean)", format="%.0f%%", min_value=0, max_value=100),
     "peak_utilization": st.column_config.ProgressColumn("use (peak)", format="%.0f%%", min_value=0, max_value=100),
+}
+
+PODS_CONFIG = {
+    "workload": st.column_config.LinkColumn(
+        "job", display_text=ui.JOB_IN_URL, help="the job the pod belongs to (namespace/kind/name): its page"
+    ),
 }
 
 NIC_TABLE_CONFIG = {

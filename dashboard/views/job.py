@@ -1,0 +1,197 @@
+"""Job page: one job (the pods of one top owner over every node: dashboard/jobs.py) over the range:
+who and where it is, its straggler, its GPUs' SM activity, class and SM clock on one time axis (a
+row per GPU, by node then GPU index, so the GPU the others wait for stands out), and a table of its
+GPUs now.
+
+Opened from the Jobs page or a GPU's page (``/job?job=namespace/Kind/name``, ``&job_cluster=…``
+where the job has a cluster, with the view's range and filters); without a job in the URL it
+offers a chooser.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import definitions, figures, frames, jobs, ui
+from dashboard.source import Filters, JobKey, bounded_step
+
+# Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
+# so the browser draws tens of thousands of cells, not millions. A comment, not a docstring:
+# Streamlit's magic would draw a string statement on the page.
+MAX_CELLS = 24_000
+
+
+def _key(row: dict[str, object]) -> JobKey:
+    cluster, namespace, kind, name = (str(row.get(k, "") or "") for k in jobs.JOB)
+    return (cluster, namespace, kind, name)
+
+
+def _choose(ctx: ui.PageContext, leaves: pd.DataFrame) -> JobKey | None:
+    """The job the URL names, or the one picked (jobs by GPU-hours over the range, most first)."""
+    table = jobs.job_table(leaves) if not leaves.empty else pd.DataFrame(columns=[*jobs.JOB, "gpu_hours"])
+    if "gpu_hours" in table.columns and not table.empty:
+        table = table.sort_values(["gpu_hours", "gpus"], ascending=False, kind="stable")
+    options: list[JobKey] = [_key(r) for r in table.to_dict("records")]
+    names = {k: jobs.job_label(dict(zip(jobs.JOB, k, strict=True))) for k in options}
+    wanted = frames.job_from_param(str(st.query_params.get("job", "")), str(st.query_params.get("job_cluster", "")))
+    if wanted is not None and wanted not in names:
+        options = [wanted, *options]
+        names[wanted] = jobs.job_label(dict(zip(jobs.JOB, wanted, strict=True))) + " (not in view now)"
+    if not options:
+        return None
+    key = st.selectbox(
+        "Job", options, index=options.index(wanted) if wanted in options else 0, format_func=lambda k: names[k]
+    )
+    if key != wanted:
+        st.query_params["job"] = frames.job_param(key)
+        if key[0]:
+            st.query_params["job_cluster"] = key[0]
+        elif "job_cluster" in st.query_params:
+            del st.query_params["job_cluster"]
+    return key
+
+
+def body(ctx: ui.PageContext) -> None:
+    leaves = ui.fetch(ctx, "job_leaves", ctx.filters, window_s=ctx.window_s)
+    key = _choose(ctx, leaves)
+    if key is None:
+        st.info("No pod holds a GPU in view, so there is no job to show.")
+        return
+    mine = _of(leaves, key)
+    if mine.empty:  # a job the sidebar's filters leave out: its own cluster and namespace
+        own = Filters(cluster=key[0] or None, namespace=key[1] or None)
+        mine = _of(ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s), key)
+    if mine.empty:
+        st.info(
+            f"{jobs.job_label(dict(zip(jobs.JOB, key, strict=True)))} holds no GPU now: it ended, or it has not "
+            "started. Pick another job above."
+        )
+        return
+    gpus = frames.job_gpu_table(mine)
+    with ui.panel("Job"):
+        _header(key, mine)
+    with ui.panel("GPUs over time"):
+        _timelines(ctx, key, mine, gpus)
+    with ui.panel("GPUs now"):
+        _gpus(ctx, gpus)
+
+
+def _of(leaves: pd.DataFrame, key: JobKey) -> pd.DataFrame:
+    if leaves.empty:
+        return leaves
+    sel = leaves
+    for k, v in zip(jobs.JOB, key, strict=True):
+        sel = sel[sel[k].astype(str) == v]
+    return sel.reset_index(drop=True)
+
+
+def _header(key: JobKey, mine: pd.DataFrame) -> None:
+    """Who and where the job is, its size, and its straggler (or why there is none to find)."""
+    cluster, namespace, kind, name = key
+    st.subheader(name)
+    st.caption(
+        " · ".join(x for x in (f"{kind} in namespace {namespace}", f"cluster {cluster}" if cluster else "") if x)
+    )
+    row = jobs.job_table(mine).iloc[0]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("GPUs", f"{int(row['gpus']):,}", help="whole GPUs and MIG instances its pods hold")
+    c2.metric("Nodes", f"{int(row['nodes']):,}")
+    c3.metric("Pods", f"{mine['pod'].nunique():,}")
+    hours = float(row["gpu_hours"]) if "gpu_hours" in row else float("nan")
+    c4.metric("GPU-hours in the range", f"{hours:,.2f}" if hours == hours else "not measured")
+    strays = jobs.stragglers(mine)
+    classified = int(mine.drop_duplicates(["uuid", "mig_uuid"])["communication"].notna().sum())
+    if not strays.empty:
+        for r in strays.to_dict("records"):
+            wait = float(r["peers_communication"]) * 100
+            st.warning(
+                f"Straggler: {frames.straggler_words(r)}. Its peers spend {wait:.0f} % of their time waiting for it "
+                "in collectives: the whole job runs at its pace.",
+                icon=":material/hourglass_bottom:",
+            )
+    elif classified == 0:
+        st.info(f"Straggler: {frames.NO_CLASS} (its GPUs have no GPM: pre-Hopper).")
+    elif classified < 2:
+        st.info("Straggler: one classified GPU, no peers to wait for it.")
+    else:
+        st.success(f"No straggler: no GPU of the job keeps its peers waiting (last {definitions.MEAN_WINDOW}).")
+
+
+def _timelines(ctx: ui.PageContext, key: JobKey, mine: pd.DataFrame, gpus: pd.DataFrame) -> None:
+    """Its GPUs' SM activity, class and SM clock over the range, on one time axis."""
+    st.subheader("Its GPUs over time")
+    rows = len(gpus)
+    window, step = bounded_step(ctx.window_s, max(ctx.step_s, ctx.window_s * rows / MAX_CELLS))
+    instances = tuple(sorted(set(mine["instance"].astype(str)) - {""}))
+    series = ui.fetch(ctx, "job_series", key, instances, window_s=window, step_s=step)
+    timeline = frames.job_timeline(series, gpus)
+    st.caption(
+        f"A row per GPU, by node then GPU index, a cell every {ui.fmt_duration(step)}. The GPU the others wait for "
+        "stands out: they wait in communication (brown) while it computes, at a lower SM clock when it is throttled."
+    )
+    end = ctx.at
+    chart = figures.job_timelines(timeline, list(gpus["row"]), start=end - window, end=end, step=step)
+    ui.chart(chart, key="job_timelines")
+
+
+def _gpus(ctx: ui.PageContext, gpus: pd.DataFrame) -> None:
+    """The job's GPUs now: where, held by which pod, the figures and whether each straggles."""
+    st.subheader("Its GPUs now")
+    st.caption(
+        f"Over the last {definitions.MEAN_WINDOW}: activity (SM activity, GPU-Util without GPM), busy (a kernel "
+        "ran), communication (waiting in collectives), the peak memory used, the SM clock against its maximum "
+        "and the clock events that held it down."
+    )
+    table = pd.DataFrame(
+        {
+            "uuid": gpus["uuid"],
+            "mig_uuid": gpus["mig_uuid"],
+            "node": gpus["node"],
+            "GPU": gpus["gpu"],
+            "straggler": gpus["straggler"],
+            "activity": gpus["activity"] * 100.0,
+            "communication": gpus["communication"],
+            "SM clock": gpus["sm_clock_ratio"] * 100.0,
+            "slowdown": gpus["slowdown"],
+            "memory used": gpus["memory"],
+            "busy": gpus["busy"] * 100.0,
+            "pod": gpus["pod"],
+        }
+    )
+    shown = ui.linked(table, ctx).drop(columns=["uuid", "mig_uuid"])
+    st.dataframe(shown, hide_index=True, key="job_gpus", column_config=GPU_CONFIG)
+
+
+def _percent(title: str, help_text: str) -> object:
+    """A 0-100 % bar column of the table's width."""
+    return st.column_config.ProgressColumn(
+        title, format="%.0f%%", min_value=0, max_value=100, help=help_text, width=100
+    )
+
+
+# Column settings of the GPU table, in words, the most telling first (a comment: Streamlit's magic would
+# draw a docstring).
+GPU_CONFIG = {
+    **ui.COLUMN_CONFIG,
+    ui.GPU_LINK: st.column_config.LinkColumn(
+        "GPU page", display_text="open", help="every metric of the GPU over time", width=75
+    ),
+    "node": st.column_config.TextColumn("node", width=120),
+    "GPU": st.column_config.TextColumn("GPU", help="its index on the node", width=45),
+    "straggler": st.column_config.TextColumn("straggler", help="whether its peers wait for it, and why", width=320),
+    "activity": _percent("activity", "SM activity (GPU-Util without GPM), mean over 5 minutes"),
+    "communication": st.column_config.TextColumn(
+        "communication", help="share of its time waiting in collectives", width=105
+    ),
+    "SM clock": _percent("SM clock", "mean SM clock over its maximum, last 5 minutes"),
+    "slowdown": st.column_config.TextColumn(
+        "clock events", help="what held its clocks down in the last 5 minutes", width=150
+    ),
+    "memory used": st.column_config.TextColumn("memory used", help="peak over 5 minutes against its memory", width=190),
+    "busy": _percent("busy", "share of the time a kernel ran, mean over 5 minutes"),
+    "pod": st.column_config.TextColumn("pod"),
+}
+
+
+ui.page("Job", body)

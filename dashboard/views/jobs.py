@@ -1,0 +1,219 @@
+"""Jobs page: every job holding GPUs now (the pods of one top owner over every node:
+dashboard/jobs.py), most GPU-hours over the range first, with its GPUs, nodes, activity, busy
+ratio, communication share, class mix, memory headroom and straggler; the multi-node jobs, the jobs
+with a straggler and the communication-bound ones named at the top. Each job links to its Job page."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import definitions, figures, frames, jobs, ui
+from dashboard.source import SourceError
+
+# Names listed under each count at the top; more are counted. Jobs drawn in the class-mix chart,
+# the most GPU-hours first (the table lists them all). Comments, not docstrings: Streamlit's magic
+# would draw a string statement on the page.
+MAX_NAMES = 8
+MAX_MIX_BARS = 30
+
+
+def body(ctx: ui.PageContext) -> None:
+    f = ctx.filters
+    q = {
+        "leaves": ui.query("job_leaves", f, window_s=ctx.window_s),
+        "mix": ui.query("job_mix", f),
+    }
+    ui.prefetch(ctx, q.values())
+    shown: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    with ui.panel("Jobs"):
+        leaves = ui.get(ctx, q["leaves"])
+        if leaves.empty:
+            st.info("No pod holds a GPU in view, so there is no job to show.")
+            return
+        try:
+            mix = ui.get(ctx, q["mix"])
+        except SourceError as exc:  # the table stands without the mix
+            st.warning(f"Class mix: {exc}", icon=":material/warning:")
+            mix = pd.DataFrame(columns=[*jobs.JOB, "class", "share"])
+        table = frames.jobs_overview(leaves, mix)
+        _summary(ctx, table)
+        _table(ctx, table)
+        shown = (table, mix)
+    if shown is not None:
+        with ui.panel("Class mix"):
+            _mix_chart(*shown)
+
+
+def _labels(table: pd.DataFrame) -> list[str]:
+    return [jobs.job_label(r) for r in table.to_dict("records")]
+
+
+def _md(text: str) -> str:
+    """``text`` with Markdown's special characters escaped (cluster names come from relabelling)."""
+    return "".join("\\" + c if c in "\\`*_[](){}#+!|<>~" else c for c in text)
+
+
+def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str] | None = None) -> None:
+    """The jobs of ``table`` as links to their Job pages, each with its ``why`` where given; the
+    first MAX_NAMES, the rest counted."""
+    params = ctx.link_params()
+    lines = []
+    for i, row in enumerate(table.head(MAX_NAMES).to_dict("records")):
+        key = tuple(str(row[k]) for k in jobs.JOB)
+        extra = f": {_md(why[i])}" if why else ""
+        lines.append(f"- [{_md(jobs.job_label(row))}]({ui.job_url(key, params)}){extra}")
+    if len(table) > MAX_NAMES:
+        lines.append(f"- and {len(table) - MAX_NAMES:,} more (the table has them all)")
+    st.markdown("\n".join(lines))
+
+
+def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
+    """The counts at the top, each with the jobs' names."""
+    multi = table[table["nodes"] > 1]
+    strays = table[table["stragglers"] > 0]
+    bound = table[table["communication_bound"]]
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        st.metric("Multi-node jobs", f"{len(multi):,}", help="jobs whose GPUs sit on more than one node")
+        if multi.empty:
+            st.caption("No job spans more than one node.")
+        else:
+            _names(
+                ctx, multi, [f"{g:,} GPUs on {n:,} nodes" for g, n in zip(multi["gpus"], multi["nodes"], strict=True)]
+            )
+    with c2:
+        st.metric(
+            "Jobs with a straggler",
+            f"{len(strays):,}",
+            help=(
+                f"a GPU whose peers spend at least {jobs.STRAGGLER_PEERS_WAIT_AT_LEAST:.0%} of their time waiting in "
+                f"collectives while it spends {jobs.STRAGGLER_GAP_AT_LEAST:.0%} less: the job runs at its pace"
+            ),
+        )
+        if strays.empty:
+            st.caption("No job waits on one of its GPUs.")
+        else:
+            _names(ctx, strays, list(strays["straggler"]))
+    with c3:
+        st.metric(
+            "Communication-bound jobs",
+            f"{len(bound):,}",
+            help=(
+                f"at least {jobs.COMMUNICATION_BOUND_AT_LEAST:.0%} of the job's GPU time in collectives, with no "
+                "straggler to explain it: the interconnect sets its pace"
+            ),
+        )
+        if bound.empty:
+            st.caption("No job spends most of its time communicating.")
+        else:
+            _names(ctx, bound, [f"communication {c * 100:.0f} %" for c in bound["communication"]])
+
+
+def _table(ctx: ui.PageContext, table: pd.DataFrame) -> None:
+    """Every job, most GPU-hours first, in people's words."""
+    st.subheader("Jobs by GPU-hours")
+    st.caption(
+        f"Jobs holding GPUs now (a job = the pods of one owner: a PyTorchJob, a JobSet, a Deployment…; a pod of "
+        f"no owner is its own job), most GPU-hours over the range first. Activity, busy, communication, class "
+        f"mix and memory are over the last {definitions.MEAN_WINDOW}: activity is SM activity (GPU-Util without "
+        "GPM), its range the job's least and most active GPU; memory is the highest peak used on one GPU against "
+        "its capacity. A straggler is the GPU the others wait for, with why: compute (slow clocks, throttling) "
+        "or input (its GPU idles while its peers spin)."
+    )
+    params = ctx.link_params()
+    keys = [tuple(str(x) for x in r) for r in table[list(jobs.JOB)].itertuples(index=False)]
+    shown = pd.DataFrame(
+        {
+            "job": [ui.job_url(k, params) for k in keys],
+            "cluster": table["cluster"],
+            "GPUs": table["gpus"].astype(int),
+            "nodes": table["nodes"].astype(int),
+            "GPU-hours": table["gpu_hours"].astype(float),
+            "straggler": table["straggler"],
+            "activity": table["activity"] * 100.0,
+            "activity range": table["activity_range"],
+            "communication": [f"{c * 100:.0f} %" if c == c else frames.NO_CLASS for c in table["communication"]],
+            "class mix": table["mix"],
+            "memory headroom": table["memory"],
+            "busy": table["busy"] * 100.0,
+            "pods": table["pods"].astype(int),
+        }
+    )
+    if not (shown["cluster"] != "").any():
+        shown = shown.drop(columns=["cluster"])
+    st.dataframe(shown, hide_index=True, key="jobs_table", column_config=TABLE_CONFIG)
+
+
+def _mix_chart(table: pd.DataFrame, mix: pd.DataFrame) -> None:
+    st.subheader("Class mix per job")
+    top = table.head(MAX_MIX_BARS)
+    st.caption(
+        "What bounds each job's GPUs over the last "
+        f"{definitions.MEAN_WINDOW}: its classes' shares of its classified GPUs' time (communication = waiting "
+        "in collectives). Jobs on GPUs without GPM have no class."
+        + (
+            f" The {MAX_MIX_BARS} jobs with the most GPU-hours; the table has the rest."
+            if len(table) > len(top)
+            else ""
+        )
+    )
+    m = frames.with_cols(mix, [*jobs.JOB, "class", "share"])
+    m = m.assign(job=[jobs.job_label(r) for r in m.to_dict("records")])
+    ui.chart(figures.job_mix_bars(m, _labels(top)), key="jobs_mix")
+
+
+# Column settings of the jobs table, in words, the most telling first (a comment: Streamlit's magic would draw a
+# docstring).
+TABLE_CONFIG = {
+    "job": st.column_config.LinkColumn(
+        "job",
+        display_text=ui.JOB_IN_URL,
+        help="namespace/kind/name (kind Pod: a pod of no owner); its page has its GPUs over time",
+        width=260,
+    ),
+    "cluster": st.column_config.TextColumn("cluster", width=90),
+    "GPUs": st.column_config.NumberColumn(
+        "GPUs", format="localized", help="whole GPUs and MIG instances it holds", width=55
+    ),
+    "nodes": st.column_config.NumberColumn("nodes", format="localized", width=55),
+    "GPU-hours": st.column_config.NumberColumn(
+        "GPU-hours",
+        format="accounting",
+        help="hours each GPU was held over the range, a MIG instance weighted by its share of the GPU (3g = 3/7)",
+        width=85,
+    ),
+    "activity": st.column_config.ProgressColumn(
+        "activity",
+        format="%.0f%%",
+        min_value=0,
+        max_value=100,
+        width=100,
+        help="mean over its GPUs of SM activity (GPU-Util without GPM)",
+    ),
+    "activity range": st.column_config.TextColumn(
+        "activity range", help="its least and most active GPU, and the gap between them", width=150
+    ),
+    "communication": st.column_config.TextColumn(
+        "communication", help="share of its GPUs' time waiting in collectives (NCCL)", width=105
+    ),
+    "straggler": st.column_config.TextColumn("straggler", help="the GPU its peers wait for, and why", width=440),
+    "class mix": st.column_config.TextColumn("class mix", help="what bounds its GPUs, by share of their time"),
+    "memory headroom": st.column_config.TextColumn(
+        "memory headroom", help="the highest peak memory used on one of its GPUs against that GPU's memory"
+    ),
+    "busy": st.column_config.ProgressColumn(
+        "busy",
+        format="%.0f%%",
+        min_value=0,
+        max_value=100,
+        width=100,
+        help="mean share of the time a kernel ran on its GPUs (NVML busy)",
+    ),
+    "pods": st.column_config.NumberColumn("pods", format="localized", width=55),
+}
+
+
+ui.page("Jobs", body)
