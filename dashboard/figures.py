@@ -860,7 +860,7 @@ JOB_TRACKS: tuple[tuple[str, str], ...] = (
     ("sm_clock", "SM clock, share of its maximum"),
 )
 """The Job page's strips, top to bottom: (track of frames.job_timeline, title)."""
-JOB_ROW_PX = 22
+JOB_ROW_PX = 26
 """Height of one GPU's row in each strip, in pixels (less for jobs of more than 40 GPUs)."""
 
 
@@ -877,6 +877,8 @@ def job_timelines(timeline: pd.DataFrame, order: Sequence[str], *, start: float,
     rows_px = max(4, min(JOB_ROW_PX, 880 // max(1, len(order))))
     x = _time_x(pd.DataFrame({"t": [start * 1000.0, end * 1000.0]}))
     x["scale"] = {"type": "utc", "domain": [start * 1000.0, end * 1000.0]}
+    if end - start >= 600:  # minutes are enough, and a tick every minute or so crowds the axis
+        x["axis"] = {**x["axis"], "labelExpr": "utcFormat(datum.value, '%H:%M')", "tickCount": 10}
     y = {
         "field": "row",
         "type": "nominal",

@@ -1411,6 +1411,21 @@ def _memory_column(df: pd.DataFrame) -> list[str]:
     return [memory_words(u, t) for u, t in zip(used, total, strict=True)]
 
 
+def _mix_words_by_job(mix: pd.DataFrame) -> dict[tuple[str, ...], str]:
+    """:func:`mix_words` of every job of ``mix`` (JOB, class, share), in one pass over its rows."""
+    from dashboard import jobs
+
+    if mix.empty:
+        return {}
+    m = mix.assign(share=pd.to_numeric(mix["share"], errors="coerce"))
+    m = m[m["share"] >= 0.005].sort_values(["share", "class"], ascending=[False, True], kind="stable")
+    out: dict[tuple[str, ...], list[str]] = {}
+    cols = [m[k].astype(str).tolist() for k in jobs.JOB]
+    for *k, c, v in zip(*cols, m["class"].astype(str), m["share"], strict=True):
+        out.setdefault(tuple(k), []).append(f"{c} {_pct(v)}")
+    return {k: " · ".join(v) for k, v in out.items()}
+
+
 def memory_words(used: float, total: float) -> str:
     """The highest memory used on one leaf against its memory: ``118.0 of 140.4 GiB (84 %)``."""
     if used != used or total != total or total <= 0:
@@ -1461,17 +1476,16 @@ def jobs_overview(leaves: pd.DataFrame, mix: pd.DataFrame) -> pd.DataFrame:
     peak = peak.sort_values("_r", ascending=False, na_position="last").drop_duplicates(key)
     peak = peak[[*key, "memory_used_bytes", "memory_total_bytes"]]
     out = table.merge(pods, on=key, how="left").merge(classified, on=key, how="left").merge(peak, on=key, how="left")
-    strays = jobs.stragglers(leaves)
-    said = {
-        k: "; ".join(straggler_words(r) for r in g.to_dict("records"))
-        for k, g in (strays.groupby(key, sort=False) if not strays.empty else [])
-    }
-    m = with_cols(mix, [*key, "class", "share"])
-    mixes = {k: mix_words(g) for k, g in (m.groupby(key, sort=False) if not m.empty else [])}
+    # words per job from whole columns (a pandas operation per job costs seconds at 500 jobs)
+    said: dict[tuple[str, ...], list[str]] = {}
+    for r in jobs.stragglers(leaves).to_dict("records"):
+        said.setdefault(tuple(str(r[k]) for k in key), []).append(straggler_words(r))
+    mixes = _mix_words_by_job(with_cols(mix, [*key, "class", "share"]))
     keys = [tuple(str(x) for x in r) for r in out[key].itertuples(index=False)]
     n = out["n_classified"].fillna(0).astype(int)
     out["straggler"] = [
-        said.get(k) or (NO_CLASS if c == 0 else "one classified GPU: no peers to wait" if c < 2 else "none")
+        "; ".join(said.get(k, []))
+        or (NO_CLASS if c == 0 else "one classified GPU: no peers to wait" if c < 2 else "none")
         for k, c in zip(keys, n, strict=True)
     ]
     out["mix"] = [mixes.get(k) or NO_CLASS for k in keys]

@@ -56,18 +56,20 @@ def _md(text: str) -> str:
     return "".join("\\" + c if c in "\\`*_[](){}#+!|<>~" else c for c in text)
 
 
-def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str] | None = None) -> None:
-    """The jobs of ``table`` as links to their Job pages, each with its ``why`` where given; the
-    first MAX_NAMES, the rest counted."""
+def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str]) -> None:
+    """The jobs of ``table``, each a link to its Job page with its ``why`` under it; the first
+    MAX_NAMES, the rest counted."""
     params = ctx.link_params()
-    lines = []
     for i, row in enumerate(table.head(MAX_NAMES).to_dict("records")):
         key = tuple(str(row[k]) for k in jobs.JOB)
-        extra = f": {_md(why[i])}" if why else ""
-        lines.append(f"- [{_md(jobs.job_label(row))}]({ui.job_url(key, params)}){extra}")
+        query = {"job": frames.job_param(key), **({"job_cluster": key[0]} if key[0] else {}), **params}
+        if "job" in ui.PAGES:
+            st.page_link(ui.PAGES["job"], label=_md(jobs.job_label(row)), query_params=query)
+        else:  # a page script run on its own (tests): the name without its link
+            st.markdown(_md(jobs.job_label(row)))
+        st.caption(why[i])
     if len(table) > MAX_NAMES:
-        lines.append(f"- and {len(table) - MAX_NAMES:,} more (the table has them all)")
-    st.markdown("\n".join(lines))
+        st.caption(f"and {len(table) - MAX_NAMES:,} more (the table has them all)")
 
 
 def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
