@@ -359,3 +359,46 @@ def test_gpu_page_lists_its_nearest_nics_and_workloads_the_communication_share(
     assert len(nics) == 4 and set(nics["gdr_ready"]) == {"not ready"}
     assert set(nics["reason"]) == {"no peer-memory module or DMA-BUF"}
     assert all(p.startswith("PIX") or p.startswith("PXB") for p in nics["path"]), set(nics["path"])
+
+
+def test_jobs_pages_show_the_jobs_nodes_in_words(dashboard_env: pytest.MonkeyPatch) -> None:
+    """The two jobs nodes (tests/fixtures/dashboard/jobs-*.prom, scraped directly): the Jobs page's
+    table has a row per job with human headers, 4 GPUs on 2 nodes each, the straggler in words and
+    no missing value left blank; the communication-bound jobs are named; the Job page of mixtral-sft
+    names its straggler and lists its 4 GPUs."""
+    with serve_exposition("jobs-0.prom", "jobs-1.prom") as urls:
+        dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        at.switch_page("views/jobs.py").run()
+        assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+        texts = _texts(at)
+        table = _table_with(at, "straggler")
+        links = [str(el.proto.label) for el in at.get("page_link")]
+        at.query_params["job"] = "ml-training/JobSet/mixtral-sft"
+        at.switch_page("views/job.py").run()
+        assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+        job_texts = _texts(at)
+        gpus = _table_with(at, "straggler")
+    node1 = urls[1].removeprefix("http://")
+    assert [c for c in table.columns if "_" in c or c != c.strip()] == [], "human headers"
+    assert sorted(table["job"].str.split("job=").str[1].str.split("&").str[0]) == [
+        "ml-training/JobSet/mixtral-sft",
+        "ml-training/PyTorchJob/gpt-13b-finetune",
+        "research/Job/embedding-train",
+        "research/MPIJob/moe-pretrain",
+    ]
+    assert set(table["GPUs"]) == {4} and set(table["nodes"]) == {2}
+    stray = table[table["job"].str.contains("mixtral-sft")]["straggler"].iloc[0]
+    assert stray == f"{node1} · GPU 3: compute: SM clock 50 % of max, thermal slowdown"
+    assert set(table[~table["job"].str.contains("mixtral-sft")]["straggler"]) == {"none"}
+    for col in table.columns:
+        if table[col].dtype == object:
+            assert not table[col].isin(["", "nan", "None"]).any(), col
+        else:
+            assert not table[col].isna().any(), col
+    assert "communication 100 %" in texts, "the communication-bound jobs' share"
+    assert "research/MPIJob/moe-pretrain" in links and "ml-training/JobSet/mixtral-sft" in links
+    assert f"Straggler: {node1} · GPU 3: compute: SM clock 50 % of max, thermal slowdown" in job_texts
+    assert len(gpus) == 4 and list(gpus["GPU"]) == ["2", "3", "2", "3"]
+    assert list(gpus["straggler"]).count("no") == 3
+    assert "gpulens_" not in texts + job_texts

@@ -31,20 +31,24 @@ PAGES: dict[str, list[str]] = {
     "": ["GPUs", "Allocated", "SM activity per GPU", "Models"],
     "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
     "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
+    "jobs": ["Multi-node jobs", "Jobs with a straggler", "Communication-bound jobs", "Jobs by GPU-hours"],
     "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
     "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
     "rightsizing": ["Right-sizing"],
     "network": ["No RDMA NIC in view"],
+    "job": ["Its GPUs over time", "Its GPUs now"],
     "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
 }
 MIN_CHARTS = {
     "": 1,
     "efficiency": 2,
     "workloads": 1,
+    "jobs": 1,
     "sharing": 2,
     "health": 1,
     "rightsizing": 0,
     "network": 0,
+    "job": 1,
     "gpu": 3,
 }
 """Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
@@ -73,14 +77,15 @@ def run_dashboard(*args: str) -> Iterator[str]:
 
 
 @contextmanager
-def chromium_page() -> Iterator[object]:
+def chromium_page(width: int = 1400) -> Iterator[object]:
+    """A page of a headless Chromium, ``width`` pixels wide (wide tables need more than 1400)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             # tall: Streamlit scrolls inside its own container, so a screenshot shows one viewport
-            yield browser.new_page(viewport={"width": 1400, "height": 1700})
+            yield browser.new_page(viewport={"width": width, "height": 1700})
         finally:
             browser.close()
 

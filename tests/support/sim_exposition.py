@@ -82,11 +82,13 @@ DASHBOARD_FIXTURES: dict[str, str] = {
     "mps": "",
     "p5en": "",
     "p5en-nogdr": "",
+    "jobs-0": "",
+    "jobs-1": "",
 }
 """Scenarios with a scrape in tests/fixtures/dashboard (the dashboard's tests read them), and the
 simulated faults each has: the h200x8 node shows an Xid and NVML errors on its health page; the
 p5en nodes (32 EFAs each, GPUDirect RDMA ready on ``p5en`` and not on ``p5en-nogdr``) fill the
-Network page."""
+Network page; the two jobs nodes (four two-node jobs) fill the Jobs pages."""
 
 
 def dashboard_fixture(scenario: str) -> str:
