@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The demo (README command 1): the exporter plus the dashboard on this machine.
 # With an NVIDIA driver the exporter reads the real GPUs (--backend auto); without one it serves the
-# simulated 8 x H200 fleet (set GPULENS_SIM_SCENARIO=mig|mig7x8|timeslice|mps|a100|l40s|a10g|p5en|p5en-nogdr for the others).
-# Ctrl-C stops both.  Ports: GPULENS_EXPORTER_PORT (9445), GPULENS_DASHBOARD_PORT (8501).
+# simulated 8 x H200 fleet (set GPULENS_SIM_SCENARIO=mig|mig7x8|timeslice|mps|a100|l40s|a10g|p5en|p5en-nogdr for the others;
+# GPULENS_SIM_SCENARIO=jobs runs two nodes, jobs-0 and jobs-1, on EXPORTER_PORT and the next port: four two-node jobs).
+# Ctrl-C stops them all.  Ports: GPULENS_EXPORTER_PORT (9445), GPULENS_DASHBOARD_PORT (8501).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v uv >/dev/null || python3 -m pip install -q uv
@@ -12,11 +13,17 @@ uv pip install -q -p .venv -e '.[nvml,k8s,probes,dashboard]'
 EXPORTER_PORT=${GPULENS_EXPORTER_PORT:-9445}
 DASHBOARD_PORT=${GPULENS_DASHBOARD_PORT:-8501}
 SCENARIO=${GPULENS_SIM_SCENARIO:-h200x8}
+# One exporter per simulated node: "jobs" is the two nodes its multi-node jobs span (simulated
+# whatever the machine has: two exporters of one machine's real GPUs would show each GPU twice).
+BACKEND=${GPULENS_BACKEND:-auto}
+if [ "$SCENARIO" = jobs ]; then NODES=(jobs-0 jobs-1); BACKEND=${GPULENS_BACKEND:-sim}; else NODES=("$SCENARIO"); fi
+PORTS=()
+for i in "${!NODES[@]}"; do PORTS+=($((EXPORTER_PORT + i))); done
 # A port another process listens on (a first demo still running) would make the readiness check
 # below pass against that process's exporter: refuse to start instead.
 port_free() { .venv/bin/python -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, \
 socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.close()" "$1" 2>/dev/null; }
-for port in "$EXPORTER_PORT" "$DASHBOARD_PORT"; do
+for port in "${PORTS[@]}" "$DASHBOARD_PORT"; do
   port_free "$port" || { echo "port $port is in use (another demo running?): stop it, or set" \
     "GPULENS_EXPORTER_PORT / GPULENS_DASHBOARD_PORT" >&2; exit 2; }
 done
@@ -24,22 +31,28 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-.venv/bin/python -m exporter --backend "${GPULENS_BACKEND:-auto}" --sim.scenario "$SCENARIO" \
-  --web.listen-address "127.0.0.1:${EXPORTER_PORT}" &
-pids+=($!)
-ready() { .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
-  "http://127.0.0.1:${EXPORTER_PORT}/readyz" >/dev/null 2>&1; }
-for _ in $(seq 1 100); do
-  kill -0 "${pids[0]}" 2>/dev/null || { echo "exporter exited before it was ready" >&2; exit 1; }
-  ready && break; sleep 0.2
+urls=()
+for i in "${!NODES[@]}"; do
+  .venv/bin/python -m exporter --backend "$BACKEND" --sim.scenario "${NODES[$i]}" \
+    --web.listen-address "127.0.0.1:${PORTS[$i]}" &
+  pids+=($!)
+  urls+=("http://127.0.0.1:${PORTS[$i]}/metrics")
 done
-ready || { echo "exporter did not start" >&2; exit 1; }
+ready() { .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
+  "http://127.0.0.1:$1/readyz" >/dev/null 2>&1; }
+for i in "${!NODES[@]}"; do
+  for _ in $(seq 1 100); do
+    kill -0 "${pids[$i]}" 2>/dev/null || { echo "exporter ${NODES[$i]} exited before it was ready" >&2; exit 1; }
+    ready "${PORTS[$i]}" && break; sleep 0.2
+  done
+  ready "${PORTS[$i]}" || { echo "exporter ${NODES[$i]} did not start" >&2; exit 1; }
+done
 
-.venv/bin/python -m dashboard --scrape "http://127.0.0.1:${EXPORTER_PORT}/metrics" \
+.venv/bin/python -m dashboard --scrape "$(IFS=,; echo "${urls[*]}")" \
   --address 127.0.0.1 --port "${DASHBOARD_PORT}" &
 pids+=($!)
 echo
-echo "  exporter:  http://127.0.0.1:${EXPORTER_PORT}/metrics"
+for url in "${urls[@]}"; do echo "  exporter:  ${url}"; done
 echo "  dashboard: http://127.0.0.1:${DASHBOARD_PORT}"
 echo
 wait -n "${pids[@]}"
