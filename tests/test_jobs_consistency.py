@@ -29,8 +29,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dashboard import jobs
+from dashboard import definitions, jobs
+from dashboard.advisor.engine import Policy
+from dashboard.advisor.job_query import measure_jobs
+from dashboard.advisor.jobs import advise_jobs
+from dashboard.advisor.query import Window
 from dashboard.openmetrics import OpenMetricsHistory, label_text
+from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
@@ -50,8 +55,8 @@ windows, dwell and the communication evidence's hold, so the 5 m window at T (20
 cycles of the compressed history) sees each GPU's settled class."""
 CLUSTER = "c1"
 JOB_RECORDS = tuple(jobs.RULES)
-PRE = ("gpulens:gpu_activity:ratio_avg5m",)
-"""The leaf record the jobs rules read."""
+PRE = ("gpulens:gpu_activity:ratio_avg5m", "gpulens:leaf_gpu_share:ratio")
+"""The leaf records the jobs rules and the Jobs pages read."""
 TOLERANCE = 0.02
 """Absolute difference allowed between two readers' ratios (0..1). The stores differ in rate()
 extrapolation at a window's edge (the busy ratio's counter) by about a scrape's share of 5 m."""
@@ -165,15 +170,46 @@ def _job(metric: dict[str, str]) -> tuple[str, str, str]:
     return (metric.get("namespace", ""), metric.get("workload_kind", ""), metric.get("workload", ""))
 
 
-def _recorded(store: tuple[str, Any], record: str, at: float) -> dict[tuple[str, ...], float]:
+ALL_RULES = {**definitions.RULES, **jobs.RULES}
+
+
+def inline(expr: str) -> str:
+    """``expr`` with every recorded series it reads replaced by its rule's expression, down to raw
+    series: the rules' answer computed at one instant."""
+    for _ in range(10):
+        names = [r for r in ALL_RULES if re.search(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", expr)]
+        if not names:
+            return expr
+        for r in names:
+            expr = re.sub(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", f"({ALL_RULES[r]})".replace("\\", "\\\\"), expr)
+    raise AssertionError(f"records nested too deep in {expr[:200]}")
+
+
+def _recorded(
+    store: tuple[str, Any], record: str, at: float, evaluate: bool = False, raw: bool = False
+) -> dict[tuple[str, ...], float]:
+    """``record``'s series at ``at`` by (job, class); ``evaluate``: its rule's expression instead
+    (``raw``: inlined down to raw series)."""
     base, query = store
-    return {
-        (*_job(r["metric"]), r["metric"].get("class", "")): float(r["value"][1]) for r in query(base, record, at=at)
-    }
+    name, _, matcher = record.partition("{")
+    expr = record
+    if evaluate:
+        expr = f"({inline(jobs.RULES[name]) if raw else jobs.RULES[name]})"
+        if matcher:  # the matcher as a filter on the expression's result
+            label, value = matcher.rstrip("}").split("=")
+            expr += f' and on ({label}) label_replace(vector(1), "{label}", {value}, "", "")'
+    return {(*_job(r["metric"]), r["metric"].get("class", "")): float(r["value"][1]) for r in query(base, expr, at=at)}
 
 
-def rules_table(store: tuple[str, Any], at: float) -> pd.DataFrame:
-    """The job-level records at ``at`` as one frame (namespace, workload_kind, workload + figures)."""
+def rules_table(store: tuple[str, Any], at: float, evaluate: bool = False, raw: bool = False) -> pd.DataFrame:
+    """The job-level records at ``at`` as one frame (namespace, workload_kind, workload + figures).
+    ``evaluate``: the job-level rules' expressions evaluated at ``at`` over the per-leaf records
+    instead of their recorded samples: promtool backfills each dependency level in its own pass, at
+    its own offset from the minute, so a job record may read the previous minute's leaf records
+    (a live Prometheus evaluates a group's rules at one instant); the pages read the leaf records
+    at ``at``, as the expressions do then. ``raw``: the whole chain evaluated at ``at`` from raw
+    series (what scrape mode computes at ``at``; the leaf records themselves were evaluated up to a
+    minute earlier)."""
     cols = {
         "gpus": "gpulens:job_gpus:count",
         "nodes": "gpulens:job_nodes:count",
@@ -185,10 +221,11 @@ def rules_table(store: tuple[str, Any], at: float) -> pd.DataFrame:
     }
     rows: dict[tuple[str, str, str], dict[str, float]] = {}
     for col, record in cols.items():
-        for key, value in _recorded(store, record, at).items():
-            rows.setdefault(key[:3], {})[col] = value
-    for key, value in _recorded(store, 'gpulens:job_boundness:ratio_avg5m{class="communication"}', at).items():
-        rows.setdefault(key[:3], {})["communication"] = value
+        for key, value in _recorded(store, record, at, evaluate, raw).items():
+            rows.setdefault((key[0], key[1], key[2]), {})[col] = value
+    comm = 'gpulens:job_boundness:ratio_avg5m{class="communication"}'
+    for key, value in _recorded(store, comm, at, evaluate, raw).items():
+        rows.setdefault((key[0], key[1], key[2]), {})["communication"] = value
     return pd.DataFrame([{"namespace": k[0], "workload_kind": k[1], "workload": k[2], **v} for k, v in rows.items()])
 
 
@@ -211,3 +248,100 @@ def test_the_rules_name_the_four_jobs_with_their_shapes(store: tuple[str, Any], 
     # moe-pretrain and the over-provisioned embedding-train wait in collectives most of the time;
     # mixtral-sft's waiting is its straggler's doing
     assert bound == {("research", "MPIJob", "moe-pretrain"), ("research", "Job", "embedding-train")}
+
+
+def _by_job(table: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, float]]:
+    return {
+        (str(r["namespace"]), str(r["workload_kind"]), str(r["workload"])): {
+            k: float(r[k]) for k in FIGURES if k in r and pd.notna(r[k])
+        }
+        for r in table.to_dict("records")
+    }
+
+
+FIGURES = ("gpus", "nodes", "activity", "activity_min", "activity_max", "busy", "communication", "memory_used_ratio")
+"""The job figures every reader gives (dashboard/jobs.py JOB_COLUMNS)."""
+
+
+def _same(
+    a: dict[tuple[str, str, str], dict[str, float]], b: dict[tuple[str, str, str], dict[str, float]], tol: float
+) -> list[str]:
+    problems = [] if set(a) == set(b) else [f"jobs differ: {sorted(set(a) ^ set(b))}"]
+    for job in set(a) & set(b):
+        for k in FIGURES:
+            x, y = a[job].get(k), b[job].get(k)
+            if x is None or y is None:
+                if (x is None) != (y is None):
+                    problems.append(f"{job} {k}: {x} vs {y}")
+            elif abs(x - y) > tol:
+                problems.append(f"{job} {k}: {x:.4f} vs {y:.4f}")
+    return problems
+
+
+def _stragglers(leaves: pd.DataFrame) -> set[tuple[str, ...]]:
+    found = jobs.stragglers(leaves)
+    return {
+        (
+            str(r["namespace"]),
+            str(r["workload_kind"]),
+            str(r["workload"]),
+            str(r["node"] or str(r["instance"]).split(":")[0]),  # scrape mode has no node label
+            str(r["gpu"]),
+            str(r["reason"]),
+        )
+        for r in found.to_dict("records")
+    }
+
+
+def test_the_jobs_pages_read_what_the_rules_record_in_both_modes(store: tuple[str, Any], history: History) -> None:
+    """The Jobs page's source, Prometheus mode on this store and scrape mode on the same scrapes,
+    aggregated by dashboard/jobs.py, gives the rules' jobs, figures and straggler."""
+    at = _at(history)
+    prom_leaves = PrometheusSource(store[0]).job_leaves(end=at)
+    scrape_leaves = history.scrape.job_leaves(end=at)
+    for name, leaves, rules in (
+        ("prometheus mode", prom_leaves, _by_job(rules_table(store, at, evaluate=True))),
+        ("scrape mode", scrape_leaves, _by_job(rules_table(store, at, evaluate=True, raw=True))),
+    ):
+        assert _same(rules, _by_job(jobs.job_table(leaves)), TOLERANCE) == [], name
+        assert _stragglers(leaves) == {STRAGGLER}, name
+    mix = PrometheusSource(store[0]).job_mix(end=at)
+    comm = mix[mix["class"] == jobs.COMMUNICATION]
+    assert {
+        (r.namespace, r.workload_kind, r.workload)
+        for r in comm.itertuples()
+        if r.share >= jobs.COMMUNICATION_BOUND_AT_LEAST
+    } >= {("research", "MPIJob", "moe-pretrain")}
+
+
+def test_the_advisor_measures_the_same_jobs_and_advises_on_them(store: tuple[str, Any], history: History) -> None:
+    """The advisor, from raw series over the rules' window at T, measures the jobs the rules
+    record (GPUs, nodes, communication share, straggler) and advises scale-in for the
+    over-provisioned job only, and a compute straggler for mixtral-sft."""
+    at = _at(history)
+    report = measure_jobs(PrometheusSource(store[0]), Window(window_s=300.0, end=at))
+    rules = _by_job(rules_table(store, at))
+    measured = {
+        (u.namespace, u.workload_kind, u.workload): {
+            "gpus": float(u.gpus),
+            "nodes": float(u.nodes),
+            "communication": u.communication,
+        }
+        for u in report.usages
+    }
+    assert set(measured) == set(rules)
+    for job, figures in measured.items():
+        assert figures["gpus"] == rules[job]["gpus"] and figures["nodes"] == rules[job]["nodes"], job
+        assert figures["communication"] is not None
+        assert abs(figures["communication"] - rules[job]["communication"]) <= 0.1, job
+    strays = {
+        (u.namespace, u.workload_kind, u.workload, s.leaf.node, s.leaf.gpu, s.reason)
+        for u in report.usages
+        for s in u.stragglers
+    }
+    assert strays == {STRAGGLER}
+    # the window is 5 minutes: the evidence floor (Policy.min_hours, an hour) set aside
+    advice = {(a.usage.workload, str(a.action)) for a in advise_jobs(report.usages, Policy(min_hours=0.0))}
+    assert ("embedding-train", "scale-in") in advice
+    assert ("mixtral-sft", "straggler") in advice
+    assert not {w for w, act in advice if act == "scale-in"} - {"embedding-train"}
