@@ -1288,8 +1288,8 @@ def job_leaf_figures(
     r = r[r["reason"].isin(list(SLOWDOWN_WORDS))]
     words = r.groupby("uuid")["reason"].agg(lambda s: ",".join(sorted(set(s)))).rename("slowdown_reasons")
     out = out.merge(words.reset_index(), on="uuid", how="left")
-    for c in ("gpu", "model", "slowdown_reasons"):
-        out[c] = out[c].fillna("").astype(str)
+    for c in ("gpu", "model", "slowdown_reasons"):  # a column of no match is float NaN: "" then
+        out[c] = ["" if v is None or v != v else str(v) for v in out[c]]
     out["gpu_share"] = pd.to_numeric(out["gpu_share"], errors="coerce").fillna(1.0)
     out["memory_used_bytes"] = out["memory_used_ratio"] * out["memory_total_bytes"]
     if held is not None:

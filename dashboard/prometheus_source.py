@@ -142,6 +142,20 @@ class PrometheusSource:
             rows.append({**labels, "value": _num(item["value"][1])})
         return frames.from_rows(rows)
 
+    def query_labels(self, promql: str, labels: Sequence[str], at: float | None = None) -> pd.DataFrame:
+        """An instant query read into ``labels`` (``""`` where a series lacks one) and ``value``,
+        column by column: the per-leaf queries of a 10,000-GPU fleet answer 10,000 series each,
+        and a frame built from one dict per series costs several times more."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._call("/api/v1/query", params)
+        result = data.get("result") or [] if data.get("resultType") == "vector" else []
+        metrics = [item.get("metric") or {} for item in result]
+        cols: dict[str, object] = {name: [m.get(name, "") for m in metrics] for name in labels}
+        cols["value"] = pd.to_numeric([_num(item["value"][1]) for item in result], errors="coerce")
+        return pd.DataFrame(cols, columns=[*labels, "value"])
+
     def _end(self, end: float | None) -> float:
         """The range's end: ``end`` (an absolute range), never later than now; None = now."""
         now = float(self._clock())
@@ -387,8 +401,12 @@ class PrometheusSource:
         step = duration(SLOWDOWN_SAMPLE_SECONDS)
         pod_leaf = "cluster, namespace, pod, uuid, mig_uuid"
 
+        narrowed = bool(filters.namespace or filters.node or filters.instance)
+
         def kept(expr: str, on: str) -> str:
-            return f"{expr} and on ({on}) {leaf}"
+            # kept to the leaves in view where a filter narrows them (the cluster's matcher does the
+            # rest): unfiltered, the join would only drop the GPUs no job holds, at a second look-up
+            return f"{expr} and on ({on}) {leaf}" if narrowed else expr
 
         total = selector("gpulens_gpu_memory_total_bytes", cl)
         share = selector("gpulens:leaf_gpu_share:ratio", cl)
@@ -413,19 +431,19 @@ class PrometheusSource:
         self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
     ) -> pd.DataFrame:
         at = None if end is None else self._end(end)
-        calls: list[tuple[str, float | None]] = [(q, at) for q in self._job_queries(filters).values()]
+        queries = self._job_queries(filters)
+        calls = [(q, _JOB_QUERY_LABELS[name], at) for name, q in queries.items()]
         if window_s:
             # held_hours: the recorded leaf per step of a [range:step] subquery, at a step-aligned
             # instant (as allocation_activity): one point query per step however long the range
             window, step = held_step(window_s)
             leaf = self.job_selector("gpulens:job_leaf:info", filters)
             held = f"count_over_time({leaf}{subquery_range(window, step)}) * {step:g} / 3600"
-            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})",
+            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})", frames.POD_LEAF_KEYS,
                           math.floor(self._end(end) / step) * step))  # fmt: skip
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-            answers = list(pool.map(lambda c: self.query(*c), calls))
-        names = [*self._job_queries(filters), *(["held"] if window_s else [])]
-        got = dict(zip(names, answers, strict=True))
+            answers = list(pool.map(lambda c: self.query_labels(*c), calls))
+        got = dict(zip([*queries, *(["held"] if window_s else [])], answers, strict=True))
         if got["leaves"].empty:
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
         return frames.job_leaf_figures(
@@ -450,18 +468,14 @@ class PrometheusSource:
         keys = "cluster, namespace, pod, uuid, mig_uuid"
         shares = f"max by ({keys}, class) (avg_over_time({pods}[{definitions.MEAN_WINDOW}]) and {pods})"
         promql = f"{leaf} * on ({keys}) group_right (workload_kind, workload, instance, node) {shares}"
-        df = self.query(promql, None if end is None else self._end(end))
-        if df.empty:
-            return pd.DataFrame(columns=list(JOB_CLASS_COLUMNS))
-        return frames.with_cols(df.rename(columns={"value": "share"}), JOB_CLASS_COLUMNS)[list(JOB_CLASS_COLUMNS)]
+        df = self.query_labels(promql, [*jobs.JOB_LEAF, "class"], None if end is None else self._end(end))
+        return df.rename(columns={"value": "share"})[list(JOB_CLASS_COLUMNS)]
 
     def job_mix(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         # the recorded mix: a few series per job (its classes), not a few per leaf
         mix = self.job_selector("gpulens:job_boundness:ratio_avg5m", filters)
-        df = self.query(f"{mix} > 0", None if end is None else self._end(end))
-        if df.empty:
-            return pd.DataFrame(columns=list(JOB_MIX_COLUMNS))
-        return frames.with_cols(df.rename(columns={"value": "share"}), JOB_MIX_COLUMNS)[list(JOB_MIX_COLUMNS)]
+        df = self.query_labels(f"{mix} > 0", [*jobs.JOB, "class"], None if end is None else self._end(end))
+        return df.rename(columns={"value": "share"})[list(JOB_MIX_COLUMNS)]
 
     def job_series(
         self,
@@ -535,6 +549,23 @@ MAX_PROBLEMS = 10
 BOUNDNESS = "gpulens_gpu_boundness"
 FLEET_BOUNDNESS_MIX = "class:gpulens_gpu_boundness:sum"
 """Recording rule: leaves per boundness class (time-weighted over 10 m), per cluster."""
+
+
+_LEAF = ("uuid", "mig_uuid")
+_JOB_QUERY_LABELS: dict[str, tuple[str, ...]] = {
+    "leaves": jobs.JOB_LEAF,
+    "activity": _LEAF,
+    "busy": _LEAF,
+    "communication": frames.POD_LEAF_KEYS,
+    "memory_ratio": _LEAF,
+    "memory_total": _LEAF,
+    "sm_clock_ratio": ("uuid",),
+    "slowdown": ("uuid",),
+    "reasons": ("uuid", "reason"),
+    "shares": _LEAF,
+    "gpus": ("uuid", "gpu", "name"),
+}
+"""The labels each query of ``PrometheusSource._job_queries`` answers with (all its ``by`` keeps)."""
 
 
 def _regex_selector(metric: str, matchers: dict[str, str], label: str, values: Sequence[str]) -> str:
