@@ -348,6 +348,7 @@ def _until_straggler(page: object, url: str, timeout_s: float = 180.0) -> None:
         time.sleep(5)
 
 
+@pytest.mark.timeout(900)  # with GPULENS_UPDATE_DOCS_IMG, the docs' screenshots wait for five minutes of history
 @pytest.mark.parametrize("mode", MODES)
 def test_jobs_page_names_the_straggler_and_the_communication_bound_job(
     jobs_stack: JobsStack, mode: str, artifacts_dir: Path
