@@ -445,6 +445,9 @@ class PrometheusSource:
             answers = list(pool.map(lambda c: self.query_labels(*c), calls))
         got = dict(zip([*queries, *(["held"] if window_s else [])], answers, strict=True))
         if got["leaves"].empty:
+            held = selector(ALLOCATION, {k: v for k, v in (("cluster", filters.cluster),) if v})
+            if not self.query(f"count({held})", at).empty:
+                raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
         return frames.job_leaf_figures(
             got["leaves"],
@@ -544,6 +547,11 @@ class PrometheusSource:
         return out
 
 
+MISSING_JOB_RULES = (
+    "Prometheus has GPUs held by pods but no gpulens:job_leaf:info: load the recording rules' group "
+    "gpulens.jobs (deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
+)
+"""Why the Jobs pages are empty on a store without the jobs rules."""
 MAX_PROBLEMS = 10
 """Down exporters named one by one in the banner; more are counted."""
 BOUNDNESS = "gpulens_gpu_boundness"

@@ -506,3 +506,13 @@ def test_the_mix_chart_keeps_the_tables_order_and_the_class_colours() -> None:
         == figures.CLASS_COLORS["communication"]
     )
     assert "no job has a class" in json.dumps(figures.job_mix_bars(mix.iloc[0:0], ["a"]))
+
+
+def test_a_store_without_the_jobs_rules_says_which_to_load() -> None:
+    """GPUs held by pods but no gpulens:job_leaf:info (a Prometheus without the group gpulens.jobs):
+    the source says what to load instead of showing no job."""
+    from dashboard.source import SourceError
+    from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
+
+    with fake_prometheus("h200x8.prom") as (url, _state), pytest.raises(SourceError, match=r"group gpulens\.jobs"):
+        PrometheusSource(url).job_leaves()

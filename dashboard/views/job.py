@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import definitions, figures, frames, jobs, ui
-from dashboard.source import Filters, JobKey, bounded_step
+from dashboard.source import Filters, JobKey, SourceError, bounded_step
 
 # Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
 # so the browser draws tens of thousands of cells, not millions. A comment, not a docstring:
@@ -53,7 +53,11 @@ def _choose(ctx: ui.PageContext, leaves: pd.DataFrame) -> JobKey | None:
 
 
 def body(ctx: ui.PageContext) -> None:
-    leaves = ui.fetch(ctx, "job_leaves", ctx.filters, window_s=ctx.window_s)
+    try:
+        leaves = ui.fetch(ctx, "job_leaves", ctx.filters, window_s=ctx.window_s)
+    except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
+        st.warning(str(exc), icon=":material/warning:")
+        return
     key = _choose(ctx, leaves)
     if key is None:
         st.info("No pod holds a GPU in view, so there is no job to show.")
@@ -61,7 +65,11 @@ def body(ctx: ui.PageContext) -> None:
     mine = _of(leaves, key)
     if mine.empty:  # a job the sidebar's filters leave out: its own cluster and namespace
         own = Filters(cluster=key[0] or None, namespace=key[1] or None)
-        mine = _of(ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s), key)
+        try:
+            mine = _of(ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s), key)
+        except SourceError as exc:
+            st.warning(str(exc), icon=":material/warning:")
+            return
     if mine.empty:
         st.info(
             f"{jobs.job_label(dict(zip(jobs.JOB, key, strict=True)))} holds no GPU now: it ended, or it has not "

@@ -29,7 +29,11 @@ def body(ctx: ui.PageContext) -> None:
     ui.prefetch(ctx, q.values())
     shown: tuple[pd.DataFrame, pd.DataFrame] | None = None
     with ui.panel("Jobs"):
-        leaves = ui.get(ctx, q["leaves"])
+        try:
+            leaves = ui.get(ctx, q["leaves"])
+        except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
+            st.warning(str(exc), icon=":material/warning:")
+            return
         if leaves.empty:
             st.info("No pod holds a GPU in view, so there is no job to show.")
             return
