@@ -61,17 +61,18 @@ def _md(text: str) -> str:
 
 
 def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str]) -> None:
-    """The jobs of ``table``, each a link to its Job page with its ``why`` under it; the first
-    MAX_NAMES, the rest counted."""
+    """The jobs of ``table``, each a link to its Job page (``namespace/Kind/name``) with its cluster
+    and ``why`` under it; the first MAX_NAMES, the rest counted."""
     params = ctx.link_params()
     for i, row in enumerate(table.head(MAX_NAMES).to_dict("records")):
         key = tuple(str(row[k]) for k in jobs.JOB)
-        query = {"job": frames.job_param(key), **({"job_cluster": key[0]} if key[0] else {}), **params}
+        name = frames.job_param(key)
+        query = {"job": name, **({"job_cluster": key[0]} if key[0] else {}), **params}
         if "job" in ui.PAGES:
-            st.page_link(ui.PAGES["job"], label=_md(jobs.job_label(row)), query_params=query)
+            st.page_link(ui.PAGES["job"], label=_md(name), query_params=query, width="stretch")
         else:  # a page script run on its own (tests): the name without its link
-            st.markdown(_md(jobs.job_label(row)))
-        st.caption(why[i])
+            st.markdown(_md(name))
+        st.caption(" · ".join(x for x in (f"cluster {key[0]}" if key[0] else "", why[i]) if x))
     if len(table) > MAX_NAMES:
         st.caption(f"and {len(table) - MAX_NAMES:,} more (the table has them all)")
 
