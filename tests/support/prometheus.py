@@ -173,7 +173,10 @@ def backfill_recording_rules(
             {"record": r, "expr": exprs[r]} for r in now]}]}))  # fmt: skip
         blocks = work / f"backfill-blocks-{n}"
         config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
-        with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
+        # a fleet of 10,000 GPUs makes some rules' range queries run for minutes on a busy 2-core
+        # machine: past Prometheus' default 2 m query timeout (a 503 that fails the backfill)
+        args = ["--storage.tsdb.retention.time=30d", "--query.timeout=15m"]
+        with run_prometheus(config, storage_dir=str(data), extra_args=args) as base:
             subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}",
                             f"--end={end:.0f}", f"--url={base}", f"--output-dir={blocks}", "--eval-interval=60s",
                             str(rules)], check=True, stdout=subprocess.DEVNULL, timeout=1800)  # fmt: skip
