@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.prometheus import DASHBOARD_RECORDS
+from bench.fleet_scale import FLEET_RECORDS
 
 REPO = Path(__file__).resolve().parents[1]
 DAYS = 0.05
@@ -48,7 +48,7 @@ def test_keep_builds_a_store_with_its_figures(kept: Path) -> None:
     ):
         assert vm[key] > 0, key
     assert vm["disk_bytes"] > vm["disk_raw_bytes"]
-    assert set(vm["rules_s_each"]) == set(DASHBOARD_RECORDS)
+    assert set(vm["rules_s_each"]) == set(FLEET_RECORDS)
     assert vm["replay_points_per_query"] == 1000  # vmalert's default for a small fleet
     # every rule evaluated every minute over the whole window, no evaluation written twice
     minutes = int((DAYS * 86400 + built["spare_hours"] * 3600) // 60)
