@@ -1512,7 +1512,7 @@ def job_gpu_table(leaves: pd.DataFrame) -> pd.DataFrame:
             "straggler", "uuid", "mig_uuid"]  # fmt: skip
     if leaves.empty:
         return pd.DataFrame(columns=cols)
-    one = leaves.drop_duplicates([*jobs.JOB, "uuid", "mig_uuid"])
+    one = jobs.one_per_leaf(leaves)
     strays = jobs.stragglers(leaves)
     why = {
         (str(r["uuid"]), str(r["mig_uuid"])): straggler_reason(r) for r in strays.to_dict("records")

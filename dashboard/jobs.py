@@ -33,7 +33,7 @@ figures with :func:`job_table` and :func:`stragglers`, the same arithmetic in pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -232,7 +232,7 @@ def name_jobs(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _one_per_leaf(leaves: pd.DataFrame) -> pd.DataFrame:
+def one_per_leaf(leaves: pd.DataFrame) -> pd.DataFrame:
     """One row per (job, leaf): a leaf two pods of a job share is one leaf (the first row's pod)."""
     return leaves.drop_duplicates([*JOB, "uuid", "mig_uuid"])
 
@@ -271,7 +271,7 @@ def job_table(leaves: pd.DataFrame) -> pd.DataFrame:
     (and ``gpu_share``) per leaf, ``gpu_hours`` too: the GPU-hours the job held in the window."""
     if leaves.empty:
         return pd.DataFrame(columns=[*JOB_COLUMNS, "gpu_hours"])
-    one = _one_per_leaf(leaves)
+    one = one_per_leaf(leaves)
     g = one.groupby(list(JOB), sort=False)
     out = g.agg(
         gpus=("uuid", "size"),
@@ -316,10 +316,3 @@ def job_label(row: Mapping[str, object] | pd.Series) -> str:
     text = f"{row.get('namespace', '')}/{row.get('workload_kind', '')}/{row.get('workload', '')}"
     cluster = str(row.get("cluster", "") or "")
     return f"{text} @ {cluster}" if cluster else text
-
-
-def keys_of(frame: pd.DataFrame, keys: Sequence[str] = JOB) -> list[tuple[str, ...]]:
-    """The distinct ``keys`` tuples of ``frame``, sorted (for comparisons across sources)."""
-    if frame.empty:
-        return []
-    return sorted({tuple(str(r[k]) for k in keys) for _, r in frame.iterrows()})

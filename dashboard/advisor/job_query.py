@@ -232,7 +232,7 @@ def job_usages(
         mixes.setdefault(tuple(str(rec[k]) for k in jobs.JOB), {})[str(rec["class"])] = float(rec["share"])
     strays = jobs.stragglers(leaves)
     strays_by_job = {tuple(str(k) for k in key): g for key, g in strays.groupby(list(jobs.JOB), sort=False)}
-    one = leaves.drop_duplicates([*jobs.JOB, "uuid", "mig_uuid"])
+    one = jobs.one_per_leaf(leaves)
     out = []
     by_job = {tuple(str(k) for k in key): g for key, g in one.groupby(list(jobs.JOB), sort=False)}
     for rec in table.to_dict("records"):
