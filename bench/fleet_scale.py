@@ -58,14 +58,11 @@ from dashboard.prometheus_source import PrometheusSource
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process
-from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, prometheus_binary
+from tests.support.prometheus import FLEET_RECORDS, backfill_recording_rules, prometheus_binary
 from tests.support.victoriametrics import SERVER_FLAGS, binary, force_flush, import_json_stream, query, replay_rules
 
 REPO = Path(__file__).resolve().parents[1]
 
-FLEET_RECORDS = tuple(r for r in DASHBOARD_RECORDS if not r.startswith("gpulens:job_"))
-"""The records the dashboard reads that this fleet feeds: its history has no jobs (the jobs records
-need pod classes and busy ratios: ``scripts/backfill_fleet.py --jobs``, bench/dashboard_scale.py)."""
 ALL_PAGES = (*(p for p in PAGES if p[0] != "Jobs"), ("Right-sizing", "rightsizing", 0))
 """The pages timed: the Jobs page needs a fleet with jobs (bench/dashboard_scale.py --jobs)."""
 RANGES = ("24h", "7d")

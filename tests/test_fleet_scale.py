@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.fleet_scale import FLEET_RECORDS
+from tests.support.prometheus import FLEET_RECORDS
 
 REPO = Path(__file__).resolve().parents[1]
 DAYS = 0.05

@@ -141,6 +141,9 @@ DASHBOARD_RECORDS = (
 )
 """The recording rules the dashboard's Prometheus mode reads (the fleet's boundness mix reads the
 per-leaf class shares, the jobs' records their per-leaf ones: backfilled in later passes)."""
+FLEET_RECORDS = tuple(r for r in DASHBOARD_RECORDS if not r.startswith("gpulens:job_"))
+"""The records a fleet without jobs feeds (bench/fleet_scale.py's history has none: the jobs records
+need pod classes and busy ratios, ``scripts/backfill_fleet.py --jobs``, bench/dashboard_scale.py)."""
 
 
 def backfill_recording_rules(
