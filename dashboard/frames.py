@@ -1241,6 +1241,30 @@ def keyed(df: pd.DataFrame, keys: Sequence[str], name: str) -> pd.DataFrame:
     return d.groupby(list(keys), as_index=False)["value"].max().rename(columns={"value": name})[cols]
 
 
+def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The rows of ``MetricSource.job_summary`` (jobs.SUMMARY_COLUMNS) from one frame per column
+    (JOB labels and ``value``, a row per job): the jobs of ``gpus``, each figure joined on the job
+    (NaN where a job has none; 0 stragglers and classified leaves where none was counted)."""
+    from dashboard import jobs
+
+    key = list(jobs.JOB)
+    out = with_cols(figures["gpus"], key)[[*key, "value"]].rename(columns={"value": "gpus"})
+    out = out.drop_duplicates(key)
+    for name in jobs.SUMMARY_COLUMNS:
+        if name in jobs.JOB or name == "gpus":
+            continue
+        df = figures.get(name)
+        if df is None or df.empty:
+            out[name] = math.nan
+            continue
+        col = with_cols(df, key)[[*key, "value"]].drop_duplicates(key).rename(columns={"value": name})
+        out = out.merge(col, on=key, how="left")
+    for name in ("stragglers", "classified_leaves"):
+        out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(int)
+    out["activity_spread"] = out["activity_max"] - out["activity_min"]
+    return out[list(jobs.SUMMARY_COLUMNS)].reset_index(drop=True)
+
+
 def job_leaf_figures(
     leaves: pd.DataFrame,
     *,
@@ -1456,37 +1480,32 @@ JOB_OVERVIEW_COLUMNS: tuple[str, ...] = (
 """The Jobs page's table (:func:`jobs_overview`): numbers for the bars and sorting, words for the rest."""
 
 
-def jobs_overview(leaves: pd.DataFrame, mix: pd.DataFrame) -> pd.DataFrame:
-    """One row per job of ``leaves`` (``MetricSource.job_leaves``, with ``held_hours``) and ``mix``
-    (JOB, class, share), most GPU-hours first (JOB_OVERVIEW_COLUMNS): ``jobs.job_table``'s figures,
-    the pods, the range of activity and the class mix in words, the highest memory on one leaf
-    against its capacity, the stragglers in words (or why there is none to find) and whether the
-    job is communication-bound (``jobs.COMMUNICATION_BOUND_AT_LEAST`` and no straggler)."""
+def jobs_overview(summary: pd.DataFrame, strays: pd.DataFrame, mix: pd.DataFrame) -> pd.DataFrame:
+    """One row per job of ``summary`` (``MetricSource.job_summary``: jobs.SUMMARY_COLUMNS), with its
+    straggling leaves ``strays`` (``MetricSource.job_stragglers``) and class mix ``mix`` (JOB, class,
+    share), most GPU-hours first (JOB_OVERVIEW_COLUMNS): the figures, the range of activity and the
+    class mix in words, the highest memory on one leaf against its capacity, the stragglers in words
+    (or why there is none to find) and whether the job is communication-bound
+    (``jobs.COMMUNICATION_BOUND_AT_LEAST`` and no straggler)."""
     from dashboard import jobs
 
     key = list(jobs.JOB)
-    if leaves.empty:
+    if summary.empty:
         return pd.DataFrame(columns=list(JOB_OVERVIEW_COLUMNS))
-    table = jobs.job_table(leaves)
-    if "gpu_hours" not in table.columns:
-        table["gpu_hours"] = math.nan
-    pods = leaves.groupby(key, sort=False)["pod"].nunique().rename("pods").reset_index()
-    classified = leaves.groupby(key, sort=False)["communication"].count().rename("n_classified").reset_index()
-    peak = leaves.assign(_r=pd.to_numeric(leaves["memory_used_ratio"], errors="coerce"))
-    peak = peak.sort_values("_r", ascending=False, na_position="last").drop_duplicates(key)
-    peak = peak[[*key, "memory_used_bytes", "memory_total_bytes"]]
-    out = table.merge(pods, on=key, how="left").merge(classified, on=key, how="left").merge(peak, on=key, how="left")
+    out = with_cols(summary, key)
     # words per job from whole columns (a pandas operation per job costs seconds at 500 jobs)
     said: dict[tuple[str, ...], list[str]] = {}
-    for r in jobs.stragglers(leaves).to_dict("records"):
+    for r in strays.to_dict("records"):
         said.setdefault(tuple(str(r[k]) for k in key), []).append(straggler_words(r))
     mixes = _mix_words_by_job(with_cols(mix, [*key, "class", "share"]))
     keys = [tuple(str(x) for x in r) for r in out[key].itertuples(index=False)]
-    n = out["n_classified"].fillna(0).astype(int)
+    n = pd.to_numeric(out["classified_leaves"], errors="coerce").fillna(0).astype(int)
+    out["stragglers"] = pd.to_numeric(out["stragglers"], errors="coerce").fillna(0).astype(int)
     out["straggler"] = [
         "; ".join(said.get(k, []))
+        or (f"{s:,} (its figures did not load)" if s else "")
         or (NO_CLASS if c == 0 else "one classified GPU: no peers to wait" if c < 2 else "none")
-        for k, c in zip(keys, n, strict=True)
+        for k, c, s in zip(keys, n, out["stragglers"], strict=True)
     ]
     out["mix"] = [mixes.get(k) or NO_CLASS for k in keys]
     out["classified"] = n > 0

@@ -266,8 +266,8 @@ def stragglers(leaves: pd.DataFrame) -> pd.DataFrame:
 
 def job_table(leaves: pd.DataFrame) -> pd.DataFrame:
     """One row per job (JOB_COLUMNS) from its leaves' figures (LEAF_COLUMNS), as the rules of group
-    ``gpulens.jobs`` compute them: means over leaves, the class share of ``communication`` over the
-    classified ones, the highest memory ratio, and the count of stragglers. With ``held_hours``
+    ``gpulens.jobs`` compute them: means over leaves, the class mix's share of ``communication``
+    (over the classified pods' leaves), the highest memory ratio, and the count of stragglers. With ``held_hours``
     (and ``gpu_share``) per leaf, ``gpu_hours`` too: the GPU-hours the job held in the window."""
     if leaves.empty:
         return pd.DataFrame(columns=[*JOB_COLUMNS, "gpu_hours"])
@@ -279,10 +279,12 @@ def job_table(leaves: pd.DataFrame) -> pd.DataFrame:
         activity_min=("activity", "min"),
         activity_max=("activity", "max"),
         busy=("busy", "mean"),
-        communication=("communication", "mean"),
         memory_used_ratio=("memory_used_ratio", "max"),
     ).reset_index()
     out["activity_spread"] = out["activity_max"] - out["activity_min"]
+    # the class mix's communication share: per classified (pod, leaf), as job_mix_promql counts
+    comm = leaves.groupby(list(JOB), sort=False)["communication"].mean().rename("communication").reset_index()
+    out = out.merge(comm, on=list(JOB), how="left")
     nodes = leaves.groupby(list(JOB), sort=False)["instance"].nunique().rename("nodes").reset_index()
     out = out.merge(nodes, on=list(JOB), how="left")
     strays = stragglers(leaves)
@@ -296,6 +298,38 @@ def job_table(leaves: pd.DataFrame) -> pd.DataFrame:
         out = out.merge(hours.rename("gpu_hours").reset_index(), on=list(JOB), how="left")
         cols.append("gpu_hours")
     return out[cols]
+
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    *JOB_COLUMNS,
+    "gpu_hours",
+    "pods",
+    "classified_leaves",
+    "memory_used_bytes",
+    "memory_total_bytes",
+)
+"""The columns of :func:`job_summary`: :func:`job_table`'s, the pods, the classified (pod, leaf)
+rows (0: no class to read), and the peak memory used on the leaf of the highest memory ratio with
+that leaf's memory (bytes)."""
+
+
+def job_summary(leaves: pd.DataFrame) -> pd.DataFrame:
+    """One row per job (SUMMARY_COLUMNS) from its leaves (``MetricSource.job_leaves`` rows, with
+    ``held_hours`` for ``gpu_hours``; NaN without): what the Jobs page lists. The Prometheus source
+    reads the same from the recorded job series (``gpulens:job_*``)."""
+    if leaves.empty:
+        return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    key = list(JOB)
+    out = job_table(leaves)
+    if "gpu_hours" not in out.columns:
+        out["gpu_hours"] = np.nan
+    g = leaves.groupby(key, sort=False)
+    extra = pd.DataFrame({"pods": g["pod"].nunique(), "classified_leaves": g["communication"].count()})
+    peak = leaves.assign(_r=pd.to_numeric(leaves["memory_used_ratio"], errors="coerce"))
+    peak = peak.sort_values("_r", ascending=False, na_position="last", kind="stable").drop_duplicates(key)
+    peak = peak.reindex(columns=[*key, "memory_used_bytes", "memory_total_bytes"])
+    out = out.merge(extra.reset_index(), on=key, how="left").merge(peak, on=key, how="left")
+    return out[list(SUMMARY_COLUMNS)]
 
 
 def job_mix(classes: pd.DataFrame) -> pd.DataFrame:

@@ -28,6 +28,7 @@ from dashboard.source import (
     JOB_LEAF_COLUMNS,
     JOB_MIX_COLUMNS,
     JOB_SERIES_COLUMNS,
+    JOB_STRAGGLER_COLUMNS,
     NO_FILTERS,
     POD_DEVICE_KEYS,
     RATE_WINDOW_MIN_SECONDS,
@@ -374,21 +375,24 @@ class PrometheusSource:
 
     # --- jobs (dashboard/jobs.py): the recorded series of group gpulens.jobs ------------------
     @staticmethod
-    def job_selector(record: str, filters: Filters) -> str:
-        """The series of job record ``record`` (labels JOB or JOB_LEAF) of the jobs ``filters``
-        select: cluster and namespace by the job's own labels; node and instance keep the jobs
-        with a leaf there, whole (``and on (JOB)`` the leaves there)."""
+    def job_selector(record: str, filters: Filters, matchers: dict[str, str] | None = None) -> str:
+        """The series of job record ``record`` (labels JOB or JOB_LEAF; ``matchers`` besides) of the
+        jobs ``filters`` select: cluster and namespace by the job's own labels; node and instance
+        keep the jobs with a leaf there, whole (``and on (JOB)`` the leaves there)."""
         own = {k: v for k, v in (("cluster", filters.cluster), ("namespace", filters.namespace)) if v}
-        sel = selector(record, own)
+        sel = selector(record, {**own, **(matchers or {})})
         there = {k: v for k, v in (("node", filters.node), ("instance", filters.instance)) if v}
         if not there:
             return sel
         return f"({sel} and on {by_clause(jobs.JOB)} {selector('gpulens:job_leaf:info', {**own, **there})})"
 
-    def _job_queries(self, filters: Filters) -> dict[str, str]:
+    def _job_queries(self, filters: Filters, only: str = "") -> dict[str, str]:
         """The instant queries of :meth:`job_leaves`: the recorded per-leaf figures (a few label-light
         series per leaf), and from raw series what the rules do not record (the SM clock, the
-        slowdown events, each within the rules' window), each kept to the leaves of the jobs in view."""
+        slowdown events, each within the rules' window), each kept to the leaves of the jobs in view
+        (and to the GPUs of PromQL vector ``only``, where given)."""
+        if only:
+            return {k: f"({q}) and on (uuid) ({only})" for k, q in self._job_queries(filters).items()}
         leaf = self.job_selector("gpulens:job_leaf:info", filters)
         cl = {"cluster": filters.cluster} if filters.cluster else {}
         w = definitions.MEAN_WINDOW
@@ -430,8 +434,14 @@ class PrometheusSource:
     def job_leaves(
         self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
     ) -> pd.DataFrame:
+        return self._job_leaves(filters, window_s=window_s, end=end)
+
+    def _job_leaves(
+        self, filters: Filters, *, window_s: float | None = None, end: float | None = None, only: str = ""
+    ) -> pd.DataFrame:
+        """:meth:`job_leaves`, of the GPUs of PromQL vector ``only`` where given."""
         at = None if end is None else self._end(end)
-        queries = self._job_queries(filters)
+        queries = self._job_queries(filters, only)
         calls = [(q, _JOB_QUERY_LABELS[name], at) for name, q in queries.items()]
         if window_s:
             # held_hours: the recorded leaf per step of a [range:step] subquery, at a step-aligned
@@ -463,6 +473,79 @@ class PrometheusSource:
             shares=got["shares"],
             held=got.get("held"),
         )
+
+    def _job_summary_queries(self, filters: Filters, window_s: float | None) -> dict[str, str]:
+        """The instant queries of :meth:`job_summary`, each a series per job: the recorded job figures,
+        and from the per-leaf records what no rule records (pods, classified leaves, the peak memory's
+        bytes, and with ``window_s`` the GPU-hours: the ``held_hours`` of :meth:`job_leaves` summed in
+        PromQL)."""
+        job = ", ".join(jobs.JOB)
+
+        def rec(record: str, matchers: dict[str, str] | None = None) -> str:
+            return f"max by ({job}) ({self.job_selector(record, filters, matchers)})"
+
+        leaf = self.job_selector("gpulens:job_leaf:info", filters)
+        memory = self.job_selector("gpulens:job_leaf_memory_used:ratio_max5m", filters)
+        cl = {"cluster": filters.cluster} if filters.cluster else {}
+        total = f"max by (uuid, mig_uuid) ({selector('gpulens_gpu_memory_total_bytes', cl)})"
+        # the job's leaf of the highest memory ratio (one, where several tie), with that leaf's memory
+        peak = f"topk by ({job}) (1, {memory})"
+        out = {
+            "gpus": rec("gpulens:job_gpus:count"),
+            "nodes": rec("gpulens:job_nodes:count"),
+            "activity": rec("gpulens:job_activity:ratio_avg5m"),
+            "activity_min": rec("gpulens:job_activity_min:ratio_avg5m"),
+            "activity_max": rec("gpulens:job_activity_max:ratio_avg5m"),
+            "busy": rec("gpulens:job_busy:ratio_avg5m"),
+            "communication": rec("gpulens:job_boundness:ratio_avg5m", {"class": jobs.COMMUNICATION}),
+            "memory_used_ratio": rec("gpulens:job_memory_used_max:ratio_max5m"),
+            "stragglers": f"count by ({job}) ({self.job_selector('gpulens:job_straggler:info', filters)})",
+            "pods": f"count by ({job}) (max by ({job}, pod) ({leaf}))",
+            "classified_leaves": (
+                f"count by ({job}) ({self.job_selector('gpulens:job_leaf_communication:ratio_avg5m', filters)})"
+            ),
+            "memory_used_bytes": f"max by ({job}) ({peak} * on (uuid, mig_uuid) group_left () {total})",
+            "memory_total_bytes": f"max by ({job}) ({peak} * 0 + on (uuid, mig_uuid) group_left () {total})",
+        }
+        if window_s:
+            window, step = held_step(window_s)
+            per_leaf = f"max by ({job}, uuid, mig_uuid) (count_over_time({leaf}{subquery_range(window, step)}))"
+            # the leaves held at the subquery's last step, as job_leaves' held_hours of the leaves held now
+            held = f"({per_leaf} and on ({job}, uuid, mig_uuid) {leaf}) * {step:g} / 3600"
+            share = selector("gpulens:leaf_gpu_share:ratio", cl)
+            share = f"(max by (uuid, mig_uuid) ({share}) or max by (uuid, mig_uuid) ({leaf}) * 0 + 1)"
+            out["gpu_hours"] = f"sum by ({job}) ({held} * on (uuid, mig_uuid) group_left () {share})"
+        return out
+
+    def job_summary(
+        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        at = None if end is None else self._end(end)
+        queries = self._job_summary_queries(filters, window_s)
+        calls = [(q, at) for q in queries.values()]
+        if window_s:  # the GPU-hours at a step-aligned instant, as job_leaves' held_hours
+            _, step = held_step(window_s)
+            calls[list(queries).index("gpu_hours")] = (queries["gpu_hours"], math.floor(self._end(end) / step) * step)
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            answers = list(pool.map(lambda c: self.query_labels(c[0], jobs.JOB, c[1]), calls))
+        got = dict(zip(queries, answers, strict=True))
+        if got["gpus"].empty:
+            held = selector(ALLOCATION, {k: v for k, v in (("cluster", filters.cluster),) if v})
+            if not self.query(f"count({held})", at).empty:
+                raise SourceError(MISSING_JOB_RULES)
+            return pd.DataFrame(columns=list(jobs.SUMMARY_COLUMNS))
+        return frames.job_summary_figures(got)
+
+    def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        at = None if end is None else self._end(end)
+        record = self.job_selector("gpulens:job_straggler:info", filters)
+        strays = self.query_labels(record, [*jobs.JOB_LEAF, "reason"], at)
+        if strays.empty:
+            return pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS))
+        # the figures of the straggling GPUs only: a few leaves, not every job's
+        leaves = self._job_leaves(filters, end=end, only=record)
+        out = leaves.merge(strays.drop(columns=["value"]), on=list(jobs.JOB_LEAF), how="inner")
+        return out.reindex(columns=list(JOB_STRAGGLER_COLUMNS))
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         leaf = self.job_selector("gpulens:job_leaf:info", filters)

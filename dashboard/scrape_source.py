@@ -29,6 +29,7 @@ from dashboard.source import (
     JOB_LEAF_COLUMNS,
     JOB_MIX_COLUMNS,
     JOB_SERIES_COLUMNS,
+    JOB_STRAGGLER_COLUMNS,
     LOOKBACK_SECONDS,
     NO_FILTERS,
     SLOWDOWN_REASONS,
@@ -468,6 +469,14 @@ class ScrapeSource:
             held=self._held_hours(hist, window_s, now) if window_s else None,
         )
         return frames.jobs_within(out, filters)
+
+    def job_summary(
+        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        return jobs.job_summary(self.job_leaves(filters, window_s=window_s, end=end))
+
+    def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        return jobs.stragglers(self.job_leaves(filters, end=end)).reindex(columns=list(JOB_STRAGGLER_COLUMNS))
 
     def _slowdown(self, hist: list[Snapshot], end: float) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Per GPU, the share of the window's scrapes in which any of SLOWDOWN_REASONS held its

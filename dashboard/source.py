@@ -91,6 +91,9 @@ SLOWDOWN_REASONS held its GPU's clocks down (0..1), those reasons (comma-separat
 and the GPU's model (NVML name)."""
 JOB_LEAF_COLUMNS: tuple[str, ...] = (*jobs.LEAF_COLUMNS, *JOB_LEAF_EXTRA)
 """The columns of :meth:`MetricSource.job_leaves` (plus ``held_hours`` when asked for a range)."""
+JOB_STRAGGLER_COLUMNS: tuple[str, ...] = (*JOB_LEAF_COLUMNS, "reason")
+"""The columns of :meth:`MetricSource.job_stragglers`: a straggling leaf's figures and why it
+straggles (``compute`` or ``input``: dashboard/jobs.py)."""
 JOB_CLASS_COLUMNS: tuple[str, ...] = (*jobs.JOB_LEAF, "class", "share")
 JOB_MIX_COLUMNS: tuple[str, ...] = (*jobs.JOB, "class", "share")
 JOB_SERIES_COLUMNS: tuple[str, ...] = ("metric", "pod", "uuid", "mig_uuid", "class", "timestamp", "value")
@@ -292,6 +295,21 @@ class MetricSource(Protocol):
         seconds before ``end`` (sampled every window / 80 s, at least a minute; the Workloads page's
         resolution). ``filters``: cluster and namespace select jobs by their own labels; node and
         instance select the jobs with a leaf there, whole (every leaf, on every node)."""
+        ...
+
+    def job_summary(
+        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """One row per job held at ``end`` (``jobs.SUMMARY_COLUMNS``): ``jobs.job_summary`` of
+        :meth:`job_leaves` (``gpu_hours`` over ``window_s``, NaN without). The Prometheus source reads
+        the recorded job series instead (a few per job, not a few per leaf). Filters as
+        :meth:`job_leaves`."""
+        ...
+
+    def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+        """The straggling leaves at ``end`` (JOB_STRAGGLER_COLUMNS): ``jobs.stragglers`` of
+        :meth:`job_leaves`, each with its figures and ``reason``; the Prometheus source reads
+        ``gpulens:job_straggler:info`` and those leaves' figures only. Filters as :meth:`job_leaves`."""
         ...
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:

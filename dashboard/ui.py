@@ -55,6 +55,8 @@ _END_AWARE = {
     "allocation_activity",
     "leaf_idle",
     "job_leaves",
+    "job_summary",
+    "job_stragglers",
     "job_classes",
     "job_mix",
     "job_series",

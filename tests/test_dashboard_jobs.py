@@ -37,7 +37,7 @@ from dashboard import figures, frames, jobs
 from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource, _regex_selector
 from dashboard.scrape_source import ScrapeSource
-from dashboard.source import JOB_LEAF_COLUMNS, Filters
+from dashboard.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters
 from exporter.metrics import spec
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
@@ -52,19 +52,7 @@ SAMPLE = 15.0
 SAMPLES = 48
 """12 minutes of samples, 15 s apart; the rules' 5 m window at the end holds 20 of them."""
 NODES = ("n0:9445", "n1:9445")
-RECORDS = (
-    "gpulens:gpu_activity:ratio_avg5m",
-    "gpulens:leaf_gpu_share:ratio",
-    "gpulens:job_leaf:info",
-    "gpulens:job_leaf_activity:ratio_avg5m",
-    "gpulens:job_leaf_busy:ratio_avg5m",
-    "gpulens:job_leaf_communication:ratio_avg5m",
-    "gpulens:job_leaf_memory_used:ratio_max5m",
-    "gpulens:job_leaf_peers_communication:ratio_avg5m",
-    "gpulens:job_leaf_peers_busy:ratio_avg5m",
-    "gpulens:job_boundness:ratio_avg5m",
-    "gpulens:job_straggler:info",
-)
+RECORDS = ("gpulens:gpu_activity:ratio_avg5m", "gpulens:leaf_gpu_share:ratio", *jobs.RULES)
 """The records the Jobs pages read (and those they are computed from)."""
 
 
@@ -312,6 +300,67 @@ def test_the_prometheus_source_reads_what_the_rules_record_and_the_scrape_source
     assert found == STRAGGLERS
 
 
+SUMMARY_FIGURES = ("gpus", "nodes", "activity", "activity_min", "activity_max", "activity_spread", "busy",
+                   "communication", "memory_used_ratio", "stragglers", "pods", "classified_leaves",
+                   "memory_used_bytes", "memory_total_bytes")  # fmt: skip
+
+
+def _by_job(summary: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(str(r["namespace"]), str(r["workload_kind"]), str(r["workload"])): r for r in summary.to_dict("records")}
+
+
+def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(history: History, store: str) -> None:
+    """The Jobs page's rows: the Prometheus source reads the recorded job series (a few per job),
+    the scrape source aggregates its leaves with jobs.job_summary; both give every job's figures
+    alike, and the same as jobs.job_summary of the Prometheus source's own leaves. GPU-hours: the
+    store samples holding at step-aligned instants, the scrape source up to the range's end (a step
+    apart at most, per leaf)."""
+    prom = PrometheusSource(store)
+    at = float(prom_query(store, "max(timestamp(gpulens:job_gpus:count))", at=history.end)[0]["value"][1])
+    assert history.end - 60 <= at <= history.end
+    mine = prom.job_summary(window_s=600.0, end=at)
+    assert list(mine.columns) == list(jobs.SUMMARY_COLUMNS)
+    for name, other in (
+        ("scrape", history.scrape.job_summary(window_s=600.0, end=at)),
+        ("the leaves", jobs.job_summary(prom.job_leaves(window_s=600.0, end=at))),
+    ):
+        a, b = _by_job(mine), _by_job(other)
+        assert set(a) == set(b) == {("ml-training", "PyTorchJob", "train"), ("ml-training", "JobSet", "loader"),
+                                    ("research", "MPIJob", "moe"), ("web", "Deployment", "infer"),
+                                    ("ml-training", "Pod", "debug")}, name  # fmt: skip
+        for job, row in a.items():
+            for k in SUMMARY_FIGURES:
+                x, y = float(row[k]), float(b[job][k])
+                assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, rel=1e-6, abs=1e-9), (name, job, k)
+            leaves = float(row["gpus"])
+            assert abs(float(row["gpu_hours"]) - float(b[job]["gpu_hours"])) <= leaves / 60 + 1e-9, (name, job)
+    train = _by_job(mine)[("ml-training", "PyTorchJob", "train")]
+    assert (train["gpus"], train["nodes"], train["pods"], train["stragglers"]) == (4, 2, 2, 1)
+    assert train["gpu_hours"] == pytest.approx(4 * 10 / 60)
+    infer = _by_job(mine)[("web", "Deployment", "infer")]
+    assert infer["gpu_hours"] == pytest.approx(3 / 7 * 10 / 60), "a 3g instance weighs 3/7 of a GPU"
+    assert _by_job(mine)[("ml-training", "Pod", "debug")]["classified_leaves"] == 0
+
+
+def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: History, store: str) -> None:
+    """The Prometheus source's stragglers: gpulens:job_straggler:info with the straggling GPUs'
+    figures (read for those GPUs only); the scrape source's: jobs.stragglers of its leaves. Alike."""
+    prom = PrometheusSource(store)
+    at = float(prom_query(store, "max(timestamp(gpulens:job_straggler:info))", at=history.end)[0]["value"][1])
+    mine, theirs = prom.job_stragglers(end=at), history.scrape.job_stragglers(end=at)
+    for got in (mine, theirs):
+        assert list(got.columns) == list(JOB_STRAGGLER_COLUMNS)
+        assert {(str(r["uuid"]), str(r["reason"])) for r in got.to_dict("records")} == STRAGGLERS
+    a, b = _by_leaf(mine), _by_leaf(theirs)
+    for leaf, row in a.items():
+        for k in ("pod", "instance", "gpu", "slowdown_reasons", "reason"):
+            assert row[k] == b[leaf][k], (leaf, k)
+        for k in ("activity", "busy", "communication", "sm_clock_ratio", "slowdown"):
+            assert float(row[k]) == pytest.approx(float(b[leaf][k]), rel=1e-6, abs=1e-9), (leaf, k)
+    words = {frames.straggler_words(r) for r in mine.to_dict("records")}
+    assert "node-1 · GPU 1: compute: SM clock 50 % of max, thermal slowdown" in words
+
+
 def test_both_sources_give_the_same_class_shares_and_mix(history: History, store: str) -> None:
     prom = PrometheusSource(store)
     at = float(prom_query(store, "max(timestamp(gpulens:job_boundness:ratio_avg5m))", at=history.end)[0]["value"][1])
@@ -346,6 +395,12 @@ def test_a_node_filter_keeps_every_leaf_of_the_jobs_with_one_there(history: Hist
     leaves = src.job_leaves(f, end=history.end)
     assert {str(w) for w in leaves["workload"]} == {"train", "loader", "moe", "debug"}
     assert len(leaves[leaves["workload"] == "train"]) == 4
+    summary = src.job_summary(f, window_s=600.0, end=history.end)
+    assert {str(w) for w in summary["workload"]} == {"train", "loader", "moe", "debug"}
+    assert int(summary[summary["workload"] == "train"]["gpus"].iloc[0]) == 4
+    assert {str(w) for w in src.job_stragglers(f, end=history.end)["workload"]} == {"train", "loader"}
+    assert src.job_stragglers(Filters(namespace="web"), end=history.end).empty
+    assert set(src.job_summary(Filters(namespace="web"), end=history.end)["workload"]) == {"infer"}
     assert set(src.job_leaves(Filters(namespace="web"), end=history.end)["workload"]) == {"infer"}
     mix = src.job_mix(f, end=history.end)
     assert "infer" not in set(mix["workload"])
@@ -404,7 +459,7 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
              "class": "communication", "share": 0.9},
         ]
     )  # fmt: skip
-    table = frames.jobs_overview(leaves, mix)
+    table = frames.jobs_overview(jobs.job_summary(leaves), jobs.stragglers(leaves), mix)
     assert list(table.columns) == list(frames.JOB_OVERVIEW_COLUMNS)
     assert list(table["workload"]) == ["big", "solo", "one"], "most GPU-hours first: 8, 3, 0.5"
     big, solo, one = (table.iloc[i] for i in range(3))
@@ -419,6 +474,9 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     assert big["activity_range"] == "50–50 % · spread 0 pts"
     for value in table.select_dtypes(exclude=["number", "bool"]).to_numpy().ravel():
         assert value is not None and "nan" not in str(value).lower(), table
+    # the stragglers' figures missing (their query failed): the count stands, said so
+    lost = frames.jobs_overview(jobs.job_summary(leaves), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
+    assert lost.iloc[0]["straggler"] == "1 (its figures did not load)"
 
 
 def test_a_compute_straggler_is_explained_by_its_clock_and_its_slowdown_events() -> None:

@@ -279,7 +279,9 @@ def _same(
 
 
 def _stragglers(leaves: pd.DataFrame) -> set[tuple[str, ...]]:
-    found = jobs.stragglers(leaves)
+    """The straggling leaves of ``leaves`` (jobs.stragglers), or ``leaves`` themselves where they are
+    already the stragglers (``MetricSource.job_stragglers``, with ``reason``)."""
+    found = leaves if "reason" in leaves.columns else jobs.stragglers(leaves)
     return {
         (
             str(r["namespace"]),
@@ -305,6 +307,15 @@ def test_the_jobs_pages_read_what_the_rules_record_in_both_modes(store: tuple[st
     ):
         assert _same(rules, _by_job(jobs.job_table(leaves)), TOLERANCE) == [], name
         assert _stragglers(leaves) == {STRAGGLER}, name
+    # the Jobs page's rows: the recorded job series in Prometheus mode, the leaves' in scrape mode
+    for name, summary, strays, rules in (
+        ("prometheus mode", PrometheusSource(store[0]).job_summary(end=at),
+         PrometheusSource(store[0]).job_stragglers(end=at), _by_job(rules_table(store, at))),
+        ("scrape mode", history.scrape.job_summary(end=at), history.scrape.job_stragglers(end=at),
+         _by_job(rules_table(store, at, evaluate=True, raw=True))),
+    ):  # fmt: skip
+        assert _same(rules, _by_job(summary), TOLERANCE) == [], name
+        assert _stragglers(strays) == {STRAGGLER}, name
     mix = PrometheusSource(store[0]).job_mix(end=at)
     comm = mix[mix["class"] == jobs.COMMUNICATION]
     assert {

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import definitions, figures, frames, jobs, ui
-from dashboard.source import SourceError
+from dashboard.source import JOB_STRAGGLER_COLUMNS, SourceError
 
 # Names listed under each count at the top; more are counted. Jobs drawn in the class-mix chart,
 # the most GPU-hours first (the table lists them all). Comments, not docstrings: Streamlit's magic
@@ -23,26 +23,32 @@ MAX_MIX_BARS = 30
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     q = {
-        "leaves": ui.query("job_leaves", f, window_s=ctx.window_s),
+        "summary": ui.query("job_summary", f, window_s=ctx.window_s),
+        "stragglers": ui.query("job_stragglers", f),
         "mix": ui.query("job_mix", f),
     }
     ui.prefetch(ctx, q.values())
     shown: tuple[pd.DataFrame, pd.DataFrame] | None = None
     with ui.panel("Jobs"):
         try:
-            leaves = ui.get(ctx, q["leaves"])
+            summary = ui.get(ctx, q["summary"])
         except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
             st.warning(str(exc), icon=":material/warning:")
             return
-        if leaves.empty:
+        if summary.empty:
             st.info("No pod holds a GPU in view, so there is no job to show.")
             return
+        try:
+            strays = ui.get(ctx, q["stragglers"])
+        except SourceError as exc:  # the table stands without the stragglers' words
+            st.warning(f"Stragglers: {exc}", icon=":material/warning:")
+            strays = pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS))
         try:
             mix = ui.get(ctx, q["mix"])
         except SourceError as exc:  # the table stands without the mix
             st.warning(f"Class mix: {exc}", icon=":material/warning:")
             mix = pd.DataFrame(columns=[*jobs.JOB, "class", "share"])
-        table = frames.jobs_overview(leaves, mix)
+        table = frames.jobs_overview(summary, strays, mix)
         _summary(ctx, table)
         _table(ctx, table)
         shown = (table, mix)
