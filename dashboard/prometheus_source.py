@@ -386,26 +386,27 @@ class PrometheusSource:
             return sel
         return f"({sel} and on {by_clause(jobs.JOB)} {selector('gpulens:job_leaf:info', {**own, **there})})"
 
-    def _job_queries(self, filters: Filters, only: str = "") -> dict[str, str]:
+    def _job_queries(self, filters: Filters, only: str = "", job: JobKey | None = None) -> dict[str, str]:
         """The instant queries of :meth:`job_leaves`: the recorded per-leaf figures (a few label-light
         series per leaf), and from raw series what the rules do not record (the SM clock, the
         slowdown events, each within the rules' window), each kept to the leaves of the jobs in view
-        (and to the GPUs of PromQL vector ``only``, where given)."""
+        (of ``job`` only, where given; and to the GPUs of PromQL vector ``only``, where given)."""
         if only:
-            return {k: f"({q}) and on (uuid) ({only})" for k, q in self._job_queries(filters).items()}
-        leaf = self.job_selector("gpulens:job_leaf:info", filters)
+            return {k: f"({q}) and on (uuid) ({only})" for k, q in self._job_queries(filters, job=job).items()}
+        mine = dict(zip(jobs.JOB, job, strict=True)) if job else None
+        leaf = self.job_selector("gpulens:job_leaf:info", filters, mine)
         cl = {"cluster": filters.cluster} if filters.cluster else {}
         w = definitions.MEAN_WINDOW
 
         def rec(record: str, by: str) -> str:
-            return f"max by ({by}) ({self.job_selector(record, filters)})"
+            return f"max by ({by}) ({self.job_selector(record, filters, mine)})"
 
         clock, top = selector("gpulens_gpu_sm_clock_hertz", cl), selector("gpulens_gpu_sm_clock_max_hertz", cl)
         events = _regex_selector("gpulens_gpu_clock_event_active", cl, "reason", SLOWDOWN_REASONS)
         step = duration(SLOWDOWN_SAMPLE_SECONDS)
         pod_leaf = "cluster, namespace, pod, uuid, mig_uuid"
 
-        narrowed = bool(filters.namespace or filters.node or filters.instance)
+        narrowed = bool(filters.namespace or filters.node or filters.instance or job)
 
         def kept(expr: str, on: str) -> str:
             # kept to the leaves in view where a filter narrows them (the cluster's matcher does the
@@ -432,22 +433,35 @@ class PrometheusSource:
         }
 
     def job_leaves(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float | None = None,
+        end: float | None = None,
+        job: JobKey | None = None,
     ) -> pd.DataFrame:
-        return self._job_leaves(filters, window_s=window_s, end=end)
+        return self._job_leaves(filters, window_s=window_s, end=end, job=job)
 
     def _job_leaves(
-        self, filters: Filters, *, window_s: float | None = None, end: float | None = None, only: str = ""
+        self,
+        filters: Filters,
+        *,
+        window_s: float | None = None,
+        end: float | None = None,
+        only: str = "",
+        job: JobKey | None = None,
     ) -> pd.DataFrame:
         """:meth:`job_leaves`, of the GPUs of PromQL vector ``only`` where given."""
         at = None if end is None else self._end(end)
-        queries = self._job_queries(filters, only)
+        queries = self._job_queries(filters, only, job)
         calls = [(q, _JOB_QUERY_LABELS[name], at) for name, q in queries.items()]
         if window_s:
             # held_hours: the recorded leaf per step of a [range:step] subquery, at a step-aligned
             # instant (as allocation_activity): one point query per step however long the range
             window, step = held_step(window_s)
-            leaf = self.job_selector("gpulens:job_leaf:info", filters)
+            leaf = self.job_selector(
+                "gpulens:job_leaf:info", filters, dict(zip(jobs.JOB, job, strict=True)) if job else None
+            )
             held = f"count_over_time({leaf}{subquery_range(window, step)}) * {step:g} / 3600"
             calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})", frames.POD_LEAF_KEYS,
                           math.floor(self._end(end) / step) * step))  # fmt: skip
@@ -456,7 +470,8 @@ class PrometheusSource:
         got = dict(zip([*queries, *(["held"] if window_s else [])], answers, strict=True))
         if got["leaves"].empty:
             held = selector(ALLOCATION, {k: v for k, v in (("cluster", filters.cluster),) if v})
-            if not self.query(f"count({held})", at).empty:
+            # none of some GPUs or of one job is no sign of missing rules: a job ends
+            if not (only or job) and not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
         return frames.job_leaf_figures(

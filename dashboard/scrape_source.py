@@ -423,8 +423,23 @@ class ScrapeSource:
         return frames.keyed(stats.rename(columns={"mean": "value"}), keys, "value")
 
     def job_leaves(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float | None = None,
+        end: float | None = None,
+        job: JobKey | None = None,
     ) -> pd.DataFrame:
+        out = self._job_leaves(filters, window_s=window_s, end=end)
+        if job is None or out.empty:
+            return out
+        # scrape mode names no cluster: a job's key has cluster "" here
+        mine = np.ones(len(out), dtype=bool)
+        for k, v in zip(jobs.JOB, job, strict=True):
+            mine &= (out[k].astype(str) == v).to_numpy()
+        return out[mine].reset_index(drop=True)
+
+    def _job_leaves(self, filters: Filters, *, window_s: float | None, end: float | None) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
         leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))

@@ -287,9 +287,15 @@ class MetricSource(Protocol):
         ...
 
     def job_leaves(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self,
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float | None = None,
+        end: float | None = None,
+        job: JobKey | None = None,
     ) -> pd.DataFrame:
-        """One row per (job, pod, leaf) held at ``end`` (JOB_LEAF_COLUMNS; dashboard/jobs.py): the
+        """One row per (job, pod, leaf) held at ``end`` (JOB_LEAF_COLUMNS; dashboard/jobs.py), of job
+        ``job`` only where given (the Job page: one job's leaves, not the fleet's): the
         figures over the rules' window (``jobs.W``, 5 m) before ``end``, NaN where unmeasured. With
         ``window_s``, ``held_hours`` too: the hours the pod held the leaf over the ``window_s``
         seconds before ``end`` (sampled every window / 80 s, at least a minute; the Workloads page's

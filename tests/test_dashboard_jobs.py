@@ -401,6 +401,12 @@ def test_a_node_filter_keeps_every_leaf_of_the_jobs_with_one_there(history: Hist
     assert {str(w) for w in src.job_stragglers(f, end=history.end)["workload"]} == {"train", "loader"}
     assert src.job_stragglers(Filters(namespace="web"), end=history.end).empty
     assert set(src.job_summary(Filters(namespace="web"), end=history.end)["workload"]) == {"infer"}
+    # one job's leaves (the Job page), with its held hours; a job not held now: none, and no error
+    cluster = "c1" if source == "prometheus" else ""
+    train = src.job_leaves(f, window_s=600.0, end=history.end, job=(cluster, "ml-training", "PyTorchJob", "train"))
+    assert set(train["uuid"]) == {"GPU-a0", "GPU-a1", "GPU-b0", "GPU-b1"} and set(train["workload"]) == {"train"}
+    assert np.allclose(train["held_hours"].astype(float), 10 / 60, atol=1 / 60)
+    assert src.job_leaves(end=history.end, job=(cluster, "ml-training", "PyTorchJob", "gone")).empty
     assert set(src.job_leaves(Filters(namespace="web"), end=history.end)["workload"]) == {"infer"}
     mix = src.job_mix(f, end=history.end)
     assert "infer" not in set(mix["workload"])

@@ -27,10 +27,11 @@ def _key(row: dict[str, object]) -> JobKey:
     return (cluster, namespace, kind, name)
 
 
-def _choose(ctx: ui.PageContext, leaves: pd.DataFrame) -> JobKey | None:
-    """The job the URL names, or the one picked (jobs by GPU-hours over the range, most first)."""
-    table = jobs.job_table(leaves) if not leaves.empty else pd.DataFrame(columns=[*jobs.JOB, "gpu_hours"])
-    if "gpu_hours" in table.columns and not table.empty:
+def _choose(ctx: ui.PageContext, summary: pd.DataFrame) -> JobKey | None:
+    """The job the URL names, or the one picked (``summary``'s jobs: by GPU-hours over the range,
+    most first)."""
+    table = summary
+    if not table.empty:
         table = table.sort_values(["gpu_hours", "gpus"], ascending=False, kind="stable")
     options: list[JobKey] = [_key(r) for r in table.to_dict("records")]
     names = {k: jobs.job_label(dict(zip(jobs.JOB, k, strict=True))) for k in options}
@@ -54,22 +55,21 @@ def _choose(ctx: ui.PageContext, leaves: pd.DataFrame) -> JobKey | None:
 
 def body(ctx: ui.PageContext) -> None:
     try:
-        leaves = ui.fetch(ctx, "job_leaves", ctx.filters, window_s=ctx.window_s)
+        summary = ui.fetch(ctx, "job_summary", ctx.filters, window_s=ctx.window_s)
     except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
         st.warning(str(exc), icon=":material/warning:")
         return
-    key = _choose(ctx, leaves)
+    key = _choose(ctx, summary)
     if key is None:
         st.info("No pod holds a GPU in view, so there is no job to show.")
         return
-    mine = _of(leaves, key)
-    if mine.empty:  # a job the sidebar's filters leave out: its own cluster and namespace
-        own = Filters(cluster=key[0] or None, namespace=key[1] or None)
-        try:
-            mine = _of(ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s), key)
-        except SourceError as exc:
-            st.warning(str(exc), icon=":material/warning:")
-            return
+    # the job's own leaves, wherever they are: its cluster and namespace, not the sidebar's filters
+    own = Filters(cluster=key[0] or None, namespace=key[1] or None)
+    try:
+        mine = ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s, job=key)
+    except SourceError as exc:
+        st.warning(str(exc), icon=":material/warning:")
+        return
     if mine.empty:
         st.info(
             f"{jobs.job_label(dict(zip(jobs.JOB, key, strict=True)))} holds no GPU now: it ended, or it has not "
@@ -83,15 +83,6 @@ def body(ctx: ui.PageContext) -> None:
         _timelines(ctx, key, mine, gpus)
     with ui.panel("GPUs now"):
         _gpus(ctx, gpus)
-
-
-def _of(leaves: pd.DataFrame, key: JobKey) -> pd.DataFrame:
-    if leaves.empty:
-        return leaves
-    sel = leaves
-    for k, v in zip(jobs.JOB, key, strict=True):
-        sel = sel[sel[k].astype(str) == v]
-    return sel.reset_index(drop=True)
 
 
 def _header(key: JobKey, mine: pd.DataFrame) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboard.jobs import RULES as RULES_OF_JOBS
 from tests.support.net import free_port
 from tests.support.process import managed_process
 
@@ -132,15 +133,11 @@ DASHBOARD_RECORDS = (
     "gpulens:gpu_boundness:ratio_avg10m",
     "class:gpulens_gpu_boundness:sum",
     "gpulens:leaf_gpu_share:ratio",
-    "gpulens:job_leaf:info",
-    "gpulens:job_leaf_activity:ratio_avg5m",
-    "gpulens:job_leaf_busy:ratio_avg5m",
-    "gpulens:job_leaf_communication:ratio_avg5m",
-    "gpulens:job_leaf_memory_used:ratio_max5m",
-    "gpulens:job_boundness:ratio_avg5m",
+    *RULES_OF_JOBS,
 )
 """The recording rules the dashboard's Prometheus mode reads (the fleet's boundness mix reads the
-per-leaf class shares, the jobs' records their per-leaf ones: backfilled in later passes)."""
+per-leaf class shares, the jobs' records their per-leaf ones: backfilled in later passes). The
+jobs group whole: the Jobs page reads its job records, the Job page its per-leaf ones."""
 FLEET_RECORDS = tuple(r for r in DASHBOARD_RECORDS if not r.startswith("gpulens:job_"))
 """The records a fleet without jobs feeds (bench/fleet_scale.py's history has none: the jobs records
 need pod classes and busy ratios, ``scripts/backfill_fleet.py --jobs``, bench/dashboard_scale.py)."""
