@@ -44,6 +44,13 @@ def _choice(label: str, options: list[str], key: str, param: str) -> str | None:
     return None if picked == "All" else picked
 
 
+def _asked(key: str, param: str) -> str | None:
+    """The choice of sidebar filter ``key`` this run will make if its options allow it: the
+    session's, else the URL's ``?param=`` (None: All)."""
+    value = str(st.session_state.get(key, st.query_params.get(param, "All")))
+    return None if value in ("All", "") else value
+
+
 def _parse_utc(text: str) -> datetime | None:
     try:
         return datetime.fromisoformat(text).replace(tzinfo=UTC)
@@ -106,6 +113,18 @@ def main() -> None:
     nonce = int(st.session_state.get("nonce", 0))
     filters = Filters()
     ctx = ui.PageContext(cfg, src, filters, window, step, None, end_s=end_s, nonce=nonce)
+    # the filters' options at once, for the choices the session or the URL holds: each depends on the
+    # wider filter's choice, checked against its options below (a choice ruled out asks again)
+    asked = Filters(cluster=_asked("f_cluster", "cluster"), node=_asked("f_node", "node"),
+                    instance=_asked("f_inst", "instance"))  # fmt: skip
+    ui.prefetch(
+        ctx,
+        [
+            ui.query("label_values", "cluster"),
+            ui.query("label_values", "node", within=Filters(cluster=asked.cluster)),
+            ui.query("label_values", "namespace", "gpulens_pod_gpu_allocation", within=asked),
+        ],
+    )
     try:
         clusters = ui.fetch(ctx, "label_values", "cluster")
         cluster = _choice("Cluster", clusters, "f_cluster", "cluster")

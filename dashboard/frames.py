@@ -1244,7 +1244,9 @@ def keyed(df: pd.DataFrame, keys: Sequence[str], name: str) -> pd.DataFrame:
 def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """The rows of ``MetricSource.job_summary`` (jobs.SUMMARY_COLUMNS) from one frame per column
     (JOB labels and ``value``, a row per job): the jobs of ``gpus``, each figure joined on the job
-    (NaN where a job has none; 0 stragglers and classified leaves where none was counted)."""
+    (NaN where a job has none; 0 stragglers and classified leaves where none was counted). Without a
+    ``memory_used_bytes`` frame, the peak memory ratio times ``memory_total_bytes`` (the memory of
+    the leaf of that ratio)."""
     from dashboard import jobs
 
     key = list(jobs.JOB)
@@ -1262,6 +1264,8 @@ def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for name in ("stragglers", "classified_leaves"):
         out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(int)
     out["activity_spread"] = out["activity_max"] - out["activity_min"]
+    if "memory_used_bytes" not in figures:  # the peak ratio of the leaf whose memory was read
+        out["memory_used_bytes"] = out["memory_used_ratio"] * out["memory_total_bytes"]
     return out[list(jobs.SUMMARY_COLUMNS)].reset_index(drop=True)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard import definitions
+from dashboard.promql import subquery_range
 
 JOB: tuple[str, ...] = ("cluster", "namespace", "workload_kind", "workload")
 """The labels that name a job (``cluster`` where the store holds several clusters)."""
@@ -153,6 +154,31 @@ def _leaves(record: str) -> str:
     return f"max by ({_JOB}, uuid, mig_uuid) ({record})"
 
 
+def gpu_share_promql() -> str:
+    """``gpulens:job_gpu_share:sum``: the GPUs the job holds now, a MIG instance by its share of its
+    GPU (``gpulens:leaf_gpu_share:ratio``: a 3g instance of an H200 3/7), a leaf two of its pods share
+    once."""
+    share = "max by (uuid, mig_uuid) (gpulens:leaf_gpu_share:ratio)"
+    return f"sum by ({_JOB}) ({_leaves('gpulens:job_leaf:info')} * on (uuid, mig_uuid) group_left () {share})"
+
+
+def gpu_hours_promql(share: str, window_s: float, step_s: float) -> str:
+    """A job's **GPU-hours over a range**: ``share`` (a selector of ``gpulens:job_gpu_share:sum``) at
+    each step of the range's ``[window:step]`` subquery, summed, times the step in hours: every GPU
+    it held in the range counts for the steps it held it, those it released since included (as the
+    advisor counts). The pandas twin: :func:`gpu_hours`."""
+    return f"sum_over_time({share}{subquery_range(window_s, step_s)}) * {step_s:g} / 3600"
+
+
+def memory_at_max_promql() -> str:
+    """``gpulens:job_memory_at_max:bytes``: the memory (bytes) of the job's leaf of the highest memory
+    ratio (``gpulens:job_memory_used_max:ratio_max5m``; one leaf where several tie): with the
+    ratio, that leaf's peak used and its headroom in bytes."""
+    top = f"topk by ({_JOB}) (1, gpulens:job_leaf_memory_used:ratio_max5m)"
+    total = "max by (uuid, mig_uuid) (gpulens_gpu_memory_total_bytes)"
+    return f"max by ({_JOB}) ({top} * 0 + on (uuid, mig_uuid) group_left () {total})"
+
+
 RULES: Mapping[str, str] = {
     "gpulens:job_leaf:info": job_leaf_promql(),
     "gpulens:job_leaf_activity:ratio_avg5m": leaf_activity_promql(),
@@ -162,6 +188,7 @@ RULES: Mapping[str, str] = {
     "gpulens:job_leaf_peers_communication:ratio_avg5m": peers_promql("gpulens:job_leaf_communication:ratio_avg5m"),
     "gpulens:job_leaf_peers_busy:ratio_avg5m": peers_promql("gpulens:job_leaf_busy:ratio_avg5m"),
     "gpulens:job_gpus:count": f"count by ({_JOB}) ({_leaves('gpulens:job_leaf:info')})",
+    "gpulens:job_gpu_share:sum": gpu_share_promql(),
     "gpulens:job_nodes:count": f"count by ({_JOB}) (max by ({_JOB}, instance) (gpulens:job_leaf:info))",
     "gpulens:job_activity:ratio_avg5m": f"avg by ({_JOB}) ({_leaves('gpulens:job_leaf_activity:ratio_avg5m')})",
     "gpulens:job_activity_min:ratio_avg5m": f"min by ({_JOB}) ({_leaves('gpulens:job_leaf_activity:ratio_avg5m')})",
@@ -172,6 +199,9 @@ RULES: Mapping[str, str] = {
     "gpulens:job_busy:ratio_avg5m": f"avg by ({_JOB}) ({_leaves('gpulens:job_leaf_busy:ratio_avg5m')})",
     "gpulens:job_boundness:ratio_avg5m": job_mix_promql(),
     "gpulens:job_memory_used_max:ratio_max5m": f"max by ({_JOB}) (gpulens:job_leaf_memory_used:ratio_max5m)",
+    "gpulens:job_memory_at_max:bytes": memory_at_max_promql(),
+    "gpulens:job_pods:count": f"count by ({_JOB}) (max by ({_JOB}, pod) (gpulens:job_leaf:info))",
+    "gpulens:job_leaves_classified:count": f"count by ({_JOB}) (gpulens:job_leaf_communication:ratio_avg5m)",
     "gpulens:job_straggler:info": straggler_promql(),
 }
 """Recording rule name -> the expression the rule file must hold (compared without whitespace), in
@@ -313,16 +343,19 @@ rows (0: no class to read), and the peak memory used on the leaf of the highest 
 that leaf's memory (bytes)."""
 
 
-def job_summary(leaves: pd.DataFrame) -> pd.DataFrame:
-    """One row per job (SUMMARY_COLUMNS) from its leaves (``MetricSource.job_leaves`` rows, with
-    ``held_hours`` for ``gpu_hours``; NaN without): what the Jobs page lists. The Prometheus source
-    reads the same from the recorded job series (``gpulens:job_*``)."""
+def job_summary(leaves: pd.DataFrame, hours: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per job (SUMMARY_COLUMNS) from its leaves now (``MetricSource.job_leaves`` rows) and
+    its GPU-hours over the range (``hours``: :func:`gpu_hours`; NaN without): what the Jobs page
+    lists. The Prometheus source reads the same from the recorded job series (``gpulens:job_*``)."""
     if leaves.empty:
         return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
     key = list(JOB)
-    out = job_table(leaves)
-    if "gpu_hours" not in out.columns:
+    out = job_table(leaves.drop(columns=["held_hours"], errors="ignore"))
+    if hours is None:
         out["gpu_hours"] = np.nan
+    else:
+        out = out.merge(hours[[*key, "gpu_hours"]], on=key, how="left")
+        out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
     g = leaves.groupby(key, sort=False)
     extra = pd.DataFrame({"pods": g["pod"].nunique(), "classified_leaves": g["communication"].count()})
     peak = leaves.assign(_r=pd.to_numeric(leaves["memory_used_ratio"], errors="coerce"))
@@ -330,6 +363,19 @@ def job_summary(leaves: pd.DataFrame) -> pd.DataFrame:
     peak = peak.reindex(columns=[*key, "memory_used_bytes", "memory_total_bytes"])
     out = out.merge(extra.reset_index(), on=key, how="left").merge(peak, on=key, how="left")
     return out[list(SUMMARY_COLUMNS)]
+
+
+def gpu_hours(held: pd.DataFrame, step_s: float) -> pd.DataFrame:
+    """Each job's GPU-hours over a range (:func:`gpu_hours_promql`) from the steps it held each leaf:
+    ``held`` has a row per (pod, leaf, step held: ``timestamp``) with the JOB labels, ``uuid``,
+    ``mig_uuid`` and ``gpu_share`` (1 where absent); a leaf two pods share counts once per step.
+    Columns JOB and ``gpu_hours``."""
+    if held.empty:
+        return pd.DataFrame(columns=[*JOB, "gpu_hours"])
+    one = held.drop_duplicates([*JOB, "uuid", "mig_uuid", "timestamp"])
+    share = pd.to_numeric(one["gpu_share"], errors="coerce").fillna(1.0) if "gpu_share" in one else 1.0
+    hours = (one.assign(_h=share * step_s / 3600.0)).groupby(list(JOB), sort=False)["_h"].sum()
+    return hours.rename("gpu_hours").reset_index()
 
 
 def job_mix(classes: pd.DataFrame) -> pd.DataFrame:

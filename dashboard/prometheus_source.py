@@ -18,7 +18,7 @@ import requests
 
 from dashboard import definitions, frames, jobs
 from dashboard.prometheus_auth import PrometheusAuth
-from dashboard.promql import by_clause, duration, quote, selector, subquery_range
+from dashboard.promql import by_clause, duration, label_name, quote, selector, subquery_range
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
@@ -375,34 +375,45 @@ class PrometheusSource:
 
     # --- jobs (dashboard/jobs.py): the recorded series of group gpulens.jobs ------------------
     @staticmethod
-    def job_selector(record: str, filters: Filters, matchers: dict[str, str] | None = None) -> str:
-        """The series of job record ``record`` (labels JOB or JOB_LEAF; ``matchers`` besides) of the
-        jobs ``filters`` select: cluster and namespace by the job's own labels; node and instance
-        keep the jobs with a leaf there, whole (``and on (JOB)`` the leaves there)."""
+    def job_selector(
+        record: str | Sequence[str],
+        filters: Filters,
+        matchers: dict[str, str] | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> str:
+        """The series of job record ``record`` (or of several, a sequence: labels JOB or JOB_LEAF;
+        ``matchers`` besides, and of the GPUs ``uuids`` where given) of the jobs ``filters`` select:
+        cluster and namespace by the job's own labels; node and instance keep the jobs with a leaf
+        there, whole (``and on (JOB)`` the leaves there)."""
         own = {k: v for k, v in (("cluster", filters.cluster), ("namespace", filters.namespace)) if v}
-        sel = selector(record, {**own, **(matchers or {})})
+        regexes: dict[str, Sequence[str]] = {"uuid": uuids} if uuids else {}
+        if not isinstance(record, str):
+            regexes["__name__"], record = list(record), ""
+        sel = _regexes_selector(record, {**own, **(matchers or {})}, regexes)
         there = {k: v for k, v in (("node", filters.node), ("instance", filters.instance)) if v}
         if not there:
             return sel
         return f"({sel} and on {by_clause(jobs.JOB)} {selector('gpulens:job_leaf:info', {**own, **there})})"
 
-    def _job_queries(self, filters: Filters, only: str = "", job: JobKey | None = None) -> dict[str, str]:
+    def _job_queries(
+        self, filters: Filters, uuids: Sequence[str] | None = None, job: JobKey | None = None
+    ) -> dict[str, str]:
         """The instant queries of :meth:`job_leaves`: the recorded per-leaf figures (a few label-light
         series per leaf), and from raw series what the rules do not record (the SM clock, the
         slowdown events, each within the rules' window), each kept to the leaves of the jobs in view
-        (of ``job`` only, where given; and to the GPUs of PromQL vector ``only``, where given)."""
-        if only:
-            return {k: f"({q}) and on (uuid) ({only})" for k, q in self._job_queries(filters, job=job).items()}
+        (of ``job`` only, where given; and of the GPUs ``uuids``, selected by UUID, where given)."""
         mine = dict(zip(jobs.JOB, job, strict=True)) if job else None
-        leaf = self.job_selector("gpulens:job_leaf:info", filters, mine)
+        leaf = self.job_selector("gpulens:job_leaf:info", filters, mine, uuids)
         cl = {"cluster": filters.cluster} if filters.cluster else {}
+        of = {"uuid": uuids} if uuids else {}
         w = definitions.MEAN_WINDOW
 
         def rec(record: str, by: str) -> str:
-            return f"max by ({by}) ({self.job_selector(record, filters, mine)})"
+            return f"max by ({by}) ({self.job_selector(record, filters, mine, uuids)})"
 
-        clock, top = selector("gpulens_gpu_sm_clock_hertz", cl), selector("gpulens_gpu_sm_clock_max_hertz", cl)
-        events = _regex_selector("gpulens_gpu_clock_event_active", cl, "reason", SLOWDOWN_REASONS)
+        clock = _regexes_selector("gpulens_gpu_sm_clock_hertz", cl, of)
+        top = _regexes_selector("gpulens_gpu_sm_clock_max_hertz", cl, of)
+        events = _regexes_selector("gpulens_gpu_clock_event_active", cl, {**of, "reason": SLOWDOWN_REASONS})
         step = duration(SLOWDOWN_SAMPLE_SECONDS)
         pod_leaf = "cluster, namespace, pod, uuid, mig_uuid"
 
@@ -413,8 +424,9 @@ class PrometheusSource:
             # rest): unfiltered, the join would only drop the GPUs no job holds, at a second look-up
             return f"{expr} and on ({on}) {leaf}" if narrowed else expr
 
-        total = selector("gpulens_gpu_memory_total_bytes", cl)
-        share = selector("gpulens:leaf_gpu_share:ratio", cl)
+        total = _regexes_selector("gpulens_gpu_memory_total_bytes", cl, of)
+        share = _regexes_selector("gpulens:leaf_gpu_share:ratio", cl, of)
+        info = _regexes_selector("gpulens_gpu_info", cl, of)
         return {
             "leaves": leaf,
             "activity": rec("gpulens:job_leaf_activity:ratio_avg5m", "uuid, mig_uuid"),
@@ -429,7 +441,7 @@ class PrometheusSource:
             "slowdown": kept(f"avg_over_time((max by (uuid) ({events}))[{w}:{step}])", "uuid"),
             "reasons": kept(f"(max by (uuid, reason) (max_over_time({events}[{w}])) > 0)", "uuid"),
             "shares": kept(f"max by (uuid, mig_uuid) ({share})", "uuid, mig_uuid"),
-            "gpus": kept(f"max by (uuid, gpu, name) ({selector('gpulens_gpu_info', cl)})", "uuid"),
+            "gpus": kept(f"max by (uuid, gpu, name) ({info})", "uuid"),
         }
 
     def job_leaves(
@@ -448,12 +460,12 @@ class PrometheusSource:
         *,
         window_s: float | None = None,
         end: float | None = None,
-        only: str = "",
+        uuids: Sequence[str] | None = None,
         job: JobKey | None = None,
     ) -> pd.DataFrame:
-        """:meth:`job_leaves`, of the GPUs of PromQL vector ``only`` where given."""
+        """:meth:`job_leaves`, of the GPUs ``uuids`` where given."""
         at = None if end is None else self._end(end)
-        queries = self._job_queries(filters, only, job)
+        queries = self._job_queries(filters, uuids, job)
         calls = [(q, _JOB_QUERY_LABELS[name], at) for name, q in queries.items()]
         if window_s:
             # held_hours: the recorded leaf per step of a [range:step] subquery, at a step-aligned
@@ -471,7 +483,7 @@ class PrometheusSource:
         if got["leaves"].empty:
             held = selector(ALLOCATION, {k: v for k, v in (("cluster", filters.cluster),) if v})
             # none of some GPUs or of one job is no sign of missing rules: a job ends
-            if not (only or job) and not self.query(f"count({held})", at).empty:
+            if not (uuids or job) and not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
         return frames.job_leaf_figures(
@@ -489,67 +501,37 @@ class PrometheusSource:
             held=got.get("held"),
         )
 
-    def _job_summary_queries(self, filters: Filters, window_s: float | None) -> dict[str, str]:
-        """The instant queries of :meth:`job_summary`, each a series per job: the recorded job figures,
-        and from the per-leaf records what no rule records (pods, classified leaves, the peak memory's
-        bytes, and with ``window_s`` the GPU-hours: the ``held_hours`` of :meth:`job_leaves` summed in
-        PromQL)."""
-        job = ", ".join(jobs.JOB)
-
-        def rec(record: str, matchers: dict[str, str] | None = None) -> str:
-            return f"max by ({job}) ({self.job_selector(record, filters, matchers)})"
-
-        leaf = self.job_selector("gpulens:job_leaf:info", filters)
-        memory = self.job_selector("gpulens:job_leaf_memory_used:ratio_max5m", filters)
-        cl = {"cluster": filters.cluster} if filters.cluster else {}
-        total = f"max by (uuid, mig_uuid) ({selector('gpulens_gpu_memory_total_bytes', cl)})"
-        # the job's leaf of the highest memory ratio (one, where several tie), with that leaf's memory
-        peak = f"topk by ({job}) (1, {memory})"
-        out = {
-            "gpus": rec("gpulens:job_gpus:count"),
-            "nodes": rec("gpulens:job_nodes:count"),
-            "activity": rec("gpulens:job_activity:ratio_avg5m"),
-            "activity_min": rec("gpulens:job_activity_min:ratio_avg5m"),
-            "activity_max": rec("gpulens:job_activity_max:ratio_avg5m"),
-            "busy": rec("gpulens:job_busy:ratio_avg5m"),
-            "communication": rec("gpulens:job_boundness:ratio_avg5m", {"class": jobs.COMMUNICATION}),
-            "memory_used_ratio": rec("gpulens:job_memory_used_max:ratio_max5m"),
-            "stragglers": f"count by ({job}) ({self.job_selector('gpulens:job_straggler:info', filters)})",
-            "pods": f"count by ({job}) (max by ({job}, pod) ({leaf}))",
-            "classified_leaves": (
-                f"count by ({job}) ({self.job_selector('gpulens:job_leaf_communication:ratio_avg5m', filters)})"
-            ),
-            "memory_used_bytes": f"max by ({job}) ({peak} * on (uuid, mig_uuid) group_left () {total})",
-            "memory_total_bytes": f"max by ({job}) ({peak} * 0 + on (uuid, mig_uuid) group_left () {total})",
-        }
-        if window_s:
-            window, step = held_step(window_s)
-            per_leaf = f"max by ({job}, uuid, mig_uuid) (count_over_time({leaf}{subquery_range(window, step)}))"
-            # the leaves held at the subquery's last step, as job_leaves' held_hours of the leaves held now
-            held = f"({per_leaf} and on ({job}, uuid, mig_uuid) {leaf}) * {step:g} / 3600"
-            share = selector("gpulens:leaf_gpu_share:ratio", cl)
-            share = f"(max by (uuid, mig_uuid) ({share}) or max by (uuid, mig_uuid) ({leaf}) * 0 + 1)"
-            out["gpu_hours"] = f"sum by ({job}) ({held} * on (uuid, mig_uuid) group_left () {share})"
-        return out
-
     def job_summary(
         self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
     ) -> pd.DataFrame:
+        # the job records in one query (a few series per job, told apart by name), the class mix's
+        # communication share, the stragglers counted, and the GPU-hours over the range
         at = None if end is None else self._end(end)
-        queries = self._job_summary_queries(filters, window_s)
-        calls = [(q, at) for q in queries.values()]
-        if window_s:  # the GPU-hours at a step-aligned instant, as job_leaves' held_hours
-            _, step = held_step(window_s)
-            calls[list(queries).index("gpu_hours")] = (queries["gpu_hours"], math.floor(self._end(end) / step) * step)
+        job = ", ".join(jobs.JOB)
+        comm = self.job_selector("gpulens:job_boundness:ratio_avg5m", filters, {"class": jobs.COMMUNICATION})
+        calls: dict[str, tuple[str, Sequence[str], float | None]] = {
+            "records": (self.job_selector(list(_JOB_RECORDS), filters), [*jobs.JOB, "__name__"], at),
+            "communication": (f"max by ({job}) ({comm})", jobs.JOB, at),
+            "stragglers": (f"count by ({job}) ({self.job_selector('gpulens:job_straggler:info', filters)})",
+                           jobs.JOB, at),
+        }  # fmt: skip
+        if window_s:  # at a step-aligned instant, as job_leaves' held_hours
+            window, step = held_step(window_s)
+            share = self.job_selector("gpulens:job_gpu_share:sum", filters)
+            hours = f"max by ({job}) ({jobs.gpu_hours_promql(share, window, step)})"
+            calls["gpu_hours"] = (hours, jobs.JOB, math.floor(self._end(end) / step) * step)
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-            answers = list(pool.map(lambda c: self.query_labels(c[0], jobs.JOB, c[1]), calls))
-        got = dict(zip(queries, answers, strict=True))
-        if got["gpus"].empty:
+            got = dict(zip(calls, pool.map(lambda c: self.query_labels(*c), calls.values()), strict=True))
+        records = got.pop("records")
+        figures = {
+            col: records[records["__name__"] == name].drop(columns=["__name__"]) for name, col in _JOB_RECORDS.items()
+        }
+        if figures["gpus"].empty:
             held = selector(ALLOCATION, {k: v for k, v in (("cluster", filters.cluster),) if v})
             if not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=list(jobs.SUMMARY_COLUMNS))
-        return frames.job_summary_figures(got)
+        return frames.job_summary_figures({**figures, **got})
 
     def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         at = None if end is None else self._end(end)
@@ -557,8 +539,9 @@ class PrometheusSource:
         strays = self.query_labels(record, [*jobs.JOB_LEAF, "reason"], at)
         if strays.empty:
             return pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS))
-        # the figures of the straggling GPUs only: a few leaves, not every job's
-        leaves = self._job_leaves(filters, end=end, only=record)
+        # the figures of the straggling GPUs only (selected by UUID: a few series, not every GPU's)
+        uuids = sorted(set(strays["uuid"].astype(str)))
+        leaves = self._job_leaves(filters, end=end, uuids=uuids if len(uuids) <= MAX_UUIDS_SELECTED else None)
         out = leaves.merge(strays.drop(columns=["value"]), on=list(jobs.JOB_LEAF), how="inner")
         return out.reindex(columns=list(JOB_STRAGGLER_COLUMNS))
 
@@ -645,6 +628,22 @@ class PrometheusSource:
         return out
 
 
+_JOB_RECORDS: dict[str, str] = {
+    "gpulens:job_gpus:count": "gpus",
+    "gpulens:job_nodes:count": "nodes",
+    "gpulens:job_pods:count": "pods",
+    "gpulens:job_activity:ratio_avg5m": "activity",
+    "gpulens:job_activity_min:ratio_avg5m": "activity_min",
+    "gpulens:job_activity_max:ratio_avg5m": "activity_max",
+    "gpulens:job_busy:ratio_avg5m": "busy",
+    "gpulens:job_memory_used_max:ratio_max5m": "memory_used_ratio",
+    "gpulens:job_memory_at_max:bytes": "memory_total_bytes",
+    "gpulens:job_leaves_classified:count": "classified_leaves",
+}
+"""The job records :meth:`PrometheusSource.job_summary` reads in one query, and the column of each."""
+MAX_UUIDS_SELECTED = 200
+"""Most GPUs :meth:`PrometheusSource.job_stragglers` selects by UUID (a regex matcher each query);
+more, and it reads every job leaf."""
 MISSING_JOB_RULES = (
     "Prometheus has GPUs held by pods but no gpulens:job_leaf:info: load the recording rules' group "
     "gpulens.jobs (deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
@@ -677,10 +676,27 @@ _JOB_QUERY_LABELS: dict[str, tuple[str, ...]] = {
 def _regex_selector(metric: str, matchers: dict[str, str], label: str, values: Sequence[str]) -> str:
     """``metric{matchers..., label=~"v1|v2"}``: ``label`` one of ``values`` (each matched literally:
     regex characters escaped, then quoted as every value is)."""
-    pattern = "|".join(re.escape(v) for v in values)
+    return _regexes_selector(metric, matchers, {label: values})
+
+
+def _regexes_selector(metric: str, matchers: dict[str, str], regexes: dict[str, Sequence[str]]) -> str:
+    """``metric{matchers..., label=~"v1|v2", ...}``: each label of ``regexes`` one of its values
+    (matched literally); no regex matchers: :func:`selector`. ``metric`` ``""`` with a ``__name__``
+    regex: the series of several metrics."""
+    if not regexes:
+        return selector(metric, matchers)
     inner = selector("x", matchers)[1:]
     inner = inner[1:-1] + "," if inner else ""
-    return f"{selector(metric)}{{{inner}{label}=~{quote(pattern)}}}"
+    res = ",".join(
+        f"{_regex_label(k)}=~{quote('|'.join(re.escape(v) for v in vs))}" for k, vs in sorted(regexes.items())
+    )
+    return f"{selector(metric) if metric else ''}{{{inner}{res}}}"
+
+
+def _regex_label(name: str) -> str:
+    """A label name for a regex matcher: ``__name__`` (several metrics in one selector) or a
+    validated label name."""
+    return name if name == "__name__" else label_name(name)
 
 
 def _fleet_wide(filters: Filters) -> bool:

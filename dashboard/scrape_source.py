@@ -488,7 +488,21 @@ class ScrapeSource:
     def job_summary(
         self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
     ) -> pd.DataFrame:
-        return jobs.job_summary(self.job_leaves(filters, window_s=window_s, end=end))
+        leaves = self.job_leaves(filters, end=end)
+        if not window_s or leaves.empty:
+            return jobs.job_summary(leaves)
+        hist = self._snapshot()
+        now = self._end(end)
+        window, step = held_step(window_s)
+        grid, step = self._grid(window, step, now)
+        grid = grid[1:] if len(grid) > 1 else grid
+        held = jobs.name_jobs(self._series_raw(ALLOCATION, grid, hist))
+        info = self._frame_at("gpulens_gpu_info", now, hist)
+        shares = definitions.gpu_shares(info, self._frame_at("gpulens_mig_instance_info", now, hist))
+        if not held.empty:
+            keys = zip(held["uuid"].astype(str), held["mig_uuid"].astype(str), strict=True)
+            held["gpu_share"] = [shares.get(k, 1.0) for k in keys]
+        return jobs.job_summary(leaves, jobs.gpu_hours(held, step))
 
     def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         return jobs.stragglers(self.job_leaves(filters, end=end)).reindex(columns=list(JOB_STRAGGLER_COLUMNS))

@@ -312,9 +312,9 @@ def _by_job(summary: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, Any]]
 def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(history: History, store: str) -> None:
     """The Jobs page's rows: the Prometheus source reads the recorded job series (a few per job),
     the scrape source aggregates its leaves with jobs.job_summary; both give every job's figures
-    alike, and the same as jobs.job_summary of the Prometheus source's own leaves. GPU-hours: the
-    store samples holding at step-aligned instants, the scrape source up to the range's end (a step
-    apart at most, per leaf)."""
+    alike, and the same as jobs.job_summary of the Prometheus source's own leaves. GPU-hours (both
+    sources): the store samples holding at step-aligned instants, the scrape source up to the
+    range's end (a step apart at most, per leaf)."""
     prom = PrometheusSource(store)
     at = float(prom_query(store, "max(timestamp(gpulens:job_gpus:count))", at=history.end)[0]["value"][1])
     assert history.end - 60 <= at <= history.end
@@ -332,8 +332,9 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
             for k in SUMMARY_FIGURES:
                 x, y = float(row[k]), float(b[job][k])
                 assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, rel=1e-6, abs=1e-9), (name, job, k)
-            leaves = float(row["gpus"])
-            assert abs(float(row["gpu_hours"]) - float(b[job]["gpu_hours"])) <= leaves / 60 + 1e-9, (name, job)
+            if name == "scrape":
+                leaves = float(row["gpus"])
+                assert abs(float(row["gpu_hours"]) - float(b[job]["gpu_hours"])) <= leaves / 60 + 1e-9, job
     train = _by_job(mine)[("ml-training", "PyTorchJob", "train")]
     assert (train["gpus"], train["nodes"], train["pods"], train["stragglers"]) == (4, 2, 2, 1)
     assert train["gpu_hours"] == pytest.approx(4 * 10 / 60)
@@ -465,7 +466,9 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
              "class": "communication", "share": 0.9},
         ]
     )  # fmt: skip
-    table = frames.jobs_overview(jobs.job_summary(leaves), jobs.stragglers(leaves), mix)
+    hours = (leaves.assign(gpu_hours=leaves["held_hours"] * leaves["gpu_share"])
+             .groupby(list(jobs.JOB), as_index=False)["gpu_hours"].sum())  # fmt: skip
+    table = frames.jobs_overview(jobs.job_summary(leaves, hours), jobs.stragglers(leaves), mix)
     assert list(table.columns) == list(frames.JOB_OVERVIEW_COLUMNS)
     assert list(table["workload"]) == ["big", "solo", "one"], "most GPU-hours first: 8, 3, 0.5"
     big, solo, one = (table.iloc[i] for i in range(3))
@@ -481,8 +484,32 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     for value in table.select_dtypes(exclude=["number", "bool"]).to_numpy().ravel():
         assert value is not None and "nan" not in str(value).lower(), table
     # the stragglers' figures missing (their query failed): the count stands, said so
-    lost = frames.jobs_overview(jobs.job_summary(leaves), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
+    lost = frames.jobs_overview(jobs.job_summary(leaves, hours), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
     assert lost.iloc[0]["straggler"] == "1 (its figures did not load)"
+
+
+def test_a_jobs_gpu_hours_count_every_gpu_it_held_in_the_range_once_per_step() -> None:
+    """jobs.gpu_hours: the steps each leaf was held times the step, a MIG instance by its share, a
+    GPU two of its pods share once per step, a GPU it released before the range's end included."""
+    job = {"cluster": "", "namespace": "ml", "workload_kind": "JobSet", "workload": "sft"}
+    rows = [
+        *({**job, "pod": "sft-0", "uuid": "G0", "mig_uuid": "", "timestamp": t, "gpu_share": 1.0} for t in range(10)),
+        # a second pod on G0 (time-sliced): counted once
+        *({**job, "pod": "sft-1", "uuid": "G0", "mig_uuid": "", "timestamp": t, "gpu_share": 1.0} for t in range(10)),
+        # G1 released after 4 steps
+        *({**job, "pod": "sft-0", "uuid": "G1", "mig_uuid": "", "timestamp": t, "gpu_share": 1.0} for t in range(4)),
+        # a 3g instance of an H200, all 10 steps
+        *({**job, "pod": "sft-1", "uuid": "G2", "mig_uuid": "M", "timestamp": t, "gpu_share": 3 / 7}
+          for t in range(10)),
+    ]  # fmt: skip
+    got = jobs.gpu_hours(pd.DataFrame(rows), 60.0)
+    assert got["gpu_hours"].tolist() == pytest.approx([(10 + 4 + 10 * 3 / 7) / 60])
+    assert jobs.gpu_hours(pd.DataFrame(columns=[*jobs.JOB, "uuid", "mig_uuid", "timestamp"]), 60.0).empty
+    # job_summary takes them per job; a job without any step held reads 0, none given reads NaN
+    leaves = _leaf_frame([{**job, "pod": "sft-0", "instance": "n0", "uuid": "G0"}])
+    assert jobs.job_summary(leaves, got)["gpu_hours"].tolist() == pytest.approx(got["gpu_hours"].tolist())
+    assert jobs.job_summary(leaves, got.iloc[0:0])["gpu_hours"].tolist() == [0.0]
+    assert math.isnan(jobs.job_summary(leaves)["gpu_hours"].iloc[0])
 
 
 def test_a_compute_straggler_is_explained_by_its_clock_and_its_slowdown_events() -> None:

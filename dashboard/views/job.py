@@ -78,14 +78,32 @@ def body(ctx: ui.PageContext) -> None:
         return
     gpus = frames.job_gpu_table(mine)
     with ui.panel("Job"):
-        _header(key, mine)
+        _header(key, mine, _gpu_hours(ctx, summary, key, own))
     with ui.panel("GPUs over time"):
         _timelines(ctx, key, mine, gpus)
     with ui.panel("GPUs now"):
         _gpus(ctx, gpus)
 
 
-def _header(key: JobKey, mine: pd.DataFrame) -> None:
+def _gpu_hours(ctx: ui.PageContext, summary: pd.DataFrame, key: JobKey, own: Filters) -> float:
+    """The job's GPU-hours over the range, as the Jobs page lists them (``job_summary``; the job's own
+    cluster and namespace where the sidebar's filters leave it out); NaN where not measured."""
+
+    def of(table: pd.DataFrame) -> pd.DataFrame:
+        for k, v in zip(jobs.JOB, key, strict=True):
+            table = table[table[k].astype(str) == v]
+        return table
+
+    hit = of(summary)
+    if hit.empty:
+        try:
+            hit = of(ui.fetch(ctx, "job_summary", own, window_s=ctx.window_s))
+        except SourceError:  # the header stands without its GPU-hours
+            return float("nan")
+    return float(hit["gpu_hours"].iloc[0]) if not hit.empty else float("nan")
+
+
+def _header(key: JobKey, mine: pd.DataFrame, hours: float) -> None:
     """Who and where the job is, its size, and its straggler (or why there is none to find)."""
     cluster, namespace, kind, name = key
     st.subheader(name)
@@ -97,7 +115,6 @@ def _header(key: JobKey, mine: pd.DataFrame) -> None:
     c1.metric("GPUs", f"{int(row['gpus']):,}", help="whole GPUs and MIG instances its pods hold")
     c2.metric("Nodes", f"{int(row['nodes']):,}")
     c3.metric("Pods", f"{mine['pod'].nunique():,}")
-    hours = float(row["gpu_hours"]) if "gpu_hours" in row else float("nan")
     c4.metric("GPU-hours in the range", f"{hours:,.2f}" if hours == hours else "not measured")
     strays = jobs.stragglers(mine)
     classified = int(mine.drop_duplicates(["uuid", "mig_uuid"])["communication"].notna().sum())
