@@ -1250,23 +1250,52 @@ def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     from dashboard import jobs
 
     key = list(jobs.JOB)
-    out = with_cols(figures["gpus"], key)[[*key, "value"]].rename(columns={"value": "gpus"})
-    out = out.drop_duplicates(key)
-    for name in jobs.SUMMARY_COLUMNS:
-        if name in jobs.JOB or name == "gpus":
-            continue
-        df = figures.get(name)
+
+    def by_job(df: pd.DataFrame | None) -> dict[tuple[str, ...], float]:
+        # a dict per figure, not a merge per figure: 500 jobs x 12 figures joined in a few ms
         if df is None or df.empty:
-            out[name] = math.nan
-            continue
-        col = with_cols(df, key)[[*key, "value"]].drop_duplicates(key).rename(columns={"value": name})
-        out = out.merge(col, on=key, how="left")
+            return {}
+        d = with_cols(df, key)
+        keys = zip(*(d[k].astype(str) for k in key), strict=True)
+        return dict(zip(keys, pd.to_numeric(d["value"], errors="coerce").tolist(), strict=True))
+
+    jobs_now = list(by_job(figures["gpus"]))
+    out = pd.DataFrame(jobs_now, columns=key) if jobs_now else pd.DataFrame(columns=key)
+    for name in jobs.SUMMARY_COLUMNS:
+        if name not in jobs.JOB:
+            values = by_job(figures.get(name))
+            out[name] = [values.get(k, math.nan) for k in jobs_now]
     for name in ("stragglers", "classified_leaves"):
         out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(int)
     out["activity_spread"] = out["activity_max"] - out["activity_min"]
     if "memory_used_bytes" not in figures:  # the peak ratio of the leaf whose memory was read
         out["memory_used_bytes"] = out["memory_used_ratio"] * out["memory_total_bytes"]
     return out[list(jobs.SUMMARY_COLUMNS)].reset_index(drop=True)
+
+
+def straggler_figures(
+    strays: pd.DataFrame, *, busy: pd.DataFrame, sm_clock_ratio: pd.DataFrame, reasons: pd.DataFrame
+) -> pd.DataFrame:
+    """The rows of ``MetricSource.job_stragglers`` (source.JOB_STRAGGLER_COLUMNS): ``strays`` (the
+    straggling leaves: JOB_LEAF, gpu, reason) with ``busy`` (per uuid, mig_uuid), ``sm_clock_ratio``
+    (per uuid) and the slowdown ``reasons`` seen (uuid, reason rows) joined on."""
+    from dashboard.source import JOB_STRAGGLER_COLUMNS
+
+    out = with_cols(strays, JOB_STRAGGLER_COLUMNS[:-3]).copy()
+    leaves = list(zip(out["uuid"].astype(str), out["mig_uuid"].astype(str), strict=True))
+    b = keyed(busy, list(LEAF), "v")
+    by_leaf = dict(zip(zip(b["uuid"].astype(str), b["mig_uuid"].astype(str), strict=True), b["v"], strict=True))
+    c = keyed(sm_clock_ratio, ["uuid"], "v")
+    by_gpu = dict(zip(c["uuid"].astype(str), c["v"], strict=True))
+    r = with_cols(reasons, ["uuid", "reason"])
+    r = r[r["reason"].isin(list(SLOWDOWN_WORDS))]
+    seen: dict[str, set[str]] = {}
+    for u, why in zip(r["uuid"].astype(str), r["reason"].astype(str), strict=True):
+        seen.setdefault(u, set()).add(why)
+    out["busy"] = [by_leaf.get(k, math.nan) for k in leaves]
+    out["sm_clock_ratio"] = [by_gpu.get(u, math.nan) for u, _ in leaves]
+    out["slowdown_reasons"] = [",".join(sorted(seen.get(u, set()))) for u, _ in leaves]
+    return out[list(JOB_STRAGGLER_COLUMNS)].reset_index(drop=True)
 
 
 def job_leaf_figures(

@@ -536,14 +536,17 @@ class PrometheusSource:
     def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         at = None if end is None else self._end(end)
         record = self.job_selector("gpulens:job_straggler:info", filters)
-        strays = self.query_labels(record, [*jobs.JOB_LEAF, "reason"], at)
+        strays = self.query_labels(record, [*jobs.JOB_LEAF, "gpu", "reason"], at)
         if strays.empty:
             return pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS))
-        # the figures of the straggling GPUs only (selected by UUID: a few series, not every GPU's)
+        # what explains them, of the straggling GPUs only (selected by UUID: a few series each)
         uuids = sorted(set(strays["uuid"].astype(str)))
-        leaves = self._job_leaves(filters, end=end, uuids=uuids if len(uuids) <= MAX_UUIDS_SELECTED else None)
-        out = leaves.merge(strays.drop(columns=["value"]), on=list(jobs.JOB_LEAF), how="inner")
-        return out.reindex(columns=list(JOB_STRAGGLER_COLUMNS))
+        queries = self._job_queries(filters, uuids if len(uuids) <= MAX_UUIDS_SELECTED else None)
+        calls = {name: (queries[name], _JOB_QUERY_LABELS[name], at) for name in ("busy", "sm_clock_ratio", "reasons")}
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            got = dict(zip(calls, pool.map(lambda c: self.query_labels(*c), calls.values()), strict=True))
+        return frames.straggler_figures(strays, busy=got["busy"], sm_clock_ratio=got["sm_clock_ratio"],
+                                        reasons=got["reasons"])  # fmt: skip
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         leaf = self.job_selector("gpulens:job_leaf:info", filters)

@@ -91,9 +91,10 @@ SLOWDOWN_REASONS held its GPU's clocks down (0..1), those reasons (comma-separat
 and the GPU's model (NVML name)."""
 JOB_LEAF_COLUMNS: tuple[str, ...] = (*jobs.LEAF_COLUMNS, *JOB_LEAF_EXTRA)
 """The columns of :meth:`MetricSource.job_leaves` (plus ``held_hours`` when asked for a range)."""
-JOB_STRAGGLER_COLUMNS: tuple[str, ...] = (*JOB_LEAF_COLUMNS, "reason")
-"""The columns of :meth:`MetricSource.job_stragglers`: a straggling leaf's figures and why it
-straggles (``compute`` or ``input``: dashboard/jobs.py)."""
+JOB_STRAGGLER_COLUMNS: tuple[str, ...] = (*jobs.JOB_LEAF, "gpu", "reason", "busy", "sm_clock_ratio", "slowdown_reasons")
+"""The columns of :meth:`MetricSource.job_stragglers`: a straggling leaf, why it straggles
+(``compute`` or ``input``: dashboard/jobs.py) and what says so in words (its busy ratio for
+``input``; its GPU's SM clock over its maximum and slowdown events for ``compute``)."""
 JOB_CLASS_COLUMNS: tuple[str, ...] = (*jobs.JOB_LEAF, "class", "share")
 JOB_MIX_COLUMNS: tuple[str, ...] = (*jobs.JOB, "class", "share")
 JOB_SERIES_COLUMNS: tuple[str, ...] = ("metric", "pod", "uuid", "mig_uuid", "class", "timestamp", "value")
@@ -314,8 +315,9 @@ class MetricSource(Protocol):
 
     def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         """The straggling leaves at ``end`` (JOB_STRAGGLER_COLUMNS): ``jobs.stragglers`` of
-        :meth:`job_leaves`, each with its figures and ``reason``; the Prometheus source reads
-        ``gpulens:job_straggler:info`` and those leaves' figures only. Filters as :meth:`job_leaves`."""
+        :meth:`job_leaves` with ``reason`` and the figures that explain it; the Prometheus source
+        reads ``gpulens:job_straggler:info`` and those leaves' figures only. Filters as
+        :meth:`job_leaves`."""
         ...
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:

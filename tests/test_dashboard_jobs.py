@@ -344,8 +344,9 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
 
 
 def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: History, store: str) -> None:
-    """The Prometheus source's stragglers: gpulens:job_straggler:info with the straggling GPUs'
-    figures (read for those GPUs only); the scrape source's: jobs.stragglers of its leaves. Alike."""
+    """The Prometheus source's stragglers: gpulens:job_straggler:info with what explains them (busy
+    ratio, SM clock, slowdown events; read for those GPUs only); the scrape source's:
+    jobs.stragglers of its leaves. Alike, and in the same words."""
     prom = PrometheusSource(store)
     at = float(prom_query(store, "max(timestamp(gpulens:job_straggler:info))", at=history.end)[0]["value"][1])
     mine, theirs = prom.job_stragglers(end=at), history.scrape.job_stragglers(end=at)
@@ -356,10 +357,12 @@ def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: Histor
     for leaf, row in a.items():
         for k in ("pod", "instance", "gpu", "slowdown_reasons", "reason"):
             assert row[k] == b[leaf][k], (leaf, k)
-        for k in ("activity", "busy", "communication", "sm_clock_ratio", "slowdown"):
+        for k in ("busy", "sm_clock_ratio"):
             assert float(row[k]) == pytest.approx(float(b[leaf][k]), rel=1e-6, abs=1e-9), (leaf, k)
     words = {frames.straggler_words(r) for r in mine.to_dict("records")}
     assert "node-1 · GPU 1: compute: SM clock 50 % of max, thermal slowdown" in words
+    assert "node-1 · GPU 4: input: idle 70 % of the time while peers wait" in words
+    assert {frames.straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
 
 
 def test_both_sources_give_the_same_class_shares_and_mix(history: History, store: str) -> None:
