@@ -1244,7 +1244,8 @@ def keyed(df: pd.DataFrame, keys: Sequence[str], name: str) -> pd.DataFrame:
 def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """The rows of ``MetricSource.job_summary`` (jobs.SUMMARY_COLUMNS) from one frame per column
     (JOB labels and ``value``, a row per job): the jobs of ``gpus``, each figure joined on the job
-    (NaN where a job has none; 0 stragglers and classified leaves where none was counted). Without a
+    (NaN where a job has none; 0 stragglers and classified leaves where none was counted, 0 GPU-hours
+    where ``gpu_hours`` was asked and the job held no step of the range yet). Without a
     ``memory_used_bytes`` frame, the peak memory ratio times ``memory_total_bytes`` (the memory of
     the leaf of that ratio)."""
     from dashboard import jobs
@@ -1265,8 +1266,10 @@ def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         if name not in jobs.JOB:
             values = by_job(figures.get(name))
             out[name] = [values.get(k, math.nan) for k in jobs_now]
-    for name in ("stragglers", "classified_leaves"):
+    for name in ("gpus", "nodes", "pods", "stragglers", "classified_leaves"):  # counts (0: none recorded)
         out[name] = pd.to_numeric(out[name], errors="coerce").fillna(0).astype(int)
+    if "gpu_hours" in figures:  # asked for a range: a job held at no step of it yet held none
+        out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
     out["activity_spread"] = out["activity_max"] - out["activity_min"]
     if "memory_used_bytes" not in figures:  # the peak ratio of the leaf whose memory was read
         out["memory_used_bytes"] = out["memory_used_ratio"] * out["memory_total_bytes"]

@@ -335,6 +335,8 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
             if name == "scrape":
                 leaves = float(row["gpus"])
                 assert abs(float(row["gpu_hours"]) - float(b[job]["gpu_hours"])) <= leaves / 60 + 1e-9, job
+    for got in (mine, history.scrape.job_summary(window_s=600.0, end=at)):  # counts read as counts: "4 GPUs"
+        assert all(got[c].dtype.kind == "i" for c in ("gpus", "nodes", "pods", "stragglers")), got.dtypes
     train = _by_job(mine)[("ml-training", "PyTorchJob", "train")]
     assert (train["gpus"], train["nodes"], train["pods"], train["stragglers"]) == (4, 2, 2, 1)
     assert train["gpu_hours"] == pytest.approx(4 * 10 / 60)
