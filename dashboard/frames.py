@@ -1245,9 +1245,8 @@ def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """The rows of ``MetricSource.job_summary`` (jobs.SUMMARY_COLUMNS) from one frame per column
     (JOB labels and ``value``, a row per job): the jobs of ``gpus``, each figure joined on the job
     (NaN where a job has none; 0 stragglers and classified leaves where none was counted, 0 GPU-hours
-    where ``gpu_hours`` was asked and the job held no step of the range yet). Without a
-    ``memory_used_bytes`` frame, the peak memory ratio times ``memory_total_bytes`` (the memory of
-    the leaf of that ratio)."""
+    where ``gpu_hours`` was asked and the job held no step of the range yet). ``memory_used_bytes``
+    is the peak memory ratio times ``memory_total_bytes`` (the memory of the leaf of that ratio)."""
     from dashboard import jobs
 
     key = list(jobs.JOB)
@@ -1263,7 +1262,7 @@ def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     jobs_now = list(by_job(figures["gpus"]))
     out = pd.DataFrame(jobs_now, columns=key) if jobs_now else pd.DataFrame(columns=key)
     for name in jobs.SUMMARY_COLUMNS:
-        if name not in jobs.JOB:
+        if name not in (*jobs.JOB, "memory_used_bytes"):
             values = by_job(figures.get(name))
             out[name] = [values.get(k, math.nan) for k in jobs_now]
     for name in ("gpus", "nodes", "pods", "stragglers", "classified_leaves"):  # counts (0: none recorded)
@@ -1271,9 +1270,20 @@ def job_summary_figures(figures: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     if "gpu_hours" in figures:  # asked for a range: a job held at no step of it yet held none
         out["gpu_hours"] = out["gpu_hours"].fillna(0.0)
     out["activity_spread"] = out["activity_max"] - out["activity_min"]
-    if "memory_used_bytes" not in figures:  # the peak ratio of the leaf whose memory was read
-        out["memory_used_bytes"] = out["memory_used_ratio"] * out["memory_total_bytes"]
+    # the peak ratio times the memory of the leaf it was read on
+    out["memory_used_bytes"] = out["memory_used_ratio"] * out["memory_total_bytes"]
     return out[list(jobs.SUMMARY_COLUMNS)].reset_index(drop=True)
+
+
+def slowdown_reasons(reasons: pd.DataFrame) -> dict[str, str]:
+    """Per GPU (uuid), the slowdown events seen (``reasons``: uuid, reason rows; only SLOWDOWN_WORDS'
+    reasons), sorted and comma-separated."""
+    r = with_cols(reasons, ["uuid", "reason"])
+    r = r[r["reason"].isin(list(SLOWDOWN_WORDS))]
+    seen: dict[str, set[str]] = {}
+    for u, why in zip(r["uuid"].astype(str), r["reason"].astype(str), strict=True):
+        seen.setdefault(u, set()).add(why)
+    return {u: ",".join(sorted(w)) for u, w in seen.items()}
 
 
 def straggler_figures(
@@ -1290,14 +1300,10 @@ def straggler_figures(
     by_leaf = dict(zip(zip(b["uuid"].astype(str), b["mig_uuid"].astype(str), strict=True), b["v"], strict=True))
     c = keyed(sm_clock_ratio, ["uuid"], "v")
     by_gpu = dict(zip(c["uuid"].astype(str), c["v"], strict=True))
-    r = with_cols(reasons, ["uuid", "reason"])
-    r = r[r["reason"].isin(list(SLOWDOWN_WORDS))]
-    seen: dict[str, set[str]] = {}
-    for u, why in zip(r["uuid"].astype(str), r["reason"].astype(str), strict=True):
-        seen.setdefault(u, set()).add(why)
+    seen = slowdown_reasons(reasons)
     out["busy"] = [by_leaf.get(k, math.nan) for k in leaves]
     out["sm_clock_ratio"] = [by_gpu.get(u, math.nan) for u, _ in leaves]
-    out["slowdown_reasons"] = [",".join(sorted(seen.get(u, set()))) for u, _ in leaves]
+    out["slowdown_reasons"] = [seen.get(u, "") for u, _ in leaves]
     return out[list(JOB_STRAGGLER_COLUMNS)].reset_index(drop=True)
 
 
@@ -1344,10 +1350,8 @@ def job_leaf_figures(
         out = out.merge(keyed(df, keys, name), on=keys, how="left")
     g = with_cols(gpus, ["uuid", "gpu", "name"])[["uuid", "gpu", "name"]].drop_duplicates("uuid")
     out = out.merge(g.rename(columns={"name": "model"}), on="uuid", how="left")
-    r = with_cols(reasons, ["uuid", "reason"])
-    r = r[r["reason"].isin(list(SLOWDOWN_WORDS))]
-    words = r.groupby("uuid")["reason"].agg(lambda s: ",".join(sorted(set(s)))).rename("slowdown_reasons")
-    out = out.merge(words.reset_index(), on="uuid", how="left")
+    words = pd.DataFrame(list(slowdown_reasons(reasons).items()), columns=["uuid", "slowdown_reasons"])
+    out = out.merge(words, on="uuid", how="left")
     for c in ("gpu", "model", "slowdown_reasons"):  # a column of no match is float NaN: "" then
         out[c] = ["" if v is None or v != v else str(v) for v in out[c]]
     out["gpu_share"] = pd.to_numeric(out["gpu_share"], errors="coerce").fillna(1.0)
