@@ -664,6 +664,24 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "gauge",
+        "gpulens_gpu_fabric_info",
+        "",
+        "The GPU's NVLink fabric registration (NVML GPU fabric info), always 1: state (not_supported, "
+        "not_started, in_progress, completed), the fabric's cluster_uuid and clique_id, and status (NVML's "
+        "result of the registration). GPUs with one cluster_uuid and clique_id reach each other over "
+        "NVLink: the domain NVIDIA's DRA driver builds a ComputeDomain on. Absent where NVML has no "
+        "fabric information for the GPU (no multi-node NVLink).",
+        GPU,
+        each=lambda v: (
+            (((v.gpu.fabric.state, v.gpu.fabric.cluster_uuid, str(v.gpu.fabric.clique_id), v.gpu.fabric.status), 1.0),)
+            if v.gpu.fabric is not None
+            else ()
+        ),
+        labels=("state", "cluster_uuid", "clique_id", "status"),
+        section="network",
+    ),
+    _m(
+        "gauge",
         "gpulens_gpu_remapped_rows",
         "",
         "HBM rows remapped, by cause (correctable, uncorrectable).",
@@ -746,7 +764,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_pod_gpu_allocation",
         "",
-        "1 per device the kubelet allocated to a container; the join key for per-pod views.",
+        "1 per device the kubelet allocated to a container; the join key for per-pod views. A device "
+        "from a DRA ResourceClaim carries the claim (claim_namespace, claim_name) and the driver, pool "
+        "and device that its driver published; resource is then the driver. These five labels are "
+        "empty for a device plugin's device.",
         ALLOCATION,
         each=lambda a: (
             (
@@ -757,11 +778,28 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                     a.resource,
                     a.pod.workload_kind or "",
                     a.pod.workload or "",
+                    *(
+                        (a.claim.claim_namespace, a.claim.claim_name, a.claim.driver, a.claim.pool, a.claim.device)
+                        if a.claim is not None
+                        else ("", "", "", "", "")
+                    ),
                 ),
                 1.0,
             ),
         ),
-        labels=("uuid", "mig_uuid", "replica", "resource", "workload_kind", "workload"),
+        labels=(
+            "uuid",
+            "mig_uuid",
+            "replica",
+            "resource",
+            "workload_kind",
+            "workload",
+            "claim_namespace",
+            "claim_name",
+            "driver",
+            "pool",
+            "device",
+        ),
         section="attribution",
     ),
     _m(
@@ -789,7 +827,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpulens_gpu_sharing_info",
         "",
         "How the leaf is shared, always 1: mode is exclusive, time-slicing (the device plugin "
-        "advertises replicas), mps (NVML lists an MPS server or MPS clients on it) or mig.",
+        "advertises replicas, or several pods hold the GPU through one ResourceClaim), mps (NVML "
+        "lists an MPS server or MPS clients on it) or mig.",
         LEAF_ANALYSIS,
         each=lambda a: (((a.sharing_mode,), 1.0),) if a.sharing_mode is not None else (),
         labels=("mode",),
@@ -809,10 +848,23 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_gpu_sharing_pods",
         "",
-        "Pods holding a time-slicing replica of the GPU.",
+        "Pods holding a time-slicing replica of the GPU, or sharing it through a ResourceClaim.",
         ATTRIBUTION,
         each=lambda at: (((uuid,), float(n)) for uuid, n in sorted(at.sharing_pods.items())),
         labels=("uuid",),
+        section="attribution",
+    ),
+    _m(
+        "gauge",
+        "gpulens_pod_claim_devices_ignored",
+        "",
+        "Devices that running containers hold through DRA ResourceClaims and that gpulens leaves "
+        "out, by driver: neither a GPU or MIG instance of this node nor one of its NICs (a "
+        "ComputeDomain channel, an FPGA). Claimed devices of a GPU driver that name no GPU here "
+        "are counted in gpulens_unmapped_devices_total instead.",
+        ATTRIBUTION,
+        each=lambda at: (((driver,), float(n)) for driver, n in sorted(at.claims_ignored.items())),
+        labels=("driver",),
         section="attribution",
     ),
     _m(

@@ -198,6 +198,28 @@ class LeafSample:
         return any(p.mps_role is not None for p in self.processes)
 
 
+FABRIC_STATES: tuple[str, ...] = ("not_supported", "not_started", "in_progress", "completed")
+"""NVML's GPU fabric registration states (``NVML_GPU_FABRIC_STATE_*``), in its order."""
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """A GPU's NVLink fabric registration: which cluster and clique it belongs to.
+
+    GPUs of one NVLink domain (an NVL72 rack, a ComputeDomain of NVIDIA's DRA driver) share the
+    cluster UUID and clique ID once registration completed."""
+
+    state: str
+    """One of ``FABRIC_STATES``."""
+    cluster_uuid: str
+    """The fabric's cluster UUID as text (``8-4-4-4-12`` hex); all zeros before registration."""
+    clique_id: int
+    """The clique within the cluster; GPUs of one clique reach each other over NVLink."""
+    status: str = "success"
+    """NVML's result of the registration, lower case without ``NVML_``: ``success``, or why it
+    failed (``in_use``, ``unknown``...); meaningful once ``state`` is ``completed``."""
+
+
 @dataclass(frozen=True)
 class GpuSample:
     """One physical GPU at one instant.  ``up=False`` means lost or unreadable: only identity is kept."""
@@ -258,6 +280,9 @@ class GpuSample:
     """Remapped rows by cause (``correctable`` / ``uncorrectable``), plus ``pending``/``failure`` 0/1."""
     xid_events: tuple[int, ...] = ()
     """Xid codes of events that arrived since the previous sample (each event once)."""
+    fabric: GpuFabric | None = None
+    """The GPU's place in an NVLink fabric (``nvmlDeviceGetGpuFabricInfoV``); ``None`` where NVML
+    has no such call or answers NOT_SUPPORTED (a GPU outside any NVLink fabric)."""
     leaves: tuple[LeafSample, ...] = ()
 
 
@@ -314,6 +339,52 @@ class ContainerDevices:
 
 
 @dataclass(frozen=True)
+class ClaimRef:
+    """A device allocated through a DRA ResourceClaim, as the kubelet names it (PodResources
+    ``dynamic_resources``): the claim, and the driver, pool and device of one allocated device."""
+
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True)
+class ClaimedDevice:
+    """Raw kubelet PodResources ``dynamic_resources`` entry, flattened: one device one container
+    holds through one ResourceClaim."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim: ClaimRef
+    cdi_devices: tuple[str, ...] = ()
+    """Fully qualified CDI device names the driver prepared (``k8s.gpu.nvidia.com/claim=…``)."""
+    pod_uid: str | None = None
+
+
+@dataclass(frozen=True)
+class SliceDevice:
+    """One device a DRA driver publishes in this node's ResourceSlices (``resource.k8s.io/v1``),
+    with the attributes gpulens reads; attributes the device lacks are ``None``."""
+
+    driver: str
+    pool: str
+    device: str
+    kind: str | None = None
+    """The driver's ``type`` attribute: ``gpu`` or ``mig`` for NVIDIA's driver."""
+    uuid: str | None = None
+    """``uuid``: the GPU's UUID, or the MIG instance's."""
+    parent_uuid: str | None = None
+    """``parentUUID``: the physical GPU of a MIG device."""
+    profile: str | None = None
+    """``profile``: a MIG device's profile, e.g. ``1g.18gb``."""
+    pci_bus_id: str | None = None
+    """``resource.kubernetes.io/pciBusID`` (or the driver's own PCI bus ID attribute)."""
+
+
+@dataclass(frozen=True)
 class Allocation:
     """One device allocated to one container: ``gpulens_pod_gpu_allocation``."""
 
@@ -323,6 +394,8 @@ class Allocation:
     mig_uuid: str | None = None
     replica: str | None = None
     """Time-slicing replica suffix (``GPU-…::N``), ``None`` for exclusive devices."""
+    claim: ClaimRef | None = None
+    """The ResourceClaim the device came through (DRA); ``None`` for a device plugin's device."""
 
 
 @dataclass(frozen=True)
@@ -359,6 +432,12 @@ class Attribution:
     allocation_conflicts: int = 0
     """Exclusive devices (no replica) currently listed under more than one pod; all holders are
     shown.  Non-zero when an old kubelet still lists a finished pod and the API phase is unknown."""
+    claim_sharing: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """Physical GPU UUID -> pods holding that whole GPU through ResourceClaims, where more than one
+    does (one claim shared by several pods): the GPU is time-sliced between them."""
+    claims_ignored: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """DRA driver -> devices of running containers' claims left out now: neither a GPU of this node
+    nor one of its NICs."""
     owner_walks: Mapping[str, int] | None = None
     """Outcome (``resolved``, ``forbidden``, ``not_found``, ``error``, ``limited``: see
     exporter/attribution/owners.py) -> owner-chain walks through the Kubernetes API that ended so,

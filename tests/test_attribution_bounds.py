@@ -22,7 +22,7 @@ from exporter.attribution import podresources_wire
 from exporter.attribution.grpc_unary import RpcError, StatusCode
 from exporter.attribution.kubeapi import MAX_LIST_PAGE_BYTES, ApiBounds, BoundExceeded, KubePodSource, LineReader
 from exporter.attribution.podresources import LIST, MAX_MESSAGE_BYTES, PodResourcesClient, PodResourcesSource
-from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, list_reply
+from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, Listed, list_reply
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, PrefixPeer, small_pods_reply
 from tests.support.kube import client_factory, wait_for
@@ -73,12 +73,15 @@ def test_a_reply_under_the_cap_is_received_into_one_buffer_of_its_length(kubelet
 # --- decoding inside the deadline ------------------------------------------------------------------
 
 
-def test_decoding_checks_the_deadline_every_so_many_pods() -> None:
-    payload = small_pods_reply(102 * (3 * DEADLINE_CHECK_PODS))  # about 3,000 pods
+@pytest.mark.parametrize("holding", ["device plugin", "claim"])
+def test_decoding_checks_the_deadline_every_so_many_pods(holding: str) -> None:
+    claim = holding == "claim"  # claim-only pods (DRA) count as pods too
+    payload = small_pods_reply(102 * (3 * DEADLINE_CHECK_PODS), with_gpu=not claim, with_claim=claim)  # >3,000 pods
     with pytest.raises(DecodeDeadlineError) as info:
         list_reply(payload, deadline=time.monotonic() - 1.0)
     assert info.value.items == DEADLINE_CHECK_PODS, "stopped at the first look at the clock"
-    assert len(list_reply(payload, deadline=time.monotonic() + 600)) > 2 * DEADLINE_CHECK_PODS
+    listed = list_reply(payload, deadline=time.monotonic() + 600)
+    assert len(listed.claimed if claim else listed.devices) > 2 * DEADLINE_CHECK_PODS
 
 
 def test_a_reply_that_arrives_in_time_but_decodes_past_the_deadline_fails_the_stage(
@@ -109,19 +112,33 @@ def test_pods_without_devices_decode_no_string(monkeypatch: pytest.MonkeyPatch) 
         return real(buf, start, end)
 
     monkeypatch.setattr(podresources_wire, "_text", counting)
-    assert list_reply(small_pods_reply(MiB, with_gpu=False)) == ()
+    assert list_reply(small_pods_reply(MiB, with_gpu=False)) == Listed((), ())
     assert decoded == [], "no name of a pod without devices is decoded"
-    entries = list_reply(small_pods_reply(102 * 10))
+    entries = list_reply(small_pods_reply(102 * 10)).devices
     assert len(entries) == 10 and decoded, "pods with devices are"
+    decoded.clear()
+    claimed = list_reply(small_pods_reply(90 * 10, with_gpu=False, with_claim=True)).claimed
+    assert len(claimed) == 10 and decoded, "pods with only a DRA claim are"
 
 
 def test_names_that_repeat_across_pods_are_one_string_each() -> None:
-    entries = list_reply(small_pods_reply(102 * 500))
+    entries = list_reply(small_pods_reply(102 * 500)).devices
     assert len(entries) == 500
     first = entries[0]
     for e in entries[1:]:
         assert e.namespace is first.namespace and e.container is first.container and e.resource is first.resource
     assert len({id(e.pod) for e in entries}) == 500, "pod names and device IDs are each their own"
+
+
+def test_claim_names_that_repeat_across_pods_are_one_string_each() -> None:
+    claimed = list_reply(small_pods_reply(90 * 500, with_gpu=False, with_claim=True)).claimed
+    assert len(claimed) == 500
+    first = claimed[0]
+    assert first.claim.claim_namespace is first.namespace, "a claim's namespace is its pod's string"
+    for c in claimed[1:]:
+        assert c.namespace is first.namespace and c.container is first.container
+        assert c.claim.driver is first.claim.driver and c.claim.pool is first.claim.pool
+    assert len({c.claim.device for c in claimed}) == 500 and len({id(c.pod) for c in claimed}) == 500
 
 
 # --- the Kubernetes API ----------------------------------------------------------------------------

@@ -21,8 +21,8 @@ import pytest
 from exporter.attribution._proto import api_pb2
 from exporter.attribution.grpc_unary import RpcError, StatusCode, UnaryConnection
 from exporter.attribution.podresources import ALLOCATABLE, LIST, PodResourcesClient
-from exporter.attribution.podresources_wire import WireError, allocatable_reply, list_reply
-from exporter.model import ContainerDevices
+from exporter.attribution.podresources_wire import Listed, WireError, allocatable_reply, list_reply
+from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 from tests.fakes.kubelet_server import FakeKubelet, devices, pod
 
 
@@ -63,11 +63,12 @@ def _random_list(rng: random.Random) -> api_pb2.ListPodResourcesResponse:
                         claim_namespace=_word(rng),
                         claim_resources=[
                             api_pb2.ClaimResource(
-                                cdi_devices=[api_pb2.CDIDevice(name=_word(rng))],
+                                cdi_devices=[api_pb2.CDIDevice(name=_word(rng)) for _ in range(rng.randint(0, 2))],
                                 driver_name=_word(rng),
                                 pool_name=_word(rng),
                                 device_name=_word(rng),
                             )
+                            for _ in range(rng.randint(0, 2))
                         ],
                     )
                     for _ in range(rng.randint(0, 2))
@@ -79,14 +80,28 @@ def _random_list(rng: random.Random) -> api_pb2.ListPodResourcesResponse:
     return api_pb2.ListPodResourcesResponse(pod_resources=pods)
 
 
-def _expected(reply: api_pb2.ListPodResourcesResponse) -> tuple[ContainerDevices, ...]:
+def _expected(reply: api_pb2.ListPodResourcesResponse) -> Listed:
     """What the exporter needs, read through the official runtime."""
-    return tuple(
+    devices = tuple(
         ContainerDevices(p.namespace, p.name, c.name, d.resource_name, tuple(d.device_ids))
         for p in reply.pod_resources
         for c in p.containers
         for d in c.devices
     )
+    claimed = tuple(
+        ClaimedDevice(
+            p.namespace,
+            p.name,
+            c.name,
+            ClaimRef(r.claim_namespace, r.claim_name, cr.driver_name, cr.pool_name, cr.device_name),
+            tuple(cdi.name for cdi in cr.cdi_devices),
+        )
+        for p in reply.pod_resources
+        for c in p.containers
+        for r in c.dynamic_resources
+        for cr in r.claim_resources
+    )
+    return Listed(devices, claimed)
 
 
 def test_decoder_reads_what_the_official_runtime_encodes() -> None:
@@ -109,14 +124,14 @@ def test_decoder_skips_fields_a_newer_kubelet_adds() -> None:
     # field 9 varint, field 10 fixed64, field 11 bytes, field 12 fixed32: unknown at the top level
     extra = b"\x48\x96\x01" + b"\x51" + b"\x00" * 8 + b"\x5a\x03abc" + b"\x65" + b"\x00" * 4
     assert list_reply(extra + base + extra) == list_reply(base)
-    assert list_reply(base)[0].device_ids == ("GPU-a", "GPU-b")
+    assert list_reply(base).devices[0].device_ids == ("GPU-a", "GPU-b")
 
 
 def test_malformed_replies_raise_wire_error_only() -> None:
     """Every truncation and thousands of corruptions end in a result or a WireError, nothing else."""
     rng = random.Random(11)
     good = _random_list(rng)
-    while not _expected(good):
+    while not (_expected(good).devices and _expected(good).claimed):
         good = _random_list(rng)
     payload = good.SerializeToString()
     for cut in range(len(payload)):
@@ -147,7 +162,7 @@ def test_calls_a_real_grpc_server(kubelet: FakeKubelet) -> None:
     kubelet.allocatable = [devices("nvidia.com/gpu", ["GPU-a", "GPU-b"]), devices("example.com/nic", ["n0"])]
     client = PodResourcesClient(kubelet.socket_path, timeout_seconds=5)
     with client.connect() as conn:  # two calls on one connection
-        assert client.list(conn) == (ContainerDevices("ml", "train", "main", "nvidia.com/gpu", ("GPU-a",)),)
+        assert client.list(conn) == Listed((ContainerDevices("ml", "train", "main", "nvidia.com/gpu", ("GPU-a",)),), ())
         assert client.allocatable(conn) == ("GPU-a", "GPU-b", "n0")
     assert kubelet.list_calls == 1 and kubelet.allocatable_calls == 1
 
@@ -169,7 +184,7 @@ def test_a_reply_larger_than_the_window_streams_and_one_over_the_limit_is_refuse
     ids = [f"GPU-{i:08d}-" + "x" * 200 for i in range(120_000)]  # ~25 MB: more than the 16 MiB window
     kubelet.pods = [pod("ml", "big", [("main", [("nvidia.com/gpu", ids)])])]
     reply = PodResourcesClient(kubelet.socket_path, timeout_seconds=30, max_reply_bytes=32 * 1024 * 1024).list()
-    assert reply[0].device_ids == tuple(ids)
+    assert reply.devices[0].device_ids == tuple(ids)
     with UnaryConnection(kubelet.socket_path, 30, max_reply_bytes=1 << 20) as conn, pytest.raises(RpcError) as info:
         conn.call(LIST, b"")
     assert info.value.code == StatusCode.RESOURCE_EXHAUSTED

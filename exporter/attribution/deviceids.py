@@ -53,6 +53,7 @@ class DeviceIndex:
         self._by_index: dict[int, str] = {}
         self._mig_by_gi: dict[tuple[str, int], str] = {}
         self._mig_by_gi_ci: dict[tuple[str, int, int], str] = {}
+        self._mig_by_profile: dict[tuple[str, str], list[str]] = {}
         for gpu in sample.gpus:
             self._gpus[_key(gpu.uuid)] = gpu.uuid
             self._by_index[gpu.index] = gpu.uuid
@@ -65,6 +66,7 @@ class DeviceIndex:
                 # GPU instance the first one stands for it.
                 self._mig_by_gi.setdefault((gpu.uuid, mig.gpu_instance_id), mig.mig_uuid)
                 self._mig_by_gi_ci[(gpu.uuid, mig.gpu_instance_id, mig.compute_instance_id)] = mig.mig_uuid
+                self._mig_by_profile.setdefault((gpu.uuid, mig.profile), []).append(mig.mig_uuid)
         self.key = (
             tuple(sorted(self._gpus.values())),
             tuple(sorted(m for _, m in self._migs.values())),
@@ -79,6 +81,11 @@ class DeviceIndex:
     def looks_like_gpu(self, device_id: str) -> bool:
         """True if the ID has one of the GPU shapes, whether or not it exists on this node."""
         return any(p.match(device_id) for p in (_GPU_ID, _MIG_ID, _MIG_LEGACY_ID, _GKE_ID))
+
+    def migs_with_profile(self, gpu_uuid: str, profile: str) -> tuple[str, ...]:
+        """The MIG instances of profile ``profile`` (``1g.18gb``) on the physical GPU ``gpu_uuid``
+        (as the backend spells it), in the backend's order."""
+        return tuple(self._mig_by_profile.get((gpu_uuid, profile), ()))
 
     def resolve(self, device_id: str) -> DeviceRef | str:
         """The device the ID names, or the reason it names none (one of ``UNMAPPED_REASONS``)."""

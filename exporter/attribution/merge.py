@@ -6,13 +6,24 @@ ones feed the same code, so the demo exercises exactly what production runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter.attribution import claims
 from exporter.attribution.deviceids import DeviceIndex, DeviceRef
-from exporter.model import UNKNOWN_TENANT, Allocation, BackendSample, ContainerDevices, PodRef, PodUsage
+from exporter.attribution.slices import SliceDirectory
+from exporter.model import (
+    UNKNOWN_TENANT,
+    Allocation,
+    BackendSample,
+    ClaimedDevice,
+    ClaimRef,
+    ContainerDevices,
+    PodRef,
+    PodUsage,
+)
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 """Pod phases whose devices are free again even if an old kubelet still lists them (k8s #119423)."""
@@ -62,6 +73,9 @@ class KubeletView:
     allocatable: tuple[str, ...] | None = None
     """Device IDs of every resource the kubelet can allocate; ``None`` if it cannot say
     (``GetAllocatableResources`` UNIMPLEMENTED on old kubelets)."""
+    claimed: tuple[ClaimedDevice, ...] = ()
+    """Devices containers hold through DRA ResourceClaims (``dynamic_resources``), one entry per
+    (container, claim, device)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,10 @@ class Allocations:
     """Exclusive devices listed under more than one pod (all holders are kept)."""
     other_devices: tuple[tuple[PodRef, ContainerDevices], ...] = ()
     """Entries of resources that are not GPUs (NICs among them), of pods still running."""
+    claim_sharing: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """GPU UUID -> pods holding the whole GPU through ResourceClaims, where more than one does."""
+    claims_ignored: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """DRA driver -> claimed devices left out (neither a GPU nor a NIC of this node)."""
 
 
 MAX_OTHER_DEVICE_ENTRIES = 4096
@@ -114,7 +132,7 @@ MAX_OTHER_DEVICE_ENTRIES = 4096
 resource a container holds); the bound keeps a kubelet listing thousands from costing memory."""
 
 
-def _pod_ref(cd: ContainerDevices, pods: PodDirectory | None) -> tuple[PodRef, PodMeta | None]:
+def _pod_ref(cd: ContainerDevices | ClaimedDevice, pods: PodDirectory | None) -> tuple[PodRef, PodMeta | None]:
     meta = None
     if pods is not None:
         meta = pods.by_uid.get(cd.pod_uid) if cd.pod_uid else None
@@ -136,13 +154,18 @@ def build_allocations(
     kubelet: KubeletView,
     pods: PodDirectory | None,
     unmapped: UnmappedCounter,
+    slices: SliceDirectory | None = None,
+    nic_ids: Collection[str] = (),
 ) -> Allocations:
     """Allocation series, time-slicing replica counts and pods per shared GPU.
 
-    Pods the API reports as finished are dropped.  Without the API (``pods is None``) a device
-    listed under two pods is shown under both: we cannot tell which one is finished.
+    Devices come from the device plugin (``kubelet.devices``) and from DRA ResourceClaims
+    (``kubelet.claimed``, resolved through this node's ResourceSlices ``slices`` and its NICs'
+    names and PCI addresses ``nic_ids``: see ``claims.py``).  Pods the API reports as finished are
+    dropped.  Without the API (``pods is None``) a device listed under two pods is shown under
+    both: we cannot tell which one is finished.
     """
-    allocations: dict[tuple[PodRef, str, str, str | None, str | None], Allocation] = {}
+    allocations: dict[tuple[PodRef, str, str, str | None, str | None, ClaimRef | None], Allocation] = {}
     pods_per_gpu: dict[str, set[tuple[str, str]]] = {}
     holders: dict[tuple[str, str | None], set[tuple[str, str]]] = {}
     others: list[tuple[PodRef, ContainerDevices]] = []
@@ -159,23 +182,50 @@ def build_allocations(
                 if is_gpu_resource or index.looks_like_gpu(device_id):
                     unmapped.add(device_id, found)
                 continue
-            key = (ref, cd.resource, found.uuid, found.mig_uuid, found.replica)
+            key: tuple[PodRef, str, str, str | None, str | None, ClaimRef | None]
+            key = (ref, cd.resource, found.uuid, found.mig_uuid, found.replica, None)
             allocations[key] = Allocation(ref, cd.resource, found.uuid, found.mig_uuid, found.replica)
             if found.replica is not None:
                 pods_per_gpu.setdefault(found.uuid, set()).add((cd.namespace, cd.pod))
             else:
                 holders.setdefault((found.uuid, found.mig_uuid), set()).add((cd.namespace, cd.pod))
+    claim_holders: dict[str, set[tuple[str, str]]] = {}
+    ignored: dict[str, int] = {}
+    for cl in kubelet.claimed:
+        ref, meta = _pod_ref(cl, pods)
+        if meta is not None and meta.phase in FINISHED_PHASES:
+            continue
+        what = claims.resolve(cl, slices, index, nic_ids)
+        if what.ref is not None:
+            found = what.ref
+            allocations[(ref, cl.claim.driver, found.uuid, found.mig_uuid, None, cl.claim)] = Allocation(
+                ref, cl.claim.driver, found.uuid, found.mig_uuid, None, cl.claim
+            )
+            if found.mig_uuid is None:
+                claim_holders.setdefault(found.uuid, set()).add((cl.namespace, cl.pod))
+        elif what.nic is not None:
+            if len(others) < MAX_OTHER_DEVICE_ENTRIES:
+                others.append((ref, claims.nic_entry(cl, what.nic)))
+        elif what.reason is not None:
+            unmapped.add(claims.device_id(cl), what.reason)
+        else:
+            claims.count_ignored(ignored, cl.claim.driver)
     replicas: dict[str, int] = {}
     for device_id in kubelet.allocatable or ():
         found = index.resolve(device_id)
         if isinstance(found, DeviceRef) and found.replica is not None:
             replicas[found.uuid] = replicas.get(found.uuid, 0) + 1
+    claim_sharing = {uuid: len(held) for uuid, held in claim_holders.items() if len(held) > 1}
+    for uuid in claim_sharing:
+        pods_per_gpu.setdefault(uuid, set()).update(claim_holders[uuid])
     return Allocations(
         allocations=tuple(allocations.values()),
         sharing_replicas=MappingProxyType(replicas),
         sharing_pods=MappingProxyType({u: len(p) for u, p in pods_per_gpu.items()}),
         conflicts=sum(1 for pods_of in holders.values() if len(pods_of) > 1),
         other_devices=tuple(others),
+        claim_sharing=MappingProxyType(claim_sharing),
+        claims_ignored=MappingProxyType(ignored),
     )
 
 

@@ -1,7 +1,13 @@
 """Kubelet PodResources v1 client over its unix socket, refreshed on its own period with caching.
 
-``List`` says which device IDs each container holds; ``GetAllocatableResources`` what the node
-advertises (time-slicing replicas).  The kubelet is asked once per refresh period by a background
+``List`` says which device IDs each container holds through device plugins, and which devices
+it holds through DRA ResourceClaims (``dynamic_resources``: claim, driver, pool, device, CDI
+names); ``GetAllocatableResources`` what the node advertises through device plugins
+(time-slicing replicas).  That reply carries no DRA devices: upstream's
+``AllocatableResourcesResponse`` has only ``devices``, ``cpu_ids`` and ``memory`` (kubelet
+``pkg/apis/podresources/v1/api.proto`` as of Kubernetes 1.35 and master, mid 2026), so the
+allocatable view of DRA devices is this node's ResourceSlices, read by their own source
+(``resourceslices.py``, whose snapshot is ``slices.py``).  The kubelet is asked once per refresh period by a background
 thread, never per scrape or per sampling cycle (dcgm-exporter's per-scrape calls burnt cores on
 MIG nodes); the first time as soon as the thread starts, so building the source never waits for
 the kubelet (the exporter binds its port and serves meanwhile, the stage reading 0).  Replies
@@ -22,8 +28,8 @@ import time
 from exporter.attribution import stages
 from exporter.attribution.grpc_unary import RpcError, StatusCode, UnaryConnection
 from exporter.attribution.merge import KubeletView
-from exporter.attribution.podresources_wire import DecodeDeadlineError, allocatable_reply, list_reply
-from exporter.model import ContainerDevices, StageResult
+from exporter.attribution.podresources_wire import DecodeDeadlineError, Listed, allocatable_reply, list_reply
+from exporter.model import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +80,9 @@ class PodResourcesClient:
         """A connection for one refresh; each call on it is bounded by ``timeout_seconds``."""
         return UnaryConnection(os.path.abspath(self.socket_path), self.timeout_seconds, self.max_reply_bytes)
 
-    def list(self, conn: UnaryConnection | None = None, deadline: float | None = None) -> tuple[ContainerDevices, ...]:
-        """Every container's devices, one entry per (container, resource); raises ``RpcError``
+    def list(self, conn: UnaryConnection | None = None, deadline: float | None = None) -> Listed:
+        """Every container's devices: device plugin entries, one per (container, resource), and
+        claimed devices, one per (container, claim, device); raises ``RpcError``
         (``DEADLINE_EXCEEDED`` also when decoding passes the deadline) or ``WireError``."""
         if conn is None:
             with self.connect() as own:
@@ -89,7 +96,8 @@ class PodResourcesClient:
             raise _decode_deadline(LIST, payload, exc) from None
 
     def allocatable(self, conn: UnaryConnection | None = None, deadline: float | None = None) -> tuple[str, ...] | None:
-        """Device IDs the node can allocate, all resources; ``None`` on kubelets without the call
+        """Device IDs the node can allocate, all device plugin resources (no DRA devices: see the
+        module docstring); ``None`` on kubelets without the call
         (UNIMPLEMENTED before Kubernetes 1.23 or with the feature gate off)."""
         if conn is None:
             with self.connect() as own:
@@ -182,7 +190,7 @@ class PodResourcesSource:
         deadline = time.monotonic() + self._client.timeout_seconds
         try:
             with self._client.connect() as conn:
-                devices = self._client.list(conn, deadline)
+                listed = self._client.list(conn, deadline)
                 allocatable = self._client.allocatable(conn, deadline)
         except Exception as exc:  # any failure of this source only fails this stage
             error = _describe(exc)
@@ -195,7 +203,7 @@ class PodResourcesSource:
             if changed:  # one line per new condition, not one per refresh
                 log.warning("kubelet PodResources at %s failed: %s", self._client.socket_path, error)
             return False
-        view = KubeletView(devices=devices, allocatable=allocatable)
+        view = KubeletView(devices=listed.devices, allocatable=allocatable, claimed=listed.claimed)
         with self._lock:
             if self._view is not None and self._view == view:
                 view = self._view  # unchanged: keep the object so the merge cache stays valid

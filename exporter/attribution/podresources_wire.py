@@ -1,19 +1,23 @@
 """Decode the kubelet's PodResources v1 replies from protobuf wire format.
 
-Only the fields attribution uses are read: pod name and namespace, container name, and each
-device entry's resource name and device IDs (``List``), and the node's allocatable device IDs
-(``GetAllocatableResources``).  Every other field (CPU IDs, memory, topology, dynamic resources,
-and fields a newer kubelet adds) is skipped by its wire type, as any protobuf reader skips
-unknown fields.  Field numbers are those of ``k8s.io/kubelet/pkg/apis/podresources/v1``
-(``_proto/api.proto`` here, from which the test server's stubs are generated).
+Only the fields attribution uses are read: pod name and namespace, container name, each device
+plugin entry's resource name and device IDs, and each DRA claim's devices (``dynamic_resources``:
+claim name and namespace, each allocated device's driver, pool, device name and CDI device
+names) from ``List``; the node's allocatable device IDs from ``GetAllocatableResources`` (which
+names device plugin devices only).  Every other field (CPU IDs, memory, topology, the removed
+``class_name`` of a claim, and fields a newer kubelet adds) is skipped by its wire type, as any
+protobuf reader skips unknown fields.  Field numbers are those of
+``k8s.io/kubelet/pkg/apis/podresources/v1`` (``_proto/api.proto`` here, from which the test
+server's stubs are generated).
 
 Lean by design, because a node's ``List`` names every pod on it and most pods hold no device:
 the reader walks the buffer by offsets (no slice per field), and a pod is first scanned for a
-device entry; a pod without one costs no object that outlives its scan (no string decoded, no
-``ContainerDevices``).  Names that repeat from pod to pod (namespace, container, resource) are
-decoded once per reply and shared.  A ``deadline`` (``time.monotonic()`` seconds) is checked
-every ``DEADLINE_CHECK_PODS`` pods, so a huge reply cannot hold the refresher past its call's
-deadline: :class:`DecodeDeadlineError` then.
+device entry or a claim with a device; a pod without either costs no object that outlives its
+scan (no string decoded, no ``ContainerDevices`` or ``ClaimedDevice``).  Names that repeat from
+pod to pod (namespace, container, resource, driver, pool, device) are decoded once per reply and
+shared.  A ``deadline`` (``time.monotonic()`` seconds) is checked every ``DEADLINE_CHECK_PODS``
+pods, whatever they hold, so a huge reply cannot hold the refresher past its call's deadline:
+:class:`DecodeDeadlineError` then.
 
 Malformed input raises :class:`WireError`; it never reads past the buffer or loops.
 """
@@ -21,8 +25,9 @@ Malformed input raises :class:`WireError`; it never reads past the buffer or loo
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
-from exporter.model import ContainerDevices
+from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -30,11 +35,21 @@ DEADLINE_CHECK_PODS = 1024
 """Pods (or allocatable entries) decoded between two looks at the clock: about a millisecond of
 work, so the deadline is overrun by at most that."""
 SHARED_NAMES = 4096
-"""Distinct namespace, container and resource names kept for sharing in one reply; past that,
-further names are decoded per use (a hostile reply cannot grow the table)."""
+"""Distinct names of one kind (namespace, container, resource, driver, pool, device) kept for
+sharing in one reply; past that, further names are decoded per use (a hostile reply cannot grow
+the table)."""
 
 Buffer = bytes | bytearray | memoryview
 """What the decoders read: the reply message as received (``grpc_unary`` hands a memoryview)."""
+
+
+class Listed(NamedTuple):
+    """A decoded ``List`` reply: what containers hold through device plugins and through DRA."""
+
+    devices: tuple[ContainerDevices, ...]
+    """One entry per (pod, container, device plugin resource)."""
+    claimed: tuple[ClaimedDevice, ...]
+    """One entry per (pod, container, claim, allocated device of the claim)."""
 
 
 class WireError(ValueError):
@@ -106,7 +121,7 @@ def _text(buf: memoryview, start: int, end: int) -> str:
 
 
 class _Names:
-    """Decodes one kind of name that repeats across a reply (namespace, container, resource)
+    """Decodes one kind of name that repeats across a reply (namespace, container, resource...)
     once, sharing the ``str``; the previous name is compared first (pods come in runs), then a
     table bounded by ``SHARED_NAMES``."""
 
@@ -132,12 +147,16 @@ class _Names:
 
 
 class _Shared:
-    """A reply's tables of repeating names, one per kind (each kind comes in its own runs)."""
+    """A reply's tables of repeating names, one per kind (each kind comes in its own runs).  A
+    claim's namespace is its pod's in practice, so both share one table (and one ``str``)."""
 
     def __init__(self, buf: memoryview) -> None:
         self.namespaces = _Names(buf)
         self.containers = _Names(buf)
         self.resources = _Names(buf)
+        self.drivers = _Names(buf)
+        self.pools = _Names(buf)
+        self.devices = _Names(buf)
 
 
 def _check(deadline: float | None, items: int) -> None:
@@ -162,29 +181,112 @@ def _device_entry(buf: memoryview, start: int, end: int, resources: _Names) -> t
     return resource, tuple(ids)
 
 
-def _container_entries(buf: memoryview, start: int, end: int) -> tuple[int, int, list[int]] | None:
-    """ContainerResources (1 name, 2 repeated ContainerDevices): the name's bounds and the
-    device entries' bounds (flattened start, end pairs); ``None`` without a device entry, so a
-    container without devices leaves nothing behind."""
+_Claim = tuple[int, int, int, int, list[int]]
+"""A scanned DynamicResource: its claim namespace's bounds, its claim name's bounds, and its
+ClaimResource entries' bounds (flattened start, end pairs; never empty)."""
+
+
+def _claim_scan(buf: memoryview, start: int, end: int) -> _Claim | None:
+    """DynamicResource (2 claim_name, 3 claim_namespace, 4 repeated ClaimResource; 1 was
+    ``class_name``, removed in Kubernetes 1.31, skipped like any unknown field): bounds only;
+    ``None`` without a ClaimResource, so such a claim adds nothing."""
+    name_start = name_end = namespace_start = namespace_end = 0
+    resources: list[int] | None = None
+    pos = start
+    while pos < end:
+        number, value, pos = _next_field(buf, pos, end)
+        if value < 0:
+            continue
+        if number == 2:
+            name_start, name_end = value, pos
+        elif number == 3:
+            namespace_start, namespace_end = value, pos
+        elif number == 4:
+            if resources is None:
+                resources = []
+            resources += (value, pos)
+    return None if resources is None else (namespace_start, namespace_end, name_start, name_end, resources)
+
+
+_Container = tuple[int, int, list[int] | None, list[_Claim] | None]
+"""A scanned ContainerResources: its name's bounds, its device entries' bounds (flattened start,
+end pairs) or ``None``, its claims with a device or ``None``; never both ``None``."""
+
+
+def _container_scan(buf: memoryview, start: int, end: int) -> _Container | None:
+    """ContainerResources (1 name, 2 repeated ContainerDevices, 5 repeated DynamicResource):
+    bounds only; ``None`` without a device entry or a claim with a device, so a container holding
+    neither leaves nothing behind."""
     name_start = name_end = 0
     entries: list[int] | None = None
+    claims: list[_Claim] | None = None
+    pos = start
+    while pos < end:
+        number, value, pos = _next_field(buf, pos, end)
+        if value < 0:
+            continue
+        if number == 1:
+            name_start, name_end = value, pos
+        elif number == 2:
+            if entries is None:
+                entries = []
+            entries += (value, pos)
+        elif number == 5:
+            claim = _claim_scan(buf, value, pos)
+            if claim is not None:
+                if claims is None:
+                    claims = []
+                claims.append(claim)
+    if entries is None and claims is None:
+        return None
+    return name_start, name_end, entries, claims
+
+
+def _cdi_name(buf: memoryview, start: int, end: int) -> str:
+    """CDIDevice: 1 name (a fully qualified CDI device name, ``vendor.com/class=device``)."""
+    name = ""
     pos = start
     while pos < end:
         number, value, pos = _next_field(buf, pos, end)
         if number == 1 and value >= 0:
-            name_start, name_end = value, pos
-        elif number == 2 and value >= 0:
-            if entries is None:
-                entries = []
-            entries += (value, pos)
-    return None if entries is None else (name_start, name_end, entries)
+            name = _text(buf, value, pos)
+    return name
 
 
-def _pod(buf: memoryview, start: int, end: int, shared: _Shared, out: list[ContainerDevices]) -> None:
-    """PodResources (1 name, 2 namespace, 3 repeated containers): append one entry per
-    (container, device resource); strings are decoded only once a device entry is found."""
+def _claim_resource(buf: memoryview, start: int, end: int, shared: _Shared) -> tuple[str, str, str, tuple[str, ...]]:
+    """ClaimResource (1 repeated CDIDevice, 2 driver_name, 3 pool_name, 4 device_name): (driver,
+    pool, device, CDI device names)."""
+    driver = pool = device = ""
+    cdi: list[str] = []
+    pos = start
+    while pos < end:
+        number, value, pos = _next_field(buf, pos, end)
+        if value < 0:
+            continue
+        if number == 1:
+            cdi.append(_cdi_name(buf, value, pos))
+        elif number == 2:
+            driver = shared.drivers.get(value, pos)
+        elif number == 3:
+            pool = shared.pools.get(value, pos)
+        elif number == 4:
+            device = shared.devices.get(value, pos)
+    return driver, pool, device, tuple(cdi)
+
+
+def _pod(
+    buf: memoryview,
+    start: int,
+    end: int,
+    shared: _Shared,
+    out: list[ContainerDevices],
+    claimed: list[ClaimedDevice],
+) -> None:
+    """PodResources (1 name, 2 namespace, 3 repeated containers): append one entry to ``out`` per
+    (container, device resource) and one to ``claimed`` per (container, claim, claimed device);
+    strings are decoded only once the scan found either."""
     name = namespace = (0, 0)
-    found: list[tuple[int, int, list[int]]] | None = None
+    found: list[_Container] | None = None
     pos = start
     while pos < end:
         number, value, pos = _next_field(buf, pos, end)
@@ -195,7 +297,7 @@ def _pod(buf: memoryview, start: int, end: int, shared: _Shared, out: list[Conta
         elif number == 2:
             namespace = (value, pos)
         elif number == 3:
-            container = _container_entries(buf, value, pos)
+            container = _container_scan(buf, value, pos)
             if container is not None:
                 if found is None:
                     found = []
@@ -204,19 +306,31 @@ def _pod(buf: memoryview, start: int, end: int, shared: _Shared, out: list[Conta
         return
     pod_name = _text(buf, *name)
     pod_namespace = shared.namespaces.get(*namespace)
-    for cstart, cend, entries in found:
+    for cstart, cend, entries, claims in found:
         cname = shared.containers.get(cstart, cend)
-        for i in range(0, len(entries), 2):
-            resource, ids = _device_entry(buf, entries[i], entries[i + 1], shared.resources)
-            out.append(ContainerDevices(pod_namespace, pod_name, cname, resource, ids))
+        if entries is not None:
+            for i in range(0, len(entries), 2):
+                resource, ids = _device_entry(buf, entries[i], entries[i + 1], shared.resources)
+                out.append(ContainerDevices(pod_namespace, pod_name, cname, resource, ids))
+        if claims is None:
+            continue
+        for ns_start, ns_end, claim_start, claim_end, resources in claims:
+            claim_namespace = shared.namespaces.get(ns_start, ns_end)
+            claim_name = _text(buf, claim_start, claim_end)
+            for i in range(0, len(resources), 2):
+                driver, pool, device, cdi = _claim_resource(buf, resources[i], resources[i + 1], shared)
+                ref = ClaimRef(claim_namespace, claim_name, driver, pool, device)
+                claimed.append(ClaimedDevice(pod_namespace, pod_name, cname, ref, cdi))
 
 
-def list_reply(payload: Buffer, deadline: float | None = None) -> tuple[ContainerDevices, ...]:
-    """ListPodResourcesResponse → one entry per (pod, container, device resource); pods without
-    a device entry add nothing.  ``deadline``: see the module docstring."""
+def list_reply(payload: Buffer, deadline: float | None = None) -> Listed:
+    """ListPodResourcesResponse → device plugin entries, one per (pod, container, resource), and
+    claimed devices, one per (pod, container, claim, device); pods holding neither add nothing.
+    ``deadline``: see the module docstring."""
     buf = memoryview(payload).cast("B")
     shared = _Shared(buf)
     out: list[ContainerDevices] = []
+    claimed: list[ClaimedDevice] = []
     pods = 0
     pos, end = 0, len(buf)
     while pos < end:
@@ -224,12 +338,13 @@ def list_reply(payload: Buffer, deadline: float | None = None) -> tuple[Containe
         if number == 1 and value >= 0:  # 1: repeated PodResources
             pods += 1
             _check(deadline, pods)
-            _pod(buf, value, pos, shared, out)
-    return tuple(out)
+            _pod(buf, value, pos, shared, out, claimed)
+    return Listed(tuple(out), tuple(claimed))
 
 
 def allocatable_reply(payload: Buffer, deadline: float | None = None) -> tuple[str, ...]:
-    """AllocatableResourcesResponse → every allocatable device ID, all resources."""
+    """AllocatableResourcesResponse → every allocatable device ID, all device plugin resources
+    (the reply has no DRA devices: a driver publishes those in ResourceSlices)."""
     buf = memoryview(payload).cast("B")
     resources = _Names(buf)
     ids: list[str] = []

@@ -29,23 +29,46 @@ from exporter.attribution._proto import api_pb2
 
 _SERVICE = "v1.PodResourcesLister"
 
-ContainerSpec = tuple[str, Sequence[tuple[str, Sequence[str]]]]
-"""(container name, [(resource name, device IDs), ...])."""
+DeviceSpec = tuple[str, Sequence[str]]
+"""(resource name, device IDs): a device plugin's entry."""
+ClaimDeviceSpec = tuple[str, str, str, Sequence[str]]
+"""(driver, pool, device, CDI device names): one device allocated through a ResourceClaim."""
+ClaimSpec = tuple[str, str, Sequence[ClaimDeviceSpec]]
+"""(claim namespace, claim name, [claimed device, ...]): one DRA ``DynamicResource``."""
+ContainerSpec = tuple[str, Sequence[DeviceSpec]] | tuple[str, Sequence[DeviceSpec], Sequence[ClaimSpec]]
+"""(container name, [(resource name, device IDs), ...]) and optionally its DRA claims."""
+
+
+def claim(namespace: str, name: str, claimed: Iterable[ClaimDeviceSpec]) -> api_pb2.DynamicResource:
+    """One claim of a container as the kubelet lists it (``dynamic_resources``)."""
+    return api_pb2.DynamicResource(
+        claim_name=name,
+        claim_namespace=namespace,
+        claim_resources=[
+            api_pb2.ClaimResource(
+                cdi_devices=[api_pb2.CDIDevice(name=n) for n in cdi],
+                driver_name=driver,
+                pool_name=pool,
+                device_name=device,
+            )
+            for driver, pool, device, cdi in claimed
+        ],
+    )
+
+
+def _container(spec: ContainerSpec) -> api_pb2.ContainerResources:
+    claims: Sequence[ClaimSpec] = spec[2] if len(spec) == 3 else ()
+    return api_pb2.ContainerResources(
+        name=spec[0],
+        devices=[api_pb2.ContainerDevices(resource_name=r, device_ids=list(ids)) for r, ids in spec[1]],
+        dynamic_resources=[claim(ns, n, claimed) for ns, n, claimed in claims],
+    )
 
 
 def pod(namespace: str, name: str, containers: Iterable[ContainerSpec]) -> api_pb2.PodResources:
-    """One pod as the kubelet lists it."""
-    return api_pb2.PodResources(
-        name=name,
-        namespace=namespace,
-        containers=[
-            api_pb2.ContainerResources(
-                name=cname,
-                devices=[api_pb2.ContainerDevices(resource_name=r, device_ids=list(ids)) for r, ids in devs],
-            )
-            for cname, devs in containers
-        ],
-    )
+    """One pod as the kubelet lists it; a container spec is (name, devices) or (name, devices,
+    claims)."""
+    return api_pb2.PodResources(name=name, namespace=namespace, containers=[_container(c) for c in containers])
 
 
 def devices(resource: str, ids: Iterable[str]) -> api_pb2.ContainerDevices:
@@ -57,28 +80,35 @@ _NAME_SLOT = b"pod-00000000"
 _ID_SLOT = b"::00000000"
 
 
-def small_pods_reply(total_bytes: int, with_gpu: bool = True) -> bytes:
+def small_pods_reply(total_bytes: int, with_gpu: bool = True, with_claim: bool = False) -> bytes:
     """A serialised ``ListPodResourcesResponse`` of about ``total_bytes`` (never more) made of
     small pods ``team-a/pod-NNNNNNNN``, each one container ``main``; ``with_gpu`` gives each
-    container one ``nvidia.com/gpu`` device with its own ID (``GPU-…::NNNNNNNN``), else none.
+    container one ``nvidia.com/gpu`` device with its own ID (``GPU-…::NNNNNNNN``), else none;
+    ``with_claim`` one DRA claim ``team-a/claim`` of one ``gpu.nvidia.com`` device with its own
+    name (``gpu::NNNNNNNN``).
 
-    Built in one buffer from one encoded pod whose name and device ID are patched per pod, so
+    Built in one buffer from one encoded pod whose name and device IDs are patched per pod, so
     30 MiB cost about two copies of 30 MiB while they are built and one afterwards.
     """
     gpu = [("nvidia.com/gpu", ["GPU-00000000-aaaa-bbbb-cccc-000000000000" + _ID_SLOT.decode()])] if with_gpu else []
+    claims: list[ClaimSpec] = (
+        [("team-a", "claim", [("gpu.nvidia.com", "node-1", "gpu" + _ID_SLOT.decode(), [])])] if with_claim else []
+    )
     one = api_pb2.ListPodResourcesResponse(
-        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", gpu)])]
+        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", gpu, claims)])]
     ).SerializeToString()
-    name_at = one.index(_NAME_SLOT) + len(_NAME_SLOT) - 8
-    id_at = one.index(_ID_SLOT) + len(_ID_SLOT) - 8 if with_gpu else -1
+    slots = [one.index(_NAME_SLOT) + len(_NAME_SLOT) - 8]
+    at = one.find(_ID_SLOT)
+    while at >= 0:
+        slots.append(at + len(_ID_SLOT) - 8)
+        at = one.find(_ID_SLOT, at + 1)
     count = min(total_bytes // len(one), 10**8)
     out = bytearray(one) * count
     for i in range(count):
         digits = b"%08d" % i
         base = i * len(one)
-        out[base + name_at : base + name_at + 8] = digits
-        if id_at >= 0:
-            out[base + id_at : base + id_at + 8] = digits
+        for slot in slots:
+            out[base + slot : base + slot + 8] = digits
     return bytes(out)
 
 
