@@ -669,8 +669,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "The GPU's NVLink fabric registration (NVML GPU fabric info), always 1: state (not_supported, "
         "not_started, in_progress, completed), the fabric's cluster_uuid and clique_id, and status (NVML's "
         "result of the registration). GPUs with one cluster_uuid and clique_id reach each other over "
-        "NVLink: the domain NVIDIA's DRA driver builds a ComputeDomain on. Absent where NVML has no "
-        "fabric information for the GPU (no multi-node NVLink).",
+        "NVLink: the domain NVIDIA's DRA driver builds a ComputeDomain on; an all-zero cluster_uuid groups "
+        "nothing (some single-node boards report it). Absent where NVML has no fabric information for the "
+        "GPU, or says the GPU is in none (state not_supported, as a lone H200 answers).",
         GPU,
         each=lambda v: (
             (((v.gpu.fabric.state, v.gpu.fabric.cluster_uuid, str(v.gpu.fabric.clique_id), v.gpu.fabric.status), 1.0),)

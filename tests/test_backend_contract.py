@@ -26,7 +26,7 @@ from exporter.model import MPS_CLIENT, MPS_SERVER, NVLINK, PCIE, BackendSample, 
 from exporter.sampler import Sampler
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from tests.fakes import fake_pynvml as f
-from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
+from tests.fakes.fake_pynvml import FakeFabric, FakeGpu, FakeMig, FakeNvml, FakeProcess
 
 CYCLES = 4
 XID = 79
@@ -121,6 +121,7 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                 memory_total=g.memory_total_bytes or 0,
                 memory_used=g.memory_used_bytes or 0,
                 memory_reserved=(whole[0].memory_reserved_bytes or 0) if whole else 0,
+                **({"fabric": FakeFabric.of(g.fabric)} if g.fabric is not None else {}),
                 util_gpu=_pct(g.utilization_ratio),
                 util_memory=_pct(g.memory_utilization_ratio),
                 power_mw=round((g.power_watts or 0) * 1000),

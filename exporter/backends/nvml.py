@@ -69,7 +69,8 @@ class NvmlBackend:
     ``energy_every`` cycles the same way: ``rate()`` over any window longer than that is unchanged.
     Fields that change with a configuration or an error (MIG and compute mode, power limit, ECC,
     remapped rows, PCIe replays, fan, HBM temperature) are read every ``slow_every`` cycles
-    (exporter/backends/nvml_device.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
+    (exporter/backends/nvml_device.py), and so is the NVLink fabric registration, which completes
+    some time after boot (exporter/backends/nvml_fabric.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
     every GPU then reads as one without it (coarse classes, docs/boundness.md).
     """
 

@@ -67,6 +67,9 @@ class NvmlFunctions:
     nvmlDeviceGetPcieReplayCounter: NvmlFunction
     nvmlDeviceGetTotalEccErrors: NvmlFunction
     nvmlDeviceGetRemappedRows: NvmlFunction
+    # NVLink fabric registration, read every slow cycle (nvml_fabric.py)
+    nvmlDeviceGetGpuFabricInfoV: NvmlFunction
+    nvmlDeviceGetGpuFabricInfo: NvmlFunction
     # Xid events
     nvmlDeviceGetSupportedEventTypes: NvmlFunction
     nvmlEventSetCreate: NvmlFunction

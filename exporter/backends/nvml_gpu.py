@@ -8,6 +8,7 @@ from typing import Any
 
 from exporter.backends.nvml_device import DeviceCore, DeviceFields, memory_info
 from exporter.backends.nvml_events import XidEvents
+from exporter.backends.nvml_fabric import FabricReader
 from exporter.backends.nvml_gpm import GpmReader, GpmReading, GpmTracker
 from exporter.backends.nvml_links import LinkReader
 from exporter.backends.nvml_mig import MigDevices
@@ -32,7 +33,8 @@ class ReaderOptions:
 
 
 class GpuReader:
-    """Reads one physical GPU: identity once, then device fields, leaves, GPM and Xid every cycle.
+    """Reads one physical GPU: identity once, then device fields, leaves, GPM and Xid every cycle
+    (and, every ``slow_every`` cycles, its NVLink fabric registration).
 
     Built at enumeration from the GPU's handle and UUID. ``sample()`` raises ``GpuLost`` when the
     GPU stops answering; until its identity has been read completely it is read again first.
@@ -54,6 +56,7 @@ class GpuReader:
         self._processes = Processes(q, handle, uuid, options.wall_clock)
         self._gpm = GpmReader(q, tracker, handle, uuid, enabled=options.gpm)
         self._events = XidEvents(q, handle, uuid)
+        self._fabric = FabricReader(q, index, handle, uuid, options.slow_every)
 
     def read_identity(self) -> None:
         """Static identity, PCIe link maximums, GPM support, Xid registration; done once per GPU."""
@@ -65,7 +68,7 @@ class GpuReader:
 
     def sample(self, cycle: int) -> GpuSample:
         """This cycle's sample; ``cycle`` paces the staggered PCIe, energy and slow reads (NVLink
-        errors among them)."""
+        errors and the fabric registration among them)."""
         if not self._identity_read:
             self.read_identity()
         now = self._clock()
@@ -82,7 +85,8 @@ class GpuReader:
             leaves = (self._whole_gpu_leaf(core, reading, links),)
         self._sampled_once = True
         nvlink_errors = self._links.nvlink_errors(cycle)  # after read(): it finds the NVLinks
-        return self._device.sample(cycle, core, leaves, links, pcie, nvlink_errors, self._events.drain())
+        fabric = self._fabric.read(cycle)
+        return self._device.sample(cycle, core, leaves, links, pcie, nvlink_errors, self._events.drain(), fabric)
 
     @property
     def gpm_supported(self) -> bool:

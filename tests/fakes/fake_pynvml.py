@@ -6,13 +6,16 @@ in the real binding), so ``NvmlBackend(nvml=FakeNvml(...))`` runs the same code 
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 from exporter.backends.nvml_functions import NvmlFunctions
+from exporter.model import FABRIC_STATES, GpuFabric
 
 # --- constants (values as in nvidia-ml-py) -------------------------------------------------------
 NVML_SUCCESS = 0
@@ -38,6 +41,7 @@ _ERROR_CODES = {
     "IN_USE": 19,
     "MEMORY": 20,
     "NO_DATA": 21,
+    "INSUFFICIENT_RESOURCES": 23,
     "UNKNOWN": 999,
 }
 
@@ -97,6 +101,12 @@ NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
 NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
 NVML_GPM_METRIC_MAX = 477
 NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPU_FABRIC_UUID_LEN = 16
+NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0
+NVML_GPU_FABRIC_STATE_NOT_STARTED = 1
+NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2
+NVML_GPU_FABRIC_STATE_COMPLETED = 3
+nvmlGpuFabricInfo_v2 = 0x02000024
 
 
 # --- errors: NVMLError(code) returns the subclass, like the real binding ---------------------------
@@ -134,6 +144,30 @@ def code(name: str) -> int:
 
 
 # --- configuration ---------------------------------------------------------------------------------
+ZERO_CLUSTER_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass
+class FakeFabric:
+    """What ``nvmlDeviceGetGpuFabricInfo(V)`` fills in for a GPU that NVML knows a fabric for:
+    raw NVML values (the state constant, the status return code), the cluster UUID as text."""
+
+    state: int = NVML_GPU_FABRIC_STATE_COMPLETED
+    cluster_uuid: str = ZERO_CLUSTER_UUID
+    clique_id: int = 0
+    status: int = NVML_SUCCESS
+    """An NVML return code: ``NVML_SUCCESS``, or why the registration failed (``code("IN_USE")``)."""
+    health_mask: int = 0
+    """``NVML_GPU_FABRIC_HEALTH_MASK_*`` bits (v2 struct only); 0: every health field not supported."""
+
+    @classmethod
+    def of(cls, fabric: GpuFabric) -> FakeFabric:
+        """What the driver would fill in for a GPU whose sample says ``fabric`` (the inverse of the
+        backend's decoding: state label -> constant, status name -> return code)."""
+        status = NVML_SUCCESS if fabric.status == "success" else code(fabric.status.upper())
+        return cls(FABRIC_STATES.index(fabric.state), fabric.cluster_uuid, fabric.clique_id, status)
+
+
 @dataclass
 class FakeProcess:
     pid: int
@@ -237,6 +271,11 @@ class FakeGpu:
     migs: list[FakeMig] = field(default_factory=list)
     max_mig_devices: int = 7
     lost: bool = False
+    fabric: FakeFabric | None = field(default_factory=lambda: FakeFabric(NVML_GPU_FABRIC_STATE_NOT_SUPPORTED))
+    """What the fabric info calls fill in. By default what an H200 outside any NVLink fabric answers
+    on driver 580: SUCCESS, state NOT_SUPPORTED, an all-zero cluster UUID and clique 0
+    (tests/fixtures/nvml_fabric/h200.json); ``None`` raises NOT_SUPPORTED instead, as other GPUs or
+    drivers may."""
     answers: dict[str, Any] = field(default_factory=dict)
     """Raw answers of plain device getters the backend declares and the fake has no method for
     (``nvmlDeviceGetX(handle)`` -> value); one absent here answers NOT_SUPPORTED, as a GPU without
@@ -294,6 +333,49 @@ class _GpmMetricsGet:
 
 c_nvmlGpmMetricsGet_t = _GpmMetricsGet
 
+
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):
+    """The older fabric info struct (``nvmlDeviceGetGpuFabricInfo``), laid out as nvidia-ml-py's."""
+
+    _fields_ = (
+        ("clusterUuid", ctypes.c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    )
+
+
+class c_nvmlGpuFabricInfo_v2_t(ctypes.Structure):
+    """The versioned fabric info struct (``nvmlDeviceGetGpuFabricInfoV``); its constructor sets
+    the version, as nvidia-ml-py's does."""
+
+    _fields_ = (
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+        ("healthMask", ctypes.c_uint32),
+    )
+
+    def __init__(self) -> None:
+        super().__init__(version=nvmlGpuFabricInfo_v2)
+
+
+_BY_REFERENCE = type(ctypes.byref(ctypes.c_int()))
+"""What ``ctypes.byref`` returns: nvidia-ml-py's fabric calls hand their argument to C as is, so
+the caller must pass the struct this way."""
+
+
+def _referenced(ref: Any, struct: type[ctypes.Structure]) -> Any:
+    """The ``struct`` instance ``ref`` (a ``ctypes.byref``) points at; a struct passed by value, or
+    one of another type, is a caller's bug the real binding would not survive."""
+    assert isinstance(ref, _BY_REFERENCE), f"pass ctypes.byref({struct.__name__}()), not {type(ref).__name__}"
+    target = ref._obj  # type: ignore[attr-defined]  # the referenced object, undeclared in typeshed
+    assert isinstance(target, struct), f"expected a {struct.__name__}, got {type(target).__name__}"
+    return target
+
+
 _THRESHOLD_KINDS = {
     NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown",
     NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown",
@@ -318,6 +400,8 @@ class FakeNvml:
 
     NVMLError = NVMLError
     c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+    c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t
+    c_nvmlGpuFabricInfo_v2_t = c_nvmlGpuFabricInfo_v2_t
 
     def __init__(self, gpus: list[FakeGpu], driver_version: str = "580.159.04") -> None:
         self.gpus = gpus
@@ -609,6 +693,29 @@ class FakeNvml:
     def nvmlDeviceGetRemappedRows(self, h: FakeHandle) -> tuple[int, int, int, int]:
         self._enter("nvmlDeviceGetRemappedRows", h)
         return self._value(h.gpu.remapped_rows)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: FakeHandle, ref: Any) -> int:
+        """Fills the v2 struct ``ref`` points at; NOT_SUPPORTED where the GPU has no fabric."""
+        self._enter("nvmlDeviceGetGpuFabricInfoV", h)
+        info = _referenced(ref, c_nvmlGpuFabricInfo_v2_t)
+        assert info.version == nvmlGpuFabricInfo_v2, hex(info.version)
+        fabric = self._value(h.gpu.fabric)
+        self._fill_fabric(info, fabric)
+        info.healthMask = fabric.health_mask
+        return NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: FakeHandle, ref: Any) -> int:
+        """The older call: the same fields without a version or health mask."""
+        self._enter("nvmlDeviceGetGpuFabricInfo", h)
+        self._fill_fabric(_referenced(ref, c_nvmlGpuFabricInfo_t), self._value(h.gpu.fabric))
+        return NVML_SUCCESS
+
+    @staticmethod
+    def _fill_fabric(info: Any, fabric: FakeFabric) -> None:
+        info.clusterUuid[:] = list(uuid.UUID(fabric.cluster_uuid).bytes)
+        info.status = fabric.status
+        info.cliqueId = fabric.clique_id
+        info.state = fabric.state
 
     # -- events ----------------------------------------------------------------------------------
     def nvmlDeviceGetSupportedEventTypes(self, h: FakeHandle) -> int:
