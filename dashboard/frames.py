@@ -808,6 +808,8 @@ NOT_CHARTED = {
     # the Nearest NICs table (and the Network page) show these per GPU-NIC pair: always 1 / 0 or 1
     "gpulens_gpu_nic_path_info",
     "gpulens_gpu_nic_gdr_ready",
+    # an info series (the GPU's NVLink fabric: cluster and clique); no page shows it yet
+    "gpulens_gpu_fabric_info",
 }
 """Device series the GPU page leaves out on purpose: identity (the page's header and tables), state
 sets (the strips), integrals of a charted gauge, the links (their own panel) and the GPU's NICs

@@ -106,12 +106,16 @@ def make_classifier(cfg: ExporterConfig) -> Classifier:
     return BoundnessClassifier(window_seconds=cfg.analysis_window)
 
 
-def make_attributor(cfg: ExporterConfig, simulation: Simulation | None) -> Attributor:
+def make_attributor(
+    cfg: ExporterConfig, simulation: Simulation | None, network: NetworkStage | None = None
+) -> Attributor:
     """Pod attribution from the kubelet, the API and /proc; the simulated node's own pods with the
-    simulator, unless a kubelet socket other than the default was given."""
+    simulator, unless a kubelet socket other than the default was given.  ``network``'s NICs tell
+    claimed NICs from claimed devices left out."""
     socket: str | None = cfg.podresources_socket or None
+    nic_ids = network.source.ids if network is not None else None
     if simulation is not None and socket in (None, DEFAULT_PODRESOURCES_SOCKET):
-        return simulation.attributor()
+        return simulation.attributor(nic_ids)
     from exporter.attribution.pipeline import AttributionOptions, build_attributor
 
     options = AttributionOptions(
@@ -119,10 +123,11 @@ def make_attributor(cfg: ExporterConfig, simulation: Simulation | None) -> Attri
         node_name=cfg.node_name or None,
         kube_api=cfg.kube_api,
         kube_owner_chain=cfg.kube_owner_chain,
+        kube_resource_slices=cfg.kube_resource_slices,
         procfs=cfg.procfs,
         refresh_seconds=cfg.kube_refresh_interval,
     )
-    return build_attributor(options)
+    return build_attributor(options, nic_ids)
 
 
 def make_probes(cfg: ExporterConfig, simulation: Simulation | None) -> ProbeScheduler | None:
@@ -165,13 +170,14 @@ def make_network(cfg: ExporterConfig, simulation: Simulation | None) -> NetworkS
 def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     """Wire the pipeline without starting threads (tests use this)."""
     backend, simulation = open_gpus(cfg)
+    network = make_network(cfg, simulation)
     sampler = Sampler(
         backend,
         SamplerOptions(interval_seconds=cfg.collect_interval, deadline_seconds=cfg.collect_deadline),
-        attributor=make_attributor(cfg, simulation),
+        attributor=make_attributor(cfg, simulation, network),
         classifier=make_classifier(cfg),
         probes=make_probes(cfg, simulation),
-        network=make_network(cfg, simulation),
+        network=network,
     )
     checks: dict[str, Callable[[Snapshot], bool]] = {}
     tails: list[Callable[[Snapshot, bool], bytes]] = []

@@ -24,6 +24,8 @@ SIM_SCENARIOS: tuple[str, ...] = (
     "mig7x8",
     "timeslice",
     "mps",
+    "dra",
+    "dra-plugin",
     "a100",
     "l40s",
     "a10g",
@@ -230,6 +232,8 @@ class ExporterConfig:
     """``--path.sysfs``: where the host's sysfs is (RDMA NICs, PCIe paths, peer-memory modules)."""
     kube_owner_chain: bool = True
     """``--[no-]kubernetes.owner-chain``: a pod's workload is the top of its owner chain."""
+    kube_resource_slices: bool = True
+    """``--[no-]kubernetes.resource-slices``: resolve DRA-claimed devices through ResourceSlices."""
 
 
 def _ratio(text: str) -> float:
@@ -358,6 +362,14 @@ _BOOLS: list[tuple[str, bool, str]] = [
         "JobSet, TrainJob, LeaderWorkerSet, RayJob or CronJob above it (docs/attribution.md). Off: the "
         "pod's own controller (a ReplicaSet named after its Deployment counts as that Deployment).",
     ),
+    (
+        "kubernetes.resource-slices",
+        True,
+        "With --kubernetes.api, watch this node's DRA ResourceSlices (resource.k8s.io/v1; get, list and "
+        "watch on resourceslices) to tell which GPU, MIG instance or NIC each device a pod holds through a "
+        "ResourceClaim is (docs/attribution.md). Off: claimed GPUs of NVIDIA's DRA driver stay unattributed "
+        "(counted in gpulens_unmapped_devices_total, reason no_slice).",
+    ),
     ("probes", True, "Run gated bandwidth probes in child processes."),
     ("probes.skip-allocated", True, "Never probe a GPU allocated to a pod."),
     (
@@ -471,6 +483,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         collect_nic=ns.collect_nic,
         sysfs=ns.path_sysfs,
         kube_owner_chain=ns.kubernetes_owner_chain,
+        kube_resource_slices=ns.kubernetes_resource_slices,
     )
 
 

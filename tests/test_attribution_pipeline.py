@@ -16,11 +16,13 @@ from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, parse_config
 from exporter.model import (
     BackendSample,
+    ClaimedDevice,
     ContainerDevices,
     GpuSample,
     LeafSample,
     MigInstance,
     ProcessSample,
+    SliceDevice,
 )
 from exporter.sampler import Sampler
 from exporter.sim import Simulation
@@ -92,6 +94,14 @@ class FakeSimNode:
     def pod_devices(self) -> tuple[ContainerDevices, ...]:
         self._maybe_fail("pod_devices")
         return tuple(self.devices)
+
+    def pod_claims(self) -> tuple[ClaimedDevice, ...]:
+        self._maybe_fail("pod_devices")
+        return ()
+
+    def resource_slices(self) -> tuple[SliceDevice, ...]:
+        self._maybe_fail("resource_slices")
+        return ()
 
     def pods(self) -> tuple[PodMeta, ...]:
         self._maybe_fail("pods")

@@ -28,6 +28,9 @@ from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from tests.fakes import fake_pynvml as f
 from tests.fakes.fake_pynvml import FakeFabric, FakeGpu, FakeMig, FakeNvml, FakeProcess
 
+NOT_IN_A_FABRIC = f.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+"""What NVML's fabric state says for a GPU in no NVLink fabric (the simulator's ``fabric=None``)."""
+
 CYCLES = 4
 XID = 79
 FAILING_FIELD = "temperature_celsius"
@@ -121,7 +124,7 @@ def fake_node(sample: BackendSample) -> FakeNvml:
                 memory_total=g.memory_total_bytes or 0,
                 memory_used=g.memory_used_bytes or 0,
                 memory_reserved=(whole[0].memory_reserved_bytes or 0) if whole else 0,
-                **({"fabric": FakeFabric.of(g.fabric)} if g.fabric is not None else {}),
+                fabric=FakeFabric.of(g.fabric) if g.fabric is not None else FakeFabric(NOT_IN_A_FABRIC),
                 util_gpu=_pct(g.utilization_ratio),
                 util_memory=_pct(g.memory_utilization_ratio),
                 power_mw=round((g.power_watts or 0) * 1000),

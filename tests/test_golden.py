@@ -17,9 +17,10 @@ from tests.support.sim_exposition import DASHBOARD_FIXTURES, dashboard_fixture, 
 
 GOLDEN = Path(__file__).parent / "golden"
 DASHBOARD = Path(__file__).parent / "fixtures" / "dashboard"
-NODES = ["h200x8", "mig", "timeslice", "mps", "a100", "l40s", "a10g", "p5en", "p5en-nogdr", "jobs-0", "jobs-1"]
+NODES = ["h200x8", "mig", "timeslice", "mps", "a100", "l40s", "a10g", "p5en", "p5en-nogdr", "jobs-0", "jobs-1", "dra"]
 """Simulated nodes with a golden exposition: the H200 ones, three without GPM, the two workers of a
-multi-node job with RDMA NICs, and the two nodes of four multi-node jobs."""
+multi-node job with RDMA NICs, the two nodes of four multi-node jobs, and a node whose GPUs come
+through DRA ResourceClaims."""
 PREHOPPER = ("a100", "l40s", "a10g")
 _GPM_RATIOS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active", "dram_active")
 GPM_FAMILIES = frozenset(f"gpulens_gpu_{name}_ratio" for name in _GPM_RATIOS)

@@ -11,6 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
+from exporter.attribution import claims
+from exporter.attribution.deviceids import DeviceIndex
+from exporter.attribution.slices import SliceDirectory
 from exporter.backends.base import GpuBackend
 from exporter.backends.nvml_links import pcie_capacity
 from exporter.model import PCIE, BackendSample, GpmSample, GpuSample, LeafSample
@@ -260,7 +263,18 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
     sample = run(backend, 2)[-1]
     devices, owners, pids = backend.pod_devices(), {p.uid: p for p in backend.pods()}, backend.pid_owners()
     targets = _device_targets(sample, backend.sharing_replicas())
-    held: dict[str, tuple[str | None, str]] = {}
+    held: dict[str, set[tuple[str | None, str]]] = {}
+    # devices held through ResourceClaims, resolved through the node's published devices as the
+    # exporter does (one claim may be shared by several pods: a time-sliced GPU)
+    index, published = DeviceIndex(sample), SliceDirectory.of(backend.resource_slices())
+    for c in backend.pod_claims():
+        assert c.pod_uid in owners and (owners[c.pod_uid].namespace, owners[c.pod_uid].name) == (c.namespace, c.pod)
+        what = claims.resolve(c, published, index, ())
+        if c.claim.driver != "gpu.nvidia.com":
+            assert what == claims.Resolved(), f"{c.claim} is left out"
+            continue
+        assert what.ref is not None, f"{c.claim} resolves to no GPU: {what.reason}"
+        held.setdefault(what.ref.mig_uuid or what.ref.uuid, set()).add((c.pod_uid, c.container))
     for d in devices:
         assert d.pod_uid in owners
         o = owners[d.pod_uid]
@@ -284,7 +298,7 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
         for device in d.device_ids:
             assert device in targets, f"{device} matches no GPU, MIG instance or replica"
             assert device not in held, f"{device} allocated twice"
-            held[device] = (d.pod_uid, d.container)
+            held[device] = {(d.pod_uid, d.container)}
             if device.startswith("MIG-"):
                 assert re.fullmatch("MIG-" + UUID_RE, device)
                 assert d.resource.startswith("nvidia.com/mig-")
@@ -298,9 +312,9 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
             assert owners[owner[0]].name.startswith("nvidia-device-plugin-mps")
             continue
         if leaf.mig is not None:
-            assert held[leaf.mig.mig_uuid] == owner
+            assert owner in held[leaf.mig.mig_uuid]
         else:
-            assert any(held.get(t) == owner for t in held if t.split("::")[0] == g.uuid)
+            assert any(owner in held[t] for t in held if t.split("::")[0] == g.uuid)
     # Role of the profile name in the resource.
     for d in devices:
         for device in d.device_ids:

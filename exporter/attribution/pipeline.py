@@ -26,6 +26,7 @@ from exporter.attribution.merge import (
     build_usages,
     leaf_tenants,
 )
+from exporter.attribution.slices import SliceDirectory
 from exporter.model import Attribution, BackendSample, PodUsage, StageResult
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class AttributionOptions:
     """``--[no-]kubernetes.api``: watch pod metadata (phase, owner workload, container IDs)."""
     kube_owner_chain: bool
     """``--[no-]kubernetes.owner-chain``: a pod's workload is the top of its owner chain."""
+    kube_resource_slices: bool
+    """``--[no-]kubernetes.resource-slices``: watch this node's DRA ResourceSlices."""
     procfs: str
     """``--path.procfs``: where host PIDs' ``cgroup`` files are (needs hostPID or host /proc)."""
     refresh_seconds: float
@@ -92,6 +95,18 @@ class PodSource(Protocol):
         ...
 
 
+class SliceSource(Protocol):
+    """Latest ResourceSlices of this node (``None`` = the API is not usable right now)."""
+
+    def latest(self) -> tuple[SliceDirectory | None, StageResult]:
+        """(directory, stage result); the same directory object while nothing changed."""
+        ...
+
+    def close(self) -> None:
+        """Stop watching."""
+        ...
+
+
 class PidSource(Protocol):
     """Host PID -> container owner (cached per PID by the real source)."""
 
@@ -110,7 +125,9 @@ class PipelineAttributor:
     ``sharing_replicas``, when given, is a device plugin's own count of time-slicing replicas per
     GPU UUID; it replaces the count inferred from the kubelet's ``::N`` device IDs.
     ``owner_walks``, when given, reads the pod source's owner-chain walks by outcome (cumulative
-    counts) into ``Attribution.owner_walks`` each cycle.
+    counts) into ``Attribution.owner_walks`` each cycle.  ``slices`` says what each device held
+    through a DRA ResourceClaim is; ``nic_ids``, when given, gives the names and PCI addresses of
+    this node's RDMA devices, so that a claimed NIC is told from a device left out.
     """
 
     def __init__(
@@ -120,14 +137,18 @@ class PipelineAttributor:
         pids: PidSource | None,
         sharing_replicas: Callable[[], Mapping[str, int]] | None = None,
         owner_walks: Callable[[], Mapping[str, int]] | None = None,
+        slices: SliceSource | None = None,
+        nic_ids: Callable[[], frozenset[str]] | None = None,
     ) -> None:
         self._kubelet = kubelet
         self._pods = pods
         self._pids = pids
+        self._slices = slices
+        self._nic_ids = nic_ids
         self._sharing_replicas = sharing_replicas
         self._owner_walks = owner_walks
         self._unmapped = UnmappedCounter()
-        self._cache_inputs: tuple[object, object, object] | None = None
+        self._cache_inputs: tuple[object, ...] | None = None
         self._cache: Allocations = Allocations()
 
     def attribute(self, sample: BackendSample, now: float) -> tuple[Attribution, tuple[StageResult, ...]]:
@@ -142,8 +163,12 @@ class PipelineAttributor:
         if self._pods is not None:
             pods, result = self._pods.latest()
             stages.append(result)
+        slices: SliceDirectory | None = None
+        if self._slices is not None:
+            slices, result = self._slices.latest()
+            stages.append(result)
         index = DeviceIndex(sample)
-        allocs = self._allocations(index, view, pods)
+        allocs = self._allocations(index, view, pods, slices)
 
         usages: tuple[PodUsage, ...] = ()
         tenants: Mapping[str, frozenset[tuple[str, str]]] | None = None
@@ -171,20 +196,31 @@ class PipelineAttributor:
             allocation_conflicts=allocs.conflicts,
             leaf_tenants=tenants,
             other_devices=allocs.other_devices,
+            claim_sharing=allocs.claim_sharing,
+            claims_ignored=allocs.claims_ignored,
             owner_walks=MappingProxyType(dict(self._owner_walks())) if self._owner_walks is not None else None,
         )
         return attribution, tuple(stages)
 
-    def _allocations(self, index: DeviceIndex, view: KubeletView | None, pods: PodDirectory | None) -> Allocations:
+    def _allocations(
+        self, index: DeviceIndex, view: KubeletView | None, pods: PodDirectory | None, slices: SliceDirectory | None
+    ) -> Allocations:
         if view is None or index.empty:
             # No kubelet data, or no GPU list to check IDs against (backend down): nothing to say.
             self._cache_inputs = None
             return Allocations()
-        inputs = (view, pods, index.key)
+        nic_ids = self._nics() if view.claimed else frozenset()
+        inputs = (view, pods, slices, index.key, nic_ids)
         cached = self._cache_inputs
-        if cached is not None and cached[0] is view and cached[1] is pods and cached[2] == index.key:
+        if (
+            cached is not None
+            and cached[0] is view
+            and cached[1] is pods
+            and cached[2] is slices
+            and cached[3:] == inputs[3:]
+        ):
             return self._cache
-        allocs = build_allocations(index, view, pods, self._unmapped)
+        allocs = build_allocations(index, view, pods, self._unmapped, slices, nic_ids)
         if allocs.conflicts != self._cache.conflicts:  # one line per change, not per cycle
             log.warning(
                 "%d GPU device(s) listed by the kubelet under more than one pod%s; all holders are shown",
@@ -195,9 +231,20 @@ class PipelineAttributor:
         self._cache_inputs = inputs
         return self._cache
 
+    def _nics(self) -> frozenset[str]:
+        """This node's RDMA device names and PCI addresses; empty without a NIC source or when it
+        fails (a claimed device then counts as left out, not as a NIC)."""
+        if self._nic_ids is None:
+            return frozenset()
+        try:
+            return self._nic_ids()
+        except Exception as exc:  # the NIC source's failure shows in its own stage
+            log.debug("nic_ids source failed: %s", exc)
+            return frozenset()
+
     def close(self) -> None:
         """Stop every source's background work."""
-        for source in (self._kubelet, self._pods, self._pids):
+        for source in (self._kubelet, self._pods, self._slices, self._pids):
             if source is not None:
                 try:
                     source.close()
@@ -205,18 +252,23 @@ class PipelineAttributor:
                     log.exception("closing attribution source")
 
 
-def build_attributor(options: AttributionOptions) -> PipelineAttributor:
+def build_attributor(
+    options: AttributionOptions, nic_ids: Callable[[], frozenset[str]] | None = None
+) -> PipelineAttributor:
     """Kubelet gRPC, API watch and /proc sources, each only when its option enables it (and only
     then imported: gRPC and the Kubernetes client are loaded by the sources that use them).
 
     The /proc source needs the API (cgroups name pod UIDs, the kubelet does not), so it is
-    enabled with it.  With the owner chain on, each cycle also reads the API source's walks by
-    outcome (``walk_outcomes``).
+    enabled with it; so is the ResourceSlice watch, unless ``--no-kubernetes.resource-slices``.
+    With the owner chain on, each cycle also reads the API source's walks by outcome
+    (``walk_outcomes``).  ``nic_ids``: this node's RDMA device names and PCI addresses (the NIC
+    source's), to tell claimed NICs from devices left out.
     """
     kubelet: KubeletSource | None = None
     pods: PodSource | None = None
     pids: PidSource | None = None
     owner_walks: Callable[[], Mapping[str, int]] | None = None
+    slices: SliceSource | None = None
     if options.podresources_socket is not None:
         from exporter.attribution.podresources import PodResourcesSource
 
@@ -231,7 +283,11 @@ def build_attributor(options: AttributionOptions) -> PipelineAttributor:
         from exporter.attribution.cgroup import CgroupPidSource
 
         pids = CgroupPidSource(options.procfs)
-    return PipelineAttributor(kubelet, pods, pids, owner_walks=owner_walks)
+        if options.kube_resource_slices:
+            from exporter.attribution.resourceslices import ResourceSliceSource
+
+            slices = ResourceSliceSource.in_cluster(options.node_name)
+    return PipelineAttributor(kubelet, pods, pids, owner_walks=owner_walks, slices=slices, nic_ids=nic_ids)
 
 
 def walk_outcomes(resolver: OwnerResolver) -> Mapping[str, int]:

@@ -151,6 +151,17 @@ class NicSource:
             stage = StageResult(STAGE, ok, self._duration)
             return NicReading(self._nics if ok else None, self._host, stage)
 
+    def ids(self) -> frozenset[str]:
+        """The names and PCI addresses of the RDMA devices of the latest good read (empty when
+        none): what a device held through a ResourceClaim must match to count as a NIC."""
+        reading = self.latest()
+        out: set[str] = set()
+        for nic in reading.nics or ():
+            out.add(nic.device)
+            if nic.pci_bus_id:
+                out.add(nic.pci_bus_id)
+        return frozenset(out)
+
     def close(self) -> None:
         """Stop the thread and close the kept files."""
         self._stop.set()

@@ -15,7 +15,8 @@ from typing import Protocol, TypeVar
 from exporter.attribution import stages
 from exporter.attribution.merge import KubeletView, PidOwner, PodDirectory, PodMeta
 from exporter.attribution.pipeline import PipelineAttributor
-from exporter.model import ContainerDevices, StageResult
+from exporter.attribution.slices import SliceDirectory
+from exporter.model import ClaimedDevice, ContainerDevices, SliceDevice, StageResult
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,14 @@ class SimulatedNode(Protocol):
 
     def pod_devices(self) -> tuple[ContainerDevices, ...]:
         """Kubelet PodResources view: device IDs per container."""
+        ...
+
+    def pod_claims(self) -> tuple[ClaimedDevice, ...]:
+        """Kubelet PodResources view of DRA: devices per container through ResourceClaims."""
+        ...
+
+    def resource_slices(self) -> tuple[SliceDevice, ...]:
+        """API server view of DRA: the devices this node's drivers publish."""
         ...
 
     def pods(self) -> tuple[PodMeta, ...]:
@@ -57,18 +66,21 @@ class SimulatedKubeletSource:
 
     def __init__(self, node: SimulatedNode) -> None:
         self._node = node
-        self._last: tuple[tuple[ContainerDevices, ...], KubeletView] | None = None
+        self._last: tuple[tuple[ContainerDevices, ...], tuple[ClaimedDevice, ...], KubeletView] | None = None
         self._last_success: float | None = None
 
     def latest(self) -> tuple[KubeletView | None, StageResult, float | None]:
         """Ask the simulator now (it is in memory); keep the view object while it is unchanged."""
-        devices, result = _timed(stages.PODRESOURCES, lambda: tuple(self._node.pod_devices()))
-        if devices is None:
+        listed, result = _timed(
+            stages.PODRESOURCES, lambda: (tuple(self._node.pod_devices()), tuple(self._node.pod_claims()))
+        )
+        if listed is None:
             return None, result, self._last_success
+        devices, claimed = listed
         self._last_success = time.time()
-        if self._last is None or self._last[0] != devices:
-            self._last = (devices, KubeletView(devices=devices, allocatable=None))
-        return self._last[1], result, self._last_success
+        if self._last is None or self._last[:2] != listed:
+            self._last = (devices, claimed, KubeletView(devices=devices, allocatable=None, claimed=claimed))
+        return self._last[2], result, self._last_success
 
     def close(self) -> None:
         """Nothing to stop."""
@@ -94,6 +106,26 @@ class SimulatedPodSource:
         """Nothing to stop."""
 
 
+class SimulatedSliceSource:
+    """ResourceSlices from ``node.resource_slices()``."""
+
+    def __init__(self, node: SimulatedNode) -> None:
+        self._node = node
+        self._last: tuple[tuple[SliceDevice, ...], SliceDirectory] | None = None
+
+    def latest(self) -> tuple[SliceDirectory | None, StageResult]:
+        """The simulated node's published devices; the same object while they are unchanged."""
+        devices, result = _timed(stages.RESOURCE_SLICES, lambda: tuple(self._node.resource_slices()))
+        if devices is None:
+            return None, result
+        if self._last is None or self._last[0] != devices:
+            self._last = (devices, SliceDirectory.of(devices))
+        return self._last[1], result
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
 class SimulatedPidSource:
     """PID owners from ``node.pid_owners()``."""
 
@@ -111,11 +143,18 @@ class SimulatedPidSource:
         """Nothing to release."""
 
 
-def simulated_attributor(node: SimulatedNode) -> PipelineAttributor:
-    """All three attribution stages answered by the simulated node, merged like real ones."""
+def simulated_attributor(
+    node: SimulatedNode, nic_ids: Callable[[], frozenset[str]] | None = None
+) -> PipelineAttributor:
+    """The attribution stages answered by the simulated node, merged like real ones: kubelet, API
+    and cgroups, and the ResourceSlice watch on a node with DRA drivers (a scenario that publishes
+    devices or has claims).  ``nic_ids``: the node's NICs, to tell claimed NICs apart."""
+    dra = bool(node.resource_slices() or node.pod_claims())
     return PipelineAttributor(
         SimulatedKubeletSource(node),
         SimulatedPodSource(node),
         SimulatedPidSource(node),
         sharing_replicas=node.sharing_replicas,
+        slices=SimulatedSliceSource(node) if dra else None,
+        nic_ids=nic_ids,
     )

@@ -45,12 +45,14 @@ from exporter.model import (
     NVLINK_ERROR_KINDS,
     PCIE,
     BackendSample,
+    ClaimedDevice,
     ContainerDevices,
     GpmSample,
     GpuSample,
     LeafSample,
     LinkTraffic,
     ProcessSample,
+    SliceDevice,
 )
 from exporter.sim import scenarios as sc
 from exporter.sim.faults import FaultView, SimFaults
@@ -295,7 +297,7 @@ class SimulatedBackend:
         self._nics = _NicCounters(network, self._scenario.name, seed) if network is not None else None
 
     def _new_state(self, spec: sc.GpuSpec) -> _GpuState:
-        rng = random.Random(f"{self._scenario.name}/{self.seed}/{spec.index}")
+        rng = random.Random(f"{self._scenario.noise or self._scenario.name}/{self.seed}/{spec.index}")
         # The driver loaded days ago: the energy counter does not start at zero.
         state = _GpuState(spec, rng, energy_joules=round(rng.uniform(2e8, 9e8), 3))
         if spec.slowdown_clock_ratio is not None:
@@ -368,6 +370,14 @@ class SimulatedBackend:
     def pod_devices(self) -> tuple[ContainerDevices, ...]:
         """Kubelet PodResources view: device IDs (``GPU-…``, ``MIG-…``, ``GPU-…::N``) per container."""
         return self._scenario.pod_devices
+
+    def pod_claims(self) -> tuple[ClaimedDevice, ...]:
+        """Kubelet PodResources view of DRA: the devices containers hold through ResourceClaims."""
+        return self._scenario.pod_claims
+
+    def resource_slices(self) -> tuple[SliceDevice, ...]:
+        """API server view of DRA: the devices this node's drivers publish in ResourceSlices."""
+        return self._scenario.slice_devices
 
     def pods(self) -> tuple[PodMeta, ...]:
         """API server view: every simulated pod with its phase and owner workload."""
@@ -655,6 +665,7 @@ class SimulatedBackend:
             remapped_rows=MappingProxyType(
                 {"correctable": spec.remapped_correctable, "uncorrectable": 0, "pending": 0, "failure": 0}
             ),
+            fabric=spec.fabric,
             leaves=leaves,
         )
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from exporter.attribution.merge import PidOwner, PodMeta
-from exporter.model import ContainerDevices, MigInstance
+from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices, GpuFabric, MigInstance, SliceDevice
 from exporter.sim import sysfs_tree as st
 from exporter.sim import workloads as w
 
@@ -329,6 +329,8 @@ class GpuSpec:
     celsius_per_watt: float | None = None
     """This GPU's own cooling resistance (°C above the inlet per watt), where it differs from its
     model's (``GpuModel.celsius_per_watt``)."""
+    fabric: GpuFabric | None = None
+    """Its NVLink fabric registration as NVML reports it; ``None``: NVML answers NOT_SUPPORTED."""
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,13 @@ class Scenario:
     """GPU UUID -> time-slicing replicas the device plugin advertises."""
     network: NodeNetwork | None = None
     """The node's RDMA NICs, written as a sysfs tree by the backend; ``None``: no NIC."""
+    pod_claims: tuple[ClaimedDevice, ...] = ()
+    """Devices containers hold through DRA ResourceClaims (PodResources ``dynamic_resources``)."""
+    slice_devices: tuple[SliceDevice, ...] = ()
+    """What this node's DRA drivers publish in ResourceSlices."""
+    noise: str | None = None
+    """The name the GPUs' noise is seeded from, where it is not ``name``: a twin node (``dra-plugin``)
+    draws its original's noise, so the two differ only in what the twin changes."""
 
 
 @dataclass(frozen=True)
@@ -382,6 +391,8 @@ class _NodeBuilder:
         self.owners: dict[str, PodMeta] = {}
         self.pids: dict[int, PidOwner] = {}
         self.sharing: dict[str, int] = {}
+        self.claims: list[ClaimedDevice] = []
+        self.published: list[SliceDevice] = []
 
     def _uuid(self, key: str) -> str:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"https://gpulens.invalid/sim/{self.scenario}/{key}"))
@@ -421,6 +432,15 @@ class _NodeBuilder:
         """The kubelet allocated ``device_ids`` of ``resource`` to this container."""
         pod = self.owners[pod_uid]
         self.devices.append(ContainerDevices(pod.namespace, pod.name, container, resource, device_ids, pod_uid))
+
+    def claim(self, pod_uid: str, container: str, claim: ClaimRef) -> None:
+        """The kubelet lists ``claim``'s device under this container (PodResources
+        ``dynamic_resources``)."""
+        pod = self.owners[pod_uid]
+        cdi = (
+            f"k8s.{claim.driver}/claim={self._uuid(f'claim/{claim.claim_namespace}/{claim.claim_name}')}-{claim.device}",
+        )
+        self.claims.append(ClaimedDevice(pod.namespace, pod.name, container, claim, cdi, pod_uid))
 
     def proc(
         self,
@@ -470,15 +490,20 @@ class _NodeBuilder:
         p = self.model.mig_profiles[profile]
         return LeafSpec(p.memory_bytes, p.compute_slices / 7, procs, self.mig(gpu, profile, gi))
 
-    def build(self, network: NodeNetwork | None = None) -> Scenario:
+    def build(self, network: NodeNetwork | None = None, name: str | None = None) -> Scenario:
+        """The scenario, called ``name`` where it differs from the builder's (a twin node, whose
+        noise stays the builder's)."""
         return Scenario(
-            self.scenario,
+            name or self.scenario,
             tuple(self.gpus),
             tuple(self.devices),
             tuple(self.owners.values()),
             dict(self.pids),
             self.sharing,
             network,
+            tuple(self.claims),
+            tuple(self.published),
+            self.scenario if name not in (None, self.scenario) else None,
         )
 
 
@@ -989,6 +1014,8 @@ JOBS_GPU_NIC_BYTES_PER_SECOND = P5EN_GDR_NODE_BYTES_PER_SECOND / 8
 JOBS_STRAGGLER_NODE = 1
 JOBS_STRAGGLER_GPU = 3
 """The GPU of the two ``jobs`` nodes whose cooling fails: node 1's GPU 3, a rank of ``mixtral-sft``."""
+JOBS_FABRIC_CLIQUE_ID = 1
+"""The NVLink fabric clique of each ``jobs`` node's GPUs (each node's cluster UUID is its own)."""
 
 
 @dataclass(frozen=True)
@@ -1052,7 +1079,110 @@ def _jobs(node: int) -> Scenario:
                 slowdown_clock_ratio=P5EN_STRAGGLER_CLOCK_RATIO if straggler else None,
                 celsius_per_watt=P5EN_STRAGGLER_CELSIUS_PER_WATT if straggler else None,
             )
+    # The node's eight GPUs are one NVLink domain (the baseboard's NVSwitches), registered under a
+    # cluster UUID of the node's own: one clique per node, the jobs' traffic between nodes takes the
+    # EFAs. (A real HGX board may report its registration completed with an all-zero UUID.)
+    fabric = GpuFabric("completed", b._uuid("nvlink-fabric"), JOBS_FABRIC_CLIQUE_ID)
+    b.gpus = [replace(gpu, fabric=fabric) for gpu in b.gpus]
     return b.build(NodeNetwork(layout, peermem=True, open_kernel_module=True))
+
+
+DRA_DRIVER = "gpu.nvidia.com"
+"""NVIDIA's DRA driver for GPUs and MIG devices."""
+DRA_CHANNEL_DRIVER = "compute-domain.nvidia.com"
+"""NVIDIA's DRA driver for ComputeDomain IMEX channels: claimed, and neither a GPU nor a NIC."""
+
+
+def _dra(claims: bool) -> Scenario:
+    """A node whose GPUs are handed out through DRA ResourceClaims (``claims``), or its twin
+    ``dra-plugin`` where the same pods hold the same GPUs through the device plugin: same GPUs,
+    pods, processes and work, so every allocation, idle, waste and per-namespace figure must agree
+    between the two (tests/test_dra.py).
+
+    GPU 0: a device-plugin training pod on both nodes (a cluster mixes the two).  GPU 1: a whole
+    GPU claimed by an LLM server.  GPU 2: one claim shared by two notebook pods (time-sliced; the
+    twin advertises 2 replicas).  GPU 3: MIG, a 3g.71gb instance claimed by a trainer and a
+    2g.35gb instance by a reranker whose device the driver published without a UUID (created at
+    allocation); a 1g.18gb instance from the device plugin.  GPU 4: claimed, holding 40 GiB and
+    idle (waste).  GPU 5: a whole GPU claimed with a ComputeDomain channel (a device of another
+    driver, left out and counted).  GPUs 6 and 7: published and free.
+    """
+    b = _NodeBuilder("dra")
+    name = "dra" if claims else "dra-plugin"
+    pool = "dra-node-1"
+
+    def publish(index: int) -> None:
+        b.published.append(
+            SliceDevice(
+                DRA_DRIVER, pool, f"gpu-{index}", "gpu", b.gpu_uuid(index), None, None, _H200_PCI_BUS_IDS[index]
+            )
+        )
+
+    def give(uid: str, container: str, claim_name: str, device: str, ids: tuple[str, ...], resource: str) -> None:
+        pod = b.owners[uid]
+        if claims:
+            b.claim(uid, container, ClaimRef(pod.namespace, claim_name, DRA_DRIVER, pool, device))
+        else:
+            b.hold(uid, container, resource, ids)
+
+    for index in range(8):
+        if index != 3:
+            publish(index)
+    # GPU 0: the device plugin on both nodes.
+    _exclusive(b, 0, "ml-training", "Job", "llama3-8b-finetune", "trainer", w.Training(w.BF16_GEMM), 118 * GIB)
+    # GPU 1: an LLM server's claim.
+    uid, pod_name = b.pod("inference", "Deployment", "llm-decode")
+    give(uid, "vllm", f"{pod_name}-gpu-5kq2x", "gpu-1", (b.gpu_uuid(1),), "nvidia.com/gpu")
+    b.add_gpu(
+        1, b.whole(b.proc(w.Diurnal(w.LLM_DECODE, low=0.86, high=1.0), int(0.9 * H200_MEMORY_BYTES), uid, "vllm"))
+    )
+    # GPU 2: one claim shared by two notebooks.
+    procs = []
+    for i, wl in enumerate((w.Bursty(w.SMALL_BATCH_INFERENCE), w.Idle())):
+        uid, _ = b.pod("notebooks", "StatefulSet", "jupyter-team")
+        give(uid, "notebook", "team-shared-gpu", "gpu-2", (f"{b.gpu_uuid(2)}::{i}",), "nvidia.com/gpu.shared")
+        procs.append(b.proc(wl, (10 + 8 * i) * GIB, uid, "notebook"))
+    b.add_gpu(2, b.whole(*procs))
+    if not claims:
+        b.sharing[b.gpu_uuid(2)] = 2
+    # GPU 3: MIG.
+    uid, pod_name = b.pod("ml-training", "Job", "bert-pretrain")
+    big = b.mig_leaf(3, "3g.71gb", 2)
+    assert big.mig is not None
+    device = "gpu-3-mig-3g71gb-0"
+    b.published.append(SliceDevice(DRA_DRIVER, pool, device, "mig", big.mig.mig_uuid, b.gpu_uuid(3), "3g.71gb"))
+    give(uid, "trainer", f"{pod_name}-mig-8m4rt", device, (big.mig.mig_uuid,), "nvidia.com/mig-3g.71gb")
+    big = LeafSpec(big.memory_total_bytes, big.compute_fraction,
+                   (b.proc(w.Training(w.BF16_GEMM, compute_seconds=30.0, load_seconds=4.0), 52 * GIB, uid, "trainer"),),
+                   big.mig)  # fmt: skip
+    uid, pod_name = b.pod("inference", "Deployment", "reranker")
+    mid = b.mig_leaf(3, "2g.35gb", 3)
+    assert mid.mig is not None
+    device = "gpu-3-mig-2g35gb-4"
+    b.published.append(SliceDevice(DRA_DRIVER, pool, device, "mig", None, b.gpu_uuid(3), "2g.35gb"))
+    give(uid, "reranker", f"{pod_name}-mig-2vb9c", device, (mid.mig.mig_uuid,), "nvidia.com/mig-2g.35gb")
+    mid = LeafSpec(mid.memory_total_bytes, mid.compute_fraction,
+                   (b.proc(w.Diurnal(w.SMALL_BATCH_INFERENCE, low=0.2, high=0.9), 18 * GIB, uid, "reranker"),),
+                   mid.mig)  # fmt: skip
+    small = _mig_pod(b, 3, "1g.18gb", 9, "notebooks", "StatefulSet", "jupyter-erin", "notebook", (w.Idle(),), 6 * GIB)
+    b.add_gpu(3, (big, mid, small, b.mig_leaf(3, "1g.18gb", 10)), mig_enabled=True)
+    # GPU 4: claimed and idle, holding memory.
+    uid, pod_name = b.pod("research", "Deployment", "feature-store-warm")
+    give(uid, "cache", f"{pod_name}-gpu-7hq4d", "gpu-4", (b.gpu_uuid(4),), "nvidia.com/gpu")
+    b.add_gpu(4, b.whole(b.proc(w.Idle(), 40 * GIB, uid, "cache")))
+    # GPU 5: a GPU and a ComputeDomain channel in one pod.
+    uid, pod_name = b.pod("ml-training", "Job", "mnnvl-allreduce")
+    give(uid, "trainer", f"{pod_name}-gpu-c8x2w", "gpu-5", (b.gpu_uuid(5),), "nvidia.com/gpu")
+    if claims:
+        channel = ClaimRef("ml-training", f"{pod_name}-channel-c8x2w", DRA_CHANNEL_DRIVER, pool, "channel-0")
+        b.claim(uid, "trainer", channel)
+    b.add_gpu(5, b.whole(b.proc(w.Training(w.BF16_GEMM), 96 * GIB, uid, "trainer")))
+    # GPUs 6, 7: free.
+    b.add_gpu(6, b.whole())
+    b.add_gpu(7, b.whole())
+    if not claims:
+        b.published.clear()
+    return b.build(name=name)
 
 
 BUILDERS: dict[str, Callable[[], Scenario]] = {
@@ -1061,6 +1191,8 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "mig7x8": _mig7x8,
     "timeslice": _timeslice,
     "mps": _mps,
+    "dra": lambda: _dra(claims=True),
+    "dra-plugin": lambda: _dra(claims=False),
     "a100": _a100,
     "l40s": _l40s,
     "a10g": _a10g,

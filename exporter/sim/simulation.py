@@ -3,6 +3,7 @@ the attribution stage and the probe runner, so that the choice of simulation is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,9 +36,10 @@ class Simulation:
         off): every leaf's GPM ``None``, to compare the classes without GPM with those with it."""
         return cls(SimulatedBackend(scenario, seed=seed, faults=SimFaults.parse(faults) if faults else None, gpm=gpm))
 
-    def attributor(self) -> PipelineAttributor:
-        """Kubelet, API and cgroup stages answered by the simulated node."""
-        return simulated_attributor(self.backend)
+    def attributor(self, nic_ids: Callable[[], frozenset[str]] | None = None) -> PipelineAttributor:
+        """Kubelet, API, ResourceSlice and cgroup stages answered by the simulated node; ``nic_ids``:
+        the simulated node's NICs, as the NIC source reads them from its sysfs tree."""
+        return simulated_attributor(self.backend, nic_ids)
 
     def probe_runner(self) -> SimulatedProbeRunner:
         """Simulated probe results, slow on this scenario's degraded GPU if it has one."""

@@ -9,6 +9,7 @@ timestamp.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -46,33 +47,44 @@ def render(
     """Exposition of ``scenario`` (seed 0) after ``cycles`` one-second cycles, without a final newline.
 
     ``probes`` runs the simulated probes; ``faults`` is a ``--sim.faults`` spec."""
+    *_, last = render_cycles(scenario, cycles, probes, faults, volatile)
+    return last
+
+
+def render_cycles(
+    scenario: str, cycles: int = CYCLES, probes: bool = False, faults: str = "", volatile: str = "<wallclock>"
+) -> Iterator[str]:
+    """The exposition of ``scenario`` (seed 0) after each of ``cycles`` one-second cycles, as
+    ``render`` gives the last one: what a scraper taking one page per cycle would read."""
     cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
     simulation = Simulation.create(scenario, seed=0, faults=faults)
     tick = [0.0]
     scheduler = _probes(simulation, tick) if probes else None
+    network = make_network(cfg, simulation)
     sampler = Sampler(
         simulation.backend,
-        attributor=make_attributor(cfg, simulation),
+        attributor=make_attributor(cfg, simulation, network),
         classifier=make_classifier(cfg),
         probes=scheduler,
-        network=make_network(cfg, simulation),
+        network=network,
         clock=lambda: tick[0],
         wall=lambda: EPOCH + tick[0],
     )
+    reg = CollectorRegistry()
+    reg.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0]))
     try:
         for _ in range(cycles):
             sampler.run_once()
             if scheduler is not None:
                 assert scheduler.wait_until_idle(10.0), "a simulated probe did not finish"
             tick[0] += 1.0
+            text = generate_latest(reg).decode()
+            yield "\n".join(
+                line.rsplit(" ", 1)[0] + f" {volatile}" if line.startswith(VOLATILE) else line
+                for line in text.splitlines()
+            )
     finally:
         sampler.stop()
-    reg = CollectorRegistry()
-    reg.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0]))
-    text = generate_latest(reg).decode()
-    return "\n".join(
-        line.rsplit(" ", 1)[0] + f" {volatile}" if line.startswith(VOLATILE) else line for line in text.splitlines()
-    )
 
 
 DASHBOARD_FIXTURES: dict[str, str] = {
@@ -84,11 +96,13 @@ DASHBOARD_FIXTURES: dict[str, str] = {
     "p5en-nogdr": "",
     "jobs-0": "",
     "jobs-1": "",
+    "dra": "",
 }
 """Scenarios with a scrape in tests/fixtures/dashboard (the dashboard's tests read them), and the
 simulated faults each has: the h200x8 node shows an Xid and NVML errors on its health page; the
 p5en nodes (32 EFAs each, GPUDirect RDMA ready on ``p5en`` and not on ``p5en-nogdr``) fill the
-Network page; the two jobs nodes (four two-node jobs) fill the Jobs pages."""
+Network page; the two jobs nodes (four two-node jobs) fill the Jobs pages; the dra node's GPUs
+come through ResourceClaims (and a ComputeDomain channel is left out)."""
 
 
 def dashboard_fixture(scenario: str) -> str:
