@@ -432,19 +432,27 @@ OWNER_RESOURCES: set[tuple[str, str]] = {
 """(API group, resource) of the owners the chart grants ``get`` on for the owner chain."""
 POD_WATCH = {("", "pods", "list"), ("", "pods", "watch")}
 """What the pod source itself needs: the node-scoped list and watch."""
+POD_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
+SLICE_RULE = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get", "list", "watch"]}
+"""The one rule on DRA's API group: read DRA ResourceSlices (the ResourceSlice source lists and
+watches this node's), nothing else of resource.k8s.io (no claims, no write)."""
+SLICE_READ = {("resource.k8s.io", "resourceslices", verb) for verb in ("get", "list", "watch")}
+SLICE_WATCH = {("resource.k8s.io", "resourceslices", "list"), ("resource.k8s.io", "resourceslices", "watch")}
+"""What the ResourceSlice source needs: the node-scoped list and watch."""
+GRANTED_UNUSED = {("resource.k8s.io", "resourceslices", "get")}
+"""Grants no request of the exporter uses, each on purpose: ``get`` on ResourceSlices comes with
+their ``list`` and ``watch`` as the resource's read-only verbs (what ``--kubernetes.resource-slices``
+documents), adding nothing a list does not already show."""
 
 
 def test_cluster_role_lists_and_watches_pods_and_only_gets_their_owners() -> None:
     objs = objects()
     role = one(objs, "ClusterRole")
-    assert role_grants(role) == POD_WATCH | {(group, resource, "get") for group, resource in OWNER_RESOURCES}
+    owners = {(group, resource, "get") for group, resource in OWNER_RESOURCES}
+    assert role_grants(role) == POD_WATCH | SLICE_READ | owners
     for rule in role["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames or nonResourceURLs"
-        assert rule["verbs"] == ["get"] or rule == {
-            "apiGroups": [""],
-            "resources": ["pods"],
-            "verbs": ["list", "watch"],
-        }
+        assert rule["verbs"] == ["get"] or rule in (POD_RULE, SLICE_RULE)
         assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
         assert not any("/" in resource for resource in rule["resources"]), "no subresources"
     binding = one(objs, "ClusterRoleBinding")
@@ -461,8 +469,26 @@ def test_with_the_owner_chain_off_the_role_only_lists_and_watches_pods() -> None
         "rbac": {"extraOwnerResources": [{"apiGroups": ["example.com"], "resources": ["trainingruns"]}]},
     }
     role = one(objects(values), "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    assert role["rules"] == [POD_RULE, SLICE_RULE]
     assert "--no-kubernetes.owner-chain" in exporter_container(values)["args"]
+
+
+@pytest.mark.parametrize("owner_chain", [True, False])
+def test_the_role_reads_resourceslices_and_nothing_else_of_dra(owner_chain: bool) -> None:
+    """One rule on resource.k8s.io: get, list and watch on resourceslices; no claims, no device
+    classes, no write verbs, whatever the owner chain; and no rule but the pods', the slices' and
+    get-only owner rules (a new verb on another resource fails here too)."""
+    values = {"exporter": {"kubernetesOwnerChain": owner_chain}}
+    role = one(objects(values), "ClusterRole")
+    dra = [rule for rule in role["rules"] if "resource.k8s.io" in rule["apiGroups"]]
+    assert dra == [SLICE_RULE]
+    dra_grants = {grant for grant in role_grants(role) if grant[0] == "resource.k8s.io"}
+    assert dra_grants <= {("resource.k8s.io", "resourceslices", v) for v in ("get", "list", "watch")}
+    assert dra_grants >= SLICE_WATCH, "what the ResourceSlice source sends"
+    assert [rule for rule in role["rules"] if rule["verbs"] != ["get"]] == [POD_RULE, SLICE_RULE]
+    shipped = [d for d in yaml.safe_load_all((MANIFESTS / "gpulens.yaml").read_text()) if d]
+    if owner_chain:
+        assert one(shipped, "ClusterRole")["rules"] == role["rules"], "the plain manifests grant the same"
 
 
 def test_extra_owner_resources_are_granted_get_only() -> None:
@@ -569,12 +595,23 @@ def role_grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 
 def exporter_requests() -> list[tuple[str, dict[str, str]]]:
-    """The requests (path, query) the exporter's pod source sends to an API server while it lists
-    a node with a pod under each kind of owner the chart grants (walking each owner chain to its
-    top) and watches."""
+    """The requests (path, query) the exporter's API sources send to an API server: the pod
+    source while it lists a node with a pod under each kind of owner the chart grants (walking
+    each owner chain to its top) and watches, and the ResourceSlice source while it lists and
+    watches the node's slices."""
     from exporter.attribution.kube_http import KubeClient, endpoint_for
     from exporter.attribution.kubeapi import KubePodSource
-    from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, reference_to
+    from exporter.attribution.resourceslices import ResourceSliceSource
+    from tests.fakes.kube_api_server import (
+        PODS_PATH,
+        SLICES_PATH,
+        KubeApiEmulator,
+        make_pod,
+        make_resource_slice,
+        nvidia_gpu,
+        nvidia_mig,
+        reference_to,
+    )
 
     with KubeApiEmulator() as api:
         ns = "ml"
@@ -607,17 +644,24 @@ def exporter_requests() -> list[tuple[str, dict[str, str]]]:
                 "ray.io/v1", "RayCluster", "rayclusters", f"{plural}-c", owned("ray.io/v1", kind, plural, "r")
             )
             api.put(make_pod(f"{plural}-head", ns, owner=cluster))
+        gpu = "GPU-00000000-1111-2222-3333-444444444444"
+        devices = [nvidia_gpu("gpu-0", gpu, "0000:18:00.0"), nvidia_mig("gpu-0-mig-0", "MIG-0", gpu)]
+        api.put_slice(make_resource_slice("gpu-node-1", "gpu.nvidia.com", "gpu-node-1", devices))
         source = KubePodSource(lambda: KubeClient(endpoint_for(api.url)), "gpu-node-1")
+        slices = ResourceSliceSource(lambda: KubeClient(endpoint_for(api.url)), "gpu-node-1")
         try:
             deadline = time.monotonic() + 30
-            while api.watch_count() == 0 and time.monotonic() < deadline:
+            while time.monotonic() < deadline and not (api.watch_count(PODS_PATH) and api.watch_count(SLICES_PATH)):
                 time.sleep(0.02)
             directory, _ = source.latest()
+            published, _ = slices.latest()
         finally:
             source.close()
+            slices.close()
         assert directory is not None
         tops = {(p.workload_kind, p.workload) for p in directory.by_uid.values()}
         assert {("TrainJob", "tj"), ("LeaderWorkerSet", "llm"), ("CronJob", "nightly"), ("RayService", "r")} <= tops
+        assert published is not None and len(published.devices) == 2
         return list(api.requests)
 
 
@@ -637,7 +681,9 @@ def test_the_role_grants_what_the_exporter_calls() -> None:
     used = {request_attributes(path, query) for path, query in requests} - {("", "", "discovery")}
     granted = role_grants(one(objects(), "ClusterRole"))
     assert used <= granted, f"requests the role does not allow: {sorted(used - granted)}"
-    assert granted <= used, f"grants no request uses: {sorted(granted - used)}"
+    assert granted - GRANTED_UNUSED <= used, f"grants no request uses: {sorted(granted - GRANTED_UNUSED - used)}"
+    assert not GRANTED_UNUSED & used, "a grant listed as unused is used now: take it off GRANTED_UNUSED"
+    assert used >= POD_WATCH | SLICE_WATCH
     discovery = {path for path, query in requests if request_attributes(path, query)[2] == "discovery"}
     assert "/api/v1" in discovery and "/apis/jobset.x-k8s.io/v1alpha2" in discovery
 

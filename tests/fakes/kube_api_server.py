@@ -1,5 +1,5 @@
-"""A small Kubernetes API emulator on loopback: pod list + watch (chunked JSON lines), API
-discovery and GET of any object it holds.
+"""A small Kubernetes API emulator on loopback: pod and DRA ResourceSlice list + watch (chunked
+JSON lines), API discovery and GET of any object it holds.
 
 Written instead of using ``kmock`` (PyPI 0.8): kmock is asyncio/aiohttp-based (three new test
 dependencies, and an event loop thread next to our synchronous client), ignores ``fieldSelector``
@@ -11,6 +11,15 @@ Lists are paged as the real server pages them: ``limit`` items per page (after t
 selector), ``metadata.continue`` an opaque token naming the list's resource version and the last
 key served, every page of one list read from that same version (the emulator replays its event
 log up to it, as etcd serves an old revision), and ``metadata.resourceVersion`` that version.
+Field selectors are the real server's for each resource (pods: ``spec.nodeName``,
+``metadata.name``, ``metadata.namespace``, ``status.phase``; ResourceSlices: ``spec.nodeName``,
+``spec.driver``, ``metadata.name``; ``=``, ``==`` or ``!=``, joined by commas); another field is
+refused (400), as there.  Pods and ResourceSlices share one resource version counter, as all
+objects of an etcd do; each resource has its own event log.
+
+ResourceSlices (``resource.k8s.io/v1``, cluster-scoped, ``SLICES_PATH``) are made with
+``make_resource_slice`` (devices from ``nvidia_gpu``, ``nvidia_mig`` or any dict) and held with
+``put_slice`` / ``delete_slice``; ``GET …/resourceslices/<name>`` answers one.
 
 Objects other than pods are registered with ``add_object`` (any kind, custom ones too, each with
 an optional controller reference) or ``add_job``.  Discovery (``/api/v1``, ``/apis/<group>/<version>``)
@@ -27,10 +36,11 @@ Hostile modes (``hostile``), for the exporter's bounds: ``"endless-line"`` answe
 one event line that never ends (64 KiB HTTP chunks as fast as the client reads, up to
 ``endless_line_bytes`` if set); ``"trickle-line"`` with one line that grows by a byte every
 ``trickle_interval`` seconds (each byte its own HTTP chunk, as a server flushing every write
-sends them); ``"huge-list"`` answers lists with about ``huge_list_bytes`` of pods, ignoring
-``limit``, with a Content-Length or, with ``huge_list_chunked``, chunked without one.  The bodies
-are streamed from one encoded pod, never built whole.  ``list_bytes_sent`` / ``watch_bytes_sent``
-count what the emulator managed to write.
+sends them); ``"huge-list"`` answers lists with about ``huge_list_bytes`` of pods (of slices
+for a ResourceSlice list), ignoring ``limit``, with a Content-Length or, with
+``huge_list_chunked``, chunked without one; each mode for pods and ResourceSlices alike.  The
+bodies are streamed from one encoded object, never built whole.  ``list_bytes_sent`` /
+``watch_bytes_sent`` count what the emulator managed to write.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ import binascii
 import json
 import threading
 import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -83,8 +95,21 @@ BUILTIN_RESOURCES: dict[str, dict[str, tuple[str, bool]]] = {
         "DaemonSet": ("daemonsets", True),
     },
     "batch/v1": {"Job": ("jobs", True), "CronJob": ("cronjobs", True)},
+    "resource.k8s.io/v1": {
+        "ResourceSlice": ("resourceslices", False),
+        "ResourceClaim": ("resourceclaims", True),
+        "ResourceClaimTemplate": ("resourceclaimtemplates", True),
+        "DeviceClass": ("deviceclasses", False),
+    },
 }
 """Resources discovery lists before any is registered: apiVersion -> kind -> (plural, namespaced)."""
+
+WITHOUT_STATUS = frozenset({"ResourceSlice", "ResourceClaimTemplate", "DeviceClass"})
+"""Kinds served without a ``status`` subresource (discovery lists one for every other kind)."""
+
+PODS_PATH = "/api/v1/pods"
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+SLICE_API_VERSION = "resource.k8s.io/v1"
 
 METADATA_MEDIA = ("as=partialobjectmetadata", "g=meta.k8s.io", "v=v1")
 """Parameters of an Accept media range asking for metadata only (compared in lower case)."""
@@ -225,6 +250,72 @@ def make_cronjob(namespace: str, name: str) -> dict[str, Any]:
     }
 
 
+def _attributes(
+    strings: dict[str, str], ints: dict[str, int] | None = None, versions: dict[str, str] | None = None
+) -> dict[str, dict[str, str | int]]:
+    """Device attributes as the API holds them: each value under its kind (``string``, ``int``,
+    ``version``)."""
+    out: dict[str, dict[str, str | int]] = {name: {"string": value} for name, value in strings.items()}
+    out.update({name: {"int": value} for name, value in (ints or {}).items()})
+    out.update({name: {"version": value} for name, value in (versions or {}).items()})
+    return out
+
+
+def nvidia_gpu(name: str, uuid: str, pci_bus_id: str | None = None, index: int = 0) -> dict[str, Any]:
+    """A whole GPU as NVIDIA's DRA driver (``gpu.nvidia.com``) publishes it: unqualified
+    attributes (``type`` ``gpu``, ``uuid``, product, architecture, versions), the standard
+    qualified PCI ones when ``pci_bus_id`` is given, and its memory as capacity."""
+    strings = {"type": "gpu", "uuid": uuid, "productName": "NVIDIA H200", "brand": "Nvidia", "architecture": "Hopper"}
+    if pci_bus_id is not None:
+        strings["resource.kubernetes.io/pciBusID"] = pci_bus_id
+        strings["resource.kubernetes.io/pcieRoot"] = "pci0000:00"
+    versions = {"cudaComputeCapability": "9.0.0", "driverVersion": "570.124.6", "cudaDriverVersion": "12.8.0"}
+    attributes = _attributes(strings, {"index": index, "minor": index}, versions)
+    return {"name": name, "attributes": attributes, "capacity": {"memory": {"value": "143771Mi"}}}
+
+
+def nvidia_mig(name: str, uuid: str, parent_uuid: str, profile: str = "1g.18gb", index: int = 0) -> dict[str, Any]:
+    """A MIG device as NVIDIA's DRA driver publishes it: ``type`` ``mig``, its ``uuid``, its GPU's
+    (``parentUUID``) and its ``profile``, and its share of the GPU as capacity."""
+    strings = {"type": "mig", "uuid": uuid, "parentUUID": parent_uuid, "profile": profile}
+    strings.update(productName="NVIDIA H200", architecture="Hopper")
+    attributes = _attributes(strings, {"index": index}, {"driverVersion": "570.124.6"})
+    capacity = {"memory": {"value": "16384Mi"}, "multiprocessors": {"value": "16"}}
+    return {"name": name, "attributes": attributes, "capacity": capacity}
+
+
+def make_resource_slice(
+    node: str,
+    driver: str,
+    pool: str,
+    devices: list[dict[str, Any]],
+    generation: int = 1,
+    name: str | None = None,
+    slice_count: int = 1,
+) -> dict[str, Any]:
+    """A ResourceSlice (``resource.k8s.io/v1``) as a DRA driver's kubelet plugin publishes it:
+    node-local (``spec.nodeName``), owned by its Node, ``devices`` in the pool ``pool`` of
+    ``generation`` (one of ``slice_count`` slices).  Named ``<node>-<driver>-<pool>-<generation>``
+    unless ``name`` is given (the real plugin uses ``generateName``)."""
+    slice_name = name or f"{node}-{driver}-{pool}-{generation}".replace("/", "-")
+    meta = {
+        "name": slice_name,
+        "uid": object_uid("ResourceSlice", "", slice_name),
+        "creationTimestamp": CREATED,
+        "generation": 1,
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": object_uid("Node", "", node), "controller": True}
+        ],
+    }
+    spec = {
+        "driver": driver,
+        "pool": {"name": pool, "generation": generation, "resourceSliceCount": slice_count},
+        "nodeName": node,
+        "devices": devices,
+    }
+    return {"apiVersion": SLICE_API_VERSION, "kind": "ResourceSlice", "metadata": meta, "spec": spec}
+
+
 HOSTILE_MODES = ("endless-line", "trickle-line", "huge-list")
 """Values of ``KubeApiEmulator.hostile``."""
 
@@ -244,10 +335,61 @@ def _wants_metadata(accept: str) -> bool:
 
 
 def _pod_key(pod: dict[str, Any]) -> tuple[str, str]:
-    """Where the API server's storage keeps a pod (``/registry/pods/<namespace>/<name>``): the
-    order of a list and the position a continue token names."""
+    """Where the API server's storage keeps an object (``/registry/pods/<namespace>/<name>``; a
+    cluster-scoped one has no namespace): the order of a list and the position a continue token
+    names."""
     meta = pod["metadata"]
     return meta.get("namespace", ""), meta.get("name", "")
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    """The value of a dotted field (``spec.nodeName``) as a field selector compares it: text,
+    ``""`` when absent."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+@dataclass
+class _Collection:
+    """One resource the emulator lists and watches: its objects by key, its event log, and what
+    its lists and field selectors are."""
+
+    path: str
+    api_version: str
+    list_kind: str
+    kind: str
+    key_field: str
+    """The metadata field objects are held by (``uid`` for pods, ``name`` for slices)."""
+    fields: frozenset[str]
+    """Fields its field selectors may name (the real server refuses others)."""
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+
+    def key(self, obj: dict[str, Any]) -> str | None:
+        """Where ``obj`` is held; ``None`` for a bookmark."""
+        return obj["metadata"].get(self.key_field)
+
+    def matcher(self, selector: str) -> Callable[[dict[str, Any]], bool]:
+        """Whether an object passes ``selector`` (bookmarks always do); ValueError naming a field
+        the resource does not support."""
+        terms: list[tuple[str, str, bool]] = []
+        for term in filter(None, (t.strip() for t in selector.split(","))):
+            negate = "!=" in term
+            name, value = term.split("!=" if negate else "=", 1)
+            if not negate and value.startswith("="):
+                value = value[1:]
+            if name not in self.fields:
+                raise ValueError(f"field label not supported: {name}")
+            terms.append((name, value, negate))
+
+        def matches(obj: dict[str, Any]) -> bool:
+            if "spec" not in obj:
+                return True  # a bookmark: every watcher gets it
+            return all((_field(obj, name) == value) != negate for name, value, negate in terms)
+
+        return matches
 
 
 def _continue_token(rv: int, key: tuple[str, str]) -> str:
@@ -266,10 +408,12 @@ def _parse_continue(token: str) -> tuple[int, tuple[str, str]]:
 
 
 class KubeApiEmulator:
-    """Pods with resource versions and an event log; watches stream events after a version.
+    """Pods and ResourceSlices with resource versions and event logs; watches stream events after
+    a version.
 
-    Faults: ``fail_status`` answers every pod list and watch with that HTTP status;
-    ``expire_watches`` answers watches with a 410 Gone ERROR event; ``drop_watches()`` cuts open
+    Faults: ``fail_status`` answers every list and watch (pods and ResourceSlices; only those of
+    ``fail_path`` when it is set) with that HTTP status; ``expire_watches`` answers watches with
+    a 410 Gone ERROR event; ``drop_watches()`` cuts open
     streams; ``forbidden`` holds (group, resource) pairs whose GETs are denied (403), and
     ``jobs_forbidden`` adds or removes batch jobs there.  ``stop()``/``start()`` keep the port.
     ``continue_gate`` (an Event) holds every continue page until it is set (``continue_waiting``
@@ -279,8 +423,31 @@ class KubeApiEmulator:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.rv = 100
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.events: list[tuple[int, str, dict[str, Any]]] = []
+        pods = _Collection(
+            PODS_PATH,
+            "v1",
+            "PodList",
+            "Pod",
+            "uid",
+            frozenset({"spec.nodeName", "metadata.name", "metadata.namespace", "status.phase"}),
+        )
+        slices = _Collection(
+            SLICES_PATH,
+            SLICE_API_VERSION,
+            "ResourceSliceList",
+            "ResourceSlice",
+            "name",
+            frozenset({"spec.nodeName", "spec.driver", "metadata.name"}),
+        )
+        self._collections = {c.path: c for c in (pods, slices)}
+        self.pods = pods.objects
+        """Pods by UID."""
+        self.events = pods.events
+        """The pods' event log: (resource version, type, object)."""
+        self.slices = slices.objects
+        """ResourceSlices by name."""
+        self.slice_events = slices.events
+        """The ResourceSlices' event log."""
         self.resources: dict[str, dict[str, tuple[str, bool]]] = {
             version: dict(kinds) for version, kinds in BUILTIN_RESOURCES.items()
         }
@@ -293,6 +460,8 @@ class KubeApiEmulator:
         """Seconds each single-object GET waits before its answer (a slow API server; any change
         to the pods or ``stop()`` ends the wait early)."""
         self.fail_status: int | None = None
+        self.fail_path: str | None = None
+        """Where ``fail_status`` applies (``PODS_PATH``, ``SLICES_PATH``); ``None``: everywhere."""
         self.expire_watches = False
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.accepts: list[tuple[str, str]] = []
@@ -314,12 +483,17 @@ class KubeApiEmulator:
     # --- state ---------------------------------------------------------------------------
 
     def _bump(self, kind: str, pod: dict[str, Any]) -> None:
+        self._record(self._collections[PODS_PATH], kind, pod)
+
+    def _record(self, collection: _Collection, kind: str, obj: dict[str, Any]) -> None:
+        """Store a copy of ``obj`` at the next resource version and log its event (lock held)."""
         self.rv += 1
-        pod = json.loads(json.dumps(pod))
-        pod["metadata"]["resourceVersion"] = str(self.rv)
-        if kind != "DELETED":
-            self.pods[pod["metadata"]["uid"]] = pod
-        self.events.append((self.rv, kind, pod))
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        key = collection.key(obj)
+        if kind != "DELETED" and key is not None:
+            collection.objects[key] = obj
+        collection.events.append((self.rv, kind, obj))
         self.cond.notify_all()
 
     def put(self, pod: dict[str, Any]) -> None:
@@ -334,12 +508,38 @@ class KubeApiEmulator:
             pod = self.pods.pop(uid)
             self._bump("DELETED", pod)
 
+    def put_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or update a ResourceSlice (``make_resource_slice``; ADDED / MODIFIED event, the
+        object's ``metadata.generation`` moving on an update, as the API server moves it); returns
+        it as stored."""
+        collection = self._collections[SLICES_PATH]
+        with self.cond:
+            name = obj["metadata"]["name"]
+            old = collection.objects.get(name)
+            if old is not None:
+                obj = json.loads(json.dumps(obj))
+                obj["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
+            self._record(collection, "MODIFIED" if old is not None else "ADDED", obj)
+            return collection.objects[name]
+
+    def delete_slice(self, name: str) -> None:
+        """Delete a ResourceSlice (DELETED event)."""
+        collection = self._collections[SLICES_PATH]
+        with self.cond:
+            self._record(collection, "DELETED", collection.objects.pop(name))
+
     def bookmark(self) -> int:
-        """Advance the resource version without a pod change and send a BOOKMARK event."""
+        """Advance the resource version without a change and send a BOOKMARK event to every
+        watch (of pods and of ResourceSlices)."""
         with self.cond:
             self.rv += 1
-            obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}}
-            self.events.append((self.rv, "BOOKMARK", obj))
+            for collection in self._collections.values():
+                obj = {
+                    "kind": collection.kind,
+                    "apiVersion": collection.api_version,
+                    "metadata": {"resourceVersion": str(self.rv)},
+                }
+                collection.events.append((self.rv, "BOOKMARK", obj))
             self.cond.notify_all()
             return self.rv
 
@@ -424,35 +624,38 @@ class KubeApiEmulator:
             self._generation += 1
             self.cond.notify_all()
 
-    def watch_count(self) -> int:
-        """Watch requests so far."""
-        return sum(1 for _, q in self.requests if q.get("watch") == "true")
+    def watch_count(self, path: str | None = None) -> int:
+        """Watch requests so far (of ``path`` only, if given: ``PODS_PATH``, ``SLICES_PATH``)."""
+        return sum(1 for p, q in self.requests if q.get("watch") == "true" and path in (None, p))
 
-    def list_count(self) -> int:
-        """List requests so far, each page counted."""
-        return sum(1 for p, q in self.requests if p == "/api/v1/pods" and q.get("watch") != "true")
+    def list_count(self, path: str = PODS_PATH) -> int:
+        """List requests of ``path`` (pods unless told) so far, each page counted."""
+        return sum(1 for p, q in self.requests if p == path and q.get("watch") != "true")
 
-    def list_starts(self) -> int:
-        """Lists begun so far (first pages: requests without a continue token)."""
-        return sum(
-            1 for p, q in self.requests if p == "/api/v1/pods" and q.get("watch") != "true" and not q.get("continue")
-        )
+    def list_starts(self, path: str = PODS_PATH) -> int:
+        """Lists of ``path`` (pods unless told) begun so far (first pages: requests without a
+        continue token)."""
+        return sum(1 for p, q in self.requests if p == path and q.get("watch") != "true" and not q.get("continue"))
 
     def pods_at(self, rv: int) -> dict[str, dict[str, Any]]:
         """The pods as they were at resource version ``rv`` (the event log replayed up to it)."""
+        return self._objects_at(self._collections[PODS_PATH], rv)
+
+    def _objects_at(self, collection: _Collection, rv: int) -> dict[str, dict[str, Any]]:
+        """``collection``'s objects as they were at resource version ``rv``, by key."""
         with self.cond:
-            pods: dict[str, dict[str, Any]] = {}
-            for event_rv, kind, pod in self.events:
+            objects: dict[str, dict[str, Any]] = {}
+            for event_rv, kind, obj in collection.events:
                 if event_rv > rv:
                     break
-                uid = pod["metadata"].get("uid")
-                if uid is None:
+                key = collection.key(obj)
+                if key is None:
                     continue  # a bookmark
                 if kind == "DELETED":
-                    pods.pop(uid, None)
+                    objects.pop(key, None)
                 else:
-                    pods[uid] = pod
-            return pods
+                    objects[key] = obj
+            return objects
 
     def _count(self, kind: str, sent: int) -> None:
         with self._count_lock:
@@ -547,30 +750,39 @@ class KubeApiEmulator:
         if parts[:1] == ["apis"] and len(parts) == 7 and parts[3] == "namespaces":
             self._get_object(h, parsed.path, parts[1], parts[2], parts[4], parts[5], parts[6])
             return
-        if parsed.path != "/api/v1/pods":
+        collection = self._collections.get(parsed.path)
+        if parts[:1] == ["apis"] and len(parts) == 5 and collection is None:
+            self._get_cluster_object(h, parts[1], parts[2], parts[3], parts[4])
+            return
+        if collection is None:
             self._send_json(h, 404, self._status(404, "NotFound", "the server could not find the requested resource"))
             return
-        if self.fail_status is not None:
-            reason = {403: "Forbidden", 500: "InternalError"}.get(self.fail_status, "Error")
-            msg = 'pods is forbidden: User "system:serviceaccount:gpulens:gpulens" cannot list resource "pods"'
+        watch = query.get("watch") == "true"
+        if self.fail_status is not None and self.fail_path in (None, collection.path):
+            reason = {403: "Forbidden", 404: "NotFound", 500: "InternalError"}.get(self.fail_status, "Error")
+            if self.fail_status == 404:  # the resource is not served (an API group turned off)
+                msg = "the server could not find the requested resource"
+            elif collection.path == PODS_PATH:
+                msg = 'pods is forbidden: User "system:serviceaccount:gpulens:gpulens" cannot list resource "pods"'
+            else:
+                msg = (
+                    'resourceslices.resource.k8s.io is forbidden: User "system:serviceaccount:gpulens:gpulens" '
+                    f'cannot {"watch" if watch else "list"} resource "resourceslices" in API group '
+                    '"resource.k8s.io" at the cluster scope'
+                )
             self._send_json(h, self.fail_status, self._status(self.fail_status, reason, msg))
             return
-        node = None
-        selector = query.get("fieldSelector", "")
-        if selector.startswith("spec.nodeName="):
-            node = selector.split("=", 1)[1]
-
-        def on_node(pod: dict[str, Any]) -> bool:
-            if "spec" not in pod:
-                return True  # a bookmark: every watcher gets it
-            return node is None or pod["spec"].get("nodeName") == node
-
-        if query.get("watch") != "true":
+        try:
+            matches = collection.matcher(query.get("fieldSelector", ""))
+        except ValueError as exc:
+            self._send_json(h, 400, self._status(400, "BadRequest", str(exc)))
+            return
+        if not watch:
             if self.hostile == "huge-list":
-                self._send_huge_list(h)
+                self._send_huge_list(h, collection)
                 return
             try:
-                body = self._list_page(query, on_node)
+                body = self._list_page(query, collection, matches)
             except ValueError as exc:
                 self._send_json(h, 400, self._status(400, "BadRequest", str(exc)))
                 return
@@ -580,7 +792,11 @@ class KubeApiEmulator:
             self._stream_hostile_line(h)
             return
         self._stream_watch(
-            h, int(query.get("resourceVersion") or 0), float(query.get("timeoutSeconds") or 300), on_node
+            h,
+            collection,
+            int(query.get("resourceVersion") or 0),
+            float(query.get("timeoutSeconds") or 300),
+            matches,
         )
 
     def _discovery(self, h: BaseHTTPRequestHandler, api_version: str) -> None:
@@ -598,6 +814,8 @@ class KubeApiEmulator:
             resources.append(
                 {"name": plural, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs}
             )
+            if kind in WITHOUT_STATUS:
+                continue
             status_verbs = ["get", "patch", "update"]
             resources.append(
                 {
@@ -664,7 +882,30 @@ class KubeApiEmulator:
             obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
         self._send_json(h, 200, obj)
 
-    def _list_page(self, query: dict[str, str], on_node: Any) -> dict[str, Any]:
+    def _get_cluster_object(self, h: BaseHTTPRequestHandler, group: str, version: str, plural: str, name: str) -> None:
+        """One cluster-scoped object of a resource the emulator lists (a ResourceSlice by name):
+        403 for a denied resource, 404 for an unknown resource or object, else the object."""
+        collection = self._collections.get(f"/apis/{group}/{version}/{plural}")
+        if (group, plural) in self.forbidden:
+            msg = (
+                f'{plural}.{group} "{name}" is forbidden: User "system:serviceaccount:gpulens:gpulens" cannot get '
+                f'resource "{plural}" in API group "{group}" at the cluster scope'
+            )
+            self._send_json(h, 403, self._status(403, "Forbidden", msg))
+            return
+        if collection is None:
+            self._send_json(h, 404, self._status(404, "NotFound", "the server could not find the requested resource"))
+            return
+        with self.cond:
+            obj = collection.objects.get(name)
+        if obj is None:
+            self._send_json(h, 404, self._status(404, "NotFound", f'{plural}.{group} "{name}" not found'))
+            return
+        self._send_json(h, 200, obj)
+
+    def _list_page(
+        self, query: dict[str, str], collection: _Collection, matches: Callable[[dict[str, Any]], bool]
+    ) -> dict[str, Any]:
         """One page of a list: ``limit`` items after the continue token's key, all read at the
         list's resource version; ``metadata.continue`` set while items remain."""
         token = query.get("continue")
@@ -675,21 +916,33 @@ class KubeApiEmulator:
             if gate is not None:
                 self.continue_waiting.set()
                 gate.wait()
-            pods = self.pods_at(rv)
+            objects = self._objects_at(collection, rv)
         else:
             with self.cond:
-                rv, pods = self.rv, dict(self.pods)
-        items = sorted((p for p in pods.values() if on_node(p)), key=_pod_key)
+                rv, objects = self.rv, dict(collection.objects)
+        items = sorted((o for o in objects.values() if matches(o)), key=_pod_key)
         if after is not None:
-            items = [p for p in items if _pod_key(p) > after]
+            items = [o for o in items if _pod_key(o) > after]
         limit = int(query.get("limit") or 0)
         metadata: dict[str, Any] = {"resourceVersion": str(rv)}
         if 0 < limit < len(items):
             items = items[:limit]
             metadata["continue"] = _continue_token(rv, _pod_key(items[-1]))
-        return {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
+        return {
+            "kind": collection.list_kind,
+            "apiVersion": collection.api_version,
+            "metadata": metadata,
+            "items": items,
+        }
 
-    def _stream_watch(self, h: BaseHTTPRequestHandler, since: int, timeout: float, on_node: Any) -> None:
+    def _stream_watch(
+        self,
+        h: BaseHTTPRequestHandler,
+        collection: _Collection,
+        since: int,
+        timeout: float,
+        matches: Callable[[dict[str, Any]], bool],
+    ) -> None:
         h.send_response(200)
         h.send_header("Content-Type", "application/json")
         h.send_header("Transfer-Encoding", "chunked")
@@ -711,17 +964,17 @@ class KubeApiEmulator:
                 deadline = timeout
                 while True:
                     with self.cond:
-                        pending = [(rv, k, p) for rv, k, p in self.events if rv > sent]
+                        pending = [(rv, k, o) for rv, k, o in collection.events if rv > sent]
                         if not pending and generation == self._generation:
                             if not self.cond.wait(timeout=min(deadline, 0.1)):
                                 deadline -= 0.1
-                            pending = [(rv, k, p) for rv, k, p in self.events if rv > sent]
+                            pending = [(rv, k, o) for rv, k, o in collection.events if rv > sent]
                         if generation != self._generation or deadline <= 0:
                             break
-                    for rv, kind, pod in pending:
+                    for rv, kind, obj in pending:
                         sent = rv
-                        if on_node(pod):
-                            chunk({"type": kind, "object": pod})
+                        if matches(obj):
+                            chunk({"type": kind, "object": obj})
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -730,18 +983,26 @@ class KubeApiEmulator:
 
     # --- hostile modes ---------------------------------------------------------------------
 
-    def _huge_item(self) -> bytes:
-        """One pod of this node with a 16 KiB annotation, as a list item."""
-        pod = make_pod("bulky", "bulk")
-        pod["metadata"]["annotations"] = {"example.com/blob": "x" * 16384}
-        pod["metadata"]["resourceVersion"] = str(self.rv)
-        return json.dumps(pod).encode()
+    def _huge_item(self, collection: _Collection) -> bytes:
+        """One object of this node with a 16 KiB annotation, as a list item: a pod, or a slice
+        for a ResourceSlice list."""
+        if collection.path == PODS_PATH:
+            obj = make_pod("bulky", "bulk")
+        else:
+            obj = make_resource_slice("gpu-node-1", "gpu.nvidia.com", "gpu-node-1", [nvidia_gpu("gpu-0", "GPU-bulky")])
+        obj["metadata"]["annotations"] = {"example.com/blob": "x" * 16384}
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        return json.dumps(obj).encode()
 
-    def _send_huge_list(self, h: BaseHTTPRequestHandler) -> None:
-        """A PodList of about ``huge_list_bytes``, streamed from one encoded item."""
-        head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[' % self.rv
+    def _send_huge_list(self, h: BaseHTTPRequestHandler, collection: _Collection) -> None:
+        """A list of about ``huge_list_bytes``, streamed from one encoded item."""
+        head = b'{"kind":"%s","apiVersion":"%s","metadata":{"resourceVersion":"%d"},"items":[' % (
+            collection.list_kind.encode(),
+            collection.api_version.encode(),
+            self.rv,
+        )
         tail = b"]}"
-        item = self._huge_item()
+        item = self._huge_item(collection)
         count = max(1, (self.huge_list_bytes - len(head) - len(tail)) // (len(item) + 1))
         per_piece = max(1, _STREAM_PIECE // (len(item) + 1))
         piece = (item + b",") * per_piece
