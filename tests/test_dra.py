@@ -34,10 +34,10 @@ import pytest
 import yaml
 
 from dashboard import frames
-from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.source import Filters
+from tests.support.om_history import LABEL, without_integrals, write_history
 from tests.support.prometheus import RULES_FILE, backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
 from tests.support.sim_exposition import render_cycles
@@ -63,15 +63,6 @@ RECORDS = (
 """The records of allocation, idle, waste and per namespace (and what they read)."""
 ROUTE_LABELS = ("cluster", "resource", "replica", "claim_namespace", "claim_name", "driver", "pool", "device")
 """Labels that say which route a device came by; everything else must match."""
-_SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")
-_INTEGRAL = re.compile(r"^(# (TYPE|HELP) )?gpulens_gpu_[a-z0-9_]+_seconds(_total|_created)?[ {]")
-
-
-def without_integrals(text: str) -> str:
-    """The page without the ratios' integral counters: one cycle per SAMPLE s would rate them at a
-    fifteenth of their gauges; without them every reader takes the gauges' means, as the rules do
-    for a counter younger than their window."""
-    return "\n".join(line for line in text.splitlines() if not _INTEGRAL.match(line)) + "\n"
 
 
 @dataclass(frozen=True)
@@ -109,25 +100,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     scrape: dict[str, ScrapeSource] = {}
     target = {"cluster": "c1", "instance": "node-1:9445", "job": "gpulens", "node": "node-1"}
     for route, texts in pages.items():
-        by_series: dict[str, dict[str, tuple[dict[str, str], list[str | None], list[str]]]] = {}
-        for k, text in enumerate(texts):
-            for line in text.splitlines():
-                m = _SAMPLE_LINE.match(line)
-                if not m or line.startswith("#"):
-                    continue
-                name, labels, value = m.groups()
-                parsed = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', labels or ""))
-                full = {**parsed, **target}
-                _, values, stamps = by_series.setdefault(name, {}).setdefault(label_text(full), (full, [], []))
-                values.append(value)
-                stamps.append(f"{times[k]:.0f}")
         om[route] = tmp / f"{route}.om"
-        with om[route].open("w") as out:
-            writer = OpenMetricsHistory(out)
-            for name, series in by_series.items():
-                for labels, values, stamps in series.values():
-                    writer.series(name, labels, values, stamps)
-            writer.close()
+        write_history(om[route], [(target, texts)], times)
         scrape[route] = _scraped(texts, times)
     return History(om, pages, times, scrape)
 
@@ -258,7 +232,7 @@ def _series(text: str, name: str) -> list[dict[str, str]]:
     out = []
     for line in text.splitlines():
         if line.startswith(name + "{"):
-            out.append(dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', line)))
+            out.append(dict(LABEL.findall(line)))
     return out
 
 

@@ -34,10 +34,10 @@ from dashboard.advisor.engine import Policy
 from dashboard.advisor.job_query import measure_jobs
 from dashboard.advisor.jobs import advise_jobs
 from dashboard.advisor.query import Window
-from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from tests.support.exporter import run_exporter
+from tests.support.om_history import without_integrals, write_history
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
 from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
@@ -77,18 +77,6 @@ class History:
     end: float
 
 
-_SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")
-_INTEGRAL = re.compile(r"^(# (TYPE|HELP) )?gpulens_gpu_[a-z0-9_]+_seconds(_total|_created)?[ {]")
-
-
-def without_integrals(text: str) -> str:
-    """``text`` without the ratios' integral counters (``gpulens_gpu_*_seconds_total``): the
-    exporters run PERIOD s per scrape while the scrapes are stamped SAMPLE s apart, so a counter of
-    seconds would rate at a fraction of its gauge. Without them every reader takes the gauges'
-    means over the window, as the rules do for a counter younger than the window."""
-    return "\n".join(line for line in text.splitlines() if not _INTEGRAL.match(line)) + "\n"
-
-
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     tmp = tmp_path_factory.mktemp("jobs-consistency")
@@ -106,26 +94,13 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
             time.sleep(max(0.0, start + k * PERIOD - time.monotonic()))
             for i, url in enumerate(urls):
                 pages[(i, k)] = without_integrals(urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode())
-    by_series: dict[str, dict[str, tuple[dict[str, str], list[str | None], list[str]]]] = {}
-    for (i, k), text in pages.items():
-        target = {"cluster": CLUSTER, "instance": f"node-{i}:9445", "job": "gpulens", "node": f"node-{i}"}
-        for line in text.splitlines():
-            m = _SAMPLE_LINE.match(line)
-            if not m or line.startswith("#"):
-                continue
-            name, labels, value = m.groups()
-            parsed = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', labels or ""))
-            full = {**parsed, **target}
-            _, values, stamps = by_series.setdefault(name, {}).setdefault(label_text(full), (full, [], []))
-            values.append(value)
-            stamps.append(f"{times[k]:.0f}")
     om = tmp / "history.om"
-    with om.open("w") as out:
-        writer = OpenMetricsHistory(out)
-        for name, series in by_series.items():
-            for labels, values, stamps in series.values():
-                writer.series(name, labels, values, stamps)
-        writer.close()
+    targets = [
+        ({"cluster": CLUSTER, "instance": f"node-{i}:9445", "job": "gpulens", "node": f"node-{i}"},
+         [pages[(i, k)] for k in range(SCRAPES)])
+        for i in range(len(NODES))
+    ]  # fmt: skip
+    write_history(om, targets, times)
     clock = {"k": 0}
     hosts = {f"http://node-{i}:9445/metrics": i for i in range(len(NODES))}
     scrape = ScrapeSource(list(hosts), interval_s=SAMPLE, history=SCRAPES + 1,
