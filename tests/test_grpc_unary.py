@@ -22,8 +22,8 @@ from exporter.attribution._proto import api_pb2
 from exporter.attribution.grpc_unary import RpcError, StatusCode, UnaryConnection
 from exporter.attribution.podresources import ALLOCATABLE, LIST, PodResourcesClient
 from exporter.attribution.podresources_wire import Listed, WireError, allocatable_reply, list_reply
-from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
-from tests.fakes.kubelet_server import FakeKubelet, devices, pod
+from exporter.model import ContainerDevices
+from tests.fakes.kubelet_server import FakeKubelet, devices, official_listing, pod
 
 
 def _word(rng: random.Random) -> str:
@@ -82,26 +82,7 @@ def _random_list(rng: random.Random) -> api_pb2.ListPodResourcesResponse:
 
 def _expected(reply: api_pb2.ListPodResourcesResponse) -> Listed:
     """What the exporter needs, read through the official runtime."""
-    devices = tuple(
-        ContainerDevices(p.namespace, p.name, c.name, d.resource_name, tuple(d.device_ids))
-        for p in reply.pod_resources
-        for c in p.containers
-        for d in c.devices
-    )
-    claimed = tuple(
-        ClaimedDevice(
-            p.namespace,
-            p.name,
-            c.name,
-            ClaimRef(r.claim_namespace, r.claim_name, cr.driver_name, cr.pool_name, cr.device_name),
-            tuple(cdi.name for cdi in cr.cdi_devices),
-        )
-        for p in reply.pod_resources
-        for c in p.containers
-        for r in c.dynamic_resources
-        for cr in r.claim_resources
-    )
-    return Listed(devices, claimed)
+    return official_listing(reply)
 
 
 def test_decoder_reads_what_the_official_runtime_encodes() -> None:

@@ -18,7 +18,7 @@ from exporter.attribution._proto import api_pb2
 from exporter.attribution.podresources import PodResourcesClient, PodResourcesSource
 from exporter.attribution.podresources_wire import Listed, WireError, list_reply
 from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
-from tests.fakes.kubelet_server import FakeKubelet, pod
+from tests.fakes.kubelet_server import FakeKubelet, official_listing, pod
 
 DRIVER = "gpu.nvidia.com"
 NIC_DRIVER = "sriov.example.com"
@@ -192,27 +192,7 @@ HOSTILE_EXPECTED = Listed(
 
 def _official(payload: bytes) -> Listed:
     """What the official runtime reads from ``payload`` (it must parse, or the test input is wrong)."""
-    reply = api_pb2.ListPodResourcesResponse.FromString(payload)
-    devices = tuple(
-        ContainerDevices(p.namespace, p.name, c.name, d.resource_name, tuple(d.device_ids))
-        for p in reply.pod_resources
-        for c in p.containers
-        for d in c.devices
-    )
-    claimed = tuple(
-        ClaimedDevice(
-            p.namespace,
-            p.name,
-            c.name,
-            ClaimRef(r.claim_namespace, r.claim_name, cr.driver_name, cr.pool_name, cr.device_name),
-            tuple(x.name for x in cr.cdi_devices),
-        )
-        for p in reply.pod_resources
-        for c in p.containers
-        for r in c.dynamic_resources
-        for cr in r.claim_resources
-    )
-    return Listed(devices, claimed)
+    return official_listing(api_pb2.ListPodResourcesResponse.FromString(payload))
 
 
 def test_the_hostile_builder_without_extras_is_the_plain_reply() -> None:

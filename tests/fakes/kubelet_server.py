@@ -26,6 +26,8 @@ import h2.connection
 import h2.events
 
 from exporter.attribution._proto import api_pb2
+from exporter.attribution.podresources_wire import Listed
+from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 
 _SERVICE = "v1.PodResourcesLister"
 
@@ -69,6 +71,31 @@ def pod(namespace: str, name: str, containers: Iterable[ContainerSpec]) -> api_p
     """One pod as the kubelet lists it; a container spec is (name, devices) or (name, devices,
     claims)."""
     return api_pb2.PodResources(name=name, namespace=namespace, containers=[_container(c) for c in containers])
+
+
+def official_listing(reply: api_pb2.ListPodResourcesResponse) -> Listed:
+    """What the exporter needs from ``reply``, read through the official protobuf runtime: what
+    the exporter's own decoder must give for the same bytes."""
+    devices = tuple(
+        ContainerDevices(p.namespace, p.name, c.name, d.resource_name, tuple(d.device_ids))
+        for p in reply.pod_resources
+        for c in p.containers
+        for d in c.devices
+    )
+    claimed = tuple(
+        ClaimedDevice(
+            p.namespace,
+            p.name,
+            c.name,
+            ClaimRef(r.claim_namespace, r.claim_name, cr.driver_name, cr.pool_name, cr.device_name),
+            tuple(cdi.name for cdi in cr.cdi_devices),
+        )
+        for p in reply.pod_resources
+        for c in p.containers
+        for r in c.dynamic_resources
+        for cr in r.claim_resources
+    )
+    return Listed(devices, claimed)
 
 
 def devices(resource: str, ids: Iterable[str]) -> api_pb2.ContainerDevices:
