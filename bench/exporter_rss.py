@@ -94,6 +94,8 @@ CHAIN_CONFIGS = {"none": "sim, no probes", "kubelet": "sim, no probes, kubelet s
 FULL_LABEL = "sim, no probes, full chain"
 CHAIN_STAGES = (stage_names.PODRESOURCES, stage_names.KUBE_API, stage_names.CGROUP)
 """The attribution stages of the full chain (``gpulens_stage_success``)."""
+NEWER_STAGES = (stage_names.RESOURCE_SLICES,)
+"""Chain stages an older source tree (``--source``) may not have: checked and shown where present."""
 NO_IN_CLUSTER = {"NODE_NAME": "", "GPULENS_KUBERNETES_NODE_NAME": "", "KUBERNETES_SERVICE_HOST": ""}
 """Environment that keeps the exporter from taking this machine for a pod (the kubeconfig is used)."""
 
@@ -848,6 +850,7 @@ def check_chain(readings: list[Reading], expected_allocations: int) -> None:
     footprint without the chain at work would measure nothing."""
     for r in readings:
         failed = [s for s in CHAIN_STAGES if r.stages.get(s) != 1.0]
+        failed += [s for s in NEWER_STAGES if r.stages.get(s, 1.0) != 1.0]
         if failed or r.allocations < expected_allocations or r.usages == 0:
             raise RuntimeError(
                 f"the full chain did not work: stages {dict(r.stages)}, {r.allocations} pod allocation series "
@@ -878,7 +881,7 @@ def table(results: Sequence[Result]) -> str:
         if r.chain == "none":
             stages = "simulated"
         else:
-            stages = " ".join(f"{s} {r.stages[s]:g}" for s in CHAIN_STAGES if s in r.stages) or "-"
+            stages = " ".join(f"{s} {r.stages[s]:g}" for s in (*CHAIN_STAGES, *NEWER_STAGES) if s in r.stages) or "-"
         pods = "-" if r.pods is None else str(r.pods)
         lines.append(
             f"| {r.config} | {pods} | {r.bytecode} | {r.rss_mib} | {r.peak_mib} | {r.ready_cpu_s} | {runs} | {stages} |"
