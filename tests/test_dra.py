@@ -19,7 +19,6 @@ per route: the twins' GPUs have the same UUIDs, which the rules join on):
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import subprocess
 import time
@@ -31,14 +30,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 
 from dashboard import frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.source import Filters
 from tests.support.om_history import LABEL, without_integrals, write_history
-from tests.support.prometheus import RULES_FILE, backfill_recording_rules, run_prometheus
+from tests.support.prometheus import backfill_recording_rules, inline_records, rule_expressions, run_prometheus
 from tests.support.prometheus import query as prom_query
 from tests.support.sim_exposition import render_cycles
 
@@ -142,22 +140,6 @@ def _by_route(bases: dict[str, str], expr: str, at: float) -> dict[str, dict[tup
     }
 
 
-def _rule_exprs() -> dict[str, str]:
-    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
-    return {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
-
-
-def inline(expr: str, exprs: dict[str, str]) -> str:
-    """``expr`` with every record it reads replaced by its rule's expression, down to raw series."""
-    for _ in range(10):
-        names = [r for r in exprs if re.search(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", expr)]
-        if not names:
-            return expr
-        for r in names:
-            expr = re.sub(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", f"({exprs[r]})".replace("\\", "\\\\"), expr)
-    raise AssertionError(f"records nested too deep in {expr[:200]}")
-
-
 @pytest.mark.parametrize("record", RECORDS)
 def test_the_records_are_the_same_on_both_routes(prometheus: dict[str, str], history: History, record: str) -> None:
     """Each record as recorded (the same series on both routes) and as its rule computes it at T
@@ -167,8 +149,8 @@ def test_the_records_are_the_same_on_both_routes(prometheus: dict[str, str], his
     recorded = _by_route(prometheus, record, at)
     assert recorded["plugin"], f"{record} recorded nothing: the comparison would be empty"
     assert set(recorded["claims"]) == set(recorded["plugin"]), record
-    exprs = _rule_exprs()
-    got = _by_route(prometheus, inline(exprs[record], exprs), at)
+    exprs = rule_expressions()
+    got = _by_route(prometheus, inline_records(exprs[record], exprs), at)
     assert got["plugin"], f"{record}'s rule gives nothing at T"
     assert got["claims"] == pytest.approx(got["plugin"], abs=1e-9), record
 

@@ -15,7 +15,6 @@ the end of the history, over the rules' 5 m window.
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import subprocess
 import time
@@ -38,7 +37,7 @@ from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from tests.support.exporter import run_exporter
 from tests.support.om_history import without_integrals, write_history
-from tests.support.prometheus import backfill_recording_rules, run_prometheus
+from tests.support.prometheus import backfill_recording_rules, inline_records, run_prometheus
 from tests.support.prometheus import query as prom_query
 from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
 from tests.support.victoriametrics import query as vm_query
@@ -149,15 +148,8 @@ ALL_RULES = {**definitions.RULES, **jobs.RULES}
 
 
 def inline(expr: str) -> str:
-    """``expr`` with every recorded series it reads replaced by its rule's expression, down to raw
-    series: the rules' answer computed at one instant."""
-    for _ in range(10):
-        names = [r for r in ALL_RULES if re.search(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", expr)]
-        if not names:
-            return expr
-        for r in names:
-            expr = re.sub(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", f"({ALL_RULES[r]})".replace("\\", "\\\\"), expr)
-    raise AssertionError(f"records nested too deep in {expr[:200]}")
+    """``expr`` down to raw series through the dashboard's and the jobs' rules."""
+    return inline_records(expr, ALL_RULES)
 
 
 def _recorded(

@@ -10,7 +10,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,27 @@ def backfill_recording_rules(
             shutil.move(str(block), str(data / block.name))
         if not todo:
             break
+
+
+def rule_expressions() -> dict[str, str]:
+    """Every recording rule of deploy/rules/gpulens.rules.yml: record name -> expression."""
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    return {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
+
+
+def inline_records(expr: str, exprs: Mapping[str, str]) -> str:
+    """``expr`` with every record of ``exprs`` it reads replaced by the record's expression, down to
+    raw series: the rules' answer computed at one instant (promtool backfills each dependency
+    level in its own pass, so recorded samples of records that read records are a pass apart)."""
+    import re
+
+    for _ in range(10):
+        names = [r for r in exprs if re.search(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", expr)]
+        if not names:
+            return expr
+        for r in names:
+            expr = re.sub(rf"(?<![\w:]){re.escape(r)}(?![\w:{{])", f"({exprs[r]})".replace("\\", "\\\\"), expr)
+    raise AssertionError(f"records nested too deep in {expr[:200]}")
 
 
 def demo_scrape_config(targets: Sequence[str], *, rules: bool) -> str:
