@@ -1,11 +1,23 @@
 """Build deploy/grafana/gpulens.json, the Grafana dashboard over gpulens's own series.
 
-Panels are declared here as data (title, PromQL, unit) and expanded into Grafana's JSON model, so
-every query is in one readable place. ``scripts/render_manifests.py`` writes the file (and the
-chart's copy) and its ``--check`` fails when they drift. Rows follow the Streamlit dashboard:
-fleet, efficiency and boundness, workloads and waste, sharing (MIG and time-slicing), health.
-Idle, busy and wasted GPU-hours come from the recording rules in deploy/rules/gpulens.rules.yml,
-so the Grafana panels and the alerts agree.
+Role: the one place the Grafana panels are declared, as data (title, PromQL, unit, how a table
+reads), expanded here into Grafana's JSON model. ``scripts/render_manifests.py`` writes the file
+(and the chart's copy) and its ``--check`` fails when they drift. Rows follow the Streamlit
+dashboard: fleet, efficiency and boundness, workloads and waste, sharing (MIG and time-slicing),
+health.
+
+One definition: the Fleet row counts what the Streamlit Fleet page counts (``frames.fleet_counts``:
+Devices, Allocated, In use, Allocated but idle), in the same words, from the recording rule
+``gpulens:gpu_idle:bool`` that dashboard/definitions.py writes; idle, busy and wasted GPU-hours
+elsewhere are the recording rules' too (``gpulens:pod_gpu_idle:bool``,
+``namespace:gpulens_gpus_*:count``, ``namespace:gpulens_gpu_wasted_hours:sum1h``), so the panels,
+the Streamlit pages and the alerts agree. The expressions that are not a rule are built here from
+dashboard/definitions.py's names (``definitions.LEAF``, ``definitions.RULES``,
+``definitions.counter_events_promql``) rather than written again; tests/test_grafana_dashboard.py
+evaluates the fleet counts against a real Prometheus and compares them with ``frames.fleet_counts``.
+
+Tables are instant queries aggregated ``by`` the columns they show, organised (``organize``:
+``Time``, ``__name__`` and target labels hidden, headers renamed, columns ordered) and sorted.
 
 No datasource UID is written: every panel uses the ``${datasource}`` template variable.
 """
@@ -13,9 +25,12 @@ No datasource UID is written: every panel uses the ``${datasource}`` template va
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
+from dashboard import definitions, frames
 from dashboard.definitions import counter_events_promql
 
 UID = "gpulens-overview"
@@ -28,7 +43,85 @@ NODE = 'cluster=~"$cluster", node=~"$node"'
 NS = 'cluster=~"$cluster", namespace=~"$namespace"'
 LEAF = "{{node}} GPU {{gpu}} {{mig_profile}}"
 
+IDLE_RULE = "gpulens:gpu_idle:bool"
+"""The recorded idle verdict of each leaf (1 idle, 0 in use): dashboard/definitions.py's rule."""
+if IDLE_RULE not in definitions.RULES:  # pragma: no cover (a rename in definitions.py)
+    raise RuntimeError(f"{IDLE_RULE} is not a rule of dashboard/definitions.py")
+ON_LEAF = ", ".join(definitions.LEAF)
+"""The labels that name a leaf (a whole GPU or a MIG instance): ``uuid, mig_uuid``."""
+IDLE_WORDS = (
+    f"Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels "
+    "running and its links idle (launch-bound and transfer-bound devices are in use): the recording rule "
+    f"{IDLE_RULE}, the definition the alerts and the Streamlit dashboard use."
+)
+"""How idle is defined, in the Streamlit Fleet page's words."""
 
+HIDDEN = ("Time", "__name__", "job", "instance", "cluster", "endpoint", "service", "uuid", "mig_uuid")
+"""Fields a table never shows: the sample time, the metric name and target labels. ``cluster`` is
+kept in the ``by`` clauses (rows of two clusters stay apart) but not shown; the Cluster variable
+says which clusters are in view."""
+
+REASON_WORDS: Mapping[str, str] = MappingProxyType(
+    {**frames.SLOWDOWN_WORDS, "sync_boost": "sync boost", "display_clock_setting": "display clock setting"}
+)
+"""Clock event reasons that hold clocks down, in words (the Health page's; those of
+``frames.NOT_THROTTLING`` are not throttling and are not listed)."""
+STAGE_WORDS: Mapping[str, str] = MappingProxyType({"1": "ok", "0": "failed"})
+
+
+# --- the four device counts of the Fleet page (frames.fleet_counts) ------------------------------
+def _leaves_promql(dev: str) -> str:
+    """Every device (leaf) the exporters see, one series per ``uuid, mig_uuid``: the MIG instances,
+    and the whole GPUs that have none (a GPU in MIG mode counts as its instances)."""
+    mig = f"gpulens_mig_instance_info{{{dev}}}"
+    return (
+        f'(max by ({ON_LEAF}) (gpulens_mig_instance_info{{{dev}, mig_uuid!=""}})'
+        f" or max by ({ON_LEAF}) (gpulens_gpu_info{{{dev}}} unless on (uuid) {mig}))"
+    )
+
+
+def _allocated_leaves_promql(pod: str) -> str:
+    return f"max by ({ON_LEAF}) (gpulens_pod_gpu_allocation{{{pod}}})"
+
+
+def _verdict_promql(dev: str, idle: bool) -> str:
+    """The leaves whose recorded verdict is idle (``idle``) or in use, as ``frames.fleet_counts``
+    reads it (the highest verdict of a leaf, idle at 0.5 or more)."""
+    return f"(max by ({ON_LEAF}) ({IDLE_RULE}{{{dev}}}) {'>=' if idle else '<'} 0.5)"
+
+
+def _count(expr: str) -> str:
+    """``count()`` of ``expr``, 0 where it has no series (a stat then reads 0, not "No data")."""
+    return f"count({expr}) or vector(0)"
+
+
+def fleet_count_promql(name: str, dev: str = DEV, pod: str = POD) -> str:
+    """The PromQL of one of ``frames.fleet_counts``' counts (``gpus``, ``devices``, ``allocated``,
+    ``in_use``, ``allocated_idle``) over the series ``dev`` (device) and ``pod`` (allocation)
+    matchers select."""
+    leaves = _leaves_promql(dev)
+    alloc = _allocated_leaves_promql(pod)
+    exprs = {
+        "gpus": _count(f"max by (uuid) (gpulens_gpu_info{{{dev}}})"),
+        "devices": _count(leaves),
+        "allocated": _count(f"{alloc} and on ({ON_LEAF}) {leaves}"),
+        "in_use": _count(f"{_verdict_promql(dev, idle=False)} and on ({ON_LEAF}) {leaves}"),
+        "allocated_idle": _count(f"{_verdict_promql(dev, idle=True)} and on ({ON_LEAF}) {alloc}"),
+    }
+    return exprs[name]
+
+
+FLEET_COUNTS: tuple[tuple[str, str, str], ...] = (
+    ("gpus", "Physical GPUs", "GPUs the exporters see (a GPU in MIG mode is one GPU here, its instances devices)."),
+    ("devices", "Devices", "Whole GPUs and MIG instances (a GPU in MIG mode counts as its instances)."),
+    ("allocated", "Allocated", "Devices held by at least one pod (a time-sliced GPU once)."),
+    ("in_use", "In use", "Devices not idle now, allocated or not. " + IDLE_WORDS),
+    ("allocated_idle", "Allocated but idle", "Devices held by a pod and idle now. " + IDLE_WORDS),
+)
+"""(``frames.fleet_counts`` key, panel title as the Fleet page words it, description)."""
+
+
+# --- panels --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
     """One PromQL query of a panel."""
@@ -36,6 +129,25 @@ class Target:
     expr: str
     legend: str = ""
     instant: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    """How a table panel reads: the label columns it shows (label, header) in order, the header of
+    each query's value column (``None``: hidden, a value that is always 1), the header to sort by
+    and value mappings (header -> raw value -> text). Labels in ``by`` but not in ``columns``
+    (``cluster``) are hidden."""
+
+    columns: tuple[tuple[str, str], ...]
+    values: tuple[str | None, ...] = ("Value",)
+    sort: str = ""
+    desc: bool = False
+    mappings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def by(self) -> str:
+        """The ``by`` clause of the panel's aggregation: ``cluster`` and the shown labels."""
+        return ", ".join(["cluster", *(label for label, _ in self.columns)])
 
 
 @dataclass(frozen=True)
@@ -51,65 +163,68 @@ class Panel:
     height: int = 8
     max: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    table: Table | None = None
+    no_value: str = ""
 
 
 def _t(expr: str, legend: str = "", instant: bool = False) -> Target:
     return Target(expr, legend, instant)
 
 
+def _stat(title: str, expr: str, description: str = "", unit: str = "short", width: int = 4) -> Panel:
+    return Panel(title, "stat", (_t(expr, instant=True),), unit=unit, description=description, width=width, height=4)
+
+
+NODE_GPU = (("node", "Node"), ("gpu", "GPU"))
+LEAF_COLUMNS = (*NODE_GPU, ("mig_profile", "MIG profile"))
+POD_COLUMNS = (("namespace", "Namespace"), ("pod", "Pod"), ("container", "Container"))
+
+BOUNDNESS_LEAF = Table((*LEAF_COLUMNS, ("class", "Class")), ("Share of 10 m",), sort="Node")
+PODS_ACTIVE = Table(
+    (*POD_COLUMNS, ("workload", "Workload"), *LEAF_COLUMNS),
+    (f"SM active ({definitions.MEAN_WINDOW} mean)",),
+    sort="Namespace",
+)
+PODS_IDLE = Table(
+    (*POD_COLUMNS, ("workload", "Workload"), *LEAF_COLUMNS),
+    (f"SM active ({definitions.MEAN_WINDOW} mean)",),
+    sort="Namespace",
+)
+PODS_CLASS = Table((*POD_COLUMNS, *LEAF_COLUMNS, ("class", "Class")), (None,), sort="Namespace")
+MIG_PER_GPU = Table(LEAF_COLUMNS, ("MIG instances",), sort="Node")
+STAGES = Table((("node", "Node"), ("stage", "Stage")), ("State",), sort="State", mappings={"State": STAGE_WORDS})
+ECC = Table(NODE_GPU, ("Corrected", "Uncorrected"), sort="Uncorrected", desc=True)
+THROTTLING = Table(
+    (*NODE_GPU, ("reason", "Reason")),
+    ("Share of the hour",),
+    sort="Share of the hour",
+    desc=True,
+    mappings={"Reason": REASON_WORDS},
+)
+NOT_THROTTLING = "|".join(sorted(frames.NOT_THROTTLING))
+
+
 ROWS: list[tuple[str, list[Panel]]] = [
     (
         "Fleet",
         [
-            Panel(
-                "GPUs",
-                "stat",
-                (_t(f"count(gpulens_gpu_info{{{DEV}}})", instant=True),),
-                description="Physical GPUs the exporters see.",
-                width=4,
-                height=4,
-            ),
-            Panel(
-                "Allocated leaves",
-                "stat",
-                (_t(f"count(count by (uuid, mig_uuid) (gpulens_pod_gpu_allocation{{{POD}}}))", instant=True),),
-                description="Whole GPUs and MIG instances held by at least one pod.",
-                width=4,
-                height=4,
-            ),
-            Panel(
-                "Idle leaves",
-                "stat",
-                (_t(f"sum(gpulens:gpu_idle:bool{{{DEV}}})", instant=True),),
-                description="Leaves whose SMs were active under 1 % over 5 m with no kernels running "
-                "(gpulens:gpu_idle:bool, the definition the alerts use).",
-                width=4,
-                height=4,
-            ),
+            *(_stat(title, fleet_count_promql(key), description) for key, title, description in FLEET_COUNTS),
             Panel(
                 "Exporters up",
                 "stat",
-                (_t(f"sum(gpulens_up{{{NODE}}})", instant=True),),
-                description="Exporters whose GPU backend answers.",
+                (
+                    _t(_count(f"gpulens_up{{{NODE}}} == 1"), "up", instant=True),
+                    _t(_count(f"gpulens:exporter_target:info{{{NODE}}}"), "of targets", instant=True),
+                ),
+                description="Exporters scraped whose GPU backend answers (gpulens_up == 1), of the exporter "
+                "targets Prometheus knows (gpulens:exporter_target:info, which keeps a dead exporter while "
+                "its scrapes fail).",
                 width=4,
                 height=4,
+                options={"textMode": "value_and_name", "colorMode": "none", "orientation": "horizontal"},
             ),
-            Panel(
-                "Power",
-                "stat",
-                (_t(f"sum(gpulens_gpu_power_watts{{{DEV}}})", instant=True),),
-                unit="watt",
-                width=4,
-                height=4,
-            ),
-            Panel(
-                "Memory used",
-                "stat",
-                (_t(f"sum(gpulens_gpu_memory_used_bytes{{{DEV}}})", instant=True),),
-                unit="bytes",
-                width=4,
-                height=4,
-            ),
+            _stat("Power", f"sum(gpulens_gpu_power_watts{{{DEV}}})", unit="watt", width=12),
+            _stat("Memory used", f"sum(gpulens_gpu_memory_used_bytes{{{DEV}}})", unit="bytes", width=12),
             Panel(
                 "SM active per leaf (5 m mean)",
                 "timeseries",
@@ -148,13 +263,15 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "table",
                 (
                     _t(
-                        f"max by (node, gpu, mig_profile, class) (gpulens:gpu_boundness:ratio_avg10m{{{DEV}}})",
+                        f"max by ({BOUNDNESS_LEAF.by}) (gpulens:gpu_boundness:ratio_avg10m{{{DEV}}}) > 0",
                         instant=True,
                     ),
                 ),
                 unit="percentunit",
-                description="Share of the last 10 m each leaf spent in each class.",
+                description="Each leaf's classes over the last 10 m and the share of it spent in each "
+                "(classes it never had left out).",
                 width=16,
+                table=BOUNDNESS_LEAF,
             ),
             Panel(
                 "Busy ratio per leaf",
@@ -197,36 +314,57 @@ ROWS: list[tuple[str, list[Panel]]] = [
         "Workloads and waste",
         [
             Panel(
-                "Leaves per namespace",
+                "Allocated and allocated but idle devices per namespace",
                 "timeseries",
                 (
                     _t(f"namespace:gpulens_gpus_allocated:count{{{NS}}}", "{{cluster}} {{namespace}} allocated"),
-                    _t(f"namespace:gpulens_gpus_idle:count{{{NS}}}", "{{cluster}} {{namespace}} idle"),
+                    _t(
+                        f"namespace:gpulens_gpus_idle:count{{{NS}}}",
+                        "{{cluster}} {{namespace}} allocated but idle",
+                    ),
                 ),
-                description="Allocated leaves and those of them idle (recording rules).",
+                description="Devices (whole GPUs, MIG instances) allocated to the namespace's pods, and "
+                "those of them idle (recording rules namespace:gpulens_gpus_allocated:count and "
+                "namespace:gpulens_gpus_idle:count). " + IDLE_WORDS,
                 width=12,
             ),
             Panel(
                 "Wasted GPU-hours per namespace (hour ending at each point)",
                 "timeseries",
                 (_t(f"namespace:gpulens_gpu_wasted_hours:sum1h{{{NS}}}", "{{cluster}} {{namespace}}"),),
-                description="Allocated leaf-hours spent idle in the preceding hour, by the recording rule "
-                "namespace:gpulens_gpu_wasted_hours:sum1h (idle as the GPUAllocatedButIdle alert defines it).",
+                description="Hours a device was allocated while idle, in the preceding hour; a time-sliced "
+                "GPU split among its pods by the replicas each holds, a MIG instance weighted by its "
+                "compute slices (3g = 3/7 of a GPU): the recording rule "
+                "namespace:gpulens_gpu_wasted_hours:sum1h (from gpulens:pod_gpu_wasted:gpus).",
                 width=12,
             ),
             Panel(
-                "Pods holding GPUs: SM active (5 m mean)",
+                "Allocated but idle now",
                 "table",
-                (_t(f"gpulens:pod_gpu_sm_active:ratio_avg5m{{{POD}}}", instant=True),),
+                (
+                    _t(
+                        f"max by ({PODS_IDLE.by}) (gpulens:pod_gpu_activity:ratio_avg5m{{{POD}}} "
+                        f"and on (namespace, pod, container, {ON_LEAF}) (gpulens:pod_gpu_idle:bool{{{POD}}} == 1))",
+                        instant=True,
+                    ),
+                ),
                 unit="percentunit",
+                description="Containers holding a device that is idle now (gpulens:pod_gpu_idle:bool; "
+                "GPUAllocatedButIdle fires after 30 m), with the device's SM active. " + IDLE_WORDS,
                 width=12,
+                table=PODS_IDLE,
+                no_value="Every allocated GPU and MIG instance is in use.",
             ),
             Panel(
-                "Allocated but idle pods",
+                "Pods holding GPUs",
                 "table",
-                (_t(f"gpulens:pod_gpu_idle:bool{{{POD}}} == 1", instant=True),),
-                description="Containers holding a leaf that is idle now (GPUAllocatedButIdle fires after 30 m).",
+                (_t(f"max by ({PODS_ACTIVE.by}) (gpulens:pod_gpu_activity:ratio_avg5m{{{POD}}})", instant=True),),
+                unit="percentunit",
+                description=f"Each container and the device it holds, with the device's SM active over "
+                f"{definitions.MEAN_WINDOW} (GPU-Util where the GPU has no GPM: gpulens:pod_gpu_activity:ratio_avg5m, "
+                "what the idle definition reads).",
                 width=12,
+                table=PODS_ACTIVE,
             ),
             Panel(
                 "GPU memory per pod",
@@ -243,8 +381,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "Boundness per pod",
                 "table",
-                (_t(f"gpulens:pod_gpu_boundness:class{{{POD}}}", instant=True),),
+                (_t(f"max by ({PODS_CLASS.by}) (gpulens:pod_gpu_boundness:class{{{POD}}})", instant=True),),
+                description="Each container's class now: the device's while the pod is alone on it, "
+                '"shared" where several pods run on it.',
                 width=12,
+                table=PODS_CLASS,
             ),
         ],
     ),
@@ -254,8 +395,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "MIG instances per GPU and profile",
                 "table",
-                (_t(f"count by (node, gpu, mig_profile) (gpulens_mig_instance_info{{{DEV}}})", instant=True),),
+                (_t(f"count by ({MIG_PER_GPU.by}) (gpulens_mig_instance_info{{{DEV}}})", instant=True),),
                 width=8,
+                table=MIG_PER_GPU,
             ),
             Panel(
                 "MIG instances allocated per profile",
@@ -299,10 +441,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
         "Health",
         [
             Panel(
-                "Exporter stages (1 = ok)",
+                "Exporter stages (failed first)",
                 "table",
-                (_t(f"min by (node, stage) (gpulens_stage_success{{{NODE}}})", instant=True),),
+                (_t(f"min by ({STAGES.by}) (gpulens_stage_success{{{NODE}}})", instant=True),),
+                description="Each exporter's stages and whether the last cycle's run succeeded.",
                 width=8,
+                table=STAGES,
             ),
             Panel(
                 "Xid errors in the last hour",
@@ -321,10 +465,18 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 width=8,
             ),
             Panel(
-                "ECC errors (volatile)",
+                "ECC errors since the driver loaded (volatile)",
                 "table",
-                (_t(f"sum by (node, gpu, severity) (gpulens_gpu_ecc_errors_total{{{DEV}}})", instant=True),),
+                tuple(
+                    _t(
+                        f'sum by ({ECC.by}) (gpulens_gpu_ecc_errors_total{{{DEV}, severity="{severity}"}})',
+                        instant=True,
+                    )
+                    for severity in ("corrected", "uncorrected")
+                ),
+                description="Volatile ECC error counts per GPU, uncorrected first.",
                 width=8,
+                table=ECC,
             ),
             Panel(
                 "Probe efficiency (measured / expected)",
@@ -335,10 +487,22 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 width=8,
             ),
             Panel(
-                "Clock events active (throttling)",
+                "Throttling in the last hour",
                 "table",
-                (_t(f"max by (node, gpu, reason) (gpulens_gpu_clock_event_active{{{DEV}}})", instant=True),),
+                (
+                    _t(
+                        f"max by ({THROTTLING.by}) (avg_over_time(gpulens_gpu_clock_event_active"
+                        f'{{{DEV}, reason!~"{NOT_THROTTLING}"}}[1h])) > 0',
+                        instant=True,
+                    ),
+                ),
+                unit="percentunit",
+                description="GPUs whose clocks a clock event held down in the last hour, one row per GPU and "
+                "reason, with the share of the hour it held them (the Health page's throttling). An idle "
+                "GPU's low clocks and an application clock setting are not throttling and are left out.",
                 width=8,
+                table=THROTTLING,
+                no_value="No throttling in the last hour.",
             ),
             Panel(
                 "Temperature",
@@ -389,11 +553,66 @@ VARIABLES: list[dict[str, Any]] = [
 ]
 
 
+def value_field(refid: str, targets: int) -> str:
+    """The name Grafana gives a query's value column in a table (format table, instant): ``Value``
+    for a panel of one query, ``Value #A`` etc. for several."""
+    return "Value" if targets == 1 else f"Value #{refid}"
+
+
+def _refid(i: int) -> str:
+    return chr(ord("A") + i)
+
+
+def _mapping(words: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Grafana value mappings: each raw value shown as its words."""
+    return [
+        {"type": "value", "options": {raw: {"text": text, "index": i} for i, (raw, text) in enumerate(words.items())}}
+    ]
+
+
+def _table_json(table: Table, targets: Sequence[Target]) -> dict[str, Any]:
+    """A table's transformations (merge of several queries, organize), sort and per-column mappings."""
+    if len(table.values) != len(targets):
+        raise ValueError(f"{len(targets)} queries but {len(table.values)} value headers")
+    values = [(value_field(_refid(i), len(targets)), header) for i, header in enumerate(table.values)]
+    order = [*(label for label, _ in table.columns), *(name for name, header in values if header)]
+    organize = {
+        "excludeByName": {
+            **dict.fromkeys(HIDDEN, True),
+            **{name: True for name, header in values if header is None},
+        },
+        "indexByName": {name: i for i, name in enumerate(order)},
+        "renameByName": {**dict(table.columns), **{name: header for name, header in values if header}},
+    }
+    transformations: list[dict[str, Any]] = [{"id": "merge", "options": {}}] if len(targets) > 1 else []
+    transformations.append({"id": "organize", "options": organize})
+    return {
+        "transformations": transformations,
+        "sortBy": [{"displayName": table.sort, "desc": table.desc}] if table.sort else [],
+        "overrides": [
+            {
+                "matcher": {"id": "byName", "options": header},
+                "properties": [{"id": "mappings", "value": _mapping(words)}],
+            }
+            for header, words in table.mappings.items()
+        ],
+    }
+
+
 def _panel_json(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
     defaults: dict[str, Any] = {"unit": panel.unit}
     if panel.max is not None:
         defaults["min"] = 0
         defaults["max"] = panel.max
+    if panel.no_value:
+        defaults["noValue"] = panel.no_value
+    table = _table_json(panel.table, panel.targets) if panel.table is not None else None
+    options = dict(panel.options)
+    if table is not None:
+        options.setdefault("showHeader", True)
+        options["sortBy"] = table["sortBy"]
+    elif panel.kind == "table":
+        raise ValueError(f"table panel {panel.title!r} has no Table (columns, headers)")
     out: dict[str, Any] = {
         "id": pid,
         "type": panel.kind,
@@ -401,12 +620,12 @@ def _panel_json(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
         "description": panel.description,
         "datasource": {"type": "prometheus", "uid": "${datasource}"},
         "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": dict(panel.options),
+        "fieldConfig": {"defaults": defaults, "overrides": table["overrides"] if table else []},
+        "options": options,
         "targets": [
             {
                 "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                "refId": chr(ord("A") + i),
+                "refId": _refid(i),
                 "expr": t.expr,
                 "legendFormat": t.legend,
                 "instant": t.instant,
@@ -416,6 +635,8 @@ def _panel_json(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
             for i, t in enumerate(panel.targets)
         ],
     }
+    if table is not None:
+        out["transformations"] = table["transformations"]
     return out
 
 
