@@ -424,52 +424,18 @@ def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
     assert idle.empty
 
 
-def test_gpu_page_panels_name_each_series_by_its_own_labels() -> None:
-    """device_panels names a line in words, with its MIG instance and its labels beyond the
-    device's own, one name per label set whatever the rows' order; counters become steps."""
-    t = [0.0, 15.0, 30.0]
-
-    def rows(metric: str, values: list[float], **labels: object) -> pd.DataFrame:
-        return pd.DataFrame({"metric": metric, "timestamp": t, "value": values, "uuid": "GPU-1", **labels})
-
-    series = pd.concat(
-        [
-            rows("gpulens_probe_efficiency_ratio", [1.0, 0.9, 0.8], probe="dram_copy"),
-            rows("gpulens_probe_efficiency_ratio", [0.5, 0.6, 0.7], probe="h2d"),
-            rows("gpulens_gpu_power_watts", [100.0, 110.0, 120.0]),
-            rows(
-                "gpulens_gpu_utilization_ratio", [0.5, 0.6, 0.7], mig_uuid="MIG-abcdefghijklmnop", mig_profile="3g.71gb"
-            ),
-            rows("gpulens_gpu_xid_errors_total", [1.0, 1.0, 3.0], xid="79"),
-        ],
-        ignore_index=True,
-    ).sample(frac=1.0, random_state=3)  # rows in no particular order
-    panels = {title: df for title, _unit, df in frames.device_panels(series)}
-    probes = panels["Probe efficiency (measured / expected)"]
-    by_name = {n: sorted(g["value"]) for n, g in probes.groupby("series")}
-    assert by_name == {
-        "measured / expected probe=dram_copy": [0.8, 0.9, 1.0],
-        "measured / expected probe=h2d": [0.5, 0.6, 0.7],
-    }
-    assert set(panels["Power"]["series"]) == {"power"}
-    assert set(panels["Utilisation (NVML) next to SM activity (GPM)"]["series"]) == {
-        "GPU-Util (NVML) [3g.71gb MIG-abcdefgh]"
-    }
-    errors = panels["Errors (increase per step)"]
-    assert set(errors["series"]) == {"Xid errors xid=79"}
-    assert sorted(errors["value"]) == [0.0, 2.0], "a counter is charted as its increase per step"
-
-
 def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() -> None:
-    """Each device series of the catalogue (what the GPU page's one query brings) is in a panel,
-    drawn by the links' panel, or left out on purpose (shown elsewhere, or an integral of one that
-    is drawn); a new family must be placed before it lands on a chart titled by its raw name."""
+    """Each device series of the catalogue (what the GPU page's one query brings) is a line of a
+    panel of dashboard/gpu_panels.py's table, or shown elsewhere on the page (the header, a strip,
+    the links' section) or left out on purpose (an integral of one that is drawn), never both; a new
+    family must be placed before it lands on a chart titled by its name in the "other" section."""
     import re
 
+    from dashboard import gpu_panels
     from dashboard.source import DEVICE_METRICS
     from exporter.metrics import CATALOGUE
 
-    placed = {m for _title, _unit, ms in frames.DEVICE_PANELS for m in ms}
+    placed = gpu_panels.metrics_of()
     device = {
         spec.name
         for spec in CATALOGUE
@@ -477,11 +443,14 @@ def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() 
         and "uuid" in spec.labels
         and not spec.name.startswith("gpulens_pod_")
     }
-    unplaced = device - placed - frames.NOT_CHARTED - set(frames.OWN_CHARTS)
-    assert not unplaced, f"place these on the GPU page (frames.DEVICE_PANELS) or leave them out: {sorted(unplaced)}"
-    assert not placed & frames.NOT_CHARTED
-    assert {*frames.LINK_COUNTERS.values(), *frames.LINK_UTILIZATION.values(), frames.LINK_INFO} <= frames.NOT_CHARTED
-    assert set(frames.SERIES_WORDS) == placed | set(frames.OWN_CHARTS), "every charted series is named in words"
+    unplaced = device - placed - set(gpu_panels.ELSEWHERE)
+    assert not unplaced, f"place these on the GPU page (gpu_panels.PANELS) or say where they are: {sorted(unplaced)}"
+    assert not placed & set(gpu_panels.ELSEWHERE)
+    assert not (placed | set(gpu_panels.ELSEWHERE)) - device, "the table names no family the exporter lacks"
+    assert {*frames.LINK_COUNTERS.values(), *frames.LINK_UTILIZATION.values(), frames.LINK_INFO} <= set(
+        gpu_panels.ELSEWHERE
+    )
+    assert all(line.words for panel in gpu_panels.PANELS for line in panel.lines), "every line is named in words"
 
 
 def _link_rows(metric: str, t: list[float], values: list[float], **labels: str) -> pd.DataFrame:

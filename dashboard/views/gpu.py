@@ -1,4 +1,7 @@
-"""GPU page: one GPU over the range, every device series the exporter has, and who held it.
+"""GPU page: one GPU over the range, as a Grafana GPU dashboard reads: a header (model, node, who
+holds it, how it is shared, whether the exporter can read it, what limits it now), then a section per
+question (activity, memory, power and clocks, links, errors, probes, sharing), every chart titled and
+named in words with its unit on the axis (dashboard/gpu_panels.py's table).
 
 Opened from any table or chart that names a GPU (``/gpu?uuid=GPU-…``, with the view's range and
 filters); without a GPU in the URL it offers a picker.
@@ -9,12 +12,80 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import figures, frames, gpu_panels, ui
 from dashboard.source import Filters, bounded_step, rate_steps
 
 
 def body(ctx: ui.PageContext) -> None:
     info = ui.fetch(ctx, "instant", "gpulens_gpu_info", ctx.filters)
+    # every GPU the exporters list, answering or lost (a lost GPU has no gpulens_gpu_info)
+    up = ui.fetch(ctx, "instant", "gpulens_gpu_up", Filters(cluster=ctx.filters.cluster))
+    uuid = _pick(info, up)
+    if not uuid:
+        return
+    mig = str(st.query_params.get("mig_uuid", ""))
+    steps = rate_steps(bounded_step(ctx.window_s, ctx.step_s)[1])
+    series = ui.fetch(ctx, "device_series", uuid, window_s=ctx.window_s, step_s=ctx.step_s)
+    mine = info[frames.col(info, "uuid") == uuid]
+    head = gpu_panels.header(uuid, series, up, mine)
+
+    with ui.panel("Header"):
+        _header(head, gpu_panels.about(series, mine), mig)
+
+    with ui.panel("Pods that held it"):
+        st.subheader("Pods that held this GPU in the range")
+        pods = frames.pods_over_range(series)
+        if pods.empty:
+            st.info("No pod held this GPU in the range.")
+        else:
+            pods = pods.assign(
+                first_seen=[ui.fmt_time(t) for t in pods["first_seen"]],
+                last_seen=[ui.fmt_time(t) for t in pods["last_seen"]],
+                workload=_job_links(ctx, pods, mine),
+            )
+            st.dataframe(pods, hide_index=True, column_config=PODS_CONFIG)
+
+    drawn = gpu_panels.panels(series, steps)
+    if series.empty:
+        ui.no_data("device series in the range")
+    for group in gpu_panels.GROUPS:
+        of_group = [d for d in drawn if d.panel.group == group]
+        if group == gpu_panels.ACTIVITY:
+            st.header(group)
+            with ui.panel("Boundness"):
+                boundness(series, head, mine)
+        elif group == gpu_panels.POWER:
+            st.header(group)
+        elif group == gpu_panels.LINKS:
+            st.header(group)
+            with ui.panel("Links"):
+                links(series, steps)
+            with ui.panel("NICs"):
+                nics(ctx, uuid, info)
+        elif group == gpu_panels.ERRORS:
+            st.header(group)
+            with ui.panel("Errors"):
+                errors(series)
+        elif of_group:
+            st.header(group)
+        for i, d in enumerate(of_group):
+            with ui.panel(d.panel.title):
+                st.subheader(d.panel.title)
+                if d.panel.note:
+                    st.caption(d.panel.note)
+                ui.chart(gpu_panels.lines_chart(d.lines, d.panel.unit), key=f"gpu_{group}_{i}")
+        if group == gpu_panels.POWER:
+            with ui.panel("Clock events"):
+                clock_events(series, head)
+        elif group == gpu_panels.PROBES and of_group:
+            probes = gpu_panels.probe_words(series)
+            if probes:
+                st.caption(probes)
+
+
+def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
+    """The GPU picker: every GPU exported now, and the URL's GPU even when it is not (a lost GPU,
+    or one gone from the range's end), named by where it is; the chosen UUID, ``""`` for none."""
     gpus = frames.with_cols(info, ["uuid", "gpu", "node", "instance", "name"])
     where = gpus["node"].where(gpus["node"] != "", gpus["instance"])
     names = {
@@ -25,76 +96,88 @@ def body(ctx: ui.PageContext) -> None:
     options = sorted(names, key=lambda u: names[u])
     if wanted and wanted not in names:
         options = [wanted, *options]
-        names[wanted] = f"{wanted} (not exported now)"
+        row = frames.with_cols(up[frames.col(up, "uuid") == wanted], ["gpu", "node", "instance", "value"])
+        if row.empty:
+            names[wanted] = f"{wanted} · not exported now"
+        else:
+            r = row.iloc[0]
+            state = "LOST" if float(r["value"]) < 0.5 else "not in the filters' view"
+            names[wanted] = f"{frames.where_words(r['node'], r['instance'])} · GPU {r['gpu']} · {wanted} · {state}"
     if not options:
         ui.no_data("GPUs")
-        return
-    uuid = st.selectbox(
-        "GPU", options, index=options.index(wanted) if wanted in options else 0, format_func=lambda u: names[u]
+        return ""
+    uuid = str(
+        st.selectbox(
+            "GPU", options, index=options.index(wanted) if wanted in options else 0, format_func=lambda u: names[u]
+        )
     )
     if uuid != wanted:
         st.query_params["uuid"] = uuid
         if "mig_uuid" in st.query_params:
             del st.query_params["mig_uuid"]
-    mig = str(st.query_params.get("mig_uuid", ""))
+    return uuid
 
-    with ui.panel("Identity"):
-        ident = frames.with_cols(
-            info[frames.col(info, "uuid") == uuid], ["name", "driver_version", "mig_mode", "pci_bus_id"]
+
+def _header(head: gpu_panels.Header, about: str, mig: str) -> None:
+    """The header: a LOST banner first where the GPU is lost, then its facts in words."""
+    if head.lost:
+        st.error(f"**LOST.** {head.banner}", icon=":material/error:")
+    facts = list(head.facts.items())
+    for row in (facts[:3], facts[3:]):
+        for column, (title, value) in zip(st.columns(len(row)), row, strict=True):
+            column.caption(title)
+            column.markdown(f"**{value}**" if title == "State" and head.lost else value)
+    if about:
+        st.caption(about)
+    if mig:
+        st.caption(f"Opened for MIG instance {mig}; the charts show the GPU and every instance on it.")
+
+
+def boundness(series: pd.DataFrame, head: gpu_panels.Header, info: pd.DataFrame) -> None:
+    """What limits the GPU over the range (its boundness class per leaf), or why it has none."""
+    st.subheader("What limits it: boundness class over time")
+    classes = frames.state_timeline(series, "gpulens_gpu_boundness", "class")
+    if classes.empty:
+        ident = gpu_panels.identity(series, info)
+        st.info(gpu_panels.no_class_words(series, ident, "LOST" if head.lost else "answering"))
+    else:
+        ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
+
+
+def clock_events(series: pd.DataFrame, head: gpu_panels.Header) -> None:
+    """Clock events (throttle reasons) over the range in words; while the GPU is lost nothing is
+    known about them, and the page says so rather than "no clock event"."""
+    st.subheader("Clock events (throttling) over time")
+    events = frames.state_timeline(series, "gpulens_gpu_clock_event_active", "reason")
+    events = gpu_panels.in_words(events, "reason", gpu_panels.CLOCK_EVENT_WORDS).rename(
+        columns={"reason": "clock event"}
+    )
+    if not events.empty:
+        ui.chart(figures.state_strip(events, "clock event"), key="gpu_events")
+    if head.lost:
+        st.info(
+            "Nothing is known about clock events while the GPU is lost: the exporter cannot read them"
+            + (" (the strip shows the range before)." if not events.empty else ".")
         )
-        if not ident.empty:
-            row = ident.iloc[0]
-            c1, c2, c3, c4 = st.columns(4)
-            c1.metric("Model", str(row["name"]) or "?")
-            c2.metric("Driver", str(row["driver_version"]) or "?")
-            c3.metric("MIG", str(row["mig_mode"]) or "disabled")
-            c4.metric("PCI", str(row["pci_bus_id"]) or "?")
-        if mig:
-            st.caption(f"Opened for MIG instance {mig}; the charts show the GPU and every instance on it.")
+    elif events.empty:
+        st.success("No clock event held the clocks down in the range.")
+    energy = gpu_panels.energy_words(series)
+    if energy:
+        st.caption(energy)
 
-    with ui.panel("NICs"):
-        nics(ctx, uuid, info)
 
-    series = ui.fetch(ctx, "device_series", uuid, window_s=ctx.window_s, step_s=ctx.step_s)
-    with ui.panel("Pods that held it"):
-        st.subheader("Pods that held this GPU in the range")
-        pods = frames.pods_over_range(series)
-        if pods.empty:
-            st.info("No pod held this GPU in the range.")
-        else:
-            pods = pods.assign(
-                first_seen=[ui.fmt_time(t) for t in pods["first_seen"]],
-                last_seen=[ui.fmt_time(t) for t in pods["last_seen"]],
-                workload=_job_links(ctx, pods, info[frames.col(info, "uuid") == uuid]),
-            )
-            st.dataframe(pods, hide_index=True, column_config=PODS_CONFIG)
-
-    with ui.panel("Boundness"):
-        st.subheader("Boundness class over time")
-        classes = frames.state_timeline(series, "gpulens_gpu_boundness", "class")
-        if classes.empty:
-            st.info("No boundness class in the range (needs GPM: Hopper or newer).")
-        else:
-            ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
-
-    with ui.panel("Links"):
-        links(series, rate_steps(bounded_step(ctx.window_s, ctx.step_s)[1]))
-
-    with ui.panel("Clock events"):
-        st.subheader("Clock events (throttle reasons) over time")
-        events = frames.state_timeline(series, "gpulens_gpu_clock_event_active", "reason")
-        if events.empty:
-            st.success("No clock event held the clocks down in the range.")
-        else:
-            ui.chart(figures.state_strip(events, "reason"), key="gpu_events")
-
-    panels = frames.device_panels(series)
-    if not panels:
-        ui.no_data("device series in the range")
-    for i, (title, unit, df) in enumerate(panels):
-        with ui.panel(title):
-            st.subheader(title)
-            ui.chart(figures.time_lines(df, unit), key=f"gpu_panel_{i}")
+def errors(series: pd.DataFrame) -> None:
+    """The errors in sentences: what happened in the range, or that nothing did; the panels with
+    something to show follow."""
+    happened, quiet = gpu_panels.errors_words(series)
+    for line in happened:
+        st.warning(line, icon=":material/warning:")
+    if quiet:
+        named = [t if t[1:2].isupper() else t[:1].lower() + t[1:] for t in quiet]
+        lead = "Nothing else in the range" if happened else "No error in the range"
+        st.success(f"{lead}: {', '.join(named)}: none.")
+    if not happened and not quiet:
+        st.info("No error series in the range (the exporter reads the error counters every 10 cycles).")
 
 
 def _job_links(ctx: ui.PageContext, pods: pd.DataFrame, info: pd.DataFrame) -> list[str]:
@@ -196,6 +279,10 @@ LINK_TABLE_CONFIG = {
 }
 
 PODS_CONFIG = {
+    "mig_uuid": st.column_config.TextColumn("MIG instance", help="empty: the whole GPU"),
+    "replicas": st.column_config.NumberColumn("replicas", help="time-slicing replicas the container held"),
+    "first_seen": st.column_config.TextColumn("first seen"),
+    "last_seen": st.column_config.TextColumn("last seen"),
     "workload": st.column_config.LinkColumn(
         "job", display_text=ui.JOB_IN_URL, help="the job the pod belongs to (namespace/kind/name): its page"
     ),
