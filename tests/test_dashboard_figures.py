@@ -139,7 +139,52 @@ def test_sm_heatmap_has_a_row_per_node_and_a_column_per_gpu_and_opens_a_gpu() ->
     assert cells[("a:1", "GPU 1")]["value"] == 0.9
     assert ("b:1", "GPU 1") not in cells, "a missing GPU stays blank, not 0"
     assert cells[("b:1", "GPU 0")]["uuid"] == "z"
-    assert chart["params"][0]["name"] == figures.PICK
+    assert chart["params"] == [_pick()]
+    assert "stroke" not in chart["encoding"], "no allocation given: no outline"
+
+
+def _pick() -> dict[str, Any]:
+    return {"name": figures.PICK, "select": {"type": "point", "fields": ["uuid", "mig_uuid"]}}
+
+
+def test_sm_heatmap_outlines_the_gpus_no_pod_holds_and_names_the_pods_of_the_others() -> None:
+    """A GPU is free when neither it nor any of its MIG instances is allocated: its cell is outlined,
+    drawn over its neighbours, with a legend entry of its own; a held GPU's tooltip names its pods,
+    at most three; the one selection (a click opens the GPU) is kept."""
+    sm = pd.DataFrame(
+        {
+            "node": ["n"] * 4,
+            "gpu": ["0", "1", "1", "2"],
+            "uuid": ["A", "B", "B", "C"],
+            "mig_uuid": ["", "B/1", "B/2", ""],
+            "value": [0.0, 0.3, 0.0, 0.9],
+        }
+    )
+    alloc = pd.DataFrame(
+        {
+            "namespace": ["ml"] * 5,
+            "pod": ["p1", "p2", "p3", "p4", "p5"],
+            "uuid": ["B", "C", "C", "C", "C"],
+            "mig_uuid": ["B/1", "", "", "", ""],
+        }
+    )
+    chart = figures.sm_heatmap(sm, alloc)
+    cells = {r["label"]: r for r in figures.data_of(chart)}
+    assert {k: r["allocation"] for k, r in cells.items()} == {"GPU 0": figures.FREE, "GPU 1": None, "GPU 2": None}
+    assert cells["GPU 1"]["holders"] == "ml/p1", "a GPU with one MIG instance held is not free"
+    assert cells["GPU 2"]["holders"] == "ml/p2, ml/p3, ml/p4 +1 more"
+    enc = chart["encoding"]
+    assert enc["stroke"]["field"] == "allocation"
+    assert enc["stroke"]["scale"]["domain"] == [figures.FREE], "the legend names only what the outline means"
+    assert enc["stroke"]["legend"]["orient"] == "bottom", "a legend entry, under the map where it is not cut off"
+    assert enc["strokeWidth"]["condition"]["test"] == "datum.free == 1" and enc["strokeWidth"]["value"] == 0
+    assert [cells[k]["free"] for k in ("GPU 0", "GPU 1", "GPU 2")] == [1, 0, 0]
+    assert enc["order"]["field"] == "free", "outlined cells drawn last, not under a neighbour"
+    assert chart["params"] == [_pick()]
+    assert "holders" in [t["field"] for t in enc["tooltip"]]
+    held_everywhere = figures.sm_heatmap(sm, alloc.assign(uuid=["A", "B", "C", "C", "C"]))
+    assert "stroke" not in held_everywhere["encoding"], "no free GPU: no outline, no legend entry"
+    json.dumps(chart)
 
 
 def test_sm_heatmap_takes_the_busiest_mig_slice_and_orders_gpu_10_after_9() -> None:

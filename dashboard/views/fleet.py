@@ -5,8 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, ui
+from dashboard import definitions, figures, fleet_names, frames, ui
 from dashboard.source import SourceError
+
+# A comment, not a docstring (Streamlit's magic would draw one): the activity behind "idle for" is
+# sampled as on the Workloads page (the same query, so the two pages share its cache).
+ACTIVITY_POINTS = 80
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -21,6 +25,12 @@ def body(ctx: ui.PageContext) -> None:
         "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s),
         "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
         "classes": ui.query("current_state", "gpulens_gpu_boundness", f),
+        "activity": ui.query(
+            "allocation_activity", f, window_s=ctx.window_s, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
+        ),
+        "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
+        "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "clock_max": ui.query("instant", "gpulens_gpu_sm_clock_max_hertz", f),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Device counts"):
@@ -34,18 +44,33 @@ def body(ctx: ui.PageContext) -> None:
             idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
         counts = frames.fleet_counts(info, mig, alloc, idle)
         c1, c2, c3, c4 = st.columns(4)
-        c1.metric("Devices", counts["devices"])
-        c2.metric("Allocated", counts["allocated"])
-        c3.metric("In use", counts["in_use"])
-        c4.metric("Allocated but idle", counts["allocated_idle"])
+        c1.metric("Devices", f"{counts['devices']:,}")
+        c2.metric("Allocated", f"{counts['allocated']:,}")
+        c3.metric("In use", f"{counts['in_use']:,}")
+        c4.metric("Allocated but idle", f"{counts['allocated_idle']:,}")
         st.caption(
-            f"{counts['gpus']} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
+            f"{counts['gpus']:,} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
             f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels running and its "
             "links idle (launch-bound and transfer-bound devices are in use): the recording rules' "
             "definition."
         )
         if info.empty:
             ui.no_data("GPUs")
+
+    with ui.panel("Allocated but idle"):
+        if counts["allocated_idle"]:
+            allocated_idle(ctx, ui.get(ctx, q["activity"]), info, mig, alloc, idle)
+
+    with ui.panel("Slowest GPUs"):
+        slow = fleet_names.slow_gpus(
+            info,
+            alloc,
+            ui.get(ctx, q["events"]),
+            ui.get(ctx, q["clock"]),
+            ui.get(ctx, q["clock_max"]),
+            idle,
+        )
+        slowest_gpus(ctx, slow, info)
 
     with ui.panel("Exporters"):
         up = ui.get(ctx, q["up"])
@@ -58,16 +83,22 @@ def body(ctx: ui.PageContext) -> None:
         if not down.empty:
             st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
             table = frames.with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
-            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=ui.COLUMN_CONFIG)
+            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=COLUMNS)
 
     with ui.panel("SM activity"):
         st.subheader(f"SM activity per GPU (mean over the last {ui.fmt_duration(ctx.window_s)})")
+        sm_mean = ui.get(ctx, q["sm_mean"])
+        gpus = frames.col(sm_mean, "uuid").nunique()
+        cells = not sm_mean.empty and gpus <= ctx.settings.max_marks
         st.caption(
             "GPM SM activity (warps resident), not NVML GPU-Util: a stream of tiny kernels, or a copy over "
             "PCIe or NVLink, shows as busy in nvidia-smi while the SMs idle. MIG instances show their busiest."
+            + (
+                " A dashed white outline marks a GPU that no pod holds now (free); hover a cell for its pods."
+                if cells
+                else ""
+            )
         )
-        sm_mean = ui.get(ctx, q["sm_mean"])
-        gpus = frames.col(sm_mean, "uuid").nunique()
         if sm_mean.empty:
             ui.no_data("SM activity")
         elif gpus > ctx.settings.max_marks:
@@ -77,7 +108,7 @@ def body(ctx: ui.PageContext) -> None:
             )
             ui.chart(figures.sm_histogram(sm_mean), key="sm_histogram")
         else:
-            ui.chart(figures.sm_heatmap(sm_mean), key="sm_heatmap", clickable=True)
+            ui.chart(figures.sm_heatmap(sm_mean, alloc), key="sm_heatmap", clickable=True)
         if not sm_mean.empty:
             ui.gpu_picker(info, key="fleet_gpu")
 
@@ -97,17 +128,28 @@ def body(ctx: ui.PageContext) -> None:
                 ui.linked(ui.node_column(lie)),
                 hide_index=True,
                 column_config={
-                    **ui.COLUMN_CONFIG,
-                    "gpu_util": st.column_config.NumberColumn("GPU-Util", format="percent"),
+                    **COLUMNS,
+                    "gpu_util": st.column_config.NumberColumn("GPU-Util", format="percent", help="NVML GPU-Util now"),
                 },
             )
 
     with ui.panel("Models"):
         if not info.empty:
             st.subheader("Models")
-            models = frames.with_cols(info, ["name", "driver_version", "mig_mode"])
-            table = models.groupby(["name", "driver_version", "mig_mode"], as_index=False).size()
-            st.dataframe(table.rename(columns={"size": "GPUs"}), hide_index=True)
+            models = frames.with_cols(info, MODEL_COLUMNS)
+            # a label an old exporter does not set reads as such, not as a blank cell
+            models = models.assign(**{c: models[c].replace("", "not reported") for c in MODEL_COLUMNS})
+            table = models.groupby(list(MODEL_COLUMNS), as_index=False).size()
+            st.dataframe(
+                table.rename(columns={"size": "gpus"}),
+                hide_index=True,
+                column_config={
+                    "name": st.column_config.TextColumn("Model", help="the NVML name"),
+                    "driver_version": st.column_config.TextColumn("Driver"),
+                    "mig_mode": st.column_config.TextColumn("MIG mode", help="enabled: split into MIG instances"),
+                    "gpus": st.column_config.NumberColumn("GPUs", format="localized"),
+                },
+            )
 
 
 # Throughput "now": each link's rate over the last minute (Prometheus' shortest rate() window, a
@@ -142,12 +184,113 @@ def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -
         icon=":material/swap_horiz:",
     )
     columns = ["node", "instance", "gpu", "device", *ui.link_columns(table), "sm_active", "uuid", "mig_uuid"]
+    shown = ui.link_table(table[[c for c in columns if c in table.columns]])
     st.dataframe(
-        ui.link_table(table[[c for c in columns if c in table.columns]]),
+        shown,
         hide_index=True,
-        column_config={**ui.COLUMN_CONFIG, **ui.LINK_COLUMN_CONFIG},
+        # the UUID is not drawn (the links take the width; the GPU's page, the link, shows it)
+        column_order=[c for c in shown.columns if c != "uuid"],
+        column_config={**COLUMNS, **ui.LINK_COLUMN_CONFIG, "device": COLUMNS["device"]},
         key="moving_data",
     )
+
+
+# Column headers of every table on this page (the GPU-page link reads "Page": "GPU" is the index).
+COLUMNS = {
+    **ui.COLUMN_CONFIG,
+    ui.GPU_LINK: st.column_config.LinkColumn(
+        "Page", display_text="open", help="the GPU's page: every metric over time", width="small"
+    ),
+    "node": st.column_config.TextColumn("Node", help="its node (or its exporter, where no node label is set)"),
+    "instance": st.column_config.TextColumn("Exporter", help="the exporter's scrape address"),
+    "gpu": st.column_config.TextColumn("GPU", help="the GPU's index on its node, and the MIG instance where it is one"),
+    "device": st.column_config.TextColumn("Device", help="the whole GPU, or the MIG instance"),
+    "pods": st.column_config.TextColumn("Pod", help="namespace/pod of each pod holding it"),
+    "owners": st.column_config.TextColumn("Owner", help="the workload owning each pod: Kind/name"),
+    "idle_for": st.column_config.TextColumn(
+        "Idle for", help="since its last busy moment in the range, or since its pod got it"
+    ),
+    "why": st.column_config.TextColumn(
+        "Slowed by (share of range)", help="each clock event that held its clocks down, and for what share of the range"
+    ),
+    "sm_clock": st.column_config.TextColumn(
+        "SM clock / max",
+        help=f"mean SM clock over its maximum, last {definitions.MEAN_WINDOW}; an idle GPU lowers its clocks by design",
+    ),
+    "sm_active": st.column_config.NumberColumn(
+        "SM active", format="percent", help=f"mean SM activity over the last {definitions.MEAN_WINDOW}"
+    ),
+    "uuid": st.column_config.TextColumn(
+        "UUID", help="the GPU's UUID (the MIG instance's where it is one)", width="large"
+    ),
+}
+MODEL_COLUMNS = ("name", "driver_version", "mig_mode")
+
+
+def allocated_idle(
+    ctx: ui.PageContext,
+    activity: pd.DataFrame,
+    info: pd.DataFrame,
+    mig: pd.DataFrame,
+    alloc: pd.DataFrame,
+    idle: pd.DataFrame,
+) -> None:
+    """The devices behind the "Allocated but idle" count, by name: where, whose, for how long,
+    the longest idle first, at most fleet_names.ROWS_SHOWN of them."""
+    table = fleet_names.allocated_idle(info, mig, alloc, idle, activity, now=ctx.at, window_s=ctx.window_s)
+    if table.empty:
+        return
+    head, more = fleet_names.shown(table)
+    st.subheader("Allocated but idle")
+    st.caption(
+        f"{ui.devices(table['mig_uuid'])} held by a pod with idle SMs (the definition above), the longest idle first. "
+        "Idle for: since its last busy moment in the range; a device never busy in the range reads the whole "
+        "range, not a time it cannot know."
+    )
+    # no UUID column: node and index name the device, and its page (the link) shows its UUID
+    columns = [ui.GPU_LINK, "node", "gpu", "pods", "owners", "idle_for", "sm_active"]
+    st.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="idle_names")
+    if more:
+        _more(more, "workloads", "Workloads")
+
+
+def slowest_gpus(ctx: ui.PageContext, slow: pd.DataFrame, info: pd.DataFrame) -> None:
+    """The GPUs running below their clocks (fleet_names.slow_gpus), the slowest first, or one
+    sentence saying there are none."""
+    window = ui.fmt_duration(ctx.window_s)
+    if info.empty:
+        return
+    st.subheader("Slowest GPUs")
+    if slow.empty:
+        st.success(
+            f"No GPU ran slow in the last {window}: no power, thermal or hardware slowdown, and every GPU in use "
+            f"kept its SM clock at {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum or more.",
+            icon=":material/speed:",
+        )
+        return
+    head, more = fleet_names.shown(slow)
+    st.caption(
+        f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in the last {window}, or "
+        f"in use with the SM clock under {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum; the slowest first. A job "
+        "runs at its slowest GPU's pace (stragglers: Jobs page)."
+    )
+    columns = [ui.GPU_LINK, "node", "gpu", "sm_clock", "why", "pods", "owners"]
+    st.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="slow_names")
+    if more:
+        _more(more, "health", "Health")
+
+
+def _more(count: int, page: str, title: str) -> None:
+    """``and K more: see <page>`` under a capped table, linking the page with this view's range and filters."""
+    if page in ui.PAGES:
+        st.page_link(
+            ui.PAGES[page],
+            label=f"and {count:,} more: see {title}",
+            icon=":material/arrow_forward:",
+            query_params=ui.context().link_params(),
+        )
+    else:
+        st.caption(f"and {count:,} more: see {title}")
 
 
 ui.page("Fleet", body)
