@@ -14,7 +14,9 @@ selection named :data:`PICK` on those fields: a click reaches the page as
 
 from __future__ import annotations
 
+import colorsys
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -158,19 +160,90 @@ def empty_figure(message: str = "no data") -> Chart:
     }
 
 
-def sm_heatmap(sm: pd.DataFrame) -> Chart:
+FREE = "free now: no pod holds it"
+"""The heatmap's legend entry for a GPU that no pod holds (none of its MIG instances either)."""
+HOLDERS_SHOWN = 3
+"""Most pods a heatmap tooltip names; more read ``+N more``."""
+
+
+def _gpu_holders(allocation: pd.DataFrame) -> dict[str, str]:
+    """Per physical GPU (uuid), the pods holding it or any of its MIG instances (allocation rows:
+    uuid, namespace, pod), as ``namespace/pod`` names, at most HOLDERS_SHOWN then ``+N more``."""
+    if allocation.empty or "uuid" not in allocation.columns:
+        return {}
+    names: dict[str, set[str]] = {}
+    ns = allocation["namespace"] if "namespace" in allocation.columns else pd.Series("", index=allocation.index)
+    pods = allocation["pod"] if "pod" in allocation.columns else pd.Series("", index=allocation.index)
+    for u, n, p in zip(allocation["uuid"].astype(str), ns.astype(str), pods.astype(str), strict=True):
+        names.setdefault(u, set()).add(f"{n}/{p}" if n else p)
+    out = {}
+    for u, held in names.items():
+        listed = sorted(held)
+        more = len(listed) - HOLDERS_SHOWN
+        out[u] = ", ".join(listed[:HOLDERS_SHOWN]) + (f" +{more} more" if more > 0 else "")
+    return out
+
+
+FREE_OUTLINE = "white"
+"""The dashed outline of a free GPU's cell: white shows on the dark cells of idle GPUs, as free
+ones mostly are, and on every other colour of the viridis scale but its palest yellow."""
+
+
+def sm_heatmap(sm: pd.DataFrame, allocation: pd.DataFrame | None = None) -> Chart:
     """SM activity (0..1) per node (rows) and GPU index (columns); MIG slices take their max. A
-    missing GPU stays blank (no cell), not 0. Clicking a cell opens its GPU."""
+    missing GPU stays blank (no cell), not 0. Clicking a cell opens its GPU.
+
+    With ``allocation`` (gpulens_pod_gpu_allocation rows now: uuid, namespace, pod), each cell's
+    tooltip names the pods holding the GPU, and a GPU that none holds (free: neither it nor any of
+    its MIG instances) is outlined, dashed, drawn over its neighbours, with a legend entry
+    (:data:`FREE`) saying what the outline means."""
     if sm.empty:
         return empty_figure()
     cells = per_gpu_sm(sm)
     cells = cells.assign(label=[f"GPU {g}" for g in cells["gpu"]], mig_uuid="")
     columns = [f"GPU {g}" for g in sorted(set(cells["gpu"]), key=lambda g: (len(str(g)), str(g)))]
     nodes = sorted(set(cells["node"]))
+    fields = ["node", "label", "value", "uuid", "mig_uuid"]
+    tooltip: list[dict[str, Any]] = [
+        {"field": "node"},
+        {"field": "label", "title": "GPU"},
+        {"field": "value", "title": "SM active", "format": ".0%"},
+    ]
+    marks: dict[str, Any] = {}
+    if allocation is not None:
+        held = _gpu_holders(allocation)
+        free = [str(u) not in held for u in cells["uuid"]]
+        cells = cells.assign(
+            holders=[held.get(str(u), "no pod (free)") for u in cells["uuid"]],
+            allocation=[FREE if f else None for f in free],
+            free=[int(f) for f in free],
+        )
+        fields += ["holders", "allocation", "free"]
+        tooltip.append({"field": "holders", "title": "held by"})
+        if any(free):
+            marks = {
+                "stroke": {
+                    "field": "allocation",
+                    "type": "nominal",
+                    "scale": {"domain": [FREE], "range": [FREE_OUTLINE]},
+                    "legend": {
+                        "title": None,
+                        "orient": "bottom",  # under the map: beside it, under the colour scale, it is cut off
+                        "symbolType": "square",
+                        "symbolFillColor": "#440154",  # an idle cell, as the map shows most free GPUs
+                        "symbolStrokeWidth": 2,
+                        "symbolDash": [3, 2],
+                        "symbolSize": 260,
+                        "labelFontSize": 12,
+                    },
+                },
+                "strokeWidth": {"condition": {"test": "datum.free == 1", "value": 3}, "value": 0},
+                "order": {"field": "free", "type": "quantitative"},  # outlined cells last, over their neighbours
+            }
     return {
-        **_data(rows(cells, ["node", "label", "value", "uuid", "mig_uuid"])),
+        **_data(rows(cells, fields)),
         "params": [_pick()],
-        "mark": {"type": "rect", "cursor": "pointer"},
+        "mark": {"type": "rect", "cursor": "pointer", "strokeDash": [5, 3]},
         "encoding": {
             "x": {
                 "field": "label",
@@ -186,14 +259,16 @@ def sm_heatmap(sm: pd.DataFrame) -> Chart:
                 "scale": {"scheme": "viridis", "domain": [0, 1]},
                 "legend": {"title": "SM active", "format": ".0%", "gradientLength": 120},
             },
-            "tooltip": [
-                {"field": "node"},
-                {"field": "label", "title": "GPU"},
-                {"field": "value", "title": "SM active", "format": ".0%"},
-            ],
+            **marks,
+            "tooltip": tooltip,
         },
-        "height": max(160, min(1600, 22 * len(nodes) + 40)),
+        # the height holds the legend under the map too (Streamlit fits the whole chart in it)
+        "height": max(160, min(1600, 22 * len(nodes) + 40)) + (HEATMAP_LEGEND_HEIGHT if marks else 0),
     }
+
+
+HEATMAP_LEGEND_HEIGHT = 36
+"""Pixels the free-GPU legend under the heatmap takes (a row of one entry and its margin)."""
 
 
 BINS = 20
@@ -457,7 +532,7 @@ def mig_layout_figure(layout: pd.DataFrame) -> Chart:
         holder=[h or "free" for h in df["holders"]],
         state=["held" if h else "free" for h in df["holders"]],
         label=[
-            f"{p}\n{_fit(h or 'free', int(n))}"
+            "\n".join([str(p), *_wrap(h or "free", int(n))])
             for p, h, n in zip(df["mig_profile"], df["holders"], df["slices"], strict=True)
         ],
     )
@@ -506,16 +581,71 @@ def mig_layout_figure(layout: pd.DataFrame) -> Chart:
                 "encoding": {"y": y, "x": {"field": "mid", "type": "quantitative"}, "text": {"field": "label"}},
             },
         ],
-        "height": max(120, 56 * len(order)),
+        "height": max(120, 72 * len(order)),
     }
 
 
+MIG_LABEL_CHARS = 18
+"""Characters of a MIG layout label that fit across one compute slice (of 7 across the page)."""
+MIG_LABEL_LINES = 3
+"""Lines of a MIG layout bar's holder label at most (under its profile)."""
+
+
+def _wrap(text: str, slices: int) -> list[str]:
+    """``text`` in lines that fit a MIG layout bar of ``slices`` compute slices, broken after a
+    ``/``, ``-``, ``,`` or space (pod names: ``inference/asr-stream-fx5qr9vj7p-kg8fn``); cut with
+    ``…`` only past :data:`MIG_LABEL_LINES` lines (the full text is in the tooltip)."""
+    room = MIG_LABEL_CHARS * max(1, slices)
+    parts = re.findall(r"[^/\-, ]*(?:[/\-, ]+|$)", text)
+    lines: list[str] = []
+    line = ""
+    for part in (p for p in parts if p):
+        while len(part) > room:  # a piece longer than a line: split it
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(part[:room])
+            part = part[room:]
+        if len(line) + len(part) > room:
+            lines.append(line)
+            line = ""
+        line += part
+    if line:
+        lines.append(line)
+    lines = [x.rstrip() for x in lines]
+    if len(lines) > MIG_LABEL_LINES:
+        lines = [*lines[: MIG_LABEL_LINES - 1], _fit(" ".join(lines[MIG_LABEL_LINES - 1 :]), slices)]
+    return lines
+
+
+def distinct_colours(n: int) -> list[str]:
+    """``n`` colours no two alike, for a legend of as many names (pods): hues a golden angle apart,
+    every other one darker, so neighbours in the legend differ in hue and lightness."""
+    out = []
+    for i in range(n):
+        hue = (0.58 + i * 0.381966) % 1.0
+        light = 0.42 if i % 2 == 0 else 0.62
+        r, g, b = colorsys.hls_to_rgb(hue, light, 0.7)
+        out.append(f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}")
+    return out
+
+
 def sm_share_bar(shares: pd.DataFrame) -> Chart:
-    """Per time-sliced GPU, each pod's share of SM time (stacked; the gap to 1 is idle time)."""
+    """Per time-sliced GPU, each pod's share of SM time (stacked; the gap to 1 is idle time), a
+    colour per pod no other pod has; the GPU named by its node (or exporter) and index where
+    ``shares`` has ``node``/``instance`` and ``gpu``, else by its shortened UUID."""
     df = shares[shares["pod"] != ""] if not shares.empty else shares
     if df.empty:
         return empty_figure("no per-pod SM share")
-    df = df.assign(gpu=[_short(u) for u in df["uuid"]], who=df["namespace"] + "/" + df["pod"])
+    if "gpu" in df.columns:
+        where = df["node"] if "node" in df.columns else pd.Series([""] * len(df), index=df.index)
+        if "instance" in df.columns:
+            where = where.where(where != "", df["instance"])
+        names = [f"{w} GPU {g}" if g != "" else _short(u) for w, g, u in zip(where, df["gpu"], df["uuid"], strict=True)]
+    else:
+        names = [_short(u) for u in df["uuid"]]
+    df = df.assign(gpu=names, who=df["namespace"] + "/" + df["pod"])
+    pods = sorted(set(df["who"]))
     chart = _bars(
         df,
         "gpu",
@@ -523,9 +653,15 @@ def sm_share_bar(shares: pd.DataFrame) -> Chart:
         y_title="share of SM time",
         y_format=".0%",
         x_title="GPU",
-        color={"field": "who", "type": "nominal", "legend": {"title": "pod", "labelLimit": 320}},
+        color={
+            "field": "who",
+            "type": "nominal",
+            "scale": {"domain": pods, "range": distinct_colours(len(pods))},
+            "legend": {"title": "pod", "labelLimit": 1000},
+        },
         tooltip=[
             {"field": "who", "title": "pod"},
+            {"field": "gpu", "title": "GPU"},
             {"field": "uuid"},
             {"field": "sm_share", "title": "share of SM time", "format": ".0%"},
         ],

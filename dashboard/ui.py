@@ -6,8 +6,9 @@ panel only (never a traceback) and the rest of the page still renders.
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -356,7 +357,9 @@ def linked(df: pd.DataFrame, ctx: PageContext | None = None) -> pd.DataFrame:
 
 
 COLUMN_CONFIG: dict[str, Any] = {
-    GPU_LINK: st.column_config.LinkColumn("GPU", display_text="open", help="the GPU's page: every metric over time"),
+    GPU_LINK: st.column_config.LinkColumn(
+        "GPU page", display_text="open", help="the GPU's page: every metric over time"
+    ),
     "sm_active": st.column_config.NumberColumn("SM active", format="percent"),
 }
 """Column settings shared by the tables that name a GPU."""
@@ -368,7 +371,7 @@ def percent_column(title: str, help_text: str) -> Any:
 
 
 COMMUNICATION_COLUMN = percent_column(
-    "communication",
+    "Communication",
     f"share of its GPUs' time over the last {definitions.MEAN_WINDOW} in collectives, waiting on peers or the network",
 )
 """The pod tables' communication share (dashboard/definitions.py, ``communication_share``)."""
@@ -508,3 +511,329 @@ def gpu_picker(info: pd.DataFrame, key: str) -> None:
     if uuid:
         c2.page_link(PAGES["gpu"], label="Open", icon=":material/open_in_new:",
                      query_params={**context().link_params(), "uuid": uuid})  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables a person reads: headers in words, numbers with thousands separators, missing values in
+# words (ui.table). Streamlit draws st.dataframe on a canvas: what it shows is what these settings
+# say, so every table of the pages goes through here.
+
+HEADERS: dict[str, str] = {
+    # who
+    "cluster": "Cluster",
+    "namespace": "Namespace",
+    "pod": "Pod",
+    "container": "Container",
+    "workload": "Workload",
+    "workload_kind": "Owner kind",
+    "resource": "Resource",
+    "holders": "Held by",
+    "job": "Job",
+    # where
+    "node": "Node",
+    "instance": "Exporter",
+    "gpu": "GPU",
+    "uuid": "GPU UUID",
+    "mig_uuid": "MIG instance",
+    "mig_profile": "MIG profile",
+    "gpu_instance_id": "GPU instance",
+    "gpu_name": "Model",
+    "gpu_model": "GPU model",
+    "model": "Model",
+    "slices": "Compute slices",
+    "device": "Device",
+    "devices": "Devices",
+    "current": "Holds now",
+    # what it does
+    "class": "Bound by",
+    "communication": "Communication",
+    "sm_active": "SM active",
+    "sm_share": "SM share",
+    "sm_share_note": "SM share note",
+    "memory_used": "Memory used",
+    "dram_active": "DRAM active",
+    "pipe_active": "Busiest pipe active",
+    "idle_for": "Idle for",
+    "idle_share": "Idle share",
+    "first_seen": "First seen",
+    "last_seen": "Last seen",
+    "mode": "Sharing",
+    "note": "Note",
+    "replicas": "Replicas",
+    "pods": "Pods",
+    # money and time
+    "gpu_hours": "GPU-hours",
+    "gpu_hours_held": "GPU-hours held",
+    "gpu_hours_saved": "GPU-hours saveable",
+    "cost_usd": "Cost (USD)",
+    "cost_saved_usd": "Saving (USD)",
+    # advice
+    "recommendation": "Advice",
+    "target": "Target",
+    "reason": "Reason",
+    "memory_peak_gib": "Peak memory (GiB)",
+    "sm_p95": "SM active p95",
+    "sm_mean": "SM active mean",
+    "dram_p95": "DRAM active p95",
+    # health
+    "probe": "Probe",
+    "bandwidth": "Bandwidth",
+    "expected": "Expected",
+    "efficiency": "Efficiency",
+    "vs_peers": "vs peers",
+    "slow": "Slow",
+    "xid": "Xid",
+    "events": "Events",
+    "errors": "Errors",
+    "severity": "Severity",
+    "reasons": "Reasons",
+    "share": "Share of the range",
+    "stage": "Exporter stage",
+}
+"""The header of every column name the pages show (:func:`header`); a name not here reads as its
+words (:func:`default_header`)."""
+
+FORMATS: dict[str, str] = {
+    "gpu_hours": "%,.2f",
+    "gpu_hours_held": "%,.1f",
+    "gpu_hours_saved": "%,.1f",
+    "cost_usd": "dollar",
+    "cost_saved_usd": "dollar",
+    "memory_peak_gib": "%,.1f GiB",
+    "sm_active": "percent",
+    "sm_share": "percent",
+    "idle_share": "percent",
+    "sm_p95": "percent",
+    "sm_mean": "percent",
+    "dram_p95": "percent",
+    "efficiency": "percent",
+    "vs_peers": "percent",
+    "share": "percent",
+}
+"""How a known numeric column's values read (Streamlit NumberColumn formats: ``percent`` of a 0..1
+ratio, ``dollar``, or printf style with ``,`` for thousands separators); other numbers ``localized``
+(thousands separators, at most three decimals)."""
+
+DEFAULT_MISSING = "–"
+"""What a missing value reads as where the caller gives no reason (an en dash, never ``None``)."""
+
+_WORDS = {
+    "gpu": "GPU",
+    "gpus": "GPUs",
+    "mig": "MIG",
+    "sm": "SM",
+    "uuid": "UUID",
+    "id": "ID",
+    "pci": "PCI",
+    "nic": "NIC",
+    "nics": "NICs",
+    "numa": "NUMA",
+    "dram": "DRAM",
+    "ecc": "ECC",
+    "usd": "(USD)",
+    "gib": "(GiB)",
+    "mps": "MPS",
+    "rdma": "RDMA",
+    "gdr": "GPUDirect RDMA",
+    "pcie": "PCIe",
+    "nvlink": "NVLink",
+}
+
+
+def default_header(name: str) -> str:
+    """A column name the map does not know, in words: ``memory_used_bytes`` → ``Memory used bytes``,
+    ``pci_bus_id`` → ``PCI bus ID`` (acronyms in capitals, the first letter capitalised)."""
+    words = [_WORDS.get(w.lower(), w) for w in str(name).replace("-", "_").split("_") if w]
+    if not words:
+        return str(name)
+    first = words[0]
+    words[0] = first if first[:1].isupper() else first[:1].upper() + first[1:]
+    return " ".join(words)
+
+
+def header(name: str) -> str:
+    """The header a person reads for column ``name`` (:data:`HEADERS`, else :func:`default_header`)."""
+    return HEADERS.get(name) or default_header(name)
+
+
+_PRINTF = re.compile(r"%(?P<flags>[-+ 0,']*)(?P<width>\d*)(?:\.(?P<prec>\d+))?(?P<kind>[dfegsi])")
+
+
+def format_number(value: float, fmt: str | None) -> str:
+    """``value`` as Streamlit's NumberColumn ``fmt`` would draw it (en locale), for a column that
+    becomes text because it has missing values: ``localized``/None (``12,884,901,888``, at most
+    three decimals), ``percent`` of a ratio (``42.5%``), ``dollar`` (``$1,234.50``),
+    ``accounting``, ``plain``, or printf style with ``,`` for thousands (``%,.2f GiB``)."""
+    v = float(value)
+    if fmt in (None, "localized", "accounting") or not fmt:
+        if fmt == "accounting":
+            return f"{v:,.2f}"
+        text = f"{v:,.3f}".rstrip("0").rstrip(".")
+        return "0" if text == "-0" else text
+    if fmt == "percent":
+        return f"{v * 100:,.2f}".rstrip("0").rstrip(".") + "%"
+    if fmt == "dollar":
+        return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
+    if fmt == "plain":
+        return f"{v:g}"
+    m = _PRINTF.search(fmt)
+    if m is None:
+        return f"{v:,.3f}".rstrip("0").rstrip(".")
+    comma = "," if ("," in m["flags"] or "'" in m["flags"]) else ""
+    kind = m["kind"]
+    if kind in ("d", "i"):
+        body = f"{round(v):{comma}d}"
+    elif kind == "s":
+        body = f"{v:g}"
+    else:
+        prec = m["prec"] if m["prec"] is not None else "6"
+        body = f"{v:{comma}.{prec}{kind}}"
+    return (fmt[: m.start()] + body + fmt[m.end() :]).replace("%%", "%")
+
+
+def _config_type(config: Any) -> str:
+    """The column type of a Streamlit column setting (``number``, ``progress``, ``text``…), "" for none."""
+    if not isinstance(config, dict):
+        return ""
+    return str((config.get("type_config") or {}).get("type") or "")
+
+
+Missing = dict[str, str | Sequence[str]]
+"""Why values are missing, per column: one word for the column, or one per row."""
+
+
+def table_frame(
+    df: pd.DataFrame, column_config: dict[str, Any] | None = None, missing: Missing | None = None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """What :func:`table` draws: ``df`` with its missing values in words, and a setting for every
+    column (the caller's first; else one with the column's :func:`header` and its number format).
+
+    A numeric column with a missing value becomes text (its numbers as its format draws them, right
+    aligned), since a number column can only draw ``None`` there; ``missing`` names the word per
+    column (why it is missing: ``{"cost_usd": "no price set"}``, or a word per row), :data:`DEFAULT_MISSING`
+    otherwise."""
+    given = dict(column_config or {})
+    words = dict(missing or {})
+    out = df.copy()
+    config: dict[str, Any] = {}
+    for name in out.columns:
+        col = str(name)
+        setting = given.get(col, ...)
+        if setting is None:  # the caller hides it
+            config[col] = None
+            continue
+        if isinstance(setting, str):
+            setting = st.column_config.Column(setting)
+        values = out[name]
+        numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+        if setting is ...:
+            if numeric:
+                setting = st.column_config.NumberColumn(header(col), format=FORMATS.get(col, "localized"))
+            else:
+                setting = st.column_config.Column(header(col))
+        else:
+            setting = dict(setting)
+            if not setting.get("label"):
+                setting["label"] = header(col)
+        gaps = values.isna()
+        if not gaps.any():
+            config[col] = setting
+            continue
+        why = words.get(col, DEFAULT_MISSING)
+        word = [why] * len(out) if isinstance(why, str) else [str(w) for w in why]
+        kind = _config_type(setting)
+        if numeric or kind in ("number", "progress"):
+            fmt = (setting.get("type_config") or {}).get("format")
+            if kind == "progress" and not fmt:
+                top = (setting.get("type_config") or {}).get("max_value")
+                fmt = "percent" if top in (None, 1, 1.0) else "localized"
+            nums = pd.to_numeric(values, errors="coerce")
+            out[name] = [w if g else format_number(float(v), fmt) for v, g, w in zip(nums, gaps, word, strict=True)]
+            setting = st.column_config.TextColumn(
+                setting.get("label"), help=setting.get("help"), width=setting.get("width"), alignment="right"
+            )
+        else:
+            out[name] = [w if g else v for v, g, w in zip(values, gaps, word, strict=True)]
+        config[col] = setting
+    return out, config
+
+
+def table(
+    df: pd.DataFrame,
+    *,
+    key: str | None = None,
+    column_config: dict[str, Any] | None = None,
+    missing: Missing | None = None,
+) -> None:
+    """Draw ``df`` as a table a person reads (:func:`table_frame`): every header in words, numbers
+    with thousands separators, missing values as the word ``missing`` gives for the column (else
+    :data:`DEFAULT_MISSING`), the caller's ``column_config`` kept; no index."""
+    shown, config = table_frame(df, column_config, missing)
+    st.dataframe(shown, hide_index=True, key=key, column_config=config)
+
+
+EVIDENCE_WORDS: dict[str, tuple[str, str]] = {
+    # evidence key -> (what it is, how its value reads: text, count, gib, percent, times, hours)
+    "gpu_model": ("GPU model", "text"),
+    "mig_profile": ("Holds", "profile"),
+    "devices": ("Devices held", "count"),
+    "memory_peak_bytes": ("Peak GPU memory used", "gib"),
+    "memory_needed_bytes": ("Memory needed (peak x headroom)", "gib"),
+    "sm_active_p95": ("SM active, 95th percentile", "percent"),
+    "sm_active_mean": ("SM active, mean", "percent"),
+    "sm_needed_fraction": ("SMs needed (p95 x headroom), share of the GPU", "percent"),
+    "dram_active_p95": ("DRAM active, 95th percentile", "percent"),
+    "pcie_utilization_p95": ("PCIe use, 95th percentile", "percent"),
+    "nvlink_utilization_p95": ("NVLink use, 95th percentile", "percent"),
+    "idle_share": ("Idle, share of the time held", "percent"),
+    "transfer_bound_share_of_busy": ("Transfer-bound, share of busy time", "percent"),
+    "memory_bound_share_of_busy": ("Memory-bound, share of busy time", "percent"),
+    "new_gpu_share": ("Share of a GPU it would hold", "percent"),
+    "gpu_hours_held": ("GPU-hours held", "hours"),
+    "gpu_hours_idle": ("GPU-hours idle", "hours"),
+    "headroom": ("Memory headroom", "times"),
+    "compute_headroom": ("Compute headroom", "times"),
+    "bandwidth_ratio": ("HBM bandwidth of the faster GPU", "times"),
+    "no_mig_because": ("Why no MIG slice", "text"),
+}
+"""The right-sizing evidence (dashboard/advisor/engine.py ``Recommendation.evidence``) in words and
+units; ``boundness_<class>`` keys read as "Bound by <class>, share of the time held"."""
+
+
+def evidence_table(evidence: dict[str, Any]) -> pd.DataFrame:
+    """One workload's right-sizing evidence as rows a person reads (``What``, ``Value``): memory in
+    GiB, shares in %, headroom as ``1.2x``, the MIG profile by name or ``whole GPU``, an unmeasured
+    figure as ``not measured``; never the raw dictionary."""
+    rows: list[tuple[str, str]] = []
+    for key, value in evidence.items():
+        if key == "workload":
+            continue
+        what, kind = EVIDENCE_WORDS.get(key, ("", "text"))
+        if key.startswith("boundness_"):
+            what, kind = f"Bound by {key.removeprefix('boundness_')}, share of the time held", "percent"
+        elif not what:
+            what, kind = default_header(key), ("text" if isinstance(value, str) else "number")
+        rows.append((what, _evidence_value(value, kind)))
+    return pd.DataFrame(rows, columns=["What", "Value"])
+
+
+def _evidence_value(value: Any, kind: str) -> str:
+    """One evidence figure as :func:`evidence_table` shows it."""
+    if kind == "profile":
+        return str(value) if value else "whole GPU"
+    if value is None or (isinstance(value, float) and value != value):
+        return "not measured"
+    if kind == "text":
+        return str(value)
+    v = float(value)
+    if kind == "gib":
+        return f"{v / 2**30:,.1f} GiB"
+    if kind == "percent":
+        return f"{v:.0%}" if abs(v) >= 0.01 or v == 0 else f"{v:.1%}"
+    if kind == "times":
+        return f"{v:,.2f}x"
+    if kind == "hours":
+        return f"{v:,.1f}"
+    if kind == "count":
+        return f"{v:,.0f}"
+    return format_number(v, "localized")

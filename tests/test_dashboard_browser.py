@@ -2,7 +2,10 @@
 node, a time-sliced node, and the MPS node, whose GPU 4 runs a data loader that only copies host
 memory to the GPU), once through a real Prometheus scraping them and once scraping them itself:
 every page loads with its key elements and without a Streamlit exception, a Python repr or
-Streamlit internals in its text, a console error, or a request to any host but the dashboard's.
+Streamlit internals in its text, a console error, or a request to any host but the dashboard's,
+and without what a person should not read: a raw column name as a table header, a ``None``/``NaN``
+cell, a long number without thousands separators, a metric name or a JSON dump
+(tests/support/browser.py ``display_problems``; Fleet and GPU only report theirs for now).
 Screenshots land in artifacts/dashboard/; a dead Prometheus gives a banner, not a dead app."""
 
 from __future__ import annotations

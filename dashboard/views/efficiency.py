@@ -79,15 +79,20 @@ def body(ctx: ui.PageContext) -> None:
                 table = table.drop(columns=["mig_uuid"])
             if use_means:
                 st.caption(f"Link use: the mean over the last {ui.fmt_duration(ctx.window_s)}.")
-            st.dataframe(
+            ui.table(
                 ui.linked(ui.node_column(ui.humanize_bytes(ui.link_use_percent(table)))),
-                hide_index=True,
+                key="leaf_table",
                 column_config={
                     **ui.COLUMN_CONFIG,
                     **ui.LINK_COLUMN_CONFIG,
-                    "dram_active": st.column_config.ProgressColumn("DRAM active", min_value=0.0, max_value=1.0),
-                    "pipe_active": st.column_config.ProgressColumn("pipe active", min_value=0.0, max_value=1.0),
+                    "dram_active": st.column_config.ProgressColumn(
+                        "DRAM active", format="percent", min_value=0.0, max_value=1.0
+                    ),
+                    "pipe_active": st.column_config.ProgressColumn(
+                        "Busiest pipe active", format="percent", min_value=0.0, max_value=1.0
+                    ),
                 },
+                missing={"dram_active": "not measured", "pipe_active": "not measured", "class": "no class"},
             )
 
 

@@ -52,13 +52,18 @@ def body(ctx: ui.PageContext) -> None:
                 )
                 st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
             ui.chart(figures.probe_efficiency_bar(probes, frames.SLOW_EFFICIENCY), key="probe_bar", clickable=True)
-            st.dataframe(
-                ui.linked(ui.node_column(ui.humanize_bytes(probes))),
-                hide_index=True,
-                column_config={
-                    **ui.COLUMN_CONFIG,
-                    "efficiency": st.column_config.NumberColumn("efficiency", format="percent"),
-                    "vs_peers": st.column_config.NumberColumn("vs peers", format="percent"),
+            table = ui.linked(ui.node_column(ui.humanize_bytes(probes)))
+            if (table["mig_uuid"] == "").all():
+                table = table.drop(columns=["mig_uuid", "mig_profile"])
+            ui.table(
+                table,
+                key="probe_table",
+                column_config=ui.COLUMN_CONFIG,
+                missing={
+                    "efficiency": "no expected figure",
+                    "vs_peers": "no healthy peer",
+                    "mig_profile": "whole GPU",
+                    "bandwidth": "not measured",
                 },
             )
 
@@ -69,7 +74,7 @@ def body(ctx: ui.PageContext) -> None:
             st.subheader("Lost GPUs")
             st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
             table = frames.with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
-            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=ui.COLUMN_CONFIG)
+            ui.table(ui.linked(ui.node_column(table)), key="lost_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Xid errors"):
         st.subheader(f"Xid errors (last {window})")
@@ -99,11 +104,7 @@ def body(ctx: ui.PageContext) -> None:
             st.success(f"No throttling in the last {window}.")
         else:
             ui.chart(figures.clock_event_bar(events), key="clock_events")
-            st.dataframe(
-                ui.linked(ui.node_column(events)),
-                hide_index=True,
-                column_config={**ui.COLUMN_CONFIG, "share": st.column_config.NumberColumn("share", format="percent")},
-            )
+            ui.table(ui.linked(ui.node_column(events)), key="throttle_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Exporter stages"):
         stages = ui.get(ctx, q["stages"])
@@ -111,17 +112,15 @@ def body(ctx: ui.PageContext) -> None:
         if not failed.empty:
             st.subheader("Failing exporter stages")
             table = frames.with_cols(failed, ["node", "instance", "stage"])[["node", "instance", "stage"]]
-            st.dataframe(ui.node_column(table), hide_index=True)
+            ui.table(ui.node_column(table), key="stage_table")
 
 
 def _errors(table: pd.DataFrame, unit: str) -> None:
-    """An error-counter table (devices with a positive increase), linked to their GPU pages."""
+    """An error-counter table (devices with a positive increase), linked to their GPU pages; the
+    counts whole numbers."""
     if not table.empty:
-        st.dataframe(
-            ui.linked(ui.node_column(table.rename(columns={"value": unit}))),
-            hide_index=True,
-            column_config=ui.COLUMN_CONFIG,
-        )
+        counts = table.assign(value=table["value"].round().astype("Int64")).rename(columns={"value": unit})
+        ui.table(ui.linked(ui.node_column(counts)), key=f"{unit}_table", column_config=ui.COLUMN_CONFIG)
 
 
 ui.page("Health", body)

@@ -176,7 +176,12 @@ def _gpus(ctx: ui.PageContext, gpus: pd.DataFrame) -> None:
         }
     )
     shown = ui.linked(table, ctx).drop(columns=["uuid", "mig_uuid"])
-    st.dataframe(shown, hide_index=True, key="job_gpus", column_config=GPU_CONFIG)
+    ui.table(
+        shown,
+        key="job_gpus",
+        column_config=GPU_CONFIG,
+        missing={"activity": "not measured", "SM clock": "not measured", "busy": "not measured"},
+    )
 
 
 def _percent(title: str, help_text: str) -> object:
@@ -193,20 +198,20 @@ GPU_CONFIG = {
     ui.GPU_LINK: st.column_config.LinkColumn(
         "GPU page", display_text="open", help="every metric of the GPU over time", width=75
     ),
-    "node": st.column_config.TextColumn("node", width=120),
+    "node": st.column_config.TextColumn("Node", width=120),
     "GPU": st.column_config.TextColumn("GPU", help="its index on the node", width=45),
-    "straggler": st.column_config.TextColumn("straggler", help="whether its peers wait for it, and why", width=320),
-    "activity": _percent("activity", "SM activity (GPU-Util without GPM), mean over 5 minutes"),
+    "straggler": st.column_config.TextColumn("Straggler", help="whether its peers wait for it, and why", width=320),
+    "activity": _percent("Activity", "SM activity (GPU-Util without GPM), mean over 5 minutes"),
     "communication": st.column_config.TextColumn(
-        "communication", help="share of its time waiting in collectives", width=105
+        "Communication", help="share of its time waiting in collectives", width=105
     ),
     "SM clock": _percent("SM clock", "mean SM clock over its maximum, last 5 minutes"),
     "slowdown": st.column_config.TextColumn(
-        "clock events", help="what held its clocks down in the last 5 minutes", width=150
+        "Clock events", help="what held its clocks down in the last 5 minutes", width=150
     ),
-    "memory used": st.column_config.TextColumn("memory used", help="peak over 5 minutes against its memory", width=190),
-    "busy": _percent("busy", "share of the time a kernel ran, mean over 5 minutes"),
-    "pod": st.column_config.TextColumn("pod"),
+    "memory used": st.column_config.TextColumn("Memory used", help="peak over 5 minutes against its memory", width=190),
+    "busy": _percent("Busy", "share of the time a kernel ran, mean over 5 minutes"),
+    "pod": st.column_config.TextColumn("Pod"),
 }
 
 

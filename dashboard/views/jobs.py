@@ -157,7 +157,12 @@ def _table(ctx: ui.PageContext, table: pd.DataFrame) -> None:
     )
     if not (shown["cluster"] != "").any():
         shown = shown.drop(columns=["cluster"])
-    st.dataframe(shown, hide_index=True, key="jobs_table", column_config=TABLE_CONFIG)
+    ui.table(
+        shown,
+        key="jobs_table",
+        column_config=TABLE_CONFIG,
+        missing={"GPU-hours": "not measured", "activity": "not measured", "busy": "not measured"},
+    )
 
 
 def _mix_chart(table: pd.DataFrame, mix: pd.DataFrame) -> None:
@@ -182,16 +187,16 @@ def _mix_chart(table: pd.DataFrame, mix: pd.DataFrame) -> None:
 # docstring).
 TABLE_CONFIG = {
     "job": st.column_config.LinkColumn(
-        "job",
+        "Job",
         display_text=ui.JOB_IN_URL,
         help="namespace/kind/name (kind Pod: a pod of no owner); its page has its GPUs over time",
         width=260,
     ),
-    "cluster": st.column_config.TextColumn("cluster", width=90),
+    "cluster": st.column_config.TextColumn("Cluster", width=90),
     "GPUs": st.column_config.NumberColumn(
         "GPUs", format="localized", help="whole GPUs and MIG instances it holds", width=55
     ),
-    "nodes": st.column_config.NumberColumn("nodes", format="localized", width=55),
+    "nodes": st.column_config.NumberColumn("Nodes", format="localized", width=55),
     "GPU-hours": st.column_config.NumberColumn(
         "GPU-hours",
         format="accounting",
@@ -199,7 +204,7 @@ TABLE_CONFIG = {
         width=85,
     ),
     "activity": st.column_config.ProgressColumn(
-        "activity",
+        "Activity",
         format="%.0f%%",
         min_value=0,
         max_value=100,
@@ -207,25 +212,25 @@ TABLE_CONFIG = {
         help="mean over its GPUs of SM activity (GPU-Util without GPM)",
     ),
     "activity range": st.column_config.TextColumn(
-        "activity range", help="its least and most active GPU, and the gap between them", width=150
+        "Activity range", help="its least and most active GPU, and the gap between them", width=150
     ),
     "communication": st.column_config.TextColumn(
-        "communication", help="share of its GPUs' time waiting in collectives (NCCL)", width=105
+        "Communication", help="share of its GPUs' time waiting in collectives (NCCL)", width=105
     ),
-    "straggler": st.column_config.TextColumn("straggler", help="the GPU its peers wait for, and why", width=440),
-    "class mix": st.column_config.TextColumn("class mix", help="what bounds its GPUs, by share of their time"),
+    "straggler": st.column_config.TextColumn("Straggler", help="the GPU its peers wait for, and why", width=440),
+    "class mix": st.column_config.TextColumn("Class mix", help="what bounds its GPUs, by share of their time"),
     "memory headroom": st.column_config.TextColumn(
-        "memory headroom", help="the highest peak memory used on one of its GPUs against that GPU's memory"
+        "Memory headroom", help="the highest peak memory used on one of its GPUs against that GPU's memory"
     ),
     "busy": st.column_config.ProgressColumn(
-        "busy",
+        "Busy",
         format="%.0f%%",
         min_value=0,
         max_value=100,
         width=100,
         help="mean share of the time a kernel ran on its GPUs (NVML busy)",
     ),
-    "pods": st.column_config.NumberColumn("pods", format="localized", width=55),
+    "pods": st.column_config.NumberColumn("Pods", format="localized", width=55),
 }
 
 

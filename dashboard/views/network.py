@@ -69,7 +69,7 @@ def body(ctx: ui.PageContext) -> None:
                 "the job; link errors point at a cable or transceiver."
             )
             table = errors.assign(count=[f"{v:,.0f}" for v in errors["count"]])
-            st.dataframe(ui.node_column(table), hide_index=True, key="nic_errors", column_config=ERROR_CONFIG)
+            ui.table(ui.node_column(table), key="nic_errors", column_config=ERROR_CONFIG)
 
     with ui.panel("GPUDirect RDMA"):
         _gdr(ui.get(ctx, q["paths"]), ui.get(ctx, q["ready"]), ui.get(ctx, q["gpus"]))
@@ -92,7 +92,9 @@ def body(ctx: ui.PageContext) -> None:
                 rx=[_traffic(v, s) for v, s in zip(pods["rx"], pods["shared"], strict=True)],
                 communication=pods["communication"] * 100.0,
             )
-            st.dataframe(ui.node_column(table), hide_index=True, key="pod_nics", column_config=POD_CONFIG)
+            ui.table(
+                ui.node_column(table), key="pod_nics", column_config=POD_CONFIG, missing={"communication": "no class"}
+            )
 
     with ui.panel("Communication"):
         st.subheader("Time in communication per GPU")
@@ -145,7 +147,7 @@ def _nics(nics: pd.DataFrame) -> None:
         line_rate=[ui.fmt_bitrate(v) for v in nics["line_rate"]],
         utilization=nics["utilization"] * 100.0,
     ).drop(columns=["ports_down"])
-    st.dataframe(ui.node_column(table), hide_index=True, key="nic_table", column_config=NIC_CONFIG)
+    ui.table(ui.node_column(table), key="nic_table", column_config=NIC_CONFIG, missing={"utilization": "not measured"})
 
 
 def _node_lines(rates: pd.DataFrame, direction: str) -> list[pd.DataFrame]:
@@ -194,7 +196,7 @@ def _gdr(paths: pd.DataFrame, ready: pd.DataFrame, gpus: pd.DataFrame) -> None:
             st.warning(f"{node}: GPUDirect RDMA not ready on {len(rows) - ok} of {len(rows)} GPUs: {why}.",
                        icon=":material/block:")  # fmt: skip
     table = per_gpu.assign(ready=["ready" if r else "not ready" for r in per_gpu["ready"]])
-    st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, key="gdr_table", column_config=GDR_CONFIG)
+    ui.table(ui.linked(ui.node_column(table)), key="gdr_table", column_config=GDR_CONFIG)
 
 
 def _stragglers(per_gpu: pd.DataFrame) -> list[str]:
@@ -217,34 +219,34 @@ def _stragglers(per_gpu: pd.DataFrame) -> list[str]:
 # Column settings of the page's tables, in words (comments: Streamlit's magic would draw a docstring).
 NIC_CONFIG = {
     "device": st.column_config.TextColumn("NIC", help="the RDMA device's name"),
-    "kind": st.column_config.TextColumn("kind"),
+    "kind": st.column_config.TextColumn("Kind"),
     "numa_node": st.column_config.TextColumn("NUMA node"),
-    "pci_bus_id": st.column_config.TextColumn("PCI"),
-    "state": st.column_config.TextColumn("port state"),
-    "tx": st.column_config.TextColumn("sent", help="bytes sent per second now, in bits"),
-    "rx": st.column_config.TextColumn("received", help="bytes received per second now, in bits"),
-    "line_rate": st.column_config.TextColumn("line rate", help="each way"),
+    "pci_bus_id": st.column_config.TextColumn("PCI bus ID", width="medium"),
+    "state": st.column_config.TextColumn("Port state"),
+    "tx": st.column_config.TextColumn("Sent", help="bytes sent per second now, in bits"),
+    "rx": st.column_config.TextColumn("Received", help="bytes received per second now, in bits"),
+    "line_rate": st.column_config.TextColumn("Line rate", help="each way"),
     "utilization": st.column_config.ProgressColumn(
-        "use", format="%.0f%%", min_value=0, max_value=100, help="the busier direction over the line rate"
+        "Use", format="%.0f%%", min_value=0, max_value=100, help="the busier direction over the line rate"
     ),
 }
 ERROR_CONFIG = {
     "device": st.column_config.TextColumn("NIC"),
-    "what": st.column_config.TextColumn("counter"),
-    "count": st.column_config.TextColumn("in the range"),
+    "what": st.column_config.TextColumn("Counter"),
+    "count": st.column_config.TextColumn("In the range"),
 }
 GDR_CONFIG = {
     **ui.COLUMN_CONFIG,
     "gpu": st.column_config.TextColumn("GPU"),
-    "nearest": st.column_config.TextColumn("nearest NICs", help="the NICs no other NIC is closer than, and the path"),
+    "nearest": st.column_config.TextColumn("Nearest NICs", help="the NICs no other NIC is closer than, and the path"),
     "ready": st.column_config.TextColumn("GPUDirect RDMA"),
-    "reason": st.column_config.TextColumn("how, or why not"),
+    "reason": st.column_config.TextColumn("How, or why not"),
 }
 POD_CONFIG = {
-    "nics": st.column_config.NumberColumn("NICs held"),
-    "shared": st.column_config.TextColumn("shared with other pods"),
-    "tx": st.column_config.TextColumn("sent", help="through the NICs it holds alone"),
-    "rx": st.column_config.TextColumn("received", help="through the NICs it holds alone"),
+    "nics": st.column_config.NumberColumn("NICs held", format="localized"),
+    "shared": st.column_config.TextColumn("Shared with other pods"),
+    "tx": st.column_config.TextColumn("Sent", help="through the NICs it holds alone"),
+    "rx": st.column_config.TextColumn("Received", help="through the NICs it holds alone"),
     "communication": ui.COMMUNICATION_COLUMN,
 }
 

@@ -98,14 +98,25 @@ def body(ctx: ui.PageContext) -> None:
             "release for GPUs held idle. Savings are GPU-hours over this page's window (the sidebar's time range "
             "does not apply; filters do); see docs/advisor.md."
         )
-        st.dataframe(table, hide_index=True, key="rs_table")
+        ui.table(
+            table,
+            key="rs_table",
+            missing={
+                "cost_saved_usd": "no price set",
+                "memory_peak_gib": "not measured",
+                "sm_p95": "not measured",
+                "sm_mean": "not measured",
+                "dram_p95": "not measured",
+                "idle_share": "not measured",
+            },
+        )
         if (table["gpu_hours_saved"] > 0).any():
             st.subheader("Where the savings are")
             ui.chart(figures.savings_bar(table), key="rs_bar")
         st.subheader("Evidence")
         names = [e["workload"] for e in evidence]
         pick = st.selectbox("Workload", names, key="rs_evidence")
-        st.json(evidence[names.index(pick)], expanded=True)
+        ui.table(ui.evidence_table(evidence[names.index(pick)]), key="rs_evidence_table")
     if not advised:
         return  # the measurement failed: its banner says why, and the jobs' queries would fail alike
     with ui.panel("Jobs"):
@@ -122,7 +133,7 @@ def body(ctx: ui.PageContext) -> None:
         if not job_rows:
             st.info("No job held two GPUs or more in the window.")
         else:
-            st.dataframe(pd.DataFrame(job_rows), hide_index=True, key="rs_jobs")
+            ui.table(pd.DataFrame(job_rows), key="rs_jobs")
 
 
 ui.page("Right-sizing", body)

@@ -29,7 +29,13 @@ def body(ctx: ui.PageContext) -> None:
             ui.no_data("MIG slices")
         else:
             ui.chart(figures.mig_layout_figure(layout), key="mig_layout", clickable=True)
-            st.dataframe(ui.linked(ui.node_column(layout)), hide_index=True, column_config=ui.COLUMN_CONFIG)
+            ui.table(
+                # the GPU page's link names the GPU: its UUID would only widen the table
+                ui.linked(ui.node_column(layout)).drop(columns=["gpu_name", "uuid"]),
+                key="mig_table",
+                column_config=ui.COLUMN_CONFIG,
+                missing={"gpu_instance_id": "unknown"},
+            )
 
     with ui.panel("Time-slicing and MPS"):
         st.subheader("Shared GPUs: share of SM time per pod")
@@ -43,6 +49,10 @@ def body(ctx: ui.PageContext) -> None:
         sharing = ui.get(ctx, q["sharing"])
         alloc = ui.get(ctx, q["alloc"])
         table = frames.timeslice_shares(shares, replicas, pods, sharing, alloc)
+        where = frames.with_cols(info, ["uuid", "node", "instance", "gpu"])[["uuid", "node", "instance", "gpu"]]
+        table = table.merge(where.drop_duplicates("uuid"), on="uuid", how="left")
+        for c in ("node", "instance", "gpu"):
+            table[c] = table[c].fillna("")
         if table.empty:
             ui.no_data("shared GPUs")
         else:
@@ -54,13 +64,20 @@ def body(ctx: ui.PageContext) -> None:
                     icon=":material/info:",
                 )
             ui.chart(figures.sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
-            st.dataframe(
-                ui.linked(table),
-                hide_index=True,
+            shown = ui.linked(ui.node_column(table))
+            shown = shown[[c for c in (ui.GPU_LINK, "node", "instance", "gpu", "mode", "namespace", "pod", "sm_share",
+                                       "note", "replicas", "pods") if c in shown.columns]]  # fmt: skip
+            ui.table(
+                shown,
+                key="share_table",
                 column_config={
                     **ui.COLUMN_CONFIG,
-                    "sm_share": st.column_config.ProgressColumn("SM share", min_value=0.0, max_value=1.0),
+                    "sm_share": st.column_config.ProgressColumn(
+                        "SM share", format="percent", min_value=0.0, max_value=1.0
+                    ),
+                    "pods": st.column_config.NumberColumn("Pods on the GPU", format="localized"),
                 },
+                missing={"sm_share": ["MPS: not split" if m == "mps" else "not reported" for m in shown["mode"]]},
             )
 
 

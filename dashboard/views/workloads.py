@@ -55,28 +55,13 @@ def body(ctx: ui.PageContext) -> None:
                     for s, at_least in zip(idle["idle_seconds"], idle["idle_at_least"], strict=True)
                 ]
             )
-            st.dataframe(
-                ui.linked(
-                    ui.node_column(
-                        idle[
-                            [
-                                "namespace",
-                                "pod",
-                                "container",
-                                "workload",
-                                "idle_for",
-                                "sm_active",
-                                "node",
-                                "instance",
-                                "uuid",
-                                "mig_uuid",
-                            ]
-                        ]
-                    )
-                ),
-                hide_index=True,
+            columns = ["namespace", "pod", "container", "workload", "idle_for", "sm_active", "node", "instance", "uuid",
+                       "mig_uuid"]  # fmt: skip
+            ui.table(
+                ui.linked(ui.node_column(idle[columns])),
                 key="idle_table",
                 column_config=ui.COLUMN_CONFIG,
+                missing={"sm_active": "not measured"},
             )
 
     with ui.panel("Launch-bound"):
@@ -90,9 +75,7 @@ def body(ctx: ui.PageContext) -> None:
                 "Kernels run, but so briefly that the SMs stay idle: not idle (nothing to release) but a misuse "
                 "of its own kind: batch the work, use CUDA graphs (alert GPULaunchBound)."
             )
-            st.dataframe(
-                ui.linked(ui.node_column(launch)), hide_index=True, key="launch_table", column_config=ui.COLUMN_CONFIG
-            )
+            ui.table(ui.linked(ui.node_column(launch)), key="launch_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Wasted GPU-hours"):
         st.subheader("Wasted GPU-hours by namespace")
@@ -111,7 +94,7 @@ def body(ctx: ui.PageContext) -> None:
             cost = waste["cost_usd"].sum(min_count=1)
             c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
             ui.chart(figures.waste_bar(waste), key="waste_bar")
-            st.dataframe(waste, hide_index=True)
+            ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
 
     with ui.panel("Pods holding GPUs"):
         st.subheader("Pods holding GPUs")
@@ -154,7 +137,7 @@ def body(ctx: ui.PageContext) -> None:
             if on_mps.any():
                 pods["sm_share_note"] = [frames.MPS_SM_SHARE_NOTE if m else "" for m in on_mps]
                 st.caption(
-                    f"SM share: the pod's own share on a shared GPU; blank with a note on MPS GPUs "
+                    f"SM share: the pod's own share on a shared GPU; 'MPS: not split' on MPS GPUs "
                     f"({frames.MPS_SM_SHARE_NOTE})."
                 )
             if not mem.empty:
@@ -187,8 +170,21 @@ def body(ctx: ui.PageContext) -> None:
                 )
                 if c in pods.columns
             ]
-            table = ui.humanize_bytes(pods[cols].sort_values(["namespace", "pod"]))
-            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=POD_TABLE_CONFIG)
+            table = ui.linked(ui.node_column(ui.humanize_bytes(pods[cols].sort_values(["namespace", "pod"]))))
+            mps = table["uuid"].map(lambda u: modes.get(str(u)) == "mps")
+            ui.table(
+                table,
+                key="pod_table",
+                column_config=POD_TABLE_CONFIG,
+                missing={
+                    "class": "no class",
+                    "communication": "no class",
+                    "sm_active": "not measured",
+                    "sm_share": ["MPS: not split" if m else "not reported" for m in mps],
+                    "sm_share_note": "",
+                    "memory_used": "not reported",
+                },
+            )
 
 
 POD_TABLE_CONFIG = {

@@ -37,7 +37,12 @@ PAGES: dict[str, list[str]] = {
     "rightsizing": ["Right-sizing"],
     "network": ["No RDMA NIC in view"],
     "job": ["Its GPUs over time", "Its GPUs now"],
-    "gpu": ["Pods that held this GPU in the range", "Boundness class over time", "Utilisation (NVML)"],
+    "gpu": [
+        "Pods that held this GPU in the range",
+        "What limits it: boundness class over time",
+        "Utilisation and activity",
+        "Memory",
+    ],
 }
 MIN_CHARTS = {
     "": 1,
@@ -85,7 +90,9 @@ def chromium_page(width: int = 1400) -> Iterator[object]:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             # tall: Streamlit scrolls inside its own container, so a screenshot shows one viewport
-            yield browser.new_page(viewport={"width": width, "height": 1700})
+            page = browser.new_page(viewport={"width": width, "height": 1700})
+            page.add_init_script(DRAWN_TEXT_HOOK)
+            yield page
         finally:
             browser.close()
 
@@ -197,10 +204,140 @@ def text_problems(page: object) -> list[str]:
     return out
 
 
+DRAWN_TEXT_HOOK = """
+(() => {
+  const drawn = new Set();
+  window.__gpulensDrawn = drawn;
+  const fill = CanvasRenderingContext2D.prototype.fillText;
+  CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+    if (drawn.size < 50000) drawn.add(String(text));
+    return fill.call(this, text, ...rest);
+  };
+})();
+"""
+"""Run in every page before its scripts: records each string drawn on a canvas. Streamlit draws
+its tables (glide-data-grid) on canvases, so their cells as a person sees them (formatted, ``None``
+for a missing value) are in no DOM text; this is how a test reads them."""
+
+TABLE_SWEEP_JS = """
+async (maxSteps) => {
+  // a scroll reaches the grid as an event, then a React render, then a canvas frame
+  const frame = () => new Promise(r => setTimeout(() => requestAnimationFrame(() => requestAnimationFrame(r)), 350));
+  const out = [];
+  for (const grid of document.querySelectorAll('[data-testid="stDataFrame"]')) {
+    grid.scrollIntoView({block: "center"});
+    await frame();
+    const heads = new Map();
+    const read = () => grid.querySelectorAll('[role="columnheader"]').forEach(
+      h => heads.set(h.getAttribute('aria-colindex') || h.textContent, h.textContent.trim()));
+    read();
+    const sc = grid.querySelector('.dvn-scroller');
+    if (sc) {
+      const xs = Math.min(maxSteps, Math.ceil(sc.scrollWidth / Math.max(1, sc.clientWidth)));
+      const ys = Math.min(maxSteps, Math.ceil(sc.scrollHeight / Math.max(1, sc.clientHeight)));
+      for (let y = 0; y < ys; y++) {
+        for (let x = 0; x < xs; x++) {
+          sc.scrollLeft = x * sc.clientWidth * 0.9;
+          sc.scrollTop = y * sc.clientHeight * 0.9;
+          sc.dispatchEvent(new Event('scroll'));
+          await frame();
+          read();
+        }
+      }
+      sc.scrollLeft = 0;
+      sc.scrollTop = 0;
+    }
+    const grid_ = grid.querySelector('[role="grid"]');
+    out.push({headers: [...heads.values()], columns: Number(grid_ ? grid_.getAttribute('aria-colcount') : 0)});
+  }
+  await frame();
+  return {headers: out, drawn: [...(window.__gpulensDrawn || [])]};
+}
+"""
+"""JavaScript: scroll every table of the page through its columns and rows (``maxSteps`` screens
+each way at most; the grid draws only what is in view) and return its column headers (the grid's
+accessibility table, ``[role="columnheader"]``: the header as drawn) and every string drawn on a
+canvas so far (:data:`DRAWN_TEXT_HOOK`)."""
+
+SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
+"""A column name as a program spells it (``gpu_hours``, ``workload_kind``), not a header."""
+MISSING_WORDS = ("None", "NULL", "null", "NaN", "nan", "NaT", "<NA>")
+"""What a missing value reads as when nobody said why."""
+MISSING_IN_TEXT = re.compile(r"(?<![\w<-])(?:None|NULL|null|NaN|nan|NaT|<NA>)(?![\w>-])(?! of\b)")
+"""A missing value in page text (``None`` starting a sentence, "None of …", is English)."""
+BARE_NUMBER = re.compile(r"(?<![\w.,:/#@%'-])\d{5,}(?![\w:/'-])")
+"""A number of 5 or more digits without thousands separators (``10000``; not a port after ``:``,
+an ID within letters or a PCI address)."""
+UNROUNDED = re.compile(r"(?<![\w.:-])\d+\.\d{6,}(?![\w:-])")
+"""A float as Python prints it (``0.5005807999999999``)."""
+METRIC_NAME = re.compile(r"\bgpulens(?:_[a-z]|:[a-z])")
+"""A metric or recording rule's name (``gpulens_gpu_info``, ``gpulens:job_leaf:info``)."""
+JSON_DUMP = re.compile(r'[{\[]\s*"[^"]+"\s*:')
+"""A JSON object dumped as text (``{"mig_profile": null``)."""
+
+
+def text_findings(text: str, where: str) -> list[str]:
+    """What a person should not read in ``text`` (page text, or one string drawn in a table):
+    a missing value as None/NaN, a 5+ digit number without separators, an unrounded float, a
+    metric name or a JSON dump; each finding names ``where`` and quotes its context."""
+    out = []
+    for pattern, what in (
+        (MISSING_IN_TEXT, "a missing value shown as"),
+        (BARE_NUMBER, "a number without thousands separators:"),
+        (UNROUNDED, "an unrounded number:"),
+        (METRIC_NAME, "a metric name:"),
+        (JSON_DUMP, "a JSON dump:"),
+    ):
+        for m in list(pattern.finditer(text))[:3]:
+            context = text[max(0, m.start() - 60) : m.end() + 60]
+            out.append(f"{where}: {what} {m.group(0)!r} in {context!r}")
+    return out
+
+
+def display_problems(page: object, max_steps: int = 12) -> list[str]:
+    """What a person should not see on the loaded page: a table header that is a raw snake_case
+    column name, a table cell reading ``None``/``NaN`` (:data:`MISSING_WORDS`), and in a cell or the
+    page's text a 5+ digit number without thousands separators, an unrounded float, a metric name
+    (``gpulens_…``) or a JSON dump (text or ``st.json``)."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    out: list[str] = []
+    seen = page.evaluate(TABLE_SWEEP_JS, max_steps)
+    for i, grid in enumerate(seen["headers"]):
+        headers = [h for h in grid["headers"] if h]
+        if len(headers) < grid["columns"]:
+            out.append(f"table {i + 1}: {grid['columns']} columns but only these headers read: {headers}")
+        for h in headers:
+            if SNAKE_CASE.match(h):
+                out.append(f"table {i + 1}: a raw column name as its header: {h!r}")
+    for cell in sorted(set(seen["drawn"])):
+        if cell.strip() in MISSING_WORDS:
+            out.append(f"a table cell reads {cell.strip()!r} (a missing value without a reason)")
+        else:
+            out.extend(text_findings(cell, "a table cell"))
+    out.extend(text_findings(page.locator("body").inner_text(), "page text"))
+    if page.locator('[data-testid="stJson"]').count():
+        out.append("a JSON viewer (st.json) on the page")
+    return out
+
+
+REPORT_ONLY: tuple[str, ...] = ()
+"""Pages (url paths: "" is Fleet, "gpu" the GPU page) whose :func:`display_problems` are recorded
+in ``artifacts/report-only.txt`` instead of failing the test: none (it held the Fleet and GPU
+pages while they were redesigned)."""
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path.strip("/")
+
+
 def check_page(page: object, watch: PageWatch, url: str, texts: list[str], min_charts: int, shot: Path) -> None:
     """Open ``url`` and fail unless it renders with ``texts`` and ``min_charts`` charts and without
-    an error banner, a text problem (:func:`text_problems`) or anything ``watch`` collects; the page
-    is saved to ``shot`` (``failed-<name>`` beside it when it does not render)."""
+    an error banner, a text problem (:func:`text_problems`), anything a person should not see
+    (:func:`display_problems`: raw headers, ``None`` cells, unseparated numbers, metric names, JSON;
+    only recorded for the :data:`REPORT_ONLY` pages) or anything ``watch`` collects; the page is
+    saved to ``shot`` (``failed-<name>`` beside it when it does not render)."""
     from playwright.sync_api import Page
 
     assert isinstance(page, Page)
@@ -216,5 +353,12 @@ def check_page(page: object, watch: PageWatch, url: str, texts: list[str], min_c
     assert page.locator(f"{CHART} .marks").count() >= min_charts, url
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0, url
     assert text_problems(page) == [], url
+    shown = display_problems(page)
+    if _path(url) in REPORT_ONLY:
+        if shown:
+            with (REPO / "artifacts" / "report-only.txt").open("a") as log:
+                log.writelines(f"{url}\t{p}\n" for p in shown)
+    else:
+        assert shown == [], f"{url}: what a person should not see:\n" + "\n".join(shown)
     problems = watch.problems()
     assert problems == [], f"{url}: {problems}"
