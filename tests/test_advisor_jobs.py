@@ -547,7 +547,7 @@ def test_the_page_lists_job_advice_for_people(jobs_prom: tuple[str, float], monk
     assert not at.error, [e.value for e in at.error]
     assert "Jobs" in [h.value for h in at.subheader]
     assert any("of data in the last 7 days" in c.value for c in at.caption), [c.value for c in at.caption]
-    table = at.dataframe[1].value
+    table = next(d.value for d in at.dataframe if "Job" in d.value.columns)
     assert list(table.columns) == list(cli.job_display(advise_job(job())[0]))
     rows = {r["Job"]: r for r in table.to_dict("records")}
     embed = rows["research/Job/embedding-train @ sim"]
