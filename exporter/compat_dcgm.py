@@ -454,6 +454,24 @@ FIELDS: tuple[DcgmField, ...] = (
 )
 
 MAX_CACHED_LABEL_SETS = 50_000
+"""Bound of the label sets kept from one render to the next (LabelCache)."""
+
+
+class LabelCache:
+    """Encoded label sets by labels, in two generations as exporter.exposition.LabelSets keeps
+    them: a set no render used since the one before is dropped, so pods that came and went do not
+    stay in memory."""
+
+    def __init__(self) -> None:
+        self.current: dict[Labels, str] = {}
+        self.previous: dict[Labels, str] = {}
+
+    def next_render(self) -> None:
+        """Start a render."""
+        if self.current:
+            self.previous, self.current = self.current, {}
+
+
 """Bound of the encoded-label cache: pods come and go, the cache must not grow with them."""
 
 
@@ -505,9 +523,10 @@ class _Builder:
     """Sample lines of one snapshot by family; label sets are encoded once and cached across
     snapshots (identity and holders rarely change, values do)."""
 
-    def __init__(self, label_cache: dict[Labels, str]) -> None:
+    def __init__(self, label_cache: LabelCache) -> None:
         self.lines: dict[str, list[str]] = {}
-        self._cache = label_cache
+        self._cache = label_cache.current
+        self._previous = label_cache.previous
 
     def add(self, name: str, labels: Labels, value: Value) -> bool:
         """Add one sample; False (nothing added) when the value is missing or not a number."""
@@ -515,9 +534,11 @@ class _Builder:
             return False
         encoded = self._cache.get(labels)
         if encoded is None:
-            if len(self._cache) >= MAX_CACHED_LABEL_SETS:
-                self._cache.clear()
-            encoded = self._cache[labels] = "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels) + "}"
+            encoded = self._previous.get(labels)
+            if encoded is None:
+                encoded = "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels) + "}"
+            if len(self._cache) < MAX_CACHED_LABEL_SETS:
+                self._cache[labels] = encoded
         self.lines.setdefault(name, []).append(f"{name}{encoded} {floatToGoString(value)}\n")
         return True
 
@@ -572,7 +593,7 @@ def _tenants(gpu: GpuSample, allocs: list[Allocation], snap: Snapshot) -> Iterat
             yield a.pod, TenantView(usage.get(key), mapped)
 
 
-def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] | None = None) -> dict[str, list[str]]:
+def render_lines(snap: Snapshot, hostname: str, label_cache: LabelCache | None = None) -> dict[str, list[str]]:
     """Sample lines of every DCGM-compatible family for ``snap``, by family name.
 
     One loop over FIELDS per instance of their scope: each answering GPU (device-wide fields, with
@@ -580,7 +601,9 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: dict[Labels, str] |
     and each container of a shared GPU (the pod-scope fields, the GPU's identity labels plus the
     container's).  A device field is added once per device, so no two of its series differ by pod
     alone."""
-    b = _Builder({} if label_cache is None else label_cache)
+    cache = LabelCache() if label_cache is None else label_cache
+    cache.next_render()
+    b = _Builder(cache)
     driver = snap.backend.driver_version or ""
     holders = _holders(snap)
     for gpu in snap.backend.gpus:
@@ -640,7 +663,7 @@ class DcgmCompatRenderer:
     def __init__(self, hostname: str) -> None:
         self.hostname = hostname
         self._lock = threading.Lock()
-        self._labels: dict[Labels, str] = {}
+        self._labels = LabelCache()
         self._snapshot: Snapshot | None = None
         self._lines: dict[str, list[str]] | None = None
         self._text: dict[bool, bytes] = {}

@@ -20,8 +20,8 @@ Samples = Sequence[tuple[LabelValues, float]]
 """One family's samples: the values of its labels (in the family's label order) and the reading."""
 
 MAX_CACHED_LABEL_SETS = 50_000
-"""Bound of an encoder's label-set cache: pods come and go, the cache must not grow with them
-(cleared whole when full; it refills from the next render)."""
+"""Bound of the label sets an encoder keeps from one render to the next (past it, a render's
+further sets are encoded but not kept)."""
 
 EOF = "# EOF\n"
 
@@ -48,30 +48,44 @@ def header(name: str, kind: str, help_: str, openmetrics: bool) -> str:
 
 
 class LabelSets:
-    """Encoded ``{name="value",...}`` strings of label sets, cached across renders (bounded).
+    """Encoded ``{name="value",...}`` strings of label sets, kept from one render to the next.
 
-    Labels are written sorted by name, as prometheus_client writes them."""
+    Two generations: the sets this render used and those the render before did. A set used again
+    moves into this render's; :meth:`next_render` drops the sets no render used since the one
+    before, so a departed pod's series are forgotten after two renders and the cache holds about
+    the live series, however many pods have come and gone (a cache that only filled, then cleared
+    at a bound, held tens of MiB of dead pods' labels on a node with churn). Labels are written
+    sorted by name, as prometheus_client writes them."""
 
     def __init__(self, max_entries: int = MAX_CACHED_LABEL_SETS) -> None:
         self._max = max_entries
         self._cache: dict[tuple[LabelValues, LabelValues], str] = {}
+        self._previous: dict[tuple[LabelValues, LabelValues], str] = {}
         self._order: dict[LabelValues, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._cache) + len(self._previous)
+
+    def next_render(self) -> None:
+        """Start a render: the sets of the one before are kept only as this one uses them."""
+        if self._cache:
+            self._previous, self._cache = self._cache, {}
 
     def encode(self, names: LabelValues, values: LabelValues) -> str:
         """``{...}`` for these label names and values, or ``""`` without labels."""
         key = (names, values)
         text = self._cache.get(key)
         if text is None:
-            if not names:
-                return ""
-            order = self._order.get(names)
-            if order is None:
-                order = self._order[names] = tuple(sorted(range(len(names)), key=names.__getitem__))
-            if len(self._cache) >= self._max:
-                self._cache.clear()
-            text = self._cache[key] = (
-                "{" + ",".join(f'{names[i]}="{escape_label_value(values[i])}"' for i in order) + "}"
-            )
+            text = self._previous.get(key)
+            if text is None:
+                if not names:
+                    return ""
+                order = self._order.get(names)
+                if order is None:
+                    order = self._order[names] = tuple(sorted(range(len(names)), key=names.__getitem__))
+                text = "{" + ",".join(f'{names[i]}="{escape_label_value(values[i])}"' for i in order) + "}"
+            if len(self._cache) < self._max:
+                self._cache[key] = text
         return text
 
 
@@ -109,6 +123,7 @@ class Encoder:
 
     def encode(self, families: Iterable[tuple[Family, Samples]], openmetrics: bool) -> str:
         """Every family in order; OpenMetrics ends with ``# EOF``."""
+        self.label_sets.next_render()
         out: list[str] = []
         for family, samples in families:
             out.extend(self.family(family, samples, openmetrics))

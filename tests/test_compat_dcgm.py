@@ -385,7 +385,7 @@ def test_the_block_is_built_once_per_snapshot_and_label_sets_are_encoded_once(
     calls: list[Snapshot] = []
     real = compat_module.render_lines
 
-    def counting(snap: Snapshot, host: str, cache: dict[Any, Any]) -> dict[Any, Any]:
+    def counting(snap: Snapshot, host: str, cache: Any) -> dict[Any, Any]:
         calls.append(snap)
         return real(snap, host, cache)
 
@@ -627,3 +627,16 @@ def test_counters_are_counters_in_text_and_unknown_in_openmetrics_as_dcgm_export
     families = {fam.name: fam.type for fam in text_string_to_metric_families(text.text)}
     assert families["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter"
     assert families["DCGM_FI_DEV_GPU_UTIL"] == "gauge"
+
+
+def test_the_label_sets_of_departed_pods_are_forgotten_after_two_renders() -> None:
+    from exporter.compat_dcgm import LabelCache, _Builder
+
+    cache = LabelCache()
+    for render in range(200):
+        cache.next_render()
+        builder = _Builder(cache)
+        for i in range(10):
+            assert builder.add("DCGM_FI_DEV_GPU_UTIL", (("pod", f"r{render}-p{i}"),), 1.0)
+        assert len(cache.current) + len(cache.previous) <= 20
+    assert builder.lines["DCGM_FI_DEV_GPU_UTIL"][-1] == 'DCGM_FI_DEV_GPU_UTIL{pod="r199-p9"} 1.0\n'

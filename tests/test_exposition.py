@@ -104,9 +104,24 @@ def test_the_label_set_cache_is_bounded_and_stays_right_when_it_fills() -> None:
     sets = LabelSets(max_entries=4)
     names = ("pod", "namespace")
     for i in range(50):
+        if i % 10 == 0:
+            sets.next_render()
         assert sets.encode(names, (f"p{i}", "ns")) == f'{{namespace="ns",pod="p{i}"}}'
-        assert len(sets._cache) <= 4
+        assert len(sets) <= 8, "at most max_entries in each of the two generations"
     assert sets.encode((), ()) == ""
+
+
+def test_the_label_sets_of_departed_pods_are_forgotten_after_two_renders() -> None:
+    # pods replaced every render (a node with churn): the cache holds the live sets, not every
+    # pod that ever ran; a set used every render stays and reads the same
+    sets = LabelSets()
+    names = ("pod",)
+    for render in range(200):
+        sets.next_render()
+        for i in range(10):
+            sets.encode(names, (f"r{render}-p{i}",))
+        assert sets.encode(names, ("steady",)) == '{pod="steady"}'
+        assert len(sets) <= 2 * 11, len(sets)
 
 
 def test_escaping_follows_the_format() -> None:
