@@ -24,6 +24,7 @@ from dashboard.source import (
     ALLOCATION,
     ALLOCATION_KEYS,
     DEVICE_METRICS,
+    HISTORY_STEPS,
     JOB_CLASS_COLUMNS,
     JOB_LEAF_COLUMNS,
     JOB_MIX_COLUMNS,
@@ -607,6 +608,22 @@ class PrometheusSource:
             return pd.DataFrame(columns=list(JOB_SERIES_COLUMNS))
         out = frames.with_cols(pd.concat(parts, ignore_index=True), JOB_SERIES_COLUMNS)
         return out[list(JOB_SERIES_COLUMNS)]
+
+    def history_start(
+        self,
+        metric: str = "gpulens_gpu_info",
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        end: float | None = None,
+    ) -> float:
+        # the first subquery step at which any such series had a sample (count() drops the labels,
+        # so the answer is one series however large the fleet)
+        at = self._end(end)
+        step = max(15.0, window_s / HISTORY_STEPS)
+        sel = selector(metric, filters.target_matchers())
+        df = self.query(f"min_over_time(timestamp(count({sel}))[{duration(window_s)}:{duration(step)}])", at)
+        return float(df["value"].min()) if not df.empty else math.nan
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self.query(f"count by {by_clause([label])} ({selector(metric, within.target_matchers())})")

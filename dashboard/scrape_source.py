@@ -7,6 +7,7 @@ the lookback, and a series absent from that scrape is absent (stale) at that ste
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -600,6 +601,21 @@ class ScrapeSource:
         out = _rows(parts)
         out = frames.with_cols(out, JOB_SERIES_COLUMNS)
         return out[list(JOB_SERIES_COLUMNS)].reset_index(drop=True)
+
+    def history_start(
+        self,
+        metric: str = "gpulens_gpu_info",
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        end: float | None = None,
+    ) -> float:
+        # this source computes the rules from the raw series: their history is the GPUs'
+        raw = "gpulens_gpu_info" if ":" in metric else metric
+        stop = self._end(end)
+        df = self._raw(raw, self._snapshot(), stop - window_s, stop, labels=("cluster", "node", "instance"))
+        df = frames.restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())
+        return float(df["timestamp"].min()) if not df.empty else math.nan
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self._frame_at(metric, self._clock(), self._snapshot())

@@ -53,6 +53,10 @@ or over this much where the step is shorter): four scrapes at the chart's 15 s i
 window never holds a single scrape (no rate), and a late scrape averages out."""
 
 
+HISTORY_STEPS = 240
+"""Resolution of :meth:`MetricSource.history_start`: the range is searched in this many steps."""
+
+
 def rate_steps(step_s: float) -> int:
     """How many steps of a series a counter's rate spans: one, or RATE_WINDOW_MIN_SECONDS' worth
     where the step is shorter."""
@@ -344,6 +348,21 @@ class MetricSource(Protocol):
         """The job's leaves over the range (JOB_SERIES_COLUMNS), at each step only the leaves the job
         held then: SM activity (or the busy ratio), SM clock over its maximum, and the pod's class.
         ``instances``: the exporter targets the job's leaves are on (the stores read only theirs)."""
+        ...
+
+    def history_start(
+        self,
+        metric: str = "gpulens_gpu_info",
+        filters: Filters = NO_FILTERS,
+        *,
+        window_s: float,
+        end: float | None = None,
+    ) -> float:
+        """Unix time (s) of the first sample of ``metric`` under ``filters``' target matchers in the
+        ``window_s`` seconds before ``end``, to within ``window_s / HISTORY_STEPS``; NaN when the
+        range holds none. ``metric`` may be a recording rule (the Prometheus source reads its
+        recorded series: history recorded before the rules were loaded has none; the scrape source
+        computes rules from the raw series, so it answers for gpulens_gpu_info)."""
         ...
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:

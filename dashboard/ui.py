@@ -22,7 +22,7 @@ from dashboard import definitions, figures, frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.settings import DashboardSettings, from_env
-from dashboard.source import Filters, MetricSource, SourceError
+from dashboard.source import HISTORY_STEPS, Filters, MetricSource, SourceError
 
 WINDOWS: dict[str, float] = {
     "Last 15 minutes": 900.0,
@@ -46,6 +46,7 @@ FILTER_PARAMS = ("cluster", "node", "instance", "namespace")
 RANGE_PARAMS = ("range", "from", "to")
 """``range=1h``, or ``from``/``to`` as UTC ``YYYY-MM-DDTHH:MM`` for an absolute range."""
 _END_AWARE = {
+    "history_start",
     "instant",
     "current_state",
     "series",
@@ -201,9 +202,10 @@ def panel(what: str) -> Iterator[None]:
         st.error(f"{what} could not be drawn: {type(exc).__name__}: {str(exc)[:300]}", icon=":material/warning:")
 
 
-def no_data(what: str = "") -> None:
-    """The standard empty-result message."""
-    st.info(f"{what}: no data" if what else "no data")
+def no_data(why: str) -> None:
+    """An empty panel's message: ``why`` is a sentence saying what is missing and, where known,
+    why (a chart or table left blank without one reads as broken)."""
+    st.info(why, icon=":material/info:")
 
 
 def set_context(ctx: PageContext) -> None:
@@ -227,8 +229,13 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
     def run() -> None:
         started = time.perf_counter()
         st.session_state[_AS_OF] = None
+        st.session_state[_HELD] = None
         for problem in ctx.source.problems():
             st.warning(f"exporter not answering: {problem}", icon=":material/warning:")
+        try:
+            history_note(ctx)
+        except SourceError as exc:  # the panels below say what failed
+            st.caption(f"How much history the range holds is unknown: {exc}")
         body(ctx)
         as_of = st.session_state.get(_AS_OF)
         shown = f"data as of {fmt_time(as_of)}" if as_of else "no data fetched"
@@ -245,6 +252,71 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
         st.fragment(run_every=ctx.refresh_s)(run)()
     else:
         run()
+
+
+HISTORY_SLACK_STEPS = 2
+"""History reaching within this many of :meth:`MetricSource.history_start`'s steps (or a minute)
+of the range's start covers the whole range."""
+
+
+_HELD = "gpulens_history_s"
+"""Session key of this run's :func:`history_s` of the GPUs (one figure for the whole page)."""
+
+
+def history_s(ctx: PageContext, metric: str = "gpulens_gpu_info") -> float:
+    """Seconds of the range the source holds ``metric`` for (under the page's cluster and node
+    filters): ``ctx.window_s`` when its history reaches the range's start, less for a younger
+    history (a new install, an exporter started minutes ago, rules loaded after a backfill), 0
+    when the range holds none. The GPUs' figure is taken once per run, so that every sentence of
+    a page quotes the same span."""
+    mine = metric == "gpulens_gpu_info"
+    if mine and st.session_state.get(_HELD) is not None:
+        return float(st.session_state[_HELD])
+    held = _history_s(ctx, metric)
+    if mine:
+        st.session_state[_HELD] = held
+    return held
+
+
+def _history_s(ctx: PageContext, metric: str) -> float:
+    start = fetch(ctx, "history_start", metric, ctx.filters, window_s=ctx.window_s)
+    if start != start:
+        return 0.0
+    span = max(1.0, ctx.at - start)  # one scrape is a moment of history, not none
+    return ctx.window_s if span >= ctx.window_s - history_slack(ctx) else span
+
+
+def history_slack(ctx: PageContext) -> float:
+    """Seconds within which two :func:`history_s` answers are the same history (the search's
+    resolution, a rule's first evaluation after the first scrape)."""
+    return max(60.0, HISTORY_SLACK_STEPS * ctx.window_s / HISTORY_STEPS)
+
+
+def over(ctx: PageContext) -> str:
+    """What a figure over the page's range is over, in words: ``the last 1h 00m``, or ``the 4m 10s
+    of history in the last 1h 00m`` when the history is younger than the range."""
+    held = history_s(ctx)
+    whole = f"the last {fmt_duration(ctx.window_s)}"
+    if held >= ctx.window_s:
+        return whole
+    if held <= 0:
+        return f"{whole} (no data in it yet)"
+    return f"the {fmt_duration(held)} of history in {whole}"
+
+
+def history_note(ctx: PageContext) -> None:
+    """A banner when the history is younger than the range: figures over the range cover less."""
+    held = history_s(ctx)
+    if held >= ctx.window_s:
+        return
+    if held <= 0:
+        st.info(f"No GPU data in the last {fmt_duration(ctx.window_s)} of this range.", icon=":material/history:")
+        return
+    st.info(
+        f"History covers {fmt_duration(held)} of the {fmt_duration(ctx.window_s)} asked: means, totals and "
+        f"wasted hours below are over those {fmt_duration(held)} only.",
+        icon=":material/history:",
+    )
 
 
 def fmt_duration(seconds: float) -> str:

@@ -94,8 +94,8 @@ def test_every_page_renders_from_direct_scrape(dashboard_env: pytest.MonkeyPatch
         metrics = {m.label: m.value for m in AppTest.from_file(APP, default_timeout=60).run().metric}
     assert "direct scrape of 3 exporter(s)" in texts["fleet"]
     assert metrics["Devices"] == "40", "whole GPUs plus MIG instances, a GPU in MIG mode counted as its instances"
-    assert "MIG slices: no data" not in texts["sharing"]
-    assert "shared GPUs: no data" not in texts["sharing"]
+    assert "No GPU in view is split into MIG instances." not in texts["sharing"]
+    assert "No GPU in view is shared by time-slicing or MPS." not in texts["sharing"]
 
 
 def test_prometheus_down_shows_a_banner_and_keeps_navigation(dashboard_env: pytest.MonkeyPatch) -> None:
@@ -127,7 +127,7 @@ def test_query_errors_and_empty_results_are_reported_not_raised(dashboard_env: p
         state.mode = "empty"
         at = AppTest.from_file(APP, default_timeout=60).run()
         assert not at.exception
-        assert "GPUs: no data" in _texts(at)
+        assert "No GPU in view: no exporter has reported one" in _texts(at)
         state.mode = "error"
         at.switch_page("views/efficiency.py").run()
     assert not at.exception

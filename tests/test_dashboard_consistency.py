@@ -38,7 +38,7 @@ from dashboard.advisor.query import Window, measure
 from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
-from dashboard.source import Filters
+from dashboard.source import HISTORY_STEPS, Filters
 from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus
@@ -227,6 +227,28 @@ def history(
     config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
     with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=30d"]) as base:
         yield base, src, end
+
+
+def test_the_same_history_start(history: tuple[str, ScrapeSource, float]) -> None:
+    """How much of a range the history covers (the dashboard's history banner, and the rules'
+    coverage against the raw series' on Workloads) reads the same on every store and the scrape
+    source: the first sample, to the search's resolution."""
+    prom, scrape, end = history
+    first = end - HISTORY + 7.0
+    for name, src in (("store", PrometheusSource(prom)), ("scrape", scrape)):
+        for window in (2 * 3600.0, 24 * 3600.0):  # longer than the history: it begins at its first sample
+            step = max(15.0, window / HISTORY_STEPS)
+            got = src.history_start(window_s=window, end=end)
+            assert first - 1 <= got <= first + step + 1, (name, window, got - first)
+            # the recorded series begin at the rules' first evaluation with data (a minute in; the
+            # scrape source computes them from the raw series)
+            rules = src.history_start("gpulens:gpu_idle:bool", window_s=window, end=end)
+            assert first - 1 <= rules <= first + STEP + step + 1, (name, window, rules - first)
+        got = src.history_start(window_s=WINDOW, end=end)  # inside the history: the range's start
+        assert end - WINDOW - 1 <= got <= end - WINDOW + max(15.0, WINDOW / HISTORY_STEPS) + 1, (name, got)
+        assert math.isnan(src.history_start(window_s=600.0, end=end - HISTORY - 3600)), name
+        node = src.history_start(filters=Filters(instance="elsewhere"), window_s=WINDOW, end=end)
+        assert math.isnan(node), (name, "the filters apply")
 
 
 def _by_pod(df: pd.DataFrame) -> dict[tuple[str, str], float]:

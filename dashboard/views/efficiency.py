@@ -38,12 +38,12 @@ def body(ctx: ui.PageContext) -> None:
         )
         dense = len(points) > ctx.settings.max_marks
         st.caption(
-            f"Means over the last {ui.fmt_duration(ctx.window_s)}; colour = class now. Right = memory-bound, "
+            f"Means over {ui.over(ctx)}; colour = class now. Right = memory-bound, "
             "top = compute-bound, bottom-left = idle, launch-, latency- or transfer-bound (moving data over "
             "PCIe or NVLink: the links below)." + ("" if dense else " Click a point to open its GPU.")
         )
         if points.empty:
-            ui.no_data("roofline (needs GPM: Hopper or newer)")
+            ui.no_data("No roofline: no GPU in view reports DRAM and pipe activity, which need GPM (Hopper or newer).")
         elif dense:
             st.caption(
                 f"{len(points):,} GPUs and slices, more than a point each ({ctx.settings.max_marks:,} at most): "
@@ -58,7 +58,10 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader("Boundness over time")
         series = ui.get(ctx, q["series"])
         if series.empty:
-            ui.no_data("boundness")
+            ui.no_data(
+                f"No GPU in view had a boundness class in {ui.over(ctx)}: a class needs GPM counters (Hopper or "
+                "newer) and a first sample."
+            )
         else:
             ui.chart(figures.boundness_area(series), key="boundness_area")
 
@@ -78,7 +81,7 @@ def body(ctx: ui.PageContext) -> None:
             if (table["mig_uuid"] == "").all():
                 table = table.drop(columns=["mig_uuid"])
             if use_means:
-                st.caption(f"Link use: the mean over the last {ui.fmt_duration(ctx.window_s)}.")
+                st.caption(f"Link use: the mean over {ui.over(ctx)}.")
             ui.table(
                 ui.linked(ui.node_column(ui.humanize_bytes(ui.link_use_percent(table)))),
                 key="leaf_table",
@@ -139,7 +142,7 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
     with right:
         st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
         if measured == 0:
-            ui.no_data("link use")
+            ui.no_data("No link in view reports its use (PCIe and NVLink counters).")
         elif measured > LINK_LINES_IN_VIEW:
             st.caption(
                 f"{measured:,} GPUs and slices in view: each one's mean is in the table below. Filter by cluster or "

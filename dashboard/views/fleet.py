@@ -55,7 +55,7 @@ def body(ctx: ui.PageContext) -> None:
             "definition."
         )
         if info.empty:
-            ui.no_data("GPUs")
+            ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
 
     with ui.panel("Allocated but idle"):
         if counts["allocated_idle"]:
@@ -86,7 +86,7 @@ def body(ctx: ui.PageContext) -> None:
             st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=COLUMNS)
 
     with ui.panel("SM activity"):
-        st.subheader(f"SM activity per GPU (mean over the last {ui.fmt_duration(ctx.window_s)})")
+        st.subheader(f"SM activity per GPU (mean over {ui.over(ctx)})")
         sm_mean = ui.get(ctx, q["sm_mean"])
         gpus = frames.col(sm_mean, "uuid").nunique()
         cells = not sm_mean.empty and gpus <= ctx.settings.max_marks
@@ -100,7 +100,7 @@ def body(ctx: ui.PageContext) -> None:
             )
         )
         if sm_mean.empty:
-            ui.no_data("SM activity")
+            ui.no_data(f"No SM activity in {ui.over(ctx)}: the GPUs in view sent no activity series.")
         elif gpus > ctx.settings.max_marks:
             st.caption(
                 f"{gpus:,} GPUs, more than a cell each ({ctx.settings.max_marks:,} at most): GPUs per 5 % band of "
@@ -257,20 +257,20 @@ def allocated_idle(
 def slowest_gpus(ctx: ui.PageContext, slow: pd.DataFrame, info: pd.DataFrame) -> None:
     """The GPUs running below their clocks (fleet_names.slow_gpus), the slowest first, or one
     sentence saying there are none."""
-    window = ui.fmt_duration(ctx.window_s)
+    window = ui.over(ctx)
     if info.empty:
         return
     st.subheader("Slowest GPUs")
     if slow.empty:
         st.success(
-            f"No GPU ran slow in the last {window}: no power, thermal or hardware slowdown, and every GPU in use "
+            f"No GPU ran slow in {window}: no power, thermal or hardware slowdown, and every GPU in use "
             f"kept its SM clock at {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum or more.",
             icon=":material/speed:",
         )
         return
     head, more = fleet_names.shown(slow)
     st.caption(
-        f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in the last {window}, or "
+        f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in {window}, or "
         f"in use with the SM clock under {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum; the slowest first. A job "
         "runs at its slowest GPU's pace (stragglers: Jobs page)."
     )

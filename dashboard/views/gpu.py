@@ -43,11 +43,11 @@ def body(ctx: ui.PageContext) -> None:
                 last_seen=[ui.fmt_time(t) for t in pods["last_seen"]],
                 workload=_job_links(ctx, pods, mine),
             )
-            st.dataframe(pods, hide_index=True, column_config=PODS_CONFIG)
+            ui.table(pods, key="gpu_pods", column_config=PODS_CONFIG)
 
     drawn = gpu_panels.panels(series, steps)
     if series.empty:
-        ui.no_data("device series in the range")
+        ui.no_data(f"No series of this GPU in {ui.over(ctx)}: its exporter sent none in the range.")
     for group in gpu_panels.GROUPS:
         of_group = [d for d in drawn if d.panel.group == group]
         if group == gpu_panels.ACTIVITY:
@@ -104,7 +104,7 @@ def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
             state = "LOST" if float(r["value"]) < 0.5 else "not in the filters' view"
             names[wanted] = f"{frames.where_words(r['node'], r['instance'])} · GPU {r['gpu']} · {wanted} · {state}"
     if not options:
-        ui.no_data("GPUs")
+        ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
         return ""
     uuid = str(
         st.selectbox(
@@ -280,11 +280,11 @@ LINK_TABLE_CONFIG = {
 
 PODS_CONFIG = {
     "mig_uuid": st.column_config.TextColumn("MIG instance", help="empty: the whole GPU"),
-    "replicas": st.column_config.NumberColumn("replicas", help="time-slicing replicas the container held"),
-    "first_seen": st.column_config.TextColumn("first seen"),
-    "last_seen": st.column_config.TextColumn("last seen"),
+    "replicas": st.column_config.NumberColumn("Replicas", help="time-slicing replicas the container held"),
+    "first_seen": st.column_config.TextColumn("First seen"),
+    "last_seen": st.column_config.TextColumn("Last seen"),
     "workload": st.column_config.LinkColumn(
-        "job", display_text=ui.JOB_IN_URL, help="the job the pod belongs to (namespace/kind/name): its page"
+        "Job", display_text=ui.JOB_IN_URL, help="the job the pod belongs to (namespace/kind/name): its page"
     ),
 }
 

@@ -11,6 +11,7 @@ from dashboard import figures, frames, ui
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     window = ui.fmt_duration(ctx.window_s)
+    over = ui.over(ctx)
     q = {
         "info": ui.query("instant", "gpulens_gpu_info", f),
         "eff": ui.query("instant", "gpulens_probe_efficiency_ratio", f),
@@ -38,7 +39,10 @@ def body(ctx: ui.PageContext) -> None:
         mig = ui.get(ctx, q["mig"])
         probes = frames.probe_comparison(eff, bw, info, mig)
         if probes.empty:
-            ui.no_data("probe results")
+            ui.no_data(
+                "No bandwidth probe result in the range: probes run on idle GPUs every --probes.interval (1 h by "
+                "default) unless the exporter runs with --no-probes."
+            )
         else:
             slow = probes[probes["slow"]]
             if not slow.empty:
@@ -82,18 +86,18 @@ def body(ctx: ui.PageContext) -> None:
         # the exporter creates an Xid counter at its first event: "events" counts that one too
         _errors(frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
         if info.empty:
-            ui.no_data("GPUs")
+            ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
         elif frames.nonzero(xid, ["uuid"]).empty:
-            st.success(f"No Xid errors in the last {window}.")
+            st.success(f"No Xid errors in {over}.")
 
     with ui.panel("ECC errors"):
         st.subheader(f"ECC errors (last {window})")
         ecc = ui.get(ctx, q["ecc"])
         _errors(frames.nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
         if ecc.empty:
-            ui.no_data("ECC counters (ECC off or not supported)")
+            ui.no_data("No ECC counters: ECC is off on these GPUs or they do not support it.")
         elif frames.nonzero(ecc, ["uuid"]).empty:
-            st.success(f"No ECC errors in the last {window}.")
+            st.success(f"No ECC errors in {over}.")
 
     with ui.panel("Throttling"):
         st.subheader(f"Throttling (last {window})")
@@ -101,7 +105,7 @@ def body(ctx: ui.PageContext) -> None:
         means = ui.get(ctx, q["means"])
         events = frames.active_clock_events(means)
         if events.empty:
-            st.success(f"No throttling in the last {window}.")
+            st.success(f"No throttling in {over}.")
         else:
             ui.chart(figures.clock_event_bar(events), key="clock_events")
             ui.table(ui.linked(ui.node_column(events)), key="throttle_table", column_config=ui.COLUMN_CONFIG)

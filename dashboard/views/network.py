@@ -17,6 +17,7 @@ MAX_NODE_CHARTS = 6
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     window = ui.fmt_duration(ctx.window_s)
+    over = ui.over(ctx)
     by = list(frames.NIC_KEYS)
     q = {
         "info": ui.query("instant", "gpulens_nic_info", f),
@@ -62,7 +63,7 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader(f"Errors and retransmits (last {window})")
         errors = frames.nic_errors(ui.get(ctx, q["errors"]))
         if errors.empty:
-            st.success(f"No NIC errors, drops or retransmits in the last {window}.")
+            st.success(f"No NIC errors, drops or retransmits in {over}.")
         else:
             st.caption(
                 "Counters that grew over the range: drops, retransmits and timeouts slow every collective of "

@@ -81,7 +81,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Right-sizing"):
         rows, total, evidence = _advice(*args)
         if not rows:
-            ui.no_data("workloads holding GPUs in the window")
+            ui.no_data("No workload held a GPU in the window.")
             return
         advised = True
         m1, m2, m3, m4 = st.columns(4)

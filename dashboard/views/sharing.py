@@ -26,7 +26,7 @@ def body(ctx: ui.PageContext) -> None:
         info = ui.get(ctx, q["info"])
         layout = frames.mig_layout(mig, alloc, info)
         if layout.empty:
-            ui.no_data("MIG slices")
+            ui.no_data("No GPU in view is split into MIG instances.")
         else:
             ui.chart(figures.mig_layout_figure(layout), key="mig_layout", clickable=True)
             ui.table(
@@ -40,7 +40,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Time-slicing and MPS"):
         st.subheader("Shared GPUs: share of SM time per pod")
         st.caption(
-            f"Mean share of the GPU's SM time each pod used over the last {ui.fmt_duration(ctx.window_s)} "
+            f"Mean share of the GPU's SM time each pod used over {ui.over(ctx)} "
             "(time-slicing), and the pods of MPS GPUs."
         )
         shares = ui.get(ctx, q["shares"])
@@ -54,7 +54,7 @@ def body(ctx: ui.PageContext) -> None:
         for c in ("node", "instance", "gpu"):
             table[c] = table[c].fillna("")
         if table.empty:
-            ui.no_data("shared GPUs")
+            ui.no_data("No GPU in view is shared by time-slicing or MPS.")
         else:
             if (table["mode"] == "mps").any():
                 st.info(

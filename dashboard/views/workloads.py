@@ -39,13 +39,19 @@ def body(ctx: ui.PageContext) -> None:
         )
         alloc = ui.get(ctx, q["alloc"])
         idle_now = ui.get(ctx, q["idle_now"])
+        held = ui.history_s(ctx)
+        if 0 < held < definitions.MEAN_WINDOW_SECONDS:
+            st.caption(
+                f"Only {ui.fmt_duration(held)} of history so far: the verdicts are means over that, not yet over a "
+                f"full {definitions.MEAN_WINDOW}."
+            )
         # a third of the chart resolution: these are subqueries over the whole range (the costly
         # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the
         # wasted hours of a fleet well (18 minutes apart over 24 h)
         activity = ui.get(ctx, q["activity"])
         idle = frames.idle_allocations(alloc, idle_now, activity, now=ctx.at, window_s=ctx.window_s)
         if alloc.empty:
-            ui.no_data("GPU allocations")
+            ui.no_data("No pod holds a GPU or MIG instance now.")
         elif idle.empty:
             st.success("Every allocated GPU and MIG instance is in use.")
         else:
@@ -85,21 +91,41 @@ def body(ctx: ui.PageContext) -> None:
         )
         info = ui.get(ctx, q["info"])
         waste = frames.waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
-        if waste.empty:
-            ui.no_data("wasted GPU-hours")
+        recorded = ui.history_s(ctx, "gpulens:pod_gpu_wasted:gpus")
+        if held < definitions.MEAN_WINDOW_SECONDS:
+            st.info(
+                f"Wasted GPU-hours start once the history holds a full idle window ({definitions.MEAN_WINDOW}): "
+                f"{ui.fmt_duration(held)} so far.",
+                icon=":material/hourglass_top:",
+            )
+        elif held - recorded > ui.history_slack(ctx):
+            st.warning(
+                f"The recording rules hold wasted hours for only {ui.fmt_duration(recorded)} of the "
+                f"{ui.fmt_duration(held)} of history in this range (the rules were loaded after the history began, "
+                "or it was backfilled): the hours below count only that part. Right-sizing reads the raw series "
+                "over its whole window.",
+                icon=":material/warning:",
+            )
+        if held < definitions.MEAN_WINDOW_SECONDS:
+            pass  # said above
+        elif waste.empty:
+            ui.no_data(f"No pod held a GPU or MIG instance in {ui.over(ctx)}: nothing was wasted.")
         else:
             c1, c2 = st.columns(2)
             total = float(waste["gpu_hours"].sum())
             c1.metric("Wasted GPU-hours", f"{total:,.1f}" if total >= 10 else f"{total:.2f}")
             cost = waste["cost_usd"].sum(min_count=1)
             c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
-            ui.chart(figures.waste_bar(waste), key="waste_bar")
-            ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
+            if waste["gpu_hours"].max() > 0:
+                ui.chart(figures.waste_bar(waste), key="waste_bar")
+                ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
+            else:
+                st.success(f"No allocated GPU or MIG instance was idle in {ui.over(ctx)}.")
 
     with ui.panel("Pods holding GPUs"):
         st.subheader("Pods holding GPUs")
         if alloc.empty:
-            ui.no_data("pods")
+            ui.no_data("No pod holds a GPU or MIG instance now.")
         else:
             mem = ui.get(ctx, q["mem"])
             pods = frames.with_cols(alloc, (*frames.ALLOCATION_KEYS, "resource"))

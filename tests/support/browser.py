@@ -179,6 +179,17 @@ class PageWatch:
         )
 
 
+def empty_panels(page: object) -> list[str]:
+    """The texts of the page's empty-panel messages (dashboard.ui.no_data: an info box whose
+    sentence starts with "No ..."; successes such as "No Xid errors" are green, not info)."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    boxes = page.locator('[data-testid="stAlertContentInfo"]')
+    texts = [boxes.nth(i).inner_text().strip() for i in range(boxes.count())]
+    return [t for t in texts if t.startswith("No ")]
+
+
 def text_problems(page: object) -> list[str]:
     """Streamlit exceptions, Python reprs, Streamlit internals and stray ``None`` blocks on the page."""
     from playwright.sync_api import Page
@@ -332,9 +343,18 @@ def _path(url: str) -> str:
     return urlsplit(url).path.strip("/")
 
 
-def check_page(page: object, watch: PageWatch, url: str, texts: list[str], min_charts: int, shot: Path) -> None:
+def check_page(
+    page: object,
+    watch: PageWatch,
+    url: str,
+    texts: list[str],
+    min_charts: int,
+    shot: Path,
+    expected_errors: tuple[str, ...] = (),
+) -> None:
     """Open ``url`` and fail unless it renders with ``texts`` and ``min_charts`` charts and without
-    an error banner, a text problem (:func:`text_problems`), anything a person should not see
+    an error banner (but those naming one of ``expected_errors``, e.g. a lost GPU's), a text
+    problem (:func:`text_problems`), anything a person should not see
     (:func:`display_problems`: raw headers, ``None`` cells, unseparated numbers, metric names, JSON;
     only recorded for the :data:`REPORT_ONLY` pages) or anything ``watch`` collects; the page is
     saved to ``shot`` (``failed-<name>`` beside it when it does not render)."""
@@ -351,7 +371,8 @@ def check_page(page: object, watch: PageWatch, url: str, texts: list[str], min_c
     for text in texts:
         assert page.get_by_text(text, exact=False).count() > 0, (url, text)
     assert page.locator(f"{CHART} .marks").count() >= min_charts, url
-    assert page.locator('[data-testid="stAlertContentError"]').count() == 0, url
+    errors = page.locator('[data-testid="stAlertContentError"]').all_inner_texts()
+    assert [e for e in errors if not any(x in e for x in expected_errors)] == [], (url, errors)
     assert text_problems(page) == [], url
     shown = display_problems(page)
     if _path(url) in REPORT_ONLY:
