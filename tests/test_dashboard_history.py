@@ -1,13 +1,15 @@
 """Honest time, in headless Chromium: what the dashboard says when its history is not the range.
 
 One Prometheus holds a backfilled week of raw series (the advisor's workloads on node-a and
-node-b: promtool, as after a migration) with the recording rules loaded only now, and scrapes a
+node-b: promtool, as after a migration) with the recording rules backfilled over its last day
+only (as if loaded a day ago), and scrapes a
 simulated exporter that started seconds ago (node-0, whose GPU 3 is lost). A second dashboard
 scrapes that exporter itself. Both modes, every page, the checks of the other browser tests
 (tests/support/browser.py ``check_page``), and what each case must say:
 
 - the backfilled week: the pages read the whole week without a history banner, and Workloads warns
-  that the rules hold only minutes of it while Right-sizing, on the raw series, finds the waste;
+  that the rules hold only a day of it (and shows that day's waste) while Right-sizing, on the raw
+  series, finds the week's;
 - the node with no history yet: a banner says how much of the range the figures cover, means say
   what they are over, and no wasted GPU-hours are shown before a full idle window;
 - the lost GPU: its page says LOST and since when, never "needs GPM" or "no clock event".
@@ -15,6 +17,8 @@ scrapes that exporter itself. Both modes, every page, the checks of the other br
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import time
@@ -31,8 +35,16 @@ from dashboard import definitions
 from dashboard.advisor.backfill import write_openmetrics
 from tests.support.browser import PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
 from tests.support.exporter import run_exporter
-from tests.support.prometheus import RULES_FILE, demo_scrape_config, run_prometheus, wait_for_query
+from tests.support.prometheus import (
+    FLEET_RECORDS,
+    RULES_FILE,
+    backfill_recording_rules,
+    demo_scrape_config,
+    run_prometheus,
+    wait_for_query,
+)
 
+REPO = Path(__file__).resolve().parents[1]
 LOST_GPU = "3"
 YOUNG = "node-0"
 """The simulated exporter's node (demo_scrape_config names the first target node-0)."""
@@ -78,10 +90,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
         pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
     tmp = tmp_path_factory.mktemp("week")
     om, data = tmp / "week.om", tmp / "data"
+    end = float(int(time.time()))
     with om.open("w") as out:
-        write_openmetrics(out, days=7, interval_s=240, end=float(int(time.time())))
+        write_openmetrics(out, days=7, interval_s=240, end=end)
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=240h", str(om),
                     str(data)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    # the rules over the last day but ten minutes (out of the live head's way)
+    backfill_recording_rules(data, end - 86400.0, end - 600.0, tmp, FLEET_RECORDS)
     with ExitStack() as es:
         exporter_started = time.time()
         exporter = es.enter_context(run_exporter("--sim.scenario", "h200x8", "--sim.faults", f"lost={LOST_GPU}"))
@@ -155,14 +170,21 @@ def test_a_backfilled_week_is_read_whole_and_workloads_says_what_the_rules_miss(
             shot = out / f"week-{path or 'fleet'}.png"
             check_page(page, watch, f"{dash}/{path}?range=7d", [], 0, shot, LOST_BANNER)
             assert _banner(page) == "", (path, _banner(page))
-        load(page, f"{dash}/workloads?range=7d", 0)
+        load(page, f"{dash}/workloads?range=7d", 1)
+        if os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
+            page.screenshot(path=str(REPO / "docs" / "img" / "dashboard-workloads.png"), full_page=True)
         warning = page.locator('[data-testid="stAlertContentWarning"]').all_inner_texts()
-        assert any("The recording rules hold wasted hours for only" in w for w in warning), warning
+        # the rules' day, to the search's resolution (a 7-day range is searched in 42-minute steps)
+        said = re.compile(r"The recording rules hold wasted hours for only (?:2[23]h \d+m|1d 0h) of the 7d 0h")
+        assert any(said.search(w) for w in warning), warning
         assert any("Right-sizing reads the raw series" in w for w in warning), warning
+        wasted = page.locator('[data-testid="stMetric"]').filter(has_text="Wasted GPU-hours").inner_text()
+        day = float(wasted.split("\n")[-1].replace(",", ""))
+        assert day > 10, wasted
         # the advisor, on the raw series, finds the week's idle hours the rules do not hold
         load(page, f"{dash}/rightsizing", 0)
         saveable = page.locator('[data-testid="stMetric"]').filter(has_text="GPU-hours saveable").inner_text()
-        assert float(saveable.split("\n")[-1].replace(",", "")) > 100, saveable
+        assert float(saveable.split("\n")[-1].replace(",", "")) > 3 * day, (saveable, day)
 
 
 @pytest.mark.parametrize("mode", ["prometheus", "scrape"])

@@ -47,7 +47,7 @@ PAGES: dict[str, list[str]] = {
 MIN_CHARTS = {
     "": 1,
     "efficiency": 2,
-    "workloads": 1,
+    "workloads": 0,  # its one chart, the wasted hours, waits for a full idle window of history
     "jobs": 1,
     "sharing": 2,
     "health": 1,
