@@ -768,17 +768,24 @@ def savings_bar(table: pd.DataFrame) -> Chart:
         **_data(rows(df, ["who", "gpu_hours_saved", "recommendation"])),
         "mark": {"type": "bar"},
         "encoding": {
-            "y": {"field": "who", "type": "nominal", "sort": list(dict.fromkeys(df["who"])), "title": None},
+            # the whole namespace/kind/name on the axis (a workload's name is what a reader scans)
+            "y": {
+                "field": "who",
+                "type": "nominal",
+                "sort": list(dict.fromkeys(df["who"])),
+                "title": None,
+                "axis": {"labelLimit": 320},
+            },
             "x": {"field": "gpu_hours_saved", "type": "quantitative", "title": "GPU-hours saved over the window"},
             "color": {
                 "field": "recommendation",
                 "type": "nominal",
                 "scale": {"domain": kinds, "range": [RECOMMENDATION_COLORS.get(k, "#757575") for k in kinds]},
-                "legend": {"title": "recommendation"},
+                "legend": {"title": "Advice"},
             },
             "tooltip": [
-                {"field": "who", "title": "workload"},
-                {"field": "recommendation"},
+                {"field": "who", "title": "Workload"},
+                {"field": "recommendation", "title": "Advice"},
                 {"field": "gpu_hours_saved", "title": "GPU-hours saved", "format": ",.1f"},
             ],
         },

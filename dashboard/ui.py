@@ -171,7 +171,7 @@ def prefetch(ctx: PageContext, queries: Iterable[Query]) -> None:
     for the Prometheus source (the direct-scrape source computes in this process, where threads
     would only take turns). A query that fails is not cached; its :func:`fetch` runs it again and
     its panel shows the error."""
-    queries = list(queries)
+    queries = [*queries, _history_query(ctx)]  # every page's banner (history_note) reads it
     if not isinstance(ctx.source, PrometheusSource) or len(queries) < 2:
         return
     from concurrent.futures import ThreadPoolExecutor
@@ -232,11 +232,15 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
         st.session_state[_HELD] = None
         for problem in ctx.source.problems():
             st.warning(f"exporter not answering: {problem}", icon=":material/warning:")
-        try:
-            history_note(ctx)
-        except SourceError as exc:  # the panels below say what failed
-            st.caption(f"How much history the range holds is unknown: {exc}")
+        # the banner goes on top but is filled last: its query runs beside the page's own
+        # (prefetch adds it), not before them
+        banner = st.empty()
         body(ctx)
+        with banner.container():
+            try:
+                history_note(ctx)
+            except SourceError as exc:  # the panels say what failed
+                st.caption(f"How much history the range holds is unknown: {exc}")
         as_of = st.session_state.get(_AS_OF)
         shown = f"data as of {fmt_time(as_of)}" if as_of else "no data fetched"
         span = (
@@ -278,8 +282,12 @@ def history_s(ctx: PageContext, metric: str = "gpulens_gpu_info") -> float:
     return held
 
 
+def _history_query(ctx: PageContext, metric: str = "gpulens_gpu_info") -> Query:
+    return query("history_start", metric, ctx.filters, window_s=ctx.window_s)
+
+
 def _history_s(ctx: PageContext, metric: str) -> float:
-    start = fetch(ctx, "history_start", metric, ctx.filters, window_s=ctx.window_s)
+    start = get(ctx, _history_query(ctx, metric))
     if start != start:
         return 0.0
     span = max(1.0, ctx.at - start)  # one scrape is a moment of history, not none

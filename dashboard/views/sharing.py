@@ -29,6 +29,8 @@ def body(ctx: ui.PageContext) -> None:
             ui.no_data("No GPU in view is split into MIG instances.")
         else:
             ui.chart(figures.mig_layout_figure(layout), key="mig_layout", clickable=True)
+            if "holders" in layout.columns:  # a slice no pod holds reads free, as on the chart
+                layout = layout.assign(holders=[h if isinstance(h, str) and h else "free" for h in layout["holders"]])
             ui.table(
                 # the GPU page's link names the GPU: its UUID would only widen the table
                 ui.linked(ui.node_column(layout)).drop(columns=["gpu_name", "uuid"]),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, ui
+from dashboard import definitions, figures, fleet_names, frames, ui
 from dashboard.source import SourceError
 
 ACTIVITY_POINTS = 80
+WASTED_RULE = "gpulens:pod_gpu_wasted:gpus"
+"""The recorded series the wasted hours integrate (dashboard/definitions.py RULES)."""
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -28,6 +30,8 @@ def body(ctx: ui.PageContext) -> None:
         "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
         "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        # how much of the range the rules cover (read by ui.history_s below, fetched beside the rest)
+        "recorded": ui.query("history_start", WASTED_RULE, f, window_s=ctx.window_s),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Allocated but idle"):
@@ -56,10 +60,11 @@ def body(ctx: ui.PageContext) -> None:
             st.success("Every allocated GPU and MIG instance is in use.")
         else:
             idle = idle.assign(
+                workload=[w if isinstance(w, str) and w else fleet_names.BARE_POD_OWNER for w in idle["workload"]],
                 idle_for=[
                     "" if s != s else ("> " if at_least else "") + ui.fmt_duration(s)
                     for s, at_least in zip(idle["idle_seconds"], idle["idle_at_least"], strict=True)
-                ]
+                ],
             )
             columns = ["namespace", "pod", "container", "workload", "idle_for", "sm_active", "node", "instance", "uuid",
                        "mig_uuid"]  # fmt: skip
@@ -91,7 +96,7 @@ def body(ctx: ui.PageContext) -> None:
         )
         info = ui.get(ctx, q["info"])
         waste = frames.waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
-        recorded = ui.history_s(ctx, "gpulens:pod_gpu_wasted:gpus")
+        recorded = ui.history_s(ctx, WASTED_RULE)
         if held < definitions.MEAN_WINDOW_SECONDS:
             st.info(
                 f"Wasted GPU-hours start once the history holds a full idle window ({definitions.MEAN_WINDOW}): "
