@@ -66,7 +66,8 @@ def test_every_page_renders_with_data_on_victoriametrics(vm_dashboard: tuple[str
             shot = out / f"victoriametrics-{path or 'fleet'}.png"
             check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], shot)
             if path != "rightsizing":  # its week-long window's 10-minute grid has no point yet, on any store
-                assert not empty_panels(page), path
+                # an empty panel the page is expected to show (Network's "No RDMA NIC in view") is content
+                assert not [t for t in empty_panels(page) if not any(x in t for x in texts)], path
 
 
 def test_fleet_page_counts_every_device_on_victoriametrics(vm_dashboard: tuple[str, str]) -> None:

@@ -9,8 +9,9 @@ from dashboard import definitions, figures, fleet_names, frames, ui
 from dashboard.source import SourceError
 
 ACTIVITY_POINTS = 80
+# the recorded series the wasted hours integrate (dashboard/definitions.py RULES); a comment, not a
+# docstring: Streamlit's magic would draw one
 WASTED_RULE = "gpulens:pod_gpu_wasted:gpus"
-"""The recorded series the wasted hours integrate (dashboard/definitions.py RULES)."""
 
 
 def body(ctx: ui.PageContext) -> None:
