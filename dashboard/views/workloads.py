@@ -97,36 +97,23 @@ def body(ctx: ui.PageContext) -> None:
         )
         info = ui.get(ctx, q["info"])
         waste = frames.waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
-        recorded = ui.history_s(ctx, WASTED_RULE)
         if held < definitions.MEAN_WINDOW_SECONDS:
             st.info(
                 f"Wasted GPU-hours start once the history holds a full idle window ({definitions.MEAN_WINDOW}): "
                 f"{ui.fmt_duration(held)} so far.",
                 icon=":material/hourglass_top:",
             )
-        elif held - recorded > ui.history_slack(ctx):
-            st.warning(
-                f"The recording rules hold wasted hours for only {ui.fmt_duration(recorded)} of the "
-                f"{ui.fmt_duration(held)} of history in this range (the rules were loaded after the history began, "
-                "or it was backfilled): the hours below count only that part. Right-sizing reads the raw series "
-                "over its whole window.",
-                icon=":material/warning:",
-            )
-        if held < definitions.MEAN_WINDOW_SECONDS:
-            pass  # said above
-        elif waste.empty:
-            ui.no_data(f"No pod held a GPU or MIG instance in {ui.over(ctx)}: nothing was wasted.")
         else:
-            c1, c2 = st.columns(2)
-            total = float(waste["gpu_hours"].sum())
-            c1.metric("Wasted GPU-hours", f"{total:,.1f}" if total >= 10 else f"{total:.2f}")
-            cost = waste["cost_usd"].sum(min_count=1)
-            c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
-            if waste["gpu_hours"].max() > 0:
-                ui.chart(figures.waste_bar(waste), key="waste_bar")
-                ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
-            else:
-                st.success(f"No allocated GPU or MIG instance was idle in {ui.over(ctx)}.")
+            recorded = ui.history_s(ctx, WASTED_RULE)
+            if held - recorded > ui.history_slack(ctx):
+                st.warning(
+                    f"The recording rules hold wasted hours for only {ui.fmt_duration(recorded)} of the "
+                    f"{ui.fmt_duration(held)} of history in this range (the rules were loaded after the history "
+                    "began, or it was backfilled): the hours below count only that part. Right-sizing reads the raw "
+                    "series over its whole window.",
+                    icon=":material/warning:",
+                )
+            wasted_hours(ctx, waste)
 
     with ui.panel("Pods holding GPUs"):
         st.subheader("Pods holding GPUs")
@@ -223,6 +210,24 @@ POD_TABLE_CONFIG = {
     **ui.COLUMN_CONFIG,
     "communication": ui.COMMUNICATION_COLUMN,
 }
+
+
+def wasted_hours(ctx: ui.PageContext, waste: pd.DataFrame) -> None:
+    """The range's wasted GPU-hours and their cost, by namespace (frames.waste_by_namespace), or a
+    sentence when there are none."""
+    if waste.empty:
+        ui.no_data(f"No pod held a GPU or MIG instance in {ui.over(ctx)}: nothing was wasted.")
+        return
+    c1, c2 = st.columns(2)
+    total = float(waste["gpu_hours"].sum())
+    c1.metric("Wasted GPU-hours", f"{total:,.1f}" if total >= 10 else f"{total:.2f}")
+    cost = waste["cost_usd"].sum(min_count=1)
+    c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
+    if waste["gpu_hours"].max() > 0:
+        ui.chart(figures.waste_bar(waste), key="waste_bar")
+        ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
+    else:
+        st.success(f"No allocated GPU or MIG instance was idle in {ui.over(ctx)}.")
 
 
 ui.page("Workloads", body)
