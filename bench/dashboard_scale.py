@@ -25,6 +25,17 @@ the browser's cache, which Streamlit serves ``immutable``; a new session, every 
 ``page switch`` (a click in the sidebar of an open session, until the new page's footer and every
 chart are drawn and nothing is stale). The time range is ``?range=`` (24h, or 1h in scrape
 mode).
+
+``--source DIR`` (repeatable) times the dashboard of each source tree (a ``git worktree`` of an
+earlier commit, say) on the same store in the same run, one dashboard process per tree: each page
+is loaded in every tree after the same cache expiry, in an order that alternates between runs, so
+the trees see the same machine and their figures compare as ratios:
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python -m bench.dashboard_scale --gpus 1000 --nodes 125 --hours 24 --source /tmp/before --source .
+
+``--prometheus URL`` times against a Prometheus that already holds a fleet (kept from an earlier
+backfill, with its recording rules) instead of backfilling one.
 """
 
 from __future__ import annotations
@@ -118,34 +129,37 @@ RENDERED_JS = """() => {
 }"""
 """The page's own footer: seconds the server spent running the page (queries, frames, figures)."""
 
-SERVER_S: dict[str, list[float]] = {}
-"""Per page, the server-side seconds of each timed page switch (the rest is the browser's)."""
-
 
 def page_switches(
     browser: Any, base: str, query: str, pages: tuple[tuple[str, str, int], ...] = PAGES
-) -> dict[str, float]:
-    """Seconds per page of ``pages`` from a click on its sidebar link to the drawn page, in one
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per page of ``pages``, the seconds from a click on its sidebar link to the drawn page, and
+    the server's seconds of that run (the page's footer: the rest is the browser's), in one
     session that starts on a page not timed (the last of ``PAGES`` when every page is)."""
     context = browser.new_context(**VIEW)
     page = context.new_page()
     start = next((p for p in PAGES if p not in pages), PAGES[-1])
     page.goto(f"{base}/{start[1]}?{query}")
     _wait(page, start[0], start[2])
-    out = {}
+    took, server = {}, {}
     for title, _path, charts in pages:
         started = time.perf_counter()
         page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title, exact=True).click()
         _wait(page, title, charts)
-        out[title] = time.perf_counter() - started
-        SERVER_S.setdefault(title, []).append(float(page.evaluate(RENDERED_JS) or "nan"))
+        took[title] = time.perf_counter() - started
+        server[title] = float(page.evaluate(RENDERED_JS) or "nan")
     context.close()
-    return out
+    return took, server
 
 
 @contextmanager
-def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[str]:
-    """A backfilled Prometheus (raw history + recorded rules) and the dashboard on it; yields its URL."""
+def prometheus_store(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[list[str]]:
+    """A backfilled Prometheus (raw history + recorded rules), or ``--prometheus``'s; yields the
+    dashboard's arguments for it."""
+    if a.prometheus:
+        result["store"] = a.prometheus
+        yield ["--prometheus", a.prometheus]
+        return
     om, data = tmp / "fleet.om", tmp / "data"
     t0 = time.perf_counter()
     # the history runs an hour past now: the timed runs take minutes, and instant queries find
@@ -164,20 +178,47 @@ def prometheus_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any
     om.unlink()
     backfill_recording_rules(data, end - 3600.0 - a.hours * 3600, end, tmp)
     (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
-    pport, dport = free_port(), free_port()
-    prom_url, dash_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}"
+    pport = free_port()
+    prom_url = f"http://127.0.0.1:{pport}"
     prom = [shutil.which("prometheus") or "prometheus", f"--config.file={tmp / 'p.yml'}",
             f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{pport}",
             "--storage.tsdb.retention.time=30d"]  # fmt: skip
     result["prepare_s"] = round(time.perf_counter() - t0, 1)
-    dash = [sys.executable, "-m", "dashboard", "--prometheus", prom_url, "--port", str(dport),
-            "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
-    with (
-        managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=300),
-        managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120) as proc,
-    ):
-        result["dashboard_pid"] = proc.pid
-        yield dash_url
+    with managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=300):
+        yield ["--prometheus", prom_url]
+
+
+@contextmanager
+def dashboards(trees: list[Path], store: list[str], tmp: Path) -> Iterator[dict[str, tuple[str, int]]]:
+    """One dashboard process per source tree, each on the store (``store``: the dashboard's
+    arguments for it); yields {tree's label (:func:`source_label`): (its URL, its pid)}."""
+    with ExitStack() as es:
+        out = {}
+        for n, tree in enumerate(trees):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            cmd = [sys.executable, "-m", "dashboard", *store, "--port", str(port), "--address", "127.0.0.1",
+                   "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
+            log = tmp / f"dash-{n}.log"
+            env = {"PYTHONPATH": str(tree)}
+            proc = es.enter_context(
+                managed_process(cmd, f"{url}/_stcore/health", log=log, timeout=120, cwd=tree, env=env)
+            )
+            out[source_label(tree)] = (url, proc.pid)
+        yield out
+
+
+def source_label(tree: Path) -> str:
+    """A source tree as the results name it: its commit's short hash, with ``+changes`` when
+    tracked files differ from it; its path where it is no git work tree."""
+    git = ["git", "-C", str(tree)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return str(tree)
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def _node_exposition(template: str, node: int) -> str:
@@ -186,8 +227,9 @@ def _node_exposition(template: str, node: int) -> str:
 
 
 @contextmanager
-def scrape_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[str]:
-    """``--nodes`` loopback exporters serving a simulated node each, and the dashboard scraping them."""
+def scrape_store(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[list[str]]:
+    """``--nodes`` loopback exporters serving a simulated node each; yields the dashboard's
+    arguments for scraping them."""
     from tests.support.exporter import run_exporter
 
     with run_exporter("--sim.scenario", "h200x8") as exporter:
@@ -217,13 +259,7 @@ def scrape_dashboard(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -
             threading.Thread(target=server.serve_forever, daemon=True).start()
             es.callback(server.shutdown)
             urls.append(f"127.0.0.1:{server.server_address[1]}")
-        dport = free_port()
-        dash_url = f"http://127.0.0.1:{dport}"
-        dash = [sys.executable, "-m", "dashboard", "--scrape", ",".join(urls), "--port", str(dport),
-                "--address", "127.0.0.1", "--refresh", "0", "--price-per-gpu-hour", "H200=3.5"]  # fmt: skip
-        proc = es.enter_context(managed_process(dash, f"{dash_url}/_stcore/health", log=tmp / "dash.log", timeout=120))
-        result["dashboard_pid"] = proc.pid
-        yield dash_url
+        yield ["--scrape", ",".join(urls)]
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -249,7 +285,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--pages", default="", help="time only these pages (titles, comma-separated; default: all)")
     p.add_argument("--out", default=None)
+    p.add_argument(
+        "--source",
+        action="append",
+        type=Path,
+        default=None,
+        help="a source tree to time (repeatable: every tree on the same store, side by side; default: this one)",
+    )
+    p.add_argument("--prometheus", default=None, help="time against this Prometheus instead of backfilling one")
     a = p.parse_args(argv)
+    trees = [t.resolve() for t in (a.source or [REPO])]
+    for tree in trees:
+        if not (tree / "dashboard" / "app.py").is_file():
+            p.error(f"--source: {tree} holds no dashboard/app.py")
     wanted = {t.strip() for t in a.pages.split(",") if t.strip()}
     unknown = wanted - {t for t, _, _ in PAGES}
     if unknown:
@@ -267,58 +315,90 @@ def main(argv: list[str] | None = None) -> int:
         "runs": a.runs,
     }
     out = Path(a.out or REPO / "artifacts" / "dashboard" / f"scale-{a.mode}-{a.gpus}.json")
+    names = [source_label(t) for t in trees]
+    first: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
+    again: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
+    switch: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
+    server: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
+    memory: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="gpulens-scale-") as tmp_s:
-        stack = prometheus_dashboard if a.mode == "prometheus" else scrape_dashboard
-        with stack(a, Path(tmp_s), result) as dash_url:
+        store = prometheus_store if a.mode == "prometheus" else scrape_store
+        with store(a, Path(tmp_s), result) as store_args, dashboards(trees, store_args, Path(tmp_s)) as dash:
             from playwright.sync_api import sync_playwright
 
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                # warm Streamlit's static files and the sources once; not timed
-                first_load(browser, f"{dash_url}/?range={rng}", "Fleet", 1)
-                if a.mode == "scrape":  # the source starts scraping at the first session, not before
+                returning = {}
+                for name, (url, _pid) in dash.items():
+                    # warm Streamlit's static files and the sources once; not timed
+                    first_load(browser, f"{url}/?range={rng}", "Fleet", 1)
+                    returning[name] = browser.new_context(**VIEW)  # its HTTP cache holds Streamlit's JavaScript
+                    returning_load(returning[name], f"{url}/?range={rng}", "Fleet", 1)
+                if a.mode == "scrape":  # a source starts scraping at its first session, not before
                     time.sleep(a.warmup)
                     result["history_s"] = a.warmup
-                returning = browser.new_context(**VIEW)  # its HTTP cache holds Streamlit's JavaScript
-                returning_load(returning, f"{dash_url}/?range={rng}", "Fleet", 1)
-                first: dict[str, list[float]] = {t: [] for t, _, _ in timed}
-                again: dict[str, list[float]] = {t: [] for t, _, _ in timed}
-                switch: dict[str, list[float]] = {t: [] for t, _, _ in timed}
-                for _ in range(a.runs):
+                for run in range(a.runs):
+                    # every tree after the same cache expiry, the first of them alternating between runs
+                    order = list(dash.items())[run % len(dash) :] + list(dash.items())[: run % len(dash)]
                     for title, path, charts in timed:
                         time.sleep(11)  # past the 10 s query cache: every query runs again
-                        first[title].append(first_load(browser, f"{dash_url}/{path}?range={rng}", title, charts))
+                        for name, (url, _pid) in order:
+                            first[name][title].append(first_load(browser, f"{url}/{path}?range={rng}", title, charts))
                         time.sleep(11)
-                        again[title].append(returning_load(returning, f"{dash_url}/{path}?range={rng}", title, charts))
-                    time.sleep(11)
-                    for title, took in page_switches(browser, dash_url, f"range={rng}", timed).items():
-                        switch[title].append(took)
-                returning.close()
+                        for name, (url, _pid) in order:
+                            again[name][title].append(
+                                returning_load(returning[name], f"{url}/{path}?range={rng}", title, charts)
+                            )
+                    for name, (url, _pid) in order:
+                        time.sleep(11)
+                        took, spent = page_switches(browser, url, f"range={rng}", timed)
+                        for title in took:
+                            switch[name][title].append(took[title])
+                            server[name][title].append(spent[title])
+                for context in returning.values():
+                    context.close()
                 browser.close()
-            result.update(memory_mib(result.pop("dashboard_pid")))
+            memory = {name: memory_mib(pid) for name, (_url, pid) in dash.items()}
     result["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    result["pages"] = {
-        t: {
-            "first_load_median_s": round(statistics.median(first[t]), 2),
-            "first_load_max_s": round(max(first[t]), 2),
-            "returning_load_median_s": round(statistics.median(again[t]), 2),
-            "returning_load_max_s": round(max(again[t]), 2),
-            "page_switch_median_s": round(statistics.median(switch[t]), 2),
-            "page_switch_max_s": round(max(switch[t]), 2),
-            "page_switch_server_median_s": round(statistics.median(SERVER_S.get(t, [float("nan")])), 2),
+    result["sources"] = {
+        name: {
+            "tree": str(tree),
+            **memory[name],
+            "pages": {
+                t: {
+                    "first_load_median_s": round(statistics.median(first[name][t]), 2),
+                    "first_load_max_s": round(max(first[name][t]), 2),
+                    "returning_load_median_s": round(statistics.median(again[name][t]), 2),
+                    "returning_load_max_s": round(max(again[name][t]), 2),
+                    "page_switch_median_s": round(statistics.median(switch[name][t]), 2),
+                    "page_switch_max_s": round(max(switch[name][t]), 2),
+                    "page_switch_server_median_s": round(statistics.median(server[name][t]), 2),
+                }
+                for t, _, _ in timed
+            },
         }
-        for t, _, _ in timed
+        for name, tree in zip(names, trees, strict=True)
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{a.mode}: {a.gpus} GPUs on {a.nodes} nodes, range {rng}, median of {a.runs}")
-    print(f"{'page':<12} {'first load':>11} {'returning':>10} {'page switch':>12} {'(server)':>9}")
-    for t, r in result["pages"].items():
-        print(
-            f"{t:<12} {r['first_load_median_s']:>10.2f}s {r['returning_load_median_s']:>9.2f}s"
-            f" {r['page_switch_median_s']:>11.2f}s {r['page_switch_server_median_s']:>8.2f}s"
-        )
-    print(f"dashboard RSS {result['dashboard_rss_mib']} MiB (peak {result['dashboard_peak_rss_mib']} MiB)")
+    base = names[0]
+    for name in names:
+        src = result["sources"][name]
+        print(f"\n{name} ({src['tree']})")
+        print(f"{'page':<12} {'first load':>11} {'returning':>10} {'page switch':>12} {'(server)':>9}", end="")
+        print(f" {'first / ' + base:>18} {'switch / ' + base:>18}" if name != base else "")
+        for t, r in src["pages"].items():
+            line = (
+                f"{t:<12} {r['first_load_median_s']:>10.2f}s {r['returning_load_median_s']:>9.2f}s"
+                f" {r['page_switch_median_s']:>11.2f}s {r['page_switch_server_median_s']:>8.2f}s"
+            )
+            if name != base:
+                b = result["sources"][base]["pages"][t]
+                line += f" {r['first_load_median_s'] / b['first_load_median_s']:>17.2f}x"
+                line += f" {r['page_switch_median_s'] / b['page_switch_median_s']:>17.2f}x"
+            print(line)
+        print(f"dashboard RSS {src['dashboard_rss_mib']} MiB (peak {src['dashboard_peak_rss_mib']} MiB)")
     print(f"nproc={os.cpu_count()}  load average at the end {result['load_average']}  json: {out}")
     return 0
 

@@ -182,7 +182,7 @@ def allocated_idle(
 
     ``node``, ``gpu`` (the device in words), ``pods`` and ``owners`` holding it; ``idle_seconds``:
     ``now`` (Unix s) less the later of its last busy step in the range and the first step its
-    current holders held it (``activity``: MetricSource.allocation_activity over the range of
+    current holders held it (``activity``: MetricSource.idle_since, or allocation_activity, over the range of
     ``window_s`` seconds), NaN without history; ``whole_range``: never busy and held since the
     range's start, so idle at least ``window_s``; ``idle_for``: :func:`idle_for_words`;
     ``sm_active``: its mean activity over the idle definition's window (0..1)."""

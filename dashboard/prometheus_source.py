@@ -24,7 +24,9 @@ from dashboard.source import (
     ALLOCATION,
     ALLOCATION_KEYS,
     DEVICE_METRICS,
+    HISTORY_METRIC,
     HISTORY_STEPS,
+    IDLE_SINCE_COLUMNS,
     JOB_CLASS_COLUMNS,
     JOB_LEAF_COLUMNS,
     JOB_MIX_COLUMNS,
@@ -342,6 +344,34 @@ class PrometheusSource:
         out["wasted_gpu_hours"] = out["wasted_gpu_hours"].fillna(0.0)
         return out[list(ACTIVITY_COLUMNS)]
 
+    def idle_since(
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+    ) -> pd.DataFrame:
+        window, step = bounded_step(window_s, step_s)
+        target = filters.target_matchers()
+        mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
+        pod = by_clause(POD_DEVICE_KEYS)
+        rng = subquery_range(window, step)
+        idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
+        now = self._end(end)
+        # allocation_activity's two subqueries at its step-aligned instant; their answers cut to the
+        # leaves idle at the range's end itself (``@``), which the step-aligned instant may precede
+        idle_now = f"and on (uuid,mig_uuid) ({idle} @ {now:.3f} == 1)"
+        queries = (
+            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng})) {idle_now}",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0){rng})) {idle_now}",
+        )
+        at = math.floor(now / step) * step
+        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+            first, last_busy = pool.map(lambda q: self.query(q, at), queries)
+        if first.empty:
+            return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
+        keys = list(POD_DEVICE_KEYS)
+        out = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})[[*keys, "first_allocated"]]
+        last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
+        out = out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
+        return out[list(IDLE_SINCE_COLUMNS)]
+
     def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
         window, step = bounded_step(window_s, step_s)
         stop = math.floor(self._end(end) / step) * step
@@ -611,18 +641,20 @@ class PrometheusSource:
 
     def history_start(
         self,
-        metric: str = "gpulens_gpu_info",
+        metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
         window_s: float,
         end: float | None = None,
     ) -> float:
         # the first subquery step at which any such series had a sample (count() drops the labels,
-        # so the answer is one series however large the fleet)
+        # so the answer is one series however large the fleet); a history younger than a step has
+        # no step yet, and begins no earlier than its newest sample
         at = self._end(end)
         step = max(15.0, window_s / HISTORY_STEPS)
         sel = selector(metric, filters.target_matchers())
-        df = self.query(f"min_over_time(timestamp(count({sel}))[{duration(window_s)}:{duration(step)}])", at)
+        search = f"min_over_time(timestamp(count({sel}))[{duration(window_s)}:{duration(step)}])"
+        df = self.query(f"{search} or min(timestamp({sel}))", at)
         return float(df["value"].min()) if not df.empty else math.nan
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:

@@ -26,6 +26,8 @@ from dashboard.source import (
     ALLOCATION,
     ALLOCATION_KEYS,
     DEVICE_METRICS,
+    HISTORY_METRIC,
+    IDLE_SINCE_COLUMNS,
     JOB_CLASS_COLUMNS,
     JOB_LEAF_COLUMNS,
     JOB_MIX_COLUMNS,
@@ -394,6 +396,16 @@ class ScrapeSource:
             out = out[out["namespace"] == filters.namespace].reset_index(drop=True)
         return out[list(ACTIVITY_COLUMNS)]
 
+    def idle_since(
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+    ) -> pd.DataFrame:
+        # this source computes every allocation's activity in-process anyway: the idle leaves' rows of it
+        activity = self.allocation_activity(filters, window_s=window_s, step_s=step_s, end=end)
+        verdict = frames.with_cols(self.leaf_idle(filters, end=end), ["uuid", "mig_uuid"])
+        idle = verdict.loc[pd.to_numeric(frames.col(verdict, "value"), errors="coerce") >= 0.5, ["uuid", "mig_uuid"]]
+        out = activity.merge(idle.drop_duplicates(), on=["uuid", "mig_uuid"], how="inner")
+        return out[list(IDLE_SINCE_COLUMNS)].reset_index(drop=True)
+
     # --- jobs (dashboard/jobs.py): the rules of group gpulens.jobs, from raw samples -----------
     def _fresh_s(self) -> float:
         """How old a target's newest sample may be to count as present (the rules' ``and x``)."""
@@ -604,14 +616,14 @@ class ScrapeSource:
 
     def history_start(
         self,
-        metric: str = "gpulens_gpu_info",
+        metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
         window_s: float,
         end: float | None = None,
     ) -> float:
         # this source computes the rules from the raw series: their history is the GPUs'
-        raw = "gpulens_gpu_info" if ":" in metric else metric
+        raw = HISTORY_METRIC if ":" in metric else metric
         stop = self._end(end)
         df = self._raw(raw, self._snapshot(), stop - window_s, stop, labels=("cluster", "node", "instance"))
         df = frames.restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())

@@ -39,6 +39,9 @@ POD_DEVICE_KEYS: tuple[str, ...] = ("namespace", "pod", "container", "uuid", "mi
 
 ACTIVITY_COLUMNS: tuple[str, ...] = (*ALLOCATION_KEYS, "wasted_gpu_hours", "first_allocated", "last_busy")
 
+IDLE_SINCE_COLUMNS: tuple[str, ...] = (*POD_DEVICE_KEYS, "first_allocated", "last_busy")
+"""Columns of :meth:`MetricSource.idle_since`."""
+
 DEVICE_METRICS = r"gpulens_(?:gpu|mig|probe|pod)_.+"
 """Name pattern of the series the GPU page reads (device, MIG, probe and per-pod series)."""
 
@@ -55,6 +58,10 @@ window never holds a single scrape (no rate), and a late scrape averages out."""
 
 HISTORY_STEPS = 240
 """Resolution of :meth:`MetricSource.history_start`: the range is searched in this many steps."""
+HISTORY_METRIC = "gpulens_up"
+"""The series whose first sample is where the GPUs' history begins: one per exporter, scraped
+from its first scrape on (with its GPUs' series), so the search reads a series per node, not
+per GPU: 0.02 s against 0.15 s for gpulens_gpu_info at 1,000 GPUs over 24 h."""
 
 
 def rate_steps(step_s: float) -> int:
@@ -279,6 +286,15 @@ class MetricSource(Protocol):
         """
         ...
 
+    def idle_since(
+        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+    ) -> pd.DataFrame:
+        """allocation_activity's ``first_allocated`` and ``last_busy`` (the same steps, the same
+        definition) for only the containers that hold a leaf idle at ``end`` (IDLE_SINCE_COLUMNS):
+        what "idle for" needs (dashboard/fleet_names.py), without every allocation's wasted hours.
+        Unix seconds; ``last_busy`` NaN where the leaf was never busy in the range."""
+        ...
+
     def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
         """Every gpulens series that carries ``uuid`` (the physical GPU: its own series, its MIG
         instances', its probes' and its allocations'), over the range, in one frame with a
@@ -352,7 +368,7 @@ class MetricSource(Protocol):
 
     def history_start(
         self,
-        metric: str = "gpulens_gpu_info",
+        metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
         window_s: float,

@@ -22,7 +22,7 @@ from dashboard import definitions, figures, frames
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.settings import DashboardSettings, from_env
-from dashboard.source import HISTORY_STEPS, Filters, MetricSource, SourceError
+from dashboard.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError
 
 WINDOWS: dict[str, float] = {
     "Last 15 minutes": 900.0,
@@ -55,6 +55,7 @@ _END_AWARE = {
     "events",
     "mean",
     "allocation_activity",
+    "idle_since",
     "leaf_idle",
     "job_leaves",
     "job_summary",
@@ -267,13 +268,13 @@ _HELD = "gpulens_history_s"
 """Session key of this run's :func:`history_s` of the GPUs (one figure for the whole page)."""
 
 
-def history_s(ctx: PageContext, metric: str = "gpulens_gpu_info") -> float:
+def history_s(ctx: PageContext, metric: str = HISTORY_METRIC) -> float:
     """Seconds of the range the source holds ``metric`` for (under the page's cluster and node
     filters): ``ctx.window_s`` when its history reaches the range's start, less for a younger
     history (a new install, an exporter started minutes ago, rules loaded after a backfill), 0
     when the range holds none. The GPUs' figure is taken once per run, so that every sentence of
     a page quotes the same span."""
-    mine = metric == "gpulens_gpu_info"
+    mine = metric == HISTORY_METRIC
     if mine and st.session_state.get(_HELD) is not None:
         return float(st.session_state[_HELD])
     held = _history_s(ctx, metric)
@@ -282,7 +283,7 @@ def history_s(ctx: PageContext, metric: str = "gpulens_gpu_info") -> float:
     return held
 
 
-def _history_query(ctx: PageContext, metric: str = "gpulens_gpu_info") -> Query:
+def _history_query(ctx: PageContext, metric: str = HISTORY_METRIC) -> Query:
     return query("history_start", metric, ctx.filters, window_s=ctx.window_s)
 
 

@@ -115,6 +115,7 @@ def _samples(t: float, t0: float) -> dict[str, list[tuple[dict[str, str], float]
         out.setdefault(name, []).append((labels, value))
 
     elapsed = t - t0
+    add("gpulens_up", {}, 1.0)  # every exporter sends it, from its first scrape
     seen: set[str] = set()
     for leaf in _leaves(t, t0):
         phys = {"gpu": leaf["gpu"], "uuid": leaf["uuid"]}
@@ -247,6 +248,9 @@ def test_the_same_history_start(history: tuple[str, ScrapeSource, float]) -> Non
         got = src.history_start(window_s=WINDOW, end=end)  # inside the history: the range's start
         assert end - WINDOW - 1 <= got <= end - WINDOW + max(15.0, WINDOW / HISTORY_STEPS) + 1, (name, got)
         assert math.isnan(src.history_start(window_s=600.0, end=end - HISTORY - 3600)), name
+        # seconds after the first scrape, before any step of the search holds it: not "no history"
+        young = src.history_start(window_s=24 * 3600.0, end=first + 5.0)
+        assert first - 1 <= young <= first + 5.0, (name, young - first)
         node = src.history_start(filters=Filters(instance="elsewhere"), window_s=WINDOW, end=end)
         assert math.isnan(node), (name, "the filters apply")
 
@@ -323,3 +327,33 @@ def test_the_same_class_now_from_the_state_sets_current_series(history: tuple[st
                                                             strict=True)} == expected, name  # fmt: skip
         web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), end=end)
         assert set(web["uuid"]) == {"GPU-l", "GPU-h", "GPU-t"}, name
+
+
+def test_the_same_idle_since(history: tuple[str, ScrapeSource, float]) -> None:
+    """``idle_since`` (the Fleet page's "idle for") is allocation_activity's first-allocated and
+    last-busy steps for exactly the containers whose leaf is idle at the range's end, and the
+    store and the scrape source agree on it (to one step: a rule's evaluation lags its minute)."""
+    prom, scrape, end = history
+    answers = {}
+    for name, src in (("store", PrometheusSource(prom)), ("scrape", scrape)):
+        since = src.idle_since(window_s=WINDOW, step_s=STEP, end=end)
+        verdict = src.leaf_idle(end=end)
+        leaves = zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"], strict=True)
+        idle = {(u, m) for u, m, v in leaves if v >= 0.5}
+        activity = src.allocation_activity(window_s=WINDOW, step_s=STEP, end=end)
+        expected = activity[[(u, m) in idle for u, m in zip(activity["uuid"], activity["mig_uuid"], strict=True)]]
+        keys = ["namespace", "pod", "container", "uuid", "mig_uuid"]
+        got = since.set_index(keys)[["first_allocated", "last_busy"]].sort_index()
+        want = expected.set_index(keys)[["first_allocated", "last_busy"]].sort_index()
+        assert list(got.index) == list(want.index), name
+        assert got.equals(want), (name, got, want)
+        pods = {pod for _ns, pod, *_ in got.index}
+        assert pods == {"a-0", "h-0", "m-0", "t-0", "t-1", "p-0", "r-0"}, (name, "the idle leaves' containers")
+        answers[name] = got
+    store, pandas = answers["store"], answers["scrape"]
+    assert list(store.index) == list(pandas.index)
+    assert (store["first_allocated"] - pandas["first_allocated"]).abs().max() <= STEP
+    busy_store, busy_pandas = store["last_busy"], pandas["last_busy"]
+    assert list(busy_store.isna()) == list(busy_pandas.isna()), "never busy in the range: both sources"
+    assert ((busy_store - busy_pandas).abs().dropna() <= STEP).all()
+    assert busy_pandas.notna().any(), "the GPU idle since minute 20 was busy before"

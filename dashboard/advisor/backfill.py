@@ -132,6 +132,8 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
         # a pod replaced by a rollout is absent after it ends
         by_metric.setdefault(name, []).append((labels, [*values, *[None] * (steps - len(values))]))
 
+    for node in sorted({d.node for d in DEVICES}):  # each exporter says it reads its GPUs
+        add("gpulens_up", {"instance": f"{node}:9445", "job": "gpulens", "node": node}, ["1"] * steps)
     for d, s in zip(DEVICES, sm, strict=True):
         target = {"instance": f"{d.node}:9445", "job": "gpulens", "node": d.node}
         phys = {**target, "gpu": str(d.gpu), "uuid": d.uuid}

@@ -8,8 +8,8 @@ import streamlit as st
 from dashboard import definitions, figures, fleet_names, frames, ui
 from dashboard.source import SourceError
 
-# A comment, not a docstring (Streamlit's magic would draw one): the activity behind "idle for" is
-# sampled as on the Workloads page (the same query, so the two pages share its cache).
+# A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
+# sampled at the Workloads page's resolution (its allocation activity: the same steps).
 ACTIVITY_POINTS = 80
 
 
@@ -25,8 +25,8 @@ def body(ctx: ui.PageContext) -> None:
         "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s),
         "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
         "classes": ui.query("current_state", "gpulens_gpu_boundness", f),
-        "activity": ui.query(
-            "allocation_activity", f, window_s=ctx.window_s, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
+        "idle_since": ui.query(
+            "idle_since", f, window_s=ctx.window_s, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
         ),
         "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
         "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window_s=definitions.MEAN_WINDOW_SECONDS),
@@ -59,7 +59,7 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Allocated but idle"):
         if counts["allocated_idle"]:
-            allocated_idle(ctx, ui.get(ctx, q["activity"]), info, mig, alloc, idle)
+            allocated_idle(ctx, ui.get(ctx, q["idle_since"]), info, mig, alloc, idle)
 
     with ui.panel("Slowest GPUs"):
         slow = fleet_names.slow_gpus(
