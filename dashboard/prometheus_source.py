@@ -354,12 +354,14 @@ class PrometheusSource:
         rng = subquery_range(window, step)
         idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
         now = self._end(end)
-        # allocation_activity's two subqueries at its step-aligned instant; their answers cut to the
-        # leaves idle at the range's end itself (``@``), which the step-aligned instant may precede
-        idle_now = f"and on (uuid,mig_uuid) ({idle} @ {now:.3f} == 1)"
+        # allocation_activity's two subqueries at its step-aligned instant, over only the leaves idle
+        # at the range's end itself (``@``: the step-aligned instant may precede it); inside the
+        # subquery, so that only those leaves' steps are computed (0.09 s against 0.15 s for the
+        # allocations at 1,000 GPUs over 24 h)
+        idle_now = f"on (uuid,mig_uuid) ({idle} @ {now:.3f} == 1)"
         queries = (
-            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng})) {idle_now}",
-            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0){rng})) {idle_now}",
+            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine} and {idle_now})){rng}))",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0 and {idle_now}){rng}))",
         )
         at = math.floor(now / step) * step
         with ThreadPoolExecutor(max_workers=len(queries)) as pool:
