@@ -189,12 +189,14 @@ def prometheus_store(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -
 
 
 @contextmanager
-def dashboards(trees: list[Path], store: list[str], tmp: Path) -> Iterator[dict[str, tuple[str, int]]]:
+def dashboards(
+    trees: list[Path], names: list[str], store: list[str], tmp: Path
+) -> Iterator[dict[str, tuple[str, int]]]:
     """One dashboard process per source tree, each on the store (``store``: the dashboard's
-    arguments for it); yields {tree's label (:func:`source_label`): (its URL, its pid)}."""
+    arguments for it); yields {its name in ``names``: (its URL, its pid)}."""
     with ExitStack() as es:
         out = {}
-        for n, tree in enumerate(trees):
+        for n, (tree, name) in enumerate(zip(trees, names, strict=True)):
             port = free_port()
             url = f"http://127.0.0.1:{port}"
             cmd = [sys.executable, "-m", "dashboard", *store, "--port", str(port), "--address", "127.0.0.1",
@@ -204,7 +206,7 @@ def dashboards(trees: list[Path], store: list[str], tmp: Path) -> Iterator[dict[
             proc = es.enter_context(
                 managed_process(cmd, f"{url}/_stcore/health", log=log, timeout=120, cwd=tree, env=env)
             )
-            out[source_label(tree)] = (url, proc.pid)
+            out[name] = (url, proc.pid)
         yield out
 
 
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": a.runs,
     }
     out = Path(a.out or REPO / "artifacts" / "dashboard" / f"scale-{a.mode}-{a.gpus}.json")
-    names = [source_label(t) for t in trees]
+    names = [source_label(t) for t in trees]  # once: the work tree may change during the run
     first: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
     again: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
     switch: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
@@ -323,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     memory: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="gpulens-scale-") as tmp_s:
         store = prometheus_store if a.mode == "prometheus" else scrape_store
-        with store(a, Path(tmp_s), result) as store_args, dashboards(trees, store_args, Path(tmp_s)) as dash:
+        with store(a, Path(tmp_s), result) as store_args, dashboards(trees, names, store_args, Path(tmp_s)) as dash:
             from playwright.sync_api import sync_playwright
 
             with sync_playwright() as pw:
