@@ -140,9 +140,6 @@ def fetch(ctx: PageContext, method: str, *args: Any, **kwargs: Any) -> Any:
     """``ctx.source.<method>(*args, **kwargs)`` through a short cache shared by all sessions
     (10 s; Filters and lists hash by value); failures are never cached. Range-aware methods get
     the context's range end; the time each answer was fetched feeds the page's "data as of"."""
-    future = (st.session_state.get(_PENDING) or {}).pop(_key(method, args, kwargs), None)
-    if future is not None:  # prefetched: wait for it rather than send it again
-        future.result()
     result, fetched = _call(ctx, method, args, kwargs)
     seen = st.session_state.get(_AS_OF)
     st.session_state[_AS_OF] = fetched if seen is None else min(seen, fetched)
@@ -167,22 +164,14 @@ def get(ctx: PageContext, q: Query) -> Any:
 
 PREFETCH_THREADS = 8
 """At most this many of a page's queries in flight at once (Prometheus mode)."""
-_PENDING = "gpulens_prefetched"
-"""Session key: the queries :func:`prefetch` sent that no :func:`fetch` has read yet ({key: future})."""
-
-
-def _key(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """A query's identity between :func:`prefetch` and :func:`fetch` (Filters and lists by value)."""
-    return repr((method, args, sorted(kwargs.items())))
 
 
 def prefetch(ctx: PageContext, queries: Iterable[Query]) -> None:
-    """Send a page's independent queries at once and return: each :func:`fetch` then waits for
-    its own query only, so against Prometheus a page waits for its slowest query, not for their
-    sum, and draws its first panels while the slower queries run. Only for the Prometheus source
-    (the direct-scrape source computes in this process, where threads would only take turns). A
-    query that fails is not cached; its :func:`fetch` runs it again and its panel shows the
-    error. :func:`settle` waits for the queries no panel read."""
+    """Run a page's independent queries at once, so that its :func:`fetch` calls find them in the
+    cache: against Prometheus a page then waits for its slowest query, not for their sum. Only
+    for the Prometheus source (the direct-scrape source computes in this process, where threads
+    would only take turns). A query that fails is not cached; its :func:`fetch` runs it again and
+    its panel shows the error."""
     queries = [*queries, _history_query(ctx)]  # every page's banner (history_note) reads it
     if not isinstance(ctx.source, PrometheusSource) or len(queries) < 2:
         return
@@ -199,21 +188,8 @@ def prefetch(ctx: PageContext, queries: Iterable[Query]) -> None:
         except Exception:  # fetch() runs it again and its panel reports it
             return
 
-    pending = {k: f for k, f in (st.session_state.get(_PENDING) or {}).items() if not f.done()}
-    pool = ThreadPoolExecutor(max_workers=min(PREFETCH_THREADS, len(queries)))
-    for q in queries:
-        key = _key(*q)
-        if key not in pending:
-            pending[key] = pool.submit(run, q)
-    pool.shutdown(wait=False)
-    st.session_state[_PENDING] = pending
-
-
-def settle() -> None:
-    """Wait for the prefetched queries no panel read (a panel left out of this run): none
-    outlives the run that sent it."""
-    for future in (st.session_state.pop(_PENDING, None) or {}).values():
-        future.result()
+    with ThreadPoolExecutor(max_workers=min(PREFETCH_THREADS, len(queries))) as pool:
+        list(pool.map(run, queries))
 
 
 @contextmanager
@@ -266,7 +242,6 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
                 history_note(ctx)
             except SourceError as exc:  # the panels say what failed
                 st.caption(f"How much history the range holds is unknown: {exc}")
-        settle()
         as_of = st.session_state.get(_AS_OF)
         shown = f"data as of {fmt_time(as_of)}" if as_of else "no data fetched"
         span = (

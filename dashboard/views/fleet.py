@@ -57,9 +57,20 @@ def body(ctx: ui.PageContext) -> None:
         if info.empty:
             ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
 
-    # the names come next on the page but are drawn last: their range queries are the page's
-    # slowest, and the panels below are drawn meanwhile
-    idle_box, slow_box = st.container(), st.container()
+    with ui.panel("Allocated but idle"):
+        if counts["allocated_idle"]:
+            allocated_idle(ctx, ui.get(ctx, q["idle_since"]), info, mig, alloc, idle)
+
+    with ui.panel("Slowest GPUs"):
+        slow = fleet_names.slow_gpus(
+            info,
+            alloc,
+            ui.get(ctx, q["events"]),
+            ui.get(ctx, q["clock"]),
+            ui.get(ctx, q["clock_max"]),
+            idle,
+        )
+        slowest_gpus(ctx, slow, info)
 
     with ui.panel("Exporters"):
         up = ui.get(ctx, q["up"])
@@ -139,21 +150,6 @@ def body(ctx: ui.PageContext) -> None:
                     "gpus": st.column_config.NumberColumn("GPUs", format="localized"),
                 },
             )
-
-    with idle_box, ui.panel("Allocated but idle"):
-        if counts["allocated_idle"]:
-            allocated_idle(ctx, ui.get(ctx, q["idle_since"]), info, mig, alloc, idle)
-
-    with slow_box, ui.panel("Slowest GPUs"):
-        slow = fleet_names.slow_gpus(
-            info,
-            alloc,
-            ui.get(ctx, q["events"]),
-            ui.get(ctx, q["clock"]),
-            ui.get(ctx, q["clock_max"]),
-            idle,
-        )
-        slowest_gpus(ctx, slow, info)
 
 
 # Throughput "now": each link's rate over the last minute (Prometheus' shortest rate() window, a
