@@ -307,40 +307,53 @@ class PrometheusSource:
             sel = f"({sel} and on (instance) {selector('gpulens_up', {'cluster': matchers['cluster']})})"
         return sel
 
+    def _held_and_busy(self, filters: Filters, window: float, step: float, keep: str = "") -> tuple[str, str]:
+        """The PromQL of allocation_activity's ``first_allocated`` (per container and leaf, the
+        first step of the [window:step] subquery it held the leaf) and ``last_busy`` (per leaf,
+        the last step its idle verdict was 0); ``keep``: an ``on (...) (...)`` set that both are
+        cut to inside the subqueries, so that only its steps are computed."""
+        target = filters.target_matchers()
+        mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
+        idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
+        pod = by_clause(POD_DEVICE_KEYS)
+        rng = subquery_range(window, step)
+        cut = f" and {keep}" if keep else ""
+        return (
+            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine}{cut})){rng}))",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0{cut}){rng}))",
+        )
+
+    def _at_step(self, queries: Sequence[str], end: float | None, step: float) -> list[pd.DataFrame]:
+        """``queries`` side by side (the backend can evaluate them in parallel), at the range's
+        step-aligned instant, so that their subqueries' steps are the range query's steps (less
+        its first one)."""
+        at = math.floor(self._end(end) / step) * step
+        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+            return list(pool.map(lambda q: self.query(q, at), queries))
+
     def allocation_activity(
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         window, step = bounded_step(window_s, step_s)
         target = filters.target_matchers()
         mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
-        pod = by_clause(POD_DEVICE_KEYS)
-        rng = subquery_range(window, step)
         # The recording rules hold the definition (dashboard/definitions.py): wasted GPU-equivalents
         # per container and the leaf idle verdict; this only integrates them over the range.
         wasted = self.rule("gpulens:pod_gpu_wasted:gpus", filters, per_pod=True)
-        busy = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
         queries = (
             f"max by {by_clause(ALLOCATION_KEYS)} (last_over_time({mine}[{duration(window)}]))",
-            f"sum by {pod} (sum_over_time({wasted}{rng})) * {step:g} / 3600",
-            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng}))",
-            f"max by (uuid,mig_uuid) (max_over_time(timestamp({busy} == 0){rng}))",
+            f"sum by {by_clause(POD_DEVICE_KEYS)} (sum_over_time({wasted}{subquery_range(window, step)})) "
+            f"* {step:g} / 3600",
+            *self._held_and_busy(filters, window, step),
         )
-        # evaluated at the same step-aligned instant as query_range, so the subqueries' steps are
-        # the range query's steps (less its first one); side by side, as the backend can
-        # evaluate them in parallel
-        at = math.floor(self._end(end) / step) * step
-        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
-            meta, hours, first, last_busy = pool.map(lambda q: self.query(q, at), queries)
+        meta, hours, first, last_busy = self._at_step(queries, end, step)
         if meta.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
         keys = list(POD_DEVICE_KEYS)
         out = frames.with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
         hours = frames.with_cols(hours, keys).rename(columns={"value": "wasted_gpu_hours"})
-        first = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})
-        last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
         out = out.merge(hours[[*keys, "wasted_gpu_hours"]], on=keys, how="left")
-        out = out.merge(first[[*keys, "first_allocated"]], on=keys, how="left")
-        out = out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
+        out = _with_held_and_busy(out, first, last_busy, how="left")
         out["wasted_gpu_hours"] = out["wasted_gpu_hours"].fillna(0.0)
         return out[list(ACTIVITY_COLUMNS)]
 
@@ -348,31 +361,16 @@ class PrometheusSource:
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         window, step = bounded_step(window_s, step_s)
-        target = filters.target_matchers()
-        mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
-        pod = by_clause(POD_DEVICE_KEYS)
-        rng = subquery_range(window, step)
         idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
-        now = self._end(end)
-        # allocation_activity's two subqueries at its step-aligned instant, over only the leaves idle
-        # at the range's end itself (``@``: the step-aligned instant may precede it); inside the
-        # subquery, so that only those leaves' steps are computed (0.09 s against 0.15 s for the
-        # allocations at 1,000 GPUs over 24 h)
-        idle_now = f"on (uuid,mig_uuid) ({idle} @ {now:.3f} == 1)"
-        queries = (
-            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine} and {idle_now})){rng}))",
-            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0 and {idle_now}){rng}))",
-        )
-        at = math.floor(now / step) * step
-        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
-            first, last_busy = pool.map(lambda q: self.query(q, at), queries)
+        # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
+        # precede it), cut inside the subqueries: 0.09 s against 0.15 s for the allocations' at
+        # 1,000 GPUs over 24 h
+        idle_now = f"on (uuid,mig_uuid) ({idle} @ {self._end(end):.3f} == 1)"
+        first, last_busy = self._at_step(self._held_and_busy(filters, window, step, idle_now), end, step)
         if first.empty:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
-        keys = list(POD_DEVICE_KEYS)
-        out = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})[[*keys, "first_allocated"]]
-        last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
-        out = out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
-        return out[list(IDLE_SINCE_COLUMNS)]
+        keys = frames.with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
+        return _with_held_and_busy(keys, first, last_busy, how="inner")[list(IDLE_SINCE_COLUMNS)]
 
     def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
         window, step = bounded_step(window_s, step_s)
@@ -774,3 +772,13 @@ def _num(text: object) -> float:
         return float(str(text))
     except ValueError:
         return math.nan
+
+
+def _with_held_and_busy(out: pd.DataFrame, first: pd.DataFrame, last_busy: pd.DataFrame, how: str) -> pd.DataFrame:
+    """``out`` (per container and leaf) with the answers of PrometheusSource._held_and_busy
+    joined: ``first_allocated`` per container and leaf (``how``), ``last_busy`` per leaf (left)."""
+    keys = list(POD_DEVICE_KEYS)
+    first = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})
+    last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
+    out = out.merge(first[[*keys, "first_allocated"]], on=keys, how=how)
+    return out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")
