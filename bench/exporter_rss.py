@@ -380,7 +380,7 @@ def _metadata(p: NodePod) -> dict[str, Any]:
     }
     if p.owner is not None:
         api_version = {"Job": "batch/v1"}.get(p.owner[0], "apps/v1")
-        owner_uid = _uid(p.namespace, f"{p.owner[0]}/{p.owner[1]}")
+        owner_uid = _owner_uid(p.namespace, *p.owner)
         meta["ownerReferences"] = [
             {
                 "apiVersion": api_version,
@@ -393,6 +393,53 @@ def _metadata(p: NodePod) -> dict[str, Any]:
         ]
         meta["generateName"] = p.name.rsplit("-", 1)[0] + "-"
     return meta
+
+
+def _owner_uid(namespace: str, kind: str, name: str) -> str:
+    """The UID of the controller ``kind``/``name``, as the pods' owner references carry it."""
+    return _uid(namespace, f"{kind}/{name}")
+
+
+def owner_objects(pods: Sequence[NodePod], fakes: Any) -> list[tuple[dict[str, Any], str]]:
+    """The controllers above ``pods`` as (object, plural), so that every owner walk ends
+    ``resolved``, as in a cluster: the ReplicaSet and the Deployment above a Deployment's pods,
+    the StatefulSet, DaemonSet or Job (and the CronJob above it) of the others.  Each carries the
+    UID the reference below it names; without them every walk read 404 and was retried each
+    minute, which no cluster does.  ``fakes`` is the API emulator's module (``load_fakes``)."""
+    out: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
+
+    def put(namespace: str, kind: str, name: str, owner: dict[str, Any] | None = None) -> None:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": _owner_uid(namespace, kind, name),
+            "creationTimestamp": _STARTED,
+            "resourceVersion": "1",
+            "generation": 1,
+        }
+        if owner is not None:
+            meta["ownerReferences"] = [owner]
+        obj = {"apiVersion": fakes.OWNER_API_VERSIONS[kind], "kind": kind, "metadata": meta, "spec": {}, "status": {}}
+        out[(namespace, kind, name)] = (obj, f"{kind.lower()}s")
+
+    for p in pods:
+        if p.owner is None:
+            continue
+        kind, name = p.owner
+        if kind == "ReplicaSet":
+            deployment = name.rsplit("-", 1)[0]
+            put(p.namespace, "Deployment", deployment)
+            ref = {**fakes.owner_reference("Deployment", deployment, p.namespace)}
+            put(p.namespace, kind, name, {**ref, "uid": _owner_uid(p.namespace, "Deployment", deployment)})
+        elif kind == "Job":
+            job = fakes.make_job(p.namespace, name, p.cronjob)
+            job["metadata"]["uid"] = _owner_uid(p.namespace, kind, name)
+            out[(p.namespace, kind, name)] = (job, "jobs")
+            if p.cronjob:
+                out[(p.namespace, "CronJob", p.cronjob)] = (fakes.make_cronjob(p.namespace, p.cronjob), "cronjobs")
+        else:
+            put(p.namespace, kind, name)
+    return list(out.values())
 
 
 def _pod_object(p: NodePod, node: str, env_count: int) -> dict[str, Any]:
@@ -574,9 +621,8 @@ def full_chain(plan: NodePlan, folder: Path, pod_bytes: int = DEFAULT_POD_BYTES,
         objects = [api_pod(p, node, pod_bytes) for p in plan.pods]
         for obj in objects:
             api.put(obj)
-        for p in plan.pods:
-            if p.cronjob is not None and p.owner is not None:
-                api.add_job(p.namespace, p.owner[1], p.cronjob)
+        for owner, plural in owner_objects(plan.pods, kube_api_server):
+            api.put_object(owner, plural)
         procfs = write_procfs(folder, plan.pids)
         flags = (
             "--kubernetes.podresources-socket",

@@ -40,6 +40,8 @@ the bench exits at once, naming what is missing, when they cannot be imported.
 from __future__ import annotations
 
 import argparse
+import gzip
+import http.client
 import json
 import os
 import re
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -171,10 +174,52 @@ def gpu_chain(pods: int, dry_run: bool, load_pid: int | None) -> Iterator[Chain]
 
 
 def scrape(url: str) -> tuple[float, bytes]:
+    """One scrape by ``urllib``: a new connection, no ``Accept`` header, no compression."""
     t0 = time.perf_counter()
     with urllib.request.urlopen(url, timeout=10) as resp:
         body = resp.read()
     return time.perf_counter() - t0, body
+
+
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=1.0.0;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+)
+"""What Prometheus 3 sends by default (its scrape protocols, best first)."""
+
+
+class PrometheusLikeScraper:
+    """Scrapes as Prometheus does: one kept-alive HTTP/1.1 connection per target (opened again when
+    the server closes it, as an HTTP/1.0 server does after each reply), Prometheus' ``Accept`` and
+    ``Accept-Encoding: gzip``; the body is read whole and decompressed, as Prometheus does before it
+    parses.  The latency is the client's from sending the request to the decompressed page."""
+
+    def __init__(self) -> None:
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+
+    def __call__(self, url: str) -> tuple[float, bytes]:
+        parts = urllib.parse.urlsplit(url)
+        t0 = time.perf_counter()
+        conn = self._conns.get(url)
+        if conn is None:
+            conn = self._conns[url] = http.client.HTTPConnection(parts.netloc, timeout=10)
+        headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/3.0.0"}
+        try:
+            conn.request("GET", parts.path, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (http.client.HTTPException, ConnectionError):
+            conn.close()
+            del self._conns[url]
+            raise
+        if resp.status != 200:
+            raise ConnectionError(f"{url}: HTTP {resp.status}")
+        body = gzip.decompress(raw) if resp.getheader("Content-Encoding") == "gzip" else raw
+        return time.perf_counter() - t0, body
+
+
+CLIENTS = ("urllib", "prometheus")
+"""``--client``: how the latency phase and the quiet period scrape (``scrape``, ``PrometheusLikeScraper``)."""
 
 
 def _log_path(exp: Exporter, log_dir: Path) -> Path:
@@ -217,13 +262,18 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(
-    exporters: Sequence[Exporter], scrapes: int, quiet_seconds: float, tick: Callable[[], None] | None = None
+    exporters: Sequence[Exporter],
+    scrapes: int,
+    quiet_seconds: float,
+    tick: Callable[[], None] | None = None,
+    client: Callable[[str], tuple[float, bytes]] = scrape,
 ) -> list[Figures]:
     """Latency of ``scrapes`` scrapes of each exporter in turn, then CPU and RSS over a quiet
-    period of one scrape per second each (``tick`` called once a second meanwhile)."""
+    period of one scrape per second each (``tick`` called once a second meanwhile), all by
+    ``client``."""
     for _ in range(scrapes):
         for exp in exporters:
-            dt, exp.body = scrape(exp.url)
+            dt, exp.body = client(exp.url)
             exp.latencies.append(dt)
     pids = {exp.label: exp.proc.pid for exp in exporters if exp.proc is not None}
     cpu0 = {label: cpu_seconds(pid) for label, pid in pids.items()}
@@ -233,7 +283,7 @@ def run(
         if tick is not None:
             tick()
         for exp in exporters:
-            _, exp.body = scrape(exp.url)
+            _, exp.body = client(exp.url)
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick_at)))
     elapsed = time.monotonic() - t0
     out = []
@@ -343,6 +393,13 @@ def main() -> None:
     parser.add_argument("--kubelet", action="store_true", help="short for --chain kubelet")
     parser.add_argument("--pods", type=int, default=110, help="pods on the node of the full chain")
     parser.add_argument("--dry-run-sim", action="store_true", help="gpulens with --backend sim; a sim peer")
+    parser.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="urllib",
+        help="urllib: a new connection per scrape, no Accept or gzip (the runs before); "
+        "prometheus: kept-alive, Prometheus' Accept and gzip",
+    )
     args = parser.parse_args()
     configs = parse_configs(args, parser)
     if not 2 <= args.pods <= 10_000:
@@ -394,7 +451,8 @@ def main() -> None:
             wait_ready(exp, b"gpulens_gpu_info{", args.out)
         wait_ready(peer, peer_ready.encode(), args.out)
         time.sleep(5.0)
-        figs = run(everyone, args.scrapes, args.quiet_seconds, chain.tick if chain else None)
+        client = PrometheusLikeScraper() if args.client == "prometheus" else scrape
+        figs = run(everyone, args.scrapes, args.quiet_seconds, chain.tick if chain else None, client)
 
     health = {config: chain_health(exp.body) for config, exp in ours.items()}
     broken = {config: why for config in configs if (why := chain_broken(health[config], config))}
@@ -411,6 +469,7 @@ def main() -> None:
         "dry_run_sim": dry,
         "scrapes": args.scrapes,
         "load": args.load,
+        "client": args.client,
         "quiet_seconds": args.quiet_seconds,
         "latency_mean_ms": {e.label: statistics.fmean(e.latencies) * 1e3 for e in everyone},
     }
