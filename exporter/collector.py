@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from exporter import __version__
 from exporter import metrics as cat
 from exporter.exposition import Encoder, Family
+from exporter.gzip_stream import GzipHead, gzip_parts
 from exporter.model import Snapshot
 from exporter.negotiate import OPENMETRICS_ACCEPT, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, exposition_accept
 from exporter.scopes import EXPORTER, Frame, LabelValues
@@ -207,8 +208,11 @@ class CachedExposition:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._bodies: dict[str, bytes] = {}
-        self._asked: set[str] = set()
-        """Formats scrapes asked the current snapshot in (``prepare`` encodes the next in those)."""
+        self._gzipped: dict[str, GzipHead] = {}
+        """Per format: the cached body's gzip stream up to the per-request tail."""
+        self._asked: set[tuple[str, bool]] = set()
+        """(format, gzip) pairs scrapes asked the current snapshot in (``prepare`` encodes the next
+        in those)."""
 
     def render(self, accept_header: str) -> tuple[bytes, str]:
         """(body, content type) for a scrape with this ``Accept`` header, as one bytes object."""
@@ -223,13 +227,34 @@ class CachedExposition:
         part is a view of the cached body, shared by every reply in flight; only the few bytes of
         the age line are new per request (the HTTP front sends the parts without joining them, so
         a thousand unread replies do not hold a thousand copies of the page)."""
-        accept = exposition_accept(accept_header)
-        openmetrics = accept == OPENMETRICS_ACCEPT
+        reply = self.reply(accept_header, gzip=False, encode=True)
+        assert reply is not None
+        return reply
+
+    def reply(self, accept_header: str, gzip: bool, encode: bool) -> tuple[tuple[bytes | memoryview, ...], str] | None:
+        """``render_parts``, gzipped when ``gzip`` (one gzip stream: the cached head of the page's,
+        finished per request with the age line); with ``encode`` False, ``None`` where the current
+        snapshot is not yet encoded (and compressed) in that format, so that the caller can answer
+        at once when it is and hand the work to another thread when not."""
+        openmetrics = exposition_accept(accept_header) == OPENMETRICS_ACCEPT
         snap = self._source()
-        body, ctype = self._body(snap, openmetrics, asked=True)
+        ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        if not encode:
+            with self._lock:
+                ready = snap is self._snapshot and snap is not None and ctype in self._bodies
+                if not ready or (gzip and ctype not in self._gzipped):
+                    return None
+        body, ctype = self._body(snap, openmetrics, asked=True, gzip=gzip)
         if snap is None:
-            return (body,), ctype
-        return self._split_tail(body, self._age_tail(snap)), ctype
+            return ((gzip_parts((body,)),) if gzip else (body,)), ctype
+        head, tail = self._split_tail(body, self._age_tail(snap))
+        if not gzip:
+            return (head, tail), ctype
+        with self._lock:
+            gz = self._gzipped.get(ctype) if snap is self._snapshot else None
+        if gz is None:  # the snapshot changed meanwhile: compress this one's page for this request
+            gz = GzipHead(head)
+        return (gz.head, gz.finish(tail)), ctype
 
     def prepare(self, snap: Snapshot) -> None:
         """Encode ``snap`` ahead of the scrapes, in the formats the previous snapshot was asked in.
@@ -242,23 +267,26 @@ class CachedExposition:
             if snap is self._snapshot:
                 return
             wanted = sorted(self._asked)
-        for ctype in wanted:
-            self._body(snap, ctype == OPENMETRICS_CONTENT_TYPE, asked=False)
+        for ctype, gzip in wanted:
+            self._body(snap, ctype == OPENMETRICS_CONTENT_TYPE, asked=False, gzip=gzip)
 
-    def _body(self, snap: Snapshot | None, openmetrics: bool, asked: bool) -> tuple[bytes, str]:
-        """The cached body of ``snap`` in one format, encoded now if needed; ``asked``: for a scrape
-        (what ``prepare`` goes by), not ahead of one."""
+    def _body(self, snap: Snapshot | None, openmetrics: bool, asked: bool, gzip: bool = False) -> tuple[bytes, str]:
+        """The cached body of ``snap`` in one format, encoded now if needed, and with ``gzip`` its
+        compressed head too; ``asked``: for a scrape (what ``prepare`` goes by), not ahead of one."""
         ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         with self._lock:
             if snap is not self._snapshot or snap is None:
                 self._snapshot = snap
                 self._bodies = {}
+                self._gzipped = {}
                 self._asked = set()
             if asked:
-                self._asked.add(ctype)
+                self._asked.add((ctype, gzip))
             body = self._bodies.get(ctype)
             if body is None:
                 body = self._bodies[ctype] = self._encode(openmetrics, snap)
+            if gzip and snap is not None and ctype not in self._gzipped:
+                self._gzipped[ctype] = GzipHead(self._split_tail(body, b"")[0])
         return body, ctype
 
     def _encode(self, openmetrics: bool, snap: Snapshot | None) -> bytes:
@@ -274,7 +302,7 @@ class CachedExposition:
         return body + tail
 
     @staticmethod
-    def _split_tail(body: bytes, tail: bytes) -> tuple[bytes | memoryview, ...]:
+    def _split_tail(body: bytes, tail: bytes) -> tuple[bytes | memoryview, bytes]:
         """``_with_tail(body, tail)`` as parts, without copying ``body``."""
         eof = b"# EOF\n"
         if body.endswith(eof):

@@ -153,6 +153,11 @@ class Sampler:
         self.after_publish: Callable[[Snapshot], None] | None = None
         """Called in the sampling thread with each new Snapshot once it is published (the
         exposition encodes it there, off the scrape path); an exception is logged, not raised."""
+        self._died = False
+        """Set by the sampling thread as an exception ends it (before ``on_exit``)."""
+        self.on_exit: Callable[[], None] | None = None
+        """Called in the sampling thread as it ends, stopped or dead (the process' main thread
+        waits on it instead of polling ``running()``)."""
 
     # --- public -----------------------------------------------------------------------
     def latest(self) -> Snapshot | None:
@@ -162,7 +167,7 @@ class Sampler:
     def running(self) -> bool:
         """True while the sampling thread lives (False before ``start()``, after ``stop()``, and
         if the thread died: the process should then exit so that it is restarted)."""
-        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set() and not self._died
 
     def start(self) -> None:
         """Run cycles in a daemon thread until ``stop()``."""
@@ -377,8 +382,12 @@ class Sampler:
         try:
             self._cycle_forever()
         except BaseException:
+            self._died = True
             log.critical("the sampling thread died; no new snapshots will be taken", exc_info=True)
             raise
+        finally:
+            if self.on_exit is not None:
+                self.on_exit()
 
     def _cycle_forever(self) -> None:
         interval = self._options.interval_seconds

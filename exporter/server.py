@@ -43,7 +43,6 @@ import os
 import socket
 import ssl
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +54,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter.admission import BURST, RATE_PER_SECOND, ConnectionBudget
+from exporter.gzip_stream import gzip_parts
 from exporter.heap import trim_now
 from exporter.http_conn import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
 from exporter.login import LoginScheduler
@@ -112,6 +112,10 @@ class Limits:
 Body = bytes | Sequence[bytes | memoryview]
 Exposition = Callable[[str], tuple[Body, str]]
 """``render(accept_header) -> (body or its parts, content_type)``: the metrics page."""
+Reply = Callable[[str, bool, bool], tuple[Body, str] | None]
+"""``reply(accept_header, gzip, encode) -> (body parts, content_type)``: the metrics page,
+gzipped when ``gzip``; with ``encode`` False, ``None`` unless it is at hand without encoding or
+compressing the page (exporter/collector.py, ``CachedExposition.reply``)."""
 
 
 UNAUTHENTICATED_PATHS = ("/healthz", "/readyz")
@@ -216,9 +220,13 @@ class MetricsServer:
         ready: Callable[[], bool],
         web_config: WebConfig | None = None,
         limits: Limits | None = None,
+        reply: Reply | None = None,
     ) -> None:
         host, port = parse_listen_address(address)
         self._exposition = _plain(exposition) if isinstance(exposition, CollectorRegistry) else exposition
+        self._reply_at_hand = reply
+        """Where given, a page already encoded (and compressed) is answered on the loop thread,
+        without the hop to a render thread; the rest still goes to one (``reply`` with ``encode``)."""
         self._ready = ready
         self.limits = _fit_to_fd_limit(limits or Limits())
         self.extra_headers: tuple[tuple[str, str], ...] = ()
@@ -417,9 +425,19 @@ class MetricsServer:
             self.loop.call_later(TRIM_DELAY, self._trim)
 
     def _trim(self) -> None:
-        self._trim_pending = False
+        """Trim on a render thread: ``malloc_trim`` walks the whole heap (up to tens of ms with the
+        driver's library loaded) and the loop must keep answering meanwhile."""
         self._closes = 0
-        if trim_now():
+        try:
+            done = self.loop.run_in_executor(self._render_pool, trim_now)
+        except RuntimeError:  # the pool is shut down
+            self._trim_pending = False
+            return
+        done.add_done_callback(self._trimmed)
+
+    def _trimmed(self, done: asyncio.Future[bool]) -> None:
+        self._trim_pending = False
+        if not done.cancelled() and done.exception() is None and done.result():
             self.trims += 1
 
     def tls_context(self) -> ssl.SSLContext | None:
@@ -462,6 +480,13 @@ class MetricsServer:
                 return refused
         if path == "/metrics":
             accept, encoding = headers.get("accept", ""), headers.get("accept-encoding", "")
+            if self._reply_at_hand is not None:
+                gzip = accepts_gzip(encoding)
+                page = self._reply_at_hand(accept, gzip, False)
+                if page is None:
+                    page = await self.loop.run_in_executor(self._render_pool, self._reply_at_hand, accept, gzip, True)
+                assert page is not None
+                return _page(page, gzip)
             return await self.loop.run_in_executor(self._render_pool, self._metrics, accept, encoding)
         if path == "/healthz":
             return _text(200, b"ok\n")
@@ -489,16 +514,15 @@ class MetricsServer:
 
     def _metrics(self, accept: str, accept_encoding: str) -> Response:
         body, ctype = self._exposition(accept)
-        parts: tuple[bytes | memoryview, ...] = (body,) if isinstance(body, bytes) else tuple(body)
-        extra: list[tuple[str, str]] = [("Vary", "Accept-Encoding")]
-        if accepts_gzip(accept_encoding):
-            parts = (_gzip(parts),)
-            extra.append(("Content-Encoding", "gzip"))
-        return Response(200, parts, ctype, tuple(extra))
+        gzip = accepts_gzip(accept_encoding)
+        if gzip:
+            body = (gzip_parts((body,) if isinstance(body, bytes) else body),)
+        return _page((body, ctype), gzip)
 
 
-def _gzip(parts: Sequence[bytes | memoryview]) -> bytes:
-    """The concatenated parts as one gzip stream (level 1: a scrape's CPU matters more than bytes),
-    compressed part by part so the page is never joined first."""
-    z = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return b"".join([*(z.compress(p) for p in parts), z.flush()])
+def _page(page: tuple[Body, str], gzipped: bool) -> Response:
+    """The reply carrying a metrics page (``gzipped``: its body is a gzip stream)."""
+    body, ctype = page
+    parts: tuple[bytes | memoryview, ...] = (body,) if isinstance(body, bytes) else tuple(body)
+    extra = (("Vary", "Accept-Encoding"), *((("Content-Encoding", "gzip"),) if gzipped else ()))
+    return Response(200, parts, ctype, extra)

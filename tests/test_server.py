@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
+import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -355,3 +358,60 @@ def test_pipelined_requests_from_a_client_that_never_reads_do_not_pile_up_replie
         assert received.count(b"Connection: close") == 1
     finally:
         server.shutdown()
+
+
+@pytest.fixture()
+def served_as_cli() -> Iterator[tuple[MetricsServer, Sampler, Any]]:
+    """A server wired as exporter/cli.py wires it: a cached exposition and its ``reply``."""
+    from exporter.collector import CachedExposition
+
+    sampler = Sampler(ScriptedBackend(healthy(2)))
+    expo = CachedExposition(SnapshotCollector(sampler.latest, include_age=False), sampler.latest)
+    server = MetricsServer("127.0.0.1:0", expo.render_parts, ready=lambda: True, reply=expo.reply)
+    server.start()
+    yield server, sampler, expo
+    server.shutdown()
+
+
+def _without_age(page: bytes) -> bytes:
+    return b"\n".join(line for line in page.split(b"\n") if not line.startswith(b"gpulens_snapshot_age_seconds "))
+
+
+@pytest.mark.parametrize("accept", ["", "application/openmetrics-text; version=1.0.0"])
+def test_a_gzipped_reply_is_the_plain_page_in_one_gzip_stream(
+    served_as_cli: tuple[MetricsServer, Sampler, Any], accept: str
+) -> None:
+    """The cached compressed head and the per-request tail make one stream (one gzip member, as
+    every client reads), whose text is the plain reply's, age line apart; twice, so that the second
+    comes from the cache, and again after a new snapshot."""
+    import zlib
+
+    server, sampler, expo = served_as_cli
+    for _ in range(2):
+        expo.prepare(sampler.run_once())
+        plain = _request(server.port, "GET", "/metrics", {"Accept": accept})[1]
+        for _ in range(2):
+            _s, raw, headers = _request(server.port, "GET", "/metrics", {"Accept": accept, "Accept-Encoding": "gzip"})
+            assert headers["Content-Encoding"] == "gzip"
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            page = d.decompress(raw)
+            assert d.eof and d.unused_data == b"", "one gzip member, nothing after it"
+            assert _without_age(page) == _without_age(plain)
+            assert re.search(rb"^gpulens_snapshot_age_seconds \d", page, re.M)
+            assert page.endswith(b"# EOF\n") == bool(accept)
+
+
+def test_a_page_at_hand_is_answered_without_a_render_thread(served_as_cli: tuple[MetricsServer, Sampler, Any]) -> None:
+    """Once a format was asked, the sampler encodes (and compresses) each new snapshot in it, and
+    the loop answers from that cache itself: with the render threads gone, it still does."""
+    server, sampler, expo = served_as_cli
+    sampler.run_once()
+    assert expo.reply("", True, False) is None, "nothing encoded yet"
+    assert _request(server.port, "GET", "/metrics", {"Accept-Encoding": "gzip"})[0] == 200
+    expo.prepare(sampler.run_once())  # as the sampler's loop does: encoded and compressed ahead
+    assert expo.reply("", True, False) is not None
+    assert expo.reply("application/openmetrics-text", False, False) is None, "a format never asked"
+    server._render_pool.shutdown(wait=True)
+    status, raw, headers = _request(server.port, "GET", "/metrics", {"Accept-Encoding": "gzip"})
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    assert b"gpulens_up" in gzip.decompress(raw)
