@@ -107,6 +107,10 @@ class Encoder:
     def __init__(self, max_label_sets: int = MAX_CACHED_LABEL_SETS) -> None:
         self.label_sets = LabelSets(max_label_sets)
         self._headers: dict[tuple[str, bool], str] = {}
+        self._texts: dict[tuple[str, bool], tuple[tuple[tuple[LabelValues, float], ...], str]] = {}
+        """Each family's samples and text in the last render (kept one render: departed families go)."""
+        self.reused = 0
+        """Families whose text was taken from the render before, since the start (for tests)."""
 
     def family(self, family: Family, samples: Samples, openmetrics: bool) -> Iterable[str]:
         """The lines of one family (nothing when it has no sample)."""
@@ -122,11 +126,29 @@ class Encoder:
         return lines
 
     def encode(self, families: Iterable[tuple[Family, Samples]], openmetrics: bool) -> str:
-        """Every family in order; OpenMetrics ends with ``# EOF``."""
+        """Every family in order; OpenMetrics ends with ``# EOF``.
+
+        A family whose samples equal the last render's (label values and readings: an idle GPU's
+        clocks, limits, identities and most counters) reuses that render's text instead of being
+        formatted again.  Samples compare as Python tuples do: a reading that turns from ``0.0``
+        to ``-0.0`` keeps its earlier spelling (both parse to zero), and a NaN reads ``NaN``
+        whether reused or not."""
         self.label_sets.next_render()
+        previous, texts = self._texts, {}
         out: list[str] = []
         for family, samples in families:
-            out.extend(self.family(family, samples, openmetrics))
+            key = (family.name, openmetrics)
+            frozen = tuple(samples)
+            last = previous.get(key)
+            if last is not None and last[0] == frozen:
+                text = last[1]
+                self.reused += 1
+            else:
+                text = "".join(self.family(family, frozen, openmetrics))
+            if text:
+                texts[key] = (frozen, text)
+                out.append(text)
+        self._texts = {**{k: v for k, v in previous.items() if k[1] != openmetrics}, **texts}
         if openmetrics:
             out.append(EOF)
         return "".join(out)

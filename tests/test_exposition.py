@@ -35,12 +35,13 @@ def _both(collector: SnapshotCollector) -> list[tuple[str, str]]:
 def test_every_simulated_layout_encodes_as_prometheus_client_does(scenario: str) -> None:
     sampler, _expo, _backend = build(parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"]))
     try:
-        for _ in range(3):
-            sampler.run_once()
         collector = SnapshotCollector(sampler.latest, version="1.2.3", backend="sim", include_age=False)
-        for ours, theirs in _both(collector):
-            assert ours == theirs
-            assert ours.count("\n") > 100
+        for _ in range(4):  # each cycle's page, so that families kept from the one before are checked too
+            sampler.run_once()
+            for ours, theirs in _both(collector):
+                assert ours == theirs
+                assert ours.count("\n") > 100
+        assert collector._encoder.reused > 0, "no family was ever taken from the render before"
     finally:
         sampler.stop()  # a p5en node's NIC source keeps ~1,200 counter files open until then
 
@@ -130,3 +131,20 @@ def test_escaping_follows_the_format() -> None:
     assert text == '# HELP x_total say "hi"\n# TYPE x_total counter\nx_total 1.0\n'
     om = Encoder().encode([(Family("x_total", "counter", 'say "hi"', ()), [((), 1.0)])], openmetrics=True)
     assert om == '# HELP x say \\"hi\\"\n# TYPE x counter\nx_total 1.0\n# EOF\n'
+
+
+def test_a_family_is_reused_only_while_its_samples_are_equal() -> None:
+    """The text of the render before is taken for a family whose label values and readings are
+    the same; any change (a reading, a label value, one sample more) formats it again."""
+    enc = Encoder()
+    fam = Family("gpulens_x", "gauge", "X.", ("gpu",))
+    first = enc.encode([(fam, [(("0",), 1.0), (("1",), 2.0)])], False)
+    assert enc.encode([(fam, [(("0",), 1.0), (("1",), 2.0)])], False) == first
+    assert enc.reused == 1
+    for changed in ([(("0",), 1.0), (("1",), 3.0)], [(("0",), 1.0), (("2",), 2.0)], [(("0",), 1.0)]):
+        text = enc.encode([(fam, changed)], False)
+        assert text == "".join(Encoder().family(fam, changed, False))
+    assert enc.reused == 1
+    nan = [(("0",), float("nan"))]
+    assert enc.encode([(fam, nan)], False).endswith(" NaN\n")
+    assert enc.encode([(fam, nan)], True).endswith(" NaN\n# EOF\n"), "each format keeps its own texts"
