@@ -442,10 +442,21 @@ class Connection(asyncio.BufferedProtocol):
         if self.pipelined >= MAX_PIPELINED:  # no scraper pipelines: its address' budget pays
             self.server.budget.charge(self.peer)
         reason = HTTPStatus(response.status).phrase.encode()
-        self._put(h.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b"")
-        if request.method != b"HEAD" and length and not await self._send_body(response.body):
-            return
-        self._put(h.send(h11.EndOfMessage()) or b"")
+        head = h.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""
+        with_body = request.method != b"HEAD" and length > 0
+        if with_body and len(head) + length <= WRITE_SLICE:
+            # A reply of one slice goes in one write (one send, one segment): a scrape of a gzipped
+            # page, or any page of a small node. The joined copy is at most a slice, as below.
+            data = [head]
+            for part in response.body:
+                data.extend(h.send_with_data_passthrough(h11.Data(data=part)) or ())  # type: ignore[arg-type]
+            data.append(h.send(h11.EndOfMessage()) or b"")
+            self._put(b"".join(data))
+        else:
+            self._put(head)
+            if with_body and not await self._send_body(response.body):
+                return
+            self._put(h.send(h11.EndOfMessage()) or b"")
         if closing or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
             self._close_after_flush()
             return
