@@ -82,6 +82,10 @@ def _fit(text: str, slices: int) -> str:
     return text if len(text) <= room else text[: room - 1] + "…"
 
 
+_LINE = " · "
+"""Where an axis label breaks into lines (``labelExpr`` splits on it; the tooltip shows it whole)."""
+
+
 def _short(uuid: str) -> str:
     return uuid[:12] + "…" if len(uuid) > 13 else uuid
 
@@ -680,14 +684,16 @@ def probe_efficiency_bar(probes: pd.DataFrame, slow_below: float) -> Chart:
     where = df["node"] if "node" in df.columns and (df["node"] != "").any() else df.get("instance", "")
     mig = df["mig_uuid"] if "mig_uuid" in df.columns else pd.Series([""] * len(df), index=df.index)
     df = df.assign(
+        # a MIG instance on a second line, by the first 8 hex digits of its UUID (the tooltip has all)
         gpu_label=[
-            (f"{w} GPU {g}" if w else _short(u)) + (f" {_short(m)}" if m else "")
+            (f"{w} GPU {g}" if w else _short(u)) + (f"{_LINE}MIG {m.removeprefix('MIG-')[:8]}" if m else "")
             for w, g, u, m in zip(where, df["gpu"], df["uuid"], mig, strict=True)
         ],
         mig_uuid=mig,
     )
     tooltip = [
         {"field": "gpu_label", "title": "GPU"},
+        *([{"field": "mig_uuid", "title": "MIG instance"}] if (mig != "").any() else []),
         {"field": "probe"},
         {"field": "efficiency", "title": "measured / expected", "format": ".0%"},
     ]
@@ -705,6 +711,7 @@ def probe_efficiency_bar(probes: pd.DataFrame, slow_below: float) -> Chart:
         tooltip=tooltip,
     )
     datasets, data, height = bars.pop("datasets"), bars.pop("data"), bars.pop("height")
+    bars["encoding"]["x"]["axis"] = {"labelAngle": 0, "labelLimit": 260, "labelExpr": f"split(datum.label, '{_LINE}')"}
     bars["encoding"]["xOffset"] = {"field": "probe"}
     bars["params"] = [_pick()]
     bars["mark"] = {"type": "bar", "cursor": "pointer"}

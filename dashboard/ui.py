@@ -437,6 +437,17 @@ def linked(df: pd.DataFrame, ctx: PageContext | None = None) -> pd.DataFrame:
     return df.assign(**{GPU_LINK: urls})[[GPU_LINK, *df.columns]]
 
 
+ID_COLUMNS = ("uuid", "mig_uuid")
+"""Columns of long device identifiers (GPU and MIG UUIDs, 40 characters)."""
+
+
+def ids_last(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its UUID columns moved to the end, so that the figures a reader came for fit the
+    page before them (the GPU page link and node/GPU already name the device)."""
+    ids = [c for c in ID_COLUMNS if c in df.columns]
+    return df[[*(c for c in df.columns if c not in ids), *ids]]
+
+
 COLUMN_CONFIG: dict[str, Any] = {
     GPU_LINK: st.column_config.LinkColumn(
         "GPU page", display_text="open", help="the GPU's page: every metric over time"

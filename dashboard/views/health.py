@@ -56,7 +56,7 @@ def body(ctx: ui.PageContext) -> None:
                 )
                 st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
             ui.chart(figures.probe_efficiency_bar(probes, frames.SLOW_EFFICIENCY), key="probe_bar", clickable=True)
-            table = ui.linked(ui.node_column(ui.humanize_bytes(probes)))
+            table = ui.ids_last(ui.linked(ui.node_column(ui.humanize_bytes(probes))))
             if (table["mig_uuid"] == "").all():
                 table = table.drop(columns=["mig_uuid", "mig_profile"])
             ui.table(

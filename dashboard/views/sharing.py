@@ -33,7 +33,7 @@ def body(ctx: ui.PageContext) -> None:
                 layout = layout.assign(holders=[h if isinstance(h, str) and h else "free" for h in layout["holders"]])
             ui.table(
                 # the GPU page's link names the GPU: its UUID would only widen the table
-                ui.linked(ui.node_column(layout)).drop(columns=["gpu_name", "uuid"]),
+                ui.ids_last(ui.linked(ui.node_column(layout)).drop(columns=["gpu_name", "uuid"])),
                 key="mig_table",
                 column_config=ui.COLUMN_CONFIG,
                 missing={"gpu_instance_id": "unknown"},
