@@ -10,6 +10,12 @@ and 5 s more; then (1) ``--scrapes`` scrapes of each, in turn, so all see the sa
 per second of each (what Prometheus does) -> CPU seconds per second of each process from
 /proc/PID/stat (threads included, children not); RSS at the end.
 
+``--client`` chooses how both phases scrape: ``urllib`` (the default, as every run before
+2026-12-03: a new connection per scrape, no ``Accept``, no compression) or ``prometheus`` (as
+Prometheus 3 does: one kept-alive connection per exporter, reopened when the server closes it,
+Prometheus' ``Accept`` and ``Accept-Encoding: gzip``, the body decompressed before the clock
+stops).  Each exporter then serves what it would serve Prometheus, gzip included.
+
 gpulens runs once per configuration (``--configs``, comma-separated), each its own process on
 its own port, beside the peer:
 
