@@ -409,17 +409,8 @@ def owner_objects(pods: Sequence[NodePod], fakes: Any) -> list[tuple[dict[str, A
     out: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
 
     def put(namespace: str, kind: str, name: str, owner: dict[str, Any] | None = None) -> None:
-        meta: dict[str, Any] = {
-            "name": name,
-            "namespace": namespace,
-            "uid": _owner_uid(namespace, kind, name),
-            "creationTimestamp": _STARTED,
-            "resourceVersion": "1",
-            "generation": 1,
-        }
-        if owner is not None:
-            meta["ownerReferences"] = [owner]
-        obj = {"apiVersion": fakes.OWNER_API_VERSIONS[kind], "kind": kind, "metadata": meta, "spec": {}, "status": {}}
+        uid = _owner_uid(namespace, kind, name)
+        obj = fakes.make_object(fakes.OWNER_API_VERSIONS[kind], kind, namespace, name, owner, uid, _STARTED)
         out[(namespace, kind, name)] = (obj, f"{kind.lower()}s")
 
     for p in pods:

@@ -209,6 +209,30 @@ def make_pod(
     }
 
 
+def make_object(
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    owner: dict[str, Any] | None = None,
+    uid: str | None = None,
+    created: str = CREATED,
+) -> dict[str, Any]:
+    """A namespaced object of any kind with an empty spec and status, controlled by the object
+    ``owner`` names; its UID is ``object_uid``'s unless given."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid or object_uid(kind, namespace, name),
+        "creationTimestamp": created,
+        "resourceVersion": "1",
+        "generation": 1,
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": {}, "status": {}}
+
+
 def make_job(namespace: str, name: str, cronjob: str | None) -> dict[str, Any]:
     """A Job object as the API returns it: metadata (owned by the CronJob ``cronjob`` if given),
     the spec the Job controller defaults (selector, one-container pod template) and a status."""
@@ -568,18 +592,7 @@ class KubeApiEmulator:
     ) -> dict[str, Any]:
         """A namespaced object of any kind (its resource served from now on), controlled by the
         object ``owner`` names (a reference: ``owner_reference``, ``reference_to``); returns it."""
-        meta: dict[str, Any] = {
-            "name": name,
-            "namespace": namespace,
-            "uid": object_uid(kind, namespace, name),
-            "creationTimestamp": CREATED,
-            "resourceVersion": "1",
-            "generation": 1,
-        }
-        if owner is not None:
-            meta["ownerReferences"] = [owner]
-        obj = {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": {}, "status": {}}
-        return self.put_object(obj, plural)
+        return self.put_object(make_object(api_version, kind, namespace, name, owner), plural)
 
     def add_job(self, namespace: str, name: str, cronjob: str | None) -> None:
         """A Job, owned by ``cronjob`` if given (the CronJob is made too unless already held)."""
