@@ -235,23 +235,30 @@ class CachedExposition:
         """``render_parts``, gzipped when ``gzip`` (one gzip stream: the cached head of the page's,
         finished per request with the age line); with ``encode`` False, ``None`` where the current
         snapshot is not yet encoded (and compressed) in that format, so that the caller can answer
-        at once when it is and hand the work to another thread when not."""
+        at once when it is and hand the work to another thread when not: then nothing is encoded,
+        and the cache is taken as it is under one hold of its lock."""
         openmetrics = exposition_accept(accept_header) == OPENMETRICS_ACCEPT
         snap = self._source()
         ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
-        if not encode:
+        gz: GzipHead | None = None
+        if encode:
+            body, ctype = self._body(snap, openmetrics, asked=True, gzip=gzip)
             with self._lock:
-                ready = snap is self._snapshot and snap is not None and ctype in self._bodies
-                if not ready or (gzip and ctype not in self._gzipped):
+                gz = self._gzipped.get(ctype) if gzip and snap is self._snapshot else None
+        else:
+            with self._lock:
+                if snap is None or snap is not self._snapshot:
                     return None
-        body, ctype = self._body(snap, openmetrics, asked=True, gzip=gzip)
+                cached, gz = self._bodies.get(ctype), self._gzipped.get(ctype)
+                if cached is None or (gzip and gz is None):
+                    return None
+                self._asked.add((ctype, gzip))
+                body = cached
         if snap is None:
             return ((gzip_parts((body,)),) if gzip else (body,)), ctype
         head, tail = self._split_tail(body, self._age_tail(snap))
         if not gzip:
             return (head, tail), ctype
-        with self._lock:
-            gz = self._gzipped.get(ctype) if snap is self._snapshot else None
         if gz is None:  # the snapshot changed meanwhile: compress this one's page for this request
             gz = GzipHead(head)
         return (gz.head, gz.finish(tail)), ctype
