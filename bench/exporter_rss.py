@@ -697,6 +697,9 @@ class Reading:
     allocations: int
     usages: int
     ready_cpu_s: float = 0.0
+    unresolved_walks: int = 0
+    """Owner walks that ended ``not_found``, ``forbidden`` or ``error``: none where the API serves
+    every pod's controllers (``owner_objects``), as a cluster does."""
 
 
 def _free_port() -> int:
@@ -723,6 +726,17 @@ def stage_success(body: bytes) -> dict[str, float]:
     """``gpulens_stage_success`` by stage, from an exposition."""
     found = re.findall(rb'^gpulens_stage_success\{stage="([a-z_]+)"\} (\S+)$', body, re.M)
     return {stage.decode(): float(value) for stage, value in found}
+
+
+UNRESOLVED = ("not_found", "forbidden", "error")
+"""Owner-walk outcomes that mean the chain's API lacked a controller (``limited`` is the start-up
+rate bound: those walks are taken again)."""
+
+
+def unresolved_walks(body: bytes) -> int:
+    """Owner walks that did not resolve, from an exposition (``gpulens_kubernetes_owner_walks_total``)."""
+    found = re.findall(rb'^gpulens_kubernetes_owner_walks_total\{outcome="([a-z_]+)"\} (\S+)$', body, re.M)
+    return int(sum(float(v) for outcome, v in found if outcome.decode() in UNRESOLVED))
 
 
 def series_count(body: bytes, metric: bytes) -> int:
@@ -770,6 +784,7 @@ def measure(
                 series_count(body, b"gpulens_pod_gpu_allocation"),
                 series_count(body, b"gpulens_pod_gpu_memory_used_bytes"),
                 ready_cpu,
+                unresolved_walks(body),
             )
         finally:
             _stop(proc)
@@ -884,14 +899,16 @@ def run_config(
 def check_chain(readings: list[Reading], expected_allocations: int) -> None:
     """RuntimeError unless, in every run, every chain stage read 1, every allocated GPU device
     was exported with its pod and some pod's GPU memory was measured through the cgroups: a
-    footprint without the chain at work would measure nothing."""
+    footprint without the chain at work would measure nothing; and every owner walk resolved, as
+    in a cluster (walks that keep failing are retried, a cost no cluster imposes)."""
     for r in readings:
         failed = [s for s in CHAIN_STAGES if r.stages.get(s) != 1.0]
         failed += [s for s in NEWER_STAGES if r.stages.get(s, 1.0) != 1.0]
-        if failed or r.allocations < expected_allocations or r.usages == 0:
+        if failed or r.allocations < expected_allocations or r.usages == 0 or r.unresolved_walks:
             raise RuntimeError(
                 f"the full chain did not work: stages {dict(r.stages)}, {r.allocations} pod allocation series "
-                f"(expected {expected_allocations}), {r.usages} pod memory series (expected some)"
+                f"(expected {expected_allocations}), {r.usages} pod memory series (expected some), "
+                f"{r.unresolved_walks} owner walks unresolved (expected none)"
             )
 
 

@@ -344,12 +344,13 @@ def table(figs: Sequence[Figures]) -> str:
 def chain_health(body: bytes) -> dict[str, object]:
     """What one gpulens' last exposition says about its attribution: stage success, pod
     allocation and pod memory series."""
-    from bench.exporter_rss import series_count, stage_success
+    from bench.exporter_rss import series_count, stage_success, unresolved_walks
 
     return {
         "stages": stage_success(body),
         "pod_allocations": series_count(body, b"gpulens_pod_gpu_allocation"),
         "pod_memory_series": series_count(body, b"gpulens_pod_gpu_memory_used_bytes"),
+        "unresolved_owner_walks": unresolved_walks(body),
     }
 
 
@@ -366,6 +367,8 @@ def chain_broken(health: dict[str, object], config: str) -> str | None:
         return f"stages {', '.join(failed)} not 1 at the end"
     if config == "full-chain" and not health["pod_allocations"]:
         return "no gpulens_pod_gpu_allocation series"
+    if config == "full-chain" and health["unresolved_owner_walks"]:
+        return f"{health['unresolved_owner_walks']} owner walks unresolved: the API lacks the pods' controllers"
     return None
 
 
