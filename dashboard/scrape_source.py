@@ -306,14 +306,18 @@ class ScrapeSource:
         the ``labels`` columns when given, only the series whose label is ``where`` says)."""
         return frame(of_metric(metric, labels, where), self._within(hist, start, end), time=True)
 
-    def _idle_at(self, grid: list[float], hist: list[Snapshot], filters: Filters) -> pd.DataFrame:
-        """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool)."""
+    def _idle_at(
+        self, grid: list[float], hist: list[Snapshot], filters: Filters, gpus: frozenset[str] | None = None
+    ) -> pd.DataFrame:
+        """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool);
+        with ``gpus``, only for the leaves of those GPU UUIDs (each leaf's verdict reads its own
+        series only, so it is the same as in the whole fleet's)."""
         start, end = grid[0] - definitions.MEAN_WINDOW_SECONDS, grid[-1]
         target = Filters(**_targets(filters))
 
         def raw(metric: str, where: tuple[str, str] | None = None) -> pd.DataFrame:
             slim = self._raw(metric, hist, start, end, labels=_IDLE_LABELS, where=where)
-            return frames.restrict(slim, target, pd.DataFrame(), ())
+            return frames.restrict(_of_gpus(slim, gpus), target, pd.DataFrame(), ())
 
         return definitions.leaf_idle_frame(
             raw(SM_ACTIVE),
@@ -373,13 +377,25 @@ class ScrapeSource:
     def allocation_activity(
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        hist = self._snapshot()
+        return self._activity(filters, window_s, step_s, self._end(end), self._snapshot())
+
+    def _activity(
+        self,
+        filters: Filters,
+        window_s: float,
+        step_s: float,
+        end: float,
+        hist: list[Snapshot],
+        gpus: frozenset[str] | None = None,
+    ) -> pd.DataFrame:
+        """allocation_activity over the range ending at ``end``; with ``gpus``, only the rows of
+        the allocations on those GPU UUIDs (a leaf's rows depend on its own series only)."""
         grid, step = self._grid(window_s, step_s, end)
         # the steps of Prometheus' [window:step] subquery: the range's end back to, not including,
         # its start (so both sources integrate the same number of steps)
         grid = grid[1:] if len(grid) > 1 else grid
         target = Filters(**_targets(filters))
-        alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
+        alloc = frames.restrict(_of_gpus(self._series_raw(ALLOCATION, grid, hist), gpus), target, pd.DataFrame(), ())
         if alloc.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
         now = grid[-1]
@@ -387,7 +403,8 @@ class ScrapeSource:
         mig = self._frame_at("gpulens_mig_instance_info", now, hist)
         out = definitions.wasted_from_series(
             alloc,
-            self._idle_at(grid, hist, filters),
+            # the verdict of the leaves held in the range only: the others' would join no row
+            self._idle_at(grid, hist, filters, frozenset(alloc["uuid"])),
             definitions.gpu_shares(info, mig),
             keys=ALLOCATION_KEYS,
             step_s=step,
@@ -399,10 +416,15 @@ class ScrapeSource:
     def idle_since(
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        # this source computes every allocation's activity in-process anyway: the idle leaves' rows of it
-        activity = self.allocation_activity(filters, window_s=window_s, step_s=step_s, end=end)
-        verdict = frames.with_cols(self.leaf_idle(filters, end=end), ["uuid", "mig_uuid"])
-        idle = verdict.loc[pd.to_numeric(frames.col(verdict, "value"), errors="coerce") >= 0.5, ["uuid", "mig_uuid"]]
+        # the leaves idle at the range's end first, then the activity of their allocations only:
+        # the verdict over the whole range for every leaf was most of Fleet's time at 1,000 GPUs
+        hist = self._snapshot()
+        now = self._end(end)
+        verdict = self._idle_at([now], hist, filters)
+        idle = verdict.loc[verdict["idle"].astype("boolean").fillna(False).to_numpy(), ["uuid", "mig_uuid"]]
+        if idle.empty:
+            return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
+        activity = self._activity(filters, window_s, step_s, now, hist, frozenset(idle["uuid"]))
         out = activity.merge(idle.drop_duplicates(), on=["uuid", "mig_uuid"], how="inner")
         return out[list(IDLE_SINCE_COLUMNS)].reset_index(drop=True)
 
@@ -645,6 +667,13 @@ POD_LEAF = ["namespace", "pod", "uuid", "mig_uuid"]
 """A pod's leaf within a target (the cluster is the target's)."""
 _IDLE_LABELS = ("cluster", "node", "instance", *definitions.LEAF, "class")
 """The labels the idle verdict reads: the target's (for filters), the leaf's and the class."""
+
+
+def _of_gpus(df: pd.DataFrame, gpus: frozenset[str] | None) -> pd.DataFrame:
+    """``df``'s rows whose ``uuid`` is one of ``gpus`` (all of them when ``gpus`` is None)."""
+    if gpus is None or df.empty or "uuid" not in df.columns:
+        return df
+    return df[df["uuid"].isin(gpus)]
 
 
 def _rows(parts: Iterable[pd.DataFrame]) -> pd.DataFrame:
