@@ -377,54 +377,45 @@ class ScrapeSource:
     def allocation_activity(
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        return self._activity(filters, window_s, step_s, self._end(end), self._snapshot())
+        return self._activity(filters, window_s, step_s, self._end(end))[0]
 
     def _activity(
-        self,
-        filters: Filters,
-        window_s: float,
-        step_s: float,
-        end: float,
-        hist: list[Snapshot],
-        gpus: frozenset[str] | None = None,
-    ) -> pd.DataFrame:
-        """allocation_activity over the range ending at ``end``; with ``gpus``, only the rows of
-        the allocations on those GPU UUIDs (a leaf's rows depend on its own series only)."""
+        self, filters: Filters, window_s: float, step_s: float, end: float
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """allocation_activity over the range ending at ``end``, and the idle verdict it read (per
+        held leaf and step, the range's end included)."""
+        hist = self._snapshot()
         grid, step = self._grid(window_s, step_s, end)
         # the steps of Prometheus' [window:step] subquery: the range's end back to, not including,
         # its start (so both sources integrate the same number of steps)
         grid = grid[1:] if len(grid) > 1 else grid
         target = Filters(**_targets(filters))
-        alloc = frames.restrict(_of_gpus(self._series_raw(ALLOCATION, grid, hist), gpus), target, pd.DataFrame(), ())
+        alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
         if alloc.empty:
-            return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
+            return pd.DataFrame(columns=list(ACTIVITY_COLUMNS)), pd.DataFrame(
+                columns=[*definitions.LEAF, "timestamp", "idle"]
+            )
         now = grid[-1]
         info = self._frame_at("gpulens_gpu_info", now, hist)
         mig = self._frame_at("gpulens_mig_instance_info", now, hist)
+        # the verdict of the leaves held in the range only: the others' would join no row
+        verdict = self._idle_at(grid, hist, filters, frozenset(alloc["uuid"]))
         out = definitions.wasted_from_series(
-            alloc,
-            # the verdict of the leaves held in the range only: the others' would join no row
-            self._idle_at(grid, hist, filters, frozenset(alloc["uuid"])),
-            definitions.gpu_shares(info, mig),
-            keys=ALLOCATION_KEYS,
-            step_s=step,
+            alloc, verdict, definitions.gpu_shares(info, mig), keys=ALLOCATION_KEYS, step_s=step
         )
         if filters.namespace:
             out = out[out["namespace"] == filters.namespace].reset_index(drop=True)
-        return out[list(ACTIVITY_COLUMNS)]
+        return out[list(ACTIVITY_COLUMNS)], verdict
 
     def idle_since(
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        # the leaves idle at the range's end first, then the activity of their allocations only:
-        # the verdict over the whole range for every leaf was most of Fleet's time at 1,000 GPUs
-        hist = self._snapshot()
+        # the activity's own verdict at the range's end picks the idle leaves: one pass over the
+        # history (a second verdict of every leaf at the end was a third of Fleet's time at 1,000 GPUs)
         now = self._end(end)
-        verdict = self._idle_at([now], hist, filters)
-        idle = verdict.loc[verdict["idle"].astype("boolean").fillna(False).to_numpy(), ["uuid", "mig_uuid"]]
-        if idle.empty:
-            return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
-        activity = self._activity(filters, window_s, step_s, now, hist, frozenset(idle["uuid"]))
+        activity, verdict = self._activity(filters, window_s, step_s, now)
+        at_end = verdict["timestamp"].to_numpy() == now
+        idle = verdict.loc[at_end & verdict["idle"].astype("boolean").fillna(False).to_numpy(), ["uuid", "mig_uuid"]]
         out = activity.merge(idle.drop_duplicates(), on=["uuid", "mig_uuid"], how="inner")
         return out[list(IDLE_SINCE_COLUMNS)].reset_index(drop=True)
 
