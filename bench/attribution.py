@@ -67,6 +67,7 @@ from exporter.model import (  # noqa: E402
 )
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, reference_to  # noqa: E402
 from tests.fakes.kubelet_server import FakeKubelet, devices, pod  # noqa: E402
+from tests.support.procfs import cgroup_line  # noqa: E402
 
 GPUS = 8
 NAMESPACES = 20
@@ -225,11 +226,7 @@ def run(n: int, repeat: int, owner_chain: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as proc:
         for i in range(n):
             os.makedirs(f"{proc}/{10_000 + i}")
-            path = (
-                f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod_uid(i).replace('-', '_')}.slice/"
-                f"cri-containerd-{container_id(i)}.scope"
-            )
-            Path(f"{proc}/{10_000 + i}/cgroup").write_text(f"0::{path}\n")
+            Path(f"{proc}/{10_000 + i}/cgroup").write_text(cgroup_line(pod_uid(i), container_id(i)))
         pids = [10_000 + i for i in range(n)]
 
         def cold() -> Mapping[int, PidOwner] | None:

@@ -60,6 +60,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from exporter.attribution import stages as stage_names
+from tests.support.procfs import cgroup_line
 from tests.support.procstat import cpu_seconds, rss_bytes
 
 if TYPE_CHECKING:
@@ -529,13 +530,8 @@ def api_pod(p: NodePod, node: str = NODE, target_bytes: int = DEFAULT_POD_BYTES)
 
 
 def cgroup_text(pod_uid: str, container: str) -> str:
-    """``/proc/<pid>/cgroup`` of a process in ``container`` of a Burstable pod: cgroup v2, systemd
-    driver, containerd."""
-    slug = pod_uid.replace("-", "_")
-    cid = container_id(pod_uid, container)
-    return (
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slug}.slice/cri-containerd-{cid}.scope\n"
-    )
+    """``/proc/<pid>/cgroup`` of a process in ``container`` of a Burstable pod (tests.support.procfs)."""
+    return cgroup_line(pod_uid, container_id(pod_uid, container))
 
 
 def write_procfs(folder: Path, pids: Mapping[int, tuple[str, str]]) -> Path:

@@ -106,6 +106,7 @@ from exporter.model import COMMUNICATION, NVLINK  # noqa: E402
 from tests.fakes import kube_api_server  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 from tests.support.process import managed_process  # noqa: E402
+from tests.support.procfs import cgroup_line  # noqa: E402
 from tests.support.scrape import Samples, api_env  # noqa: E402
 
 # --- thresholds and sizes ------------------------------------------------------------------------
@@ -935,15 +936,6 @@ def compute_pids() -> list[int]:
     """PIDs of the GPUs' compute processes, as NVML lists them."""
     out = nvidia_smi("--query-compute-apps=pid", "--format=csv,noheader")
     return [int(x) for x in out.split() if x.isdigit()]
-
-
-def cgroup_line(pod_uid: str, container_id: str) -> str:
-    """``/proc/<pid>/cgroup`` of a process in a Burstable pod's container (cgroup v2, systemd, containerd)."""
-    slug = pod_uid.replace("-", "_")
-    return (
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slug}.slice/"
-        f"cri-containerd-{container_id}.scope\n"
-    )
 
 
 def place_pids(procfs: Path, pids: Iterable[int]) -> None:
