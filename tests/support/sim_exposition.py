@@ -9,7 +9,7 @@ timestamp.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -52,11 +52,18 @@ def render(
 
 
 def render_cycles(
-    scenario: str, cycles: int = CYCLES, probes: bool = False, faults: str = "", volatile: str = "<wallclock>"
+    scenario: str,
+    cycles: int = CYCLES,
+    probes: bool = False,
+    faults: str = "",
+    volatile: str = "<wallclock>",
+    args: Sequence[str] = (),
 ) -> Iterator[str]:
     """The exposition of ``scenario`` (seed 0) after each of ``cycles`` one-second cycles, as
-    ``render`` gives the last one: what a scraper taking one page per cycle would read."""
-    cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes"], env={})
+    ``render`` gives the last one: what a scraper taking one page per cycle would read.
+
+    ``args``: more exporter flags (``--no-collect.nic``, say)."""
+    cfg = parse_config(["--backend", "sim", "--sim.scenario", scenario, "--no-probes", *args], env={})
     simulation = Simulation.create(scenario, seed=0, faults=faults)
     tick = [0.0]
     scheduler = _probes(simulation, tick) if probes else None
