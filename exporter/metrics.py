@@ -683,6 +683,32 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "gauge",
+        "gpulens_gpu_nvlink_link_active",
+        "",
+        "Each NVLink of the GPU: 1 while it is trained (nvidia-smi nvlink -s prints its speed), 0 while "
+        "it is down (<inactive>). One series per link NVML answers a state for, so count() is the GPU's "
+        "link count and sum() its active links; re-read every minute. Absent on a GPU without NVLink "
+        "and on one in MIG mode.",
+        GPU,
+        each=lambda v: (((str(x.link),), 1.0 if x.active else 0.0) for x in v.gpu.nvlinks),
+        labels=("link",),
+        section="network",
+    ),
+    _m(
+        "gauge",
+        "gpulens_gpu_nvlink_peer_links",
+        "",
+        "NVLinks joining the GPU to another GPU of the node (peer_gpu, peer_uuid): the NV# of nvidia-smi "
+        "topo -m. Its links straight to the peer plus, on NVSwitch boards (HGX: 18 a GPU), its active "
+        "links to the switches when NVML says the pair can do peer-to-peer over NVLink. No series for a "
+        "pair NVLink does not join; read with the link states.",
+        GPU,
+        each=lambda v: (((str(p.index), p.uuid), float(p.links)) for p in v.gpu.nvlink_peers or ()),
+        labels=("peer_gpu", "peer_uuid"),
+        section="network",
+    ),
+    _m(
+        "gauge",
         "gpulens_gpu_remapped_rows",
         "",
         "HBM rows remapped, by cause (correctable, uncorrectable).",

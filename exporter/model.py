@@ -66,6 +66,9 @@ NVLINK_ERROR_KINDS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_da
 """NVLink data-link error counters: ``replay`` (a packet sent again after the receiver rejected it),
 ``recovery`` (the link retrained), ``crc_flit`` (a flow-control unit with a bad CRC received),
 ``crc_data`` (a data packet with a bad CRC received)."""
+NVLINK_REMOTES: tuple[str, ...] = ("gpu", "switch", "cpu")
+"""What an active NVLink reaches (NVML's remote device type): another GPU directly, an NVSwitch (the
+HGX boards: every GPU reaches every other through the switches), or a CPU (IBM's NPU)."""
 TEMPERATURE_THRESHOLDS: tuple[str, ...] = ("slowdown", "shutdown", "gpu_max", "memory_max")
 """Kinds of the GPU's temperature limits: ``slowdown`` (hardware slows the clocks), ``shutdown`` (the
 GPU turns off to protect itself), ``gpu_max`` (the hottest the die may run before clocks drop below
@@ -221,6 +224,32 @@ class GpuFabric:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a physical GPU, as NVML answers for it."""
+
+    link: int
+    """The link's number on the GPU (0 to 17 on an H200)."""
+    active: bool
+    """NVML's link state: trained and carrying traffic (``nvidia-smi nvlink -s`` prints its speed)
+    or not (``<inactive>``)."""
+    remote: str | None = None
+    """What the active link reaches (``NVLINK_REMOTES``); ``None`` while inactive or where NVML does
+    not say."""
+    remote_pci_bus_id: str | None = None
+    """The PCI bus ID of the device at the far end (a GPU's for a direct link), as NVML writes it."""
+
+
+@dataclass(frozen=True)
+class NvLinkPeer:
+    """Another GPU of the node that a GPU reaches over NVLink."""
+
+    index: int
+    uuid: str
+    links: int
+    """The NVLinks between them (``NV#`` of ``nvidia-smi topo -m``)."""
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One physical GPU at one instant.  ``up=False`` means lost or unreadable: only identity is kept."""
 
@@ -274,6 +303,14 @@ class GpuSample:
     nvlink_errors: Mapping[str, int] | None = None
     """NVLink data-link errors since the driver loaded, summed over the GPU's links, by kind
     (``NVLINK_ERROR_KINDS``); ``None`` on a GPU without NVLink."""
+    nvlinks: tuple[NvLink, ...] = ()
+    """Every NVLink NVML answers a state for, by link number; empty on a GPU without NVLink (and on
+    one in MIG mode). Re-read every minute with the link capacity."""
+    nvlink_peers: tuple[NvLinkPeer, ...] | None = None
+    """The node's other GPUs this GPU reaches over NVLink, by index, with the links to each
+    (``NV#`` of ``nvidia-smi topo -m``): its links straight to that GPU, plus its links to NVSwitches
+    when NVML says the pair can do peer-to-peer over NVLink.  ``None`` on a GPU without active
+    NVLinks."""
     ecc_errors: Mapping[str, int] | None = None
     """Volatile ECC error counts by severity (``corrected`` / ``uncorrected``)."""
     remapped_rows: Mapping[str, int] | None = None

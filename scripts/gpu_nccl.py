@@ -19,9 +19,10 @@ Phases with two or more GPUs (the first two GPUs by index; ``--phases`` picks a 
 - ``nvlink-copy``: one torch process copies a 1 GiB buffer GPU0 -> GPU1 (peer copy) and times
   itself.  Checks: peer access; exported NVLink tx of GPU0 and rx of GPU1 (medians over the steady
   seconds) within 5 % of the copy's own bytes/s; the exported NVLink capacity equals the active
-  links x link speed of ``nvidia-smi nvlink -s``.  The exporter has no link count, per-link state
-  or GPU-GPU topology series today: those rows read FAIL "missing" (and show what ``nvidia-smi
-  nvlink -s`` / ``nvidia-smi topo -m`` say) until such series exist.
+  links x link speed of ``nvidia-smi nvlink -s``; the exported per-link states
+  (``gpulens_gpu_nvlink_link_active``: the same links, each active or not) match ``nvidia-smi
+  nvlink -s``; the exported topology (``gpulens_gpu_nvlink_peer_links``) says the ``NV#`` that
+  ``nvidia-smi topo -m`` prints between the two GPUs, both ways.
 - ``allreduce-bandwidth`` / ``allreduce-latency`` / ``allreduce-straggler`` /
   ``allreduce-straggler-gemm``: torch.distributed NCCL all-reduce, one process per GPU
   (``NCCL_NVLS_ENABLE=0``: NVLink multicast stays off), of 256 MiB / 4 KiB messages / 4 GiB
@@ -170,10 +171,6 @@ CONTAINER_ID = hashlib.sha256(f"{POD_UID}/{CONTAINER}".encode()).hexdigest()
 """The container's runtime ID (64 hex digits), the same in its cgroup path and the API's status."""
 CHAIN_STAGES = (stage_names.PODRESOURCES, stage_names.KUBE_API, stage_names.CGROUP)
 
-LINK_SERIES = re.compile(r"nvlink.*(state|links?_(count|active|up)|active_links)")
-"""Series names that would export a GPU's NVLink count or per-link state (none exists today)."""
-TOPOLOGY_SERIES = re.compile(r"topolog|gpu_p2p|gpu_peer|nvlink_peer")
-"""Series names that would export the GPU-GPU topology (``NV#``; none exists today)."""
 
 CODES = {
     "idle": ".",
@@ -509,10 +506,6 @@ def nccl_transports(log: str) -> list[str]:
     return sorted({m.group(1) for m in re.finditer(r"NCCL INFO Channel \S+ : .* via (\S+)", log)})
 
 
-def series_names(samples: Samples, pattern: re.Pattern[str]) -> list[str]:
-    return sorted(n for n in samples if pattern.search(n))
-
-
 # --- judging recorded seconds (pure) -------------------------------------------------------------
 
 
@@ -734,22 +727,44 @@ def evaluate_links(
             rows.append(
                 info(phase, g.index, "exported NVLink capacity", _gbs(capacity), "no active NVLink per nvidia-smi")
             )
-    for what, pattern, said in (
-        ("link count / per-link state series", LINK_SERIES, "compare with nvidia-smi nvlink -s"),
-        ("GPU-GPU topology series", TOPOLOGY_SERIES, "NV# between the GPUs, as nvidia-smi topo -m"),
-    ):
-        names = series_names(samples, pattern)
-        if names:
-            rows.append(info(phase, "-", what, f"present: {', '.join(names)} (compare by hand)", said))
-        else:
-            result = "FAIL" if judge else "INFO"
-            rows.append(Row(phase, "-", what, "missing: the exporter exports no such series", said, result))
+    for g in gpus:
+        rows.append(_link_state_row(phase, samples, g, status.get(g.uuid), judge))
     if len(gpus) >= 2:
-        a, b = f"GPU{gpus[0].index}", f"GPU{gpus[1].index}"
-        rows.append(
-            info(phase, f"{gpus[0].index}-{gpus[1].index}", "nvidia-smi topo -m", topo.get((a, b), "no output"))
-        )
+        a, b = gpus[0], gpus[1]
+        cell = topo.get((f"GPU{a.index}", f"GPU{b.index}"))
+        rows.append(info(phase, f"{a.index}-{b.index}", "nvidia-smi topo -m", cell or "no output"))
+        for x, y in ((a, b), (b, a)):
+            links = _value(samples, "gpulens_gpu_nvlink_peer_links", uuid=x.uuid, peer_uuid=y.uuid)
+            measured = f"NV{links:.0f}" if links is not None else "no series (not joined by NVLink)"
+            said_nv = cell if cell and cell.startswith("NV") else f"{cell or 'no output'} (no NVLink)"
+            ok = (links is not None and cell == f"NV{links:.0f}") or (
+                links is None and not (cell or "").startswith("NV")
+            )
+            what = f"exported topology to GPU {y.index} (gpulens_gpu_nvlink_peer_links)"
+            row = check(phase, x.index, what, measured, said_nv, ok and bool(cell))
+            rows.append(row if judge and cell else info(phase, x.index, what, measured, said_nv))
     return rows
+
+
+def _link_state_row(phase: str, samples: Samples, g: Gpu, st: NvlinkStatus | None, judge: bool) -> Row:
+    """The exported per-link states of GPU ``g`` (``gpulens_gpu_nvlink_link_active``) against
+    ``nvidia-smi nvlink -s``: the same links, each active or inactive alike."""
+    exported = {
+        int(labels["link"]): value == 1
+        for labels, value in samples.get("gpulens_gpu_nvlink_link_active", ())
+        if labels.get("uuid") == g.uuid and labels.get("link", "").isdigit()
+    }
+    measured = f"{sum(exported.values())}/{len(exported)} links active" if exported else "no link series"
+    what = "exported link count and per-link state"
+    if st is None:
+        return info(phase, g.index, what, measured, "nvidia-smi nvlink -s lists no links")
+    said = {link: speed is not None for link, speed in st.links.items()}
+    differ = sorted(link for link in set(said) | set(exported) if said.get(link) != exported.get(link))
+    expected = f"{st.active}/{len(st.links)} links active"
+    if differ:
+        measured += f"; links differing: {differ}"
+    row = check(phase, g.index, what, measured, expected, not differ)
+    return row if judge else info(phase, g.index, what, measured, expected)
 
 
 def evaluate_allreduce(run: PhaseRun, kind: str) -> list[Row]:

@@ -35,6 +35,7 @@ ALERTS = {
     "GPURowRemapPending",
     "GPUPcieLinkDegraded",
     "GPUNvlinkErrors",
+    "GPUNvlinkDown",
     "GPUTemperatureHigh",
     "GPUNodeFewerHealthyThanAllocatable",
     "GPUDirectRDMANotReady",

@@ -5,9 +5,9 @@ The data: six simulated nodes (8 whole H200s with a lost GPU, a MIG node, a time
 node, a p5en node without GPUDirect RDMA, and the two nodes of four two-node jobs, ``jobs-0`` and
 ``jobs-1``, with a straggler and a communication-bound job), each rendered SCRAPES times, one
 page a simulated cycle (what a scrape reads); the pages are stamped SAMPLE seconds apart (12
-minutes of history with every gpulens series the exporters serve) with the target labels a scrape adds (instance, job, cluster, node) and an ``up``
-series. Prometheus gets it through promtool
-(OpenMetrics blocks) and records the rules with ``promtool tsdb create-blocks-from rules`` (one
+minutes of history with every gpulens series the exporters serve) with the target labels a
+scrape adds (instance, job, cluster, node) and an ``up`` series. Prometheus gets it through
+promtool (OpenMetrics blocks) and records the rules with ``promtool tsdb create-blocks-from rules`` (one
 dependency level at a time: it cannot read its own output). A VictoriaMetrics gets the same history
 through its import API plus promtool's recorded samples, copied: so at a few instants every rule's
 expression, recording and alerting alike, reads identical inputs on both stores, and must give the

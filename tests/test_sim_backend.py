@@ -8,6 +8,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -422,7 +423,12 @@ def test_lost_gpu_reports_only_identity_and_the_others_do_not_change() -> None:
     faults.lost.add(3)
     a, b = faulty.sample(), clean.sample()
     assert a.gpus[3] == GpuSample(index=3, uuid=b.gpus[3].uuid, up=False)
-    assert [g for g in a.gpus if g.index != 3] == [g for g in b.gpus if g.index != 3]
+    # The others reach one GPU fewer over NVLink, and are otherwise unchanged.
+    assert all([p.index for p in g.nvlink_peers or ()] == [i for i in range(8) if i not in (3, g.index)]
+               for g in a.gpus if g.index != 3)  # fmt: skip
+    assert [replace(g, nvlink_peers=None) for g in a.gpus if g.index != 3] == [
+        replace(g, nvlink_peers=None) for g in b.gpus if g.index != 3
+    ]
     faults.lost.clear()
     back = faulty.sample()
     assert back.gpus[3].up and back.gpus[3].leaves[0].gpm is None  # a fresh GPM window after loss
@@ -631,3 +637,18 @@ def test_leaf_sample_fields_are_valid_fault_targets() -> None:
     leaf: LeafSample = run(backend, 2)[-1].gpus[0].leaves[0]
     assert leaf.utilization_ratio is None and leaf.memory_total_bytes is None
     assert leaf.gpm is not None and leaf.gpm.sm_occupancy is None and leaf.gpm.tensor_active is not None
+
+
+@pytest.mark.parametrize(("scenario", "links"), [("h200x8", 18), ("a100", 12), ("l40s", 0), ("mig", 18)])
+def test_nvlink_states_and_peers_follow_the_model(scenario: str, links: int) -> None:
+    """Every GPU of an NVSwitch board trains all its links and reaches every other over all of
+    them (NV18 on an H200, NV12 on an A100); a PCIe card has none; a GPU in MIG mode shows none."""
+    gpus = run(SimulatedBackend(scenario), 2)[-1].gpus
+    linked = [g for g in gpus if g.nvlinks]
+    for g in gpus:
+        if g.mig_mode == "enabled" or not links:
+            assert g.nvlinks == () and g.nvlink_peers is None
+            continue
+        assert [(x.link, x.active, x.remote) for x in g.nvlinks] == [(i, True, "switch") for i in range(links)]
+        assert [(p.uuid, p.links) for p in g.nvlink_peers or ()] == [(o.uuid, links) for o in linked if o is not g]
+    assert bool(linked) == bool(links)

@@ -29,7 +29,7 @@ from typing import Any
 from exporter.backends.nvml_links import PcieState
 from exporter.backends.nvml_query import NvmlQuery
 from exporter.backends.nvml_values import MAX_POWER_WATTS, field_value, milli, percent, temperature, text
-from exporter.model import NVLINK, PCIE, GpuFabric, GpuSample, LeafSample, LinkTraffic
+from exporter.model import NVLINK, PCIE, GpuFabric, GpuSample, LeafSample, LinkTraffic, NvLink
 
 #: Clock event (throttle) reason bits, by the binding's constant name -> our reason label.
 CLOCK_EVENT_REASONS: dict[str, str] = {
@@ -198,9 +198,11 @@ class DeviceFields:
         nvlink_errors: Mapping[str, int] | None,
         xid_events: tuple[int, ...],
         fabric: GpuFabric | None = None,
+        nvlinks: tuple[NvLink, ...] = (),
     ) -> GpuSample:
         """The GPU's sample: ``core`` and the other readers' parts (the links' traffic, state and
-        NVLink errors, the NVLink fabric registration) plus every remaining device field."""
+        NVLink errors, the NVLink fabric registration, each NVLink's state) plus every remaining
+        device field."""
         q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
         if self._energy_mj is None or self._due(cycle, self._energy_every):
             self._energy_mj = q.call(u, f.nvmlDeviceGetTotalEnergyConsumption, h)
@@ -244,6 +246,7 @@ class DeviceFields:
             nvlink_tx_bytes_per_second=nvlink.tx_bytes_per_second if nvlink else None,
             nvlink_rx_bytes_per_second=nvlink.rx_bytes_per_second if nvlink else None,
             links=links,
+            nvlinks=nvlinks,
             nvlink_errors=nvlink_errors,
             ecc_errors=slow.ecc_errors,
             remapped_rows=slow.remapped_rows,

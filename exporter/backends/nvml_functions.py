@@ -43,6 +43,9 @@ class NvmlFunctions:
     nvmlDeviceGetSupportedClocksEventReasons: NvmlFunction
     nvmlDeviceGetSupportedClocksThrottleReasons: NvmlFunction
     nvmlDeviceGetNvLinkState: NvmlFunction
+    nvmlDeviceGetNvLinkRemoteDeviceType: NvmlFunction
+    nvmlDeviceGetNvLinkRemotePciInfo: NvmlFunction
+    nvmlDeviceGetP2PStatus: NvmlFunction
     nvmlDeviceGetMaxPcieLinkGeneration: NvmlFunction
     nvmlDeviceGetMaxPcieLinkWidth: NvmlFunction
     nvmlDeviceGetTemperatureThreshold: NvmlFunction

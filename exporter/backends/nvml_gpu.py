@@ -86,7 +86,14 @@ class GpuReader:
         self._sampled_once = True
         nvlink_errors = self._links.nvlink_errors(cycle)  # after read(): it finds the NVLinks
         fabric = self._fabric.read(cycle)
-        return self._device.sample(cycle, core, leaves, links, pcie, nvlink_errors, self._events.drain(), fabric)
+        return self._device.sample(
+            cycle, core, leaves, links, pcie, nvlink_errors, self._events.drain(), fabric, self._links.nvlink_states
+        )
+
+    @property
+    def handle(self) -> Any:
+        """The GPU's NVML handle."""
+        return self._handle
 
     @property
     def gpm_supported(self) -> bool:

@@ -31,7 +31,8 @@ from typing import Any
 
 from exporter.backends.nvml_gpm import GpmReading
 from exporter.backends.nvml_query import NvmlQuery
-from exporter.model import NVLINK, PCIE, LinkTraffic
+from exporter.backends.nvml_values import text
+from exporter.model import NVLINK, PCIE, LinkTraffic, NvLink
 
 _log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class LinkReader:
         self._pcie_counter = _Counter()
         self._nvlink_counter = _Counter()
         self._nvlinks: tuple[int, ...] = ()
+        self._nvlink_states: tuple[NvLink, ...] = ()
         self._nvlink_capacity: float | None = None
         self._links_read_at: int | None = None
         self._sampled: tuple[float | None, float | None] = (None, None)
@@ -303,21 +305,25 @@ class LinkReader:
         return None
 
     def _read_link_states(self, cycle: int) -> None:
-        """Which NVLinks are active, and what they carry together each way."""
+        """Which NVLinks are active, what each reaches, and what they carry together each way."""
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
         self._links_read_at = cycle
         active = []
-        present = False
+        states: list[bool] = []
         for link in range(_MAX_NVLINKS):
             state = q.call(u, f.nvmlDeviceGetNvLinkState, h, link, key="nvlink_state", expect=("INVALID_ARGUMENT",))
             if state is None:
                 break  # no NVLink at all (NotSupported, remembered) or past the GPU's last link
-            present = True
+            states.append(bool(state))
             if state:
                 active.append(link)
-        self._nvlink_present = present
-        if tuple(active) != self._nvlinks:
+        self._nvlink_present = bool(states)
+        if tuple(active) != self._nvlinks or len(states) != len(self._nvlink_states):
             self._nvlink_counter.reset()
+            # What a link reaches changes only when links train or drop: asked again then.
+            self._nvlink_states = tuple(
+                NvLink(link, True, *self._remote(link)) if on else NvLink(link, False) for link, on in enumerate(states)
+            )
         self._nvlinks = tuple(active)
         speed_id = getattr(q.nvml, "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON", None)
         speed = None
@@ -326,6 +332,25 @@ class LinkReader:
             speed = values[0][0] if values is not None else None
         # NVML gives the common rate of the active links in MB/s, each way.
         self._nvlink_capacity = len(active) * speed * _MBPS if speed else None
+
+    def _remote(self, link: int) -> tuple[str | None, str | None]:
+        """(what the active ``link`` reaches, the PCI bus ID at its far end); ``None`` for what NVML
+        does not answer."""
+        q, f, h, u, nvml = self._q, self._q.fns, self._handle, self._uuid, self._q.nvml
+        kinds = {
+            getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_GPU", -1): "gpu",
+            getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", -2): "switch",
+            getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_IBMNPU", -3): "cpu",
+        }
+        kind = q.call(u, f.nvmlDeviceGetNvLinkRemoteDeviceType, h, link, key="nvlink_remote_type")
+        pci = q.call(u, f.nvmlDeviceGetNvLinkRemotePciInfo, h, link, key="nvlink_remote_pci")
+        bus_id = text(getattr(pci, "busId", None)) if pci is not None else None
+        return kinds.get(kind) if kind is not None else None, bus_id or None
+
+    @property
+    def nvlink_states(self) -> tuple[NvLink, ...]:
+        """Every NVLink NVML answered a state for at the last refresh (call after :meth:`read`)."""
+        return self._nvlink_states if self._nvlink_present else ()
 
     def _nvlink_counted(self, now: float, capacity: float | None) -> tuple[float, float, float] | None:
         """(tx, rx, window) summed over the active links from NVML's cumulative KiB counters."""

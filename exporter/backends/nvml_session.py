@@ -16,6 +16,7 @@ from exporter.backends.nvml_functions import NvmlFunctions
 from exporter.backends.nvml_gpm import GpmTracker
 from exporter.backends.nvml_gpu import GpuReader, ReaderOptions
 from exporter.backends.nvml_query import GpuLost, NeedsReinit, NvmlQuery
+from exporter.backends.nvml_topology import NvLinkTopology
 from exporter.backends.nvml_values import text
 from exporter.model import BackendSample, GpuSample
 
@@ -46,6 +47,7 @@ class NvmlSession:
         self._known_uuids = known_uuids
         self._failed_once = failed_once
         self._tracker = GpmTracker(self._q)
+        self._topology = NvLinkTopology(self._q)
         self.driver_version = text(self._q.call(_SYSTEM, fns.nvmlSystemGetDriverVersion))
         self._gpus = self._enumerate()
 
@@ -67,6 +69,7 @@ class NvmlSession:
                     gpu.free()
             self._gpus = self._enumerate()
         samples = [self._sample_one(index, cycle) for index in range(len(self._gpus))]
+        samples = self._topology.apply(samples, {g.uuid: g.handle for g in self._gpus if g is not None})
         self._tracker.retain(leaf.leaf_id for s in samples for leaf in s.leaves)
         return BackendSample(
             up=True,

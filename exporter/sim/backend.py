@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.backends.nvml_device import CLOCK_EVENT_REASONS
 from exporter.backends.nvml_links import pcie_capacity
+from exporter.backends.nvml_topology import nvlink_peers
 from exporter.model import (
     MPS_SERVER,
     NVLINK,
@@ -51,6 +52,8 @@ from exporter.model import (
     GpuSample,
     LeafSample,
     LinkTraffic,
+    NvLink,
+    NvLinkPeer,
     ProcessSample,
     SliceDevice,
 )
@@ -127,6 +130,8 @@ class _GpuState:
     nvlink_link_kib: float = 0.0
     """Without GPM, on a model with NVLink counters: KiB each active link has carried each way
     (NCCL spreads the bytes over the links); NVML's counters are its whole KiB."""
+    nvlinks: tuple[NvLink, ...] = ()
+    """The GPU's NVLinks: all trained, all to the board's NVSwitches (none on a model without)."""
     sampled_pcie: tuple[float, float] | None = None
     """Without GPM: the last ``nvmlDeviceGetPcieThroughput`` read (tx, rx bytes/s), repeated until
     the next read; ``None`` until the first read of a window."""
@@ -295,11 +300,14 @@ class SimulatedBackend:
         self._gpus = [self._new_state(spec) for spec in self._scenario.gpus]
         network = self._scenario.network
         self._nics = _NicCounters(network, self._scenario.name, seed) if network is not None else None
+        self._peers_for: tuple[tuple[str, bool, tuple[NvLink, ...]], ...] | None = None
+        self._peers: dict[str, tuple[NvLinkPeer, ...]] = {}
 
     def _new_state(self, spec: sc.GpuSpec) -> _GpuState:
         rng = random.Random(f"{self._scenario.noise or self._scenario.name}/{self.seed}/{spec.index}")
         # The driver loaded days ago: the energy counter does not start at zero.
         state = _GpuState(spec, rng, energy_joules=round(rng.uniform(2e8, 9e8), 3))
+        state.nvlinks = tuple(NvLink(link, True, "switch") for link in range(spec.model.nvlink_links))
         if spec.slowdown_clock_ratio is not None:
             # It has been throttling for a while: as hot as its slowdown threshold, not settling there.
             state.temperature_celsius = spec.model.temperature_thresholds.get("slowdown", 90.0) + 1.0
@@ -345,6 +353,7 @@ class SimulatedBackend:
         errors: dict[str, int] = {}
         if not view.quiet or self.faults.has_xid():
             gpus = self._apply_faults(gpus, view, errors)
+        gpus = self._with_peers(gpus)
         return BackendSample(
             up=True,
             driver_version=sc.DRIVER_VERSION,
@@ -352,6 +361,15 @@ class SimulatedBackend:
             errors=MappingProxyType(errors) if errors else MappingProxyType({}),
             gpm_supported="gpm" not in view.unsupported and any(self._gpm_on(s.spec) for s in self._gpus),
         )
+
+    def _with_peers(self, gpus: list[GpuSample]) -> list[GpuSample]:
+        """``gpus`` with their NVLink peers: every GPU of a simulated board reaches every other
+        through the NVSwitches (HGX), computed again only when a GPU's links or state change."""
+        key = tuple((g.uuid, g.up, g.nvlinks) for g in gpus)
+        if key != self._peers_for:
+            self._peers_for = key
+            self._peers = nvlink_peers(gpus, lambda a, b: True)
+        return [replace(g, nvlink_peers=self._peers[g.uuid]) if g.uuid in self._peers else g for g in gpus]
 
     def close(self) -> None:
         """Remove the NICs' sysfs tree, if the scenario has one; idempotent."""
@@ -660,6 +678,7 @@ class SimulatedBackend:
             nvlink_rx_bytes_per_second=nvl.rx_bytes_per_second if nvl else None,
             links=gpu_links,
             # NVML finds no NVLink on a GPU in MIG mode here, nor on a model without NVLink.
+            nvlinks=state.nvlinks if nvlink_present else (),
             nvlink_errors=MappingProxyType(dict(state.nvlink_errors)) if nvlink_present else None,
             ecc_errors=MappingProxyType({"corrected": spec.ecc_corrected, "uncorrected": 0}),
             remapped_rows=MappingProxyType(

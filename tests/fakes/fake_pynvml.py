@@ -51,6 +51,12 @@ NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2
 NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3
 NVML_CLOCK_SM = 1
+NVML_NVLINK_DEVICE_TYPE_GPU = 0
+NVML_NVLINK_DEVICE_TYPE_IBMNPU = 1
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
 NVML_CLOCK_MEM = 2
 NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
@@ -251,7 +257,16 @@ class FakeGpu:
     mig_mode: int | None = 0
     nvlink: bool = False
     nvlink_links: int = 18
-    """Active NVLinks when ``nvlink`` is set."""
+    """NVLinks when ``nvlink`` is set (a state past the last answers INVALID_ARGUMENT)."""
+    nvlink_inactive: frozenset[int] = frozenset()
+    """Links among those that are down (state 0, ``<inactive>`` in ``nvidia-smi nvlink -s``)."""
+    nvlink_remote: int | None = 2
+    """What every active link reaches (``NVML_NVLINK_DEVICE_TYPE_*``: 2 an NVSwitch); ``None``
+    answers NOT_SUPPORTED."""
+    nvlink_remote_bus: dict[int, str] = field(default_factory=dict)
+    """The far end's PCI bus ID by link (a direct link's peer GPU); others answer an NVSwitch's."""
+    nvlink_p2p: bool = True
+    """Whether NVML lets this GPU do peer-to-peer over NVLink (a pair is OK when both may)."""
     nvlink_speed_mbps: int | None = 26562
     nvlink_tx_kib: list[int] | None = None
     nvlink_rx_kib: list[int] | None = None
@@ -560,7 +575,29 @@ class FakeNvml:
             raise NVMLError(code("NOT_SUPPORTED"))
         if link >= h.gpu.nvlink_links:
             raise NVMLError(code("INVALID_ARGUMENT"))
-        return 1
+        return 0 if link in h.gpu.nvlink_inactive else 1
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: FakeHandle, link: int) -> int:
+        self._enter("nvmlDeviceGetNvLinkRemoteDeviceType", h)
+        if not h.gpu.nvlink:
+            raise NVMLError(code("NOT_SUPPORTED"))
+        if link >= h.gpu.nvlink_links:
+            raise NVMLError(code("INVALID_ARGUMENT"))
+        return self._value(h.gpu.nvlink_remote)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: FakeHandle, link: int) -> Any:
+        self._enter("nvmlDeviceGetNvLinkRemotePciInfo", h)
+        if not h.gpu.nvlink:
+            raise NVMLError(code("NOT_SUPPORTED"))
+        if link >= h.gpu.nvlink_links:
+            raise NVMLError(code("INVALID_ARGUMENT"))
+        return SimpleNamespace(busId=h.gpu.nvlink_remote_bus.get(link, f"00000000:{0xC0 + link % 4:02x}:00.0").encode())
+
+    def nvmlDeviceGetP2PStatus(self, a: FakeHandle, b: FakeHandle, index: int) -> int:
+        self._enter("nvmlDeviceGetP2PStatus", a)
+        if index != NVML_P2P_CAPS_INDEX_NVLINK:
+            raise NVMLError(code("INVALID_ARGUMENT"))
+        return NVML_P2P_STATUS_OK if a.gpu.nvlink_p2p and b.gpu.nvlink_p2p else NVML_P2P_STATUS_NOT_SUPPORTED
 
     def nvmlDeviceGetMigMode(self, h: FakeHandle) -> list[int]:
         self._enter("nvmlDeviceGetMigMode", h)
