@@ -172,6 +172,8 @@ ELSEWHERE: dict[str, str] = {
     "gpulens_gpu_sharing_info": "the header's sharing mode, in words",
     "gpulens_gpu_analysis_info": "the boundness section's message when there is no class",
     "gpulens_gpu_fabric_info": "the about line (NVLink fabric clique)",
+    "gpulens_gpu_nvlink_link_active": "the links section, as a sentence (links up of all, which are down)",
+    "gpulens_gpu_nvlink_peer_links": "the links section, as a sentence (the GPUs it reaches over NVLink)",
     "gpulens_gpu_boundness": "the boundness strip and the header's class now",
     "gpulens_gpu_clock_event_active": "the clock events strip",
     "gpulens_gpu_row_remap_pending": "the errors section, as a sentence",
@@ -688,6 +690,41 @@ def about(series: pd.DataFrame, info_now: pd.DataFrame) -> str:
         else:
             parts.append(f"NVLink fabric registration {f['state'] or 'unknown'}, in no clique")
     return " · ".join(parts)
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def nvlink_words(series: pd.DataFrame) -> str:
+    """The GPU's NVLinks now, in words: how many are up of how many, which are down, and the GPUs
+    it reaches over how many links (the ``NV#`` of ``nvidia-smi topo -m``); ``""`` on a GPU
+    without NVLink series in the range."""
+    states = _latest(_rows(series, "gpulens_gpu_nvlink_link_active"))
+    if states.empty:
+        return ""
+    s = frames.with_cols(states, ["link"])
+    up = {str(link): float(v) == 1 for link, v in zip(s["link"], s["value"], strict=True)}
+    down = sorted((link for link, on in up.items() if not on), key=lambda x: (len(x), x))
+    words = f"NVLink: {sum(up.values())} of {len(up)} links up"
+    words += (
+        f"; {'link' if len(down) == 1 else 'links'} {_and(down)} {'is' if len(down) == 1 else 'are'} down."
+        if down
+        else "."
+    )
+    peers = _latest(_rows(series, "gpulens_gpu_nvlink_peer_links"))
+    p = frames.with_cols(peers, ["peer_gpu"])
+    by_links: dict[int, list[str]] = {}
+    for gpu, v in zip(p["peer_gpu"], p["value"], strict=True):
+        by_links.setdefault(round(float(v)), []).append(str(gpu))
+    if not by_links:
+        return words + " It reaches no other GPU of its node over NVLink."
+    reach = [
+        f"{'GPU' if len(gpus) == 1 else 'GPUs'} {_and(sorted(gpus, key=lambda x: (len(x), x)))} over {n:,} "
+        f"{'link' if n == 1 else 'links'}{' each' if len(gpus) > 1 else ''} (NV{n})"
+        for n, gpus in sorted(by_links.items(), reverse=True)
+    ]
+    return f"{words} It reaches {'; '.join(reach)}."
 
 
 def energy_words(series: pd.DataFrame) -> str:

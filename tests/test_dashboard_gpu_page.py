@@ -257,3 +257,30 @@ def test_an_h200_without_a_class_says_none_was_sent_never_that_it_needs_gpm() ->
     assert "has no GPM (before Hopper)" in gpu_panels.no_class_words(a100, old, "answering")
     assert gpu_panels.has_gpm_hardware({"name": "NVIDIA H100 80GB HBM3"}) is True
     assert gpu_panels.has_gpm_hardware({"name": "Tesla V100-SXM2-32GB"}) is False
+
+
+def test_nvlinks_read_as_a_sentence_of_links_up_down_and_peers() -> None:
+    def rows(states: dict[int, float], peers: dict[str, float], t: float = 2.0) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = [
+            {"metric": "gpulens_gpu_nvlink_link_active", "timestamp": t, "value": v, "link": str(k)}
+            for k, v in states.items()
+        ]
+        return out + [
+            {"metric": "gpulens_gpu_nvlink_peer_links", "timestamp": t, "value": v, "peer_gpu": g}
+            for g, v in peers.items()
+        ]
+
+    # An HGX GPU whose links 5 and 11 dropped after the range began: the newest readings count.
+    before = rows(dict.fromkeys(range(18), 1.0), {str(i): 18.0 for i in range(1, 8)}, t=1.0)
+    now = rows({i: 0.0 if i in (5, 11) else 1.0 for i in range(18)}, {str(i): 16.0 for i in range(1, 8)})
+    assert gpu_panels.nvlink_words(pd.DataFrame(before + now)) == (
+        "NVLink: 16 of 18 links up; links 5 and 11 are down. It reaches GPUs 1, 2, 3, 4, 5, 6 and 7 over 16 "
+        "links each (NV16)."
+    )
+    assert gpu_panels.nvlink_words(pd.DataFrame(rows({0: 1.0, 1: 0.0}, {"10": 1.0, "2": 1.0}))) == (
+        "NVLink: 1 of 2 links up; link 1 is down. It reaches GPUs 2 and 10 over 1 link each (NV1)."
+    )
+    assert gpu_panels.nvlink_words(pd.DataFrame(rows({0: 1.0}, {}))) == (
+        "NVLink: 1 of 1 links up. It reaches no other GPU of its node over NVLink."
+    )
+    assert gpu_panels.nvlink_words(pd.DataFrame(columns=["metric", "timestamp", "value"])) == ""
