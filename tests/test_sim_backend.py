@@ -17,7 +17,7 @@ from exporter.attribution.deviceids import DeviceIndex
 from exporter.attribution.slices import SliceDirectory
 from exporter.backends.base import GpuBackend
 from exporter.backends.nvml_links import pcie_capacity
-from exporter.model import PCIE, BackendSample, GpmSample, GpuSample, LeafSample
+from exporter.model import NVLINK, PCIE, BackendSample, GpmSample, GpuSample, LeafSample
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from exporter.sim.scenarios import MIG_PROFILES
 
@@ -569,9 +569,10 @@ def test_fault_spec_parses_every_kind() -> None:
     f = SimFaults.parse(
         "lost=3,5; unsupported=fan_speed_ratio,pcie_tx_bytes_per_second;hang=30;"
         "transient=power_watts:3,gpm;unavailable;xid=2:79,2:48,4:31;pcie_link=2:4:16,3:5:8;"
-        "nvlink_errors=1:crc_data:5,1:recovery:1"
+        "nvlink_errors=1:crc_data:5,1:recovery:1;nvlink_down=2:5,2:11"
     )
     assert f.pcie_link == {2: (4, 16), 3: (5, 8)}
+    assert f.nvlink_down == {(2, 5), (2, 11)}
     assert f.nvlink_errors == {(1, "crc_data"): 5, (1, "recovery"): 1}
     assert f.lost == {3, 5}
     assert f.unsupported == {"fan_speed_ratio", "pcie_tx_bytes_per_second"}
@@ -596,6 +597,7 @@ def test_fault_spec_parses_every_kind() -> None:
         ("unavailable=maybe", "unavailable=maybe"),
         ("pcie_link=2:4", "pcie_link=2:4"),
         ("nvlink_errors=1:crc:5", "nvlink_errors=1:crc:5"),
+        ("nvlink_down=2:x", "nvlink_down=2:x"),
     ],
 )
 def test_bad_fault_spec_names_the_bad_part(spec: str, named: str) -> None:
@@ -652,3 +654,20 @@ def test_nvlink_states_and_peers_follow_the_model(scenario: str, links: int) -> 
         assert [(x.link, x.active, x.remote) for x in g.nvlinks] == [(i, True, "switch") for i in range(links)]
         assert [(p.uuid, p.links) for p in g.nvlink_peers or ()] == [(o.uuid, links) for o in linked if o is not g]
     assert bool(linked) == bool(links)
+
+
+def test_an_nvlink_down_reads_inactive_narrows_the_capacity_and_the_peers_see_one_link_fewer() -> None:
+    faults = SimFaults.parse("nvlink_down=2:5,2:11")
+    backend = SimulatedBackend("h200x8", faults=faults)
+    gpus = run(backend, 3)[-1].gpus
+    two = gpus[2]
+    assert [x.link for x in two.nvlinks if not x.active] == [5, 11]
+    assert sum(x.active for x in two.nvlinks) == 16 and len(two.nvlinks) == 18
+    nvlink = {x.link: x for x in two.links}[NVLINK]
+    whole = {x.link: x for x in gpus[0].links}[NVLINK]
+    assert nvlink.capacity_bytes_per_second == pytest.approx(whole.capacity_bytes_per_second * 16 / 18)
+    assert {p.index: p.links for p in two.nvlink_peers or ()} == {i: 16 for i in range(8) if i != 2}
+    assert {p.index: p.links for p in gpus[0].nvlink_peers or ()}[2] == 18  # its own 18 links reach GPU 2
+    faults.nvlink_down.clear()
+    back = run(backend, 1)[-1].gpus[2]
+    assert all(x.active for x in back.nvlinks) and {p.links for p in back.nvlink_peers or ()} == {18}

@@ -51,6 +51,11 @@ from exporter.sim import SimFaults
         ("nvlink_errors=1:replay:1000001", "nvlink_errors"),
         ("nvlink_errors=1:replay", "nvlink_errors"),
         ("nvlink_errors=\u0661:replay:1", "nvlink_errors"),
+        ("nvlink_down=1", "nvlink_down"),
+        ("nvlink_down=1:18", "nvlink_down"),
+        ("nvlink_down=256:0", "nvlink_down"),
+        ("nvlink_down=1:-1", "nvlink_down"),
+        ("nvlink_down=", "nvlink_down"),
     ],
 )
 def test_bad_fault_values_are_refused_naming_the_flag_and_the_key(spec: str, key: str) -> None:
@@ -88,6 +93,8 @@ def test_hang_set_at_run_time_must_be_finite_and_bounded(seconds: float) -> None
         ({"pcie_link": {0: (5, 0)}}, "pcie_link"),
         ({"nvlink_errors": {(0, "bogus"): 1}}, "nvlink_errors"),
         ({"nvlink_errors": {(0, "replay"): 0}}, "nvlink_errors"),
+        ({"nvlink_down": {(0, 18)}}, "nvlink_down"),
+        ({"nvlink_down": {(-1, 0)}}, "nvlink_down"),
     ],
 )
 def test_faults_built_in_code_are_checked_like_the_spec(kwargs: dict[str, object], key: str) -> None:

@@ -87,7 +87,7 @@ backend labels them (one list: the backend's)."""
 _GPU_FIELDS = frozenset(f.name for f in fields(GpuSample))
 _LEAF_FIELDS = frozenset(f.name for f in fields(LeafSample))
 _GPM_FIELDS = frozenset(f.name for f in fields(GpmSample))
-_ABSENT: dict[str, Any] = {"links": ()}
+_ABSENT: dict[str, Any] = {"links": (), "nvlinks": ()}
 """What a faulted field reads where that is not ``None``: no link measured is no link reads."""
 _LINK_READS: dict[str, tuple[str, str]] = {
     "pcie_tx_bytes_per_second": (PCIE, "tx"),
@@ -353,7 +353,7 @@ class SimulatedBackend:
         errors: dict[str, int] = {}
         if not view.quiet or self.faults.has_xid():
             gpus = self._apply_faults(gpus, view, errors)
-        gpus = self._with_peers(gpus)
+        gpus = self._with_peers(gpus, "nvlink_peers" in view.none_fields)
         return BackendSample(
             up=True,
             driver_version=sc.DRIVER_VERSION,
@@ -362,9 +362,12 @@ class SimulatedBackend:
             gpm_supported="gpm" not in view.unsupported and any(self._gpm_on(s.spec) for s in self._gpus),
         )
 
-    def _with_peers(self, gpus: list[GpuSample]) -> list[GpuSample]:
+    def _with_peers(self, gpus: list[GpuSample], unsupported: bool = False) -> list[GpuSample]:
         """``gpus`` with their NVLink peers: every GPU of a simulated board reaches every other
-        through the NVSwitches (HGX), computed again only when a GPU's links or state change."""
+        through the NVSwitches (HGX), computed again only when a GPU's links or state change
+        (``unsupported``: a fault says NVML does not answer them)."""
+        if unsupported:
+            return gpus
         key = tuple((g.uuid, g.up, g.nvlinks) for g in gpus)
         if key != self._peers_for:
             self._peers_for = key
@@ -700,6 +703,9 @@ class SimulatedBackend:
                 continue
             if gpu.index in view.pcie_link:
                 gpu = replace(gpu, **_trained_to(gpu, *view.pcie_link[gpu.index]))
+            down = {link for index, link in view.nvlink_down if index == gpu.index}
+            if down and gpu.nvlinks:
+                gpu = replace(gpu, **_links_down(gpu, down))
             changes: dict[str, Any] = {}
             xids = self.faults.take_xid(gpu.index)
             if xids:
@@ -742,6 +748,27 @@ def _trained_to(gpu: GpuSample, generation: int, width: int) -> dict[str, Any]:
     return {
         "pcie_link_generation": generation,
         "pcie_link_width": width,
+        "links": narrowed(gpu.links),
+        "leaves": tuple(replace(leaf, links=narrowed(leaf.links)) for leaf in gpu.leaves),
+    }
+
+
+def _links_down(gpu: GpuSample, down: set[int]) -> dict[str, Any]:
+    """The changes that make ``gpu``'s NVLinks in ``down`` read inactive: their states, and the
+    NVLink capacity of every read (the GPU's and its leaves') one link's rate lower for each."""
+    states = tuple(NvLink(x.link, False) if x.link in down else x for x in gpu.nvlinks)
+    share = sum(x.active for x in states) / len(states)
+
+    def narrowed(links: tuple[LinkTraffic, ...]) -> tuple[LinkTraffic, ...]:
+        return tuple(
+            replace(x, capacity_bytes_per_second=x.capacity_bytes_per_second * share)
+            if x.link == NVLINK and x.capacity_bytes_per_second is not None
+            else x
+            for x in links
+        )
+
+    return {
+        "nvlinks": states,
         "links": narrowed(gpu.links),
         "leaves": tuple(replace(leaf, links=narrowed(leaf.links)) for leaf in gpu.leaves),
     }

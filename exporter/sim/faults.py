@@ -36,9 +36,11 @@ MAX_PCIE_WIDTH = 16
 """Most lanes a simulated PCIe link has (x16)."""
 MAX_NVLINK_ERRORS_PER_CYCLE = 1_000_000
 """Most NVLink errors a ``nvlink_errors`` fault adds per cycle."""
+MAX_NVLINK = 17
+"""Highest NVLink number ``nvlink_down`` takes (an H200 has links 0 to 17)."""
 _SPEC_HELP = (
     "valid: lost=GPU,...; unsupported=FIELD,...; transient=FIELD[:CYCLES],...; hang=SECONDS; unavailable; "
-    "xid=GPU:XID,...; pcie_link=GPU:GEN:WIDTH,...; nvlink_errors=GPU:KIND:PER_CYCLE,..."
+    "xid=GPU:XID,...; pcie_link=GPU:GEN:WIDTH,...; nvlink_errors=GPU:KIND:PER_CYCLE,...; nvlink_down=GPU:LINK,..."
 )
 
 
@@ -56,6 +58,8 @@ class FaultView:
     """GPU index -> (generation, lanes) its PCIe link trained to instead of Gen5 x16."""
     nvlink_errors: Mapping[tuple[int, str], int] = field(default_factory=dict)
     """(GPU index, error kind) -> NVLink errors its counter gains in this cycle."""
+    nvlink_down: frozenset[tuple[int, int]] = frozenset()
+    """(GPU index, link) of the NVLinks that are down in this cycle."""
 
     @property
     def none_fields(self) -> frozenset[str]:
@@ -65,7 +69,9 @@ class FaultView:
     @property
     def quiet(self) -> bool:
         """True when no fault changes any value in this cycle (the fast path)."""
-        return not (self.lost or self.unsupported or self.failing or self.unavailable or self.pcie_link)
+        return not (
+            self.lost or self.unsupported or self.failing or self.unavailable or self.pcie_link or self.nvlink_down
+        )
 
 
 def _check_fields(names: set[str] | dict[str, int], what: str) -> None:
@@ -91,6 +97,8 @@ class SimFaults:
     - ``nvlink_errors``: (GPU index, kind) -> errors the GPU's cumulative NVLink error counter of
       that kind (``model.NVLINK_ERROR_KINDS``) gains every cycle while the fault is set, on GPUs
       with NVLink (not in MIG mode); the counts stay after the fault is cleared.
+    - ``nvlink_down``: (GPU index, link) of NVLinks that read inactive while the fault is set: the
+      GPU's NVLink capacity and its peers' link count drop by one link each.
 
     Mutate the containers in place or assign new ones; both are safe while sampling runs.
     """
@@ -105,6 +113,7 @@ class SimFaults:
         xid: dict[int, list[int]] | None = None,
         pcie_link: dict[int, tuple[int, int]] | None = None,
         nvlink_errors: dict[tuple[int, str], int] | None = None,
+        nvlink_down: set[tuple[int, int]] | None = None,
     ) -> None:
         self._cond = threading.Condition()
         self.lost: set[int] = set(lost or ())
@@ -115,6 +124,7 @@ class SimFaults:
         self.xid: dict[int, list[int]] = {k: list(v) for k, v in (xid or {}).items()}
         self.pcie_link: dict[int, tuple[int, int]] = dict(pcie_link or {})
         self.nvlink_errors: dict[tuple[int, str], int] = dict(nvlink_errors or {})
+        self.nvlink_down: set[tuple[int, int]] = set(nvlink_down or ())
         _check_fields(self.unsupported, "unsupported")
         _check_fields(self.transient, "transient")
         for index in self.lost:
@@ -133,6 +143,9 @@ class SimFaults:
             _check_range("nvlink_errors GPU", index, 0, MAX_GPU_INDEX)
             _check_kind(kind)
             _check_range("nvlink_errors per cycle", count, 1, MAX_NVLINK_ERRORS_PER_CYCLE)
+        for index, link in self.nvlink_down:
+            _check_range("nvlink_down GPU", index, 0, MAX_GPU_INDEX)
+            _check_range("nvlink_down link", link, 0, MAX_NVLINK)
         _check_hang(self._hang_seconds)
 
     @property
@@ -161,6 +174,7 @@ class SimFaults:
                 unavailable=bool(self.unavailable),
                 pcie_link=dict(self.pcie_link),
                 nvlink_errors=dict(self.nvlink_errors),
+                nvlink_down=frozenset(self.nvlink_down),
             )
 
     def take_xid(self, index: int) -> tuple[int, ...]:
@@ -186,7 +200,8 @@ class SimFaults:
         ``lost=3,5``  ``unsupported=fan_speed_ratio,gpm``  ``transient=power_watts:3``
         ``hang=30`` (seconds; ``30s`` and ``500ms`` too)  ``unavailable`` (or ``unavailable=true``)
         ``xid=2:79,3:31``  ``pcie_link=2:4:16,3:5:8`` (GPU 2 trained to Gen4 x16, GPU 3 to Gen5 x8)
-        ``nvlink_errors=1:crc_data:5`` (GPU 1 gains 5 CRC data errors a cycle).  Numbers are whole
+        ``nvlink_errors=1:crc_data:5`` (GPU 1 gains 5 CRC data errors a cycle)
+        ``nvlink_down=2:5,2:11`` (links 5 and 11 of GPU 2 are down).  Numbers are whole
         ASCII numbers within the ``MAX_*`` limits, the hang a plain decimal; ``hang`` and
         ``unavailable`` may be given once.  An empty spec gives no faults.  A ValueError names
         ``--sim.faults``, the part and the key it could not read.
@@ -199,6 +214,7 @@ class SimFaults:
         xid: dict[int, list[int]] = {}
         pcie_link: dict[int, tuple[int, int]] = {}
         nvlink_errors: dict[tuple[int, str], int] = {}
+        nvlink_down: set[tuple[int, int]] = set()
         seen: set[str] = set()
         for raw in spec.split(";"):
             part = raw.strip()
@@ -231,11 +247,13 @@ class SimFaults:
                 elif key == "nvlink_errors" and sep:
                     items = _items(value, "nvlink_errors", "GPU:KIND:PER_CYCLE")
                     nvlink_errors.update(_nvlink_errors(item) for item in items)
+                elif key == "nvlink_down" and sep:
+                    nvlink_down.update(_nvlink_down(item) for item in _items(value, "nvlink_down", "GPU:LINK"))
                 else:
                     raise ValueError(f"unknown fault {key!r}; {_SPEC_HELP}")
             except ValueError as exc:
                 raise ValueError(f"--sim.faults: bad part {part!r}: {exc}") from None
-        return cls(lost, unsupported, transient, hang, unavailable, xid, pcie_link, nvlink_errors)
+        return cls(lost, unsupported, transient, hang, unavailable, xid, pcie_link, nvlink_errors, nvlink_down)
 
 
 def _check_range(what: str, value: int, low: int, high: int) -> None:
@@ -317,6 +335,16 @@ def _nvlink_errors(item: str) -> tuple[tuple[int, str], int]:
     gpu = _whole(parts[0], "nvlink_errors GPU", 0, MAX_GPU_INDEX)
     _check_kind(parts[1])
     return (gpu, parts[1]), _whole(parts[2], "nvlink_errors per cycle", 1, MAX_NVLINK_ERRORS_PER_CYCLE)
+
+
+def _nvlink_down(item: str) -> tuple[int, int]:
+    """``GPU:LINK`` -> (GPU index, link)."""
+    gpu, colon, link = item.partition(":")
+    if not colon:
+        raise ValueError(f"nvlink_down {item!r}: expected GPU:LINK")
+    return _whole(gpu.strip(), "nvlink_down GPU", 0, MAX_GPU_INDEX), _whole(
+        link.strip(), "nvlink_down link", 0, MAX_NVLINK
+    )
 
 
 def _check_kind(kind: str) -> None:
