@@ -1,7 +1,7 @@
 """Every expression of deploy/rules/gpulens.rules.yml gives the same answer on Prometheus (PromQL) and
 on VictoriaMetrics (MetricsQL) over the same data, and vmalert records what the expressions say.
 
-The data: six simulated nodes (8 whole H200s with a lost GPU, a MIG node, a time-sliced
+The data: six simulated nodes (8 whole H200s with a lost GPU and a link down, a MIG node, a time-sliced
 node, a p5en node without GPUDirect RDMA, and the two nodes of four two-node jobs, ``jobs-0`` and
 ``jobs-1``, with a straggler and a communication-bound job), each rendered SCRAPES times, one
 page a simulated cycle (what a scrape reads); the pages are stamped SAMPLE seconds apart (12
@@ -49,8 +49,9 @@ the page after one more simulated cycle (tests/support/sim_exposition.py), so co
 cycle from stamp to stamp whatever this machine's speed: exporters scraped in real time could see
 two cycles or none between scrapes on a slow machine, and the NIC rates then differed between the
 dialects by more than RATE_TOLERANCE (a CI run read 11 %)."""
-FAULTS = {"h200x8": "lost=3"}
-"""GPU 3 of the first node is lost (gpulens_gpu_up 0): GPULost has a series to compare."""
+FAULTS = {"h200x8": "lost=3;nvlink_down=2:5"}
+"""GPU 3 of the first node is lost (gpulens_gpu_up 0) and NVLink 5 of its GPU 2 is down: GPULost
+and GPUNvlinkDown have series to compare."""
 EXTRA = {"jobs-0": ("--no-collect.nic",), "jobs-1": ("--no-collect.nic",)}
 """The jobs nodes without their NICs: their all-reduce bursts make the NIC rates' extrapolation
 differ between the dialects beyond RATE_TOLERANCE (p5en-nogdr's steady traffic covers the NIC
