@@ -569,28 +569,27 @@ class FakeNvml:
         self._enter("nvmlDeviceGetTemperatureThreshold", h)
         return self._value(h.gpu.temperature_thresholds.get(_THRESHOLD_KINDS.get(threshold, "")))
 
-    def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:
-        self._enter("nvmlDeviceGetNvLinkState", h)
+    @staticmethod
+    def _nvlink(h: FakeHandle, link: int) -> None:
+        """NOT_SUPPORTED on a GPU without NVLink, INVALID_ARGUMENT past its last link."""
         if not h.gpu.nvlink:
             raise NVMLError(code("NOT_SUPPORTED"))
         if link >= h.gpu.nvlink_links:
             raise NVMLError(code("INVALID_ARGUMENT"))
+
+    def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:
+        self._enter("nvmlDeviceGetNvLinkState", h)
+        self._nvlink(h, link)
         return 0 if link in h.gpu.nvlink_inactive else 1
 
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: FakeHandle, link: int) -> int:
         self._enter("nvmlDeviceGetNvLinkRemoteDeviceType", h)
-        if not h.gpu.nvlink:
-            raise NVMLError(code("NOT_SUPPORTED"))
-        if link >= h.gpu.nvlink_links:
-            raise NVMLError(code("INVALID_ARGUMENT"))
+        self._nvlink(h, link)
         return self._value(h.gpu.nvlink_remote)
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h: FakeHandle, link: int) -> Any:
         self._enter("nvmlDeviceGetNvLinkRemotePciInfo", h)
-        if not h.gpu.nvlink:
-            raise NVMLError(code("NOT_SUPPORTED"))
-        if link >= h.gpu.nvlink_links:
-            raise NVMLError(code("INVALID_ARGUMENT"))
+        self._nvlink(h, link)
         return SimpleNamespace(busId=h.gpu.nvlink_remote_bus.get(link, f"00000000:{0xC0 + link % 4:02x}:00.0").encode())
 
     def nvmlDeviceGetP2PStatus(self, a: FakeHandle, b: FakeHandle, index: int) -> int:
