@@ -696,13 +696,13 @@ def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def nvlink_words(series: pd.DataFrame) -> str:
+def nvlink_words(series: pd.DataFrame) -> tuple[str, bool]:
     """The GPU's NVLinks now, in words: how many are up of how many, which are down, and the GPUs
-    it reaches over how many links (the ``NV#`` of ``nvidia-smi topo -m``); ``""`` on a GPU
-    without NVLink series in the range."""
+    it reaches over how many links (the ``NV#`` of ``nvidia-smi topo -m``); and whether a link is
+    down. ``("", False)`` on a GPU without NVLink series in the range."""
     states = _latest(_rows(series, "gpulens_gpu_nvlink_link_active"))
     if states.empty:
-        return ""
+        return "", False
     s = frames.with_cols(states, ["link"])
     up = {str(link): float(v) == 1 for link, v in zip(s["link"], s["value"], strict=True)}
     down = sorted((link for link, on in up.items() if not on), key=lambda x: (len(x), x))
@@ -718,13 +718,13 @@ def nvlink_words(series: pd.DataFrame) -> str:
     for gpu, v in zip(p["peer_gpu"], p["value"], strict=True):
         by_links.setdefault(round(float(v)), []).append(str(gpu))
     if not by_links:
-        return words + " It reaches no other GPU of its node over NVLink."
+        return words + " It reaches no other GPU of its node over NVLink.", bool(down)
     reach = [
         f"{'GPU' if len(gpus) == 1 else 'GPUs'} {_and(sorted(gpus, key=lambda x: (len(x), x)))} over {n:,} "
         f"{'link' if n == 1 else 'links'}{' each' if len(gpus) > 1 else ''} (NV{n})"
         for n, gpus in sorted(by_links.items(), reverse=True)
     ]
-    return f"{words} It reaches {'; '.join(reach)}."
+    return f"{words} It reaches {'; '.join(reach)}.", bool(down)
 
 
 def energy_words(series: pd.DataFrame) -> str:

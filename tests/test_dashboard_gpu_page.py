@@ -275,12 +275,19 @@ def test_nvlinks_read_as_a_sentence_of_links_up_down_and_peers() -> None:
     now = rows({i: 0.0 if i in (5, 11) else 1.0 for i in range(18)}, {str(i): 16.0 for i in range(1, 8)})
     assert gpu_panels.nvlink_words(pd.DataFrame(before + now)) == (
         "NVLink: 16 of 18 links up; links 5 and 11 are down. It reaches GPUs 1, 2, 3, 4, 5, 6 and 7 over 16 "
-        "links each (NV16)."
+        "links each (NV16).",
+        True,
     )
     assert gpu_panels.nvlink_words(pd.DataFrame(rows({0: 1.0, 1: 0.0}, {"10": 1.0, "2": 1.0}))) == (
-        "NVLink: 1 of 2 links up; link 1 is down. It reaches GPUs 2 and 10 over 1 link each (NV1)."
+        "NVLink: 1 of 2 links up; link 1 is down. It reaches GPUs 2 and 10 over 1 link each (NV1).",
+        True,
+    )
+    assert gpu_panels.nvlink_words(pd.DataFrame(before)) == (
+        "NVLink: 18 of 18 links up. It reaches GPUs 1, 2, 3, 4, 5, 6 and 7 over 18 links each (NV18).",
+        False,
     )
     assert gpu_panels.nvlink_words(pd.DataFrame(rows({0: 1.0}, {}))) == (
-        "NVLink: 1 of 1 links up. It reaches no other GPU of its node over NVLink."
+        "NVLink: 1 of 1 links up. It reaches no other GPU of its node over NVLink.",
+        False,
     )
-    assert gpu_panels.nvlink_words(pd.DataFrame(columns=["metric", "timestamp", "value"])) == ""
+    assert gpu_panels.nvlink_words(pd.DataFrame(columns=["metric", "timestamp", "value"])) == ("", False)

@@ -235,8 +235,10 @@ def links(series: pd.DataFrame, steps: int) -> None:
     """PCIe and NVLink: what each link carries (capacity) and where its bytes are read from, the
     range's means, and throughput each way (the rate over ``steps`` steps) and use over time."""
     st.subheader("Links: PCIe and NVLink")
-    nvlink = gpu_panels.nvlink_words(series)
-    if nvlink:
+    nvlink, degraded = gpu_panels.nvlink_words(series)
+    if degraded:
+        st.warning(nvlink + " Its collectives and peer copies run that much slower (alert GPUNvlinkDown).")
+    elif nvlink:
         st.caption(nvlink)
     throughput, use = frames.link_panels(series, steps)
     table = frames.link_table(series)
