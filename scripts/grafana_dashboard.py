@@ -202,6 +202,7 @@ THROTTLING = Table(
     mappings={"Reason": REASON_WORDS},
 )
 NOT_THROTTLING = "|".join(sorted(frames.NOT_THROTTLING))
+NVLINKS_DOWN = Table(NODE_GPU, ("Links down", "Links up"), sort="Links down", desc=True)
 
 
 ROWS: list[tuple[str, list[Panel]]] = [
@@ -503,6 +504,23 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 width=8,
                 table=THROTTLING,
                 no_value="No throttling in the last hour.",
+            ),
+            Panel(
+                "NVLinks down now",
+                "table",
+                (
+                    _t(f"count by ({NVLINKS_DOWN.by}) (gpulens_gpu_nvlink_link_active{{{DEV}}} == 0)", instant=True),
+                    _t(
+                        f"sum by ({NVLINKS_DOWN.by}) (gpulens_gpu_nvlink_link_active{{{DEV}}}) "
+                        f"and on ({NVLINKS_DOWN.by}) (gpulens_gpu_nvlink_link_active{{{DEV}}} == 0)",
+                        instant=True,
+                    ),
+                ),
+                description="GPUs with an NVLink down, how many are down and how many still up (the "
+                "GPUNvlinkDown alert and the GPU page's links section read the same series).",
+                width=8,
+                table=NVLINKS_DOWN,
+                no_value="Every NVLink is up (or no GPU here has NVLink).",
             ),
             Panel(
                 "Temperature",

@@ -287,15 +287,22 @@ def _config(targets: list[tuple[str, str]]) -> str:
     )
 
 
+FAULTS = {"h200x8": "nvlink_down=1:7"}
+"""NVLink 7 of the h200x8 node's GPU 1 is down: the NVLinks-down table has a row."""
+
+
 @pytest.fixture(scope="module")
 def prom() -> Iterator[str]:
-    """A Prometheus loading the shipped rules, scraping simulated h200x8, MIG and time-sliced nodes,
-    once every device has an idle verdict."""
+    """A Prometheus loading the shipped rules, scraping simulated h200x8 (a link down), MIG and
+    time-sliced nodes, once every device has an idle verdict."""
     with ExitStack() as stack:
         targets = []
         for scenario in SCENARIOS:
             node = f"gpu-node-{scenario}"
-            base = stack.enter_context(run_exporter("--sim.scenario", scenario, "--no-probes", env={"NODE_NAME": node}))
+            faults = ("--sim.faults", FAULTS[scenario]) if scenario in FAULTS else ()
+            base = stack.enter_context(
+                run_exporter("--sim.scenario", scenario, "--no-probes", *faults, env={"NODE_NAME": node})
+            )
             targets.append((base.removeprefix("http://"), node))
         base = stack.enter_context(run_prometheus(_config(targets), {"gpulens.rules.yml": RULES.read_text()}))
         devices = _all(gd.fleet_count_promql("devices"))
