@@ -101,6 +101,7 @@ class ScrapeSource:
         self._errors: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
         self._session = requests.Session()
 
     @property
@@ -154,11 +155,13 @@ class ScrapeSource:
             self._history[url].failed(now)  # an empty scrape makes its series stale
 
     def start(self) -> ScrapeSource:
-        """Start the background scraper (idempotent); the first scrape happens before returning."""
-        if self._thread is None:
-            self.scrape_once()
-            self._thread = threading.Thread(target=self._loop, name="gpulens-scrape", daemon=True)
-            self._thread.start()
+        """Start the background scraper (idempotent, also when called from two threads at once:
+        one scraper); the first scrape happens before returning."""
+        with self._starting:
+            if self._thread is None:
+                self.scrape_once()
+                self._thread = threading.Thread(target=self._loop, name="gpulens-scrape", daemon=True)
+                self._thread.start()
         return self
 
     def stop(self) -> None:
@@ -650,6 +653,24 @@ class ScrapeSource:
     def problems(self) -> list[str]:
         with self._lock:
             return [f"{url}: {err}" for url, err in sorted(self._errors.items())]
+
+
+_RUNNING: dict[tuple[tuple[str, ...], float, float], ScrapeSource] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def running(urls: Sequence[str], *, interval_s: float, timeout_s: float) -> ScrapeSource:
+    """The process's one ScrapeSource of ``urls``, started by its first caller (the first scrape
+    done when it returns). dashboard.server calls it as the dashboard starts, so that the history
+    begins then, not when a browser first opens a page: a page opened then would judge the last
+    5 minutes (idle, launch-bound, slow GPUs) on one scrape, and a moment between two bursts of a
+    GPU reads as idle SMs. The page's source (dashboard.ui) is the same object."""
+    key = (tuple(urls), float(interval_s), float(timeout_s))
+    with _RUNNING_LOCK:
+        src = _RUNNING.get(key)
+        if src is None:
+            src = _RUNNING[key] = ScrapeSource(urls, interval_s=interval_s, timeout_s=timeout_s)
+    return src.start()
 
 
 _DEVICE = re.compile(DEVICE_METRICS)

@@ -15,12 +15,16 @@ The fix re-wraps the bound socket's file descriptor as ``IPPROTO_TCP`` (exporter
 nothing else about it changes), so asyncio sets TCP_NODELAY on each connection. When a Streamlit
 release no longer has the function it wraps, the server still starts, and says on stderr that the
 fix is not applied (tests/test_tcp_nodelay.py then fails).
+
+With ``--scrape``, the server also starts scraping the exporters as it starts
+(:func:`start_scraping`), not at the first page a browser opens.
 """
 
 from __future__ import annotations
 
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -51,10 +55,36 @@ def install() -> bool:
     return True
 
 
+def start_scraping() -> threading.Thread | None:
+    """With a ``--scrape`` source (GPULENS_DASHBOARD_* environment, as dashboard.cli sets it), start
+    its scraper on a thread now (the first scrape can take a timeout per unreachable exporter; the
+    server must not wait for it): the history then starts with the dashboard, not with the first page
+    a browser opens, whose 5-minute verdicts would otherwise read one scrape. The pages get the same
+    source (dashboard.scrape_source.running). None when there is nothing to scrape."""
+    from dashboard.settings import from_env
+
+    try:
+        cfg = from_env()
+    except ValueError:  # the page says which setting is bad
+        return None
+    if cfg.prometheus_url or not cfg.scrape_urls:
+        return None
+
+    def start() -> None:
+        from dashboard.scrape_source import running
+
+        running(cfg.scrape_urls, interval_s=cfg.scrape_interval_seconds, timeout_s=cfg.timeout_seconds)
+
+    thread = threading.Thread(target=start, name="gpulens-scrape-start", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     """``streamlit`` with the fix: ``python -m dashboard.server run APP [FLAGS]``."""
     if not install():
         print(NOT_APPLIED, file=sys.stderr)
+    start_scraping()
     from streamlit.web.cli import main as streamlit_main
 
     streamlit_main(prog_name="streamlit")  # the command line Streamlit sees with python -m streamlit

@@ -18,9 +18,8 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames
+from dashboard import definitions, figures, frames, scrape_source
 from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
 from dashboard.settings import DashboardSettings, from_env
 from dashboard.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError
 
@@ -105,9 +104,11 @@ def _source(key: str, settings: DashboardSettings) -> MetricSource:
             raise SourceError(f"bad Prometheus authentication setting: {exc}") from exc
         return PrometheusSource(settings.prometheus_url, timeout_s=settings.timeout_seconds, auth=auth)
     if settings.scrape_urls:
-        return ScrapeSource(
+        # the one started at the dashboard's start (dashboard.server), its history as old as the
+        # process; under a bare ``streamlit run``, started here by the first page
+        return scrape_source.running(
             settings.scrape_urls, interval_s=settings.scrape_interval_seconds, timeout_s=settings.timeout_seconds
-        ).start()
+        )
     raise SourceError("no data source configured: start with --prometheus URL or --scrape URL[,URL...]")
 
 

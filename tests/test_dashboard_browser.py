@@ -11,6 +11,7 @@ Screenshots land in artifacts/dashboard/; a dead Prometheus gives a banner, not 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -130,6 +131,26 @@ def test_dead_prometheus_gives_a_banner_and_navigation_still_works(artifacts_dir
         assert page.get_by_text("Retry").count() > 0
         (artifacts_dir / "dashboard").mkdir(exist_ok=True)
         page.screenshot(path=str(artifacts_dir / "dashboard" / "prometheus-down.png"))
+
+
+def test_a_scrape_dashboard_keeps_history_from_its_start() -> None:
+    """A dashboard scraping exporters starts scraping as it starts, not when a browser first opens a
+    page: that page reads the seconds before it. (It read one scrape, and Fleet's verdicts over 5
+    minutes then read a moment: the time-sliced node's notebooks GPU, between two bursts, looked busy
+    in nvidia-smi with idle SMs.)"""
+    with (
+        run_exporter("--sim.scenario", "h200x8") as target,
+        run_dashboard("--scrape", target, "--scrape-interval", "1") as dash,
+        chromium_page() as page,
+    ):
+        from playwright.sync_api import Page
+
+        assert isinstance(page, Page)
+        time.sleep(5)  # the dashboard runs a while before anyone opens it
+        load(page, dash, 1)
+        source = page.get_by_text("Source: direct scrape").first.inner_text()
+        scrapes = re.search(r"(\d+) scrapes", source)
+        assert scrapes is not None and int(scrapes.group(1)) >= 3, source
 
 
 @pytest.mark.parametrize(
@@ -266,7 +287,8 @@ def test_network_page_shows_the_nics_gpudirect_and_the_straggler(
 
         assert isinstance(page, Page)
         if mode == "scrape":
-            # the scrape source starts with the first page a browser opens: give it a rate's history
+            # the scrape source's history starts with its dashboard, after Prometheus' first scrape:
+            # give it a rate window of its own
             load(page, f"{dash}/network?range=15m")
             time.sleep(75)
         watch = PageWatch(page, dash)
@@ -340,7 +362,7 @@ def _metric(page: object, label: str) -> str:
 
 def _until_straggler(page: object, url: str, straggler: str, timeout_s: float = 180.0) -> None:
     """Reload the Jobs page until it names one straggler, ``straggler``: the classes need a few
-    cycles of history (and scrape mode's history starts with the first page a browser opens); in
+    cycles of history (and scrape mode's history starts with its dashboard, after Prometheus'); in
     the first of them another job's GPUs may still read as waiting on each other."""
     from playwright.sync_api import Page
 
