@@ -16,7 +16,8 @@ reads (``tsdb create-blocks-from rules``), a Prometheus serves both, ``python -m
 each (the exposition of ``python -m exporter --backend sim``, one scrape per node with its own
 UUIDs), ``python -m dashboard --scrape`` scrapes them every 5 s and keeps its own bounded history
 (an hour at most: scrape mode has no 24 h), measured after ``--warmup`` s of scraping (counted from
-the first page view: the source starts with the first session).
+the first page view: trees before 9f1eb3d start scraping at their first session, later ones when
+the dashboard starts, so every tree has at least that much history).
 
 Three timings per page, each the median of ``--runs``, each after the 10 s query cache expired:
 ``first load`` (a new browser context: Streamlit's JS, a new session, every query of the page),
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                     first_load(browser, f"{url}/?range={rng}", "Fleet", 1)
                     returning[name] = browser.new_context(**VIEW)  # its HTTP cache holds Streamlit's JavaScript
                     returning_load(returning[name], f"{url}/?range={rng}", "Fleet", 1)
-                if a.mode == "scrape":  # a source starts scraping at its first session, not before
+                if a.mode == "scrape":  # older trees start scraping at their first session, not before
                     time.sleep(a.warmup)
                     result["history_s"] = a.warmup
                 for run in range(a.runs):
