@@ -119,11 +119,6 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("GPU-Util vs SM activity"):
         lie = frames.busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving)
-        import sys as _s  # DEBUG
-        print("DEBUG moving", moving[[c for c in ("instance","gpu","uuid","mig_uuid") if c in moving.columns]].to_dict("records"), file=_s.stderr)  # DEBUG
-        print("DEBUG lie", lie.to_dict("records"), file=_s.stderr)  # DEBUG
-        u = ui.get(ctx, q["util"]); print("DEBUG util", u[u["value"] >= 0.05][["instance","gpu","value"]].to_dict("records"), file=_s.stderr)  # DEBUG
-        print("DEBUG idle", idle[idle["sm_mean"] < 0.01].to_dict("records"), file=_s.stderr)  # DEBUG
         if not lie.empty:
             st.warning(
                 f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
