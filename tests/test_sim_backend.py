@@ -665,6 +665,7 @@ def test_an_nvlink_down_reads_inactive_narrows_the_capacity_and_the_peers_see_on
     assert sum(x.active for x in two.nvlinks) == 16 and len(two.nvlinks) == 18
     nvlink = {x.link: x for x in two.links}[NVLINK]
     whole = {x.link: x for x in gpus[0].links}[NVLINK]
+    assert whole.capacity_bytes_per_second is not None
     assert nvlink.capacity_bytes_per_second == pytest.approx(whole.capacity_bytes_per_second * 16 / 18)
     assert {p.index: p.links for p in two.nvlink_peers or ()} == {i: 16 for i in range(8) if i != 2}
     assert {p.index: p.links for p in gpus[0].nvlink_peers or ()}[2] == 18  # its own 18 links reach GPU 2
