@@ -35,6 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"
 SCENARIOS = ("h200x8", "mig", "timeslice")
+FAULTS = {"h200x8": ("--sim.faults", "nvlink_down=1:7")}
+"""NVLink 7 of the h200x8 node's GPU 1 is down: Grafana's NVLinks-down table has data."""
 MIB = 1 << 20
 
 
@@ -77,7 +79,9 @@ def cluster() -> Iterator[Cluster]:
         for scenario in SCENARIOS:
             name = f"gpu-node-{scenario}"
             base = stack.enter_context(
-                run_exporter("--sim.scenario", scenario, "--compat.dcgm", env={"NODE_NAME": name})
+                run_exporter(
+                    "--sim.scenario", scenario, "--compat.dcgm", *FAULTS.get(scenario, ()), env={"NODE_NAME": name}
+                )
             )
             nodes.append(Node(scenario, base.removeprefix("http://"), name, _expected(scenario)))
         prom = stack.enter_context(run_prometheus(_config(nodes), rule_files={"gpulens.rules.yml": RULES.read_text()}))
