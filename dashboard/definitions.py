@@ -357,11 +357,11 @@ def _integral_mean_frame(
     """Per key and grid time, ``mean``: the ratio's mean over MEAN_WINDOW, from the integral counter
     where it spans the whole window (its increase over the covered time), else from the gauge's
     samples (:func:`_integral_mean_promql`); only where a sample is within ``fresh_s``."""
-    gauge = _window_stats(_leafy(ratio), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    gauge = _window_stats(_leafy(ratio, keys), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
     gauge = gauge[gauge["fresh"]][[*keys, "timestamp", "mean"]]
-    counter = _window_stats(_leafy(seconds), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    counter = _window_stats(_leafy(seconds, keys), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
     # rate() needs two samples, and the rule wants the counter to exist a whole window ago
-    born = _leafy(seconds).groupby(keys, as_index=False)["timestamp"].min().rename(columns={"timestamp": "born"})
+    born = _leafy(seconds, keys).groupby(keys, as_index=False)["timestamp"].min().rename(columns={"timestamp": "born"})
     counter = counter.merge(born, on=keys, how="left")
     counter = counter[
         counter["fresh"] & (counter["n"] >= 2) & (counter["born"] <= counter["timestamp"] - MEAN_WINDOW_SECONDS)
@@ -377,7 +377,7 @@ def _present(frames_: Sequence[pd.DataFrame], keys: list[str], grid: np.ndarray,
     rules' ``unless on (uuid, mig_uuid) (x or y)``."""
     parts = []
     for df in frames_:
-        stats = _window_stats(_leafy(df), keys, grid, fresh_s, fresh_s)
+        stats = _window_stats(_leafy(df, keys), keys, grid, fresh_s, fresh_s)
         parts.append(stats[stats["fresh"]][[*keys, "timestamp"]])
     return pd.concat(parts).drop_duplicates() if parts else pd.DataFrame(columns=[*keys, "timestamp"])
 
@@ -399,6 +399,7 @@ def leaf_idle_frame(
     busy_ratio: pd.DataFrame | None = None,
     busy_seconds: pd.DataFrame | None = None,
     processes: pd.DataFrame | None = None,
+    keys: Sequence[str] = LEAF,
 ) -> pd.DataFrame:
     """``gpulens:gpu_idle:bool`` in pandas: per leaf and grid time, ``sm_mean`` (the leaf's mean
     activity: SM activity where it has GPM, else its busy ratio, else 1/0 for compute processes
@@ -407,26 +408,28 @@ def leaf_idle_frame(
     Inputs are raw samples (labels + timestamp + value, one row per scrape; ``boundness`` needs the
     series of the ``IN_USE_CLASSES`` only, others are ignored); a leaf counts at t only if its
     series was scraped within ``fresh_s`` of t (the rules' ``and x``: a stale leaf drops out).
+    ``keys``: the columns that name a leaf (a caller may pass one integer code per leaf instead
+    of the two UUID strings: grouping integers is several times faster over a fleet's window).
     """
-    cols = [*LEAF, "timestamp", "sm_mean", "idle"]
+    keys = list(keys)
+    cols = [*keys, "timestamp", "sm_mean", "idle"]
     empty = pd.DataFrame()
     busy_ratio = empty if busy_ratio is None else busy_ratio
     busy_seconds = empty if busy_seconds is None else busy_seconds
     processes = empty if processes is None else processes
     if all(df.empty for df in (sm_ratio, sm_seconds, busy_ratio, busy_seconds, processes)):
         return pd.DataFrame(columns=cols)
-    keys = list(LEAF)
     sm = _integral_mean_frame(sm_ratio, sm_seconds, keys, grid, fresh_s)
     has_sm = _present([sm_ratio, sm_seconds], keys, grid, fresh_s)
     busy = _unless(_integral_mean_frame(busy_ratio, busy_seconds, keys, grid, fresh_s), has_sm, keys)
-    ran = _window_stats(_leafy(processes), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    ran = _window_stats(_leafy(processes, keys), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
     ran = ran[ran["fresh"]].assign(mean=lambda d: (d["max"] > 0).astype(float))[[*keys, "timestamp", "mean"]]
     ran = _unless(ran, pd.concat([has_sm, _present([busy_ratio, busy_seconds], keys, grid, fresh_s)]), keys)
     activity = pd.concat([sm, busy, ran], ignore_index=True).rename(columns={"mean": "sm_mean"})
-    util_stats = _window_stats(_leafy(util), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
+    util_stats = _window_stats(_leafy(util, keys), keys, grid, MEAN_WINDOW_SECONDS, fresh_s)
     util_stats = util_stats[util_stats["fresh"]]
     busy_util = util_stats.assign(k=util_stats["mean"] >= KERNELS_UTIL_AT_LEAST)[[*keys, "timestamp", "k"]]
-    b = _leafy(boundness)
+    b = _leafy(boundness, keys)
     b = b[b["class"].isin(IN_USE_CLASSES)] if "class" in b.columns else b.iloc[0:0]
     # the in-use classes' series of a leaf pool into one window (keyed by leaf, not class): any
     # sample at 1 counts, and no freshness test, as max_over_time in the rule
@@ -439,11 +442,14 @@ def leaf_idle_frame(
     return activity[cols].reset_index(drop=True)
 
 
-def _leafy(df: pd.DataFrame) -> pd.DataFrame:
+def _leafy(df: pd.DataFrame, keys: Sequence[str] = LEAF) -> pd.DataFrame:
+    """``df`` with the ``keys``, ``timestamp`` and ``value`` columns it lacks (keys ``""``)."""
+    missing = [c for c in (*keys, "timestamp", "value") if c not in df.columns]
+    if not missing:
+        return df
     out = df.copy()
-    for c in (*LEAF, "timestamp", "value"):
-        if c not in out.columns:
-            out[c] = "" if c in LEAF else np.nan
+    for c in missing:
+        out[c] = "" if c in keys else np.nan
     return out
 
 
@@ -476,9 +482,15 @@ def wasted_from_series(
         idle[[*LEAF, "timestamp", "idle"]] if not idle.empty else pd.DataFrame(columns=[*LEAF, "timestamp", "idle"])
     )
     joined = held.merge(verdict, on=[*LEAF, "timestamp"], how="left")
-    share = [shares.get((u, m), 1.0) for u, m in zip(joined["uuid"], joined["mig_uuid"], strict=True)]
+    # each row's leaf share, looked up once per leaf (a range holds a row per leaf and step)
+    leaves = joined.groupby(list(LEAF), sort=False).ngroup().to_numpy()
+    first = joined.drop_duplicates(list(LEAF))
+    per_leaf = np.asarray(
+        [shares.get((u, m), 1.0) for u, m in zip(first["uuid"], first["mig_uuid"], strict=True)], dtype=float
+    )
+    share = per_leaf[leaves] if len(joined) else np.zeros(0)
     is_idle = joined["idle"].astype("boolean").fillna(False).astype(float)
-    joined["wasted_gpu_hours"] = joined["holding"] * is_idle * pd.Series(share, index=joined.index) * step_s / 3600.0
+    joined["wasted_gpu_hours"] = joined["holding"] * is_idle * share * step_s / 3600.0
     out = joined.groupby(list(keys), as_index=False).agg(
         wasted_gpu_hours=("wasted_gpu_hours", "sum"), first_allocated=("timestamp", "min")
     )

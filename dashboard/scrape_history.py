@@ -14,6 +14,7 @@ escapes and label syntax); a known one costs a dict look-up and a float().
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import threading
@@ -139,7 +140,8 @@ def labels_frame(labels: Sequence[Labels]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Scrape:
-    """One scrape of one target: when, its layout and its values (empty for a failed scrape)."""
+    """One scrape of one target: when, its layout and its values (empty for a failed scrape; a
+    row of its :class:`Block`)."""
 
     timestamp: float
     layout: Layout
@@ -149,15 +151,45 @@ class Scrape:
 EMPTY = Layout((), (), ())
 NO_VALUES = np.zeros(0, dtype=np.float64)
 
+BLOCK_ROWS = 32
+"""Most scrapes a :class:`Block` holds."""
+
+
+class Block:
+    """Consecutive scrapes of one layout in one float64 matrix (a row a scrape) and their times:
+    a read of a window then gathers a few series' values with one index per block, not one per
+    scrape. Rows are written once, in order (``filled`` of them so far): a reader that saw
+    ``filled`` rows may read them without the lock."""
+
+    __slots__ = ("filled", "layout", "times", "values")
+
+    def __init__(self, layout: Layout, width: int, rows: int) -> None:
+        self.layout = layout
+        self.values = np.empty((rows, width), dtype=np.float64)
+        self.times = np.empty(rows, dtype=np.float64)
+        self.filled = 0
+
+    @property
+    def full(self) -> bool:
+        return self.filled == len(self.times)
+
 
 class TargetHistory:
-    """The bounded scrapes of one target (not thread-safe: the source holds the lock)."""
+    """The bounded scrapes of one target (not thread-safe: the source holds the lock).
+
+    Bounded by ``max_scrapes`` and ``max_samples`` values, the oldest scrape out first. A block's
+    memory is freed when its last scrape goes, so up to two blocks' worth of rows (the evicted head
+    of the oldest, the unfilled tail of the newest) is held beyond the kept scrapes: a block is a
+    sixteenth of the scrapes the budgets allow (BLOCK_ROWS at most), an eighth of the budget."""
 
     def __init__(self, instance: str, max_scrapes: int) -> None:
         self.instance = instance
         self.max_scrapes = max_scrapes
         self.max_samples = sys.maxsize
         self.scrapes: deque[Scrape] = deque()
+        self.blocks: deque[Block] = deque()
+        self.head_row = 0
+        """The first kept row of ``blocks[0]`` (the rows before it are evicted)."""
         self.samples = 0
         self._series: dict[str, tuple[str, Labels]] = {}
         self._layout = EMPTY
@@ -178,30 +210,60 @@ class TargetHistory:
             self._layout = Layout(
                 tuple(self._series[k][0] for k in keys), tuple(self._series[k][1] for k in keys), tuple(keys)
             )
-        self._append(Scrape(timestamp, self._layout, np.asarray(values, dtype=np.float64)))
+        self._append(timestamp, self._layout, np.asarray(values, dtype=np.float64))
 
     def failed(self, timestamp: float) -> None:
         """An empty scrape: every series of the target is stale from here."""
-        self._append(Scrape(timestamp, EMPTY, NO_VALUES))
+        self._append(timestamp, EMPTY, NO_VALUES)
 
-    def _append(self, scrape: Scrape) -> None:
-        self.scrapes.append(scrape)
-        self.samples += len(scrape.values)
+    def block_rows(self, width: int) -> int:
+        """Rows of a new block of ``width`` series: a sixteenth of the scrapes the budgets keep."""
+        kept = min(self.max_scrapes, self.max_samples // max(width, 1))
+        return max(1, min(BLOCK_ROWS, kept // 16))
+
+    def _append(self, timestamp: float, layout: Layout, values: np.ndarray) -> None:
+        tail = self.blocks[-1] if self.blocks else None
+        if tail is None or tail.layout is not layout or tail.full:
+            tail = Block(layout, len(values), self.block_rows(len(values)))
+            self.blocks.append(tail)
+        row = tail.filled
+        tail.values[row] = values
+        tail.times[row] = timestamp
+        tail.filled += 1
+        self.scrapes.append(Scrape(timestamp, layout, tail.values[row]))
+        self.samples += len(values)
         while len(self.scrapes) > 1 and (len(self.scrapes) > self.max_scrapes or self.samples > self.max_samples):
             self.samples -= len(self.scrapes.popleft().values)
+            self.head_row += 1
+            if self.head_row >= self.blocks[0].filled and len(self.blocks) > 1:
+                self.blocks.popleft()
+                self.head_row = 0
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A target's scrapes at one moment, for reading without the lock."""
+    """A target's scrapes at one moment, for reading without the lock: ``scrapes[i]`` was taken at
+    ``times[i]``; block ``k`` holds scrapes ``starts[k]`` on, from row ``blocks[k][2]`` of its
+    matrix ``blocks[k][1]`` (layout ``blocks[k][0]``)."""
 
     scrapes: tuple[Scrape, ...]
     times: np.ndarray
+    starts: np.ndarray
+    blocks: tuple[tuple[Layout, np.ndarray, int], ...]
 
     @staticmethod
     def of(history: TargetHistory) -> Snapshot:
-        scrapes = tuple(history.scrapes)
-        return Snapshot(scrapes, np.fromiter((s.timestamp for s in scrapes), dtype=np.float64, count=len(scrapes)))
+        first = [history.head_row] + [0] * (len(history.blocks) - 1)
+        blocks = tuple((b.layout, b.values, f) for b, f in zip(history.blocks, first, strict=True))
+        counts = [b.filled - f for b, f in zip(history.blocks, first, strict=True)]
+        starts = np.cumsum([0, *counts[:-1]]) if counts else np.zeros(0, dtype=np.int64)
+        times = [b.times[f : b.filled] for b, f in zip(history.blocks, first, strict=True)]
+        return Snapshot(
+            tuple(history.scrapes),
+            np.concatenate(times) if times else np.zeros(0, dtype=np.float64),
+            np.asarray(starts, dtype=np.int64),
+            blocks,
+        )
 
     def at(self, grid: np.ndarray, lookback_s: float) -> np.ndarray:
         """Per time of ``grid``: the index of the newest scrape at or before it, not older than
@@ -210,6 +272,18 @@ class Snapshot:
         ok = idx >= 0
         ok[ok] = grid[ok] - self.times[idx[ok]] <= lookback_s
         return np.where(ok, idx, -1)
+
+    def runs(self, indices: np.ndarray) -> Iterable[tuple[Layout, np.ndarray, np.ndarray, np.ndarray]]:
+        """``indices`` (of scrapes, in order) by block: (layout, matrix, rows of the matrix, the
+        positions in ``indices`` they are)."""
+        if not len(indices):
+            return
+        which = np.searchsorted(self.starts, indices, side="right") - 1
+        cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(indices)]
+        for a, b in itertools.pairwise(cuts):
+            k = int(which[a])
+            layout, matrix, first = self.blocks[k]
+            yield layout, matrix, indices[a:b] - self.starts[k] + first, np.arange(a, b)
 
 
 @dataclass(frozen=True)
@@ -262,55 +336,111 @@ def _combined(select: Selector, layouts: list[Layout], labs: list[pd.DataFrame])
     return df
 
 
+@dataclass
+class _Gathered:
+    """The picked samples of a selector, before any label is copied: per (target, layout) group its
+    layout and label frame; per sample the row of its series in those frames stacked (``rows``),
+    its timestamp, its value and (on request) a series number unique across targets."""
+
+    layouts: list[Layout]
+    labs: list[pd.DataFrame]
+    rows: list[np.ndarray]
+    stamps: list[np.ndarray]
+    values: list[np.ndarray]
+    ids: list[np.ndarray]
+
+
+_Group = tuple[Layout, list[tuple[np.ndarray, pd.DataFrame]], np.ndarray, list[np.ndarray], list[np.ndarray]]
+"""A target's picked scrapes of one layout: the layout, each selector's (positions, labels), the
+union of the positions, and per block the picked rows' times and values (rows x union)."""
+
+
+def _gather(
+    selects: Sequence[Selector], picks: Iterable[tuple[Snapshot, np.ndarray, np.ndarray]], series_id: bool
+) -> list[_Gathered]:
+    """The samples of each of ``selects`` over the same picks, in one pass: a block's picked rows
+    are gathered once for all the selectors (one fancy index of the union of their series)."""
+    out = [_Gathered([], [], [], [], [], []) for _ in selects]
+    known: list[dict[tuple[int, str], int]] = [{} for _ in selects]
+    offsets = [0] * len(selects)
+    for target, (snap, indices, stamps) in enumerate(picks):
+        groups: dict[int, _Group] = {}
+        for layout, matrix, rows, at in snap.runs(indices):
+            group = groups.get(id(layout))
+            if group is None:
+                chosen = [select.pick(layout) for select in selects]
+                union = np.concatenate([pos for pos, _lab in chosen]).astype(np.intp, copy=False)
+                group = groups[id(layout)] = (layout, chosen, union, [], [])
+            if len(group[2]):
+                group[3].append(stamps[at])
+                group[4].append(matrix[rows[:, None], group[2][None, :]])
+        for layout, chosen, _union, ts, blocks in groups.values():
+            if not ts:
+                continue
+            times = np.concatenate(ts).astype(np.float64, copy=False)
+            values = np.vstack(blocks)
+            n, col = len(times), 0
+            for j, (pos, lab) in enumerate(chosen):
+                k = len(pos)
+                if not k:
+                    continue
+                got = out[j]
+                got.layouts.append(layout)
+                got.labs.append(lab)
+                got.rows.append(np.tile(np.arange(offsets[j], offsets[j] + k), n))
+                got.stamps.append(np.repeat(times, k))
+                got.values.append(values[:, col : col + k].ravel())
+                if series_id:  # one number per (target, series), whichever layout it is read from
+                    sid = [known[j].setdefault((target, layout.keys[p]), len(known[j])) for p in pos.tolist()]
+                    got.ids.append(np.tile(np.asarray(sid, dtype=np.int64), n))
+                offsets[j] += k
+                col += k
+    return out
+
+
 def frame(
     select: Selector, picks: Iterable[tuple[Snapshot, np.ndarray, np.ndarray]], *, time: bool, series_id: bool = False
 ) -> pd.DataFrame:
     """The selected series' values as one frame (label columns sorted, then ``timestamp`` and
     ``value``: the layout of frames.from_rows), from each (snapshot, scrape indices, timestamps to
     stamp them with). With ``series_id``, a ``_series`` column tells series apart across targets."""
-    layouts: list[Layout] = []
-    labs: list[pd.DataFrame] = []
-    rows: list[np.ndarray] = []
-    stamps_out: list[np.ndarray] = []
-    values: list[np.ndarray] = []
-    ids: list[np.ndarray] = []
-    known: dict[tuple[int, str], int] = {}
-    offset = 0
-    for target, (snap, indices, stamps) in enumerate(picks):
-        groups: dict[int, tuple[Layout, np.ndarray, pd.DataFrame, list[float], list[np.ndarray]]] = {}
-        for i, t in zip(indices.tolist(), stamps.tolist(), strict=True):
-            scrape = snap.scrapes[i]
-            group = groups.get(id(scrape.layout))
-            if group is None:
-                group = groups[id(scrape.layout)] = (scrape.layout, *select.pick(scrape.layout), [], [])
-            if len(group[1]):
-                group[3].append(t)
-                group[4].append(scrape.values[group[1]])
-        for layout, pos, lab, ts, vals in groups.values():
-            if not ts:
-                continue
-            n, k = len(ts), len(lab)
-            layouts.append(layout)
-            labs.append(lab)
-            rows.append(np.tile(np.arange(offset, offset + k), n))
-            stamps_out.append(np.repeat(np.asarray(ts, dtype=np.float64), k))
-            values.append(np.concatenate(vals))
-            if series_id:  # one number per (target, series), whichever layout it is read from
-                sid = [known.setdefault((target, layout.keys[p]), len(known)) for p in pos.tolist()]
-                ids.append(np.tile(np.asarray(sid, dtype=np.int64), n))
-            offset += k
+    got = _gather([select], picks, series_id)[0]
     base = ["timestamp", "value"] if time else ["value"]
-    if not rows:
+    if not got.rows:
         return pd.DataFrame(columns=base)
-    labels = _combined(select, layouts, labs)
-    df = labels.iloc[np.concatenate(rows)].reset_index(drop=True)
+    labels = _combined(select, got.layouts, got.labs)
+    df = labels.iloc[np.concatenate(got.rows)].reset_index(drop=True)
     if series_id:
-        df["_series"] = np.concatenate(ids)
-    df["timestamp"] = np.concatenate(stamps_out)
-    df["value"] = np.concatenate(values)
-    if len(layouts) > 1 or len(rows[0]) > len(labs[0]):
+        df["_series"] = np.concatenate(got.ids)
+    df["timestamp"] = np.concatenate(got.stamps)
+    df["value"] = np.concatenate(got.values)
+    if len(got.layouts) > 1 or len(got.rows[0]) > len(got.labs[0]):
         df = df.sort_values("timestamp", kind="stable", ignore_index=True)
     return df if time else df.drop(columns="timestamp")
+
+
+def coded(
+    selects: Sequence[Selector], picks: Iterable[tuple[Snapshot, np.ndarray, np.ndarray]]
+) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """Per selector, the selected samples without their labels copied: ``series``, one row per
+    series (its label columns, as :func:`frame` gives them), and ``samples`` with ``_row`` (the row
+    of ``series`` each sample belongs to), ``timestamp`` and ``value``. For reads of many samples of
+    few series (a window of a whole fleet), where copying label strings per sample is most of the
+    cost; the selectors are read in one pass over the picks."""
+    out = []
+    for select, got in zip(selects, _gather(selects, list(picks), False), strict=True):
+        if not got.rows:
+            out.append((pd.DataFrame(), pd.DataFrame({"_row": np.zeros(0, np.int64), "timestamp": [], "value": []})))
+            continue
+        samples = pd.DataFrame(
+            {
+                "_row": np.concatenate(got.rows).astype(np.int64),
+                "timestamp": np.concatenate(got.stamps),
+                "value": np.concatenate(got.values),
+            }
+        )
+        out.append((_combined(select, got.layouts, got.labs), samples))
+    return out
 
 
 def _grouped(
@@ -318,13 +448,12 @@ def _grouped(
 ) -> list[tuple[Layout, np.ndarray, pd.DataFrame, np.ndarray]]:
     """A target's picked scrapes by layout: (layout, positions, labels, values: scrapes x series)."""
     groups: dict[int, tuple[Layout, np.ndarray, pd.DataFrame, list[np.ndarray]]] = {}
-    for i in indices.tolist():
-        scrape = snap.scrapes[i]
-        group = groups.get(id(scrape.layout))
+    for layout, matrix, rows, _at in snap.runs(indices):
+        group = groups.get(id(layout))
         if group is None:
-            group = groups[id(scrape.layout)] = (scrape.layout, *select.pick(scrape.layout), [])
+            group = groups[id(layout)] = (layout, *select.pick(layout), [])
         if len(group[1]):
-            group[3].append(scrape.values[group[1]])
+            group[3].append(matrix[rows[:, None], group[1][None, :]])
     return [(lay, pos, lab, np.vstack(vals)) for lay, pos, lab, vals in groups.values() if vals]
 
 

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard import definitions, frames, jobs
 from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
+from dashboard.scrape_verdicts import VerdictCache
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
@@ -103,6 +104,7 @@ class ScrapeSource:
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
         self._session = requests.Session()
+        self._verdicts = VerdictCache()
 
     @property
     def description(self) -> str:
@@ -213,6 +215,19 @@ class ScrapeSource:
         n = int(window // step)
         return [end - k * step for k in range(n, -1, -1)], step
 
+    def _steps(self, window_s: float, step_s: float, end: float) -> tuple[list[float], float]:
+        """The steps of Prometheus' [window:step] subquery at ``end``: multiples of the step back to,
+        not including, the range's start (so both sources integrate the same number of steps, and
+        a range read again reads the same settled times), the last one moved to ``end`` itself
+        when ``end`` is not a multiple (the newest scrape is the one a user wants to see)."""
+        window, step = bounded_step(window_s, max(step_s, self.interval_s))
+        n = max(1, int(window // step))
+        top = math.floor(end / step)
+        grid = [(top - k) * step for k in range(n - 1, -1, -1)]
+        if grid[-1] < end:
+            grid = [*grid[1:], end]
+        return grid, step
+
     def _series_raw(self, metric: str, grid: list[float], hist: list[Snapshot]) -> pd.DataFrame:
         return frame(of_metric(metric), self._on_grid(hist, grid), time=True)
 
@@ -310,31 +325,19 @@ class ScrapeSource:
         return frame(of_metric(metric, labels, where), self._within(hist, start, end), time=True)
 
     def _idle_at(
-        self, grid: list[float], hist: list[Snapshot], filters: Filters, gpus: frozenset[str] | None = None
+        self, grid: Sequence[float], hist: list[Snapshot], filters: Filters, gpus: frozenset[str] | None = None
     ) -> pd.DataFrame:
-        """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool);
-        with ``gpus``, only for the leaves of those GPU UUIDs (each leaf's verdict reads its own
-        series only, so it is the same as in the whole fleet's)."""
-        start, end = grid[0] - definitions.MEAN_WINDOW_SECONDS, grid[-1]
-        target = Filters(**_targets(filters))
-
-        def raw(metric: str, where: tuple[str, str] | None = None) -> pd.DataFrame:
-            slim = self._raw(metric, hist, start, end, labels=_IDLE_LABELS, where=where)
-            return frames.restrict(_of_gpus(slim, gpus), target, pd.DataFrame(), ())
-
-        return definitions.leaf_idle_frame(
-            raw(SM_ACTIVE),
-            raw("gpulens_gpu_sm_active_seconds_total"),
-            raw("gpulens_gpu_utilization_ratio"),
-            # the definition reads the in-use classes only (launch, transfer): two of the state
-            # set's seven series per leaf
-            _rows(raw("gpulens_gpu_boundness", ("class", cls)) for cls in definitions.IN_USE_CLASSES),
-            np.asarray(grid, dtype=float),
-            fresh_s=max(2.5 * self.interval_s, self.interval_s + self.timeout_s),
-            busy_ratio=raw("gpulens_gpu_busy_ratio"),
-            busy_seconds=raw("gpulens_gpu_busy_seconds_total"),
-            processes=raw("gpulens_gpu_compute_processes"),
+        """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool),
+        settled times from the cache (dashboard.scrape_verdicts); with ``gpus``, only the leaves of
+        those GPU UUIDs (a leaf's verdict reads its own series only: the same as in the whole fleet's)."""
+        verdict = self._verdicts.verdicts(
+            lambda start, end: self._within(hist, start, end),
+            grid,
+            hist,
+            Filters(**_targets(filters)),
+            self._fresh_s(),
         )
+        return _of_gpus(verdict, gpus).reset_index(drop=True)
 
     def mean(
         self,
@@ -388,10 +391,7 @@ class ScrapeSource:
         """allocation_activity over the range ending at ``end``, and the idle verdict it read (per
         held leaf and step, the range's end included)."""
         hist = self._snapshot()
-        grid, step = self._grid(window_s, step_s, end)
-        # the steps of Prometheus' [window:step] subquery: the range's end back to, not including,
-        # its start (so both sources integrate the same number of steps)
-        grid = grid[1:] if len(grid) > 1 else grid
+        grid, step = self._steps(window_s, step_s, end)
         target = Filters(**_targets(filters))
         alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
         if alloc.empty:
@@ -677,8 +677,6 @@ _DEVICE = re.compile(DEVICE_METRICS)
 EVENTS = "gpulens_gpu_clock_event_active"
 POD_LEAF = ["namespace", "pod", "uuid", "mig_uuid"]
 """A pod's leaf within a target (the cluster is the target's)."""
-_IDLE_LABELS = ("cluster", "node", "instance", *definitions.LEAF, "class")
-"""The labels the idle verdict reads: the target's (for filters), the leaf's and the class."""
 
 
 def _of_gpus(df: pd.DataFrame, gpus: frozenset[str] | None) -> pd.DataFrame:
