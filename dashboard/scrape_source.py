@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard import definitions, frames, jobs
 from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
-from dashboard.scrape_verdicts import VerdictCache
+from dashboard.scrape_verdicts import VerdictCache, settled_before
 from dashboard.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
@@ -374,23 +374,40 @@ class ScrapeSource:
         grid, _ = self._grid(window_s, step_s, end)
         return frame(of_device(_DEVICE, uuid), self._on_grid(hist, grid), time=True)
 
+    def _evaluated(self, end: float | None, hist: list[Snapshot]) -> float:
+        """When the idle verdict of a range ending at ``end`` is read: ``end`` itself when given.
+        For now, the last evaluation, as a Prometheus reader sees its rules': the newest multiple
+        of the scrape interval at which every target has been scraped (the time they all were, in
+        a history younger than that). That verdict is settled and
+        kept (dashboard.scrape_verdicts), so every page of those seconds reads the same one, its
+        counts and its names alike. Now itself while the scrapes lag (the last evaluation would be
+        older than EVALUATION_LAG_MAX_SECONDS)."""
+        now = self._end(end)
+        settled = settled_before(hist)
+        if end is not None or not math.isfinite(settled):
+            return now
+        at = math.floor(settled / self.interval_s) * self.interval_s
+        if at < max(float(s.times[0]) for s in hist):  # before a target's first scrape: no verdict yet
+            at = settled
+        return at if 0.0 <= now - at <= EVALUATION_LAG_MAX_SECONDS else now
+
     def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
-        idle = self._idle_at([self._end(end)], hist, filters)
+        idle = self._idle_at([self._evaluated(end, hist)], hist, filters)
         out = idle.assign(value=idle["idle"].astype(float))[[*definitions.LEAF, "sm_mean", "value"]]
         return out.reset_index(drop=True)
 
     def allocation_activity(
         self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        return self._activity(filters, window_s, step_s, self._end(end))[0]
+        hist = self._snapshot()
+        return self._activity(filters, window_s, step_s, self._evaluated(end, hist), hist)[0]
 
     def _activity(
-        self, filters: Filters, window_s: float, step_s: float, end: float
+        self, filters: Filters, window_s: float, step_s: float, end: float, hist: list[Snapshot]
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """allocation_activity over the range ending at ``end``, and the idle verdict it read (per
         held leaf and step, the range's end included)."""
-        hist = self._snapshot()
         grid, step = self._steps(window_s, step_s, end)
         target = Filters(**_targets(filters))
         alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
@@ -415,8 +432,9 @@ class ScrapeSource:
     ) -> pd.DataFrame:
         # the activity's own verdict at the range's end picks the idle leaves: one pass over the
         # history (a second verdict of every leaf at the end was a third of Fleet's time at 1,000 GPUs)
-        now = self._end(end)
-        activity, verdict = self._activity(filters, window_s, step_s, now)
+        hist = self._snapshot()
+        now = self._evaluated(end, hist)
+        activity, verdict = self._activity(filters, window_s, step_s, now, hist)
         at_end = verdict["timestamp"].to_numpy() == now
         idle = verdict.loc[at_end & verdict["idle"].astype("boolean").fillna(False).to_numpy(), ["uuid", "mig_uuid"]]
         out = activity.merge(idle.drop_duplicates(), on=["uuid", "mig_uuid"], how="inner")
@@ -475,7 +493,7 @@ class ScrapeSource:
         if leaves.empty:
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
         leaf = list(definitions.LEAF)
-        idle = self._idle_at([now], hist, NO_FILTERS)
+        idle = self._idle_at([self._evaluated(end, hist)], hist, NO_FILTERS)
         activity = idle.rename(columns={"sm_mean": "value"})[[*leaf, "value"]]
 
         def raw(metric: str) -> pd.DataFrame:
@@ -677,6 +695,11 @@ _DEVICE = re.compile(DEVICE_METRICS)
 EVENTS = "gpulens_gpu_clock_event_active"
 POD_LEAF = ["namespace", "pod", "uuid", "mig_uuid"]
 """A pod's leaf within a target (the cluster is the target's)."""
+
+
+EVALUATION_LAG_MAX_SECONDS = 60.0
+"""Oldest the idle verdict read as "now" may be: Prometheus' default rule evaluation interval (a
+Prometheus reader's verdict is up to one evaluation old)."""
 
 
 def _of_gpus(df: pd.DataFrame, gpus: frozenset[str] | None) -> pd.DataFrame:

@@ -137,6 +137,10 @@ def test_the_cache_is_bounded() -> None:
     cache._keep((), [(float(t), part) for t in range(10)])
     assert cache._rows <= 10 and len(cache._kept) == 3
     assert sorted(t for _s, t in cache._kept) == [7.0, 8.0, 9.0], "the oldest go first"
+    hist: list = []
+    cache.verdicts(lambda a, b: [], [7.0], hist, NO_FILTERS, 15.0)  # read again: the most recent
+    cache._keep((), [(10.0, part)])
+    assert sorted(t for _s, t in cache._kept) == [7.0, 9.0, 10.0], "the least recently read go first"
 
 
 def test_activity_steps_are_step_aligned_and_recur() -> None:
@@ -189,3 +193,39 @@ def test_blocks_read_back_every_scrape_across_layouts_failures_and_eviction() ->
     assert mean["value"].tolist() == [float(np.mean(np.arange(240, 250)))]
     series, samples = coded([of_metric("gpulens_gpu_sm_active_ratio")], [(snap, idx, snap.times[idx])])[0]
     assert list(series["uuid"]) == ["GPU-a"] and samples["value"].tolist() == [float(t) for t in range(240, 250)]
+
+
+class _Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_now_reads_the_last_evaluation_which_every_page_shares(pages: dict[str, list[str]]) -> None:
+    """ "Now" is the newest multiple of the scrape interval at which every target has been scraped
+    (a Prometheus reader sees its rules' last evaluation): kept, so the Fleet page's count and names
+    read one verdict; the first scrape's own time while none is that old; now itself when the
+    scrapes have stopped for more than a minute."""
+    clock = _Clock(T0)
+    src = ScrapeSource(list(pages), interval_s=INTERVAL, fetch=lambda url: "", clock=clock)
+    urls = list(pages)
+    for i, url in enumerate(urls):
+        src._history[url].add(T0 + 3.0 + i, pages[url][0])
+    clock.t = T0 + 3.0 + len(urls) + 0.5
+    assert src._evaluated(None, src._snapshot()) == T0 + 3.0, "one scrape each: when they all were"
+    for k in range(1, 20):
+        for i, url in enumerate(urls):
+            src._history[url].add(T0 + 3.0 + k * INTERVAL + i, pages[url][k])
+    clock.t = T0 + 3.0 + 19 * INTERVAL + len(urls) + 0.5
+    at = src._evaluated(None, src._snapshot())
+    assert at == math.floor((T0 + 3.0 + 19 * INTERVAL) / INTERVAL) * INTERVAL and at % INTERVAL == 0
+    idle = src.leaf_idle()
+    since = src.idle_since(window_s=3600.0, step_s=45.0)
+    assert ((), at) in src._verdicts._kept, "the verdict read as now is kept"
+    named = {(u, m) for u, m, v in zip(idle["uuid"], idle["mig_uuid"], idle["value"], strict=True) if v >= 0.5}
+    assert named and {(u, m) for u, m in zip(since["uuid"], since["mig_uuid"], strict=True)} <= named
+    assert src._evaluated(T0 + 100.5, src._snapshot()) == T0 + 100.5, "an explicit end is read as given"
+    clock.t += 61.0
+    assert src._evaluated(None, src._snapshot()) == clock.t, "scrapes stalled: now itself"
