@@ -842,7 +842,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         "gpulens_pod_gpu_sm_share_ratio",
         "ratio",
-        "The container's share of SM time on the GPU over the last window (per-process utilisation). "
+        "The container's share of SM time on the GPU (per-process utilisation): the mean of the driver's "
+        "samples since the previous read, at most 5 s old while the same processes run. "
         "Absent under MPS: the driver reports per-process utilisation only for the MPS server, so it "
         "cannot be split between the clients.",
         POD_USAGE,

@@ -448,6 +448,38 @@ def test_gpu_without_processes_skips_the_costly_process_utilisation_call(clock: 
     assert fake.process_util_timestamps == [int((clock.wall() - 1.0) * 1e6)], "window = previous cycle"
 
 
+def test_process_utilisation_is_read_every_five_seconds_over_all_samples_since_the_last_read(clock: Clock) -> None:
+    """The read costs ~2 ms whatever it returns, and NVML keeps the samples between reads: one
+    read per ``PROCESS_UTILIZATION_SECONDS`` while the same processes run, its answer held in
+    between; a process the last read did not know is read at once."""
+    dev = h200(0, processes=[FakeProcess(pid=9)], process_util=[(9, 50, 5)])
+    fake = FakeNvml([dev])
+    backend = make(fake, clock)
+    start = clock.wall()
+    shares = [s.gpus[0].leaves[0].processes[0].sm_util_ratio for s in cycles(backend, clock, 12)]
+    assert shares[0] is None, "the first cycle has no window yet"
+    assert shares[1:] == [pytest.approx(0.5)] * 11, "held between reads"
+    assert fake.process_util_timestamps == [int((start + t) * 1e6) for t in (0.0, 1.0, 6.0)], (
+        "read on the second cycle (a new process), then 5 s later, each over the samples since the last read"
+    )
+    dev.process_util = [(9, 20, 5), (11, 70, 7)]
+    dev.processes = [FakeProcess(pid=9), FakeProcess(pid=11)]
+    (s,) = cycles(backend, clock, 1)
+    assert {p.pid: p.sm_util_ratio for p in s.gpus[0].leaves[0].processes} == {
+        9: pytest.approx(0.2),
+        11: pytest.approx(0.7),
+    }, "a new tenant is read on the cycle it appears"
+    assert len(fake.process_util_timestamps) == 4
+    dev.processes = []
+    list(cycles(backend, clock, 2))
+    dev.processes = [FakeProcess(pid=9)]
+    (s,) = cycles(backend, clock, 1)
+    assert s.gpus[0].leaves[0].processes[0].sm_util_ratio == pytest.approx(0.2)
+    assert fake.process_util_timestamps[-1] == int((clock.wall() - 2.0) * 1e6), (
+        "after an idle spell the window is the last cycle, not the time since the old read"
+    )
+
+
 def test_absurd_values_are_dropped_and_counted(clock: Clock) -> None:
     fake = FakeNvml([h200(0, util_gpu=101, temperature=0xFFFFFFFF, power_mw=0xFFFFFFFF, gpm={SM: 250.0})])
     _, second = cycles(make(fake, clock), clock, 2)

@@ -109,7 +109,7 @@ class GpuReader:
     ) -> LeafSample:
         """The GPU as its only leaf, with its GPM window and its links."""
         listed = self._processes.on_leaf(self.uuid, self._handle)
-        utilization = self._processes.utilization(wanted=bool(listed.running))
+        utilization = self._processes.utilization(frozenset(int(p.pid) for p in listed.running))
         return LeafSample(
             uuid=self.uuid,
             memory_used_bytes=core.memory[0],
@@ -126,7 +126,7 @@ class GpuReader:
         PCIe traffic GPM measures for its GPU instance (the instances share the GPU's link)."""
         devices = self._mig.present()
         listed = [self._processes.on_leaf(d.mig.mig_uuid, d.handle) for d in devices]
-        utilization = self._processes.utilization(wanted=any(p.running for p in listed))
+        utilization = self._processes.utilization(frozenset(int(p.pid) for leaf in listed for p in leaf.running))
         leaves = []
         for device, processes in zip(devices, listed, strict=True):
             mig = device.mig

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,9 @@ MPS_SERVER_PROCESS = "nvidia-cuda-mps-server"
 
 Utilization = Mapping[int, tuple[float | None, float | None]]
 """pid -> (SM, memory) busy ratios over the last window."""
+PROCESS_UTILIZATION_SECONDS = 5.0
+"""Seconds between two reads of per-process utilisation while the same processes run (see
+``Processes.utilization``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,12 @@ class Processes:
         self._uuid = uuid
         self._wall_clock = wall_clock
         self._since_us: int | None = None
+        self._read_at = -math.inf
+        """Wall clock (s) of the last utilisation read."""
+        self._held: Utilization = {}
+        """What the last read gave, answered until the next."""
+        self._held_pids: frozenset[int] = frozenset()
+        """The processes listed when it was read."""
 
     def on_leaf(self, scope: str, handle: Any) -> LeafProcesses:
         """Compute processes on a whole GPU or MIG device, MPS clients included, with their roles.
@@ -62,17 +72,27 @@ class Processes:
                 roles[pid] = MPS_SERVER
         return LeafProcesses(running, roles)
 
-    def utilization(self, wanted: bool) -> Utilization:
-        """pid -> (sm, memory) ratios since the previous cycle; empty on the first cycle.
+    def utilization(self, pids: frozenset[int]) -> Utilization:
+        """pid -> (sm, memory) ratios: the mean of every sample NVML took since the read before.
 
-        Skipped (``wanted=False``) when no compute process runs: the call costs ~2.4 ms on an
-        H200 even when it answers NotFound, and most GPUs in a fleet sit idle.
+        The call costs ~2 ms of CPU on an H200 whatever it returns (``bench/nvml_alternatives.py``),
+        and NVML keeps each process's samples (one per 200 ms there) with their timestamps, so a
+        read every ``PROCESS_UTILIZATION_SECONDS`` returns the same samples as five reads a second
+        apart: it is read that often, and its answer held in between.  It is read at once when a
+        process is listed that the last read did not know, so a new tenant's share shows on its
+        first cycle.  Skipped (``pids`` empty) while no compute process runs, as most GPUs in a
+        fleet sit idle; empty on the first cycle.
         """
         q = self._q
+        now = self._wall_clock()
         since = self._since_us
-        self._since_us = int(self._wall_clock() * 1e6)
-        if since is None or not wanted:
+        if since is None or not pids:
+            self._since_us = int(now * 1e6)
+            self._held, self._held_pids, self._read_at = {}, frozenset(), -math.inf
             return {}
+        if now - self._read_at < PROCESS_UTILIZATION_SECONDS and pids <= self._held_pids:
+            return self._held
+        self._since_us = int(now * 1e6)
         # NotFound means no process ran in the window: an empty answer, not an error.
         samples = q.call(
             self._uuid,
@@ -88,7 +108,9 @@ class Processes:
             acc[0] += s.smUtil
             acc[1] += s.memUtil
             acc[2] += 1
-        return {pid: (percent(q, sm / n), percent(q, mem / n)) for pid, (sm, mem, n) in sums.items()}
+        self._held = {pid: (percent(q, sm / n), percent(q, mem / n)) for pid, (sm, mem, n) in sums.items()}
+        self._held_pids, self._read_at = pids, now
+        return self._held
 
 
 def process_samples(
