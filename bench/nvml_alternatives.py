@@ -42,7 +42,8 @@ def busy(seconds):
     while time.monotonic() < end:
         for _ in range(2): z = x @ y
         torch.cuda.synchronize()
-PERIODS = {'steady': (1.0, 0.0), 'duty50': (0.1, 0.1), 'duty20': (0.02, 0.08), 'burst30': (0.3, 0.7)}
+PERIODS = {'slow40': (2.0, 3.0), 'steady': (1.0, 0.0),
+           'duty50': (0.1, 0.1), 'duty20': (0.02, 0.08), 'burst30': (0.3, 0.7)}
 on, off = PERIODS.get(pattern, (0, 0))
 while True:
     if pattern == 'tiny':
@@ -260,6 +261,28 @@ def depth(r: Reads, spans: tuple[int, ...] = (1, 5, 10, 20, 40, 80)) -> list[dic
     return out
 
 
+def since_test(r: Reads, reads: int = 8, every: float = 5.0) -> list[dict[str, Any]]:
+    """Whether per-process utilisation averages over the span since ``since`` or over a fixed
+    recent period: under a 5 s cycle (2 s busy, 3 s idle), every ``every`` s one read since the
+    last read and, at once, one since 1 s ago."""
+    out = []
+    last = int(time.time() * 1e6)
+    for _ in range(reads):
+        time.sleep(every)
+        now = int(time.time() * 1e6)
+        long = r.proc_one_call(last)
+        short = r.proc_one_call(now - 1_000_000)
+        out.append(
+            {
+                "since_last_read": [int(p.smUtil) for p in long],
+                "since_1s_ago": [int(p.smUtil) for p in short],
+                "stamps_age_ms": [round((now - int(p.timeStamp)) / 1e3) for p in long],
+            }
+        )
+        last = now
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -272,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     nvml.nvmlInit()
     r = Reads(nvml, nvml.nvmlDeviceGetHandleByIndex(0))
     if args.depth:
-        load = start_load("duty50")
+        load = start_load("slow40")
         try:
-            time.sleep(85)
+            for row in since_test(r):
+                print(row, flush=True)
             reach = depth(r)
         finally:
             stop(load)

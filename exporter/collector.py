@@ -40,10 +40,6 @@ def _family(spec: cat.MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
     return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
 
 
-def _ok(value: float | None) -> bool:
-    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
-
-
 def family_samples(
     spec: cat.MetricSpec, instances: Sequence[tuple[LabelValues, Any]]
 ) -> list[tuple[LabelValues, float]]:
@@ -55,14 +51,24 @@ def family_samples(
     that family alone)."""
     out: list[tuple[LabelValues, float]] = []
     width = len(spec.labels)
+    if isinstance(spec.read, cat.OneSample):  # one sample per instance, no label: no tuple per sample
+        one = spec.read.value
+        for scope_values, view in instances:
+            value = one(view)
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                continue
+            if len(scope_values) != width:
+                raise LabelMismatch(f"{spec.name}: label values {scope_values} do not match labels {spec.labels}")
+            out.append((scope_values, float(value)))
+        return out
     for scope_values, view in instances:
         for own_values, value in spec.read(view):
-            if not _ok(value):
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
                 continue
             values = (*scope_values, *own_values) if own_values else scope_values
             if len(values) != width:
                 raise LabelMismatch(f"{spec.name}: label values {values} do not match labels {spec.labels}")
-            out.append((values, float(value)))  # type: ignore[arg-type]
+            out.append((values, float(value)))
     return out
 
 

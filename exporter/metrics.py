@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from exporter.model import (
     BOUNDNESS_CLASSES,
@@ -92,9 +92,22 @@ class MetricSpec:
         return (*self.scope.labels, *self.own_labels)
 
 
+class OneSample(Generic[V]):
+    """A read of one sample per instance that adds no label; ``value`` gives the reading alone, so
+    the renderer can skip building a sample tuple per instance."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Callable[[V], Value]) -> None:
+        self.value = value
+
+    def __call__(self, view: V) -> Iterable[Sample]:
+        return (((), self.value(view)),)
+
+
 def _one(value: Callable[[V], Value]) -> Callable[[V], Iterable[Sample]]:
     """A read of one sample per instance that adds no label."""
-    return lambda view: (((), value(view)),)
+    return OneSample(value)
 
 
 def _m(
