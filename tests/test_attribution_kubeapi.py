@@ -122,6 +122,29 @@ def test_watch_follows_adds_phase_changes_and_deletes(api: KubeApiEmulator) -> N
         source.close()
 
 
+def test_an_update_that_changes_nothing_the_table_holds_keeps_the_view(api: KubeApiEmulator) -> None:
+    """A restart, a probe or a condition is a MODIFIED event, but the table holds none of it: the
+    view stays the same object (the sampler caches the attribution on it), until a field it holds
+    changes."""
+    api.put(make_pod("a", containers={"main": "c" * 64}))
+    source = watcher(api)
+    try:
+        assert wait_for(lambda: source.latest()[1].success)
+        assert wait_for(lambda: api.watch_count() >= 1)
+        before, _ = source.latest()
+        restarted = make_pod("a", containers={"main": "c" * 64})
+        restarted["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        api.put(restarted)
+        rv = str(api.rv)
+        assert wait_for(lambda: source.resource_version == rv)
+        assert source.latest()[0] is before
+        api.put(make_pod("a", phase="Failed", containers={"main": "c" * 64}))
+        assert wait_for(lambda: names(source) == {"a": "Failed"})
+        assert source.latest()[0] is not before
+    finally:
+        source.close()
+
+
 def test_container_ids_from_status_map_to_container_names(api: KubeApiEmulator) -> None:
     api.put(make_pod("a", containers={"trainer": "ab" * 32, "sidecar": "cd" * 32}))
     source = watcher(api)

@@ -226,8 +226,11 @@ class KubePodSource(NodeWatch[PodDirectory, _PodBatch]):
             meta = self._pod_meta(api, obj, self._unsettled)
             if meta is not None:
                 with self._lock:
-                    self._pods[meta.uid] = meta
-                    self._version += 1
+                    # Most updates (probes, restarts, conditions) change nothing the table holds:
+                    # the view, and what callers cached on it, stay as they are.
+                    if self._pods.get(meta.uid) != meta:
+                        self._pods[meta.uid] = meta
+                        self._version += 1
         elif kind == "DELETED":
             uid = str((obj.get("metadata") or {}).get("uid"))
             self._unsettled.pop(uid, None)

@@ -76,9 +76,10 @@ class Processes:
         """pid -> (sm, memory) ratios: the mean of every sample NVML took since the read before.
 
         The call costs ~2 ms of CPU on an H200 whatever it returns (``bench/nvml_alternatives.py``),
-        and NVML keeps each process's samples (one per 200 ms there) with their timestamps, so a
-        read every ``PROCESS_UTILIZATION_SECONDS`` returns the same samples as five reads a second
-        apart: it is read that often, and its answer held in between.  It is read at once when a
+        and NVML averages each process's utilisation over the whole span since the timestamp it is
+        given (on an H200 under 2 s of work every 5 s, one read every 5.37 s gave 37-38 %, one a
+        second 0-99 %), so it is read every ``PROCESS_UTILIZATION_SECONDS`` and its answer held
+        in between: the mean over the last read's span instead of the last second's.  It is read at once when a
         process is listed that the last read did not know, so a new tenant's share shows on its
         first cycle.  Skipped (``pids`` empty) while no compute process runs, as most GPUs in a
         fleet sit idle; empty on the first cycle.
