@@ -94,6 +94,24 @@ def test_missing_readings_are_left_out_in_both() -> None:
         assert "gpulens_gpu_power_watts" not in ours
 
 
+def test_one_sample_entries_leave_out_missing_readings_too() -> None:
+    """One-sample entries take the renderer's shorter path (``OneSample``): a reading of None,
+    NaN or an infinity, a float subclass's NaN included, is left out there as well."""
+    sampler, _expo, _backend = build(parse_config(["--backend", "sim", "--no-probes"]))
+    snap = sampler.run_once()
+
+    class Reading(float):
+        pass
+
+    odd = iter([None, float("nan"), float("inf"), Reading("nan"), -float("inf"), 250.0, 1, Reading(2.5)])
+    base = cat.spec("gpulens_gpu_power_watts")
+    spec = replace(base, read=cat.OneSample(lambda _gpu: next(odd)))
+    collector = SnapshotCollector(lambda: snap, catalogue=[spec, cat.spec("gpulens_up")], include_age=False)
+    text = collector.exposition(False)
+    values = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith("gpulens_gpu_power_watts{")]
+    assert values == ["250.0", "1.0", "2.5"], "8 GPUs: the five missing readings are left out"
+
+
 def test_before_the_first_snapshot_both_agree() -> None:
     collector = SnapshotCollector(lambda: None, version="0.1", backend="sim")
     for ours, theirs in _both(collector):
