@@ -73,16 +73,17 @@ class Processes:
         return LeafProcesses(running, roles)
 
     def utilization(self, pids: frozenset[int]) -> Utilization:
-        """pid -> (sm, memory) ratios: the mean of every sample NVML took since the read before.
+        """pid -> (sm, memory) ratios over the span since the read before (``pids``: the
+        processes listed now).
 
         The call costs ~2 ms of CPU on an H200 whatever it returns (``bench/nvml_alternatives.py``),
-        and NVML averages each process's utilisation over the whole span since the timestamp it is
-        given (on an H200 under 2 s of work every 5 s, one read every 5.37 s gave 37-38 %, one a
-        second 0-99 %), so it is read every ``PROCESS_UTILIZATION_SECONDS`` and its answer held
-        in between: the mean over the last read's span instead of the last second's.  It is read at once when a
-        process is listed that the last read did not know, so a new tenant's share shows on its
-        first cycle.  Skipped (``pids`` empty) while no compute process runs, as most GPUs in a
-        fleet sit idle; empty on the first cycle.
+        and NVML averages each process over the whole span since the timestamp it is given (on an
+        H200 under 2 s of work every 5 s, one read every 5.37 s gave 37-38 %, one a second 0-99 %).
+        So it is read every ``PROCESS_UTILIZATION_SECONDS`` and its answer held in between: a mean
+        over up to 5 s instead of the last second.  It is read at once when a process is listed
+        that the last read did not know, so a new tenant's share shows on its first cycle.
+        Skipped (``pids`` empty) while no compute process runs, as most GPUs in a fleet sit idle;
+        empty on the first cycle.
         """
         q = self._q
         now = self._wall_clock()
