@@ -7,14 +7,20 @@ Two parts, on GPU 0, each call timed by the calling thread's CPU clock (user + s
 1. **Cost per call**, idle and under a steady bf16 matmul child, ``--calls`` calls 50 ms apart:
    energy as ``nvmlDeviceGetTotalEnergyConsumption`` and as a field value; per-process
    utilisation as the binding's two-call wrapper, as its size query alone and as one call into a
-   buffer sized ahead; GPU-Util samples (``nvmlDeviceGetSamples``) the same three ways; GPM
-   ``GRAPHICS_UTIL``; memory info v1 and v2.
+   buffer sized ahead; GPU-Util samples (``nvmlDeviceGetSamples``) as wrapper and one call; a
+   GPM sample with ``SM_UTIL`` and with ``GRAPHICS_UTIL``; and for scale power, PCIe replays,
+   GPU-Util, memory info and the compute-process list.
 2. **Agreement per 1 s window** under workload patterns (idle, steady, duty cycles, short bursts,
    launch-bound tiny kernels): GPM graphics-engine activity (the exporter's busy fraction) beside
    GPU-Util read once, the mean of GPU-Util's samples in the window, and the lone process's mean
    SM utilisation from its per-process samples.
 
 Prints two tables and writes ``nvml_alternatives.json`` (every window) under ``--out``.
+
+``--depth`` runs only this instead, under a load of 2 s of work every 5 s: eight rounds, 5 s
+apart, of one per-process read over the span since the round before and one over the last
+second; then reads over the last 1, 5, 10, 20, 40 and 80 s. It tells whether NVML averages a
+process over the span it is given (the exporter reads it every 5 s on that basis).
 """
 
 from __future__ import annotations
