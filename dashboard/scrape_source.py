@@ -378,10 +378,10 @@ class ScrapeSource:
         """When the idle verdict of a range ending at ``end`` is read: ``end`` itself when given.
         For now, the last evaluation, as a Prometheus reader sees its rules': the newest multiple
         of the scrape interval at which every target has been scraped (the time they all were, in
-        a history younger than that). That verdict is settled and
-        kept (dashboard.scrape_verdicts), so every page of those seconds reads the same one, its
-        counts and its names alike. Now itself while the scrapes lag (the last evaluation would be
-        older than EVALUATION_LAG_MAX_SECONDS)."""
+        a history younger than that). That verdict is settled and kept (dashboard.scrape_verdicts),
+        so every page of those seconds reads the same one, its counts and its names alike. Now
+        itself while the scrapes lag (the last evaluation would be older than
+        EVALUATION_LAG_MAX_SECONDS)."""
         now = self._end(end)
         settled = settled_before(hist)
         if end is not None or not math.isfinite(settled):
