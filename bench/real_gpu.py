@@ -7,8 +7,10 @@
 Method: start the exporters (1 s collection interval each) side by side, wait until all answer
 and 5 s more; then (1) ``--scrapes`` scrapes of each, in turn, so all see the same machine state
 -> client-side latency p50/p99 (full body read); (2) a quiet ``--quiet-seconds`` with one scrape
-per second of each (what Prometheus does) -> CPU seconds per second of each process from
-/proc/PID/stat (threads included, children not); RSS at the end.
+of each every ``--scrape-interval`` seconds (default: the chart's ServiceMonitor interval, 15 s,
+what Prometheus does as the chart deploys it; ``1`` for a scraper as eager as the collection)
+-> CPU seconds per second of each process from /proc/PID/stat (threads included, children not);
+RSS at the end.
 
 ``--client`` chooses how both phases scrape: ``urllib`` (the default, as every run before
 2026-12-03: a new connection per scrape, no ``Accept``, no compression) or ``prometheus`` (as
@@ -74,6 +76,8 @@ if TYPE_CHECKING:
     from tests.fakes.kubelet_server import FakeKubelet
 
 REPO = Path(__file__).resolve().parents[1]
+CHART_VALUES = Path(__file__).resolve().parent.parent / "deploy" / "helm" / "gpulens" / "values.yaml"
+"""The chart's values: its ServiceMonitor interval is the quiet period's default scrape interval."""
 OURS = f"{sys.executable} -m exporter --backend nvml --collect.interval 1 --no-probes"
 """gpulens without its listen address (the bench adds it, and each configuration's flags)."""
 MATMUL_LOAD = """
@@ -273,10 +277,11 @@ def run(
     quiet_seconds: float,
     tick: Callable[[], None] | None = None,
     client: Callable[[str], tuple[float, bytes]] = scrape,
+    scrape_every: int = 1,
 ) -> list[Figures]:
     """Latency of ``scrapes`` scrapes of each exporter in turn, then CPU and RSS over a quiet
-    period of one scrape per second each (``tick`` called once a second meanwhile), all by
-    ``client``."""
+    period of one scrape every ``scrape_every`` seconds each, the first at its start (``tick``
+    called once a second meanwhile), all by ``client``."""
     for _ in range(scrapes):
         for exp in exporters:
             dt, exp.body = client(exp.url)
@@ -284,12 +289,15 @@ def run(
     pids = {exp.label: exp.proc.pid for exp in exporters if exp.proc is not None}
     cpu0 = {label: cpu_seconds(pid) for label, pid in pids.items()}
     t0 = time.monotonic()
+    second = 0
     while time.monotonic() - t0 < quiet_seconds:
         tick_at = time.monotonic()
         if tick is not None:
             tick()
-        for exp in exporters:
-            _, exp.body = client(exp.url)
+        if second % scrape_every == 0:
+            for exp in exporters:
+                _, exp.body = client(exp.url)
+        second += 1
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick_at)))
     elapsed = time.monotonic() - t0
     out = []
@@ -308,6 +316,17 @@ def run(
             )
         )
     return out
+
+
+def chart_scrape_interval(values: Path = CHART_VALUES) -> int:
+    """The chart's ServiceMonitor ``interval`` in whole seconds: how often Prometheus scrapes the
+    exporter as the chart deploys it (``serviceMonitor.interval`` in its values, e.g. ``15s``)."""
+    text = values.read_text()
+    block = re.search(r"^serviceMonitor:\n((?:[ #].*\n|\n)*)", text, re.MULTILINE)
+    found = re.search(r"^  interval: (\d+)s\s*$", block.group(1), re.MULTILINE) if block else None
+    if found is None:
+        raise SystemExit(f"{values}: no serviceMonitor.interval in whole seconds")
+    return int(found.group(1))
 
 
 def stage_durations(body: bytes) -> dict[str, float]:
@@ -397,6 +416,13 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=500)
     parser.add_argument("--tag", default="", help="file name stem of the outputs")
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--scrape-interval",
+        type=int,
+        default=None,
+        help="seconds between the quiet period's scrapes (default: the chart's ServiceMonitor interval, "
+        "read from its values; 1 for the runs before 2026-12-03, evening)",
+    )
     parser.add_argument("--configs", default=None, help=f"comma-separated: {', '.join(CONFIG_LABELS)}")
     parser.add_argument("--chain", choices=tuple(CHAINS), default=None, help="short for --configs (module doc)")
     parser.add_argument("--kubelet", action="store_true", help="short for --chain kubelet")
@@ -413,6 +439,9 @@ def main() -> None:
     configs = parse_configs(args, parser)
     if not 2 <= args.pods <= 10_000:
         parser.error("--pods must be 2..10000")
+    scrape_every = chart_scrape_interval() if args.scrape_interval is None else args.scrape_interval
+    if not 1 <= scrape_every <= 300:
+        parser.error("--scrape-interval must be 1..300 seconds")
     if any(c != "nvml-only" for c in configs):
         from bench.exporter_rss import load_fakes
 
@@ -461,7 +490,7 @@ def main() -> None:
         wait_ready(peer, peer_ready.encode(), args.out)
         time.sleep(5.0)
         client = PrometheusLikeScraper() if args.client == "prometheus" else scrape
-        figs = run(everyone, args.scrapes, args.quiet_seconds, chain.tick if chain else None, client)
+        figs = run(everyone, args.scrapes, args.quiet_seconds, chain.tick if chain else None, client, scrape_every)
 
     health = {config: chain_health(exp.body) for config, exp in ours.items()}
     broken = {config: why for config in configs if (why := chain_broken(health[config], config))}
@@ -480,6 +509,7 @@ def main() -> None:
         "load": args.load,
         "client": args.client,
         "quiet_seconds": args.quiet_seconds,
+        "scrape_interval_seconds": scrape_every,
         "latency_mean_ms": {e.label: statistics.fmean(e.latencies) * 1e3 for e in everyone},
     }
     text = table(figs)
