@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from tests.fakes.kubelet_server import FakeKubelet
 
 REPO = Path(__file__).resolve().parents[1]
-CHART_VALUES = Path(__file__).resolve().parent.parent / "deploy" / "helm" / "gpulens" / "values.yaml"
+CHART_VALUES = REPO / "deploy" / "helm" / "gpulens" / "values.yaml"
 """The chart's values: its ServiceMonitor interval is the quiet period's default scrape interval."""
 OURS = f"{sys.executable} -m exporter --backend nvml --collect.interval 1 --no-probes"
 """gpulens without its listen address (the bench adds it, and each configuration's flags)."""
@@ -446,7 +446,7 @@ def main() -> None:
         type=int,
         default=None,
         help="seconds between the quiet period's scrapes (default: the chart's ServiceMonitor interval, "
-        "read from its values; 1 for the runs before 2026-12-03, evening)",
+        "read from its values; 1 for the runs before 2026-12-03, night)",
     )
     parser.add_argument("--configs", default=None, help=f"comma-separated: {', '.join(CONFIG_LABELS)}")
     parser.add_argument("--chain", choices=tuple(CHAINS), default=None, help="short for --configs (module doc)")
