@@ -339,12 +339,12 @@ def run(
 def chart_scrape_interval(values: Path = CHART_VALUES) -> int:
     """The chart's ServiceMonitor ``interval`` in whole seconds: how often Prometheus scrapes the
     exporter as the chart deploys it (``serviceMonitor.interval`` in its values, e.g. ``15s``)."""
-    text = values.read_text()
-    block = re.search(r"^serviceMonitor:\n((?:[ #].*\n|\n)*)", text, re.MULTILINE)
-    found = re.search(r"^  interval: (\d+)s\s*$", block.group(1), re.MULTILINE) if block else None
-    if found is None:
-        raise SystemExit(f"{values}: no serviceMonitor.interval in whole seconds")
-    return int(found.group(1))
+    import yaml  # lazy: only a run that takes the chart's default needs it
+
+    interval = str((yaml.safe_load(values.read_text()).get("serviceMonitor") or {}).get("interval", ""))
+    if not re.fullmatch(r"\d+s", interval):
+        raise SystemExit(f"{values}: serviceMonitor.interval {interval!r} is not in whole seconds")
+    return int(interval[:-1])
 
 
 def stage_durations(body: bytes) -> dict[str, float]:
