@@ -6,9 +6,11 @@
 # Ctrl-C stops them all.  Ports: GPULENS_EXPORTER_PORT (9445), GPULENS_DASHBOARD_PORT (8501).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v uv >/dev/null || python3 -m pip install -q uv
-[ -x .venv/bin/python ] || uv venv -q -p python3 .venv
-uv pip install -q -p .venv -e '.[nvml,k8s,probes,dashboard]'
+# uv from PATH, or fetched into .tools/ by the standard library alone: a stock Debian or Ubuntu Python
+# refuses pip installs into the system (PEP 668), and this never asks it to.
+UV=$(python3 scripts/bootstrap_uv.py)
+[ -x .venv/bin/python ] || "$UV" venv -q -p python3 .venv
+"$UV" pip install -q -p .venv -e '.[nvml,k8s,probes,dashboard]'
 
 EXPORTER_PORT=${GPULENS_EXPORTER_PORT:-9445}
 DASHBOARD_PORT=${GPULENS_DASHBOARD_PORT:-8501}

@@ -20,9 +20,12 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-command -v uv >/dev/null || python3 -m pip install -q uv
-[ -x .venv/bin/python ] || uv venv -q -p python3 .venv
-uv pip install -q -p .venv -e '.[dev]'
+# uv from PATH, or fetched into .tools/ by the standard library alone: a stock Debian or Ubuntu Python
+# refuses pip installs into the system (PEP 668), and this never asks it to.
+UV=$(python3 scripts/bootstrap_uv.py)
+export PATH="$(dirname "$UV"):$PATH"  # scripts/image.sh and the image tests run uv too
+[ -x .venv/bin/python ] || "$UV" venv -q -p python3 .venv
+"$UV" pip install -q -p .venv -e '.[dev]'
 
 # One command per line: under set -e a failure on the left of && would not stop the script.
 echo "+ ruff"

@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 
 from tests.support.deploy import DOCKERFILE, dockerfile_stages, objects, one
 from tests.support.net import free_port, get, wait_http
+from tests.support.podman import Podman
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_CONF = REPO / "deploy" / "image"
@@ -40,15 +41,6 @@ STOP_WITHIN_S = 5.0
 CUDA_RUNTIME_VERSION = "from cupy_backends.cuda.api import runtime; print(runtime.runtimeGetVersion())"
 
 pytestmark = pytest.mark.timeout(1200)
-
-
-def container_env() -> dict[str, str]:
-    """buildah and podman read their settings from deploy/image/ only."""
-    return {
-        **os.environ,
-        "CONTAINERS_CONF": str(IMAGE_CONF / "containers.conf"),
-        "CONTAINERS_REGISTRIES_CONF": str(IMAGE_CONF / "registries.conf"),
-    }
 
 
 def build(out: Path, *targets: str, env: dict[str, str] | None = None) -> dict[str, Path]:
@@ -307,20 +299,6 @@ def test_dockerfile_target_matches_the_built_image(
 
 
 # ---- running the images as the chart runs them ----------------------------------------------------
-
-
-class Podman:
-    """podman with its own storage under a temporary folder, and the repository's containers.conf."""
-
-    def __init__(self, root: Path) -> None:
-        assert shutil.which("podman"), "podman missing: run the README test command (scripts/test.sh)"
-        self.base = ["podman", "--root", str(root / "root"), "--runroot", str(root / "run"), "--storage-driver", "vfs"]
-
-    def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([*self.base, *args], env=container_env(), capture_output=True, text=True, timeout=timeout)
-        if check:
-            assert proc.returncode == 0, f"podman {' '.join(args)}: {proc.stdout}{proc.stderr}"
-        return proc
 
 
 @pytest.fixture(scope="module")
