@@ -12,12 +12,12 @@ import logging
 from types import MappingProxyType
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunctions
-from exporter.backends.nvml_gpm import GpmTracker
-from exporter.backends.nvml_gpu import GpuReader, ReaderOptions
-from exporter.backends.nvml_query import GpuLost, NeedsReinit, NvmlQuery
-from exporter.backends.nvml_topology import NvLinkTopology
-from exporter.backends.nvml_values import text
+from exporter.backends.nvml.functions import NvmlFunctions
+from exporter.backends.nvml.gpm import GpmTracker
+from exporter.backends.nvml.gpu import GpuReader, ReaderOptions
+from exporter.backends.nvml.query import GpuLost, NeedsReinit, NvmlQuery
+from exporter.backends.nvml.topology import NvLinkTopology
+from exporter.backends.nvml.values import text
 from exporter.model import BackendSample, GpuSample
 
 _log = logging.getLogger(__name__)

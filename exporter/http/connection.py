@@ -1,5 +1,5 @@
-"""One HTTP/1.1 client connection of the exporter's front (exporter/server.py): bytes in, h11 events,
-one request answered at a time, replies written in slices, TLS through exporter/tls_session.py.
+"""One HTTP/1.1 client connection of the exporter's front (exporter/http/server.py): bytes in, h11 events,
+one request answered at a time, replies written in slices, TLS through exporter/http/tls_session.py.
 
 What one connection can hold, whatever its client does (docs/security.md, "HTTP front"):
 
@@ -7,7 +7,7 @@ What one connection can hold, whatever its client does (docs/security.md, "HTTP 
   pauses while a request is answered or a TLS handshake step runs;
 - unsent bytes: one ``WRITE_SLICE`` in asyncio's buffer (the next slice is written only once the
   kernel took the last one) plus the kernel's send buffer, fixed at ``SEND_BUFFER_BYTES``; the
-  page itself is shared between replies (exporter/collector.py, ``render_parts``);
+  page itself is shared between replies (exporter/render/collector.py, ``render_parts``);
 - pipelined requests: ``MAX_PIPELINED`` answered back to back; the reply to the last carries
   ``Connection: close``;
 - time: the head deadline, the keep-alive idle limit and the write deadline (``Limits``).
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import h11
 
-from exporter.tls_session import TlsSession
+from exporter.http.tls_session import TlsSession
 
 if TYPE_CHECKING:
-    from exporter.server import MetricsServer, Response
+    from exporter.http.server import MetricsServer, Response
 
 log = logging.getLogger(__name__)
 

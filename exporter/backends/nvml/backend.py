@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunctions
-from exporter.backends.nvml_gpu import ReaderOptions
-from exporter.backends.nvml_query import GpuLost, NeedsReinit, error_names
-from exporter.backends.nvml_session import NvmlSession
+from exporter.backends.nvml.functions import NvmlFunctions
+from exporter.backends.nvml.gpu import ReaderOptions
+from exporter.backends.nvml.query import GpuLost, NeedsReinit, error_names
+from exporter.backends.nvml.session import NvmlSession
 from exporter.model import BackendSample
 
 _log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ class NvmlBackend:
     ``energy_every`` cycles the same way: ``rate()`` over any window longer than that is unchanged.
     Fields that change with a configuration or an error (MIG and compute mode, power limit, ECC,
     remapped rows, PCIe replays, fan, HBM temperature) are read every ``slow_every`` cycles
-    (exporter/backends/nvml_device.py), and so is the NVLink fabric registration, which completes
-    some time after boot (exporter/backends/nvml_fabric.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
+    (exporter/backends/nvml/device.py), and so is the NVLink fabric registration, which completes
+    some time after boot (exporter/backends/nvml/fabric.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
     every GPU then reads as one without it (coarse classes, docs/boundness.md).
     """
 
