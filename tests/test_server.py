@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.http.server import Limits, MetricsServer, parse_listen_address
+from exporter.http.limits import Limits
+from exporter.http.server import MetricsServer, parse_listen_address
 from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from tests.fakes_backend import ScriptedBackend, healthy

@@ -25,8 +25,9 @@ import pytest
 import trustme
 
 from exporter.http import tls_session
+from exporter.http.limits import Limits
 from exporter.http.login import LoginScheduler, client_lane
-from exporter.http.server import Limits, MetricsServer
+from exporter.http.server import MetricsServer
 from exporter.http.tls_groups import set_groups
 from exporter.http.webconfig import BasicAuth, WebConfigError, load_web_config
 from tests.support.web import client_ctx, serving, write_pair

@@ -46,7 +46,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,9 +54,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter.heap import trim_now
-from exporter.http.admission import BURST, RATE_PER_SECOND, ConnectionBudget
+from exporter.http.admission import ConnectionBudget
 from exporter.http.connection import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
+from exporter.http.limits import Limits
 from exporter.http.login import LoginScheduler
+from exporter.http.response import Response
 from exporter.http.tls_session import TlsSession
 from exporter.http.webconfig import BasicAuth, TlsContextSource, WebConfig
 from exporter.render.gzip_stream import gzip_parts
@@ -93,22 +95,6 @@ TRIM_DELAY = 1.0
 """Seconds from the burst's first counted close to the trim."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The HTTP front's budget (counts, bytes and seconds); see the module docstring."""
-
-    max_connections: int = 512
-    max_header_bytes: int = 16 * 1024
-    max_headers: int = 100
-    request_deadline: float = 10.0
-    keepalive_idle: float = 30.0
-    write_deadline: float = 30.0
-    max_stalled: int = 32
-    max_handshakes: int = 64
-    bad_endings_per_second: float = RATE_PER_SECOND
-    bad_endings_burst: float = BURST
-
-
 Body = bytes | Sequence[bytes | memoryview]
 Exposition = Callable[[str], tuple[Body, str]]
 """``render(accept_header) -> (body or its parts, content_type)``: the metrics page."""
@@ -120,19 +106,6 @@ compressing the page (exporter/render/collector.py, ``CachedExposition.reply``).
 
 UNAUTHENTICATED_PATHS = ("/healthz", "/readyz")
 """Liveness/readiness reveal nothing and kubelet probes cannot send credentials."""
-
-_TEXT = "text/plain; charset=utf-8"
-
-
-@dataclass
-class Response:
-    """A reply: status, body in parts (sent without joining), content type, extra headers."""
-
-    status: int
-    body: tuple[bytes | memoryview, ...]
-    ctype: str = _TEXT
-    headers: tuple[tuple[str, str], ...] = ()
-    close: bool = False
 
 
 def _text(status: int, text: bytes, **kw: Any) -> Response:

@@ -10,7 +10,8 @@ from pathlib import Path
 import trustme
 from prometheus_client import CollectorRegistry, Gauge
 
-from exporter.http.server import Limits, MetricsServer
+from exporter.http.limits import Limits
+from exporter.http.server import MetricsServer
 from exporter.http.webconfig import load_web_config
 
 
