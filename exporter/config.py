@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.http.server import parse_listen_address
+from exporter.listen_address import parse_listen_address
 
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -171,8 +171,8 @@ def parse_bytes(text: str) -> int:
 def _listen(text: str) -> str:
     """``--web.listen-address``: ``[HOST]:PORT`` with an ASCII port 0..65535 and an ASCII host.
 
-    ``exporter.http.server.parse_listen_address`` reads the port with ``int()``, which would also take
-    other scripts' digits, a sign, ``_`` and whitespace; they are refused here first."""
+    ``exporter.listen_address.parse_listen_address`` reads the port with ``int()``, which would
+    also take other scripts' digits, a sign, ``_`` and whitespace; they are refused here first."""
     host, sep, port = text.rpartition(":")
     if sep and not re.fullmatch(r"[0-9]+", port):
         raise ValueError(f"port {port[:20]!r} {_not_a_number_because(port)}: expected 0..65535")

@@ -16,7 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.http.limits import Limits
-from exporter.http.server import MetricsServer, parse_listen_address
+from exporter.http.server import MetricsServer
+from exporter.listen_address import parse_listen_address
 from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from tests.fakes_backend import ScriptedBackend, healthy

@@ -61,6 +61,7 @@ from exporter.http.login import LoginScheduler
 from exporter.http.response import Response
 from exporter.http.tls_session import TlsSession
 from exporter.http.webconfig import BasicAuth, TlsContextSource, WebConfig
+from exporter.listen_address import parse_listen_address
 from exporter.render.gzip_stream import gzip_parts
 from exporter.render.negotiate import accepts_gzip, exposition_accept
 from exporter.tcp import as_tcp
@@ -142,26 +143,6 @@ def _plain(registry: CollectorRegistry) -> Exposition:
         return encoder(registry), ctype
 
     return render
-
-
-def parse_listen_address(value: str) -> tuple[str, int]:
-    """``host:port`` / ``:port`` / ``[::1]:port`` -> (host, port); ValueError names what is wrong.
-
-    An empty host (``:port``) means every address of both IP stacks (``listen_socket``)."""
-    host, sep, port_s = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"expected HOST:PORT or :PORT, got {value!r}")
-    if host.startswith("[") != host.endswith("]"):
-        raise ValueError(f"unbalanced brackets in {value!r}")
-    if ":" in host and not host.startswith("["):
-        raise ValueError(f"an IPv6 address needs brackets, as in [{host}]:{port_s}")
-    host = host.strip("[]")
-    if not port_s.isascii() or not port_s.isdigit():
-        raise ValueError(f"port {port_s!r} is not a number")
-    port = int(port_s)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range 0..65535")
-    return host, port
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
