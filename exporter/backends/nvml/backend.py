@@ -1,7 +1,7 @@
 """NVML backend: reads every physical GPU and leaf (whole GPU or MIG instance) through NVML.
 
-The only module that imports ``pynvml`` (nvidia-ml-py), lazily, so the exporter runs without it.
-This class owns the library's life: initialisation with backoff, re-initialisation after a
+The binding, ``pynvml`` (nvidia-ml-py), is loaded on first use by the session module, so the
+exporter runs without it. This class owns the library's life: initialisation with backoff, re-initialisation after a
 driver loss, bounded shutdown. Everything between one ``nvmlInit`` and its end is an
 :class:`NvmlSession`, whose readers pass every call through :class:`NvmlQuery`; that gate turns
 NVML errors into ``None`` fields, lost GPUs and re-initialisation. See
@@ -19,7 +19,7 @@ from typing import Any
 from exporter.backends.nvml.functions import NvmlFunctions
 from exporter.backends.nvml.gpu import ReaderOptions
 from exporter.backends.nvml.query import GpuLost, NeedsReinit, error_names
-from exporter.backends.nvml.session import NvmlSession
+from exporter.backends.nvml.session import NvmlSession, load_binding
 from exporter.model import BackendSample
 
 _log = logging.getLogger(__name__)
@@ -186,9 +186,7 @@ class NvmlBackend:
 
     def _module(self) -> Any:
         if self._nvml is None:
-            import pynvml  # nvidia-ml-py; optional extra "nvml"
-
-            self._nvml = pynvml
+            self._nvml = load_binding()
         return self._nvml
 
     def _describe_init_failure(self, exc: BaseException) -> str:

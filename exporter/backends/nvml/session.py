@@ -3,6 +3,9 @@
 A session exists only between a successful ``nvmlInit`` and its end: ``close()`` (shutdown) or
 a driver loss, after which the backend drops it and starts a new one with fresh handles. Nothing
 in it is ever half-built: the constructor enumerates the GPUs or raises.
+
+The only module that imports ``pynvml`` (nvidia-ml-py), lazily (:func:`load_binding`), so the
+exporter runs without it; every other NVML module is handed the binding.
 """
 
 from __future__ import annotations
@@ -22,6 +25,14 @@ from exporter.model import BackendSample, GpuSample
 
 _log = logging.getLogger(__name__)
 _SYSTEM = "system"
+
+
+def load_binding() -> Any:
+    """The NVML binding module, ``pynvml`` (nvidia-ml-py, the optional extra "nvml"), imported on
+    first use; ``ImportError`` where it is not installed."""
+    import pynvml
+
+    return pynvml
 
 
 class NvmlSession:
