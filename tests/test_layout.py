@@ -117,7 +117,7 @@ snapshot; the HTTP front that serves it; and the flags and wiring, the only comp
 
 DASHBOARD_FORBIDDEN = ("exporter.config", "exporter.http", "exporter.cli", "exporter.__main__")
 """What nothing under dashboard/ may import: the exporter's flags, its HTTP front, and the
-composition root that loads both (DESIGN.md section 1)."""
+composition root that loads both (docs/design.md, "Layout")."""
 
 
 def _module_name(path: Path) -> str:
