@@ -6,7 +6,7 @@ Needs a Hopper or newer GPU and nvidia-ml-py. Two GPM samples are taken 0.5 s ap
 metrics call is timed (the calling thread's CPU clock, user + system) over that same pair, for
 each metric the exporter asks alone, for the exporter's whole request, and for the request
 without the metrics of each group; medians over ``--calls`` calls. The exporter's request is
-``exporter/backends/nvml_gpm.py``'s ratio and PCIe metrics (and NVLink where a GPU has links).
+``exporter/backends/nvml/gpm.py``'s ratio and PCIe metrics (and NVLink where a GPU has links).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from exporter.backends.nvml_gpm import NVLINK_METRICS, PCIE_METRICS, RATIO_METRICS
+from exporter.backends.nvml.gpm import NVLINK_METRICS, PCIE_METRICS, RATIO_METRICS
 
 
 def _time(nvml: Any, s1: Any, s2: Any, ids: Sequence[int], calls: int) -> tuple[float, float]:

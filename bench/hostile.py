@@ -80,7 +80,7 @@ GOAL_RSS_MB, GOAL_P99_MS, GOAL_THREADS = 20.0, 50.0, 2
 """The goals: RSS growth, normal-scrape p99, and how far the thread count may rise ("flat": the
 second render thread may start)."""
 CONNECTION_CAP = 512
-"""gpulens' connection cap (``exporter.server.Limits.max_connections``)."""
+"""gpulens' connection cap (``exporter.http.limits.Limits.max_connections``)."""
 GOAL_FDS = CONNECTION_CAP + 32
 """How far the open fds may rise: every attack holding connections takes the server to its cap,
 so "flat" means bounded by the cap (plus a few for the scraper and the sampling), not unchanged."""

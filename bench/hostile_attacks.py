@@ -435,7 +435,7 @@ def ffdhe8192_client_hello() -> bytes:
     """One TLS 1.3 ClientHello that offers only the ffdhe8192 group (its key share included),
     captured from an in-memory handshake; replayed as is, it makes the server do one 8192-bit
     finite-field key exchange per connection."""
-    from exporter.tls_groups import set_groups
+    from exporter.http.tls_groups import set_groups
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False

@@ -26,7 +26,7 @@ from contextlib import ExitStack, contextmanager
 from tests.support.net import free_port
 from tests.support.process import managed_process
 
-NAGLE_ON = "import exporter.server as s; s.as_tcp = lambda sock: sock; from exporter.__main__ import main; main()"
+NAGLE_ON = "import exporter.http.server as s; s.as_tcp = lambda sock: sock; from exporter.__main__ import main; main()"
 """The exporter with its listener left at protocol 0 (the behaviour before exporter.tcp)."""
 
 

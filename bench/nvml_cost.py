@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunctions
+from exporter.backends.nvml.functions import NvmlFunctions
 
 
 class _Timed:
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import pynvml
 
-    from exporter.backends.nvml import NvmlBackend
+    from exporter.backends.nvml.backend import NvmlBackend
 
     timed, originals = _instrument(pynvml)
     backend = NvmlBackend()

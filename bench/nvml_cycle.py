@@ -31,7 +31,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml.backend import NvmlBackend
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
 SM, DRAM, TENSOR = 2, 10, 5
@@ -102,7 +102,7 @@ def backend_at(ref: str, into: Path) -> Any:
     for path in (into / _PACKAGE).rglob("*.py"):
         path.write_text(re.sub(r"\bexporter\.", _PACKAGE + ".", path.read_text()))
     sys.path.insert(0, str(into))
-    return importlib.import_module(_PACKAGE + ".backends.nvml").NvmlBackend
+    return importlib.import_module(_PACKAGE + ".backends.nvml.backend").NvmlBackend
 
 
 def time_shape(gpus: list[FakeGpu], cycles: int, backend_type: Callable[..., Any] = NvmlBackend) -> tuple[float, float]:

@@ -9,8 +9,8 @@ import pandas as pd
 
 from dashboard import definitions
 from dashboard.source import ALLOCATION_KEYS, Filters
-from exporter.metrics import BY_NAME
 from exporter.model import LINKS, NVLINK, PCIE
+from exporter.render.metrics import BY_NAME
 
 LEAF = ("uuid", "mig_uuid")
 

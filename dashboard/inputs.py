@@ -1,12 +1,12 @@
 """How the dashboard's and the advisor's options are written: numbers, durations, prices, URLs.
 
 Every value option of ``gpulens-dashboard`` and ``gpulens-advisor`` (and each ``GPULENS_DASHBOARD_*``
-twin) is read by a parser from here. Durations are the exporter's (``exporter.config.parse_duration``:
+twin) is read by a parser from here. Durations are the exporter's (``exporter.quantities.parse_duration``:
 ASCII digits with ``ms``, ``s``, ``m``, ``h`` or ``d``, bare seconds, at most a year), plus ``w``
-(weeks) where the advisor takes it. Numbers are plain ASCII decimals as in the exporter's flags: no
-sign, exponent, ``_``, whitespace, ``nan``, ``inf`` or other scripts' digits (``int()`` and
-``float()`` take all of those). ``exporter.config`` has no public parser of a bare number in a
-range, so :func:`number_between` and :func:`whole_between` live here.
+(weeks) where the advisor takes it. Numbers are plain ASCII decimals, read by the exporter's flags'
+parser (``exporter.quantities``): no sign, exponent, ``_``, whitespace, ``nan``, ``inf`` or other
+scripts' digits (``int()`` and ``float()`` take all of those). The parsers of a bare number in a
+range, :func:`number_between` and :func:`whole_between`, are the dashboard's own.
 
 Each parser raises ``ValueError`` whose message starts with the text it refused; :func:`named` puts
 the flag or the environment variable in front of it.
@@ -21,21 +21,24 @@ from decimal import Decimal
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from exporter.config import MAX_DURATION_SECONDS, parse_duration
+from exporter.quantities import (
+    MAX_DURATION_SECONDS,
+    MAX_TEXT,
+    is_plain,
+    is_whole,
+    parse_duration,
+    shown_seconds,
+    why_not_plain,
+)
 
 T = TypeVar("T")
 
-_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
-_WHOLE = re.compile(r"[0-9]+")
 _ZERO = re.compile(r"0+(?:\.0+)?(ms|s|m|h|d|w)?")
 """A duration of zero in any unit (``0``, ``0s``, ``0.0m``): what ``--refresh`` reads as off."""
-_MAX_TEXT = 64
-"""Longest number text read (characters), as in the exporter's flags."""
 _MAX_URL = 2048
 """Longest URL read (characters)."""
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*")
 """A DNS name (RFC 1123 labels; ``_`` too, which Docker and Compose service names may have)."""
-_UNIT_SECONDS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
 
 QUERY_TIMEOUT_SECONDS = (0.1, 3600.0)
 """Range of a Prometheus query's timeout (s): the dashboard's ``--timeout`` and the advisor's."""
@@ -55,14 +58,6 @@ STEP_SECONDS = (1.0, 86400.0)
 """Range of the advisor's ``--step`` (s): PromQL's finest subquery step to a day."""
 
 
-def shown_seconds(seconds: float) -> str:
-    """A duration in seconds as the largest whole unit that writes it: 3600 -> ``1h``, 0.1 -> ``100ms``."""
-    for unit, size in _UNIT_SECONDS:
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds * 1000:g}ms"
-
-
 def duration_span(low: float, high: float) -> str:
     """A range of durations in seconds as the messages and help texts write it: ``100ms..1h``."""
     return f"{shown_seconds(low)}..{shown_seconds(high)}"
@@ -78,27 +73,16 @@ def plain(value: float) -> str:
 
 def _why_not_plain(text: str) -> str:
     """Why ``text`` is not a plain ASCII decimal, as the end of a sentence starting with the text."""
-    low = text.lower()
-    if not text:
-        return "it is empty"
-    if not text.isascii():
-        return "it has characters outside ASCII (write digits as 0-9)"
-    if any(c.isspace() for c in text):
-        return "it contains whitespace"
-    if text[0] in "+-":
-        return "it has a sign (write the number without + or -)"
-    if "_" in text:
-        return "it contains '_' (write 1000, not 1_000)"
-    if "nan" in low or "inf" in low:
-        return "it is not a finite number"
-    if re.search(r"[0-9.]e[+-]?[0-9]", low):
-        return "it has an exponent (write 1000, not 1e3)"
-    return "it is not a number written in ASCII digits 0-9"
+    return "it " + why_not_plain(
+        text,
+        sign="has a sign (write the number without + or -)",
+        otherwise="is not a number written in ASCII digits 0-9",
+    )
 
 
 def _shown_text(text: str) -> str:
     """``text`` quoted for a message, cut short when it is long."""
-    return repr(text) if len(text) <= _MAX_TEXT else f"{text[:20]!r}..."
+    return repr(text) if len(text) <= MAX_TEXT else f"{text[:20]!r}..."
 
 
 def number_between(low: float, high: float, unit: str = "") -> Callable[[str], float]:
@@ -107,9 +91,9 @@ def number_between(low: float, high: float, unit: str = "") -> Callable[[str], f
     span = f"{plain(low)}..{plain(high)}{unit}"
 
     def parse(text: str) -> float:
-        if len(text) > _MAX_TEXT:
-            raise ValueError(f"{_shown_text(text)} is not a number in {span}: it is longer than {_MAX_TEXT} characters")
-        if not _DECIMAL.fullmatch(text):
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"{_shown_text(text)} is not a number in {span}: it is longer than {MAX_TEXT} characters")
+        if not is_plain(text):
             raise ValueError(f"{text!r} is not a number in {span}: {_why_not_plain(text)}")
         exact = Decimal(text)
         if exact < Decimal(repr(low)):
@@ -126,12 +110,12 @@ def whole_between(low: int, high: int) -> Callable[[str], int]:
     span = f"{low}..{high}"
 
     def parse(text: str) -> int:
-        if len(text) > _MAX_TEXT:
+        if len(text) > MAX_TEXT:
             raise ValueError(
-                f"{_shown_text(text)} is not a whole number in {span}: it is longer than {_MAX_TEXT} characters"
+                f"{_shown_text(text)} is not a whole number in {span}: it is longer than {MAX_TEXT} characters"
             )
-        if not _WHOLE.fullmatch(text):
-            why = "it has a fraction" if _DECIMAL.fullmatch(text) else _why_not_plain(text)
+        if not is_whole(text):
+            why = "it has a fraction" if is_plain(text) else _why_not_plain(text)
             raise ValueError(f"{text!r} is not a whole number in {span}: {why}")
         value = int(text)
         if value < low:
@@ -155,7 +139,7 @@ def duration_in(
     low: float, high: float, *, weeks: bool = False, whole_seconds: bool = False, zero: bool = False
 ) -> Callable[[str], float]:
     """A parser of a duration ``low <= seconds <= high`` written as the exporter's flags write one
-    (``500ms``, ``30``, ``2m``, ``1h``, ``7d``; ``exporter.config.parse_duration``), returning seconds.
+    (``500ms``, ``30``, ``2m``, ``1h``, ``7d``; ``exporter.quantities.parse_duration``), returning seconds.
 
     ``weeks``: ``2w`` too (the advisor's windows). ``whole_seconds``: refuse a fraction of a second
     (PromQL subqueries step in whole seconds). ``zero``: a duration of zero (``0``, ``0s``) is

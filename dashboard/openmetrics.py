@@ -4,7 +4,7 @@
 Prometheus started on DIR serves the history: the advisor's tests and demo
 (dashboard/advisor/backfill.py), the dashboard's scale test and benchmark
 (scripts/backfill_fleet.py) and the rules-versus-dashboard consistency test all write through this
-one writer.  Names, types, help and label names come from the metric catalogue (exporter/metrics.py)
+one writer.  Names, types, help and label names come from the metric catalogue (exporter/render/metrics.py)
 plus the labels Prometheus adds to a target (``TARGET_LABELS``): a name or label the exporter does
 not export is refused, so a history cannot drift from what a real exporter serves.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from exporter.metrics import spec
+from exporter.render.metrics import spec
 
 TARGET_LABELS: frozenset[str] = frozenset({"instance", "job", "node", "cluster"})
 """Labels Prometheus (or its relabelling) adds to every series of a scrape target."""

@@ -15,7 +15,7 @@ from typing import Protocol
 import pandas as pd
 
 from dashboard import jobs
-from exporter.metrics import BY_NAME
+from exporter.render.metrics import BY_NAME
 
 ALLOCATION = "gpulens_pod_gpu_allocation"
 SM_ACTIVE = "gpulens_gpu_sm_active_ratio"

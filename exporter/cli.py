@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.backends.base import GpuBackend
-from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
+from exporter.http.server import MetricsServer
+from exporter.http.webconfig import WebConfigError, load_web_config
 from exporter.model import Snapshot
+from exporter.render.collector import CachedExposition, SnapshotCollector
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
-from exporter.server import MetricsServer
-from exporter.webconfig import WebConfigError, load_web_config
 
 if TYPE_CHECKING:
     from exporter.network.stage import NetworkStage
@@ -77,7 +77,7 @@ def open_gpus(cfg: ExporterConfig) -> tuple[GpuBackend, Simulation | None]:
     chooses simulation): ``nvml`` fails loudly without a working driver, ``sim`` is the simulated
     fleet, ``auto`` (demos only) takes NVML when a driver loads, else the simulator."""
     if cfg.backend in ("nvml", "auto"):
-        from exporter.backends.nvml import NvmlBackend
+        from exporter.backends.nvml.backend import NvmlBackend
 
         nvml = NvmlBackend(gpm=cfg.collect_gpm)
         probe = nvml.sample()
@@ -187,7 +187,7 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     checks: dict[str, Callable[[Snapshot], bool]] = {}
     tails: list[Callable[[Snapshot, bool], bytes]] = []
     if cfg.compat_dcgm:
-        from exporter.compat_dcgm import DcgmCompatRenderer, default_hostname
+        from exporter.render.compat_dcgm import DcgmCompatRenderer, default_hostname
 
         compat = DcgmCompatRenderer(default_hostname(cfg.node_name))
         checks["compat_dcgm"] = compat.ok

@@ -6,7 +6,6 @@ A bad flag or value exits with status 2 and a message naming the flag (or the en
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import sys
@@ -14,7 +13,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.server import parse_listen_address
+from exporter.listen_address import parse_listen_address
+from exporter.quantities import (
+    DECIMAL,
+    MAX_DURATION_SECONDS,
+    check_length,
+    exact,
+    is_plain,
+    is_whole,
+    not_a_quantity,
+    parse_duration,
+    shown_seconds,
+    why_not_plain,
+)
 
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -37,86 +48,19 @@ SIM_SCENARIOS: tuple[str, ...] = (
 """Values ``--sim.scenario`` accepts: the simulator's scenarios (a test checks they are
 ``exporter.sim.SCENARIOS``; this module does not import the simulator)."""
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DECIMAL = r"[0-9]+(?:\.[0-9]+)?"
-"""A plain decimal in ASCII digits: no sign, exponent, ``_``, whitespace, ``nan`` or ``inf``
-(``\\d`` and ``int()``/``float()`` would take any Unicode digit and all of those)."""
-_DURATION = re.compile(rf"({_DECIMAL})(ms|s|m|h|d)?")
-_SIZE = re.compile(rf"({_DECIMAL})(?:e([0-9]{{1,2}}))?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?")
+_SIZE = re.compile(rf"({DECIMAL})(?:e([0-9]{{1,2}}))?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?")
 _SIZE_UNITS: dict[str | None, int] = {
     None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 }  # fmt: skip
-_MAX_TEXT = 64
-"""Longest number text read (characters): a longer one is a mistake, and is refused before any
-conversion has to work through it."""
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """A Kubernetes node name: an RFC 1123 subdomain (at most 253 characters)."""
 _HOST = re.compile(r"\[[0-9A-Za-z:.%]+\]|[0-9A-Za-z.:%-]*")
 """The host part of a listen address: a name, an IPv4 address or an IPv6 one (bracketed or not)."""
 
 
-MAX_DURATION_SECONDS = 365 * 86400.0
-"""No duration flag may exceed a year (Python's thread waits overflow near 292 years)."""
 MAX_BYTES = 2**60
 """No size flag may exceed 1 EiB."""
-
-
-def _not_a_number_because(text: str) -> str:
-    """Why ``text`` is not a plain ASCII decimal, in words for an error message."""
-    low = text.lower()
-    if not text:
-        return "is empty"
-    if not text.isascii():
-        return "has characters outside ASCII (write digits as 0-9)"
-    if any(c.isspace() for c in text):
-        return "contains whitespace"
-    if text[0] in "+-":
-        return "has a sign (write the number without + or -; negative values are not allowed)"
-    if "_" in text:
-        return "contains '_' (write 1000, not 1_000)"
-    if "nan" in low or "inf" in low:
-        return "is not a finite number"
-    if re.search(r"[0-9.]e[+-]?[0-9]", low):
-        return "has an exponent (write 1000, not 1e3)"
-    return "is not a plain decimal number"
-
-
-def _not_a_quantity(text: str, what: str, units: Sequence[str], examples: str) -> ValueError:
-    """The error for ``text`` that is no ``what`` (duration, size): an unknown unit, or why the
-    number is not a plain ASCII decimal."""
-    m = re.fullmatch(rf"{_DECIMAL}([A-Za-z]+)", text)
-    if m:
-        return ValueError(f"{text!r} has an unknown unit {m.group(1)!r}: use one of {', '.join(units)}")
-    return ValueError(f"{text!r} {_not_a_number_because(text)}: expected a {what} such as {examples}")
-
-
-def _exact(decimal: str) -> tuple[int, int]:
-    """A plain ASCII decimal as an exact fraction (numerator, denominator): ``1.25`` -> (125, 100)."""
-    whole, _, frac = decimal.partition(".")
-    return int(whole + frac), 10 ** len(frac)
-
-
-def _check_text(text: str) -> None:
-    """Refuse an over-long text before a regex or a conversion reads it."""
-    if len(text) > _MAX_TEXT:
-        raise ValueError(f"{text[:20]!r}... is longer than {_MAX_TEXT} characters")
-
-
-def parse_duration(text: str) -> float:
-    """``500ms``, ``1s``, ``2m``, ``1h``, ``1d`` or bare seconds -> seconds (> 0, at most a year).
-
-    ASCII digits only, no sign, exponent, ``_`` or whitespace."""
-    _check_text(text)
-    m = _DURATION.fullmatch(text)
-    if not m:
-        raise _not_a_quantity(text, "duration", list(_UNITS), "500ms, 1s, 2m, 1h")
-    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"{text!r} is longer than the limit of 365d")
-    if seconds <= 0:
-        raise ValueError(f"{text!r} must be greater than zero")
-    return seconds
 
 
 def duration_between(low: float, high: float) -> Callable[[str], float]:
@@ -125,17 +69,10 @@ def duration_between(low: float, high: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         seconds = parse_duration(text)
         if not low <= seconds <= high:
-            raise ValueError(f"{text!r} is outside {_fmt_seconds(low)}..{_fmt_seconds(high)}")
+            raise ValueError(f"{text!r} is outside {shown_seconds(low)}..{shown_seconds(high)}")
         return seconds
 
     return parse
-
-
-def _fmt_seconds(seconds: float) -> str:
-    for unit in ("d", "h", "m", "s"):
-        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
-            return f"{seconds / _UNITS[unit]:g}{unit}"
-    return f"{seconds * 1000:g}ms"
 
 
 def parse_bool(text: str) -> bool:
@@ -153,13 +90,13 @@ def parse_bytes(text: str) -> int:
 
     ASCII digits only; the exponent of ``1e9`` has at most two digits; no sign, ``_`` or whitespace.
     Computed exactly, so ``1.1GB`` is 1100000000 and ``0.5B`` is refused."""
-    _check_text(text)
+    check_length(text)
     m = _SIZE.fullmatch(text)
-    if not m and re.fullmatch(rf"{_DECIMAL}e[0-9]+[A-Za-z]*", text):
+    if not m and re.fullmatch(rf"{DECIMAL}e[0-9]+[A-Za-z]*", text):
         raise ValueError(f"{text!r} has an exponent of more than two digits: expected a size of at most 1 EiB")
     if not m:
-        raise _not_a_quantity(text, "size", [u for u in _SIZE_UNITS if u], "4GiB, 512MiB")
-    numerator, denominator = _exact(m.group(1))
+        raise not_a_quantity(text, "size", [u for u in _SIZE_UNITS if u], "4GiB, 512MiB")
+    numerator, denominator = exact(m.group(1))
     numerator *= 10 ** int(m.group(2) or 0) * _SIZE_UNITS[m.group(3)]
     if numerator > MAX_BYTES * denominator:
         raise ValueError(f"{text!r} is larger than the limit of 1 EiB")
@@ -171,11 +108,11 @@ def parse_bytes(text: str) -> int:
 def _listen(text: str) -> str:
     """``--web.listen-address``: ``[HOST]:PORT`` with an ASCII port 0..65535 and an ASCII host.
 
-    ``exporter.server.parse_listen_address`` reads the port with ``int()``, which would also take
-    other scripts' digits, a sign, ``_`` and whitespace; they are refused here first."""
+    ``exporter.listen_address.parse_listen_address`` reads the port with ``int()``, which would
+    also take other scripts' digits, a sign, ``_`` and whitespace; they are refused here first."""
     host, sep, port = text.rpartition(":")
-    if sep and not re.fullmatch(r"[0-9]+", port):
-        raise ValueError(f"port {port[:20]!r} {_not_a_number_because(port)}: expected 0..65535")
+    if sep and not is_whole(port):
+        raise ValueError(f"port {port[:20]!r} {why_not_plain(port)}: expected 0..65535")
     if len(port) > 5:
         raise ValueError(f"port {port[:20]!r} is out of range 0..65535")
     if sep and not _HOST.fullmatch(host):
@@ -238,10 +175,10 @@ class ExporterConfig:
 
 def _ratio(text: str) -> float:
     """A ratio 0..1 written as a plain ASCII decimal (``0.05``, ``1``)."""
-    _check_text(text)
-    if not re.fullmatch(_DECIMAL, text):
-        raise ValueError(f"{text!r} {_not_a_number_because(text)}: expected a ratio in 0..1 such as 0.05")
-    numerator, denominator = _exact(text)
+    check_length(text)
+    if not is_plain(text):
+        raise ValueError(f"{text!r} {why_not_plain(text)}: expected a ratio in 0..1 such as 0.05")
+    numerator, denominator = exact(text)
     if numerator > denominator:
         raise ValueError(f"{text!r} is not a ratio in 0..1")
     return float(text)
@@ -249,9 +186,9 @@ def _ratio(text: str) -> float:
 
 def _seed(text: str) -> int:
     """A seed 0..2^64-1 in ASCII digits."""
-    _check_text(text)
-    if not re.fullmatch(r"[0-9]+", text):
-        raise ValueError(f"{text!r} {_not_a_number_because(text)}: expected a whole number in 0..2^64-1")
+    check_length(text)
+    if not is_whole(text):
+        raise ValueError(f"{text!r} {why_not_plain(text)}: expected a whole number in 0..2^64-1")
     value = int(text)
     if value >= 2**64:
         raise ValueError(f"{text!r} is outside 0..2^64-1")

@@ -66,16 +66,10 @@ NVLINK_ERROR_KINDS: tuple[str, ...] = ("replay", "recovery", "crc_flit", "crc_da
 """NVLink data-link error counters: ``replay`` (a packet sent again after the receiver rejected it),
 ``recovery`` (the link retrained), ``crc_flit`` (a flow-control unit with a bad CRC received),
 ``crc_data`` (a data packet with a bad CRC received)."""
-NVLINK_REMOTES: tuple[str, ...] = ("gpu", "switch", "cpu")
-"""What an active NVLink reaches (NVML's remote device type): another GPU directly, an NVSwitch (the
-HGX boards: every GPU reaches every other through the switches), or a CPU (IBM's NPU)."""
 TEMPERATURE_THRESHOLDS: tuple[str, ...] = ("slowdown", "shutdown", "gpu_max", "memory_max")
 """Kinds of the GPU's temperature limits: ``slowdown`` (hardware slows the clocks), ``shutdown`` (the
 GPU turns off to protect itself), ``gpu_max`` (the hottest the die may run before clocks drop below
 base), ``memory_max`` (the hottest the HBM may run before software slows it)."""
-LINK_SOURCES: tuple[str, ...] = ("counter", "gpm", "sampled")
-"""Where a leaf's link bytes came from, best first: NVML's cumulative byte counters, GPM rates over
-the cycle's window, or NVML's sampled throughput calls (a 20 ms window, the last resort)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +79,9 @@ class LinkTraffic:
     link: str
     """One of LINKS."""
     source: str
-    """One of LINK_SOURCES."""
+    """Where the bytes came from, best first: ``counter`` (NVML's cumulative byte counters), ``gpm``
+    (GPM rates over the cycle's window) or ``sampled`` (NVML's sampled throughput calls, a 20 ms
+    window, the last resort)."""
     window_seconds: float
     """Seconds the rates cover (the integral of a rate over this window is the bytes moved)."""
     tx_bytes_per_second: float | None = None
@@ -233,8 +229,9 @@ class NvLink:
     """NVML's link state: trained and carrying traffic (``nvidia-smi nvlink -s`` prints its speed)
     or not (``<inactive>``)."""
     remote: str | None = None
-    """What the active link reaches (``NVLINK_REMOTES``); ``None`` while inactive or where NVML does
-    not say."""
+    """What the active link reaches (NVML's remote device type): ``gpu`` (another GPU directly),
+    ``switch`` (an NVSwitch: on the HGX boards every GPU reaches every other through the switches)
+    or ``cpu`` (IBM's NPU); ``None`` while inactive or where NVML does not say."""
     remote_pci_bus_id: str | None = None
     """The PCI bus ID of the device at the far end (a GPU's for a direct link), as NVML writes it."""
 

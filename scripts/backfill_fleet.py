@@ -6,7 +6,7 @@ a Prometheus started on DIR then serves the history (the dashboard's scale test 
 bench/dashboard_scale.py). ``--format vm-json`` writes one JSON line per series for
 VictoriaMetrics' ``/api/v1/import`` (tests/support/victoriametrics.py:import_json_stream): about a
 tenth of the text, and no per-sample parsing on our side (bench/fleet_scale.py streams it).
-Series and labels are the exporter's (exporter.metrics) plus the target labels Prometheus would
+Series and labels are the exporter's (exporter.render.metrics) plus the target labels Prometheus would
 add (instance, job, cluster, node). Deterministic for a seed; the last sample is at ``--end``.
 
     python scripts/backfill_fleet.py --gpus 1000 --nodes 125 --hours 24 --out fleet.om
@@ -34,8 +34,8 @@ from typing import BinaryIO, TextIO
 import numpy as np
 
 from dashboard.openmetrics import TARGET_LABELS, OpenMetricsHistory
-from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
+from exporter.render.metrics import spec
 
 NAMESPACES = ("ml-training", "inference", "research", "notebooks", "batch")
 KINDS = ("compute", "memory", "latency", "idle_held", "launch", "free", "mixed")

@@ -29,7 +29,7 @@ import pynvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml.backend import NvmlBackend
 
 FABRIC_FUNCTIONS = ("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo")
 #: (function, struct class name) pairs asked directly, newest struct first.

@@ -184,11 +184,11 @@ class RawPynvmlBackend:
 def _open_backend() -> tuple[Any, str]:
     """NvmlBackend if it answers on this machine, else raw pynvml (the report says which)."""
     try:
-        from exporter.backends.nvml import NvmlBackend
+        from exporter.backends.nvml.backend import NvmlBackend
 
         backend = NvmlBackend()
         if backend.sample().up:
-            return backend, "exporter.backends.nvml.NvmlBackend"
+            return backend, "exporter.backends.nvml.backend.NvmlBackend"
         backend.close()
     except Exception as exc:
         print(f"NvmlBackend unusable here ({exc!r}); falling back to raw pynvml", flush=True)

@@ -31,7 +31,7 @@ from dashboard.advisor.query import Window, measure
 from dashboard.openmetrics import OpenMetricsHistory
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.source import Filters
-from exporter.metrics import spec
+from exporter.render.metrics import spec
 from exporter.sim import scenarios
 from tests.support.prometheus import run_prometheus
 
@@ -349,8 +349,8 @@ def _node_history(scenario: str) -> dict[tuple[str, tuple[tuple[str, str], ...]]
 
     from dashboard.scrape_source import parse_exposition
     from exporter.cli import make_attributor, make_classifier, make_network
-    from exporter.collector import SnapshotCollector
     from exporter.config import parse_config
+    from exporter.render.collector import SnapshotCollector
     from exporter.sampler import Sampler
     from exporter.sim import Simulation
 

@@ -12,7 +12,6 @@ from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.attribution.pipeline import PipelineAttributor
 from exporter.attribution.podresources import PodResourcesSource
 from exporter.cli import make_attributor
-from exporter.collector import CachedExposition, SnapshotCollector
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, parse_config
 from exporter.model import (
     BackendSample,
@@ -24,6 +23,7 @@ from exporter.model import (
     ProcessSample,
     SliceDevice,
 )
+from exporter.render.collector import CachedExposition, SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import Simulation
 from exporter.sim.attribution import simulated_attributor

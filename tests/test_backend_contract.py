@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.analysis.boundness import BoundnessClassifier
 from exporter.backends.base import GpuBackend
-from exporter.backends.nvml import NvmlBackend
-from exporter.collector import SnapshotCollector
+from exporter.backends.nvml.backend import NvmlBackend
 from exporter.model import MPS_CLIENT, MPS_SERVER, NVLINK, PCIE, BackendSample, GpuSample, LeafSample
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from tests.fakes import fake_pynvml as f

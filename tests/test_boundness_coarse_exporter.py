@@ -10,11 +10,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.analysis.boundness import BoundnessClassifier
-from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml.backend import NvmlBackend
 from exporter.cli import build
-from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
 from exporter.model import COARSE_CLASSES, Snapshot
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 from tests.support.nvml_node import Clock, h200

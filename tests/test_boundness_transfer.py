@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier
-from exporter.backends.nvml_links import pcie_capacity
+from exporter.backends.nvml.links import pcie_capacity
 from tests.support.gpm_traces import recorded_gpm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transfer_traces"

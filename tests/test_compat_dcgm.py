@@ -13,8 +13,6 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build
-from exporter.collector import CachedExposition, SnapshotCollector
-from exporter.compat_dcgm import FIELDS, DcgmCompatRenderer, default_hostname, render_lines
 from exporter.config import parse_config
 from exporter.model import (
     Allocation,
@@ -30,6 +28,8 @@ from exporter.model import (
     Snapshot,
     StageResult,
 )
+from exporter.render.collector import CachedExposition, SnapshotCollector
+from exporter.render.compat_dcgm import FIELDS, DcgmCompatRenderer, default_hostname, render_lines
 from exporter.sampler import Sampler
 from tests.fakes_backend import ScriptedBackend, gpu
 
@@ -380,7 +380,7 @@ def test_bad_env_twin_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> N
 def test_the_block_is_built_once_per_snapshot_and_label_sets_are_encoded_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import exporter.compat_dcgm as compat_module
+    import exporter.render.compat_dcgm as compat_module
 
     calls: list[Snapshot] = []
     real = compat_module.render_lines
@@ -414,7 +414,7 @@ def test_label_values_are_escaped() -> None:
 
 
 def test_a_failing_compat_render_drops_only_the_compat_series(monkeypatch: pytest.MonkeyPatch) -> None:
-    import exporter.compat_dcgm as compat_module
+    import exporter.render.compat_dcgm as compat_module
 
     def broken(*_args: object) -> dict[Any, Any]:
         raise RuntimeError("boom")
@@ -630,7 +630,7 @@ def test_counters_are_counters_in_text_and_unknown_in_openmetrics_as_dcgm_export
 
 
 def test_the_label_sets_of_departed_pods_are_forgotten_after_two_renders() -> None:
-    from exporter.compat_dcgm import LabelCache, _Builder
+    from exporter.render.compat_dcgm import LabelCache, _Builder
 
     cache = LabelCache()
     for render in range(200):

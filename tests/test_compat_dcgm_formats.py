@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from exporter.compat_dcgm import FIELDS
+from exporter.render.compat_dcgm import FIELDS
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query
 

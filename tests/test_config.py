@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from exporter.config import env_name, parse_bool, parse_bytes, parse_config, parse_duration
+from exporter.config import env_name, parse_bool, parse_bytes, parse_config
+from exporter.quantities import parse_duration
 
 
 def test_defaults_follow_the_design() -> None:

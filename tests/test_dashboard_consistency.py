@@ -39,8 +39,8 @@ from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource
 from dashboard.scrape_source import ScrapeSource
 from dashboard.source import HISTORY_STEPS, Filters
-from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
+from exporter.render.metrics import spec
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus
 from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
 

@@ -433,7 +433,7 @@ def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() 
 
     from dashboard import gpu_panels
     from dashboard.source import DEVICE_METRICS
-    from exporter.metrics import CATALOGUE
+    from exporter.render.metrics import CATALOGUE
 
     placed = gpu_panels.metrics_of()
     device = {

@@ -13,7 +13,7 @@ import pytest
 
 from dashboard import figures, frames, gpu_panels
 from dashboard.scrape_source import ScrapeSource
-from exporter.metrics import BY_NAME
+from exporter.render.metrics import BY_NAME
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 H200 = (FIX / "h200x8.prom").read_text()

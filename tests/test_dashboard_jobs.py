@@ -38,7 +38,7 @@ from dashboard.openmetrics import OpenMetricsHistory, label_text
 from dashboard.prometheus_source import PrometheusSource, _regex_selector
 from dashboard.scrape_source import ScrapeSource
 from dashboard.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters
-from exporter.metrics import spec
+from exporter.render.metrics import spec
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
 

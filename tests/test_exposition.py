@@ -1,4 +1,4 @@
-"""exporter/exposition.py writes what prometheus_client's encoders write, byte for byte.
+"""exporter/render/exposition.py writes what prometheus_client's encoders write, byte for byte.
 
 prometheus_client stays the reference: each case renders the same families through our encoder
 (``SnapshotCollector.exposition``) and through ``generate_latest`` of a registry holding the same
@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from exporter import metrics as cat
 from exporter.cli import build
-from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
-from exporter.exposition import Encoder, Family, LabelSets, escape_label_value
+from exporter.render import metrics as cat
+from exporter.render.collector import SnapshotCollector
+from exporter.render.exposition import Encoder, Family, LabelSets, escape_label_value
 from exporter.sim import SCENARIOS
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.backends.nvml_functions import NvmlFunctions
+from exporter.backends.nvml.functions import NvmlFunctions
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, NVMLError, code
 
 NEW = "nvmlDeviceGetPerformanceState"

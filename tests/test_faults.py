@@ -6,7 +6,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import SnapshotCollector
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler, SamplerOptions
 from exporter.sim import SimFaults, SimulatedBackend
 from tests.support.exporter import run_exporter

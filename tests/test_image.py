@@ -232,7 +232,7 @@ def test_images_hold_the_working_tree_code(archives: dict[str, Path]) -> None:
     site = "lib/python3.11/site-packages"
     for name, venv in (("gpulens-exporter", "opt/exporter"), ("gpulens-dashboard", "opt/dashboard")):
         image = read_oci(archives[name])
-        for source in ("exporter/cli.py", "exporter/metrics.py", "dashboard/cli.py", "probes/cli.py"):
+        for source in ("exporter/cli.py", "exporter/render/metrics.py", "dashboard/cli.py", "probes/cli.py"):
             assert image.read(1, f"{venv}/{site}/{source}") == (REPO / source).read_bytes(), (name, source)
         metadata = image.read(1, f"{venv}/{site}/gpulens-{VERSION}.dist-info/METADATA").decode()
         assert (REPO / "README.md").read_text() in metadata, f"{name}: README (long description) is stale"

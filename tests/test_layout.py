@@ -3,6 +3,9 @@ no other test module; bench and scripts share only the harness (tests/support, t
 
 So there is no cycle between tests, bench and scripts, and a helper two of them need lives in
 tests/support, once.
+
+Inside the exporter, a module imports only its own layer and the layers below it
+(``EXPORTER_LAYERS``), and nothing under dashboard/ imports the exporter's flags or HTTP front.
 """
 
 from __future__ import annotations
@@ -78,5 +81,100 @@ def test_the_harness_imports_only_the_harness() -> None:
         for n in _imports(p)
         if n.split(".")[0] in ("bench", "scripts")
         or (_under(n, "tests") and n != "tests" and not any(_under(n, x) for x in HARNESS))
+    ]
+    assert not bad, bad
+
+
+# --- the exporter's layers -------------------------------------------------------------------------
+
+EXPORTER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "exporter",  # the package itself: __version__
+            "exporter.model",
+            "exporter.quantities",
+            "exporter.listen_address",
+            "exporter.fsread",
+            "exporter.heap",
+            "exporter.tcp",
+        ),
+    ),
+    ("backends", ("exporter.backends",)),
+    ("stages", ("exporter.attribution", "exporter.network", "exporter.analysis")),
+    ("sampling", ("exporter.sampler", "exporter.probe_scheduler")),
+    ("simulation", ("exporter.sim",)),
+    ("render", ("exporter.render",)),
+    ("http", ("exporter.http",)),
+    ("composition root", ("exporter.config", "exporter.cli", "exporter.__main__")),
+)
+"""The exporter's layers, lowest first (docs/design.md, "Layout"): a module may
+import its own layer and the layers below it, never one above. Snapshot types and the leaf parsers
+at the bottom; the hardware seam; the per-cycle stages (attribution, NICs, analysis); the sampler and
+the probe scheduler that run them; the simulated node, which stands in for the backend, the
+attribution sources, the NIC tree and the probe child (so it sits above all of them); rendering a
+snapshot; the HTTP front that serves it; and the flags and wiring, the only composition root."""
+
+DASHBOARD_FORBIDDEN = ("exporter.config", "exporter.http", "exporter.cli", "exporter.__main__")
+"""What nothing under dashboard/ may import: the exporter's flags, its HTTP front, and the
+composition root that loads both (docs/design.md, "Layout")."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int | None:
+    """Index in ``EXPORTER_LAYERS`` of the layer ``module`` (or the module a name is imported
+    from) belongs to: the longest matching prefix; None outside the exporter."""
+    best: tuple[int, int] | None = None
+    for index, (_name, prefixes) in enumerate(EXPORTER_LAYERS):
+        for prefix in prefixes:
+            matches = module == prefix or (prefix != "exporter" and module.startswith(prefix + "."))
+            if matches and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def upward_imports() -> list[str]:
+    """Every import in exporter/ of a layer above the importing module's own (lazy and
+    ``TYPE_CHECKING`` imports included)."""
+    bad = []
+    for path in _files("exporter"):
+        module = _module_name(path)
+        own = layer_of(module)
+        assert own is not None, f"{module} is in no layer of EXPORTER_LAYERS: place it there"
+        flagged: list[str] = []
+        for name in _imports(path):
+            target = layer_of(name)
+            if target is None or target <= own or any(_under(name, f) for f in flagged):
+                continue  # (``from m import x`` also lists ``m.x``: one line per import)
+            flagged.append(name)
+            bad.append(
+                f"{path.relative_to(REPO)}: {module} ({EXPORTER_LAYERS[own][0]}) imports {name} "
+                f"({EXPORTER_LAYERS[target][0]})"
+            )
+    return bad
+
+
+def test_every_layer_names_modules_that_exist() -> None:
+    for _name, prefixes in EXPORTER_LAYERS:
+        for prefix in prefixes:
+            path = REPO.joinpath(*prefix.split("."))
+            assert path.is_dir() or path.with_suffix(".py").is_file(), prefix
+
+
+def test_no_exporter_module_imports_a_layer_above_its_own() -> None:
+    bad = upward_imports()
+    assert not bad, "\n".join(bad)
+
+
+def test_the_dashboard_imports_neither_the_exporters_config_nor_its_http_front() -> None:
+    bad = [
+        (p.relative_to(REPO), n)
+        for p in _files("dashboard")
+        for n in _imports(p)
+        if any(_under(n, forbidden) for forbidden in DASHBOARD_FORBIDDEN)
     ]
     assert not bad, bad

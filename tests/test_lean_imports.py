@@ -173,3 +173,21 @@ def test_with_attribution_on_only_the_budgeted_packages_are_loaded(tmp_path: Pat
     ]
     assert outside == [], f"loaded but not in docs/design.md's import budget: {outside}"
     assert {"exporter", "h2", "yaml"} <= set(loaded), "the kubelet client and the kubeconfig were used"
+
+
+# --- the dashboard's option parsers load no HTTP front -----------------------------------------------
+
+_INPUTS_PROGRAM = """
+import dashboard.inputs, sys
+print(sorted(m for m in sys.modules if m.split('.')[0] in ('h11','asyncio','ssl') or m.startswith('exporter.http')))
+"""
+
+
+def test_the_dashboards_option_parsers_load_no_http_front() -> None:
+    # They share the exporter's number and duration parser (exporter/quantities.py), a leaf module;
+    # through exporter.config they used to load the exporter's HTTP front, asyncio, ssl and h11.
+    proc = subprocess.run(
+        [sys.executable, "-c", _INPUTS_PROGRAM], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter import metrics
-from exporter.collector import LabelMismatch, SnapshotCollector, render_family
 from exporter.model import BackendSample, GpuSample, Snapshot
+from exporter.render import metrics
+from exporter.render.collector import LabelMismatch, SnapshotCollector, render_family
+from exporter.render.scopes import GPU, SCOPES, Frame
 from exporter.sampler import Sampler
-from exporter.scopes import GPU, SCOPES, Frame
 from exporter.sim import SCENARIOS
 from tests.fakes_backend import ScriptedBackend, gpu, healthy
 from tests.support.sim_exposition import DASHBOARD_FIXTURES
@@ -27,8 +27,8 @@ EMPTY_MIG = {"mig_uuid": "", "gpu_instance_id": "", "compute_instance_id": "", "
 def test_docs_metrics_md_is_generated_from_the_catalogue() -> None:
     on_disk = (REPO / "docs" / "metrics.md").read_text()
     assert on_disk == metrics.markdown(), (
-        "docs/metrics.md drifted from exporter/metrics.py: run "
-        "`.venv/bin/python -m exporter.metrics --markdown > docs/metrics.md`"
+        "docs/metrics.md drifted from exporter/render/metrics.py: run "
+        "`.venv/bin/python -m exporter.render.metrics --markdown > docs/metrics.md`"
     )
 
 
@@ -43,7 +43,7 @@ def test_names_follow_the_conventions() -> None:
             assert f"_{m.unit}" in m.name, m.name
         assert m.help.strip(), m.name
         assert "node" not in m.labels and "hostname" not in m.labels, m.name
-        # exporter/exposition.py writes label names as they are, unchecked: they must be legal.
+        # exporter/render/exposition.py writes label names as they are, unchecked: they must be legal.
         assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", label) and not label.startswith("__") for label in m.labels)
 
 
@@ -149,7 +149,7 @@ def test_no_simulated_scenario_makes_any_family_fail() -> None:
 
 
 def test_compat_sources_name_real_families() -> None:
-    from exporter.compat_dcgm import FIELDS
+    from exporter.render.compat_dcgm import FIELDS
 
     for field in FIELDS:
         for name in re.findall(r"gpulens_[a-z0-9_]+", field.source):

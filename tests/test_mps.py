@@ -11,11 +11,11 @@ from prometheus_client import CollectorRegistry
 
 from exporter.analysis.boundness import BoundnessClassifier
 from exporter.analysis.sharing import SHARING_MODES
-from exporter.backends.nvml import NvmlBackend
-from exporter.collector import SnapshotCollector
-from exporter.metrics import spec
+from exporter.backends.nvml.backend import NvmlBackend
 from exporter.model import MPS_CLIENT, MPS_SERVER, Snapshot
 from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
+from exporter.render.collector import SnapshotCollector
+from exporter.render.metrics import spec
 from exporter.sampler import Sampler
 from exporter.sim import SimulatedBackend
 from exporter.sim.attribution import simulated_attributor

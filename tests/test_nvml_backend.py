@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.backends.base import GpuBackend
-from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml.backend import NvmlBackend
 from exporter.model import BackendSample, GpuSample
 from tests.fakes import fake_pynvml as fake_module
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
@@ -205,7 +205,7 @@ def test_missing_library_retries_with_doubling_backoff_then_recovers(
     fake = FakeNvml([h200(0)])
     fake.init_error = fake_module.code("LIBRARY_NOT_FOUND")
     backend = make(fake, clock)
-    caplog.set_level(logging.WARNING, logger="exporter.backends.nvml")
+    caplog.set_level(logging.WARNING, logger="exporter.backends.nvml.backend")
     attempts_at = []
     clock.now = 0.0
     while clock.now < 40.0:

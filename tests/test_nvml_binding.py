@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from exporter.backends import nvml_functions
-from exporter.backends.nvml_functions import NvmlFunction, NvmlFunctions
-from exporter.backends.nvml_query import NvmlQuery
+from exporter.backends import nvml
+from exporter.backends.nvml.functions import NvmlFunction, NvmlFunctions
+from exporter.backends.nvml.query import NvmlQuery
 from tests.fakes.fake_pynvml import FakeNvml
 
-BACKEND = Path(nvml_functions.__file__).parent
+BACKEND = Path(nvml.__file__).parent
 _TABLE_METHODS = {"names", "resolve", "missing"}
 _NVML_IDENTIFIER = re.compile(r"(nvml[A-Z]\w*|NVML_\w*[A-Za-z0-9]|c_nvml\w+)")
 
@@ -58,7 +58,7 @@ def _is_function_table(node: ast.expr) -> bool:
 
 
 def backend_sources() -> dict[str, str]:
-    paths = sorted(BACKEND.glob("nvml*.py"))
+    paths = sorted(BACKEND.glob("*.py"))
     assert len(paths) >= 5, paths
     return {p.name: p.read_text() for p in paths}
 

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from exporter.backends.nvml import NvmlBackend
-from exporter.backends.nvml_fabric import FABRIC_STATE_CONSTANTS, cluster_uuid_text
-from exporter.collector import SnapshotCollector
+from exporter.backends.nvml.backend import NvmlBackend
+from exporter.backends.nvml.fabric import FABRIC_STATE_CONSTANTS, cluster_uuid_text
 from exporter.model import FABRIC_STATES, BackendSample, GpuFabric
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import SCENARIOS, SimulatedBackend
 from exporter.sim.scenarios import build

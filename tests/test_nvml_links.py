@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.backends.nvml import NvmlBackend
-from exporter.backends.nvml_links import pcie_capacity
+from exporter.backends.nvml.backend import NvmlBackend
+from exporter.backends.nvml.links import pcie_capacity
 from exporter.model import NVLINK, PCIE, BackendSample, LinkTraffic
 from tests.fakes import fake_pynvml as fake_module
 from tests.fakes.fake_pynvml import FakeMig, FakeNvml

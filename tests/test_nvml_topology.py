@@ -6,7 +6,7 @@ gives direct links, a link down, a pair refused peer-to-peer, or a driver that d
 
 from __future__ import annotations
 
-from exporter.backends.nvml_topology import bus_key
+from exporter.backends.nvml.topology import bus_key
 from exporter.model import BackendSample, GpuSample
 from tests.fakes.fake_pynvml import FakeNvml
 from tests.support.nvml_node import Clock, h200, make

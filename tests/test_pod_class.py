@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry
 from exporter.analysis.boundness import BoundnessClassifier
 from exporter.analysis.pod_class import pod_boundness, pod_class
 from exporter.attribution.merge import PidOwner, PodDirectory, PodMeta, leaf_tenants
-from exporter.collector import SnapshotCollector
 from exporter.model import (
     BOUNDNESS_CLASSES,
     POD_BOUNDNESS_CLASSES,
@@ -25,6 +24,7 @@ from exporter.model import (
     PodRef,
     ProcessSample,
 )
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 
 A = ("ml", "trainer-a")

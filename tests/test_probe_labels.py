@@ -7,8 +7,8 @@ from types import MappingProxyType
 
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import SnapshotCollector
 from exporter.model import BackendSample, GpuSample, LeafSample, MigInstance, ProbeResult, Snapshot
+from exporter.render.collector import SnapshotCollector
 
 PARENT = "GPU-11111111-2222-3333-4444-555555555555"
 MIG = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import SnapshotCollector
 from exporter.model import (
     Allocation,
     Attribution,
@@ -35,6 +34,7 @@ from exporter.probe_scheduler import (
     ProbeScheduler,
     parse_probe_output,
 )
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim.probes import SimulatedProbeRunner
 from tests.fakes_backend import ScriptedBackend

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.metrics import BY_NAME
+from exporter.render.metrics import BY_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -149,7 +149,7 @@ _GROUPING = re.compile(r"\b(?:by|on|ignoring|group_left|group_right)\s*\(([^)]*)
 
 
 def test_rules_use_only_catalogue_metrics_and_their_labels() -> None:
-    """A renamed metric or label in exporter/metrics.py must break this test, not users' alerts."""
+    """A renamed metric or label in exporter/render/metrics.py must break this test, not users' alerts."""
     recorded = {r["record"] for g in rule_groups() for r in g["rules"] if "record" in r}
     for group in rule_groups():
         for rule in group["rules"]:

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.collector import SnapshotCollector
-from exporter.metrics import CATALOGUE
 from exporter.model import BackendSample, GpmSample, GpuSample, LeafSample, MigInstance
+from exporter.render.collector import SnapshotCollector
+from exporter.render.metrics import CATALOGUE
 from exporter.sampler import Sampler, SamplerOptions
 from tests.fakes_backend import ScriptedBackend, gpu, healthy
 
@@ -217,7 +217,7 @@ def test_a_failing_family_drops_only_itself() -> None:
 
 
 def test_cached_exposition_encodes_once_per_snapshot_and_keeps_age_fresh() -> None:
-    from exporter.collector import CachedExposition
+    from exporter.render.collector import CachedExposition
 
     backend = ScriptedBackend(healthy(2))
     clock = [2000.0]
@@ -248,7 +248,7 @@ def test_cached_exposition_encodes_once_per_snapshot_and_keeps_age_fresh() -> No
 
 
 def test_prepare_encodes_ahead_only_the_formats_the_last_snapshot_was_scraped_in() -> None:
-    from exporter.collector import CachedExposition
+    from exporter.render.collector import CachedExposition
 
     sampler = Sampler(ScriptedBackend(healthy(1)))
     encoded: list[bool] = []

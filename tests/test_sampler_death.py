@@ -15,9 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter import cli
-from exporter.collector import CachedExposition, SnapshotCollector
+from exporter.http.server import MetricsServer
+from exporter.render.collector import CachedExposition, SnapshotCollector
 from exporter.sampler import Sampler, SamplerOptions
-from exporter.server import MetricsServer
 from tests.fakes_backend import ScriptedBackend, healthy
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")

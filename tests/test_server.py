@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import SnapshotCollector
+from exporter.http.limits import Limits
+from exporter.http.server import MetricsServer
+from exporter.listen_address import parse_listen_address
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
-from exporter.server import Limits, MetricsServer, parse_listen_address
 from tests.fakes_backend import ScriptedBackend, healthy
 
 
@@ -232,7 +234,7 @@ def test_connections_are_capped_and_threads_do_not_grow() -> None:
 
 
 def test_distinct_accept_versions_keep_one_cached_body_per_format() -> None:
-    from exporter.collector import CachedExposition
+    from exporter.render.collector import CachedExposition
 
     sampler = Sampler(ScriptedBackend(healthy(2)))
     sampler.run_once()
@@ -363,7 +365,7 @@ def test_pipelined_requests_from_a_client_that_never_reads_do_not_pile_up_replie
 @pytest.fixture()
 def served_as_cli() -> Iterator[tuple[MetricsServer, Sampler, Any]]:
     """A server wired as exporter/cli.py wires it: a cached exposition and its ``reply``."""
-    from exporter.collector import CachedExposition
+    from exporter.render.collector import CachedExposition
 
     sampler = Sampler(ScriptedBackend(healthy(2)))
     expo = CachedExposition(SnapshotCollector(sampler.latest, include_age=False), sampler.latest)

@@ -24,11 +24,12 @@ import bcrypt
 import pytest
 import trustme
 
-from exporter import tls_session
-from exporter.login import LoginScheduler, client_lane
-from exporter.server import Limits, MetricsServer
-from exporter.tls_groups import set_groups
-from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
+from exporter.http import tls_session
+from exporter.http.limits import Limits
+from exporter.http.login import LoginScheduler, client_lane
+from exporter.http.server import MetricsServer
+from exporter.http.tls_groups import set_groups
+from exporter.http.webconfig import BasicAuth, WebConfigError, load_web_config
 from tests.support.web import client_ctx, serving, write_pair
 
 PAGE = b"# a big page\n" + b"gpu_metric 1\n" * 80_000  # ~1 MB, like a MIG node's page
@@ -313,7 +314,7 @@ def test_an_address_whose_connections_misbehave_is_reset_while_another_is_served
 
 
 def test_the_connection_budget_refills_at_its_rate() -> None:
-    from exporter.admission import ConnectionBudget
+    from exporter.http.admission import ConnectionBudget
 
     now = [0.0]
     budget = ConnectionBudget(rate=2.0, burst=3.0, max_addresses=2, clock=lambda: now[0])

@@ -16,7 +16,7 @@ from exporter.attribution import claims
 from exporter.attribution.deviceids import DeviceIndex
 from exporter.attribution.slices import SliceDirectory
 from exporter.backends.base import GpuBackend
-from exporter.backends.nvml_links import pcie_capacity
+from exporter.backends.nvml.links import pcie_capacity
 from exporter.model import NVLINK, PCIE, BackendSample, GpmSample, GpuSample, LeafSample
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend
 from exporter.sim.scenarios import MIG_PROFILES

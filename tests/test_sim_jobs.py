@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.cli import make_attributor, make_classifier, make_network
-from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import Simulation
 from exporter.sim.scenarios import EFA_RESOURCE, JOBS, JOBS_STRAGGLER_GPU, JOBS_STRAGGLER_NODE, build

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.analysis.boundness import BoundnessClassifier, busy_signal
-from exporter.collector import SnapshotCollector
 from exporter.model import NVLINK, PCIE, BackendSample, GpuSample, LeafSample, LinkTraffic, transfer_ratio
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import SCENARIOS, SimFaults, SimulatedBackend, scenarios, workloads
 from exporter.sim.attribution import simulated_attributor

@@ -18,9 +18,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from dashboard import server as dashboard_server
-from exporter.collector import SnapshotCollector
+from exporter.http.server import MetricsServer
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
-from exporter.server import MetricsServer
 from exporter.tcp import as_tcp
 from tests.fakes_backend import ScriptedBackend, healthy
 from tests.support.net import free_port

@@ -17,8 +17,8 @@ import bcrypt
 import pytest
 import trustme
 
-from exporter.server import Limits
-from exporter.webconfig import BasicAuth, WebConfigError, load_web_config
+from exporter.http.limits import Limits
+from exporter.http.webconfig import BasicAuth, WebConfigError, load_web_config
 from tests.support.net import free_port
 from tests.support.web import client_ctx, serving, write_pair
 

@@ -46,8 +46,6 @@ NO_SLICE = "no_slice"
 AMBIGUOUS_MIG = "ambiguous_mig"
 """Unmapped reason: a MIG device published without a UUID whose parent has no instance, or
 several, of its profile."""
-CLAIM_REASONS: tuple[str, ...] = (NO_SLICE, AMBIGUOUS_MIG)
-"""Unmapped reasons only claimed devices give (besides ``deviceids.UNMAPPED_REASONS``)."""
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,9 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from exporter.attribution.merge import PidOwner, PodMeta
-from exporter.backends.nvml_device import CLOCK_EVENT_REASONS
-from exporter.backends.nvml_links import pcie_capacity
-from exporter.backends.nvml_topology import nvlink_peers
+from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
+from exporter.backends.nvml.links import pcie_capacity
+from exporter.backends.nvml.topology import nvlink_peers
 from exporter.model import (
     MPS_SERVER,
     NVLINK,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunctions
+from exporter.backends.nvml.functions import NvmlFunctions
 from exporter.model import FABRIC_STATES, GpuFabric
 
 # --- constants (values as in nvidia-ml-py) -------------------------------------------------------
@@ -442,7 +442,7 @@ class FakeNvml:
 
     def _plain_getter(self, name: str) -> Any:
         """``nvmlDeviceGetX(handle)`` answered from ``FakeGpu.answers``, for a getter the backend
-        declares (exporter/backends/nvml_functions.py) and the fake has no method for: a new NVML
+        declares (exporter/backends/nvml/functions.py) and the fake has no method for: a new NVML
         read needs no new method here, only its answer where a test wants one.  A name the backend
         does not declare (a misspelling) stays absent, as from the real binding."""
 

@@ -141,10 +141,10 @@ def soak(scrapes: int, warmup: int = 3000) -> SoakResult:
     import os
 
     from exporter.cli import make_classifier
-    from exporter.collector import CachedExposition, SnapshotCollector
     from exporter.config import parse_config
+    from exporter.http.server import MetricsServer
+    from exporter.render.collector import CachedExposition, SnapshotCollector
     from exporter.sampler import Sampler
-    from exporter.server import MetricsServer
     from exporter.sim import SimFaults, SimulatedBackend
 
     faults = SimFaults()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml.backend import NvmlBackend
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
 
 

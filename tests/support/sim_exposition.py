@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.cli import make_attributor, make_classifier, make_network
-from exporter.collector import SnapshotCollector
 from exporter.config import parse_config
 from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
+from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import Simulation
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import trustme
 from prometheus_client import CollectorRegistry, Gauge
 
-from exporter.server import Limits, MetricsServer
-from exporter.webconfig import load_web_config
+from exporter.http.limits import Limits
+from exporter.http.server import MetricsServer
+from exporter.http.webconfig import load_web_config
 
 
 def write_pair(ca: trustme.CA, folder: Path, name: str = "server") -> tuple[Path, Path]:

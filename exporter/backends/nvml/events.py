@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.backends.nvml_query import NvmlQuery
+from exporter.backends.nvml.query import NvmlQuery
 
 _MAX_EVENTS_PER_CYCLE = 1024
 

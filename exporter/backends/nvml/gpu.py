@@ -6,14 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.backends.nvml_device import DeviceCore, DeviceFields, memory_info
-from exporter.backends.nvml_events import XidEvents
-from exporter.backends.nvml_fabric import FabricReader
-from exporter.backends.nvml_gpm import GpmReader, GpmReading, GpmTracker
-from exporter.backends.nvml_links import LinkReader
-from exporter.backends.nvml_mig import MigDevices
-from exporter.backends.nvml_processes import Processes, process_samples
-from exporter.backends.nvml_query import NvmlQuery
+from exporter.backends.nvml.device import DeviceCore, DeviceFields, memory_info
+from exporter.backends.nvml.events import XidEvents
+from exporter.backends.nvml.fabric import FabricReader
+from exporter.backends.nvml.gpm import GpmReader, GpmReading, GpmTracker
+from exporter.backends.nvml.links import LinkReader
+from exporter.backends.nvml.mig import MigDevices
+from exporter.backends.nvml.processes import Processes, process_samples
+from exporter.backends.nvml.query import NvmlQuery
 from exporter.model import PCIE, GpuSample, LeafSample, LinkTraffic
 
 

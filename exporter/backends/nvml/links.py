@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from exporter.backends.nvml_gpm import GpmReading
-from exporter.backends.nvml_query import NvmlQuery
-from exporter.backends.nvml_values import text
+from exporter.backends.nvml.gpm import GpmReading
+from exporter.backends.nvml.query import NvmlQuery
+from exporter.backends.nvml.values import text
 from exporter.model import NVLINK, PCIE, LinkTraffic, NvLink
 
 _log = logging.getLogger(__name__)

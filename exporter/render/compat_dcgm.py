@@ -7,7 +7,7 @@ Identity labels follow dcgm-exporter: ``gpu`` (index), ``UUID`` (physical GPU), 
 series, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and ``namespace``/``pod``/``container`` where one
 container holds the device.  Units follow DCGM: percent, MiB, MHz, W, mJ, degrees C; the profiling
 fields are ratios.  Each entry of ``FIELDS`` states its scope (GPU, leaf or pod), its source series
-and how its value is read from the snapshot, like the native catalogue (exporter/metrics.py); one
+and how its value is read from the snapshot, like the native catalogue (exporter/render/metrics.py); one
 loop renders them all.
 
 Every device field appears exactly once per device (GPU or leaf), so ``sum()`` over a field is the
@@ -35,9 +35,9 @@ from typing import Any
 from prometheus_client.utils import floatToGoString
 
 from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
-from exporter.exposition import escape_label_value
 from exporter.model import NVLINK, PCIE, Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
-from exporter.scopes import GpuView, gpu_view
+from exporter.render.exposition import escape_label_value
+from exporter.render.scopes import GpuView, gpu_view
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class DcgmField:
     source: str
     """The gpulens series (or model field) the value comes from, for docs/dcgm-compat.md."""
     read: Callable[[Any], Value]
-    """The value from the scope's view (exporter/scopes.py's GpuView, a LeafView or a TenantView),
+    """The value from the scope's view (exporter/render/scopes.py's GpuView, a LeafView or a TenantView),
     in DCGM's unit."""
     extra_labels: Callable[[Any], Labels] | None = None
     """Labels after the identity labels (the Xid's ``err_code``)."""
@@ -458,7 +458,7 @@ MAX_CACHED_LABEL_SETS = 50_000
 
 
 class LabelCache:
-    """Encoded label sets by labels, in two generations as exporter.exposition.LabelSets keeps
+    """Encoded label sets by labels, in two generations as exporter.render.exposition.LabelSets keeps
     them: a set no render used since the one before is dropped, so pods that came and went do not
     stay in memory."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from exporter.backends.nvml_query import NvmlQuery
+from exporter.backends.nvml.query import NvmlQuery
 
 NOT_AVAILABLE_U32 = 0xFFFFFFFF
 """NVML's "not available" for unsigned 32-bit answers (temperatures, GI/CI ids outside MIG)."""

@@ -27,7 +27,7 @@ from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from exporter.webconfig import BasicAuth
+from exporter.http.webconfig import BasicAuth
 
 LANE_DEPTH = 4
 """Pending checks one client address may have; more are shed (429)."""

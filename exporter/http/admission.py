@@ -5,7 +5,7 @@ Every new connection costs the event loop work before it can be judged: an accep
 parsed, a reply started.  A client that reconnects as fast as it is dropped (unread replies,
 plaintext on the TLS port, ffdhe ClientHellos, heads that never end) turns that into a loop at
 full CPU, and every scraper's connection waits in the kernel's accept queue behind it.  So each
-client address (an IPv4 address or an IPv6 /64, ``exporter.login.client_lane``) has a token
+client address (an IPv4 address or an IPv6 /64, ``exporter.http.login.client_lane``) has a token
 bucket, and each of its connections that ends badly - closed at a deadline, evicted, reset for
 not reading, a failed TLS handshake, a malformed request - takes a token (``charge``).  While
 the bucket is empty, the address' new connections are reset at once, before any parsing.
@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from exporter.login import client_lane
+from exporter.http.login import client_lane
 
 RATE_PER_SECOND = 20.0
 """Connections per second one address may end badly, on average."""

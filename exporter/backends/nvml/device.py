@@ -10,12 +10,12 @@ is for and what it costs on an H200 (docs/gpu-validation.md#cost-of-one-sample-o
 - **slow, every ``slow_every`` cycles** (staggered by GPU index): fields that change with a
   configuration or an error, and whose consumers look at minutes: the MIG and compute modes, the
   enforced power limit, ECC, remapped rows, PCIe replays, the fan and the HBM temperature (and,
-  read by ``nvml_links``, the PCIe width and the NVLink error counters). The MIG mode alone costs
+  read by ``links``, the PCIe width and the NVLink error counters). The MIG mode alone costs
   ~0.5 ms per call; a change shows up to ``slow_every`` cycles late;
 - **energy, every ``energy_every`` cycles**: the total-energy counter (~4.7 ms per call) feeds
   ``rate()`` over windows longer than that, which it leaves unchanged.
 
-To read a new NVML field: add the function to ``nvml_functions.py``, read it in
+To read a new NVML field: add the function to ``functions.py``, read it in
 :meth:`DeviceFields.sample` next to the ``GpuSample`` field it fills, and teach the fake.
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from exporter.backends.nvml_links import PcieState
-from exporter.backends.nvml_query import NvmlQuery
-from exporter.backends.nvml_values import MAX_POWER_WATTS, field_value, milli, percent, temperature, text
+from exporter.backends.nvml.links import PcieState
+from exporter.backends.nvml.query import NvmlQuery
+from exporter.backends.nvml.values import MAX_POWER_WATTS, field_value, milli, percent, temperature, text
 from exporter.model import NVLINK, PCIE, GpuFabric, GpuSample, LeafSample, LinkTraffic, NvLink
 
 #: Clock event (throttle) reason bits, by the binding's constant name -> our reason label.
@@ -113,7 +113,7 @@ class DeviceFields:
     Slow fields are read every ``slow_every`` cycles and total energy every ``energy_every``
     cycles, both staggered by GPU index so the GPUs of a node do not all pay in the same cycle; the
     cycles in between repeat the last value (see the module docstring).  Link traffic comes from
-    ``nvml_links.LinkReader``.
+    ``links.LinkReader``.
     """
 
     def __init__(self, q: NvmlQuery, index: int, handle: Any, uuid: str, energy_every: int, slow_every: int) -> None:

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.backends.nvml_query import NvmlQuery
-from exporter.backends.nvml_values import id_or_none, percent, text
+from exporter.backends.nvml.query import NvmlQuery
+from exporter.backends.nvml.values import id_or_none, percent, text
 from exporter.model import MPS_CLIENT, MPS_SERVER, MigInstance, ProcessSample
 
 MPS_SERVER_PROCESS = "nvidia-cuda-mps-server"

@@ -1,5 +1,5 @@
-"""One HTTP/1.1 client connection of the exporter's front (exporter/server.py): bytes in, h11 events,
-one request answered at a time, replies written in slices, TLS through exporter/tls_session.py.
+"""One HTTP/1.1 client connection of the exporter's front (exporter/http/server.py): bytes in, h11 events,
+one request answered at a time, replies written in slices, TLS through exporter/http/tls_session.py.
 
 What one connection can hold, whatever its client does (docs/security.md, "HTTP front"):
 
@@ -7,7 +7,7 @@ What one connection can hold, whatever its client does (docs/security.md, "HTTP 
   pauses while a request is answered or a TLS handshake step runs;
 - unsent bytes: one ``WRITE_SLICE`` in asyncio's buffer (the next slice is written only once the
   kernel took the last one) plus the kernel's send buffer, fixed at ``SEND_BUFFER_BYTES``; the
-  page itself is shared between replies (exporter/collector.py, ``render_parts``);
+  page itself is shared between replies (exporter/render/collector.py, ``render_parts``);
 - pipelined requests: ``MAX_PIPELINED`` answered back to back; the reply to the last carries
   ``Connection: close``;
 - time: the head deadline, the keep-alive idle limit and the write deadline (``Limits``).
@@ -26,14 +26,14 @@ import struct
 import termios
 from collections.abc import Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import h11
 
-from exporter.tls_session import TlsSession
-
-if TYPE_CHECKING:
-    from exporter.server import MetricsServer, Response
+from exporter.http.admission import ConnectionBudget
+from exporter.http.limits import Limits
+from exporter.http.response import TEXT, Response
+from exporter.http.tls_session import TlsSession
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,12 @@ TIER_IDLE_NEW, TIER_IDLE, TIER_IDLE_TRUSTED = 2, 3, 4
 (a scraper's long-lived connection is the last to go)."""
 TRUSTED_AFTER = 16
 
-_TEXT = "text/plain; charset=utf-8"
-
 
 def raw_error(status: int, reason: str) -> bytes:
     """A complete ``Connection: close`` reply for a request h11 could not take."""
     body = f"{reason.lower()}\n".encode()
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {_TEXT}\r\nContent-Length: {len(body)}\r\n"
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {TEXT}\r\nContent-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     )
     return head.encode() + body
@@ -97,12 +95,62 @@ def _idle_tier(replies: int) -> int:
     return TIER_IDLE if replies >= 2 else TIER_IDLE_NEW
 
 
+class Front(Protocol):
+    """What a connection asks of the server that accepted it (``exporter.http.server.MetricsServer``).
+
+    The server owns every connection and decides for all of them: who is admitted, which one is
+    evicted when the front is full, which replies are stalled, how TLS handshakes are scheduled.
+    A connection only reports what happened to it through these calls, so this module does not
+    depend on the server's."""
+
+    limits: Limits
+    budget: ConnectionBudget
+    """Misbehaving endings per client address: a connection that ends badly charges its peer."""
+    loop: asyncio.AbstractEventLoop
+    read_buffer: memoryview
+    """The one buffer every connection reads into (its bytes are consumed before the next read)."""
+    extra_headers: tuple[tuple[str, str], ...]
+    """Headers every reply carries (``http_server_config.headers`` of the web config)."""
+
+    def admit(self, conn: Connection) -> bool:
+        """Whether a new connection may stay (its address' budget, the connection cap)."""
+        ...
+
+    def place(self, conn: Connection, tier: int | None) -> None:
+        """Move a connection to an eviction tier (``None``: not evictable, a reply in progress)."""
+        ...
+
+    def wrote(self, conn: Connection) -> None:
+        """A slice of a reply was handed to the transport: watch that the client takes it."""
+        ...
+
+    def paused(self, conn: Connection, paused: bool) -> None:
+        """The transport's write buffer filled (``True``) or drained (``False``)."""
+        ...
+
+    def forget(self, conn: Connection) -> None:
+        """The connection is closed: drop it from every table."""
+        ...
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context for a new connection (looked up per connection), or None for plain HTTP."""
+        ...
+
+    def handshake(self, session: TlsSession) -> asyncio.Future[bool] | None:
+        """Run one TLS handshake step off the loop; None when too many are already waiting."""
+        ...
+
+    async def respond(self, request: Any, peer: str) -> Response:
+        """The reply to a complete request head (``h11.Request``) from ``peer``."""
+        ...
+
+
 class Connection(asyncio.BufferedProtocol):
     """One client connection.  No task or thread exists for a connection that has not sent a
     complete request head: a timer enforces the deadline, and the bytes wait in h11's capped
     buffer."""
 
-    def __init__(self, server: MetricsServer) -> None:
+    def __init__(self, server: Front) -> None:
         self.server = server
         self.key = 0
         self.tier: int | None = None

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.backends.nvml_query import NvmlQuery
-from exporter.backends.nvml_values import text
+from exporter.backends.nvml.query import NvmlQuery
+from exporter.backends.nvml.values import text
 from exporter.model import MigInstance
 
 _MIG_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.tls_groups import CURVE_NAMES, DEFAULT_GROUPS, GroupsError, set_groups
+from exporter.http.tls_groups import CURVE_NAMES, DEFAULT_GROUPS, GroupsError, set_groups
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class TlsSettings:
     min_version: str = "TLS12"
     max_version: str | None = None
     groups: tuple[str, ...] = DEFAULT_GROUPS
-    """Key-exchange groups offered, OpenSSL names (from ``curve_preferences``; exporter/tls_groups.py)."""
+    """Key-exchange groups offered, OpenSSL names (from ``curve_preferences``; exporter/http/tls_groups.py)."""
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class NvmlFunctions:
     nvmlDeviceGetPcieReplayCounter: NvmlFunction
     nvmlDeviceGetTotalEccErrors: NvmlFunction
     nvmlDeviceGetRemappedRows: NvmlFunction
-    # NVLink fabric registration, read every slow cycle (nvml_fabric.py)
+    # NVLink fabric registration, read every slow cycle (fabric.py)
     nvmlDeviceGetGpuFabricInfoV: NvmlFunction
     nvmlDeviceGetGpuFabricInfo: NvmlFunction
     # Xid events

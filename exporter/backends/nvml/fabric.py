@@ -9,7 +9,7 @@ NVLink: a GB200 NVL72 rack, the domain of a ComputeDomain of NVIDIA's DRA driver
 A GPU outside any NVLink fabric has no fabric (``None``) and is not asked again, whichever way
 NVML says so: an H200 on driver 580 answers SUCCESS with the state NOT_SUPPORTED (an all-zero
 UUID, clique 0: tests/fixtures/nvml_fabric/h200.json), other GPUs or drivers may raise NotSupported (the query
-gate, exporter/backends/nvml_query.py, remembers that). A binding or driver without the versioned
+gate, exporter/backends/nvml/query.py, remembers that). A binding or driver without the versioned
 call (FunctionNotFound) falls back to the older ``nvmlDeviceGetGpuFabricInfo``
 (``c_nvmlGpuFabricInfo_t``), but only where the binding lays that struct out as the driver does:
 nvidia-ml-py 13.610 declares its cluster UUID 80 bytes long, which shifts every later field.
@@ -26,8 +26,8 @@ import logging
 import uuid
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunction
-from exporter.backends.nvml_query import ANY_SCOPE, NvmlQuery
+from exporter.backends.nvml.functions import NvmlFunction
+from exporter.backends.nvml.query import ANY_SCOPE, NvmlQuery
 from exporter.model import GpuFabric
 
 _log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@
   reaches no one.  Where NVML does not answer that question the pair is taken as reachable (both
   GPUs reach switches of one board).
 
-The answer changes only when a GPU's links change (re-read every minute, see nvml_links.py) or a
+The answer changes only when a GPU's links change (re-read every minute, see links.py) or a
 GPU comes or goes, so it is computed then and repeated in between: no NVML call on other cycles.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from exporter.backends.nvml_query import GpuLost, NvmlQuery
+from exporter.backends.nvml.query import GpuLost, NvmlQuery
 from exporter.model import GpuSample, NvLink, NvLinkPeer
 
 _BDF = re.compile(r"^(?:([0-9a-fA-F]+):)?([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])$")

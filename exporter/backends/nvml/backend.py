@@ -1,7 +1,7 @@
 """NVML backend: reads every physical GPU and leaf (whole GPU or MIG instance) through NVML.
 
-The only module that imports ``pynvml`` (nvidia-ml-py), lazily, so the exporter runs without it.
-This class owns the library's life: initialisation with backoff, re-initialisation after a
+The binding, ``pynvml`` (nvidia-ml-py), is loaded on first use by the session module, so the
+exporter runs without it. This class owns the library's life: initialisation with backoff, re-initialisation after a
 driver loss, bounded shutdown. Everything between one ``nvmlInit`` and its end is an
 :class:`NvmlSession`, whose readers pass every call through :class:`NvmlQuery`; that gate turns
 NVML errors into ``None`` fields, lost GPUs and re-initialisation. See
@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunctions
-from exporter.backends.nvml_gpu import ReaderOptions
-from exporter.backends.nvml_query import GpuLost, NeedsReinit, error_names
-from exporter.backends.nvml_session import NvmlSession
+from exporter.backends.nvml.functions import NvmlFunctions
+from exporter.backends.nvml.gpu import ReaderOptions
+from exporter.backends.nvml.query import GpuLost, NeedsReinit, error_names
+from exporter.backends.nvml.session import NvmlSession, load_binding
 from exporter.model import BackendSample
 
 _log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ class NvmlBackend:
     ``energy_every`` cycles the same way: ``rate()`` over any window longer than that is unchanged.
     Fields that change with a configuration or an error (MIG and compute mode, power limit, ECC,
     remapped rows, PCIe replays, fan, HBM temperature) are read every ``slow_every`` cycles
-    (exporter/backends/nvml_device.py), and so is the NVLink fabric registration, which completes
-    some time after boot (exporter/backends/nvml_fabric.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
+    (exporter/backends/nvml/device.py), and so is the NVLink fabric registration, which completes
+    some time after boot (exporter/backends/nvml/fabric.py).  ``gpm=False`` (``--no-collect.gpm``) never samples GPM:
     every GPU then reads as one without it (coarse classes, docs/boundness.md).
     """
 
@@ -186,9 +186,7 @@ class NvmlBackend:
 
     def _module(self) -> Any:
         if self._nvml is None:
-            import pynvml  # nvidia-ml-py; optional extra "nvml"
-
-            self._nvml = pynvml
+            self._nvml = load_binding()
         return self._nvml
 
     def _describe_init_failure(self, exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Collection
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunction, NvmlFunctions
+from exporter.backends.nvml.functions import NvmlFunction, NvmlFunctions
 
 _log = logging.getLogger(__name__)
 

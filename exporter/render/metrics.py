@@ -1,10 +1,10 @@
 """The metric catalogue: every series gpulens exports, and how each is read from a snapshot.
 
 Each entry states its name, type, unit, help, the scope it is exported once per (a GPU, a leaf, a
-pod's device, a probe... see exporter/scopes.py), the labels it adds to the scope's identity labels,
+pod's device, a probe... see exporter/render/scopes.py), the labels it adds to the scope's identity labels,
 and the function that reads its value (or values) from the scope's view of the snapshot.  The
-collector renders every entry with one generic loop (exporter/collector.py), docs/metrics.md is
-generated from here (``python -m exporter.metrics --markdown``), and the dashboard imports names from
+collector renders every entry with one generic loop (exporter/render/collector.py), docs/metrics.md is
+generated from here (``python -m exporter.render.metrics --markdown``), and the dashboard imports names from
 here.  Renaming an entry breaks users' dashboards and alerts: change it only on purpose.
 """
 
@@ -30,7 +30,7 @@ from exporter.model import (
     LinkTraffic,
     Snapshot,
 )
-from exporter.scopes import (
+from exporter.render.scopes import (
     ALLOCATION,
     ATTRIBUTION,
     DEVICE,
@@ -1156,7 +1156,7 @@ def spec(name: str) -> MetricSpec:
     try:
         return BY_NAME[name]
     except KeyError:
-        raise KeyError(f"unknown metric {name!r}: not in exporter/metrics.py CATALOGUE") from None
+        raise KeyError(f"unknown metric {name!r}: not in exporter/render/metrics.py CATALOGUE") from None
 
 
 def markdown() -> str:
@@ -1172,11 +1172,12 @@ def markdown() -> str:
     out = [
         "# Metrics",
         "",
-        "Generated from `exporter/metrics.py` by `python -m exporter.metrics --markdown > docs/metrics.md`;",
+        "Generated from `exporter/render/metrics.py` by",
+        "`python -m exporter.render.metrics --markdown > docs/metrics.md`;",
         "a test fails when this file and the catalogue drift. Ratios are 0..1; unsupported values are",
         "omitted, never 0 or NaN. MIG labels (`mig_uuid`, `gpu_instance_id`, `compute_instance_id`,",
         "`mig_profile`) are empty on whole-GPU series. The *per* column says what a series is",
-        "exported once per (its scope, in `exporter/scopes.py`).",
+        "exported once per (its scope, in `exporter/render/scopes.py`).",
         "",
     ]
     out += ["## Scopes", "", "| per | covers | identity labels |", "|---|---|---|"]
@@ -1198,7 +1199,7 @@ def markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the catalogue as markdown."""
-    parser = argparse.ArgumentParser(prog="python -m exporter.metrics")
+    parser = argparse.ArgumentParser(prog="python -m exporter.render.metrics")
     parser.add_argument("--markdown", action="store_true", help="print docs/metrics.md")
     args = parser.parse_args(argv)
     if args.markdown:

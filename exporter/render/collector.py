@@ -1,7 +1,7 @@
 """Renders the newest Snapshot into fresh Prometheus metric families at scrape time.
 
 No NVML here: a scrape is O(series).  One generic loop renders every catalogue entry
-(exporter/metrics.py) inside its own guard, so a bug in one entry (a read that raises, label values
+(exporter/render/metrics.py) inside its own guard, so a bug in one entry (a read that raises, label values
 that do not match its label names) drops only that family (and flips
 ``gpulens_stage_success{stage="render_<family>"}``) instead of a whole section or an HTTP 500.
 """
@@ -20,12 +20,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporter import __version__
-from exporter import metrics as cat
-from exporter.exposition import Encoder, Family
-from exporter.gzip_stream import GzipHead, gzip_parts
 from exporter.model import Snapshot
-from exporter.negotiate import OPENMETRICS_ACCEPT, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, exposition_accept
-from exporter.scopes import EXPORTER, Frame, LabelValues
+from exporter.render import metrics as cat
+from exporter.render.exposition import Encoder, Family
+from exporter.render.gzip_stream import GzipHead, gzip_parts
+from exporter.render.negotiate import OPENMETRICS_ACCEPT, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, exposition_accept
+from exporter.render.scopes import EXPORTER, Frame, LabelValues
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class SnapshotCollector(Collector):
     ``describe()`` lists the catalogue so registering does not trigger a collection; every
     ``collect()`` builds new families (no state leaks between scrapes, gone pods simply vanish).
     Before the first snapshot only ``gpulens_up 0`` and the build info are exported.  Every family
-    is an entry of ``catalogue`` (exporter/metrics.py), read by ``collect_samples``.  ``render_checks``
+    is an entry of ``catalogue`` (exporter/render/metrics.py), read by ``collect_samples``.  ``render_checks``
     (section -> whether that block rendered for the snapshot) report blocks rendered elsewhere,
     such as the DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
     ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
@@ -166,7 +166,7 @@ class SnapshotCollector(Collector):
 
     def exposition(self, openmetrics: bool) -> str:
         """The newest snapshot as exposition text (what ``generate_latest`` writes for ``collect()``,
-        without its per-sample label checks; see exporter/exposition.py)."""
+        without its per-sample label checks; see exporter/render/exposition.py)."""
         families = ((self._families[spec.name], samples) for spec, samples in self._samples())
         return self._encoder.encode(families, openmetrics)
 
@@ -228,7 +228,7 @@ class CachedExposition:
     def render_parts(self, accept_header: str) -> tuple[tuple[bytes | memoryview, ...], str]:
         """(body in parts, content type) for a scrape with this ``Accept`` header.
 
-        The header is first reduced to one of two canonical formats (exporter/negotiate.py), so
+        The header is first reduced to one of two canonical formats (exporter/render/negotiate.py), so
         the cache never holds more than one body per format whatever clients send.  The first
         part is a view of the cached body, shared by every reply in flight; only the few bytes of
         the age line are new per request (the HTTP front sends the parts without joining them, so

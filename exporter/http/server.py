@@ -1,13 +1,13 @@
 """HTTP(S) endpoints: ``/metrics`` (exposition), ``/healthz`` (alive), ``/readyz`` (ready).
 
-One asyncio event loop serves every connection (exporter/http_conn.py); h11 parses HTTP/1.1.
+One asyncio event loop serves every connection (exporter/http/connection.py); h11 parses HTTP/1.1.
 What any client, however slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
 
 - misbehaving clients: each connection of a client address that ends badly (a deadline, an
   eviction, a reset for not reading, a failed TLS handshake, a malformed request) takes a token
   from that address' bucket (``Limits.bad_endings_per_second``, bursts of
   ``bad_endings_burst``); while it is empty the address' new connections are reset before they
-  are read (exporter/admission.py).
+  are read (exporter/http/admission.py).
 - connections: at most ``Limits.max_connections`` open at once.  A new connection over the cap
   closes another, in this order: one that has not completed a request or has stopped reading its
   reply (oldest first), then kept-alive idle ones that have delivered the fewest replies (a
@@ -23,14 +23,14 @@ What any client, however slow or hostile, can cost is bounded (docs/security.md,
   fields (431 beyond).  A request body is never read: the reply closes the connection.
 - CPU: TLS handshakes run on ``TLS_WORKERS`` low-priority threads, at most
   ``Limits.max_handshakes`` waiting (more are shed), and only elliptic-curve key exchanges are
-  offered (exporter/tls_groups.py); uncached bcrypt checks run on one low-priority thread, fairly
-  between client addresses and bounded (exporter/login.py).
+  offered (exporter/http/tls_groups.py); uncached bcrypt checks run on one low-priority thread, fairly
+  between client addresses and bounded (exporter/http/login.py).
 - threads: the loop thread, ``RENDER_WORKERS`` that build /metrics bodies, the TLS handshake
   threads and the bcrypt thread: a fixed number.
 - freed memory: after a burst of closed connections the C heap is trimmed (exporter/heap.py).
 
 Only GET and HEAD are served.  TLS, mTLS and basic auth come from ``--web.config.file``
-(exporter/webconfig.py); the TLS context is looked up per connection, so rotated certificates
+(exporter/http/webconfig.py); the TLS context is looked up per connection, so rotated certificates
 take effect without a restart.
 """
 
@@ -46,22 +46,25 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter.admission import BURST, RATE_PER_SECOND, ConnectionBudget
-from exporter.gzip_stream import gzip_parts
 from exporter.heap import trim_now
-from exporter.http_conn import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
-from exporter.login import LoginScheduler
-from exporter.negotiate import accepts_gzip, exposition_accept
+from exporter.http.admission import ConnectionBudget
+from exporter.http.connection import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
+from exporter.http.limits import Limits
+from exporter.http.login import LoginScheduler
+from exporter.http.response import Response
+from exporter.http.tls_session import TlsSession
+from exporter.http.webconfig import BasicAuth, TlsContextSource, WebConfig
+from exporter.listen_address import parse_listen_address
+from exporter.render.gzip_stream import gzip_parts
+from exporter.render.negotiate import accepts_gzip, exposition_accept
 from exporter.tcp import as_tcp
-from exporter.tls_session import TlsSession
-from exporter.webconfig import BasicAuth, TlsContextSource, WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,46 +96,17 @@ TRIM_DELAY = 1.0
 """Seconds from the burst's first counted close to the trim."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The HTTP front's budget (counts, bytes and seconds); see the module docstring."""
-
-    max_connections: int = 512
-    max_header_bytes: int = 16 * 1024
-    max_headers: int = 100
-    request_deadline: float = 10.0
-    keepalive_idle: float = 30.0
-    write_deadline: float = 30.0
-    max_stalled: int = 32
-    max_handshakes: int = 64
-    bad_endings_per_second: float = RATE_PER_SECOND
-    bad_endings_burst: float = BURST
-
-
 Body = bytes | Sequence[bytes | memoryview]
 Exposition = Callable[[str], tuple[Body, str]]
 """``render(accept_header) -> (body or its parts, content_type)``: the metrics page."""
 Reply = Callable[[str, bool, bool], tuple[Body, str] | None]
 """``reply(accept_header, gzip, encode) -> (body parts, content_type)``: the metrics page,
 gzipped when ``gzip``; with ``encode`` False, ``None`` unless it is at hand without encoding or
-compressing the page (exporter/collector.py, ``CachedExposition.reply``)."""
+compressing the page (exporter/render/collector.py, ``CachedExposition.reply``)."""
 
 
 UNAUTHENTICATED_PATHS = ("/healthz", "/readyz")
 """Liveness/readiness reveal nothing and kubelet probes cannot send credentials."""
-
-_TEXT = "text/plain; charset=utf-8"
-
-
-@dataclass
-class Response:
-    """A reply: status, body in parts (sent without joining), content type, extra headers."""
-
-    status: int
-    body: tuple[bytes | memoryview, ...]
-    ctype: str = _TEXT
-    headers: tuple[tuple[str, str], ...] = ()
-    close: bool = False
 
 
 def _text(status: int, text: bytes, **kw: Any) -> Response:
@@ -169,26 +143,6 @@ def _plain(registry: CollectorRegistry) -> Exposition:
         return encoder(registry), ctype
 
     return render
-
-
-def parse_listen_address(value: str) -> tuple[str, int]:
-    """``host:port`` / ``:port`` / ``[::1]:port`` -> (host, port); ValueError names what is wrong.
-
-    An empty host (``:port``) means every address of both IP stacks (``listen_socket``)."""
-    host, sep, port_s = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"expected HOST:PORT or :PORT, got {value!r}")
-    if host.startswith("[") != host.endswith("]"):
-        raise ValueError(f"unbalanced brackets in {value!r}")
-    if ":" in host and not host.startswith("["):
-        raise ValueError(f"an IPv6 address needs brackets, as in [{host}]:{port_s}")
-    host = host.strip("[]")
-    if not port_s.isascii() or not port_s.isdigit():
-        raise ValueError(f"port {port_s!r} is not a number")
-    port = int(port_s)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range 0..65535")
-    return host, port
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.backends.nvml_query import ANY_SCOPE, NvmlQuery
+from exporter.backends.nvml.query import ANY_SCOPE, NvmlQuery
 from exporter.model import GpmSample
 
 #: GpmSample field -> NVML metric constant name (NVML returns each in percent).

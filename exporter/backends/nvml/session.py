@@ -3,6 +3,9 @@
 A session exists only between a successful ``nvmlInit`` and its end: ``close()`` (shutdown) or
 a driver loss, after which the backend drops it and starts a new one with fresh handles. Nothing
 in it is ever half-built: the constructor enumerates the GPUs or raises.
+
+The only module that imports ``pynvml`` (nvidia-ml-py), lazily (:func:`load_binding`), so the
+exporter runs without it; every other NVML module is handed the binding.
 """
 
 from __future__ import annotations
@@ -12,16 +15,24 @@ import logging
 from types import MappingProxyType
 from typing import Any
 
-from exporter.backends.nvml_functions import NvmlFunctions
-from exporter.backends.nvml_gpm import GpmTracker
-from exporter.backends.nvml_gpu import GpuReader, ReaderOptions
-from exporter.backends.nvml_query import GpuLost, NeedsReinit, NvmlQuery
-from exporter.backends.nvml_topology import NvLinkTopology
-from exporter.backends.nvml_values import text
+from exporter.backends.nvml.functions import NvmlFunctions
+from exporter.backends.nvml.gpm import GpmTracker
+from exporter.backends.nvml.gpu import GpuReader, ReaderOptions
+from exporter.backends.nvml.query import GpuLost, NeedsReinit, NvmlQuery
+from exporter.backends.nvml.topology import NvLinkTopology
+from exporter.backends.nvml.values import text
 from exporter.model import BackendSample, GpuSample
 
 _log = logging.getLogger(__name__)
 _SYSTEM = "system"
+
+
+def load_binding() -> Any:
+    """The NVML binding module, ``pynvml`` (nvidia-ml-py, the optional extra "nvml"), imported on
+    first use; ``ImportError`` where it is not installed."""
+    import pynvml
+
+    return pynvml
 
 
 class NvmlSession:

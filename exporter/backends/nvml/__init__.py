@@ -1,0 +1,1 @@
+"""The NVML backend: the one seam to NVIDIA hardware (only ``session`` imports ``pynvml``)."""

@@ -1,0 +1,1 @@
+"""The bounded HTTP front: connections, TLS, admission, login, web config (docs/security.md)."""

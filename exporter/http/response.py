@@ -1,0 +1,19 @@
+"""A reply of the HTTP front as the server builds it and a connection writes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TEXT = "text/plain; charset=utf-8"
+"""Content type of the front's own short replies (errors, health and readiness answers)."""
+
+
+@dataclass
+class Response:
+    """A reply: status, body in parts (sent without joining), content type, extra headers."""
+
+    status: int
+    body: tuple[bytes | memoryview, ...]
+    ctype: str = TEXT
+    headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False
