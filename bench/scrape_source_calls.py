@@ -17,8 +17,8 @@ import time
 import urllib.request
 from typing import Any
 
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import NO_FILTERS
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import NO_FILTERS
 from tests.support.exporter import run_exporter
 
 WINDOW_S = 3600.0

@@ -3,7 +3,7 @@ how long) and which GPUs run slow (clocks held down), as tables people read.
 
 Pure pandas over the sources' frames (no queries, no Streamlit calls); durations are written as the
 rest of the dashboard writes them (:func:`dashboard.ui.fmt_duration`). Idle, in use and the
-slowdown events are the ones of dashboard/definitions.py and dashboard/source.py, never redefined:
+slowdown events are the ones of dashboard/definitions.py and dashboard/sources/source.py, never redefined:
 the allocated-but-idle devices listed here are exactly those :func:`frames.fleet_counts` counts.
 """
 
@@ -16,7 +16,7 @@ import pandas as pd
 
 from dashboard import frames, jobs
 from dashboard.definitions import LEAF
-from dashboard.source import SLOWDOWN_REASONS
+from dashboard.sources.source import SLOWDOWN_REASONS
 from dashboard.ui import fmt_duration
 
 ROWS_SHOWN = 10

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 
 from dashboard import definitions
-from dashboard.source import ALLOCATION_KEYS, Filters
+from dashboard.sources.source import ALLOCATION_KEYS, Filters
 from exporter.metrics import BY_NAME
 from exporter.model import LINKS, NVLINK, PCIE
 
@@ -1077,7 +1077,7 @@ def straggler_figures(
     """The rows of ``MetricSource.job_stragglers`` (source.JOB_STRAGGLER_COLUMNS): ``strays`` (the
     straggling leaves: JOB_LEAF, gpu, reason) with ``busy`` (per uuid, mig_uuid), ``sm_clock_ratio``
     (per uuid) and the slowdown ``reasons`` seen (uuid, reason rows) joined on."""
-    from dashboard.source import JOB_STRAGGLER_COLUMNS
+    from dashboard.sources.source import JOB_STRAGGLER_COLUMNS
 
     out = with_cols(strays, JOB_STRAGGLER_COLUMNS[:-3]).copy()
     leaves = list(zip(out["uuid"].astype(str), out["mig_uuid"].astype(str), strict=True))
@@ -1115,7 +1115,7 @@ def job_leaf_figures(
     (slowdown events seen in the window); ``gpus``: uuid, gpu, name (gpulens_gpu_info); ``held``:
     hours per (cluster, namespace, pod, uuid, mig_uuid), giving ``held_hours`` (0 where absent)."""
     from dashboard import jobs
-    from dashboard.source import JOB_LEAF_COLUMNS
+    from dashboard.sources.source import JOB_LEAF_COLUMNS
 
     cols = [*JOB_LEAF_COLUMNS, *(["held_hours"] if held is not None else [])]
     if leaves.empty:

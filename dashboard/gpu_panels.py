@@ -19,7 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard import figures, frames
+from dashboard import frames
+from dashboard.figures import vega
 
 # --- the table -----------------------------------------------------------------------------
 
@@ -419,12 +420,12 @@ def _time_axis(t: pd.Series) -> dict[str, Any]:
             "axis": {"labelExpr": f"utcFormat(datum.value, '{fmt}')", "labelOverlap": True}}  # fmt: skip
 
 
-def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> figures.Chart:
+def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> vega.Chart:
     """A panel's lines over time (timestamp, series, value already in ``unit``): the unit on the y
     axis and in the tooltip, whole-number ticks for a count, 0-100 % for a share of the time, and a
     legend naming every line, even a single one, in a grid of ``legend_columns``."""
     if lines.empty:
-        return figures.empty_figure()
+        return vega.empty_figure()
     d = lines.assign(series=lines["series"].astype(str)).sort_values("timestamp", kind="stable")
     stamps = pd.to_datetime(d["timestamp"], unit="s", utc=True)
     d = d.assign(t=(d["timestamp"].astype(float) * 1000.0).round(), time=stamps.dt.strftime("%Y-%m-%d %H:%M:%S UTC"))
@@ -437,8 +438,8 @@ def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> 
         y["scale"] = {"domain": [0, 1]}
     columns = max(1, min(len(names), legend_columns))
     return {
-        "datasets": {figures.DATASET: figures.rows(d, ["t", "time", "series", "value"])},
-        "data": {"name": figures.DATASET},
+        "datasets": {vega.DATASET: vega.rows(d, ["t", "time", "series", "value"])},
+        "data": {"name": vega.DATASET},
         "mark": {"type": "line", "interpolate": "step-after" if unit.whole else "linear", "point": False},
         "encoding": {
             "x": _time_axis(d["t"]),

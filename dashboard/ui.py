@@ -18,10 +18,12 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, scrape_source
-from dashboard.prometheus_source import PrometheusSource
+from dashboard import definitions, frames
+from dashboard.figures.vega import PICK, Chart
 from dashboard.settings import DashboardSettings, from_env
-from dashboard.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError
+from dashboard.sources import scrape
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError
 
 WINDOWS: dict[str, float] = {
     "Last 15 minutes": 900.0,
@@ -106,7 +108,7 @@ def _source(key: str, settings: DashboardSettings) -> MetricSource:
     if settings.scrape_urls:
         # the one started at the dashboard's start (dashboard.server), its history as old as the
         # process; under a bare ``streamlit run``, started here by the first page
-        return scrape_source.running(
+        return scrape.running(
             settings.scrape_urls, interval_s=settings.scrape_interval_seconds, timeout_s=settings.timeout_seconds
         )
     raise SourceError("no data source configured: start with --prometheus URL or --scrape URL[,URL...]")
@@ -552,21 +554,21 @@ PAGES: dict[str, Any] = {}
 """url path -> st.Page, registered by app.py each run (for st.switch_page)."""
 
 
-def chart(spec: figures.Chart, key: str, *, clickable: bool = False) -> None:
-    """Draw a Vega-Lite ``spec`` (dashboard/figures.py) across the page; with ``clickable``, a
-    click on a mark of a GPU or MIG instance (the spec's :data:`figures.PICK` selection) opens
+def chart(spec: Chart, key: str, *, clickable: bool = False) -> None:
+    """Draw a Vega-Lite ``spec`` (dashboard/figures/) across the page; with ``clickable``, a
+    click on a mark of a GPU or MIG instance (the spec's :data:`PICK` selection) opens
     that GPU's page."""
     if not clickable:
         st.vega_lite_chart(spec, width="stretch", key=key)
         return
-    event = st.vega_lite_chart(spec, width="stretch", key=key, on_select="rerun", selection_mode=figures.PICK)
+    event = st.vega_lite_chart(spec, width="stretch", key=key, on_select="rerun", selection_mode=PICK)
     open_selected_gpu(event)
 
 
 def open_selected_gpu(event: Any) -> None:
     """Open the GPU page for the first mark selected on a chart whose rows carry ``uuid`` and
     ``mig_uuid``; nothing when no mark is selected."""
-    picked = list(((event or {}).get("selection") or {}).get(figures.PICK) or [])
+    picked = list(((event or {}).get("selection") or {}).get(PICK) or [])
     if not picked or "gpu" not in PAGES:
         return
     first = picked[0] if isinstance(picked[0], dict) else {}

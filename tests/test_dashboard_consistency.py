@@ -35,10 +35,10 @@ import pytest
 
 from dashboard.advisor.engine import recommend
 from dashboard.advisor.query import Window, measure
-from dashboard.openmetrics import OpenMetricsHistory, label_text
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import HISTORY_STEPS, Filters
+from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import HISTORY_STEPS, Filters
 from exporter.metrics import spec
 from exporter.model import BOUNDNESS_CLASSES
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from dashboard import definitions, frames
-from dashboard.prometheus_source import PrometheusSource
 from dashboard.promql import label_name, quote, selector
-from dashboard.scrape_source import ScrapeSource, instance_of, metrics_url, parse_exposition
-from dashboard.source import MAX_POINTS, Filters, SourceError, bounded_step
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource, instance_of, metrics_url, parse_exposition
+from dashboard.sources.source import MAX_POINTS, Filters, SourceError, bounded_step
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
 from tests.support.net import free_port
 
@@ -432,7 +432,7 @@ def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() 
     import re
 
     from dashboard import gpu_panels
-    from dashboard.source import DEVICE_METRICS
+    from dashboard.sources.source import DEVICE_METRICS
     from exporter.metrics import CATALOGUE
 
     placed = gpu_panels.metrics_of()
@@ -565,7 +565,7 @@ def test_fleet_tells_gpus_moving_data_from_launch_bound_ones() -> None:
 
 
 def test_a_rate_spans_a_step_or_a_minute_whichever_is_longer() -> None:
-    from dashboard.source import rate_steps
+    from dashboard.sources.source import rate_steps
 
     assert [rate_steps(s) for s in (1.0, 4.0, 15.0, 60.0, 360.0)] == [60, 15, 4, 1, 1]
 

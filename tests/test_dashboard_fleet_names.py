@@ -12,8 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import figures, fleet_names, frames
-from dashboard.scrape_source import ScrapeSource
+from dashboard import fleet_names, frames
+from dashboard.figures.activity import FREE, sm_heatmap
+from dashboard.figures.vega import data_of
+from dashboard.sources.scrape import ScrapeSource
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 START = 1_000_000.0
@@ -223,13 +225,13 @@ def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
 def test_the_heatmap_marks_the_gpu_no_pod_holds_and_names_the_holders() -> None:
     src, _ = _source("h200x8", 3)
     sm = src.mean("gpulens_gpu_sm_active_ratio", window_s=WINDOW)
-    chart = figures.sm_heatmap(sm, src.instant("gpulens_pod_gpu_allocation"))
-    cells = {r["label"]: r for r in figures.data_of(chart)}
-    free = {label for label, r in cells.items() if r["allocation"] == figures.FREE}
+    chart = sm_heatmap(sm, src.instant("gpulens_pod_gpu_allocation"))
+    cells = {r["label"]: r for r in data_of(chart)}
+    free = {label for label, r in cells.items() if r["allocation"] == FREE}
     assert free == {"GPU 7"}, "GPU 7 of the fixture has no pod"
     assert cells["GPU 7"]["holders"] == "no pod (free)"
     assert cells["GPU 5"]["holders"] == "notebooks/jupyter-alice-0"
     stroke = chart["encoding"]["stroke"]
-    assert stroke["scale"]["domain"] == [figures.FREE], "the legend says what the outline means"
+    assert stroke["scale"]["domain"] == [FREE], "the legend says what the outline means"
     assert stroke["legend"]["orient"] == "bottom"
     json.dumps(chart)

@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import figures, frames, gpu_panels
-from dashboard.scrape_source import ScrapeSource
+from dashboard import frames, gpu_panels
+from dashboard.figures.vega import data_of
+from dashboard.sources.scrape import ScrapeSource
 from exporter.metrics import BY_NAME
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
@@ -138,7 +139,7 @@ def test_bytes_are_gib_in_the_values_the_axis_and_the_tooltip_alike() -> None:
     spec = gpu_panels.lines_chart(memory.lines, memory.panel.unit)
     assert spec["encoding"]["y"]["title"] == "GiB"
     assert [t["title"] for t in spec["encoding"]["tooltip"] if t["field"] == "value"] == ["GiB"]
-    assert all(r["value"] < 200 for r in figures.data_of(spec)), "no value left in bytes"
+    assert all(r["value"] < 200 for r in data_of(spec)), "no value left in bytes"
     assert not any("bytes" in str(n) for n in memory.lines["series"])
 
 

@@ -33,11 +33,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import figures, frames, jobs
-from dashboard.openmetrics import OpenMetricsHistory, label_text
-from dashboard.prometheus_source import PrometheusSource, _regex_selector
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters
+from dashboard import frames, jobs
+from dashboard.figures.jobs import job_mix_bars, job_timelines
+from dashboard.figures.palette import CLASS_COLORS
+from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
+from dashboard.sources.prometheus import PrometheusSource, _regex_selector
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters
 from exporter.metrics import spec
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
@@ -582,7 +584,7 @@ def test_the_timeline_reads_sm_activity_else_busy_and_each_gpus_clock_for_its_mi
     activity = t[t["track"] == "activity"].set_index("row")["value"]
     assert activity.to_dict() == {"a": 0.4, "b": 0.7}, "SM activity where the GPU has it, else busy"
     assert set(t[t["track"] == "sm_clock"]["row"]) == {"c", "d"}, "the GPU's clock on each of its instances"
-    chart = figures.job_timelines(t, ["a", "b", "c", "d"], start=0.0, end=60.0, step=10.0)
+    chart = job_timelines(t, ["a", "b", "c", "d"], start=0.0, end=60.0, step=10.0)
     assert [s["transform"][0]["filter"]["equal"] for s in chart["vconcat"]] == ["activity", "class", "sm_clock"]
     assert {s["encoding"]["y"]["sort"][0] for s in chart["vconcat"]} == {"a"}
     assert chart["resolve"]["scale"]["x"] == "shared"
@@ -594,20 +596,17 @@ def test_the_mix_chart_keeps_the_tables_order_and_the_class_colours() -> None:
         [{"job": "b", "class": "communication", "share": 0.7}, {"job": "b", "class": "compute", "share": 0.3},
          {"job": "a", "class": "compute", "share": 1.0}, {"job": "c", "class": "idle", "share": 0.0}]
     )  # fmt: skip
-    chart = figures.job_mix_bars(mix, ["b", "a", "c"])
+    chart = job_mix_bars(mix, ["b", "a", "c"])
     assert chart["encoding"]["y"]["sort"] == ["b", "a"], "c has no share above 0"
     scale = chart["encoding"]["color"]["scale"]
-    assert (
-        dict(zip(scale["domain"], scale["range"], strict=True))["communication"]
-        == figures.CLASS_COLORS["communication"]
-    )
-    assert "no job has a class" in json.dumps(figures.job_mix_bars(mix.iloc[0:0], ["a"]))
+    assert dict(zip(scale["domain"], scale["range"], strict=True))["communication"] == CLASS_COLORS["communication"]
+    assert "no job has a class" in json.dumps(job_mix_bars(mix.iloc[0:0], ["a"]))
 
 
 def test_a_store_without_the_jobs_rules_says_which_to_load() -> None:
     """GPUs held by pods but no gpulens:job_leaf:info (a Prometheus without the group gpulens.jobs):
     the source says what to load instead of showing no job."""
-    from dashboard.source import SourceError
+    from dashboard.sources.source import SourceError
     from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
 
     with fake_prometheus("h200x8.prom") as (url, _state), pytest.raises(SourceError, match=r"group gpulens\.jobs"):

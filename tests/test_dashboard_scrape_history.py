@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from dashboard import frames
-from dashboard.scrape_history import TargetHistory, frame, of_metric, sample_lines
-from dashboard.scrape_source import ScrapeSource, parse_exposition
+from dashboard.sources.scrape import ScrapeSource, parse_exposition
+from dashboard.sources.scrape_history import TargetHistory, frame, of_metric, sample_lines
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 H200 = (FIX / "h200x8.prom").read_text()

@@ -1,5 +1,5 @@
-"""Scrape mode's idle verdict (dashboard/scrape_verdicts.py) and the block storage under it
-(dashboard/scrape_history.py): the fast path gives what the definition gives on labelled frames,
+"""Scrape mode's idle verdict (dashboard/sources/scrape_verdicts.py) and the block storage under it
+(dashboard/sources/scrape_history.py): the fast path gives what the definition gives on labelled frames,
 a settled verdict is kept and an unsettled one is not, and blocks read back every scrape as it was."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from dashboard import definitions
-from dashboard.scrape_history import TargetHistory, coded, frame, of_metric, reduced
-from dashboard.scrape_source import ScrapeSource
-from dashboard.scrape_verdicts import IDLE_LABELS, VerdictCache, leaf_idle, settled_before
-from dashboard.source import NO_FILTERS, SM_ACTIVE, Filters
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.scrape_history import TargetHistory, coded, frame, of_metric, reduced
+from dashboard.sources.scrape_verdicts import IDLE_LABELS, VerdictCache, leaf_idle, settled_before
+from dashboard.sources.source import NO_FILTERS, SM_ACTIVE, Filters
 from tests.support.sim_exposition import render_cycles
 
 SCENARIOS = ("h200x8", "mig", "a100", "l40s", "timeslice")

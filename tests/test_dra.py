@@ -32,9 +32,9 @@ import pandas as pd
 import pytest
 
 from dashboard import frames
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import Filters
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import Filters
 from tests.support.om_history import LABEL, without_integrals, write_history
 from tests.support.prometheus import backfill_recording_rules, inline_records, rule_expressions, run_prometheus
 from tests.support.prometheus import query as prom_query

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from dashboard import definitions, frames
-from dashboard.prometheus_source import PrometheusSource
+from dashboard.sources.prometheus import PrometheusSource
 from exporter.backends.nvml_device import CLOCK_EVENT_REASONS
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query

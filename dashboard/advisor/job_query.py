@@ -40,9 +40,9 @@ from dashboard import definitions, frames, jobs
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy
 from dashboard.advisor.jobs import JobAdvice, JobLeaf, JobUsage, Straggler, advise_jobs
 from dashboard.advisor.query import DEFAULT_WINDOW, Window
-from dashboard.prometheus_source import PrometheusSource
 from dashboard.promql import duration, selector, subquery_range
-from dashboard.source import NO_FILTERS, Filters
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import NO_FILTERS, Filters
 
 SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 """Clock event reasons (``gpulens_gpu_clock_event_active{reason}``) by which the GPU slows itself

@@ -39,9 +39,9 @@ import pandas as pd
 
 from dashboard import definitions, frames
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy, Recommendation, WorkloadUsage, recommend_all
-from dashboard.prometheus_source import PrometheusSource
 from dashboard.promql import by_clause, duration, selector, subquery_range
-from dashboard.source import NO_FILTERS, Filters
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import NO_FILTERS, Filters
 
 WORKLOAD = ("namespace", "workload_kind", "workload")
 POD = (*WORKLOAD, "pod")

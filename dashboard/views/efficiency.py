@@ -6,8 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, ui
-from dashboard.source import RATE_WINDOW_MIN_SECONDS
+from dashboard import frames, ui
+from dashboard.figures.roofline import roofline_density, roofline_scatter
+from dashboard.figures.timelines import boundness_area, time_lines
+from dashboard.sources.source import RATE_WINDOW_MIN_SECONDS
 
 # (comments, not docstrings: Streamlit's magic would draw a string under an assignment on the page)
 # Most GPUs and slices the per-GPU link chart draws a line for (the busiest ones).
@@ -50,9 +52,9 @@ def body(ctx: ui.PageContext) -> None:
                 "a circle per 5 % x 5 % cell and class, its size the number there. Filter by cluster or node for "
                 "points."
             )
-            ui.chart(figures.roofline_density(points), key="roofline_density")
+            ui.chart(roofline_density(points), key="roofline_density")
         else:
-            ui.chart(figures.roofline_scatter(points), key="roofline", clickable=True)
+            ui.chart(roofline_scatter(points), key="roofline", clickable=True)
 
     with ui.panel("Boundness over time"):
         st.subheader("Boundness over time")
@@ -63,7 +65,7 @@ def body(ctx: ui.PageContext) -> None:
                 "newer) and a first sample."
             )
         else:
-            ui.chart(figures.boundness_area(series), key="boundness_area")
+            ui.chart(boundness_area(series), key="boundness_area")
 
     use_means: dict[str, pd.DataFrame] = {}
     with ui.panel("Data movement"):
@@ -137,7 +139,7 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
                 "the link use beside it is already measured."
             )
         else:
-            chart = figures.time_lines(totals, "bytes_per_second", legend_columns=2, dashed=frames.outbound(totals))
+            chart = time_lines(totals, "bytes_per_second", legend_columns=2, dashed=frames.outbound(totals))
             ui.chart(chart, key="link_totals")
     with right:
         st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
@@ -159,7 +161,7 @@ def busiest_links(active: pd.DataFrame) -> None:
     if lines.empty and not active.empty:
         st.success(f"No GPU kept a link {LINK_BUSY_AT_LEAST:.0%} busy on average over the range.")
     else:
-        ui.chart(figures.time_lines(lines, "ratio", full_scale=True, legend_columns=2), key="link_busiest")
+        ui.chart(time_lines(lines, "ratio", full_scale=True, legend_columns=2), key="link_busiest")
 
 
 ui.page("Efficiency", body)

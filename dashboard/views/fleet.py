@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, fleet_names, frames, ui
-from dashboard.source import SourceError
+from dashboard import definitions, fleet_names, frames, ui
+from dashboard.figures.activity import sm_heatmap, sm_histogram
+from dashboard.sources.source import SourceError
 
 # A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
 # sampled at the Workloads page's resolution (its allocation activity: the same steps).
@@ -106,9 +107,9 @@ def body(ctx: ui.PageContext) -> None:
                 f"{gpus:,} GPUs, more than a cell each ({ctx.settings.max_marks:,} at most): GPUs per 5 % band of "
                 "SM activity. Filter by cluster or node for the map of GPUs."
             )
-            ui.chart(figures.sm_histogram(sm_mean), key="sm_histogram")
+            ui.chart(sm_histogram(sm_mean), key="sm_histogram")
         else:
-            ui.chart(figures.sm_heatmap(sm_mean, alloc), key="sm_heatmap", clickable=True)
+            ui.chart(sm_heatmap(sm_mean, alloc), key="sm_heatmap", clickable=True)
         if not sm_mean.empty:
             ui.gpu_picker(info, key="fleet_gpu")
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, gpu_panels, ui
-from dashboard.source import Filters, bounded_step, rate_steps
+from dashboard import frames, gpu_panels, ui
+from dashboard.figures.timelines import state_strip, time_lines
+from dashboard.sources.source import Filters, bounded_step, rate_steps
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -141,7 +142,7 @@ def boundness(series: pd.DataFrame, head: gpu_panels.Header, info: pd.DataFrame)
         ident = gpu_panels.identity(series, info)
         st.info(gpu_panels.no_class_words(series, ident, "LOST" if head.lost else "answering"))
     else:
-        ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
+        ui.chart(state_strip(classes, "class"), key="gpu_class")
 
 
 def clock_events(series: pd.DataFrame, head: gpu_panels.Header) -> None:
@@ -153,7 +154,7 @@ def clock_events(series: pd.DataFrame, head: gpu_panels.Header) -> None:
         columns={"reason": "clock event"}
     )
     if not events.empty:
-        ui.chart(figures.state_strip(events, "clock event"), key="gpu_events")
+        ui.chart(state_strip(events, "clock event"), key="gpu_events")
     if head.lost:
         st.info(
             "Nothing is known about clock events while the GPU is lost: the exporter cannot read them"
@@ -262,12 +263,12 @@ def links(series: pd.DataFrame, steps: int) -> None:
     with left:
         st.markdown("**Throughput, GB/s**")
         ui.chart(
-            figures.time_lines(throughput, "bytes_per_second", legend_columns=2, dashed=frames.outbound(throughput)),
+            time_lines(throughput, "bytes_per_second", legend_columns=2, dashed=frames.outbound(throughput)),
             key="gpu_link_throughput",
         )
     with right:
         st.markdown("**Use, % of capacity**")
-        ui.chart(figures.time_lines(use, "ratio", full_scale=True, legend_columns=2), key="gpu_link_use")
+        ui.chart(time_lines(use, "ratio", full_scale=True, legend_columns=2), key="gpu_link_use")
 
 
 # The link table (frames.link_table) in words (a comment: Streamlit's magic would draw a docstring).

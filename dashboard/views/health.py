@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import frames, ui
+from dashboard.figures.health import clock_event_bar, probe_efficiency_bar
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -55,7 +56,7 @@ def body(ctx: ui.PageContext) -> None:
                     )
                 )
                 st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
-            ui.chart(figures.probe_efficiency_bar(probes, frames.SLOW_EFFICIENCY), key="probe_bar", clickable=True)
+            ui.chart(probe_efficiency_bar(probes, frames.SLOW_EFFICIENCY), key="probe_bar", clickable=True)
             table = ui.ids_last(ui.linked(ui.node_column(ui.humanize_bytes(probes))))
             if (table["mig_uuid"] == "").all():
                 table = table.drop(columns=["mig_uuid", "mig_profile"])
@@ -107,7 +108,7 @@ def body(ctx: ui.PageContext) -> None:
         if events.empty:
             st.success(f"No throttling in {over}.")
         else:
-            ui.chart(figures.clock_event_bar(events), key="clock_events")
+            ui.chart(clock_event_bar(events), key="clock_events")
             ui.table(ui.linked(ui.node_column(events)), key="throttle_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Exporter stages"):

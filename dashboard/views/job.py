@@ -13,8 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, jobs, ui
-from dashboard.source import Filters, JobKey, SourceError, bounded_step
+from dashboard import definitions, frames, jobs, ui
+from dashboard.figures.jobs import job_timelines
+from dashboard.sources.source import Filters, JobKey, SourceError, bounded_step
 
 # Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
 # so the browser draws tens of thousands of cells, not millions. A comment, not a docstring:
@@ -147,7 +148,7 @@ def _timelines(ctx: ui.PageContext, key: JobKey, mine: pd.DataFrame, gpus: pd.Da
         "stands out: they wait in communication (brown) while it computes, at a lower SM clock when it is throttled."
     )
     end = ctx.at
-    chart = figures.job_timelines(timeline, list(gpus["row"]), start=end - window, end=end, step=step)
+    chart = job_timelines(timeline, list(gpus["row"]), start=end - window, end=end, step=step)
     ui.chart(chart, key="job_timelines")
 
 

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, jobs, ui
-from dashboard.source import JOB_STRAGGLER_COLUMNS, SourceError
+from dashboard import definitions, frames, jobs, ui
+from dashboard.figures.jobs import job_mix_bars
+from dashboard.sources.source import JOB_STRAGGLER_COLUMNS, SourceError
 
 # Names listed under each count at the top; more are counted. Jobs drawn in the class-mix chart,
 # the most GPU-hours first (the table lists them all). Comments, not docstrings: Streamlit's magic
@@ -180,7 +181,7 @@ def _mix_chart(table: pd.DataFrame, mix: pd.DataFrame) -> None:
     )
     m = frames.with_cols(mix, [*jobs.JOB, "class", "share"])
     m = m.assign(job=[jobs.job_label(r) for r in m.to_dict("records")])
-    ui.chart(figures.job_mix_bars(m, _labels(top)), key="jobs_mix")
+    ui.chart(job_mix_bars(m, _labels(top)), key="jobs_mix")
 
 
 # Column settings of the jobs table, in words, the most telling first (a comment: Streamlit's magic would draw a

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, ui
+from dashboard import definitions, frames, ui
+from dashboard.figures.network import communication_bars, nic_throughput_bars
+from dashboard.figures.timelines import time_lines
 
 # Nodes drawn one throughput chart each; beyond, the table only (pick a node in the sidebar). A
 # comment, not a docstring: Streamlit's magic would draw a string statement on the page.
@@ -56,7 +58,7 @@ def body(ctx: ui.PageContext) -> None:
             st.info("No NIC throughput in the range yet: a rate needs a minute of history.")
         else:
             df = pd.concat(lines, ignore_index=True)
-            ui.chart(figures.time_lines(df, "bytes_per_second", legend_columns=2, dashed=_received(df)), key="nic_time")
+            ui.chart(time_lines(df, "bytes_per_second", legend_columns=2, dashed=_received(df)), key="nic_time")
             st.caption("All of a node's NICs together; received dashed.")
 
     with ui.panel("Errors and retransmits"):
@@ -114,7 +116,7 @@ def body(ctx: ui.PageContext) -> None:
                 "A GPU spinning in a collective (NCCL) reads class communication: it waits on its peers or the "
                 "network. One GPU computing while its peers wait is a straggler (a throttled or slower GPU)."
             )
-            ui.chart(figures.communication_bars(per_gpu), key="comm_bars")
+            ui.chart(communication_bars(per_gpu), key="comm_bars")
 
 
 def _nics(nics: pd.DataFrame) -> None:
@@ -139,7 +141,7 @@ def _nics(nics: pd.DataFrame) -> None:
     nodes = list(dict.fromkeys(where))
     for i, node in enumerate(nodes[:MAX_NODE_CHARTS]):
         st.markdown(f"**{node}**: {int((where == node).sum())} NICs")
-        ui.chart(figures.nic_throughput_bars(nics[where == node]), key=f"nic_bars_{i}")
+        ui.chart(nic_throughput_bars(nics[where == node]), key=f"nic_bars_{i}")
     if len(nodes) > MAX_NODE_CHARTS:
         st.caption(f"{len(nodes)} nodes: the charts show the first {MAX_NODE_CHARTS}; pick a node in the sidebar.")
     table = nics.assign(

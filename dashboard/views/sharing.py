@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import frames, ui
+from dashboard.figures.sharing import mig_layout_figure, sm_share_bar
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -28,7 +29,7 @@ def body(ctx: ui.PageContext) -> None:
         if layout.empty:
             ui.no_data("No GPU in view is split into MIG instances.")
         else:
-            ui.chart(figures.mig_layout_figure(layout), key="mig_layout", clickable=True)
+            ui.chart(mig_layout_figure(layout), key="mig_layout", clickable=True)
             if "holders" in layout.columns:  # a slice no pod holds reads free, as on the chart
                 layout = layout.assign(holders=[h if isinstance(h, str) and h else "free" for h in layout["holders"]])
             ui.table(
@@ -65,7 +66,7 @@ def body(ctx: ui.PageContext) -> None:
                     "memory is still its own (Workloads).",
                     icon=":material/info:",
                 )
-            ui.chart(figures.sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
+            ui.chart(sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
             shown = ui.linked(ui.node_column(table))
             shown = shown[[c for c in (ui.GPU_LINK, "node", "instance", "gpu", "mode", "namespace", "pod", "sm_share",
                                        "note", "replicas", "pods") if c in shown.columns]]  # fmt: skip

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, fleet_names, frames, ui
-from dashboard.source import SourceError
+from dashboard import definitions, fleet_names, frames, ui
+from dashboard.figures.waste import waste_bar
+from dashboard.sources.source import SourceError
 
 ACTIVITY_POINTS = 80
 # the recorded series the wasted hours integrate (dashboard/definitions.py RULES); a comment, not a
@@ -224,7 +225,7 @@ def wasted_hours(ctx: ui.PageContext, waste: pd.DataFrame) -> None:
     cost = waste["cost_usd"].sum(min_count=1)
     c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
     if waste["gpu_hours"].max() > 0:
-        ui.chart(figures.waste_bar(waste), key="waste_bar")
+        ui.chart(waste_bar(waste), key="waste_bar")
         ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
     else:
         st.success(f"No allocated GPU or MIG instance was idle in {ui.over(ctx)}.")

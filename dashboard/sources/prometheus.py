@@ -17,9 +17,9 @@ import pandas as pd
 import requests
 
 from dashboard import definitions, frames, jobs
-from dashboard.prometheus_auth import PrometheusAuth
 from dashboard.promql import by_clause, duration, label_name, quote, selector, subquery_range
-from dashboard.source import (
+from dashboard.sources.prometheus_auth import PrometheusAuth
+from dashboard.sources.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
     ALLOCATION_KEYS,

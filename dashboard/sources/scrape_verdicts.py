@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from dashboard import definitions, frames
-from dashboard.scrape_history import Snapshot, coded, of_metric
-from dashboard.source import SM_ACTIVE, Filters
+from dashboard.sources.scrape_history import Snapshot, coded, of_metric
+from dashboard.sources.source import SM_ACTIVE, Filters
 
 Picks = list[tuple[Snapshot, np.ndarray, np.ndarray]]
 PicksFor = Callable[[float, float], Picks]

@@ -20,9 +20,18 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard import definitions, frames, jobs
-from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
-from dashboard.scrape_verdicts import VerdictCache, settled_before
-from dashboard.source import (
+from dashboard.sources.scrape_history import (
+    MAX_SAMPLES,
+    Labels,
+    Snapshot,
+    TargetHistory,
+    frame,
+    of_device,
+    of_metric,
+    reduced,
+)
+from dashboard.sources.scrape_verdicts import VerdictCache, settled_before
+from dashboard.sources.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
     ALLOCATION_KEYS,
@@ -74,7 +83,7 @@ def metrics_url(url: str) -> str:
 
 class ScrapeSource:
     """Scrapes ``urls`` every ``interval_s`` on a daemon thread, keeping ``history`` scrapes each
-    and ``max_samples`` values over all targets (dashboard.scrape_history: a large fleet keeps a
+    and ``max_samples`` values over all targets (dashboard.sources.scrape_history: a large fleet keeps a
     shorter history, not more memory)."""
 
     def __init__(
@@ -328,7 +337,7 @@ class ScrapeSource:
         self, grid: Sequence[float], hist: list[Snapshot], filters: Filters, gpus: frozenset[str] | None = None
     ) -> pd.DataFrame:
         """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool),
-        settled times from the cache (dashboard.scrape_verdicts); with ``gpus``, only the leaves of
+        settled times from the cache (dashboard.sources.scrape_verdicts); with ``gpus``, only the leaves of
         those GPU UUIDs (a leaf's verdict reads its own series only: the same as in the whole fleet's)."""
         verdict = self._verdicts.verdicts(
             lambda start, end: self._within(hist, start, end),
@@ -378,7 +387,7 @@ class ScrapeSource:
         """When the idle verdict of a range ending at ``end`` is read: ``end`` itself when given.
         For now, the last evaluation, as a Prometheus reader sees its rules': the newest multiple
         of the scrape interval at which every target has been scraped (the time they all were, in
-        a history younger than that). That verdict is settled and kept (dashboard.scrape_verdicts),
+        a history younger than that). That verdict is settled and kept (dashboard.sources.scrape_verdicts),
         so every page of those seconds reads the same one, its counts and its names alike. Now
         itself while the scrapes lag (the last evaluation would be older than
         EVALUATION_LAG_MAX_SECONDS)."""
