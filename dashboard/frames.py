@@ -1238,16 +1238,6 @@ def straggler_words(row: Mapping[str, object]) -> str:
     return f"{where}: {straggler_reason(row)}"
 
 
-def mix_words(mix: pd.DataFrame) -> str:
-    """One job's class mix (class, share rows) in words, largest first, classes under 1 % left out:
-    ``communication 62 % · compute 38 %``."""
-    if mix.empty:
-        return NO_CLASS
-    m = mix.assign(share=pd.to_numeric(mix["share"], errors="coerce")).dropna(subset=["share"])
-    m = m[m["share"] >= 0.005].sort_values(["share", "class"], ascending=[False, True])
-    return " · ".join(f"{c} {_pct(s)}" for c, s in zip(m["class"], m["share"], strict=True)) or NO_CLASS
-
-
 def activity_range_words(low: float, high: float) -> str:
     """A job's lowest and highest leaf activity and their spread: ``93–97 % · spread 4 pts``."""
     if low != low or high != high:
@@ -1261,7 +1251,8 @@ def _memory_column(df: pd.DataFrame) -> list[str]:
 
 
 def _mix_words_by_job(mix: pd.DataFrame) -> dict[tuple[str, ...], str]:
-    """:func:`mix_words` of every job of ``mix`` (JOB, class, share), in one pass over its rows."""
+    """Each job's class mix (``mix``: JOB, class, share rows) in words, largest first, classes under
+    1 % left out (``communication 62 % · compute 38 %``), in one pass over the rows."""
     from dashboard import jobs
 
     if mix.empty:

@@ -413,9 +413,6 @@ def gpu_url(uuid: str, mig_uuid: str = "", params: dict[str, str] | None = None)
     return "gpu?" + urlencode(q)
 
 
-JOB_LINK = "job_page"
-
-
 def job_url(key: Iterable[str], params: dict[str, str] | None = None) -> str:
     """The Job page's URL for a job (cluster, namespace, workload_kind, workload), keeping the view's
     range and filters: ``job?job=namespace/Kind/name`` first (its name is what the Jobs table's link
