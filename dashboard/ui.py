@@ -18,8 +18,10 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, frames
+from dashboard import definitions
 from dashboard.figures.vega import PICK, Chart
+from dashboard.frames.jobs import job_param
+from dashboard.frames.links import DIRECTION_NAMES, LINK_NAMES, link_column
 from dashboard.settings import DashboardSettings, from_env
 from dashboard.sources import scrape
 from dashboard.sources.prometheus import PrometheusSource
@@ -418,7 +420,7 @@ def job_url(key: Iterable[str], params: dict[str, str] | None = None) -> str:
     range and filters: ``job?job=namespace/Kind/name`` first (its name is what the Jobs table's link
     shows), then ``job_cluster`` where the job has a cluster."""
     cluster, *rest = (str(x) for x in key)
-    q = {"job": frames.job_param((cluster, *rest)), **({"job_cluster": cluster} if cluster else {}), **(params or {})}
+    q = {"job": job_param((cluster, *rest)), **({"job_cluster": cluster} if cluster else {}), **(params or {})}
     return "job?" + urlencode(q, safe="/")
 
 
@@ -471,25 +473,25 @@ COMMUNICATION_COLUMN = percent_column(
 
 LINK_COLUMN_CONFIG: dict[str, Any] = {
     **{
-        frames.link_column(link): st.column_config.ProgressColumn(
+        link_column(link): st.column_config.ProgressColumn(
             f"{name} use",
             format="%.0f%%",
             min_value=0.0,
             max_value=100.0,
             help=f"{name} bytes per second of the busier direction over the link's capacity",
         )
-        for link, name in frames.LINK_NAMES.items()
+        for link, name in LINK_NAMES.items()
     },
     **{
-        frames.link_column(link, d): st.column_config.TextColumn(
+        link_column(link, d): st.column_config.TextColumn(
             f"{name} {way}", help=f"{name} throughput {'into' if way == 'in' else 'out of'} the GPU"
         )
-        for link, name in frames.LINK_NAMES.items()
-        for d, way in frames.DIRECTION_NAMES.items()
+        for link, name in LINK_NAMES.items()
+        for d, way in DIRECTION_NAMES.items()
     },
     "device": st.column_config.TextColumn("device", help="the whole GPU, or the MIG instance"),
 }
-"""Column settings of the tables with a leaf's links (frames.leaf_links' columns, use in percent:
+"""Column settings of the tables with a leaf's links (frames.links.leaf_links' columns, use in percent:
 :func:`link_use_percent`)."""
 
 
@@ -497,7 +499,7 @@ def link_use_percent(df: pd.DataFrame, columns: Iterable[str] | None = None) -> 
     """``df`` with link use (0..1) in percent, for a progress column that reads ``80%``, not
     ``79.85%`` (Streamlit's ``percent`` format keeps two decimals); ``columns`` default to each
     link's use column."""
-    names = [frames.link_column(link) for link in frames.LINK_NAMES] if columns is None else list(columns)
+    names = [link_column(link) for link in LINK_NAMES] if columns is None else list(columns)
     return df.assign(**{c: df[c] * 100.0 for c in names if c in df.columns})
 
 
@@ -514,8 +516,8 @@ def devices(mig_uuids: Iterable[str]) -> str:
 
 
 def link_columns(df: pd.DataFrame) -> list[str]:
-    """The link columns of ``df`` (frames.leaf_links), each link's use then its throughput in and out."""
-    names = [frames.link_column(link, d) for link in frames.LINK_NAMES for d in (None, *frames.DIRECTION_NAMES)]
+    """The link columns of ``df`` (frames.links.leaf_links), each link's use then its throughput in and out."""
+    names = [link_column(link, d) for link in LINK_NAMES for d in (None, *DIRECTION_NAMES)]
     return [c for c in names if c in df.columns]
 
 

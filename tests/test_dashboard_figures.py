@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import frames
 from dashboard.cli import build_parser, settings_from_args, streamlit_argv
 from dashboard.figures.activity import FREE, sm_heatmap, sm_histogram
 from dashboard.figures.health import probe_efficiency_bar
@@ -21,6 +20,8 @@ from dashboard.figures.sharing import mig_layout_figure, sm_share_bar
 from dashboard.figures.timelines import boundness_area, state_strip, time_lines
 from dashboard.figures.vega import PICK, Chart, data_of, rows
 from dashboard.figures.waste import savings_bar, waste_bar
+from dashboard.frames.links import outbound
+from dashboard.frames.sharing import timeslice_shares
 from dashboard.settings import DashboardSettings, from_env, parse_prices, to_env
 
 
@@ -121,8 +122,8 @@ def test_a_links_outbound_lines_are_dashed_and_long_legends_get_rows_of_their_ow
     line does not hide it; a legend of more names than columns adds height for its rows."""
     names = ["PCIe in", "PCIe out", "NVLink in", "NVLink out", "PCIe out [1g.18gb MIG-abcdefgh]"]
     df = pd.DataFrame({"timestamp": [0] * 5, "series": names, "value": [1.0] * 5})
-    assert frames.outbound(df) == ["PCIe out", "NVLink out", "PCIe out [1g.18gb MIG-abcdefgh]"]
-    chart = time_lines(df, "bytes_per_second", legend_columns=2, dashed=frames.outbound(df))
+    assert outbound(df) == ["PCIe out", "NVLink out", "PCIe out [1g.18gb MIG-abcdefgh]"]
+    chart = time_lines(df, "bytes_per_second", legend_columns=2, dashed=outbound(df))
     dash = chart["encoding"]["strokeDash"]
     assert dash["field"] == chart["encoding"]["color"]["field"], "one legend for colour and dash"
     assert dict(zip(dash["scale"]["domain"], map(tuple, dash["scale"]["range"]), strict=True)) == {
@@ -236,7 +237,7 @@ def test_waste_bar_and_sm_share_and_probe_charts() -> None:
     chart = waste_bar(waste)
     assert [r["gpu_hours"] for r in data_of(chart)] == [5.0, 1.0]
     assert [r["cost"] for r in data_of(chart)] == ["$20.00", "no price"]
-    shares = frames.timeslice_shares(
+    shares = timeslice_shares(
         pd.DataFrame({"uuid": ["G", "G"], "namespace": ["n", "n"], "pod": ["p", "q"], "value": [0.3, 0.5]}),
         pd.DataFrame({"uuid": ["G"], "value": [4.0]}),
         pd.DataFrame({"uuid": ["G"], "value": [2.0]}),

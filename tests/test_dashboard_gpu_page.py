@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import frames, gpu_panels
+from dashboard import gpu_panels
 from dashboard.figures.vega import data_of
+from dashboard.frames.series import state_timeline
 from dashboard.sources.scrape import ScrapeSource
 from exporter.metrics import BY_NAME
 
@@ -165,7 +166,7 @@ def test_every_legend_entry_and_header_field_is_in_words(fixture: str) -> None:
         series = _series(src, uuid)
         drawn = gpu_panels.panels(series)
         names = [str(n) for d in drawn for n in set(d.lines["series"])] + [d.panel.title for d in drawn]
-        events = frames.state_timeline(series.assign(value=1.0), "gpulens_gpu_clock_event_active", "reason")
+        events = state_timeline(series.assign(value=1.0), "gpulens_gpu_clock_event_active", "reason")
         names += list(gpu_panels.in_words(events, "reason", gpu_panels.CLOCK_EVENT_WORDS)["reason"])
         head = _header(src, uuid)
         names += list(head.facts.values())
@@ -243,7 +244,7 @@ def test_an_h200_without_a_class_says_none_was_sent_never_that_it_needs_gpm() ->
     no_class = _without(H200, GPU0, keep=lambda line: not line.startswith("gpulens_gpu_boundness{"))
     src = _source([no_class, no_class])
     series = _series(src)
-    assert frames.state_timeline(series, "gpulens_gpu_boundness", "class").empty
+    assert state_timeline(series, "gpulens_gpu_boundness", "class").empty
     ident = gpu_panels.identity(series, src.instant("gpulens_gpu_info"))
     words = gpu_panels.no_class_words(series, ident, "answering")
     assert "sent no boundness class" in words and "GPM" not in words, words

@@ -33,9 +33,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import frames, jobs
+from dashboard import jobs
 from dashboard.figures.jobs import job_mix_bars, job_timelines
 from dashboard.figures.palette import CLASS_COLORS
+from dashboard.frames.jobs import (
+    JOB_OVERVIEW_COLUMNS,
+    NO_CLASS,
+    job_from_param,
+    job_gpu_table,
+    job_timeline,
+    jobs_overview,
+    straggler_reason,
+    straggler_words,
+)
 from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
 from dashboard.sources.prometheus import PrometheusSource, _regex_selector
 from dashboard.sources.scrape import ScrapeSource
@@ -363,10 +373,10 @@ def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: Histor
             assert row[k] == b[leaf][k], (leaf, k)
         for k in ("busy", "sm_clock_ratio"):
             assert float(row[k]) == pytest.approx(float(b[leaf][k]), rel=1e-6, abs=1e-9), (leaf, k)
-    words = {frames.straggler_words(r) for r in mine.to_dict("records")}
+    words = {straggler_words(r) for r in mine.to_dict("records")}
     assert "node-1 · GPU 1: compute: SM clock 50 % of max, thermal slowdown" in words
     assert "node-1 · GPU 4: input: idle 70 % of the time while peers wait" in words
-    assert {frames.straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
+    assert {straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
 
 
 def test_both_sources_give_the_same_class_shares_and_mix(history: History, store: str) -> None:
@@ -435,8 +445,8 @@ def test_job_series_follow_the_jobs_gpus_over_the_range(history: History, store:
     assert set(b1[b1["metric"] == "class"]["class"]) == {"compute"}
     a0 = series[(series["uuid"] == "GPU-a0") & (series["metric"] == "class")]
     assert set(a0["class"]) == {"communication", "compute"}
-    rows = frames.job_gpu_table(src.job_leaves(end=history.end).query("workload == 'train'"))
-    timeline = frames.job_timeline(series, rows)
+    rows = job_gpu_table(src.job_leaves(end=history.end).query("workload == 'train'"))
+    timeline = job_timeline(series, rows)
     assert set(timeline["track"]) == {"activity", "class", "sm_clock"}
     assert set(timeline["row"]) == set(rows["row"])
     assert timeline[timeline["track"] == "activity"].groupby("row").size().min() >= 9
@@ -475,15 +485,15 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     )  # fmt: skip
     hours = (leaves.assign(gpu_hours=leaves["held_hours"] * leaves["gpu_share"])
              .groupby(list(jobs.JOB), as_index=False)["gpu_hours"].sum())  # fmt: skip
-    table = frames.jobs_overview(jobs.job_summary(leaves, hours), jobs.stragglers(leaves), mix)
-    assert list(table.columns) == list(frames.JOB_OVERVIEW_COLUMNS)
+    table = jobs_overview(jobs.job_summary(leaves, hours), jobs.stragglers(leaves), mix)
+    assert list(table.columns) == list(JOB_OVERVIEW_COLUMNS)
     assert list(table["workload"]) == ["big", "solo", "one"], "most GPU-hours first: 8, 3, 0.5"
     big, solo, one = (table.iloc[i] for i in range(3))
     assert (big["gpus"], big["nodes"], big["pods"], big["gpu_hours"]) == (4, 2, 2, 8.0)
     assert big["straggler"] == "n1 · GPU 1: input: idle 80 % of the time while peers wait"
     assert big["mix"] == "compute 55 % · communication 45 %"
     assert not big["communication_bound"], "a straggler explains its waiting"
-    assert solo["straggler"] == frames.NO_CLASS and solo["mix"] == frames.NO_CLASS
+    assert solo["straggler"] == NO_CLASS and solo["mix"] == NO_CLASS
     assert one["straggler"] == "one classified GPU: no peers to wait"
     assert bool(one["communication_bound"])
     assert big["memory"] == "70.0 of 140.0 GiB (50 %)"
@@ -491,7 +501,7 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     for value in table.select_dtypes(exclude=["number", "bool"]).to_numpy().ravel():
         assert value is not None and "nan" not in str(value).lower(), table
     # the stragglers' figures missing (their query failed): the count stands, said so
-    lost = frames.jobs_overview(jobs.job_summary(leaves, hours), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
+    lost = jobs_overview(jobs.job_summary(leaves, hours), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
     assert lost.iloc[0]["straggler"] == "1 (its figures did not load)"
 
 
@@ -522,10 +532,10 @@ def test_a_jobs_gpu_hours_count_every_gpu_it_held_in_the_range_once_per_step() -
 def test_a_compute_straggler_is_explained_by_its_clock_and_its_slowdown_events() -> None:
     row = {"reason": "compute", "sm_clock_ratio": 0.5, "slowdown_reasons": "hw_thermal_slowdown,sw_power_cap",
            "node": "node-1", "instance": "10.0.0.2:9445", "gpu": "3", "mig_uuid": ""}  # fmt: skip
-    assert frames.straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, thermal slowdown, power cap"
+    assert straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, thermal slowdown, power cap"
     bare = {**row, "sm_clock_ratio": math.nan, "slowdown_reasons": "", "node": ""}
-    assert frames.straggler_words(bare) == "10.0.0.2:9445 · GPU 3: compute: computes while its peers wait"
-    assert frames.straggler_reason({"reason": "input", "busy": 0.55}) == "input: idle 45 % of the time while peers wait"
+    assert straggler_words(bare) == "10.0.0.2:9445 · GPU 3: compute: computes while its peers wait"
+    assert straggler_reason({"reason": "input", "busy": 0.55}) == "input: idle 45 % of the time while peers wait"
 
 
 def test_job_urls_round_trip_and_name_the_job() -> None:
@@ -537,8 +547,8 @@ def test_job_urls_round_trip_and_name_the_job() -> None:
     import re
 
     assert re.search(ui.JOB_IN_URL, url).group(1) == "ml-training/JobSet/mixtral-sft"  # type: ignore[union-attr]
-    assert frames.job_from_param("ml-training/JobSet/mixtral-sft", "prod") == key
-    assert frames.job_from_param("no-kind") is None and frames.job_from_param("a//b") is None
+    assert job_from_param("ml-training/JobSet/mixtral-sft", "prod") == key
+    assert job_from_param("no-kind") is None and job_from_param("a//b") is None
 
 
 def test_job_queries_keep_label_values_quoted_and_read_only_the_jobs_targets() -> None:
@@ -580,7 +590,7 @@ def test_the_timeline_reads_sm_activity_else_busy_and_each_gpus_clock_for_its_mi
         [{"uuid": "G0", "mig_uuid": "", "row": "a"}, {"uuid": "G1", "mig_uuid": "", "row": "b"},
          {"uuid": "G2", "mig_uuid": "M1", "row": "c"}, {"uuid": "G2", "mig_uuid": "M2", "row": "d"}]
     )  # fmt: skip
-    t = frames.job_timeline(series, rows)
+    t = job_timeline(series, rows)
     activity = t[t["track"] == "activity"].set_index("row")["value"]
     assert activity.to_dict() == {"a": 0.4, "b": 0.7}, "SM activity where the GPU has it, else busy"
     assert set(t[t["track"] == "sm_clock"]["row"]) == {"c", "d"}, "the GPU's clock on each of its instances"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import frames
+from dashboard.frames.columns import from_rows
 from dashboard.sources.scrape import ScrapeSource, parse_exposition
 from dashboard.sources.scrape_history import TargetHistory, frame, of_metric, sample_lines
 
@@ -30,7 +30,7 @@ def test_every_series_reads_back_as_prometheus_client_parses_it(fixture: str) ->
     src.scrape_once()
     expected = parse_exposition(text, "n1:9445")
     for name, samples in expected.items():
-        want = frames.from_rows({**dict(labels), "value": v} for labels, v in samples)
+        want = from_rows({**dict(labels), "value": v} for labels, v in samples)
         got = src.instant(name)
         key = sorted(c for c in want.columns if c != "value")
         pd.testing.assert_frame_equal(

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dashboard import frames
+from dashboard.frames.fleet import waste_by_namespace
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.scrape import ScrapeSource
 from dashboard.sources.source import Filters
@@ -202,7 +202,7 @@ def test_the_dashboard_source_reads_the_same_on_both_routes(
     assert _activity(activity["claims"]) == _activity(activity["plugin"])
     assert activity["claims"]["wasted_gpu_hours"].astype(float).sum() > 0
     info = sources["plugin"].current_state("gpulens_gpu_info", end=at)
-    waste = {route: frames.waste_by_namespace(a, info, {}) for route, a in activity.items()}
+    waste = {route: waste_by_namespace(a, info, {}) for route, a in activity.items()}
     pd.testing.assert_frame_equal(
         waste["claims"].reset_index(drop=True), waste["plugin"].reset_index(drop=True), check_exact=False, atol=1e-9
     )

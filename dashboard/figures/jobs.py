@@ -55,7 +55,7 @@ JOB_TRACKS: tuple[tuple[str, str], ...] = (
     ("class", "Class (what bounds the pod on the GPU)"),
     ("sm_clock", "SM clock, share of its maximum"),
 )
-"""The Job page's strips, top to bottom: (track of frames.job_timeline, title)."""
+"""The Job page's strips, top to bottom: (track of frames.jobs.job_timeline, title)."""
 
 
 JOB_ROW_PX = 26
@@ -67,7 +67,7 @@ def job_timelines(timeline: pd.DataFrame, order: Sequence[str], *, start: float,
     ``order`` (node, then GPU index) and a cell per step from ``start`` to ``end`` (Unix s): SM
     activity and SM clock in two scales of one hue each, the class in the class colours. A
     straggler's row stands out in all three: its peers wait (class communication, activity down)
-    while it computes at a lower clock. ``timeline``: frames.job_timeline rows."""
+    while it computes at a lower clock. ``timeline``: frames.jobs.job_timeline rows."""
     if timeline.empty:
         return empty_figure("no sample of the job's GPUs in the range")
     d = with_times(timeline.assign(value=pd.to_numeric(timeline["value"], errors="coerce")))

@@ -14,7 +14,7 @@ NIC_DIRECTION_COLORS: dict[str, str] = {"sent": "#1e88e5", "received": "#43a047"
 
 def nic_throughput_bars(nics: pd.DataFrame) -> Chart:
     """Each NIC's throughput now, sent and received side by side (Gb/s), against its line rate
-    each way (a black tick): ``nics`` are frames.nic_table rows of one node."""
+    each way (a black tick): ``nics`` are frames.network.nic_table rows of one node."""
     if nics.empty:
         return empty_figure("no NICs")
     long = pd.concat(
@@ -70,7 +70,7 @@ def nic_throughput_bars(nics: pd.DataFrame) -> Chart:
 def communication_bars(leaves: pd.DataFrame) -> Chart:
     """Per GPU of the pods in view, the share of the last 5 minutes it spent in class
     ``communication`` (waiting in a collective), coloured by its class now: a straggler stands
-    out as the one GPU that computes while its peers wait. ``leaves``: frames.pod_gpu_classes rows."""
+    out as the one GPU that computes while its peers wait. ``leaves``: frames.network.pod_gpu_classes rows."""
     if leaves.empty:
         return empty_figure()
     d = leaves.assign(

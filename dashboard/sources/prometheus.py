@@ -16,7 +16,9 @@ from typing import Any
 import pandas as pd
 import requests
 
-from dashboard import definitions, frames, jobs
+from dashboard import definitions, jobs
+from dashboard.frames.columns import col, from_rows, with_cols
+from dashboard.frames.jobs import POD_LEAF_KEYS, job_leaf_figures, job_summary_figures, straggler_figures
 from dashboard.promql import by_clause, duration, label_name, quote, selector, subquery_range
 from dashboard.sources.prometheus_auth import PrometheusAuth
 from dashboard.sources.source import (
@@ -139,12 +141,12 @@ class PrometheusSource:
         kind = data.get("resultType")
         result = data.get("result") or []
         if kind == "scalar":
-            return frames.from_rows([{"value": _num(result[1])}])
+            return from_rows([{"value": _num(result[1])}])
         rows = []
         for item in result:
             labels = {k: v for k, v in (item.get("metric") or {}).items() if k != "__name__"}
             rows.append({**labels, "value": _num(item["value"][1])})
-        return frames.from_rows(rows)
+        return from_rows(rows)
 
     def query_labels(self, promql: str, labels: Sequence[str], at: float | None = None) -> pd.DataFrame:
         """An instant query read into ``labels`` (``""`` where a series lacks one) and ``value``,
@@ -177,7 +179,7 @@ class PrometheusSource:
             labels = {k: v for k, v in (item.get("metric") or {}).items() if k != "__name__"}
             for ts, val in item.get("values") or []:
                 rows.append({**labels, "timestamp": float(ts), "value": _num(val)})
-        return frames.from_rows(rows, time=True)
+        return from_rows(rows, time=True)
 
     # --- MetricSource --------------------------------------------------------------------
     def instant(
@@ -350,8 +352,8 @@ class PrometheusSource:
         if meta.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
         keys = list(POD_DEVICE_KEYS)
-        out = frames.with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
-        hours = frames.with_cols(hours, keys).rename(columns={"value": "wasted_gpu_hours"})
+        out = with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
+        hours = with_cols(hours, keys).rename(columns={"value": "wasted_gpu_hours"})
         out = out.merge(hours[[*keys, "wasted_gpu_hours"]], on=keys, how="left")
         out = _with_held_and_busy(out, first, last_busy, how="left")
         out["wasted_gpu_hours"] = out["wasted_gpu_hours"].fillna(0.0)
@@ -369,7 +371,7 @@ class PrometheusSource:
         first, last_busy = self._at_step(self._held_and_busy(filters, window, step, idle_now), end, step)
         if first.empty:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
-        keys = frames.with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
+        keys = with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
         return _with_held_and_busy(keys, first, last_busy, how="inner")[list(IDLE_SINCE_COLUMNS)]
 
     def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
@@ -384,7 +386,7 @@ class PrometheusSource:
             labels["metric"] = labels.pop("__name__", "")
             for ts, val in item.get("values") or []:
                 rows.append({**labels, "timestamp": float(ts), "value": _num(val)})
-        return frames.from_rows(rows, time=True)
+        return from_rows(rows, time=True)
 
     def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         at = None if end is None else self._end(end)
@@ -399,8 +401,8 @@ class PrometheusSource:
                     "(deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
                 )
             return pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
-        idle = frames.with_cols(idle, ("uuid", "mig_uuid"))
-        sm = frames.with_cols(sm, ("uuid", "mig_uuid")).rename(columns={"value": "sm_mean"})
+        idle = with_cols(idle, ("uuid", "mig_uuid"))
+        sm = with_cols(sm, ("uuid", "mig_uuid")).rename(columns={"value": "sm_mean"})
         out = idle.merge(sm[["uuid", "mig_uuid", "sm_mean"]], on=["uuid", "mig_uuid"], how="left")
         return out[["uuid", "mig_uuid", "sm_mean", "value"]]
 
@@ -506,7 +508,7 @@ class PrometheusSource:
                 "gpulens:job_leaf:info", filters, dict(zip(jobs.JOB, job, strict=True)) if job else None
             )
             held = f"count_over_time({leaf}{subquery_range(window, step)}) * {step:g} / 3600"
-            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})", frames.POD_LEAF_KEYS,
+            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})", POD_LEAF_KEYS,
                           math.floor(self._end(end) / step) * step))  # fmt: skip
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             answers = list(pool.map(lambda c: self.query_labels(*c), calls))
@@ -517,7 +519,7 @@ class PrometheusSource:
             if not (uuids or job) and not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
-        return frames.job_leaf_figures(
+        return job_leaf_figures(
             got["leaves"],
             activity=got["activity"],
             busy=got["busy"],
@@ -562,7 +564,7 @@ class PrometheusSource:
             if not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=list(jobs.SUMMARY_COLUMNS))
-        return frames.job_summary_figures({**figures, **got})
+        return job_summary_figures({**figures, **got})
 
     def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         at = None if end is None else self._end(end)
@@ -576,7 +578,7 @@ class PrometheusSource:
         calls = {name: (queries[name], _JOB_QUERY_LABELS[name], at) for name in ("busy", "sm_clock_ratio", "reasons")}
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             got = dict(zip(calls, pool.map(lambda c: self.query_labels(*c), calls.values()), strict=True))
-        return frames.straggler_figures(strays, busy=got["busy"], sm_clock_ratio=got["sm_clock_ratio"],
+        return straggler_figures(strays, busy=got["busy"], sm_clock_ratio=got["sm_clock_ratio"],
                                         reasons=got["reasons"])  # fmt: skip
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
@@ -636,7 +638,7 @@ class PrometheusSource:
         parts = [df.assign(metric=name) for name, df in zip(queries, answers, strict=True) if not df.empty]
         if not parts:
             return pd.DataFrame(columns=list(JOB_SERIES_COLUMNS))
-        out = frames.with_cols(pd.concat(parts, ignore_index=True), JOB_SERIES_COLUMNS)
+        out = with_cols(pd.concat(parts, ignore_index=True), JOB_SERIES_COLUMNS)
         return out[list(JOB_SERIES_COLUMNS)]
 
     def history_start(
@@ -659,7 +661,7 @@ class PrometheusSource:
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self.query(f"count by {by_clause([label])} ({selector(metric, within.target_matchers())})")
-        values = set(frames.col(df, label)) - {""}
+        values = set(col(df, label)) - {""}
         return sorted(values)
 
     def problems(self) -> list[str]:
@@ -672,7 +674,7 @@ class PrometheusSource:
         if down.empty:
             return []
         out = []
-        for _, row in frames.with_cols(down, ["instance", "node", "job"]).sort_values("instance").iterrows():
+        for _, row in with_cols(down, ["instance", "node", "job"]).sort_values("instance").iterrows():
             where = f" on node {row['node']}" if row["node"] else ""
             out.append(f"{row['instance']}{where}: Prometheus cannot scrape it (job {row['job']})")
         if len(out) > MAX_PROBLEMS:
@@ -713,7 +715,7 @@ _JOB_QUERY_LABELS: dict[str, tuple[str, ...]] = {
     "leaves": jobs.JOB_LEAF,
     "activity": _LEAF,
     "busy": _LEAF,
-    "communication": frames.POD_LEAF_KEYS,
+    "communication": POD_LEAF_KEYS,
     "memory_ratio": _LEAF,
     "memory_total": _LEAF,
     "sm_clock_ratio": ("uuid",),
@@ -778,7 +780,7 @@ def _with_held_and_busy(out: pd.DataFrame, first: pd.DataFrame, last_busy: pd.Da
     """``out`` (per container and leaf) with the answers of PrometheusSource._held_and_busy
     joined: ``first_allocated`` per container and leaf (``how``), ``last_busy`` per leaf (left)."""
     keys = list(POD_DEVICE_KEYS)
-    first = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})
-    last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
+    first = with_cols(first, keys).rename(columns={"value": "first_allocated"})
+    last_busy = with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
     out = out.merge(first[[*keys, "first_allocated"]], on=keys, how=how)
     return out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")

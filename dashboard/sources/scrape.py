@@ -19,7 +19,11 @@ import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard import definitions, frames, jobs
+from dashboard import definitions, jobs
+from dashboard.frames.columns import aggregate, col, restrict, with_cols
+from dashboard.frames.health import first_events
+from dashboard.frames.jobs import POD_LEAF_KEYS, job_leaf_figures, job_leaf_rows, jobs_within, keyed
+from dashboard.frames.series import counter_rate
 from dashboard.sources.scrape_history import (
     MAX_SAMPLES,
     Labels,
@@ -265,7 +269,7 @@ class ScrapeSource:
         grid, _ = self._grid(window_s, step_s, end)
         df = self._series_raw(metric, grid, hist)
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
     def rate(
         self,
@@ -283,9 +287,9 @@ class ScrapeSource:
         # before the filters and the sum, as Prometheus sums per-series rates: a reset on one GPU
         # must not read as a fleet-wide drop
         raw = frame(of_metric(metric), self._on_grid(hist, grid), time=True, series_id=True)
-        df = frames.counter_rate(raw, key="_series", steps=rate_steps(step)).drop(columns=["_series"], errors="ignore")
+        df = counter_rate(raw, key="_series", steps=rate_steps(step)).drop(columns=["_series"], errors="ignore")
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
     def increase(
         self,
@@ -316,7 +320,7 @@ class ScrapeSource:
         window, _ = bounded_step(window_s, 1.0)
         start = now - window
         grown = reduced(of_metric(metric), self._within(hist, start, now), "increase")
-        df = frames.first_events(grown, self._frame_at(metric, now, hist), self._frame_at(metric, start, hist),
+        df = first_events(grown, self._frame_at(metric, now, hist), self._frame_at(metric, start, hist),
                                  self._frame_at("gpulens_up", start, hist))  # fmt: skip
         return self._filtered(df, metric, filters, by, now, hist)
 
@@ -376,7 +380,7 @@ class ScrapeSource:
     ) -> pd.DataFrame:
         """``df`` (values of ``metric`` at ``now``) under ``filters``, summed ``by``."""
         alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
     def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
@@ -419,7 +423,7 @@ class ScrapeSource:
         held leaf and step, the range's end included)."""
         grid, step = self._steps(window_s, step_s, end)
         target = Filters(**_targets(filters))
-        alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
+        alloc = restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
         if alloc.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS)), pd.DataFrame(
                 columns=[*definitions.LEAF, "timestamp", "idle"]
@@ -467,16 +471,16 @@ class ScrapeSource:
         scraped (``avg_over_time(x[5m]) and x``)."""
         raw = self._raw(metric, hist, end - definitions.MEAN_WINDOW_SECONDS, end, labels=tuple(keys), where=where)
         stats = definitions._window_stats(
-            frames.with_cols(raw, keys), list(keys), np.asarray([end]), definitions.MEAN_WINDOW_SECONDS, self._fresh_s()
+            with_cols(raw, keys), list(keys), np.asarray([end]), definitions.MEAN_WINDOW_SECONDS, self._fresh_s()
         )
         return stats[stats["fresh"]].reset_index(drop=True)
 
     def _job_class_shares(self, hist: list[Snapshot], end: float) -> pd.DataFrame:
         """Per pod leaf and class, the share of the window the pod's class was that class (the
         rules' ``max by (cluster, namespace, pod, uuid, mig_uuid, class) (avg_over_time(...) and ...)``)."""
-        keys = [*frames.POD_LEAF_KEYS, "class"]
+        keys = [*POD_LEAF_KEYS, "class"]
         stats = self._over_window("gpulens_pod_gpu_boundness", hist, end, keys)
-        return frames.keyed(stats.rename(columns={"mean": "value"}), keys, "value")
+        return keyed(stats.rename(columns={"mean": "value"}), keys, "value")
 
     def job_leaves(
         self,
@@ -498,7 +502,7 @@ class ScrapeSource:
     def _job_leaves(self, filters: Filters, *, window_s: float | None, end: float | None) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
+        leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         if leaves.empty:
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
         leaf = list(definitions.LEAF)
@@ -523,7 +527,7 @@ class ScrapeSource:
         slowdown, reasons = self._slowdown(hist, now)
         info = self._frame_at("gpulens_gpu_info", now, hist)
         shares = definitions.gpu_shares(info, self._frame_at("gpulens_mig_instance_info", now, hist))
-        out = frames.job_leaf_figures(
+        out = job_leaf_figures(
             leaves,
             activity=activity,
             busy=busy,
@@ -539,7 +543,7 @@ class ScrapeSource:
             ),
             held=self._held_hours(hist, window_s, now) if window_s else None,
         )
-        return frames.jobs_within(out, filters)
+        return jobs_within(out, filters)
 
     def job_summary(
         self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
@@ -572,7 +576,7 @@ class ScrapeSource:
         raw = _rows(parts)
         if raw.empty:
             return pd.DataFrame(columns=["uuid", "value"]), pd.DataFrame(columns=["uuid", "reason"])
-        raw = frames.with_cols(raw, ["uuid", "reason"])
+        raw = with_cols(raw, ["uuid", "reason"])
         # one sample per scrape: 1 when any reason held then
         anyone = raw.groupby(["uuid", "timestamp"], as_index=False)["value"].max()
         stats = definitions._window_stats(
@@ -589,7 +593,7 @@ class ScrapeSource:
         grid, step = self._grid(window, step, end)
         grid = grid[1:] if len(grid) > 1 else grid
         alloc = self._series_raw(ALLOCATION, grid, hist)
-        keys = list(frames.POD_LEAF_KEYS)
+        keys = list(POD_LEAF_KEYS)
         if alloc.empty:
             return pd.DataFrame(columns=[*keys, "value"])
         named = jobs.name_jobs(alloc)
@@ -599,12 +603,12 @@ class ScrapeSource:
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
+        leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         shares = self._job_class_shares(hist, now).rename(columns={"value": "share"})
         if leaves.empty or shares.empty:
             return pd.DataFrame(columns=list(JOB_CLASS_COLUMNS))
-        out = leaves.merge(shares, on=list(frames.POD_LEAF_KEYS), how="inner")
-        return frames.jobs_within(out, filters)[list(JOB_CLASS_COLUMNS)]
+        out = leaves.merge(shares, on=list(POD_LEAF_KEYS), how="inner")
+        return jobs_within(out, filters)[list(JOB_CLASS_COLUMNS)]
 
     def job_mix(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         mix = jobs.job_mix(self.job_classes(filters, end=end))
@@ -625,7 +629,7 @@ class ScrapeSource:
 
         def on_grid(metric: str) -> pd.DataFrame:
             df = self._series_raw(metric, grid, hist)
-            return df[frames.col(df, "instance").isin(wanted)] if wanted and not df.empty else df
+            return df[col(df, "instance").isin(wanted)] if wanted and not df.empty else df
 
         alloc = on_grid(ALLOCATION)
         if alloc.empty:
@@ -638,10 +642,10 @@ class ScrapeSource:
         leaf_at = held_at[["uuid", "mig_uuid", "timestamp"]].drop_duplicates()
         parts = []
         for metric, name in ((SM_ACTIVE, "sm_active"), ("gpulens_gpu_busy_ratio", "busy")):
-            df = frames.with_cols(on_grid(metric), ["uuid", "mig_uuid"])
+            df = with_cols(on_grid(metric), ["uuid", "mig_uuid"])
             parts.append(df.merge(leaf_at, on=["uuid", "mig_uuid", "timestamp"]).assign(metric=name, pod=""))
-        clock = frames.with_cols(on_grid("gpulens_gpu_sm_clock_hertz"), ["uuid"])
-        top = frames.with_cols(on_grid("gpulens_gpu_sm_clock_max_hertz"), ["uuid"])
+        clock = with_cols(on_grid("gpulens_gpu_sm_clock_hertz"), ["uuid"])
+        top = with_cols(on_grid("gpulens_gpu_sm_clock_max_hertz"), ["uuid"])
         if not clock.empty and not top.empty:
             ratio = clock[["uuid", "timestamp", "value"]].merge(
                 top[["uuid", "timestamp", "value"]].rename(columns={"value": "max"}), on=["uuid", "timestamp"]
@@ -649,12 +653,12 @@ class ScrapeSource:
             ratio = ratio.assign(value=ratio["value"] / ratio["max"].where(ratio["max"] > 0))
             physical = leaf_at.drop(columns=["mig_uuid"]).drop_duplicates()
             parts.append(ratio.merge(physical, on=["uuid", "timestamp"]).assign(metric="sm_clock", pod="", mig_uuid=""))
-        classes = frames.with_cols(on_grid("gpulens_pod_gpu_boundness"), [*POD_LEAF, "class"])
+        classes = with_cols(on_grid("gpulens_pod_gpu_boundness"), [*POD_LEAF, "class"])
         if not classes.empty:
             classes = classes[classes["value"] >= 0.5]
             parts.append(classes.merge(held_at, on=[*POD_LEAF, "timestamp"]).assign(metric="class"))
         out = _rows(parts)
-        out = frames.with_cols(out, JOB_SERIES_COLUMNS)
+        out = with_cols(out, JOB_SERIES_COLUMNS)
         return out[list(JOB_SERIES_COLUMNS)].reset_index(drop=True)
 
     def history_start(
@@ -669,13 +673,13 @@ class ScrapeSource:
         raw = HISTORY_METRIC if ":" in metric else metric
         stop = self._end(end)
         df = self._raw(raw, self._snapshot(), stop - window_s, stop, labels=("cluster", "node", "instance"))
-        df = frames.restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())
+        df = restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())
         return float(df["timestamp"].min()) if not df.empty else math.nan
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self._frame_at(metric, self._clock(), self._snapshot())
-        df = frames.restrict(df, Filters(**_targets(within)), pd.DataFrame(), ())
-        return sorted(set(frames.col(df, label)) - {""})
+        df = restrict(df, Filters(**_targets(within)), pd.DataFrame(), ())
+        return sorted(set(col(df, label)) - {""})
 
     def problems(self) -> list[str]:
         with self._lock:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import frames, ui
+from dashboard import ui
 from dashboard.figures.sharing import mig_layout_figure, sm_share_bar
+from dashboard.frames.columns import with_cols
+from dashboard.frames.sharing import MPS_SM_SHARE_NOTE, mig_layout, timeslice_shares
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -25,7 +27,7 @@ def body(ctx: ui.PageContext) -> None:
         mig = ui.get(ctx, q["mig"])
         alloc = ui.get(ctx, q["alloc"])
         info = ui.get(ctx, q["info"])
-        layout = frames.mig_layout(mig, alloc, info)
+        layout = mig_layout(mig, alloc, info)
         if layout.empty:
             ui.no_data("No GPU in view is split into MIG instances.")
         else:
@@ -51,8 +53,8 @@ def body(ctx: ui.PageContext) -> None:
         pods = ui.get(ctx, q["pods"])
         sharing = ui.get(ctx, q["sharing"])
         alloc = ui.get(ctx, q["alloc"])
-        table = frames.timeslice_shares(shares, replicas, pods, sharing, alloc)
-        where = frames.with_cols(info, ["uuid", "node", "instance", "gpu"])[["uuid", "node", "instance", "gpu"]]
+        table = timeslice_shares(shares, replicas, pods, sharing, alloc)
+        where = with_cols(info, ["uuid", "node", "instance", "gpu"])[["uuid", "node", "instance", "gpu"]]
         table = table.merge(where.drop_duplicates("uuid"), on="uuid", how="left")
         for c in ("node", "instance", "gpu"):
             table[c] = table[c].fillna("")
@@ -61,7 +63,7 @@ def body(ctx: ui.PageContext) -> None:
         else:
             if (table["mode"] == "mps").any():
                 st.info(
-                    f"MPS GPUs: {frames.MPS_SM_SHARE_NOTE}. NVML reports one per-process utilisation entry "
+                    f"MPS GPUs: {MPS_SM_SHARE_NOTE}. NVML reports one per-process utilisation entry "
                     "there, the MPS server's, so SM time cannot be split between the clients; each pod's "
                     "memory is still its own (Workloads).",
                     icon=":material/info:",
