@@ -25,7 +25,7 @@ from dashboard.frames.links import DIRECTION_NAMES, LINK_NAMES, link_column
 from dashboard.settings import DashboardSettings, from_env
 from dashboard.sources import scrape
 from dashboard.sources.prometheus import PrometheusSource
-from dashboard.sources.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError
+from dashboard.sources.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError, Window
 
 WINDOWS: dict[str, float] = {
     "Last 15 minutes": 900.0,
@@ -87,6 +87,11 @@ class PageContext:
     """End of an absolute range (Unix s); None = a range ending now."""
     nonce: int = 0
     """Bumped by "Refresh now": part of every cache key, so the next run queries afresh."""
+
+    @property
+    def window(self) -> Window:
+        """The range as the sources read it (``window_s`` seconds before :attr:`at`)."""
+        return Window(self.window_s)
 
     @property
     def at(self) -> float:
@@ -289,7 +294,7 @@ def history_s(ctx: PageContext, metric: str = HISTORY_METRIC) -> float:
 
 
 def _history_query(ctx: PageContext, metric: str = HISTORY_METRIC) -> Query:
-    return query("history_start", metric, ctx.filters, window_s=ctx.window_s)
+    return query("history_start", metric, ctx.filters, window=ctx.window)
 
 
 def _history_s(ctx: PageContext, metric: str) -> float:

@@ -35,7 +35,7 @@ from dashboard.frames.sharing import mig_layout
 from dashboard.promql import label_name, quote, selector
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.scrape import ScrapeSource, instance_of, metrics_url, parse_exposition
-from dashboard.sources.source import MAX_POINTS, Filters, SourceError, bounded_step
+from dashboard.sources.source import MAX_POINTS, Filters, SourceError, Window, bounded_step
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
 from tests.support.net import free_port
 
@@ -88,7 +88,7 @@ def test_prometheus_source_reads_instant_and_range_answers() -> None:
     with fake_prometheus("h200x8.prom") as (url, _state):
         src = PrometheusSource(url)
         info = src.instant("gpulens_gpu_info")
-        series = src.series("gpulens_gpu_sm_active_ratio", window_s=30 * 86400, step_s=1)
+        series = src.series("gpulens_gpu_sm_active_ratio", window=Window(30 * 86400), step_s=1)
     assert len(info) == 8
     assert set(info["name"]) == {"NVIDIA H200"}
     assert series.groupby("uuid").size().max() <= MAX_POINTS + 1
@@ -102,12 +102,12 @@ def test_the_fleet_boundness_mix_reads_the_recorded_per_cluster_sum() -> None:
     with fake_prometheus("h200x8.prom") as (url, state):
         src = PrometheusSource(url)
         for filters in (Filters(), Filters(cluster="prod-a")):
-            df = src.series("gpulens_gpu_boundness", filters, window_s=600, step_s=60, by=["class"])
+            df = src.series("gpulens_gpu_boundness", filters, window=Window(600), step_s=60, by=["class"])
             assert state.queries[-1].startswith("sum by (class) (class:gpulens_gpu_boundness:sum")
             assert ("cluster" in state.queries[-1]) == (filters.cluster is not None)
             assert set(df["class"]) >= {"compute", "idle"} and len(set(df["class"])) == len(df.groupby("class"))
         for filters in (Filters(node="node-a"), Filters(namespace="ml")):
-            src.series("gpulens_gpu_boundness", filters, window_s=600, step_s=60, by=["class"])
+            src.series("gpulens_gpu_boundness", filters, window=Window(600), step_s=60, by=["class"])
             assert "class:gpulens_gpu_boundness:sum" not in state.queries[-1], filters
 
 
@@ -174,7 +174,7 @@ def test_scrape_source_serves_the_newest_scrape_and_keeps_a_bounded_history() ->
     clock.t += 5
     src.scrape_once()
     assert src.instant("gpulens_up")["value"].tolist() == [1.0]
-    series = src.series("gpulens_up", window_s=60, step_s=5)
+    series = src.series("gpulens_up", window=Window(60), step_s=5)
     assert len(series) == 2, "only two scrapes are kept"
 
 
@@ -187,7 +187,7 @@ def test_a_failed_scrape_is_reported_and_its_series_go_stale() -> None:
     assert src.problems() and "a:1" in src.problems()[0]
     info = src.instant("gpulens_gpu_info")
     assert set(info["instance"]) == {"b:2"}, "the failed target's series are stale, the other's kept"
-    assert len(src.series("gpulens_gpu_info", window_s=10, step_s=5).query("instance == 'a:1'")) > 0
+    assert len(src.series("gpulens_gpu_info", window=Window(10), step_s=5).query("instance == 'a:1'")) > 0
 
 
 def test_scrape_source_filters_devices_by_namespace_through_allocations() -> None:
@@ -213,7 +213,7 @@ def test_counter_increase_survives_a_reset() -> None:
     for _ in range(4):
         src.scrape_once()
         clock.t += 10
-    inc = src.increase("gpulens_gpu_xid_errors_total", window_s=3600)
+    inc = src.increase("gpulens_gpu_xid_errors_total", window=Window(3600))
     assert inc["value"].tolist() == [3 + 1 + 2]
 
 
@@ -599,11 +599,11 @@ def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
     store; the scrape source takes each series' rate between steps, then sums."""
     with fake_prometheus("h200x8.prom") as (url, state):
         src = PrometheusSource(url)
-        src.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=900, step_s=4, by=[])
+        src.rate("gpulens_gpu_pcie_rx_bytes_total", window=Window(900), step_s=4, by=[])
         assert state.queries[-1] == (
             "sum by () ((rate(gpulens_gpu_pcie_rx_bytes_total[60s]) and gpulens_gpu_pcie_rx_bytes_total offset 60s))"
         ), "a window of a minute at least, and only over series that old (no ramp up from 0)"
-        src.rate("gpulens_gpu_pcie_rx_bytes_total", Filters(namespace="ml"), window_s=86400, step_s=360)
+        src.rate("gpulens_gpu_pcie_rx_bytes_total", Filters(namespace="ml"), window=Window(86400), step_s=360)
         assert state.queries[-1] == (
             "((rate(gpulens_gpu_pcie_rx_bytes_total[360s]) and on(uuid,mig_uuid) "
             'gpulens_pod_gpu_allocation{namespace="ml"}) and gpulens_gpu_pcie_rx_bytes_total offset 360s)'
@@ -617,7 +617,7 @@ def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
         scrape.scrape_once()
         clock.t += 5
     clock.t -= 5
-    total = scrape.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=10, step_s=5, by=[])
+    total = scrape.rate("gpulens_gpu_pcie_rx_bytes_total", window=Window(10), step_s=5, by=[])
     # over a minute at least, as Prometheus: at the 2nd scrape GPU 0 moved 10/s and GPU 1 2/s; at the 3rd,
     # over both steps, GPU 0 100 in 10 s and GPU 1 10 + 5 (a reset: its new value) in 10 s
     assert total.sort_values("timestamp")["value"].tolist() == [12.0, 11.5]
@@ -640,8 +640,8 @@ def test_events_count_the_first_event_that_creates_a_counter_as_the_alert_does()
         src.scrape_once()
         clock.t += 60
     clock.t -= 60
-    ev = src.events("gpulens_gpu_xid_errors_total", window_s=300).set_index("xid")["value"]
-    inc = src.increase("gpulens_gpu_xid_errors_total", window_s=300).set_index("xid")["value"]
+    ev = src.events("gpulens_gpu_xid_errors_total", window=Window(300)).set_index("xid")["value"]
+    inc = src.increase("gpulens_gpu_xid_errors_total", window=Window(300)).set_index("xid")["value"]
     assert inc["79"] == 0 and ev["79"] == 1, "the first event counts"
     assert ev["31"] == inc["31"] == 3, "an old counter grows as increase() says"
     assert ev["13"] == 0, "a target first scraped inside the window: its history is not counted"

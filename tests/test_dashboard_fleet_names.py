@@ -18,6 +18,7 @@ from dashboard.figures.vega import data_of
 from dashboard.frames.columns import from_rows
 from dashboard.frames.fleet import fleet_counts
 from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import Window
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 START = 1_000_000.0
@@ -50,7 +51,7 @@ def _source(fixture: str, scrapes: int) -> tuple[ScrapeSource, float]:
 def _idle_names(src: ScrapeSource, now: float) -> tuple[pd.DataFrame, dict[str, int]]:
     info, mig = src.instant("gpulens_gpu_info"), src.instant("gpulens_mig_instance_info")
     alloc, idle = src.instant("gpulens_pod_gpu_allocation"), src.leaf_idle()
-    activity = src.allocation_activity(window_s=WINDOW, step_s=WINDOW / 80)
+    activity = src.allocation_activity(window=Window(WINDOW), step_s=WINDOW / 80)
     table = fleet_names.allocated_idle(info, mig, alloc, idle, activity, now=now, window_s=WINDOW)
     return table, fleet_counts(info, mig, alloc, idle)
 
@@ -161,8 +162,8 @@ def test_the_throttled_gpus_of_the_h200_node_are_the_slowest_and_idle_low_clocks
     slow = fleet_names.slow_gpus(
         src.instant("gpulens_gpu_info"),
         src.instant("gpulens_pod_gpu_allocation"),
-        src.mean("gpulens_gpu_clock_event_active", window_s=WINDOW),
-        src.mean("gpulens_gpu_sm_clock_hertz", window_s=300.0),
+        src.mean("gpulens_gpu_clock_event_active", window=Window(WINDOW)),
+        src.mean("gpulens_gpu_sm_clock_hertz", window=Window(300.0)),
         src.instant("gpulens_gpu_sm_clock_max_hertz"),
         src.leaf_idle(),
     )
@@ -179,8 +180,8 @@ def test_the_thermally_slowed_gpu_comes_first() -> None:
     slow = fleet_names.slow_gpus(
         src.instant("gpulens_gpu_info"),
         src.instant("gpulens_pod_gpu_allocation"),
-        src.mean("gpulens_gpu_clock_event_active", window_s=WINDOW),
-        src.mean("gpulens_gpu_sm_clock_hertz", window_s=300.0),
+        src.mean("gpulens_gpu_clock_event_active", window=Window(WINDOW)),
+        src.mean("gpulens_gpu_sm_clock_hertz", window=Window(300.0)),
         src.instant("gpulens_gpu_sm_clock_max_hertz"),
         src.leaf_idle(),
     )
@@ -222,7 +223,7 @@ def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
 
 def test_the_heatmap_marks_the_gpu_no_pod_holds_and_names_the_holders() -> None:
     src, _ = _source("h200x8", 3)
-    sm = src.mean("gpulens_gpu_sm_active_ratio", window_s=WINDOW)
+    sm = src.mean("gpulens_gpu_sm_active_ratio", window=Window(WINDOW))
     chart = sm_heatmap(sm, src.instant("gpulens_pod_gpu_allocation"))
     cells = {r["label"]: r for r in data_of(chart)}
     free = {label for label, r in cells.items() if r["allocation"] == FREE}

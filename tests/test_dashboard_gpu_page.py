@@ -15,6 +15,7 @@ from dashboard import gpu_panels
 from dashboard.figures.vega import data_of
 from dashboard.frames.series import state_timeline
 from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import Window
 from exporter.metrics import BY_NAME
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
@@ -69,7 +70,7 @@ def _without(text: str, uuid: str, keep: Callable[[str], bool] = lambda _line: F
 
 
 def _series(src: ScrapeSource, uuid: str = GPU0) -> pd.DataFrame:
-    return src.device_series(uuid, window_s=600, step_s=STEP)
+    return src.device_series(uuid, window=Window(600), step_s=STEP)
 
 
 def _drawn(series: pd.DataFrame, steps: int = 1) -> dict[str, gpu_panels.Drawn]:

@@ -49,7 +49,7 @@ from dashboard.frames.jobs import (
 from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
 from dashboard.sources.prometheus import PrometheusSource, _regex_selector
 from dashboard.sources.scrape import ScrapeSource
-from dashboard.sources.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters
+from dashboard.sources.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters, Window
 from exporter.metrics import spec
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
@@ -243,7 +243,7 @@ def _by_leaf(leaves: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_the_scrape_source_gives_each_leaf_the_figures_the_history_holds(history: History) -> None:
-    leaves = history.scrape.job_leaves(window_s=600.0, end=history.end)
+    leaves = history.scrape.job_leaves(window=Window(600.0), end=history.end)
     assert list(leaves.columns) == [*JOB_LEAF_COLUMNS, "held_hours"]
     assert len(leaves) == len(LEAVES)
     ks = range(SAMPLES - 20, SAMPLES)  # the 20 samples in (T - 5 m, T]
@@ -290,7 +290,10 @@ def test_the_prometheus_source_reads_what_the_rules_record_and_the_scrape_source
     stamp = prom_query(store, "max(timestamp(gpulens:job_leaf_busy:ratio_avg5m))", at=history.end)
     at = float(stamp[0]["value"][1])
     assert history.end - 60 <= at <= history.end
-    mine, theirs = prom.job_leaves(window_s=600.0, end=at), history.scrape.job_leaves(window_s=600.0, end=at)
+    mine, theirs = (
+        prom.job_leaves(window=Window(600.0), end=at),
+        history.scrape.job_leaves(window=Window(600.0), end=at),
+    )
     assert len(mine) == len(theirs) == len(LEAVES)
     a, b = _by_leaf(mine), _by_leaf(theirs)
     assert set(a) == set(b)
@@ -330,11 +333,11 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
     prom = PrometheusSource(store)
     at = float(prom_query(store, "max(timestamp(gpulens:job_gpus:count))", at=history.end)[0]["value"][1])
     assert history.end - 60 <= at <= history.end
-    mine = prom.job_summary(window_s=600.0, end=at)
+    mine = prom.job_summary(window=Window(600.0), end=at)
     assert list(mine.columns) == list(jobs.SUMMARY_COLUMNS)
     for name, other in (
-        ("scrape", history.scrape.job_summary(window_s=600.0, end=at)),
-        ("the leaves", jobs.job_summary(prom.job_leaves(window_s=600.0, end=at))),
+        ("scrape", history.scrape.job_summary(window=Window(600.0), end=at)),
+        ("the leaves", jobs.job_summary(prom.job_leaves(window=Window(600.0), end=at))),
     ):
         a, b = _by_job(mine), _by_job(other)
         assert set(a) == set(b) == {("ml-training", "PyTorchJob", "train"), ("ml-training", "JobSet", "loader"),
@@ -347,7 +350,7 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
             if name == "scrape":
                 leaves = float(row["gpus"])
                 assert abs(float(row["gpu_hours"]) - float(b[job]["gpu_hours"])) <= leaves / 60 + 1e-9, job
-    for got in (mine, history.scrape.job_summary(window_s=600.0, end=at)):  # counts read as counts: "4 GPUs"
+    for got in (mine, history.scrape.job_summary(window=Window(600.0), end=at)):  # counts read as counts: "4 GPUs"
         assert all(got[c].dtype.kind == "i" for c in ("gpus", "nodes", "pods", "stragglers")), got.dtypes
     train = _by_job(mine)[("ml-training", "PyTorchJob", "train")]
     assert (train["gpus"], train["nodes"], train["pods"], train["stragglers"]) == (4, 2, 2, 1)
@@ -413,7 +416,7 @@ def test_a_node_filter_keeps_every_leaf_of_the_jobs_with_one_there(history: Hist
     leaves = src.job_leaves(f, end=history.end)
     assert {str(w) for w in leaves["workload"]} == {"train", "loader", "moe", "debug"}
     assert len(leaves[leaves["workload"] == "train"]) == 4
-    summary = src.job_summary(f, window_s=600.0, end=history.end)
+    summary = src.job_summary(f, window=Window(600.0), end=history.end)
     assert {str(w) for w in summary["workload"]} == {"train", "loader", "moe", "debug"}
     assert int(summary[summary["workload"] == "train"]["gpus"].iloc[0]) == 4
     assert {str(w) for w in src.job_stragglers(f, end=history.end)["workload"]} == {"train", "loader"}
@@ -421,7 +424,9 @@ def test_a_node_filter_keeps_every_leaf_of_the_jobs_with_one_there(history: Hist
     assert set(src.job_summary(Filters(namespace="web"), end=history.end)["workload"]) == {"infer"}
     # one job's leaves (the Job page), with its held hours; a job not held now: none, and no error
     cluster = "c1" if source == "prometheus" else ""
-    train = src.job_leaves(f, window_s=600.0, end=history.end, job=(cluster, "ml-training", "PyTorchJob", "train"))
+    train = src.job_leaves(
+        f, window=Window(600.0), end=history.end, job=(cluster, "ml-training", "PyTorchJob", "train")
+    )
     assert set(train["uuid"]) == {"GPU-a0", "GPU-a1", "GPU-b0", "GPU-b1"} and set(train["workload"]) == {"train"}
     assert np.allclose(train["held_hours"].astype(float), 10 / 60, atol=1 / 60)
     assert src.job_leaves(end=history.end, job=(cluster, "ml-training", "PyTorchJob", "gone")).empty
@@ -436,7 +441,7 @@ def test_job_series_follow_the_jobs_gpus_over_the_range(history: History, store:
     of its four GPUs only; the straggler's clock at half, its class compute at every step."""
     src: Any = PrometheusSource(store) if source == "prometheus" else history.scrape
     cluster = "c1" if source == "prometheus" else ""
-    series = src.job_series((cluster, "ml-training", "PyTorchJob", "train"), NODES, window_s=600.0, step_s=60.0,
+    series = src.job_series((cluster, "ml-training", "PyTorchJob", "train"), NODES, window=Window(600.0), step_s=60.0,
                             end=history.end)  # fmt: skip
     assert set(series["metric"]) == {"sm_active", "busy", "sm_clock", "class"}
     assert set(series["uuid"]) == {"GPU-a0", "GPU-a1", "GPU-b0", "GPU-b1"}
@@ -564,7 +569,7 @@ def test_job_queries_keep_label_values_quoted_and_read_only_the_jobs_targets() -
         return pd.DataFrame(columns=["timestamp", "value"])
 
     src.query_range = capture  # type: ignore[method-assign]
-    src.job_series(("c1", "ml", "JobSet", "x"), ["n0:9445", "n1:9445"], window_s=600.0, step_s=60.0)
+    src.job_series(("c1", "ml", "JobSet", "x"), ["n0:9445", "n1:9445"], window=Window(600.0), step_s=60.0)
     assert len(seen) == 4
     for q in seen:
         assert 'instance=~"n0:9445|n1:9445"' in q, q

@@ -12,6 +12,7 @@ import pytest
 from dashboard.frames.columns import from_rows
 from dashboard.sources.scrape import ScrapeSource, parse_exposition
 from dashboard.sources.scrape_history import TargetHistory, frame, of_metric, sample_lines
+from dashboard.sources.source import Window
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 H200 = (FIX / "h200x8.prom").read_text()
@@ -88,7 +89,7 @@ def test_the_history_is_bounded_by_a_fleet_wide_sample_budget() -> None:
         clock["t"] += 5
         src.scrape_once()
     assert src.samples_kept() <= budget
-    kept = src.series("gpulens_up", window_s=3600, step_s=5)
+    kept = src.series("gpulens_up", window=Window(3600), step_s=5)
     assert kept["timestamp"].nunique() == 10, "the oldest scrapes go first"
     assert "history 45s: 10 scrapes of" in src.description, "the page says what is kept"
     assert src.instant("gpulens_gpu_info")["uuid"].nunique() == 32

@@ -34,7 +34,7 @@ import pytest
 from dashboard.frames.fleet import waste_by_namespace
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.scrape import ScrapeSource
-from dashboard.sources.source import Filters
+from dashboard.sources.source import Filters, Window
 from tests.support.om_history import LABEL, without_integrals, write_history
 from tests.support.prometheus import backfill_recording_rules, inline_records, rule_expressions, run_prometheus
 from tests.support.prometheus import query as prom_query
@@ -195,7 +195,7 @@ def test_the_dashboard_source_reads_the_same_on_both_routes(
     }
     step = 60.0 if mode == "prometheus" else SAMPLE
     activity = {
-        route: source.allocation_activity(Filters(), window_s=300.0, step_s=step, end=at)
+        route: source.allocation_activity(Filters(), window=Window(300.0), step_s=step, end=at)
         for route, source in sources.items()
     }
     assert len(activity["plugin"]) == 9  # nine (pod, leaf) allocations: the shared GPU's two pods

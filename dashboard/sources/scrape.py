@@ -53,7 +53,7 @@ from dashboard.sources.source import (
     SM_ACTIVE,
     Filters,
     JobKey,
-    bounded_step,
+    Window,
     device_keys,
     held_step,
     rate_steps,
@@ -220,21 +220,21 @@ class ScrapeSource:
         now = self._clock()
         return now if end is None else min(end, now)
 
-    def _grid(self, window_s: float, step_s: float, end_at: float | None = None) -> tuple[list[float], float]:
-        window, step = bounded_step(window_s, max(step_s, self.interval_s))
+    def _grid(self, window: Window, step_s: float, end_at: float | None = None) -> tuple[list[float], float]:
+        seconds, step = window.stepped(max(step_s, self.interval_s))
         # ends at now, not at a multiple of the step like Prometheus: the history may be younger
         # than one step, and the newest scrape is the one a user wants to see
         end = self._end(end_at)
-        n = int(window // step)
+        n = int(seconds // step)
         return [end - k * step for k in range(n, -1, -1)], step
 
-    def _steps(self, window_s: float, step_s: float, end: float) -> tuple[list[float], float]:
+    def _steps(self, window: Window, step_s: float, end: float) -> tuple[list[float], float]:
         """The steps of Prometheus' [window:step] subquery at ``end``: multiples of the step back to,
         not including, the range's start (so both sources integrate the same number of steps, and
         a range read again reads the same settled times), the last one moved to ``end`` itself
         when ``end`` is not a multiple (the newest scrape is the one a user wants to see)."""
-        window, step = bounded_step(window_s, max(step_s, self.interval_s))
-        n = max(1, int(window // step))
+        seconds, step = window.stepped(max(step_s, self.interval_s))
+        n = max(1, int(seconds // step))
         top = math.floor(end / step)
         grid = [(top - k) * step for k in range(n - 1, -1, -1)]
         if grid[-1] < end:
@@ -260,13 +260,13 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s, end)
+        grid, _ = self._grid(window, step_s, end)
         df = self._series_raw(metric, grid, hist)
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
         return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
@@ -276,13 +276,13 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, step = self._grid(window_s, step_s, end)
+        grid, step = self._grid(window, step_s, end)
         # each series' rate over the same window as Prometheus' (RATE_WINDOW_MIN_SECONDS at least),
         # before the filters and the sum, as Prometheus sums per-series rates: a reset on one GPU
         # must not read as a fleet-wide drop
@@ -296,14 +296,13 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        window, _ = bounded_step(window_s, 1.0)
-        df = reduced(of_metric(metric), self._within(hist, now - window, now), "increase")
+        df = reduced(of_metric(metric), self._within(hist, now - window.bounded(), now), "increase")
         return self._filtered(df, metric, filters, by, now, hist)
 
     def events(
@@ -311,14 +310,13 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        window, _ = bounded_step(window_s, 1.0)
-        start = now - window
+        start = now - window.bounded()
         grown = reduced(of_metric(metric), self._within(hist, start, now), "increase")
         df = first_events(grown, self._frame_at(metric, now, hist), self._frame_at(metric, start, hist),
                                  self._frame_at("gpulens_up", start, hist))  # fmt: skip
@@ -357,14 +355,13 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        window, _ = bounded_step(window_s, 1.0)
-        df = reduced(of_metric(metric), self._within(hist, now - window, now), "mean")
+        df = reduced(of_metric(metric), self._within(hist, now - window.bounded(), now), "mean")
         if df.empty:
             return pd.DataFrame(columns=["value"])
         return self._filtered(df, metric, filters, by, now, hist)
@@ -382,9 +379,9 @@ class ScrapeSource:
         alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
         return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
-    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+    def device_series(self, uuid: str, *, window: Window, step_s: float, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s, end)
+        grid, _ = self._grid(window, step_s, end)
         return frame(of_device(_DEVICE, uuid), self._on_grid(hist, grid), time=True)
 
     def _evaluated(self, end: float | None, hist: list[Snapshot]) -> float:
@@ -411,17 +408,17 @@ class ScrapeSource:
         return out.reset_index(drop=True)
 
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        return self._activity(filters, window_s, step_s, self._evaluated(end, hist), hist)[0]
+        return self._activity(filters, window, step_s, self._evaluated(end, hist), hist)[0]
 
     def _activity(
-        self, filters: Filters, window_s: float, step_s: float, end: float, hist: list[Snapshot]
+        self, filters: Filters, window: Window, step_s: float, end: float, hist: list[Snapshot]
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """allocation_activity over the range ending at ``end``, and the idle verdict it read (per
         held leaf and step, the range's end included)."""
-        grid, step = self._steps(window_s, step_s, end)
+        grid, step = self._steps(window, step_s, end)
         target = Filters(**_targets(filters))
         alloc = restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
         if alloc.empty:
@@ -441,13 +438,13 @@ class ScrapeSource:
         return out[list(ACTIVITY_COLUMNS)], verdict
 
     def idle_since(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         # the activity's own verdict at the range's end picks the idle leaves: one pass over the
         # history (a second verdict of every leaf at the end was a third of Fleet's time at 1,000 GPUs)
         hist = self._snapshot()
         now = self._evaluated(end, hist)
-        activity, verdict = self._activity(filters, window_s, step_s, now, hist)
+        activity, verdict = self._activity(filters, window, step_s, now, hist)
         at_end = verdict["timestamp"].to_numpy() == now
         idle = verdict.loc[at_end & verdict["idle"].astype("boolean").fillna(False).to_numpy(), ["uuid", "mig_uuid"]]
         out = activity.merge(idle.drop_duplicates(), on=["uuid", "mig_uuid"], how="inner")
@@ -486,11 +483,11 @@ class ScrapeSource:
         self,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float | None = None,
+        window: Window | None = None,
         end: float | None = None,
         job: JobKey | None = None,
     ) -> pd.DataFrame:
-        out = self._job_leaves(filters, window_s=window_s, end=end)
+        out = self._job_leaves(filters, window=window, end=end)
         if job is None or out.empty:
             return out
         # scrape mode names no cluster: a job's key has cluster "" here
@@ -499,12 +496,13 @@ class ScrapeSource:
             mine &= (out[k].astype(str) == v).to_numpy()
         return out[mine].reset_index(drop=True)
 
-    def _job_leaves(self, filters: Filters, *, window_s: float | None, end: float | None) -> pd.DataFrame:
+    def _job_leaves(self, filters: Filters, *, window: Window | None, end: float | None) -> pd.DataFrame:
+        held_over = window if window is not None and window.seconds else None  # held_hours' range
         hist = self._snapshot()
         now = self._end(end)
         leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         if leaves.empty:
-            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
+            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if held_over else [])])
         leaf = list(definitions.LEAF)
         idle = self._idle_at([self._evaluated(end, hist)], hist, NO_FILTERS)
         activity = idle.rename(columns={"sm_mean": "value"})[[*leaf, "value"]]
@@ -541,20 +539,20 @@ class ScrapeSource:
             shares=pd.DataFrame(
                 [{"uuid": u, "mig_uuid": m, "value": v} for (u, m), v in shares.items()], columns=[*leaf, "value"]
             ),
-            held=self._held_hours(hist, window_s, now) if window_s else None,
+            held=self._held_hours(hist, held_over, now) if held_over is not None else None,
         )
         return jobs_within(out, filters)
 
     def job_summary(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window | None = None, end: float | None = None
     ) -> pd.DataFrame:
         leaves = self.job_leaves(filters, end=end)
-        if not window_s or leaves.empty:
+        if window is None or not window.seconds or leaves.empty:
             return jobs.job_summary(leaves)
         hist = self._snapshot()
         now = self._end(end)
-        window, step = held_step(window_s)
-        grid, step = self._grid(window, step, now)
+        seconds, step = held_step(window)
+        grid, step = self._grid(Window(seconds), step, now)
         grid = grid[1:] if len(grid) > 1 else grid
         held = jobs.name_jobs(self._series_raw(ALLOCATION, grid, hist))
         info = self._frame_at("gpulens_gpu_info", now, hist)
@@ -586,11 +584,11 @@ class ScrapeSource:
         held = raw[raw["value"] >= 0.5][["uuid", "reason"]].drop_duplicates()
         return stats, held
 
-    def _held_hours(self, hist: list[Snapshot], window_s: float, end: float) -> pd.DataFrame:
+    def _held_hours(self, hist: list[Snapshot], window: Window, end: float) -> pd.DataFrame:
         """Hours each pod held each leaf over the range: the steps of a ``[window:step]`` subquery
         (source.held_step) at which it held it, times the step."""
-        window, step = held_step(window_s)
-        grid, step = self._grid(window, step, end)
+        seconds, step = held_step(window)
+        grid, step = self._grid(Window(seconds), step, end)
         grid = grid[1:] if len(grid) > 1 else grid
         alloc = self._series_raw(ALLOCATION, grid, hist)
         keys = list(POD_LEAF_KEYS)
@@ -619,12 +617,12 @@ class ScrapeSource:
         job: JobKey,
         instances: Sequence[str],
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s, end)
+        grid, _ = self._grid(window, step_s, end)
         wanted = set(instances)
 
         def on_grid(metric: str) -> pd.DataFrame:
@@ -666,13 +664,13 @@ class ScrapeSource:
         metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         end: float | None = None,
     ) -> float:
         # this source computes the rules from the raw series: their history is the GPUs'
         raw = HISTORY_METRIC if ":" in metric else metric
         stop = self._end(end)
-        df = self._raw(raw, self._snapshot(), stop - window_s, stop, labels=("cluster", "node", "instance"))
+        df = self._raw(raw, self._snapshot(), stop - window.seconds, stop, labels=("cluster", "node", "instance"))
         df = restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())
         return float(df["timestamp"].min()) if not df.empty else math.nan
 

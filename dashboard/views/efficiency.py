@@ -35,13 +35,11 @@ LINK_BUSY_AT_LEAST = 0.01
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     q = {
-        "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window_s=ctx.window_s),
-        "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window_s=ctx.window_s),
+        "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window=ctx.window),
+        "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window=ctx.window),
         "bound": ui.query("current_state", "gpulens_gpu_boundness", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
-        "series": ui.query(
-            "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
-        ),
+        "series": ui.query("series", "gpulens_gpu_boundness", f, window=ctx.window, step_s=ctx.step_s, by=["class"]),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Roofline"):
@@ -130,10 +128,10 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
     )
     f = ctx.filters
     rates = {
-        key: ui.query("rate", metric, f, window_s=ctx.window_s, step_s=ctx.step_s, by=[])
+        key: ui.query("rate", metric, f, window=ctx.window, step_s=ctx.step_s, by=[])
         for key, metric in LINK_COUNTERS.items()
     }
-    use = {link: ui.query("mean", metric, f, window_s=ctx.window_s) for link, metric in LINK_UTILIZATION.items()}
+    use = {link: ui.query("mean", metric, f, window=ctx.window) for link, metric in LINK_UTILIZATION.items()}
     ui.prefetch(ctx, [*rates.values(), *use.values()])
     means = {link: ui.get(ctx, qq) for link, qq in use.items()}
     # counted from the links themselves: a GPU without GPM has links but no class
@@ -162,7 +160,7 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
                 f"node (at most {LINK_LINES_IN_VIEW}) for their link use over time."
             )
         else:
-            busiest_links_panel(ui.fetch(ctx, "series", TRANSFER_ACTIVE, f, window_s=ctx.window_s, step_s=ctx.step_s))
+            busiest_links_panel(ui.fetch(ctx, "series", TRANSFER_ACTIVE, f, window=ctx.window, step_s=ctx.step_s))
     return means
 
 

@@ -20,7 +20,7 @@ from dashboard.frames.links import (
     leaves_in_class,
     measured_links,
 )
-from dashboard.sources.source import SourceError
+from dashboard.sources.source import SourceError, Window
 
 # A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
 # sampled at the Workloads page's resolution (its allocation activity: the same steps).
@@ -36,14 +36,14 @@ def body(ctx: ui.PageContext) -> None:
         "idle": ui.query("leaf_idle", f),
         "up": ui.query("instant", "gpulens_up", f),
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
-        "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s),
+        "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window=ctx.window),
         "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
         "classes": ui.query("current_state", "gpulens_gpu_boundness", f),
         "idle_since": ui.query(
-            "idle_since", f, window_s=ctx.window_s, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
+            "idle_since", f, window=ctx.window, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
         ),
-        "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
-        "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window=ctx.window),
+        "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         "clock_max": ui.query("instant", "gpulens_gpu_sm_clock_max_hertz", f),
     }
     ui.prefetch(ctx, q.values())
@@ -178,7 +178,7 @@ def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -
     f = ctx.filters
     use = {link: ui.query("instant", metric, f) for link, metric in LINK_UTILIZATION.items()}
     rates = {
-        key: ui.query("rate", metric, f, window_s=LINK_NOW_SECONDS, step_s=LINK_NOW_SECONDS)
+        key: ui.query("rate", metric, f, window=Window(LINK_NOW_SECONDS), step_s=LINK_NOW_SECONDS)
         for key, metric in LINK_COUNTERS.items()
     }
     ui.prefetch(ctx, [*use.values(), *rates.values()])

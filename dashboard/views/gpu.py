@@ -19,7 +19,7 @@ from dashboard.frames.jobs import where_words
 from dashboard.frames.links import link_panels, link_table, outbound
 from dashboard.frames.network import NIC_KEYS, NIC_RX, NIC_TX, PATH_WORDS, gpu_nics, nic_table
 from dashboard.frames.series import pods_over_range, state_timeline
-from dashboard.sources.source import Filters, bounded_step, rate_steps
+from dashboard.sources.source import Filters, rate_steps
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -30,8 +30,8 @@ def body(ctx: ui.PageContext) -> None:
     if not uuid:
         return
     mig = str(st.query_params.get("mig_uuid", ""))
-    steps = rate_steps(bounded_step(ctx.window_s, ctx.step_s)[1])
-    series = ui.fetch(ctx, "device_series", uuid, window_s=ctx.window_s, step_s=ctx.step_s)
+    steps = rate_steps(ctx.window.stepped(ctx.step_s)[1])
+    series = ui.fetch(ctx, "device_series", uuid, window=ctx.window, step_s=ctx.step_s)
     mine = info[col(info, "uuid") == uuid]
     head = gpu_panels.header(uuid, series, up, mine)
 
@@ -214,8 +214,8 @@ def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
     near = pairs[pairs["nearest"]]
     st.subheader("Nearest NICs")
     by = list(NIC_KEYS)
-    tx = ui.fetch(ctx, "rate", NIC_TX, on_node, window_s=ctx.window_s, step_s=ctx.step_s, by=by)
-    rx = ui.fetch(ctx, "rate", NIC_RX, on_node, window_s=ctx.window_s, step_s=ctx.step_s, by=by)
+    tx = ui.fetch(ctx, "rate", NIC_TX, on_node, window=ctx.window, step_s=ctx.step_s, by=by)
+    rx = ui.fetch(ctx, "rate", NIC_RX, on_node, window=ctx.window, step_s=ctx.step_s, by=by)
     rates = nic_table(near.assign(kind="", numa_node="", pci_bus_id=""), pd.DataFrame(), pd.DataFrame(), tx, rx)
     table = near.merge(rates[["device", "tx", "rx"]], on="device", how="left")
     ok = bool(table["gdr_ready"].any())

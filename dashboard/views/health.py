@@ -21,9 +21,9 @@ def body(ctx: ui.PageContext) -> None:
         "bw": ui.query("instant", "gpulens_probe_bandwidth_bytes_per_second", f),
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
-        "xid": ui.query("events", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s),
-        "ecc": ui.query("increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s),
-        "means": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
+        "xid": ui.query("events", "gpulens_gpu_xid_errors_total", f, window=ctx.window),
+        "ecc": ui.query("increase", "gpulens_gpu_ecc_errors_total", f, window=ctx.window),
+        "means": ui.query("mean", "gpulens_gpu_clock_event_active", f, window=ctx.window),
         "stages": ui.query("instant", "gpulens_stage_success", f),
     }
     ui.prefetch(ctx, q.values())

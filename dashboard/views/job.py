@@ -16,7 +16,7 @@ import streamlit as st
 from dashboard import definitions, jobs, ui
 from dashboard.figures.jobs import job_timelines
 from dashboard.frames.jobs import NO_CLASS, job_from_param, job_gpu_table, job_param, job_timeline, straggler_words
-from dashboard.sources.source import Filters, JobKey, SourceError, bounded_step
+from dashboard.sources.source import Filters, JobKey, SourceError, Window
 
 # Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
 # so the browser draws tens of thousands of cells, not millions. A comment, not a docstring:
@@ -57,7 +57,7 @@ def _choose(ctx: ui.PageContext, summary: pd.DataFrame) -> JobKey | None:
 
 def body(ctx: ui.PageContext) -> None:
     try:
-        summary = ui.fetch(ctx, "job_summary", ctx.filters, window_s=ctx.window_s)
+        summary = ui.fetch(ctx, "job_summary", ctx.filters, window=ctx.window)
     except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
         st.warning(str(exc), icon=":material/warning:")
         return
@@ -68,7 +68,7 @@ def body(ctx: ui.PageContext) -> None:
     # the job's own leaves, wherever they are: its cluster and namespace, not the sidebar's filters
     own = Filters(cluster=key[0] or None, namespace=key[1] or None)
     try:
-        mine = ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s, job=key)
+        mine = ui.fetch(ctx, "job_leaves", own, window=ctx.window, job=key)
     except SourceError as exc:
         st.warning(str(exc), icon=":material/warning:")
         return
@@ -99,7 +99,7 @@ def _gpu_hours(ctx: ui.PageContext, summary: pd.DataFrame, key: JobKey, own: Fil
     hit = of(summary)
     if hit.empty:
         try:
-            hit = of(ui.fetch(ctx, "job_summary", own, window_s=ctx.window_s))
+            hit = of(ui.fetch(ctx, "job_summary", own, window=ctx.window))
         except SourceError:  # the header stands without its GPU-hours
             return float("nan")
     return float(hit["gpu_hours"].iloc[0]) if not hit.empty else float("nan")
@@ -140,9 +140,9 @@ def _timelines(ctx: ui.PageContext, key: JobKey, mine: pd.DataFrame, gpus: pd.Da
     """Its GPUs' SM activity, class and SM clock over the range, on one time axis."""
     st.subheader("Its GPUs over time")
     rows = len(gpus)
-    window, step = bounded_step(ctx.window_s, max(ctx.step_s, ctx.window_s * rows / MAX_CELLS))
+    window, step = ctx.window.stepped(max(ctx.step_s, ctx.window_s * rows / MAX_CELLS))
     instances = tuple(sorted(set(mine["instance"].astype(str)) - {""}))
-    series = ui.fetch(ctx, "job_series", key, instances, window_s=window, step_s=step)
+    series = ui.fetch(ctx, "job_series", key, instances, window=Window(window), step_s=step)
     timeline = job_timeline(series, gpus)
     st.caption(
         f"A row per GPU, by node then GPU index, a cell every {ui.fmt_duration(step)}. The GPU the others wait for "

@@ -26,7 +26,7 @@ MAX_MIX_BARS = 30
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     q = {
-        "summary": ui.query("job_summary", f, window_s=ctx.window_s),
+        "summary": ui.query("job_summary", f, window=ctx.window),
         "stragglers": ui.query("job_stragglers", f),
         "mix": ui.query("job_mix", f),
     }

@@ -22,6 +22,7 @@ from dashboard.frames.network import (
     pod_gpu_classes,
     pod_nics,
 )
+from dashboard.sources.source import Window
 
 # Nodes drawn one throughput chart each; beyond, the table only (pick a node in the sidebar). A
 # comment, not a docstring: Streamlit's magic would draw a string statement on the page.
@@ -37,15 +38,15 @@ def body(ctx: ui.PageContext) -> None:
         "info": ui.query("instant", "gpulens_nic_info", f),
         "state": ui.query("instant", "gpulens_nic_port_state_id", f),
         "line": ui.query("instant", "gpulens_nic_port_rate_bytes_per_second", f),
-        "tx": ui.query("rate", NIC_TX, f, window_s=ctx.window_s, step_s=ctx.step_s, by=by),
-        "rx": ui.query("rate", NIC_RX, f, window_s=ctx.window_s, step_s=ctx.step_s, by=by),
-        "errors": ui.query("increase", "gpulens_nic_port_stat_total", f, window_s=ctx.window_s),
+        "tx": ui.query("rate", NIC_TX, f, window=ctx.window, step_s=ctx.step_s, by=by),
+        "rx": ui.query("rate", NIC_RX, f, window=ctx.window, step_s=ctx.step_s, by=by),
+        "errors": ui.query("increase", "gpulens_nic_port_stat_total", f, window=ctx.window),
         "paths": ui.query("instant", "gpulens_gpu_nic_path_info", f),
         "ready": ui.query("instant", "gpulens_gpu_nic_gdr_ready", f),
         "gpus": ui.query("instant", "gpulens_gpu_info", f),
         "alloc": ui.query("instant", "gpulens_pod_nic_allocation", f),
         "holders": ui.query("instant", "gpulens_nic_pods", f),
-        "pod_class": ui.query("mean", "gpulens_pod_gpu_boundness", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "pod_class": ui.query("mean", "gpulens_pod_gpu_boundness", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         "pod_now": ui.query("current_state", "gpulens_pod_gpu_boundness", f),
     }
     ui.prefetch(ctx, q.values())

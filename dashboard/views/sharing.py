@@ -16,7 +16,7 @@ def body(ctx: ui.PageContext) -> None:
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
         "info": ui.query("instant", "gpulens_gpu_info", f),
-        "shares": ui.query("mean", "gpulens_pod_gpu_sm_share_ratio", f, window_s=ctx.window_s),
+        "shares": ui.query("mean", "gpulens_pod_gpu_sm_share_ratio", f, window=ctx.window),
         "replicas": ui.query("instant", "gpulens_gpu_sharing_replicas", f),
         "pods": ui.query("instant", "gpulens_gpu_sharing_pods", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),

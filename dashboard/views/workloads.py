@@ -10,7 +10,7 @@ from dashboard.figures.waste import waste_bar
 from dashboard.frames.columns import LEAF, with_cols
 from dashboard.frames.fleet import idle_allocations, waste_by_namespace
 from dashboard.frames.sharing import MPS_SM_SHARE_NOTE, POD_KEYS, launch_bound, pod_classes, sharing_modes
-from dashboard.sources.source import ALLOCATION_KEYS, SourceError
+from dashboard.sources.source import ALLOCATION_KEYS, SourceError, Window
 
 ACTIVITY_POINTS = 80
 # the recorded series the wasted hours integrate (dashboard/definitions.py RULES); a comment, not a
@@ -24,7 +24,7 @@ def body(ctx: ui.PageContext) -> None:
         "activity": ui.query(
             "allocation_activity",
             f,
-            window_s=ctx.window_s,
+            window=ctx.window,
             step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
         ),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
@@ -34,9 +34,9 @@ def body(ctx: ui.PageContext) -> None:
         "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
         "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
-        "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         # how much of the range the rules cover (read by ui.history_s below, fetched beside the rest)
-        "recorded": ui.query("history_start", WASTED_RULE, f, window_s=ctx.window_s),
+        "recorded": ui.query("history_start", WASTED_RULE, f, window=ctx.window),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Allocated but idle"):
