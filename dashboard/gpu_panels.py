@@ -334,7 +334,7 @@ def _placed() -> dict[str, tuple[Panel, Line]]:
 def panels(series: pd.DataFrame, steps: int = 1) -> list[Drawn]:
     """The GPU page's charts from ``device_series`` rows, in :data:`PANELS` order, then one per
     family neither placed nor shown elsewhere (group :data:`OTHER`, named from its name without the
-    prefix); counters are rates over ``steps`` steps (source.rate_steps). Panels without rows are
+    prefix); counters are rates over ``steps`` steps (sources.source.rate_steps). Panels without rows are
     left out, and so are error panels where nothing happened (:func:`errors_words` says so)."""
     if series.empty or "metric" not in series.columns:
         return []

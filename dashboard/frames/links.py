@@ -205,7 +205,7 @@ def link_panels(series: pd.DataFrame, steps: int = 1) -> tuple[pd.DataFrame, pd.
     """The GPU page's links from ``device_series`` rows: (throughput, utilisation), each a frame of
     timestamp, series (``PCIe in``, ``NVLink out``; a MIG instance's with its profile) and value.
     Throughput is bytes/s, the rate of each leaf's byte counters over the last ``steps`` steps
-    (source.rate_steps: a step at a scrape interval's length reads a scrape twice, then none,
+    (sources.source.rate_steps: a step at a scrape interval's length reads a scrape twice, then none,
     every so often), or the physical GPU's sampled throughput where the exporter has no counters;
     utilisation is 0..1."""
     cols = ["timestamp", "series", "value"]

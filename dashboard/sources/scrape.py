@@ -586,7 +586,7 @@ class ScrapeSource:
 
     def _held_hours(self, hist: list[Snapshot], window: Window, end: float) -> pd.DataFrame:
         """Hours each pod held each leaf over the range: the steps of a ``[window:step]`` subquery
-        (source.held_step) at which it held it, times the step."""
+        (sources.source.held_step) at which it held it, times the step."""
         seconds, step = held_step(window)
         grid, step = self._grid(Window(seconds), step, end)
         grid = grid[1:] if len(grid) > 1 else grid
