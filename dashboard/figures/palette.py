@@ -44,6 +44,7 @@ RECOMMENDATION_COLORS: dict[str, str] = {
 
 
 def class_scale(present: set[str]) -> dict[str, Any]:
+    """A colour scale of the classes ``present``: the known ones in CLASS_ORDER, then any other."""
     domain = [c for c in CLASS_ORDER if c in present] + sorted(present - set(CLASS_ORDER))
     return {"domain": domain, "range": [CLASS_COLORS.get(c, "#757575") for c in domain]}
 

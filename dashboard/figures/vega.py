@@ -31,6 +31,7 @@ LINE_BREAK = " · "
 
 
 def short_uuid(uuid: str) -> str:
+    """A UUID cut to its first 12 characters and ``…`` (a label's room; the tooltip has it whole)."""
     return uuid[:12] + "…" if len(uuid) > 13 else uuid
 
 
@@ -89,6 +90,7 @@ def time_x(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def pick(fields: Sequence[str] = ("uuid", "mig_uuid")) -> dict[str, Any]:
+    """The :data:`PICK` point selection on ``fields`` (a click on a GPU's or MIG instance's mark)."""
     return {"name": PICK, "select": {"type": "point", "fields": list(fields)}}
 
 
