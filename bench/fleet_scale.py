@@ -54,7 +54,7 @@ from typing import Any
 
 from bench.dashboard_scale import PAGES, first_load
 from dashboard.advisor.query import Window, measure
-from dashboard.prometheus_source import PrometheusSource
+from dashboard.sources.prometheus import PrometheusSource
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process

@@ -17,8 +17,8 @@ import time
 import urllib.request
 from typing import Any
 
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import NO_FILTERS
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import NO_FILTERS, Window
 from tests.support.exporter import run_exporter
 
 WINDOW_S = 3600.0
@@ -34,14 +34,14 @@ def calls() -> dict[str, tuple[str, tuple[Any, ...], dict[str, Any]]]:
         "leaf_idle": ("leaf_idle", (), {}),
         "up": ("instant", ("gpulens_up",), {}),
         "gpu_up": ("instant", ("gpulens_gpu_up",), {}),
-        "sm_mean": ("mean", ("gpulens_gpu_sm_active_ratio",), {"window_s": WINDOW_S}),
+        "sm_mean": ("mean", ("gpulens_gpu_sm_active_ratio",), {"window": Window(WINDOW_S)}),
         "util": ("instant", ("gpulens_gpu_utilization_ratio",), {}),
         "classes": ("current_state", ("gpulens_gpu_boundness",), {}),
-        "idle_since": ("idle_since", (), {"window_s": WINDOW_S, "step_s": STEP_S}),
-        "events": ("mean", ("gpulens_gpu_clock_event_active",), {"window_s": WINDOW_S}),
-        "clock": ("mean", ("gpulens_gpu_sm_clock_hertz",), {"window_s": 300.0}),
+        "idle_since": ("idle_since", (), {"window": Window(WINDOW_S), "step_s": STEP_S}),
+        "events": ("mean", ("gpulens_gpu_clock_event_active",), {"window": Window(WINDOW_S)}),
+        "clock": ("mean", ("gpulens_gpu_sm_clock_hertz",), {"window": Window(300.0)}),
         "clock_max": ("instant", ("gpulens_gpu_sm_clock_max_hertz",), {}),
-        "allocation_activity": ("allocation_activity", (), {"window_s": WINDOW_S, "step_s": STEP_S}),
+        "allocation_activity": ("allocation_activity", (), {"window": Window(WINDOW_S), "step_s": STEP_S}),
     }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import ui
-from dashboard.source import Filters, SourceError, bounded_step
+from dashboard.sources.source import Filters, SourceError, bounded_step
 
 HERE = Path(__file__).parent
 PAGES = [  # (script, title, url path, icon); the first is the default page, served at "/"

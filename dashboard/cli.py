@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dashboard import prometheus_auth
 from dashboard.inputs import (
     MAX_MARKS,
     PORT,
@@ -42,6 +41,7 @@ from dashboard.settings import (
     DashboardSettings,
     to_env,
 )
+from dashboard.sources import prometheus_auth
 
 APP = Path(__file__).with_name("app.py")
 

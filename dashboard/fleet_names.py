@@ -3,8 +3,8 @@ how long) and which GPUs run slow (clocks held down), as tables people read.
 
 Pure pandas over the sources' frames (no queries, no Streamlit calls); durations are written as the
 rest of the dashboard writes them (:func:`dashboard.ui.fmt_duration`). Idle, in use and the
-slowdown events are the ones of dashboard/definitions.py and dashboard/source.py, never redefined:
-the allocated-but-idle devices listed here are exactly those :func:`frames.fleet_counts` counts.
+slowdown events are the ones of dashboard/definitions.py and dashboard/sources/source.py, never redefined:
+the allocated-but-idle devices listed here are exactly those :func:`frames.fleet.fleet_counts` counts.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from dashboard import frames, jobs
+from dashboard import jobs
 from dashboard.definitions import LEAF
-from dashboard.source import SLOWDOWN_REASONS
+from dashboard.frames.columns import col, with_cols
+from dashboard.frames.jobs import SLOWDOWN_WORDS, keyed
+from dashboard.sources.source import SLOWDOWN_REASONS
 from dashboard.ui import fmt_duration
 
 ROWS_SHOWN = 10
@@ -30,7 +32,7 @@ the driver would not raise). Only GPUs in use count: an idle GPU lowers its cloc
 WHOLE_RANGE_SLACK = 0.05
 """Share of the range by which an allocation seen first after the range's start still counts as
 held since the start (the activity's first step lies a step after it): the Workloads page's
-``frames.idle_allocations`` allows the same."""
+``frames.fleet.idle_allocations`` allows the same."""
 NO_HISTORY = "no history yet"
 """The idle-for text of a device the source has no allocation history for (a first scrape)."""
 NO_POD = "no pod (free)"
@@ -82,7 +84,7 @@ def holders(allocation: pd.DataFrame, keys: Iterable[str] = LEAF) -> pd.DataFram
     keys = list(keys)
     if allocation.empty:
         return pd.DataFrame(columns=[*keys, "pods", "owners"])
-    a = frames.with_cols(allocation, [*keys, "namespace", "pod", "workload_kind", "workload"])
+    a = with_cols(allocation, [*keys, "namespace", "pod", "workload_kind", "workload"])
     # one pass over the rows in plain Python: a groupby with a Python aggregation is a second at 10,000 leaves
     pods: dict[tuple[str, ...], set[str]] = {}
     owners: dict[tuple[str, ...], set[str]] = {}
@@ -104,10 +106,10 @@ def places(info: pd.DataFrame, mig_info: pd.DataFrame) -> pd.DataFrame:
     """Where each leaf is: uuid, mig_uuid, node (its node, else its exporter), gpu (the index on
     the node) and ``device`` in words (:func:`device_words`), from gpulens_gpu_info and
     gpulens_mig_instance_info; every whole GPU and every MIG instance gets a row."""
-    g = frames.with_cols(info, ["uuid", "gpu", "node", "instance"]).drop_duplicates("uuid")
-    g = g.assign(node=frames.col(g, "node").where(g["node"] != "", g["instance"]))
+    g = with_cols(info, ["uuid", "gpu", "node", "instance"]).drop_duplicates("uuid")
+    g = g.assign(node=col(g, "node").where(g["node"] != "", g["instance"]))
     whole = g.assign(mig_uuid="", mig_profile="", gpu_instance_id="")
-    m = frames.with_cols(mig_info, ["uuid", "mig_uuid", "mig_profile", "gpu_instance_id"])
+    m = with_cols(mig_info, ["uuid", "mig_uuid", "mig_profile", "gpu_instance_id"])
     m = m[m["mig_uuid"] != ""].drop_duplicates(list(LEAF))[["uuid", "mig_uuid", "mig_profile", "gpu_instance_id"]]
     parts = m.merge(g[["uuid", "gpu", "node"]], on="uuid", how="left")
     out = pd.concat([whole[[*LEAF, "node", "gpu", "mig_profile", "gpu_instance_id"]], parts], ignore_index=True)
@@ -140,14 +142,14 @@ def _placed(df: pd.DataFrame, where: pd.DataFrame, allocation: pd.DataFrame, key
     not list takes its node from its allocation."""
     placed = where.drop_duplicates(keys)[[*keys, "node", "device", "gpu"]].rename(columns={"gpu": "_i"})
     out = df.merge(placed, on=keys, how="left")
-    a = frames.with_cols(allocation, [*keys, "node", "instance"])
+    a = with_cols(allocation, [*keys, "node", "instance"])
     a = a.assign(_at=a["node"].where(a["node"] != "", a["instance"]))
     out = out.merge(a[a["_at"] != ""].drop_duplicates(keys)[[*keys, "_at"]], on=keys, how="left")
     node = out["node"].where(out["node"].notna() & (out["node"] != ""), out["_at"])
     unplaced = device_words("", "")
     mig_unplaced = device_words("", "MIG", "")
     gpu = out["device"].where(
-        out["device"].notna(), frames.col(out, "mig_uuid").map(lambda m: mig_unplaced if m else unplaced)
+        out["device"].notna(), col(out, "mig_uuid").map(lambda m: mig_unplaced if m else unplaced)
     )
     return out.assign(
         node=node.fillna(NO_NODE).replace("", NO_NODE), gpu=gpu, _i=pd.to_numeric(out["_i"], errors="coerce")
@@ -177,7 +179,7 @@ def allocated_idle(
     window_s: float,
 ) -> pd.DataFrame:
     """The devices allocated now whose leaf is idle now (dashboard/definitions.py; exactly the
-    devices :func:`frames.fleet_counts` counts as ``allocated_idle``), one row per leaf
+    devices :func:`frames.fleet.fleet_counts` counts as ``allocated_idle``), one row per leaf
     (IDLE_COLUMNS), the longest idle first.
 
     ``node``, ``gpu`` (the device in words), ``pods`` and ``owners`` holding it; ``idle_seconds``:
@@ -188,18 +190,18 @@ def allocated_idle(
     ``sm_active``: its mean activity over the idle definition's window (0..1)."""
     if allocation.empty or idle.empty:
         return pd.DataFrame(columns=list(IDLE_COLUMNS))
-    verdict = frames.with_cols(idle, [*LEAF, "sm_mean"])
+    verdict = with_cols(idle, [*LEAF, "sm_mean"])
     verdict = verdict[verdict["value"] >= 0.5].drop_duplicates(list(LEAF))[[*LEAF, "sm_mean"]]
     # only the idle leaves' allocations, named (a fleet holds thousands; a few are idle)
-    allocation = frames.with_cols(allocation, LEAF).merge(verdict[list(LEAF)], on=list(LEAF), how="inner")
+    allocation = with_cols(allocation, LEAF).merge(verdict[list(LEAF)], on=list(LEAF), how="inner")
     held = holders(allocation)
     out = held.merge(verdict.rename(columns={"sm_mean": "sm_active"}), on=list(LEAF), how="inner")
     if out.empty:
         return pd.DataFrame(columns=list(IDLE_COLUMNS))
     # the history of the current holders only (a pod that held the leaf earlier in the range is gone)
     pod_keys = ["namespace", "pod", "container", *LEAF]
-    holding = frames.with_cols(allocation, pod_keys)[pod_keys].drop_duplicates()
-    act = frames.with_cols(activity, [*pod_keys, "first_allocated", "last_busy"])
+    holding = with_cols(allocation, pod_keys)[pod_keys].drop_duplicates()
+    act = with_cols(activity, [*pod_keys, "first_allocated", "last_busy"])
     act = act.merge(holding, on=pod_keys, how="inner")
     act = act.assign(
         first_allocated=pd.to_numeric(act["first_allocated"], errors="coerce"),
@@ -234,7 +236,7 @@ def allocated_idle(
 
 def _of(df: pd.DataFrame, gpus: set[str]) -> pd.DataFrame:
     """The rows of ``df`` on the physical GPUs ``gpus`` (uuid)."""
-    return df[frames.col(df, "uuid").isin(gpus)] if not df.empty else df
+    return df[col(df, "uuid").isin(gpus)] if not df.empty else df
 
 
 def _pct(ratio: float) -> str:
@@ -261,14 +263,14 @@ def slow_gpus(
     in use. ``sm_clock_ratio`` (0..1) is NaN for an idle GPU (its clocks are low by design; a GPU
     without a verdict, no SM data, keeps it), and ``sm_clock`` says so in words; ``why`` names the
     events with their share of the range."""
-    ev = frames.with_cols(events, ["uuid", "reason"])
-    ev = ev.assign(value=pd.to_numeric(frames.col(ev, "value"), errors="coerce"))
+    ev = with_cols(events, ["uuid", "reason"])
+    ev = ev.assign(value=pd.to_numeric(col(ev, "value"), errors="coerce"))
     ev = ev[(ev["value"] > 0) & ev["reason"].isin([*SLOWDOWN_REASONS, APPLICATION_CLOCKS])]
     ev = ev.groupby(["uuid", "reason"], as_index=False)["value"].max()
-    hz = frames.keyed(clock, ["uuid"], "hz").merge(frames.keyed(clock_max, ["uuid"], "max_hz"), on="uuid")
+    hz = keyed(clock, ["uuid"], "hz").merge(keyed(clock_max, ["uuid"], "max_hz"), on="uuid")
     ratio = dict(zip(hz["uuid"], hz["hz"] / hz["max_hz"].where(hz["max_hz"] > 0), strict=True))
-    verdict = frames.with_cols(idle, ["uuid"])
-    value = pd.to_numeric(frames.col(verdict, "value"), errors="coerce")
+    verdict = with_cols(idle, ["uuid"])
+    value = pd.to_numeric(col(verdict, "value"), errors="coerce")
     in_use = set(verdict.loc[value < 0.5, "uuid"])
     # idle: every leaf of it idle (a GPU with no verdict, no SM data, is neither)
     idle_gpus = set(verdict.loc[value >= 0.5, "uuid"]) - in_use
@@ -303,7 +305,7 @@ def slow_words(shares: list[tuple[float, str]], clock_below: bool) -> str:
     first (``power cap 100 %``), and ``SM clock under 90 % of max, no slowdown event`` where the
     clock alone says so."""
     parts = [
-        f"{frames.SLOWDOWN_WORDS.get(why, 'application clock setting')} {_pct(share)}"
+        f"{SLOWDOWN_WORDS.get(why, 'application clock setting')} {_pct(share)}"
         for share, why in sorted(shares, key=lambda p: (-p[0], p[1]))
     ]
     if clock_below and not any(why in SLOWDOWN_REASONS for _, why in shares):

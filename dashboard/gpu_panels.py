@@ -19,7 +19,20 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard import figures, frames
+from dashboard.figures import vega
+from dashboard.frames.columns import col, with_cols
+from dashboard.frames.jobs import SLOWDOWN_WORDS, where_words
+from dashboard.frames.links import (
+    LINK_CAPACITY,
+    LINK_COUNTERS,
+    LINK_GAUGES,
+    LINK_INFO,
+    LINK_UTILIZATION,
+    TRANSFER_ACTIVE,
+    leaf_words,
+)
+from dashboard.frames.series import counter_rate
+from dashboard.frames.sharing import sharing_modes
 
 # --- the table -----------------------------------------------------------------------------
 
@@ -185,13 +198,13 @@ ELSEWHERE: dict[str, str] = {
     "gpulens_gpu_sm_active_seconds_total": "integral of SM activity (drawn)",
     "gpulens_gpu_tensor_active_seconds_total": "integral of tensor activity (drawn)",
     "gpulens_gpu_dram_active_seconds_total": "integral of DRAM activity (drawn)",
-    # the links' section (frames.link_panels, frames.link_table) draws these
-    **{m: "the links' section" for m in frames.LINK_GAUGES.values()},
-    **{m: "the links' section" for m in frames.LINK_COUNTERS.values()},
-    **{m: "the links' section" for m in frames.LINK_UTILIZATION.values()},
-    **{m: "the links' section" for m in frames.LINK_CAPACITY.values()},
-    frames.LINK_INFO: "the links' section (where the bytes are read from)",
-    frames.TRANSFER_ACTIVE: "the links' section (the larger of its two use lines)",
+    # the links' section (frames.links.link_panels, frames.links.link_table) draws these
+    **{m: "the links' section" for m in LINK_GAUGES.values()},
+    **{m: "the links' section" for m in LINK_COUNTERS.values()},
+    **{m: "the links' section" for m in LINK_UTILIZATION.values()},
+    **{m: "the links' section" for m in LINK_CAPACITY.values()},
+    LINK_INFO: "the links' section (where the bytes are read from)",
+    TRANSFER_ACTIVE: "the links' section (the larger of its two use lines)",
     # the nearest NICs' table (and the Network page) show these per GPU-NIC pair
     "gpulens_gpu_nic_path_info": "the nearest NICs' table",
     "gpulens_gpu_nic_gdr_ready": "the nearest NICs' table",
@@ -249,7 +262,7 @@ SHARING_WORDS: dict[str, str] = {
 """``gpulens_gpu_sharing_info{mode}`` in words."""
 
 CLOCK_EVENT_WORDS: dict[str, str] = {
-    **frames.SLOWDOWN_WORDS,
+    **SLOWDOWN_WORDS,
     "gpu_idle": "idle (clocks lowered by design)",
     "applications_clocks_setting": "application clock setting",
     "display_clock_setting": "display clock setting",
@@ -274,7 +287,7 @@ def words_of_metric(metric: str) -> str:
 
 
 def _leaf_suffix(mig_uuid: object, mig_profile: object) -> str:
-    return f" [{frames.leaf_words(mig_uuid, mig_profile)}]" if mig_uuid else ""
+    return f" [{leaf_words(mig_uuid, mig_profile)}]" if mig_uuid else ""
 
 
 def _named(rows: pd.DataFrame, line: Line) -> list[str]:
@@ -297,7 +310,7 @@ def _values(rows: pd.DataFrame, line: Line, unit: Unit, steps: int) -> pd.DataFr
     """A family's rows in the panel's unit: a counter as its rate (over ``steps`` steps), times
     the unit's scale."""
     if line.counter:
-        rows = frames.counter_rate(rows, steps=steps)
+        rows = counter_rate(rows, steps=steps)
     return rows if unit.scale == 1.0 else rows.assign(value=rows["value"] * unit.scale)
 
 
@@ -321,12 +334,12 @@ def _placed() -> dict[str, tuple[Panel, Line]]:
 def panels(series: pd.DataFrame, steps: int = 1) -> list[Drawn]:
     """The GPU page's charts from ``device_series`` rows, in :data:`PANELS` order, then one per
     family neither placed nor shown elsewhere (group :data:`OTHER`, named from its name without the
-    prefix); counters are rates over ``steps`` steps (source.rate_steps). Panels without rows are
+    prefix); counters are rates over ``steps`` steps (sources.source.rate_steps). Panels without rows are
     left out, and so are error panels where nothing happened (:func:`errors_words` says so)."""
     if series.empty or "metric" not in series.columns:
         return []
     # only the columns that name a line: a GPU's range is thousands of rows of dozens of labels
-    df = frames.with_cols(series, NAMING)[["metric", "timestamp", "value", *NAMING]].dropna(subset=["value"])
+    df = with_cols(series, NAMING)[["metric", "timestamp", "value", *NAMING]].dropna(subset=["value"])
     by_metric = {str(m): rows.drop(columns=["metric"]) for m, rows in df.groupby("metric", sort=False)}
     extra = sorted(set(by_metric) - set(_placed()) - set(ELSEWHERE))
     table = list(PANELS) + [
@@ -419,12 +432,12 @@ def _time_axis(t: pd.Series) -> dict[str, Any]:
             "axis": {"labelExpr": f"utcFormat(datum.value, '{fmt}')", "labelOverlap": True}}  # fmt: skip
 
 
-def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> figures.Chart:
+def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> vega.Chart:
     """A panel's lines over time (timestamp, series, value already in ``unit``): the unit on the y
     axis and in the tooltip, whole-number ticks for a count, 0-100 % for a share of the time, and a
     legend naming every line, even a single one, in a grid of ``legend_columns``."""
     if lines.empty:
-        return figures.empty_figure()
+        return vega.empty_figure()
     d = lines.assign(series=lines["series"].astype(str)).sort_values("timestamp", kind="stable")
     stamps = pd.to_datetime(d["timestamp"], unit="s", utc=True)
     d = d.assign(t=(d["timestamp"].astype(float) * 1000.0).round(), time=stamps.dt.strftime("%Y-%m-%d %H:%M:%S UTC"))
@@ -437,8 +450,8 @@ def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> 
         y["scale"] = {"domain": [0, 1]}
     columns = max(1, min(len(names), legend_columns))
     return {
-        "datasets": {figures.DATASET: figures.rows(d, ["t", "time", "series", "value"])},
-        "data": {"name": figures.DATASET},
+        "datasets": {vega.DATASET: vega.rows(d, ["t", "time", "series", "value"])},
+        "data": {"name": vega.DATASET},
         "mark": {"type": "line", "interpolate": "step-after" if unit.whole else "linear", "point": False},
         "encoding": {
             "x": _time_axis(d["t"]),
@@ -460,7 +473,7 @@ def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> 
 
 
 def in_words(timeline: pd.DataFrame, label: str, words: Mapping[str, str]) -> pd.DataFrame:
-    """A state timeline (frames.state_timeline) with its states in words."""
+    """A state timeline (frames.series.state_timeline) with its states in words."""
     return timeline.assign(**{label: [words.get(str(s), str(s).replace("_", " ")) for s in timeline[label]]})
 
 
@@ -531,7 +544,7 @@ def where_of(rows: pd.DataFrame) -> str:
     if rows.empty:
         return ""
     row = rows.iloc[0]
-    return frames.where_words(_text(row.get("node")), _text(row.get("instance")))
+    return where_words(_text(row.get("node")), _text(row.get("instance")))
 
 
 def lost_state(series: pd.DataFrame, up_now: pd.DataFrame) -> tuple[str, str]:
@@ -558,19 +571,19 @@ def _holders_now(series: pd.DataFrame) -> str:
     if alloc.empty:
         return "no pod holds it now"
     cols = ["namespace", "pod", "workload_kind", "workload", "mig_uuid", "mig_profile"]
-    a = frames.with_cols(alloc, cols)[cols].map(_text)
+    a = with_cols(alloc, cols)[cols].map(_text)
     out = []
     for ns, pod, kind, workload, mig, profile in a.drop_duplicates(["namespace", "pod", "mig_uuid"]).itertuples(
         index=False, name=None
     ):
         owner = f" ({kind} {workload})" if kind and workload else " (no owner)"
-        out.append(f"{ns}/{pod}{owner}" + (f" on {frames.leaf_words(mig, profile)}" if mig else ""))
+        out.append(f"{ns}/{pod}{owner}" + (f" on {leaf_words(mig, profile)}" if mig else ""))
     return ", ".join(out)
 
 
 def _sharing_now(series: pd.DataFrame) -> str:
     rows = _latest(_rows(series, "gpulens_gpu_sharing_info"))
-    mode = frames.sharing_modes(rows).get(str(rows["uuid"].iloc[0])) if "uuid" in rows.columns and len(rows) else None
+    mode = sharing_modes(rows).get(str(rows["uuid"].iloc[0])) if "uuid" in rows.columns and len(rows) else None
     if not mode:
         return ""
     text = SHARING_WORDS.get(mode, mode)
@@ -589,17 +602,15 @@ def classes_now(series: pd.DataFrame) -> dict[str, str]:
     rows = _latest(rows[rows["value"] >= 0.5]) if not rows.empty else rows
     if rows.empty:
         return {}
-    r = frames.with_cols(rows, ["class", "mig_uuid", "mig_profile"])
-    return {
-        frames.leaf_words(m, p): str(c) for c, m, p in zip(r["class"], r["mig_uuid"], r["mig_profile"], strict=True)
-    }
+    r = with_cols(rows, ["class", "mig_uuid", "mig_profile"])
+    return {leaf_words(m, p): str(c) for c, m, p in zip(r["class"], r["mig_uuid"], r["mig_profile"], strict=True)}
 
 
 def no_class_words(series: pd.DataFrame, identity: Mapping[str, str], state: str) -> str:
     """Why the GPU has no boundness class in the range, truthfully: a GPU without GPM (its analysis
     signals, else its compute capability or model) gets only coarse classes or none; a Hopper or
     newer GPU has every class, so the exporter sent none: lost, not exported, or just started."""
-    signals = {_text(s) for s in frames.col(_rows(series, "gpulens_gpu_analysis_info"), "signals")} - {""}
+    signals = {_text(s) for s in col(_rows(series, "gpulens_gpu_analysis_info"), "signals")} - {""}
     gpm = "gpm" in signals or (not signals and has_gpm_hardware(identity) is True)
     if state == "LOST":
         why = "it is lost, and nothing is known while it is"
@@ -623,8 +634,8 @@ def header(uuid: str, series: pd.DataFrame, up_now: pd.DataFrame, info_now: pd.D
     """The GPU page's header from its range query (``series``, ``device_series`` rows), its
     gpulens_gpu_up and gpulens_gpu_info rows now (``up_now``, ``info_now``: empty when it is not
     exported now): model, node, holder(s) with their owner, sharing mode, state and class now."""
-    up_now = up_now[frames.col(up_now, "uuid") == uuid] if not up_now.empty else up_now
-    info_now = info_now[frames.col(info_now, "uuid") == uuid] if not info_now.empty else info_now
+    up_now = up_now[col(up_now, "uuid") == uuid] if not up_now.empty else up_now
+    info_now = info_now[col(info_now, "uuid") == uuid] if not info_now.empty else info_now
     ident = identity(series, info_now)
     state, banner = lost_state(series, up_now)
     newest = _latest(series) if not series.empty else series
@@ -681,7 +692,7 @@ def about(series: pd.DataFrame, info_now: pd.DataFrame) -> str:
         parts.append(f"compute capability {ident['compute_capability']}")
     fabric = _latest(_rows(series, "gpulens_gpu_fabric_info"))
     if not fabric.empty:
-        f = frames.with_cols(fabric, ["state", "clique_id", "cluster_uuid"]).iloc[0]
+        f = with_cols(fabric, ["state", "clique_id", "cluster_uuid"]).iloc[0]
         cluster = str(f["cluster_uuid"])
         if cluster.strip("0-"):
             parts.append(
@@ -703,7 +714,7 @@ def nvlink_words(series: pd.DataFrame) -> tuple[str, bool]:
     states = _latest(_rows(series, "gpulens_gpu_nvlink_link_active"))
     if states.empty:
         return "", False
-    s = frames.with_cols(states, ["link"])
+    s = with_cols(states, ["link"])
     up = {str(link): float(v) == 1 for link, v in zip(s["link"], s["value"], strict=True)}
     down = sorted((link for link, on in up.items() if not on), key=lambda x: (len(x), x))
     words = f"NVLink: {sum(up.values())} of {len(up)} links up"
@@ -713,7 +724,7 @@ def nvlink_words(series: pd.DataFrame) -> tuple[str, bool]:
         else "."
     )
     peers = _latest(_rows(series, "gpulens_gpu_nvlink_peer_links"))
-    p = frames.with_cols(peers, ["peer_gpu"])
+    p = with_cols(peers, ["peer_gpu"])
     by_links: dict[int, list[str]] = {}
     for gpu, v in zip(p["peer_gpu"], p["value"], strict=True):
         by_links.setdefault(round(float(v)), []).append(str(gpu))
@@ -751,7 +762,7 @@ def probe_words(series: pd.DataFrame) -> str:
     rows = _latest(_rows(series, "gpulens_probe_last_success_timestamp_seconds"))
     if rows.empty:
         return ""
-    r = frames.with_cols(rows, ["probe"])
+    r = with_cols(rows, ["probe"])
     last = {label_words("probe", p): float(v) for p, v in zip(r["probe"], r["value"], strict=True) if v > 0}
     return "Last successful run: " + "; ".join(f"{p} at {when(t)}" for p, t in sorted(last.items())) + "."
 

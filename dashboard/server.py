@@ -60,7 +60,7 @@ def start_scraping() -> threading.Thread | None:
     its scraper on a thread now (the first scrape can take a timeout per unreachable exporter; the
     server must not wait for it): the history then starts with the dashboard, not with the first page
     a browser opens, whose 5-minute verdicts would otherwise read one scrape. The pages get the same
-    source (dashboard.scrape_source.running). None when there is nothing to scrape."""
+    source (dashboard.sources.scrape.running). None when there is nothing to scrape."""
     from dashboard.settings import from_env
 
     try:
@@ -71,7 +71,7 @@ def start_scraping() -> threading.Thread | None:
         return None
 
     def start() -> None:
-        from dashboard.scrape_source import running
+        from dashboard.sources.scrape import running
 
         running(cfg.scrape_urls, interval_s=cfg.scrape_interval_seconds, timeout_s=cfg.timeout_seconds)
 

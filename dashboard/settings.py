@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from dashboard import prometheus_auth
 from dashboard.inputs import (
     MAX_MARKS,
     QUERY_TIMEOUT_SECONDS,
@@ -25,7 +24,8 @@ from dashboard.inputs import (
     scrape_targets,
     whole_between,
 )
-from dashboard.prometheus_auth import PrometheusAuth
+from dashboard.sources import prometheus_auth
+from dashboard.sources.prometheus_auth import PrometheusAuth
 
 T = TypeVar("T")
 

@@ -18,10 +18,14 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, scrape_source
-from dashboard.prometheus_source import PrometheusSource
+from dashboard import definitions
+from dashboard.figures.vega import PICK, Chart
+from dashboard.frames.jobs import job_param
+from dashboard.frames.links import DIRECTION_NAMES, LINK_NAMES, link_column
 from dashboard.settings import DashboardSettings, from_env
-from dashboard.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError
+from dashboard.sources import scrape
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import HISTORY_METRIC, HISTORY_STEPS, Filters, MetricSource, SourceError, Window
 
 WINDOWS: dict[str, float] = {
     "Last 15 minutes": 900.0,
@@ -85,6 +89,11 @@ class PageContext:
     """Bumped by "Refresh now": part of every cache key, so the next run queries afresh."""
 
     @property
+    def window(self) -> Window:
+        """The range as the sources read it (``window_s`` seconds before :attr:`at`)."""
+        return Window(self.window_s)
+
+    @property
     def at(self) -> float:
         """The range's end as Unix seconds (now for a relative range)."""
         return time.time() if self.end_s is None else self.end_s
@@ -106,7 +115,7 @@ def _source(key: str, settings: DashboardSettings) -> MetricSource:
     if settings.scrape_urls:
         # the one started at the dashboard's start (dashboard.server), its history as old as the
         # process; under a bare ``streamlit run``, started here by the first page
-        return scrape_source.running(
+        return scrape.running(
             settings.scrape_urls, interval_s=settings.scrape_interval_seconds, timeout_s=settings.timeout_seconds
         )
     raise SourceError("no data source configured: start with --prometheus URL or --scrape URL[,URL...]")
@@ -285,7 +294,7 @@ def history_s(ctx: PageContext, metric: str = HISTORY_METRIC) -> float:
 
 
 def _history_query(ctx: PageContext, metric: str = HISTORY_METRIC) -> Query:
-    return query("history_start", metric, ctx.filters, window_s=ctx.window_s)
+    return query("history_start", metric, ctx.filters, window=ctx.window)
 
 
 def _history_s(ctx: PageContext, metric: str) -> float:
@@ -411,15 +420,12 @@ def gpu_url(uuid: str, mig_uuid: str = "", params: dict[str, str] | None = None)
     return "gpu?" + urlencode(q)
 
 
-JOB_LINK = "job_page"
-
-
 def job_url(key: Iterable[str], params: dict[str, str] | None = None) -> str:
     """The Job page's URL for a job (cluster, namespace, workload_kind, workload), keeping the view's
     range and filters: ``job?job=namespace/Kind/name`` first (its name is what the Jobs table's link
     shows), then ``job_cluster`` where the job has a cluster."""
     cluster, *rest = (str(x) for x in key)
-    q = {"job": frames.job_param((cluster, *rest)), **({"job_cluster": cluster} if cluster else {}), **(params or {})}
+    q = {"job": job_param((cluster, *rest)), **({"job_cluster": cluster} if cluster else {}), **(params or {})}
     return "job?" + urlencode(q, safe="/")
 
 
@@ -472,25 +478,25 @@ COMMUNICATION_COLUMN = percent_column(
 
 LINK_COLUMN_CONFIG: dict[str, Any] = {
     **{
-        frames.link_column(link): st.column_config.ProgressColumn(
+        link_column(link): st.column_config.ProgressColumn(
             f"{name} use",
             format="%.0f%%",
             min_value=0.0,
             max_value=100.0,
             help=f"{name} bytes per second of the busier direction over the link's capacity",
         )
-        for link, name in frames.LINK_NAMES.items()
+        for link, name in LINK_NAMES.items()
     },
     **{
-        frames.link_column(link, d): st.column_config.TextColumn(
+        link_column(link, d): st.column_config.TextColumn(
             f"{name} {way}", help=f"{name} throughput {'into' if way == 'in' else 'out of'} the GPU"
         )
-        for link, name in frames.LINK_NAMES.items()
-        for d, way in frames.DIRECTION_NAMES.items()
+        for link, name in LINK_NAMES.items()
+        for d, way in DIRECTION_NAMES.items()
     },
     "device": st.column_config.TextColumn("device", help="the whole GPU, or the MIG instance"),
 }
-"""Column settings of the tables with a leaf's links (frames.leaf_links' columns, use in percent:
+"""Column settings of the tables with a leaf's links (frames.links.leaf_links' columns, use in percent:
 :func:`link_use_percent`)."""
 
 
@@ -498,7 +504,7 @@ def link_use_percent(df: pd.DataFrame, columns: Iterable[str] | None = None) -> 
     """``df`` with link use (0..1) in percent, for a progress column that reads ``80%``, not
     ``79.85%`` (Streamlit's ``percent`` format keeps two decimals); ``columns`` default to each
     link's use column."""
-    names = [frames.link_column(link) for link in frames.LINK_NAMES] if columns is None else list(columns)
+    names = [link_column(link) for link in LINK_NAMES] if columns is None else list(columns)
     return df.assign(**{c: df[c] * 100.0 for c in names if c in df.columns})
 
 
@@ -515,8 +521,8 @@ def devices(mig_uuids: Iterable[str]) -> str:
 
 
 def link_columns(df: pd.DataFrame) -> list[str]:
-    """The link columns of ``df`` (frames.leaf_links), each link's use then its throughput in and out."""
-    names = [frames.link_column(link, d) for link in frames.LINK_NAMES for d in (None, *frames.DIRECTION_NAMES)]
+    """The link columns of ``df`` (frames.links.leaf_links), each link's use then its throughput in and out."""
+    names = [link_column(link, d) for link in LINK_NAMES for d in (None, *DIRECTION_NAMES)]
     return [c for c in names if c in df.columns]
 
 
@@ -552,21 +558,21 @@ PAGES: dict[str, Any] = {}
 """url path -> st.Page, registered by app.py each run (for st.switch_page)."""
 
 
-def chart(spec: figures.Chart, key: str, *, clickable: bool = False) -> None:
-    """Draw a Vega-Lite ``spec`` (dashboard/figures.py) across the page; with ``clickable``, a
-    click on a mark of a GPU or MIG instance (the spec's :data:`figures.PICK` selection) opens
+def chart(spec: Chart, key: str, *, clickable: bool = False) -> None:
+    """Draw a Vega-Lite ``spec`` (dashboard/figures/) across the page; with ``clickable``, a
+    click on a mark of a GPU or MIG instance (the spec's :data:`PICK` selection) opens
     that GPU's page."""
     if not clickable:
         st.vega_lite_chart(spec, width="stretch", key=key)
         return
-    event = st.vega_lite_chart(spec, width="stretch", key=key, on_select="rerun", selection_mode=figures.PICK)
+    event = st.vega_lite_chart(spec, width="stretch", key=key, on_select="rerun", selection_mode=PICK)
     open_selected_gpu(event)
 
 
 def open_selected_gpu(event: Any) -> None:
     """Open the GPU page for the first mark selected on a chart whose rows carry ``uuid`` and
     ``mig_uuid``; nothing when no mark is selected."""
-    picked = list(((event or {}).get("selection") or {}).get(figures.PICK) or [])
+    picked = list(((event or {}).get("selection") or {}).get(PICK) or [])
     if not picked or "gpu" not in PAGES:
         return
     first = picked[0] if isinstance(picked[0], dict) else {}

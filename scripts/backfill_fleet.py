@@ -33,7 +33,7 @@ from typing import BinaryIO, TextIO
 
 import numpy as np
 
-from dashboard.openmetrics import TARGET_LABELS, OpenMetricsHistory
+from dashboard.sources.openmetrics import TARGET_LABELS, OpenMetricsHistory
 from exporter.model import BOUNDNESS_CLASSES
 from exporter.render.metrics import spec
 

@@ -6,7 +6,7 @@ reads), expanded here into Grafana's JSON model. ``scripts/render_manifests.py``
 dashboard: fleet, efficiency and boundness, workloads and waste, sharing (MIG and time-slicing),
 health.
 
-One definition: the Fleet row counts what the Streamlit Fleet page counts (``frames.fleet_counts``:
+One definition: the Fleet row counts what the Streamlit Fleet page counts (``frames.fleet.fleet_counts``:
 Devices, Allocated, In use, Allocated but idle), in the same words, from the recording rule
 ``gpulens:gpu_idle:bool`` that dashboard/definitions.py writes; idle, busy and wasted GPU-hours
 elsewhere are the recording rules' too (``gpulens:pod_gpu_idle:bool``,
@@ -14,7 +14,7 @@ elsewhere are the recording rules' too (``gpulens:pod_gpu_idle:bool``,
 the Streamlit pages and the alerts agree. The expressions that are not a rule are built here from
 dashboard/definitions.py's names (``definitions.LEAF``, ``definitions.RULES``,
 ``definitions.counter_events_promql``) rather than written again; tests/test_grafana_dashboard.py
-evaluates the fleet counts against a real Prometheus and compares them with ``frames.fleet_counts``.
+evaluates the fleet counts against a real Prometheus and compares them with ``frames.fleet.fleet_counts``.
 
 Tables are instant queries aggregated ``by`` the columns they show, organised (``organize``:
 ``Time``, ``__name__`` and target labels hidden, headers renamed, columns ordered) and sorted.
@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from dashboard import definitions, frames
+from dashboard import definitions
 from dashboard.definitions import counter_events_promql
+from dashboard.frames import health
+from dashboard.frames.jobs import SLOWDOWN_WORDS
 
 UID = "gpulens-overview"
 TITLE = "gpulens: GPUs, MIG slices and pods"
@@ -62,14 +64,14 @@ kept in the ``by`` clauses (rows of two clusters stay apart) but not shown; the 
 says which clusters are in view."""
 
 REASON_WORDS: Mapping[str, str] = MappingProxyType(
-    {**frames.SLOWDOWN_WORDS, "sync_boost": "sync boost", "display_clock_setting": "display clock setting"}
+    {**SLOWDOWN_WORDS, "sync_boost": "sync boost", "display_clock_setting": "display clock setting"}
 )
 """Clock event reasons that hold clocks down, in words (the Health page's; those of
-``frames.NOT_THROTTLING`` are not throttling and are not listed)."""
+``frames.health.NOT_THROTTLING`` are not throttling and are not listed)."""
 STAGE_WORDS: Mapping[str, str] = MappingProxyType({"1": "ok", "0": "failed"})
 
 
-# --- the four device counts of the Fleet page (frames.fleet_counts) ------------------------------
+# --- the four device counts of the Fleet page (frames.fleet.fleet_counts) ------------------------------
 def _leaves_promql(dev: str) -> str:
     """Every device (leaf) the exporters see, one series per ``uuid, mig_uuid``: the MIG instances,
     and the whole GPUs that have none (a GPU in MIG mode counts as its instances)."""
@@ -85,7 +87,7 @@ def _allocated_leaves_promql(pod: str) -> str:
 
 
 def _verdict_promql(dev: str, idle: bool) -> str:
-    """The leaves whose recorded verdict is idle (``idle``) or in use, as ``frames.fleet_counts``
+    """The leaves whose recorded verdict is idle (``idle``) or in use, as ``frames.fleet.fleet_counts``
     reads it (the highest verdict of a leaf, idle at 0.5 or more)."""
     return f"(max by ({ON_LEAF}) ({IDLE_RULE}{{{dev}}}) {'>=' if idle else '<'} 0.5)"
 
@@ -96,7 +98,7 @@ def _count(expr: str) -> str:
 
 
 def fleet_count_promql(name: str, dev: str = DEV, pod: str = POD) -> str:
-    """The PromQL of one of ``frames.fleet_counts``' counts (``gpus``, ``devices``, ``allocated``,
+    """The PromQL of one of ``frames.fleet.fleet_counts``' counts (``gpus``, ``devices``, ``allocated``,
     ``in_use``, ``allocated_idle``) over the series ``dev`` (device) and ``pod`` (allocation)
     matchers select."""
     leaves = _leaves_promql(dev)
@@ -118,7 +120,7 @@ FLEET_COUNTS: tuple[tuple[str, str, str], ...] = (
     ("in_use", "In use", "Devices not idle now, allocated or not. " + IDLE_WORDS),
     ("allocated_idle", "Allocated but idle", "Devices held by a pod and idle now. " + IDLE_WORDS),
 )
-"""(``frames.fleet_counts`` key, panel title as the Fleet page words it, description)."""
+"""(``frames.fleet.fleet_counts`` key, panel title as the Fleet page words it, description)."""
 
 
 # --- panels --------------------------------------------------------------------------------------
@@ -201,7 +203,7 @@ THROTTLING = Table(
     desc=True,
     mappings={"Reason": REASON_WORDS},
 )
-NOT_THROTTLING = "|".join(sorted(frames.NOT_THROTTLING))
+NOT_THROTTLING = "|".join(sorted(health.NOT_THROTTLING))
 NVLINKS_DOWN = Table(NODE_GPU, ("Links down", "Links up"), sort="Links down", desc=True)
 
 

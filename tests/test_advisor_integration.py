@@ -23,7 +23,7 @@ from dashboard.advisor.engine import recommend
 from dashboard.advisor.job_query import measure_jobs
 from dashboard.advisor.profiles import H100, H200
 from dashboard.advisor.query import Window, measure
-from dashboard.prometheus_source import PrometheusSource
+from dashboard.sources.prometheus import PrometheusSource
 from tests.support.prometheus import run_prometheus
 from tests.support.victoriametrics import import_openmetrics, run_victoriametrics
 

@@ -28,9 +28,9 @@ from dashboard.advisor.job_query import job_usages, leaf_frame, measure_jobs, qu
 from dashboard.advisor.jobs import JobAction, JobAdvice, JobLeaf, JobUsage, Straggler, advise_job, advise_jobs
 from dashboard.advisor.profiles import H100, H200
 from dashboard.advisor.query import Window, measure
-from dashboard.openmetrics import OpenMetricsHistory
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.source import Filters
+from dashboard.sources.openmetrics import OpenMetricsHistory
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import Filters
 from exporter.render.metrics import spec
 from exporter.sim import scenarios
 from tests.support.prometheus import run_prometheus
@@ -347,7 +347,7 @@ def _node_history(scenario: str) -> dict[tuple[str, tuple[tuple[str, str], ...]]
     (name, labels) -> {second: value} for the KEPT families (run in a worker process)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from dashboard.scrape_source import parse_exposition
+    from dashboard.sources.scrape import parse_exposition
     from exporter.cli import make_attributor, make_classifier, make_network
     from exporter.config import parse_config
     from exporter.render.collector import SnapshotCollector

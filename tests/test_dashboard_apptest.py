@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import frames
+from dashboard.frames.links import LINK_SOURCE_NAMES
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_exposition
 from tests.support.net import free_port
 
@@ -279,8 +279,8 @@ def test_gpu_page_shows_the_links_in_words(dashboard_env: pytest.MonkeyPatch) ->
         m.group(1): m.group(2)
         for m in re.finditer(r'gpulens_gpu_link_info\{[^}]*link="(\w+)"[^}]*source="(\w+)"[^}]*' + MOVER, MPS)
     }
-    assert links.loc["PCIe", "measured_by"] == frames.LINK_SOURCE_NAMES[sources["pcie"]]
-    assert links.loc["NVLink", "measured_by"] == frames.LINK_SOURCE_NAMES[sources["nvlink"]]
+    assert links.loc["PCIe", "measured_by"] == LINK_SOURCE_NAMES[sources["pcie"]]
+    assert links.loc["NVLink", "measured_by"] == LINK_SOURCE_NAMES[sources["nvlink"]]
     assert 50 < links.loc["PCIe", "mean_utilization"] <= 100
     assert "gpulens_" not in texts
 

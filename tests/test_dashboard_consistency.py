@@ -34,11 +34,12 @@ import pandas as pd
 import pytest
 
 from dashboard.advisor.engine import recommend
-from dashboard.advisor.query import Window, measure
-from dashboard.openmetrics import OpenMetricsHistory, label_text
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import HISTORY_STEPS, Filters
+from dashboard.advisor.query import Window as AdvisorWindow
+from dashboard.advisor.query import measure
+from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import HISTORY_STEPS, Filters, Window
 from exporter.model import BOUNDNESS_CLASSES
 from exporter.render.metrics import spec
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus
@@ -239,19 +240,19 @@ def test_the_same_history_start(history: tuple[str, ScrapeSource, float]) -> Non
     for name, src in (("store", PrometheusSource(prom)), ("scrape", scrape)):
         for window in (2 * 3600.0, 24 * 3600.0):  # longer than the history: it begins at its first sample
             step = max(15.0, window / HISTORY_STEPS)
-            got = src.history_start(window_s=window, end=end)
+            got = src.history_start(window=Window(window), end=end)
             assert first - 1 <= got <= first + step + 1, (name, window, got - first)
             # the recorded series begin at the rules' first evaluation with data (a minute in; the
             # scrape source computes them from the raw series)
-            rules = src.history_start("gpulens:gpu_idle:bool", window_s=window, end=end)
+            rules = src.history_start("gpulens:gpu_idle:bool", window=Window(window), end=end)
             assert first - 1 <= rules <= first + STEP + step + 1, (name, window, rules - first)
-        got = src.history_start(window_s=WINDOW, end=end)  # inside the history: the range's start
+        got = src.history_start(window=Window(WINDOW), end=end)  # inside the history: the range's start
         assert end - WINDOW - 1 <= got <= end - WINDOW + max(15.0, WINDOW / HISTORY_STEPS) + 1, (name, got)
-        assert math.isnan(src.history_start(window_s=600.0, end=end - HISTORY - 3600)), name
+        assert math.isnan(src.history_start(window=Window(600.0), end=end - HISTORY - 3600)), name
         # seconds after the first scrape, before any step of the search holds it: not "no history"
-        young = src.history_start(window_s=24 * 3600.0, end=first + 5.0)
+        young = src.history_start(window=Window(24 * 3600.0), end=first + 5.0)
         assert first - 1 <= young <= first + 5.0, (name, young - first)
-        node = src.history_start(filters=Filters(instance="elsewhere"), window_s=WINDOW, end=end)
+        node = src.history_start(filters=Filters(instance="elsewhere"), window=Window(WINDOW), end=end)
         assert math.isnan(node), (name, "the filters apply")
 
 
@@ -292,8 +293,8 @@ def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> 
         ("ml", "r-0"): 0.5 * 3 / 7,  # an A100 3g.40gb instance with no process
         ("ml", "s-0"): 0.0,
     }
-    rules = _by_pod(PrometheusSource(prom).allocation_activity(window_s=WINDOW, step_s=STEP, end=end))
-    pandas = _by_pod(scrape.allocation_activity(window_s=WINDOW, step_s=STEP, end=end))
+    rules = _by_pod(PrometheusSource(prom).allocation_activity(window=Window(WINDOW), step_s=STEP, end=end))
+    pandas = _by_pod(scrape.allocation_activity(window=Window(WINDOW), step_s=STEP, end=end))
     assert set(rules) == set(pandas) == set(expected)
     for pod, hours in expected.items():
         assert pandas[pod] == pytest.approx(hours, abs=1e-9), (pod, pandas[pod])
@@ -303,7 +304,7 @@ def test_the_same_wasted_gpu_hours(history: tuple[str, ScrapeSource, float]) -> 
         slack = STEP / 3600 if pod == ("web", "h-0") else 0.0
         assert abs(rules[pod] - hours) <= slack + 1e-9, (pod, rules[pod], hours)
     # the advisor, from raw series with the definition inlined, per workload in GPU-hours
-    usages = measure(PrometheusSource(prom), Window(window_s=WINDOW, step_s=STEP, end=end))
+    usages = measure(PrometheusSource(prom), AdvisorWindow(window_s=WINDOW, step_s=STEP, end=end))
     advisor = {u.namespace + "/" + u.workload: recommend(u).evidence["gpu_hours_idle"] for u in usages}
     by_workload: dict[str, float] = {}
     for (ns, pod_name), hours in pandas.items():
@@ -336,11 +337,11 @@ def test_the_same_idle_since(history: tuple[str, ScrapeSource, float]) -> None:
     prom, scrape, end = history
     answers = {}
     for name, src in (("store", PrometheusSource(prom)), ("scrape", scrape)):
-        since = src.idle_since(window_s=WINDOW, step_s=STEP, end=end)
+        since = src.idle_since(window=Window(WINDOW), step_s=STEP, end=end)
         verdict = src.leaf_idle(end=end)
         leaves = zip(verdict["uuid"], verdict["mig_uuid"], verdict["value"], strict=True)
         idle = {(u, m) for u, m, v in leaves if v >= 0.5}
-        activity = src.allocation_activity(window_s=WINDOW, step_s=STEP, end=end)
+        activity = src.allocation_activity(window=Window(WINDOW), step_s=STEP, end=end)
         expected = activity[[(u, m) in idle for u, m in zip(activity["uuid"], activity["mig_uuid"], strict=True)]]
         keys = ["namespace", "pod", "container", "uuid", "mig_uuid"]
         got = since.set_index(keys)[["first_allocated", "last_busy"]].sort_index()

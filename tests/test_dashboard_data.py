@@ -11,11 +11,31 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import definitions, frames
-from dashboard.prometheus_source import PrometheusSource
+from dashboard import definitions
+from dashboard.frames.columns import from_rows
+from dashboard.frames.fleet import fleet_counts, idle_allocations, price_for, waste_by_namespace
+from dashboard.frames.health import probe_comparison
+from dashboard.frames.links import (
+    LINK_COUNTERS,
+    LINK_INFO,
+    LINK_UTILIZATION,
+    TRANSFER_CLASS,
+    busiest_links,
+    busy_but_sm_idle,
+    latest,
+    leaf_links,
+    leaves_in_class,
+    link_panels,
+    link_table,
+    measured_links,
+    per_second,
+)
+from dashboard.frames.series import counter_rate
+from dashboard.frames.sharing import mig_layout
 from dashboard.promql import label_name, quote, selector
-from dashboard.scrape_source import ScrapeSource, instance_of, metrics_url, parse_exposition
-from dashboard.source import MAX_POINTS, Filters, SourceError, bounded_step
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource, instance_of, metrics_url, parse_exposition
+from dashboard.sources.source import MAX_POINTS, Filters, SourceError, Window, bounded_step
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
 from tests.support.net import free_port
 
@@ -68,7 +88,7 @@ def test_prometheus_source_reads_instant_and_range_answers() -> None:
     with fake_prometheus("h200x8.prom") as (url, _state):
         src = PrometheusSource(url)
         info = src.instant("gpulens_gpu_info")
-        series = src.series("gpulens_gpu_sm_active_ratio", window_s=30 * 86400, step_s=1)
+        series = src.series("gpulens_gpu_sm_active_ratio", window=Window(30 * 86400), step_s=1)
     assert len(info) == 8
     assert set(info["name"]) == {"NVIDIA H200"}
     assert series.groupby("uuid").size().max() <= MAX_POINTS + 1
@@ -82,12 +102,12 @@ def test_the_fleet_boundness_mix_reads_the_recorded_per_cluster_sum() -> None:
     with fake_prometheus("h200x8.prom") as (url, state):
         src = PrometheusSource(url)
         for filters in (Filters(), Filters(cluster="prod-a")):
-            df = src.series("gpulens_gpu_boundness", filters, window_s=600, step_s=60, by=["class"])
+            df = src.series("gpulens_gpu_boundness", filters, window=Window(600), step_s=60, by=["class"])
             assert state.queries[-1].startswith("sum by (class) (class:gpulens_gpu_boundness:sum")
             assert ("cluster" in state.queries[-1]) == (filters.cluster is not None)
             assert set(df["class"]) >= {"compute", "idle"} and len(set(df["class"])) == len(df.groupby("class"))
         for filters in (Filters(node="node-a"), Filters(namespace="ml")):
-            src.series("gpulens_gpu_boundness", filters, window_s=600, step_s=60, by=["class"])
+            src.series("gpulens_gpu_boundness", filters, window=Window(600), step_s=60, by=["class"])
             assert "class:gpulens_gpu_boundness:sum" not in state.queries[-1], filters
 
 
@@ -154,7 +174,7 @@ def test_scrape_source_serves_the_newest_scrape_and_keeps_a_bounded_history() ->
     clock.t += 5
     src.scrape_once()
     assert src.instant("gpulens_up")["value"].tolist() == [1.0]
-    series = src.series("gpulens_up", window_s=60, step_s=5)
+    series = src.series("gpulens_up", window=Window(60), step_s=5)
     assert len(series) == 2, "only two scrapes are kept"
 
 
@@ -167,7 +187,7 @@ def test_a_failed_scrape_is_reported_and_its_series_go_stale() -> None:
     assert src.problems() and "a:1" in src.problems()[0]
     info = src.instant("gpulens_gpu_info")
     assert set(info["instance"]) == {"b:2"}, "the failed target's series are stale, the other's kept"
-    assert len(src.series("gpulens_gpu_info", window_s=10, step_s=5).query("instance == 'a:1'")) > 0
+    assert len(src.series("gpulens_gpu_info", window=Window(10), step_s=5).query("instance == 'a:1'")) > 0
 
 
 def test_scrape_source_filters_devices_by_namespace_through_allocations() -> None:
@@ -193,7 +213,7 @@ def test_counter_increase_survives_a_reset() -> None:
     for _ in range(4):
         src.scrape_once()
         clock.t += 10
-    inc = src.increase("gpulens_gpu_xid_errors_total", window_s=3600)
+    inc = src.increase("gpulens_gpu_xid_errors_total", window=Window(3600))
     assert inc["value"].tolist() == [3 + 1 + 2]
 
 
@@ -214,7 +234,7 @@ def _idle_rows(verdicts: dict[str, list[bool]], ts: list[float]) -> pd.DataFrame
 
 def test_wasted_hours_count_idle_steps_split_shared_gpus_and_weigh_mig_slices() -> None:
     ts = [0.0, 900.0, 1800.0, 2700.0]
-    alloc = frames.from_rows(
+    alloc = from_rows(
         _alloc_rows(ts, "p1", "GPU-A") + _alloc_rows(ts, "p2", "GPU-B") + _alloc_rows(ts, "p3", "GPU-B", "other"),
         time=True,
     )
@@ -225,15 +245,11 @@ def test_wasted_hours_count_idle_steps_split_shared_gpus_and_weigh_mig_slices() 
         for t in ts
     ]
     mig = [{**r, "mig_uuid": "MIG-m"} for r in _alloc_rows(ts, "p6", "GPU-M")]
-    alloc = pd.concat(
-        [alloc, frames.from_rows(replicas, time=True), frames.from_rows(mig, time=True)], ignore_index=True
-    ).fillna("")
+    alloc = pd.concat([alloc, from_rows(replicas, time=True), from_rows(mig, time=True)], ignore_index=True).fillna("")
     idle = _idle_rows({"GPU-A": [False, True, True, True], "GPU-B": [True] * 4, "GPU-C": [True] * 4}, ts)
     idle = pd.concat([idle, _idle_rows({"GPU-M": [True] * 4}, ts).assign(mig_uuid="MIG-m")], ignore_index=True)
-    info = frames.from_rows(
-        [{"uuid": u, "name": "NVIDIA H200", "value": 1} for u in ("GPU-A", "GPU-B", "GPU-C", "GPU-M")]
-    )
-    mig_info = frames.from_rows([{"uuid": "GPU-M", "mig_uuid": "MIG-m", "mig_profile": "3g.71gb", "value": 1}])
+    info = from_rows([{"uuid": u, "name": "NVIDIA H200", "value": 1} for u in ("GPU-A", "GPU-B", "GPU-C", "GPU-M")])
+    mig_info = from_rows([{"uuid": "GPU-M", "mig_uuid": "MIG-m", "mig_profile": "3g.71gb", "value": 1}])
     keys = ("namespace", "pod", "container", "uuid", "mig_uuid")
     act = definitions.wasted_from_series(
         alloc, idle, definitions.gpu_shares(info, mig_info), keys=keys, step_s=900
@@ -253,13 +269,11 @@ def test_leaf_idle_frame_is_the_rules_definition() -> None:
     ts = np.arange(0.0, 601.0, 10.0)
 
     def raw(metric_rows: list[tuple[str, float]]) -> pd.DataFrame:
-        return frames.from_rows(
-            [{"uuid": u, "timestamp": t, "value": v} for u, v in metric_rows for t in ts], time=True
-        )
+        return from_rows([{"uuid": u, "timestamp": t, "value": v} for u, v in metric_rows for t in ts], time=True)
 
     sm = raw([("GPU-idle", 0.0), ("GPU-busy", 0.5), ("GPU-launch", 0.001), ("GPU-util", 0.002), ("GPU-edge", 0.01)])
     util = raw([("GPU-idle", 0.0), ("GPU-busy", 0.9), ("GPU-launch", 0.0), ("GPU-util", 0.05), ("GPU-edge", 0.0)])
-    launch = frames.from_rows(
+    launch = from_rows(
         [{"uuid": "GPU-launch", "class": "launch", "timestamp": t, "value": 1.0 if t == 500 else 0.0} for t in ts],
         time=True,
     )
@@ -278,7 +292,7 @@ def test_leaf_idle_frame_is_the_rules_definition() -> None:
 
 
 def test_idle_allocations_say_who_and_for_how_long() -> None:
-    alloc = frames.from_rows(
+    alloc = from_rows(
         [
             {
                 "namespace": "ml",
@@ -291,10 +305,10 @@ def test_idle_allocations_say_who_and_for_how_long() -> None:
             {"namespace": "ml", "pod": "p2", "container": "c", "uuid": "GPU-B", "value": 1.0},
         ]
     )
-    idle_now = frames.from_rows(
+    idle_now = from_rows(
         [{"uuid": "GPU-A", "sm_mean": 0.0, "value": 1.0}, {"uuid": "GPU-B", "sm_mean": 0.7, "value": 0.0}]
     )
-    act = frames.from_rows(
+    act = from_rows(
         [
             {
                 "namespace": "ml",
@@ -307,7 +321,7 @@ def test_idle_allocations_say_who_and_for_how_long() -> None:
             }
         ]
     )
-    idle = frames.idle_allocations(alloc, idle_now, act, now=10000.0, window_s=10000.0)
+    idle = idle_allocations(alloc, idle_now, act, now=10000.0, window_s=10000.0)
     assert idle["pod"].tolist() == ["p1"]
     assert idle.loc[0, "idle_seconds"] == pytest.approx(3600.0)
     assert idle.loc[0, "workload"] == "Job/j"
@@ -318,7 +332,7 @@ def test_fleet_counts_devices_by_the_one_idle_definition() -> None:
     clock = _Clock()
     src = _scraper({"http://a:1/metrics": [H200]}, clock)
     src.scrape_once()
-    counts = frames.fleet_counts(
+    counts = fleet_counts(
         src.instant("gpulens_gpu_info"),
         src.instant("gpulens_mig_instance_info"),
         src.instant("gpulens_pod_gpu_allocation"),
@@ -331,61 +345,59 @@ def test_fleet_counts_devices_by_the_one_idle_definition() -> None:
 
 
 def test_waste_by_namespace_sums_wasted_hours_and_prices_them_by_model() -> None:
-    act = frames.from_rows(
+    act = from_rows(
         [
             {"namespace": "a", "pod": "p1", "uuid": "GPU-1", "wasted_gpu_hours": 2.0, "value": 0},
             {"namespace": "a", "pod": "p2", "uuid": "GPU-2", "mig_uuid": "MIG-x", "wasted_gpu_hours": 3.0, "value": 0},
             {"namespace": "b", "pod": "p3", "uuid": "GPU-3", "wasted_gpu_hours": 1.0, "value": 0},
         ]
     )
-    info = frames.from_rows(
+    info = from_rows(
         [
             {"uuid": "GPU-1", "name": "NVIDIA H200", "value": 1},
             {"uuid": "GPU-2", "name": "NVIDIA H200", "value": 1},
             {"uuid": "GPU-3", "name": "Tesla T4", "value": 1},
         ]
     )
-    waste = frames.waste_by_namespace(act, info, {"H200": 4.0}).set_index("namespace")
+    waste = waste_by_namespace(act, info, {"H200": 4.0}).set_index("namespace")
     assert waste.loc["a", "gpu_hours"] == pytest.approx(2.0 + 3.0)
     assert waste.loc["a", "cost_usd"] == pytest.approx(20.0)
     assert math.isnan(waste.loc["b", "cost_usd"]), "no price for T4: unknown, not $0"
-    assert frames.price_for("NVIDIA A100-SXM4-80GB", {"A100": 1.0, "*": 2.0}) == 1.0
-    assert frames.price_for("Tesla T4", {"A100": 1.0, "*": 2.0}) == 2.0
+    assert price_for("NVIDIA A100-SXM4-80GB", {"A100": 1.0, "*": 2.0}) == 1.0
+    assert price_for("Tesla T4", {"A100": 1.0, "*": 2.0}) == 2.0
 
 
 def test_probe_comparison_flags_the_slow_gpu_against_healthy_peers() -> None:
     effs = [0.97, 0.99, 0.98, 0.80]  # GPU-3 exactly at the threshold: slow (inclusive)
-    bw = frames.from_rows(
+    bw = from_rows(
         [{"uuid": f"GPU-{i}", "gpu": str(i), "probe": "hbm_copy", "value": e * 4.2e12} for i, e in enumerate(effs)]
     )
-    eff = frames.from_rows(
-        [{"uuid": f"GPU-{i}", "gpu": str(i), "probe": "hbm_copy", "value": e} for i, e in enumerate(effs)]
-    )
-    info = frames.from_rows([{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "value": 1} for i in range(4)])
-    out = frames.probe_comparison(eff, bw, info).set_index("uuid")
+    eff = from_rows([{"uuid": f"GPU-{i}", "gpu": str(i), "probe": "hbm_copy", "value": e} for i, e in enumerate(effs)])
+    info = from_rows([{"uuid": f"GPU-{i}", "name": "NVIDIA H200", "value": 1} for i in range(4)])
+    out = probe_comparison(eff, bw, info).set_index("uuid")
     # the reference is the healthy peers' median (0.98), not a median over the probed set with itself in it
     assert out.loc["GPU-3", "vs_peers"] == pytest.approx(0.80 / 0.98)
     assert out.loc["GPU-0", "vs_peers"] == pytest.approx(0.97 / 0.985)
     assert out["slow"].tolist() == [True, False, False, False] and out.index[0] == "GPU-3"
     # only the slow GPU probed (the others are busy): no peer to compare with, still slow by efficiency
-    alone = frames.probe_comparison(eff[eff["uuid"] == "GPU-3"], bw[bw["uuid"] == "GPU-3"], info)
+    alone = probe_comparison(eff[eff["uuid"] == "GPU-3"], bw[bw["uuid"] == "GPU-3"], info)
     assert alone["slow"].tolist() == [True] and math.isnan(alone.loc[0, "vs_peers"])
     # MIG instances are compared with instances of the same profile only
-    mig_eff = frames.from_rows(
+    mig_eff = from_rows(
         [
             {"uuid": "GPU-0", "mig_uuid": "MIG-a", "probe": "hbm_copy", "value": 0.95},
             {"uuid": "GPU-0", "mig_uuid": "MIG-b", "probe": "hbm_copy", "value": 0.70},
             {"uuid": "GPU-1", "mig_uuid": "MIG-c", "probe": "hbm_copy", "value": 0.90},
         ]
     )
-    mig_info = frames.from_rows(
+    mig_info = from_rows(
         [
             {"uuid": "GPU-0", "mig_uuid": "MIG-a", "mig_profile": "1g.18gb", "value": 1},
             {"uuid": "GPU-0", "mig_uuid": "MIG-b", "mig_profile": "1g.18gb", "value": 1},
             {"uuid": "GPU-1", "mig_uuid": "MIG-c", "mig_profile": "3g.71gb", "value": 1},
         ]
     )
-    m = frames.probe_comparison(mig_eff, pd.DataFrame(columns=["value"]), info, mig_info).set_index("mig_uuid")
+    m = probe_comparison(mig_eff, pd.DataFrame(columns=["value"]), info, mig_info).set_index("mig_uuid")
     assert m.loc["MIG-b", "vs_peers"] == pytest.approx(0.70 / 0.95)
     assert math.isnan(m.loc["MIG-c", "vs_peers"])
 
@@ -395,11 +407,9 @@ def test_mig_layout_lists_every_slice_with_its_holder() -> None:
     s = parse_exposition(text, "n:1")
 
     def df(name: str) -> pd.DataFrame:
-        return frames.from_rows({**dict(lbl), "value": v} for lbl, v in s.get(name, []))
+        return from_rows({**dict(lbl), "value": v} for lbl, v in s.get(name, []))
 
-    layout = frames.mig_layout(
-        df("gpulens_mig_instance_info"), df("gpulens_pod_gpu_allocation"), df("gpulens_gpu_info")
-    )
+    layout = mig_layout(df("gpulens_mig_instance_info"), df("gpulens_pod_gpu_allocation"), df("gpulens_gpu_info"))
     assert len(layout) == len(s["gpulens_mig_instance_info"])
     full = layout[layout["mig_profile"] == "7g.141gb"]
     assert full["slices"].tolist() == [7]
@@ -408,19 +418,19 @@ def test_mig_layout_lists_every_slice_with_its_holder() -> None:
 
 
 def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
-    info = frames.from_rows([{"uuid": u, "value": 1} for u in ("GPU-A", "GPU-B")])
-    alloc = frames.from_rows([{"namespace": "n", "pod": "p", "uuid": "GPU-A", "value": 1}])
+    info = from_rows([{"uuid": u, "value": 1} for u in ("GPU-A", "GPU-B")])
+    alloc = from_rows([{"namespace": "n", "pod": "p", "uuid": "GPU-A", "value": 1}])
     ts = np.array([0.0, 10.0, 20.0])
-    sm = frames.from_rows(
+    sm = from_rows(
         [{"uuid": "GPU-A", "timestamp": t, "value": "NaN"} for t in ts]
         + [{"uuid": "GPU-B", "timestamp": t, "value": 0.9} for t in ts],
         time=True,
     )
     verdict = definitions.leaf_idle_frame(sm, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), ts[-1:], 15.0)
     idle_now = verdict.assign(value=verdict["idle"].astype(float))
-    counts = frames.fleet_counts(info, pd.DataFrame(), alloc, idle_now)
+    counts = fleet_counts(info, pd.DataFrame(), alloc, idle_now)
     assert counts == {"gpus": 2, "devices": 2, "allocated": 1, "in_use": 1, "allocated_idle": 0}
-    idle = frames.idle_allocations(alloc, idle_now, pd.DataFrame(), now=0.0, window_s=60.0)
+    idle = idle_allocations(alloc, idle_now, pd.DataFrame(), now=0.0, window_s=60.0)
     assert idle.empty
 
 
@@ -432,7 +442,7 @@ def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() 
     import re
 
     from dashboard import gpu_panels
-    from dashboard.source import DEVICE_METRICS
+    from dashboard.sources.source import DEVICE_METRICS
     from exporter.render.metrics import CATALOGUE
 
     placed = gpu_panels.metrics_of()
@@ -447,9 +457,7 @@ def test_every_device_series_is_placed_on_the_gpu_page_or_left_out_on_purpose() 
     assert not unplaced, f"place these on the GPU page (gpu_panels.PANELS) or say where they are: {sorted(unplaced)}"
     assert not placed & set(gpu_panels.ELSEWHERE)
     assert not (placed | set(gpu_panels.ELSEWHERE)) - device, "the table names no family the exporter lacks"
-    assert {*frames.LINK_COUNTERS.values(), *frames.LINK_UTILIZATION.values(), frames.LINK_INFO} <= set(
-        gpu_panels.ELSEWHERE
-    )
+    assert {*LINK_COUNTERS.values(), *LINK_UTILIZATION.values(), LINK_INFO} <= set(gpu_panels.ELSEWHERE)
     assert all(line.words for panel in gpu_panels.PANELS for line in panel.lines), "every line is named in words"
 
 
@@ -465,16 +473,16 @@ def test_counter_rate_is_per_second_per_series_and_survives_a_reset() -> None:
             "value": [100.0, 300.0, 50.0, 150.0, 0.0, 10.0],
         }
     )
-    rates = frames.counter_rate(df)
+    rates = counter_rate(df)
     by_uuid = {u: g.sort_values("timestamp")["value"].tolist() for u, g in rates.groupby("uuid")}
     assert by_uuid == {"a": [20.0, 5.0, 10.0], "b": [2.0]}, "a drop is a reset: the new value over the gap"
     # over two steps: a scrape read late (the same value twice, then the catch-up) averages out
     late = pd.DataFrame({"timestamp": [0.0, 5.0, 10.0, 15.0, 20.0], "value": [0.0, 50.0, 50.0, 150.0, 200.0]})
-    assert frames.counter_rate(late)["value"].tolist() == [10.0, 0.0, 20.0, 10.0]
-    assert frames.counter_rate(late, steps=2)["value"].tolist() == [10.0, 5.0, 10.0, 15.0]
+    assert counter_rate(late)["value"].tolist() == [10.0, 0.0, 20.0, 10.0]
+    assert counter_rate(late, steps=2)["value"].tolist() == [10.0, 5.0, 10.0, 15.0]
     # a counter that starts high (the bytes since the exporter started) starts no window with that count
     steady = pd.DataFrame({"timestamp": [100.0, 104.0, 108.0], "value": [250.0, 450.0, 650.0]})
-    assert frames.counter_rate(steady, steps=15)["value"].tolist() == [50.0, 50.0]
+    assert counter_rate(steady, steps=15)["value"].tolist() == [50.0, 50.0]
 
 
 def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity() -> None:
@@ -504,7 +512,7 @@ def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity()
         ],
         ignore_index=True,
     )
-    throughput, use = frames.link_panels(series)
+    throughput, use = link_panels(series)
     lines = {n: sorted(g["value"]) for n, g in throughput.groupby("series")}
     assert lines == {
         "PCIe in": [50e9, 50e9],
@@ -513,7 +521,7 @@ def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity()
         "PCIe in [1g.18gb MIG-abcdefgh]": [1e8, 1e8],
     }
     assert set(use["series"]) == {"PCIe"}
-    table = frames.link_table(series).set_index(["device", "link"])
+    table = link_table(series).set_index(["device", "link"])
     gpu_pcie = table.loc[("GPU", "PCIe")]
     assert gpu_pcie["capacity_bytes_per_second"] == 63e9
     assert gpu_pcie["measured_by"] == "NVML byte counters"
@@ -524,13 +532,13 @@ def test_gpu_page_links_in_words_throughput_from_the_counters_use_and_capacity()
     assert table.loc[("GPU", "NVLink")]["measured_by"] == "GPM counters, each cycle"
     assert table.loc[("1g.18gb MIG-abcdefgh", "PCIe")]["in_bytes_per_second"] == pytest.approx(1e8)
     # over a minute's worth of steps where the step is shorter (a late scrape averages out)
-    smooth, _use = frames.link_panels(series, steps=2)
+    smooth, _use = link_panels(series, steps=2)
     assert sorted(smooth[smooth["series"] == "PCIe in"]["value"]) == [50e9, 50e9]
     # an exporter without the counters: the physical GPU's sampled throughput
     old = series[~series["metric"].str.endswith("_bytes_total")]
-    throughput, _use = frames.link_panels(old)
+    throughput, _use = link_panels(old)
     assert set(throughput["series"]) == {"PCIe in"}
-    assert frames.link_panels(pd.DataFrame())[0].empty
+    assert link_panels(pd.DataFrame())[0].empty
 
 
 def test_fleet_tells_gpus_moving_data_from_launch_bound_ones() -> None:
@@ -547,32 +555,32 @@ def test_fleet_tells_gpus_moving_data_from_launch_bound_ones() -> None:
     )
     util = pd.DataFrame({"uuid": ["GPU-0", "GPU-1", "GPU-2"], "gpu": ["0", "1", "2"], "node": "n", "value": 1.0})
     idle = pd.DataFrame({"uuid": ["GPU-0", "GPU-1", "GPU-2"], "mig_uuid": "", "sm_mean": [0.0, 0.002, 0.9]})
-    moving = frames.leaves_in_class(classes, frames.TRANSFER_CLASS)
+    moving = leaves_in_class(classes, TRANSFER_CLASS)
     assert moving["uuid"].tolist() == ["GPU-0"]
-    lie = frames.busy_but_sm_idle(util, idle, moving)
+    lie = busy_but_sm_idle(util, idle, moving)
     assert lie["uuid"].tolist() == ["GPU-1"], "the transfer-bound GPU is not called launch-bound"
     moved = pd.DataFrame({"uuid": ["GPU-0"], "value": [51.5e9 * 300]})
-    links = frames.leaf_links(
+    links = leaf_links(
         moving,
         {"pcie": pd.DataFrame({"uuid": ["GPU-0"], "mig_uuid": "", "value": [0.82]})},
-        {("pcie", "rx"): frames.per_second(moved, 300.0)},
+        {("pcie", "rx"): per_second(moved, 300.0)},
     )
     row = links.iloc[0]
     assert row["pcie"] == 0.82 and row["pcie_in_bytes_per_second"] == pytest.approx(51.5e9)
     assert math.isnan(row["nvlink"])
-    shown = frames.measured_links(links)
+    shown = measured_links(links)
     assert "pcie" in shown.columns and "nvlink" not in shown.columns, "a link nothing measured is left out"
 
 
 def test_a_rate_spans_a_step_or_a_minute_whichever_is_longer() -> None:
-    from dashboard.source import rate_steps
+    from dashboard.sources.source import rate_steps
 
     assert [rate_steps(s) for s in (1.0, 4.0, 15.0, 60.0, 360.0)] == [60, 15, 4, 1, 1]
 
 
 def test_latest_keeps_each_series_newest_point() -> None:
     df = pd.DataFrame({"uuid": ["a", "a", "b"], "timestamp": [20.0, 10.0, 5.0], "value": [2.0, 1.0, 7.0]})
-    assert frames.latest(df).sort_values("uuid").to_dict("list") == {"uuid": ["a", "b"], "value": [2.0, 7.0]}
+    assert latest(df).sort_values("uuid").to_dict("list") == {"uuid": ["a", "b"], "value": [2.0, 7.0]}
 
 
 def test_busiest_links_draw_the_top_devices_that_moved_data() -> None:
@@ -581,9 +589,9 @@ def test_busiest_links_draw_the_top_devices_that_moved_data() -> None:
         for g, level in ((0, 0.8), (1, 0.3), (2, 0.001), (3, 0.5))
         for t in (0.0, 10.0)
     ]
-    lines = frames.busiest_links(pd.DataFrame(rows), top=2, at_least=0.01)
+    lines = busiest_links(pd.DataFrame(rows), top=2, at_least=0.01)
     assert list(dict.fromkeys(lines["series"])) == ["n GPU 0", "n GPU 3"]
-    assert frames.busiest_links(pd.DataFrame(rows), top=8, at_least=0.9).empty
+    assert busiest_links(pd.DataFrame(rows), top=8, at_least=0.9).empty
 
 
 def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
@@ -591,11 +599,11 @@ def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
     store; the scrape source takes each series' rate between steps, then sums."""
     with fake_prometheus("h200x8.prom") as (url, state):
         src = PrometheusSource(url)
-        src.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=900, step_s=4, by=[])
+        src.rate("gpulens_gpu_pcie_rx_bytes_total", window=Window(900), step_s=4, by=[])
         assert state.queries[-1] == (
             "sum by () ((rate(gpulens_gpu_pcie_rx_bytes_total[60s]) and gpulens_gpu_pcie_rx_bytes_total offset 60s))"
         ), "a window of a minute at least, and only over series that old (no ramp up from 0)"
-        src.rate("gpulens_gpu_pcie_rx_bytes_total", Filters(namespace="ml"), window_s=86400, step_s=360)
+        src.rate("gpulens_gpu_pcie_rx_bytes_total", Filters(namespace="ml"), window=Window(86400), step_s=360)
         assert state.queries[-1] == (
             "((rate(gpulens_gpu_pcie_rx_bytes_total[360s]) and on(uuid,mig_uuid) "
             'gpulens_pod_gpu_allocation{namespace="ml"}) and gpulens_gpu_pcie_rx_bytes_total offset 360s)'
@@ -609,7 +617,7 @@ def test_both_sources_give_a_counter_rate_summed_as_asked() -> None:
         scrape.scrape_once()
         clock.t += 5
     clock.t -= 5
-    total = scrape.rate("gpulens_gpu_pcie_rx_bytes_total", window_s=10, step_s=5, by=[])
+    total = scrape.rate("gpulens_gpu_pcie_rx_bytes_total", window=Window(10), step_s=5, by=[])
     # over a minute at least, as Prometheus: at the 2nd scrape GPU 0 moved 10/s and GPU 1 2/s; at the 3rd,
     # over both steps, GPU 0 100 in 10 s and GPU 1 10 + 5 (a reset: its new value) in 10 s
     assert total.sort_values("timestamp")["value"].tolist() == [12.0, 11.5]
@@ -632,8 +640,8 @@ def test_events_count_the_first_event_that_creates_a_counter_as_the_alert_does()
         src.scrape_once()
         clock.t += 60
     clock.t -= 60
-    ev = src.events("gpulens_gpu_xid_errors_total", window_s=300).set_index("xid")["value"]
-    inc = src.increase("gpulens_gpu_xid_errors_total", window_s=300).set_index("xid")["value"]
+    ev = src.events("gpulens_gpu_xid_errors_total", window=Window(300)).set_index("xid")["value"]
+    inc = src.increase("gpulens_gpu_xid_errors_total", window=Window(300)).set_index("xid")["value"]
     assert inc["79"] == 0 and ev["79"] == 1, "the first event counts"
     assert ev["31"] == inc["31"] == 3, "an old counter grows as increase() says"
     assert ev["13"] == 0, "a target first scraped inside the window: its history is not counted"

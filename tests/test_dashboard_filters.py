@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.source import Filters
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import Filters
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import run_prometheus, wait_for_query
 

@@ -12,8 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import figures, fleet_names, frames
-from dashboard.scrape_source import ScrapeSource
+from dashboard import fleet_names
+from dashboard.figures.activity import FREE, sm_heatmap
+from dashboard.figures.vega import data_of
+from dashboard.frames.columns import from_rows
+from dashboard.frames.fleet import fleet_counts
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import Window
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 START = 1_000_000.0
@@ -46,9 +51,9 @@ def _source(fixture: str, scrapes: int) -> tuple[ScrapeSource, float]:
 def _idle_names(src: ScrapeSource, now: float) -> tuple[pd.DataFrame, dict[str, int]]:
     info, mig = src.instant("gpulens_gpu_info"), src.instant("gpulens_mig_instance_info")
     alloc, idle = src.instant("gpulens_pod_gpu_allocation"), src.leaf_idle()
-    activity = src.allocation_activity(window_s=WINDOW, step_s=WINDOW / 80)
+    activity = src.allocation_activity(window=Window(WINDOW), step_s=WINDOW / 80)
     table = fleet_names.allocated_idle(info, mig, alloc, idle, activity, now=now, window_s=WINDOW)
-    return table, frames.fleet_counts(info, mig, alloc, idle)
+    return table, fleet_counts(info, mig, alloc, idle)
 
 
 @pytest.mark.parametrize("fixture", ["h200x8", "mig", "dra", "timeslice", "mps", "p5en"])
@@ -102,14 +107,14 @@ def test_idle_for_counts_from_the_last_busy_step_and_the_longest_idle_comes_firs
     now = 10_000.0
     leaves = [("GPU-a", ""), ("GPU-b", ""), ("GPU-c", "MIG-c1"), ("GPU-d", ""), ("GPU-e", "")]
     owner = {"workload_kind": "Job", "workload": "train"}
-    alloc = frames.from_rows(
+    alloc = from_rows(
         [
             {"namespace": "ml", "pod": f"p{i}", "container": "c", "uuid": u, "mig_uuid": m, **owner, "value": 1.0}
             for i, (u, m) in enumerate(leaves)
         ]
         + [{"namespace": "ml", "pod": "solo", "container": "c", "uuid": "GPU-a", "value": 1.0}]
     )
-    idle = frames.from_rows([{"uuid": u, "mig_uuid": m, "sm_mean": 0.0, "value": 1.0} for u, m in leaves])
+    idle = from_rows([{"uuid": u, "mig_uuid": m, "sm_mean": 0.0, "value": 1.0} for u, m in leaves])
     activity = pd.DataFrame(
         [
             # GPU-a busy 10 minutes ago; GPU-b 50 minutes ago but held by p1 only for the last 20;
@@ -130,8 +135,8 @@ def test_idle_for_counts_from_the_last_busy_step_and_the_longest_idle_comes_firs
             )
         ]
     )
-    info = frames.from_rows([{"uuid": u, "gpu": str(i), "node": "n1", "value": 1.0} for i, (u, _) in enumerate(leaves)])
-    mig = frames.from_rows(
+    info = from_rows([{"uuid": u, "gpu": str(i), "node": "n1", "value": 1.0} for i, (u, _) in enumerate(leaves)])
+    mig = from_rows(
         [{"uuid": "GPU-c", "mig_uuid": "MIG-c1", "mig_profile": "3g.71gb", "gpu_instance_id": "2", "value": 1.0}]
     )
     table = fleet_names.allocated_idle(info, mig, alloc, idle, activity, now=now, window_s=3600.0)
@@ -157,8 +162,8 @@ def test_the_throttled_gpus_of_the_h200_node_are_the_slowest_and_idle_low_clocks
     slow = fleet_names.slow_gpus(
         src.instant("gpulens_gpu_info"),
         src.instant("gpulens_pod_gpu_allocation"),
-        src.mean("gpulens_gpu_clock_event_active", window_s=WINDOW),
-        src.mean("gpulens_gpu_sm_clock_hertz", window_s=300.0),
+        src.mean("gpulens_gpu_clock_event_active", window=Window(WINDOW)),
+        src.mean("gpulens_gpu_sm_clock_hertz", window=Window(300.0)),
         src.instant("gpulens_gpu_sm_clock_max_hertz"),
         src.leaf_idle(),
     )
@@ -175,8 +180,8 @@ def test_the_thermally_slowed_gpu_comes_first() -> None:
     slow = fleet_names.slow_gpus(
         src.instant("gpulens_gpu_info"),
         src.instant("gpulens_pod_gpu_allocation"),
-        src.mean("gpulens_gpu_clock_event_active", window_s=WINDOW),
-        src.mean("gpulens_gpu_sm_clock_hertz", window_s=300.0),
+        src.mean("gpulens_gpu_clock_event_active", window=Window(WINDOW)),
+        src.mean("gpulens_gpu_sm_clock_hertz", window=Window(300.0)),
         src.instant("gpulens_gpu_sm_clock_max_hertz"),
         src.leaf_idle(),
     )
@@ -190,15 +195,11 @@ def test_the_thermally_slowed_gpu_comes_first() -> None:
 
 
 def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
-    info = frames.from_rows(
-        [{"uuid": u, "gpu": g, "node": "n1", "value": 1.0} for u, g in (("GPU-a", "0"), ("GPU-b", "1"))]
-    )
-    clock = frames.from_rows([{"uuid": u, "value": 1.2e9} for u in ("GPU-a", "GPU-b")])
-    top = frames.from_rows([{"uuid": u, "value": 1.98e9} for u in ("GPU-a", "GPU-b")])
-    idle = frames.from_rows(
-        [{"uuid": "GPU-a", "sm_mean": 0.6, "value": 0.0}, {"uuid": "GPU-b", "sm_mean": 0.0, "value": 1.0}]
-    )
-    none = frames.from_rows([])
+    info = from_rows([{"uuid": u, "gpu": g, "node": "n1", "value": 1.0} for u, g in (("GPU-a", "0"), ("GPU-b", "1"))])
+    clock = from_rows([{"uuid": u, "value": 1.2e9} for u in ("GPU-a", "GPU-b")])
+    top = from_rows([{"uuid": u, "value": 1.98e9} for u in ("GPU-a", "GPU-b")])
+    idle = from_rows([{"uuid": "GPU-a", "sm_mean": 0.6, "value": 0.0}, {"uuid": "GPU-b", "sm_mean": 0.0, "value": 1.0}])
+    none = from_rows([])
     slow = fleet_names.slow_gpus(info, none, none, clock, top, idle)
     assert slow["uuid"].tolist() == ["GPU-a"], "GPU-b is idle: its low clock is by design"
     row = slow.iloc[0]
@@ -206,13 +207,13 @@ def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
     assert row["why"] == "SM clock under 90 % of max, no slowdown event"
     assert row["pods"] == fleet_names.NO_POD
     assert math.isclose(row["sm_clock_ratio"], 1.2 / 1.98)
-    at_max = frames.from_rows([{"uuid": u, "value": 1.98e9} for u in ("GPU-a", "GPU-b")])
+    at_max = from_rows([{"uuid": u, "value": 1.98e9} for u in ("GPU-a", "GPU-b")])
     assert fleet_names.slow_gpus(info, none, none, at_max, top, idle).empty
     # a power cap on GPU-b (idle now) and on GPU-c (no SM data: no verdict, so not called idle)
-    info_c = pd.concat([info, frames.from_rows([{"uuid": "GPU-c", "gpu": "2", "node": "n1", "value": 1.0}])])
-    capped = frames.from_rows([{"uuid": u, "reason": "sw_power_cap", "value": 0.25} for u in ("GPU-b", "GPU-c")])
-    clock_c = pd.concat([at_max, frames.from_rows([{"uuid": "GPU-c", "value": 1.5e9}])])
-    top_c = pd.concat([top, frames.from_rows([{"uuid": "GPU-c", "value": 1.98e9}])])
+    info_c = pd.concat([info, from_rows([{"uuid": "GPU-c", "gpu": "2", "node": "n1", "value": 1.0}])])
+    capped = from_rows([{"uuid": u, "reason": "sw_power_cap", "value": 0.25} for u in ("GPU-b", "GPU-c")])
+    clock_c = pd.concat([at_max, from_rows([{"uuid": "GPU-c", "value": 1.5e9}])])
+    top_c = pd.concat([top, from_rows([{"uuid": "GPU-c", "value": 1.98e9}])])
     slow = fleet_names.slow_gpus(info_c, none, capped, clock_c, top_c, idle).set_index("uuid")
     assert slow.index.tolist() == ["GPU-c", "GPU-b"], "a measured clock first"
     assert slow.loc["GPU-c", "sm_clock"] == "76 %"
@@ -222,14 +223,14 @@ def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
 
 def test_the_heatmap_marks_the_gpu_no_pod_holds_and_names_the_holders() -> None:
     src, _ = _source("h200x8", 3)
-    sm = src.mean("gpulens_gpu_sm_active_ratio", window_s=WINDOW)
-    chart = figures.sm_heatmap(sm, src.instant("gpulens_pod_gpu_allocation"))
-    cells = {r["label"]: r for r in figures.data_of(chart)}
-    free = {label for label, r in cells.items() if r["allocation"] == figures.FREE}
+    sm = src.mean("gpulens_gpu_sm_active_ratio", window=Window(WINDOW))
+    chart = sm_heatmap(sm, src.instant("gpulens_pod_gpu_allocation"))
+    cells = {r["label"]: r for r in data_of(chart)}
+    free = {label for label, r in cells.items() if r["allocation"] == FREE}
     assert free == {"GPU 7"}, "GPU 7 of the fixture has no pod"
     assert cells["GPU 7"]["holders"] == "no pod (free)"
     assert cells["GPU 5"]["holders"] == "notebooks/jupyter-alice-0"
     stroke = chart["encoding"]["stroke"]
-    assert stroke["scale"]["domain"] == [figures.FREE], "the legend says what the outline means"
+    assert stroke["scale"]["domain"] == [FREE], "the legend says what the outline means"
     assert stroke["legend"]["orient"] == "bottom"
     json.dumps(chart)

@@ -11,8 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import figures, frames, gpu_panels
-from dashboard.scrape_source import ScrapeSource
+from dashboard import gpu_panels
+from dashboard.figures.vega import data_of
+from dashboard.frames.series import state_timeline
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import Window
 from exporter.render.metrics import BY_NAME
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
@@ -67,7 +70,7 @@ def _without(text: str, uuid: str, keep: Callable[[str], bool] = lambda _line: F
 
 
 def _series(src: ScrapeSource, uuid: str = GPU0) -> pd.DataFrame:
-    return src.device_series(uuid, window_s=600, step_s=STEP)
+    return src.device_series(uuid, window=Window(600), step_s=STEP)
 
 
 def _drawn(series: pd.DataFrame, steps: int = 1) -> dict[str, gpu_panels.Drawn]:
@@ -138,7 +141,7 @@ def test_bytes_are_gib_in_the_values_the_axis_and_the_tooltip_alike() -> None:
     spec = gpu_panels.lines_chart(memory.lines, memory.panel.unit)
     assert spec["encoding"]["y"]["title"] == "GiB"
     assert [t["title"] for t in spec["encoding"]["tooltip"] if t["field"] == "value"] == ["GiB"]
-    assert all(r["value"] < 200 for r in figures.data_of(spec)), "no value left in bytes"
+    assert all(r["value"] < 200 for r in data_of(spec)), "no value left in bytes"
     assert not any("bytes" in str(n) for n in memory.lines["series"])
 
 
@@ -164,7 +167,7 @@ def test_every_legend_entry_and_header_field_is_in_words(fixture: str) -> None:
         series = _series(src, uuid)
         drawn = gpu_panels.panels(series)
         names = [str(n) for d in drawn for n in set(d.lines["series"])] + [d.panel.title for d in drawn]
-        events = frames.state_timeline(series.assign(value=1.0), "gpulens_gpu_clock_event_active", "reason")
+        events = state_timeline(series.assign(value=1.0), "gpulens_gpu_clock_event_active", "reason")
         names += list(gpu_panels.in_words(events, "reason", gpu_panels.CLOCK_EVENT_WORDS)["reason"])
         head = _header(src, uuid)
         names += list(head.facts.values())
@@ -242,7 +245,7 @@ def test_an_h200_without_a_class_says_none_was_sent_never_that_it_needs_gpm() ->
     no_class = _without(H200, GPU0, keep=lambda line: not line.startswith("gpulens_gpu_boundness{"))
     src = _source([no_class, no_class])
     series = _series(src)
-    assert frames.state_timeline(series, "gpulens_gpu_boundness", "class").empty
+    assert state_timeline(series, "gpulens_gpu_boundness", "class").empty
     ident = gpu_panels.identity(series, src.instant("gpulens_gpu_info"))
     words = gpu_panels.no_class_words(series, ident, "answering")
     assert "sent no boundness class" in words and "GPM" not in words, words

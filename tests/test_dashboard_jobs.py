@@ -33,11 +33,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import figures, frames, jobs
-from dashboard.openmetrics import OpenMetricsHistory, label_text
-from dashboard.prometheus_source import PrometheusSource, _regex_selector
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters
+from dashboard import jobs
+from dashboard.figures.jobs import job_mix_bars, job_timelines
+from dashboard.figures.palette import CLASS_COLORS
+from dashboard.frames.jobs import (
+    JOB_OVERVIEW_COLUMNS,
+    NO_CLASS,
+    job_from_param,
+    job_gpu_table,
+    job_timeline,
+    jobs_overview,
+    straggler_reason,
+    straggler_words,
+)
+from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
+from dashboard.sources.prometheus import PrometheusSource, _regex_selector
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import JOB_LEAF_COLUMNS, JOB_STRAGGLER_COLUMNS, Filters, Window
 from exporter.render.metrics import spec
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
@@ -231,7 +243,7 @@ def _by_leaf(leaves: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_the_scrape_source_gives_each_leaf_the_figures_the_history_holds(history: History) -> None:
-    leaves = history.scrape.job_leaves(window_s=600.0, end=history.end)
+    leaves = history.scrape.job_leaves(window=Window(600.0), end=history.end)
     assert list(leaves.columns) == [*JOB_LEAF_COLUMNS, "held_hours"]
     assert len(leaves) == len(LEAVES)
     ks = range(SAMPLES - 20, SAMPLES)  # the 20 samples in (T - 5 m, T]
@@ -278,7 +290,10 @@ def test_the_prometheus_source_reads_what_the_rules_record_and_the_scrape_source
     stamp = prom_query(store, "max(timestamp(gpulens:job_leaf_busy:ratio_avg5m))", at=history.end)
     at = float(stamp[0]["value"][1])
     assert history.end - 60 <= at <= history.end
-    mine, theirs = prom.job_leaves(window_s=600.0, end=at), history.scrape.job_leaves(window_s=600.0, end=at)
+    mine, theirs = (
+        prom.job_leaves(window=Window(600.0), end=at),
+        history.scrape.job_leaves(window=Window(600.0), end=at),
+    )
     assert len(mine) == len(theirs) == len(LEAVES)
     a, b = _by_leaf(mine), _by_leaf(theirs)
     assert set(a) == set(b)
@@ -318,11 +333,11 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
     prom = PrometheusSource(store)
     at = float(prom_query(store, "max(timestamp(gpulens:job_gpus:count))", at=history.end)[0]["value"][1])
     assert history.end - 60 <= at <= history.end
-    mine = prom.job_summary(window_s=600.0, end=at)
+    mine = prom.job_summary(window=Window(600.0), end=at)
     assert list(mine.columns) == list(jobs.SUMMARY_COLUMNS)
     for name, other in (
-        ("scrape", history.scrape.job_summary(window_s=600.0, end=at)),
-        ("the leaves", jobs.job_summary(prom.job_leaves(window_s=600.0, end=at))),
+        ("scrape", history.scrape.job_summary(window=Window(600.0), end=at)),
+        ("the leaves", jobs.job_summary(prom.job_leaves(window=Window(600.0), end=at))),
     ):
         a, b = _by_job(mine), _by_job(other)
         assert set(a) == set(b) == {("ml-training", "PyTorchJob", "train"), ("ml-training", "JobSet", "loader"),
@@ -335,7 +350,7 @@ def test_the_job_summary_of_the_recorded_job_series_is_the_one_of_the_leaves(his
             if name == "scrape":
                 leaves = float(row["gpus"])
                 assert abs(float(row["gpu_hours"]) - float(b[job]["gpu_hours"])) <= leaves / 60 + 1e-9, job
-    for got in (mine, history.scrape.job_summary(window_s=600.0, end=at)):  # counts read as counts: "4 GPUs"
+    for got in (mine, history.scrape.job_summary(window=Window(600.0), end=at)):  # counts read as counts: "4 GPUs"
         assert all(got[c].dtype.kind == "i" for c in ("gpus", "nodes", "pods", "stragglers")), got.dtypes
     train = _by_job(mine)[("ml-training", "PyTorchJob", "train")]
     assert (train["gpus"], train["nodes"], train["pods"], train["stragglers"]) == (4, 2, 2, 1)
@@ -361,10 +376,10 @@ def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: Histor
             assert row[k] == b[leaf][k], (leaf, k)
         for k in ("busy", "sm_clock_ratio"):
             assert float(row[k]) == pytest.approx(float(b[leaf][k]), rel=1e-6, abs=1e-9), (leaf, k)
-    words = {frames.straggler_words(r) for r in mine.to_dict("records")}
+    words = {straggler_words(r) for r in mine.to_dict("records")}
     assert "node-1 · GPU 1: compute: SM clock 50 % of max, thermal slowdown" in words
     assert "node-1 · GPU 4: input: idle 70 % of the time while peers wait" in words
-    assert {frames.straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
+    assert {straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
 
 
 def test_both_sources_give_the_same_class_shares_and_mix(history: History, store: str) -> None:
@@ -401,7 +416,7 @@ def test_a_node_filter_keeps_every_leaf_of_the_jobs_with_one_there(history: Hist
     leaves = src.job_leaves(f, end=history.end)
     assert {str(w) for w in leaves["workload"]} == {"train", "loader", "moe", "debug"}
     assert len(leaves[leaves["workload"] == "train"]) == 4
-    summary = src.job_summary(f, window_s=600.0, end=history.end)
+    summary = src.job_summary(f, window=Window(600.0), end=history.end)
     assert {str(w) for w in summary["workload"]} == {"train", "loader", "moe", "debug"}
     assert int(summary[summary["workload"] == "train"]["gpus"].iloc[0]) == 4
     assert {str(w) for w in src.job_stragglers(f, end=history.end)["workload"]} == {"train", "loader"}
@@ -409,7 +424,9 @@ def test_a_node_filter_keeps_every_leaf_of_the_jobs_with_one_there(history: Hist
     assert set(src.job_summary(Filters(namespace="web"), end=history.end)["workload"]) == {"infer"}
     # one job's leaves (the Job page), with its held hours; a job not held now: none, and no error
     cluster = "c1" if source == "prometheus" else ""
-    train = src.job_leaves(f, window_s=600.0, end=history.end, job=(cluster, "ml-training", "PyTorchJob", "train"))
+    train = src.job_leaves(
+        f, window=Window(600.0), end=history.end, job=(cluster, "ml-training", "PyTorchJob", "train")
+    )
     assert set(train["uuid"]) == {"GPU-a0", "GPU-a1", "GPU-b0", "GPU-b1"} and set(train["workload"]) == {"train"}
     assert np.allclose(train["held_hours"].astype(float), 10 / 60, atol=1 / 60)
     assert src.job_leaves(end=history.end, job=(cluster, "ml-training", "PyTorchJob", "gone")).empty
@@ -424,7 +441,7 @@ def test_job_series_follow_the_jobs_gpus_over_the_range(history: History, store:
     of its four GPUs only; the straggler's clock at half, its class compute at every step."""
     src: Any = PrometheusSource(store) if source == "prometheus" else history.scrape
     cluster = "c1" if source == "prometheus" else ""
-    series = src.job_series((cluster, "ml-training", "PyTorchJob", "train"), NODES, window_s=600.0, step_s=60.0,
+    series = src.job_series((cluster, "ml-training", "PyTorchJob", "train"), NODES, window=Window(600.0), step_s=60.0,
                             end=history.end)  # fmt: skip
     assert set(series["metric"]) == {"sm_active", "busy", "sm_clock", "class"}
     assert set(series["uuid"]) == {"GPU-a0", "GPU-a1", "GPU-b0", "GPU-b1"}
@@ -433,8 +450,8 @@ def test_job_series_follow_the_jobs_gpus_over_the_range(history: History, store:
     assert set(b1[b1["metric"] == "class"]["class"]) == {"compute"}
     a0 = series[(series["uuid"] == "GPU-a0") & (series["metric"] == "class")]
     assert set(a0["class"]) == {"communication", "compute"}
-    rows = frames.job_gpu_table(src.job_leaves(end=history.end).query("workload == 'train'"))
-    timeline = frames.job_timeline(series, rows)
+    rows = job_gpu_table(src.job_leaves(end=history.end).query("workload == 'train'"))
+    timeline = job_timeline(series, rows)
     assert set(timeline["track"]) == {"activity", "class", "sm_clock"}
     assert set(timeline["row"]) == set(rows["row"])
     assert timeline[timeline["track"] == "activity"].groupby("row").size().min() >= 9
@@ -473,15 +490,15 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     )  # fmt: skip
     hours = (leaves.assign(gpu_hours=leaves["held_hours"] * leaves["gpu_share"])
              .groupby(list(jobs.JOB), as_index=False)["gpu_hours"].sum())  # fmt: skip
-    table = frames.jobs_overview(jobs.job_summary(leaves, hours), jobs.stragglers(leaves), mix)
-    assert list(table.columns) == list(frames.JOB_OVERVIEW_COLUMNS)
+    table = jobs_overview(jobs.job_summary(leaves, hours), jobs.stragglers(leaves), mix)
+    assert list(table.columns) == list(JOB_OVERVIEW_COLUMNS)
     assert list(table["workload"]) == ["big", "solo", "one"], "most GPU-hours first: 8, 3, 0.5"
     big, solo, one = (table.iloc[i] for i in range(3))
     assert (big["gpus"], big["nodes"], big["pods"], big["gpu_hours"]) == (4, 2, 2, 8.0)
     assert big["straggler"] == "n1 · GPU 1: input: idle 80 % of the time while peers wait"
     assert big["mix"] == "compute 55 % · communication 45 %"
     assert not big["communication_bound"], "a straggler explains its waiting"
-    assert solo["straggler"] == frames.NO_CLASS and solo["mix"] == frames.NO_CLASS
+    assert solo["straggler"] == NO_CLASS and solo["mix"] == NO_CLASS
     assert one["straggler"] == "one classified GPU: no peers to wait"
     assert bool(one["communication_bound"])
     assert big["memory"] == "70.0 of 140.0 GiB (50 %)"
@@ -489,7 +506,7 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     for value in table.select_dtypes(exclude=["number", "bool"]).to_numpy().ravel():
         assert value is not None and "nan" not in str(value).lower(), table
     # the stragglers' figures missing (their query failed): the count stands, said so
-    lost = frames.jobs_overview(jobs.job_summary(leaves, hours), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
+    lost = jobs_overview(jobs.job_summary(leaves, hours), pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)), mix)
     assert lost.iloc[0]["straggler"] == "1 (its figures did not load)"
 
 
@@ -520,10 +537,10 @@ def test_a_jobs_gpu_hours_count_every_gpu_it_held_in_the_range_once_per_step() -
 def test_a_compute_straggler_is_explained_by_its_clock_and_its_slowdown_events() -> None:
     row = {"reason": "compute", "sm_clock_ratio": 0.5, "slowdown_reasons": "hw_thermal_slowdown,sw_power_cap",
            "node": "node-1", "instance": "10.0.0.2:9445", "gpu": "3", "mig_uuid": ""}  # fmt: skip
-    assert frames.straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, thermal slowdown, power cap"
+    assert straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, thermal slowdown, power cap"
     bare = {**row, "sm_clock_ratio": math.nan, "slowdown_reasons": "", "node": ""}
-    assert frames.straggler_words(bare) == "10.0.0.2:9445 · GPU 3: compute: computes while its peers wait"
-    assert frames.straggler_reason({"reason": "input", "busy": 0.55}) == "input: idle 45 % of the time while peers wait"
+    assert straggler_words(bare) == "10.0.0.2:9445 · GPU 3: compute: computes while its peers wait"
+    assert straggler_reason({"reason": "input", "busy": 0.55}) == "input: idle 45 % of the time while peers wait"
 
 
 def test_job_urls_round_trip_and_name_the_job() -> None:
@@ -535,8 +552,8 @@ def test_job_urls_round_trip_and_name_the_job() -> None:
     import re
 
     assert re.search(ui.JOB_IN_URL, url).group(1) == "ml-training/JobSet/mixtral-sft"  # type: ignore[union-attr]
-    assert frames.job_from_param("ml-training/JobSet/mixtral-sft", "prod") == key
-    assert frames.job_from_param("no-kind") is None and frames.job_from_param("a//b") is None
+    assert job_from_param("ml-training/JobSet/mixtral-sft", "prod") == key
+    assert job_from_param("no-kind") is None and job_from_param("a//b") is None
 
 
 def test_job_queries_keep_label_values_quoted_and_read_only_the_jobs_targets() -> None:
@@ -552,7 +569,7 @@ def test_job_queries_keep_label_values_quoted_and_read_only_the_jobs_targets() -
         return pd.DataFrame(columns=["timestamp", "value"])
 
     src.query_range = capture  # type: ignore[method-assign]
-    src.job_series(("c1", "ml", "JobSet", "x"), ["n0:9445", "n1:9445"], window_s=600.0, step_s=60.0)
+    src.job_series(("c1", "ml", "JobSet", "x"), ["n0:9445", "n1:9445"], window=Window(600.0), step_s=60.0)
     assert len(seen) == 4
     for q in seen:
         assert 'instance=~"n0:9445|n1:9445"' in q, q
@@ -578,11 +595,11 @@ def test_the_timeline_reads_sm_activity_else_busy_and_each_gpus_clock_for_its_mi
         [{"uuid": "G0", "mig_uuid": "", "row": "a"}, {"uuid": "G1", "mig_uuid": "", "row": "b"},
          {"uuid": "G2", "mig_uuid": "M1", "row": "c"}, {"uuid": "G2", "mig_uuid": "M2", "row": "d"}]
     )  # fmt: skip
-    t = frames.job_timeline(series, rows)
+    t = job_timeline(series, rows)
     activity = t[t["track"] == "activity"].set_index("row")["value"]
     assert activity.to_dict() == {"a": 0.4, "b": 0.7}, "SM activity where the GPU has it, else busy"
     assert set(t[t["track"] == "sm_clock"]["row"]) == {"c", "d"}, "the GPU's clock on each of its instances"
-    chart = figures.job_timelines(t, ["a", "b", "c", "d"], start=0.0, end=60.0, step=10.0)
+    chart = job_timelines(t, ["a", "b", "c", "d"], start=0.0, end=60.0, step=10.0)
     assert [s["transform"][0]["filter"]["equal"] for s in chart["vconcat"]] == ["activity", "class", "sm_clock"]
     assert {s["encoding"]["y"]["sort"][0] for s in chart["vconcat"]} == {"a"}
     assert chart["resolve"]["scale"]["x"] == "shared"
@@ -594,20 +611,17 @@ def test_the_mix_chart_keeps_the_tables_order_and_the_class_colours() -> None:
         [{"job": "b", "class": "communication", "share": 0.7}, {"job": "b", "class": "compute", "share": 0.3},
          {"job": "a", "class": "compute", "share": 1.0}, {"job": "c", "class": "idle", "share": 0.0}]
     )  # fmt: skip
-    chart = figures.job_mix_bars(mix, ["b", "a", "c"])
+    chart = job_mix_bars(mix, ["b", "a", "c"])
     assert chart["encoding"]["y"]["sort"] == ["b", "a"], "c has no share above 0"
     scale = chart["encoding"]["color"]["scale"]
-    assert (
-        dict(zip(scale["domain"], scale["range"], strict=True))["communication"]
-        == figures.CLASS_COLORS["communication"]
-    )
-    assert "no job has a class" in json.dumps(figures.job_mix_bars(mix.iloc[0:0], ["a"]))
+    assert dict(zip(scale["domain"], scale["range"], strict=True))["communication"] == CLASS_COLORS["communication"]
+    assert "no job has a class" in json.dumps(job_mix_bars(mix.iloc[0:0], ["a"]))
 
 
 def test_a_store_without_the_jobs_rules_says_which_to_load() -> None:
     """GPUs held by pods but no gpulens:job_leaf:info (a Prometheus without the group gpulens.jobs):
     the source says what to load instead of showing no job."""
-    from dashboard.source import SourceError
+    from dashboard.sources.source import SourceError
     from tests.fixtures.dashboard.fake_prometheus import fake_prometheus
 
     with fake_prometheus("h200x8.prom") as (url, _state), pytest.raises(SourceError, match=r"group gpulens\.jobs"):

@@ -22,12 +22,12 @@ import pytest
 import trustme
 from streamlit.testing.v1 import AppTest
 
-from dashboard import prometheus_auth
 from dashboard.cli import build_parser, settings_from_args
-from dashboard.prometheus_auth import PrometheusAuth
-from dashboard.prometheus_source import PrometheusSource
 from dashboard.settings import ENV_PREFIX, from_env, to_env
-from dashboard.source import SourceError
+from dashboard.sources import prometheus_auth
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.prometheus_auth import PrometheusAuth
+from dashboard.sources.source import SourceError
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import RULES_FILE, run_prometheus, scrape_config
 

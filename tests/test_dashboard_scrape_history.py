@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboard import frames
-from dashboard.scrape_history import TargetHistory, frame, of_metric, sample_lines
-from dashboard.scrape_source import ScrapeSource, parse_exposition
+from dashboard.frames.columns import from_rows
+from dashboard.sources.scrape import ScrapeSource, parse_exposition
+from dashboard.sources.scrape_history import TargetHistory, frame, of_metric, sample_lines
+from dashboard.sources.source import Window
 
 FIX = Path(__file__).parent / "fixtures" / "dashboard"
 H200 = (FIX / "h200x8.prom").read_text()
@@ -30,7 +31,7 @@ def test_every_series_reads_back_as_prometheus_client_parses_it(fixture: str) ->
     src.scrape_once()
     expected = parse_exposition(text, "n1:9445")
     for name, samples in expected.items():
-        want = frames.from_rows({**dict(labels), "value": v} for labels, v in samples)
+        want = from_rows({**dict(labels), "value": v} for labels, v in samples)
         got = src.instant(name)
         key = sorted(c for c in want.columns if c != "value")
         pd.testing.assert_frame_equal(
@@ -88,7 +89,7 @@ def test_the_history_is_bounded_by_a_fleet_wide_sample_budget() -> None:
         clock["t"] += 5
         src.scrape_once()
     assert src.samples_kept() <= budget
-    kept = src.series("gpulens_up", window_s=3600, step_s=5)
+    kept = src.series("gpulens_up", window=Window(3600), step_s=5)
     assert kept["timestamp"].nunique() == 10, "the oldest scrapes go first"
     assert "history 45s: 10 scrapes of" in src.description, "the page says what is kept"
     assert src.instant("gpulens_gpu_info")["uuid"].nunique() == 32

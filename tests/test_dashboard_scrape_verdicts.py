@@ -1,5 +1,5 @@
-"""Scrape mode's idle verdict (dashboard/scrape_verdicts.py) and the block storage under it
-(dashboard/scrape_history.py): the fast path gives what the definition gives on labelled frames,
+"""Scrape mode's idle verdict (dashboard/sources/scrape_verdicts.py) and the block storage under it
+(dashboard/sources/scrape_history.py): the fast path gives what the definition gives on labelled frames,
 a settled verdict is kept and an unsettled one is not, and blocks read back every scrape as it was."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from dashboard import definitions
-from dashboard.scrape_history import TargetHistory, coded, frame, of_metric, reduced
-from dashboard.scrape_source import ScrapeSource
-from dashboard.scrape_verdicts import IDLE_LABELS, VerdictCache, leaf_idle, settled_before
-from dashboard.source import NO_FILTERS, SM_ACTIVE, Filters
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.scrape_history import TargetHistory, coded, frame, of_metric, reduced
+from dashboard.sources.scrape_verdicts import IDLE_LABELS, VerdictCache, leaf_idle, settled_before
+from dashboard.sources.source import NO_FILTERS, SM_ACTIVE, Filters, Window
 from tests.support.sim_exposition import render_cycles
 
 SCENARIOS = ("h200x8", "mig", "a100", "l40s", "timeslice")
@@ -148,12 +148,12 @@ def test_activity_steps_are_step_aligned_and_recur() -> None:
     read ten seconds later shares all but its newest steps (so their settled verdicts are kept)."""
     src = ScrapeSource(["http://a:1"], interval_s=5, fetch=lambda url: "", clock=lambda: T0)
     end = T0 + 1000.3
-    grid, step = src._steps(3600.0, 45.0, end)
+    grid, step = src._steps(Window(3600.0), 45.0, end)
     assert step == 45.0 and len(grid) == 80
     assert grid[-1] == end and all(math.isclose(t / 45.0, round(t / 45.0)) for t in grid[:-1])
-    later, _ = src._steps(3600.0, 45.0, end + 10.0)
+    later, _ = src._steps(Window(3600.0), 45.0, end + 10.0)
     assert len(set(grid) & set(later)) >= 78
-    aligned, _ = src._steps(3600.0, 45.0, math.floor(end / 45.0) * 45.0)
+    aligned, _ = src._steps(Window(3600.0), 45.0, math.floor(end / 45.0) * 45.0)
     assert len(aligned) == 80 and aligned[-1] == math.floor(end / 45.0) * 45.0
 
 
@@ -222,7 +222,7 @@ def test_now_reads_the_last_evaluation_which_every_page_shares(pages: dict[str, 
     at = src._evaluated(None, src._snapshot())
     assert at == math.floor((T0 + 3.0 + 19 * INTERVAL) / INTERVAL) * INTERVAL and at % INTERVAL == 0
     idle = src.leaf_idle()
-    since = src.idle_since(window_s=3600.0, step_s=45.0)
+    since = src.idle_since(window=Window(3600.0), step_s=45.0)
     assert ((), at) in src._verdicts._kept, "the verdict read as now is kept"
     named = {(u, m) for u, m, v in zip(idle["uuid"], idle["mig_uuid"], idle["value"], strict=True) if v >= 0.5}
     assert named and {(u, m) for u, m in zip(since["uuid"], since["mig_uuid"], strict=True)} <= named

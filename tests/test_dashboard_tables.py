@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 import streamlit as st
 
-from dashboard import figures, ui
+from dashboard import ui
+from dashboard.figures.sharing import MIG_LABEL_CHARS, _wrap, sm_share_bar
+from dashboard.figures.vega import data_of
 from tests.support.browser import SNAKE_CASE, text_findings
 
 DEFAULTED = {
@@ -185,18 +187,18 @@ def test_sharing_chart_gives_every_pod_its_own_colour_and_names_gpus_by_node() -
             "sm_share": [0.01] * 25,
         }
     )
-    chart = figures.sm_share_bar(shares)
+    chart = sm_share_bar(shares)
     scale = chart["encoding"]["color"]["scale"]
     assert sorted(scale["domain"]) == sorted(f"ml/{p}" for p in pods)
     assert len(set(scale["range"])) == len(scale["domain"]) == 25, "no two pods in one colour"
-    assert {r["gpu"] for r in figures.data_of(chart)} == {"node-2 GPU 3"}, "no bare UUID on the axis"
+    assert {r["gpu"] for r in data_of(chart)} == {"node-2 GPU 3"}, "no bare UUID on the axis"
 
 
 def test_mig_labels_wrap_instead_of_being_cut() -> None:
-    lines = figures._wrap("inference/asr-stream-fx5qr9vj7p-kg8fn", 1)
+    lines = _wrap("inference/asr-stream-fx5qr9vj7p-kg8fn", 1)
     assert "".join(lines) == "inference/asr-stream-fx5qr9vj7p-kg8fn" and len(lines) > 1
-    assert all(len(x) <= figures.MIG_LABEL_CHARS for x in lines)
-    assert figures._wrap("free", 7) == ["free"]
+    assert all(len(x) <= MIG_LABEL_CHARS for x in lines)
+    assert _wrap("free", 7) == ["free"]
 
 
 @pytest.mark.parametrize(

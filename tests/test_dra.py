@@ -31,10 +31,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dashboard import frames
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
-from dashboard.source import Filters
+from dashboard.frames.fleet import waste_by_namespace
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource
+from dashboard.sources.source import Filters, Window
 from tests.support.om_history import LABEL, without_integrals, write_history
 from tests.support.prometheus import backfill_recording_rules, inline_records, rule_expressions, run_prometheus
 from tests.support.prometheus import query as prom_query
@@ -195,14 +195,14 @@ def test_the_dashboard_source_reads_the_same_on_both_routes(
     }
     step = 60.0 if mode == "prometheus" else SAMPLE
     activity = {
-        route: source.allocation_activity(Filters(), window_s=300.0, step_s=step, end=at)
+        route: source.allocation_activity(Filters(), window=Window(300.0), step_s=step, end=at)
         for route, source in sources.items()
     }
     assert len(activity["plugin"]) == 9  # nine (pod, leaf) allocations: the shared GPU's two pods
     assert _activity(activity["claims"]) == _activity(activity["plugin"])
     assert activity["claims"]["wasted_gpu_hours"].astype(float).sum() > 0
     info = sources["plugin"].current_state("gpulens_gpu_info", end=at)
-    waste = {route: frames.waste_by_namespace(a, info, {}) for route, a in activity.items()}
+    waste = {route: waste_by_namespace(a, info, {}) for route, a in activity.items()}
     pd.testing.assert_frame_equal(
         waste["claims"].reset_index(drop=True), waste["plugin"].reset_index(drop=True), check_exact=False, atol=1e-9
     )

@@ -9,7 +9,7 @@ what the Streamlit dashboard says, and its tables read as tables.
   target labels hidden and every shown label renamed; "Exporters up" has a denominator; clock
   events list the throttling reasons, in words.
 - One definition, live: a real Prometheus loading the shipped rules scrapes simulated h200x8, MIG and
-  time-sliced nodes; at one instant the Fleet row's four counts equal ``frames.fleet_counts`` over
+  time-sliced nodes; at one instant the Fleet row's four counts equal ``frames.fleet.fleet_counts`` over
   the series the Streamlit page reads (PrometheusSource, the same Prometheus, the same instant).
 """
 
@@ -31,8 +31,10 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboard import definitions, frames
-from dashboard.prometheus_source import PrometheusSource
+from dashboard import definitions
+from dashboard.frames.fleet import fleet_counts
+from dashboard.frames.health import NOT_THROTTLING
+from dashboard.sources.prometheus import PrometheusSource
 from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query
@@ -242,12 +244,12 @@ def test_throttling_lists_gpus_with_an_active_clock_event_one_row_per_gpu_and_re
     (t,) = p["targets"]
     assert _outer_by(t["expr"]) == ["cluster", "node", "gpu", "reason"]
     assert t["expr"].endswith(" > 0"), "only the GPUs and reasons that held the clocks"
-    for reason in frames.NOT_THROTTLING:
+    for reason in NOT_THROTTLING:
         assert reason in t["expr"].split("reason!~", 1)[1].split('"')[1].split("|")
     (override,) = p["fieldConfig"]["overrides"]
     assert override["matcher"] == {"id": "byName", "options": "Reason"}
     words = override["properties"][0]["value"][0]["options"]
-    throttling = set(CLOCK_EVENT_REASONS.values()) - frames.NOT_THROTTLING
+    throttling = set(CLOCK_EVENT_REASONS.values()) - NOT_THROTTLING
     assert throttling <= set(words), throttling - set(words)
     assert all(words[r]["text"] != r for r in throttling)
     assert p["options"]["sortBy"] == [{"displayName": "Share of the hour", "desc": True}]
@@ -273,7 +275,7 @@ def test_a_table_without_column_headers_is_refused() -> None:
         gd._panel_json(mismatched, 1, 0, 0)
 
 
-# --- one definition, live: the Fleet row against frames.fleet_counts ------------------------------
+# --- one definition, live: the Fleet row against frames.fleet.fleet_counts ------------------------------
 
 
 def _config(targets: list[tuple[str, str]]) -> str:
@@ -329,7 +331,7 @@ def _grafana_counts(base: str, at: float) -> dict[str, int]:
 def _page_counts(base: str, at: float) -> dict[str, int]:
     """What the Fleet page shows at ``at``: its queries through PrometheusSource, then fleet_counts."""
     src = PrometheusSource(base)
-    counts = frames.fleet_counts(
+    counts = fleet_counts(
         src.instant("gpulens_gpu_info", end=at),
         src.instant("gpulens_mig_instance_info", end=at),
         src.instant("gpulens_pod_gpu_allocation", end=at),

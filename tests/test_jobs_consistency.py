@@ -33,8 +33,8 @@ from dashboard.advisor.engine import Policy
 from dashboard.advisor.job_query import measure_jobs
 from dashboard.advisor.jobs import advise_jobs
 from dashboard.advisor.query import Window
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource
 from tests.support.exporter import run_exporter
 from tests.support.om_history import without_integrals, write_history
 from tests.support.prometheus import backfill_recording_rules, inline_records, run_prometheus

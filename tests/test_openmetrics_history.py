@@ -8,7 +8,7 @@ import io
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from dashboard.openmetrics import OpenMetricsHistory, label_text
+from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
 
 LEAF = {"gpu": "0", "uuid": "GPU-a", "mig_uuid": "", "instance": "n1:9445", "job": "gpulens"}
 

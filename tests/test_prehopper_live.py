@@ -17,8 +17,8 @@ from contextlib import ExitStack
 import pandas as pd
 
 from dashboard.advisor.query import Window, measure
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.scrape_source import ScrapeSource
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.scrape import ScrapeSource
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import firing, query, rules_with_short_for, run_prometheus, scrape_config, wait_for_query
 

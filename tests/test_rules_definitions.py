@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from dashboard import definitions, frames, jobs
+from dashboard import definitions, jobs
+from dashboard.frames.columns import from_rows
+from dashboard.frames.health import SLOW_EFFICIENCY
 
 REPO = Path(__file__).resolve().parents[1]
 RULES_FILE = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -76,7 +78,7 @@ def _alerts(name: str) -> list[str]:
 def test_the_probe_alert_and_the_health_page_call_a_gpu_slow_at_one_threshold() -> None:
     (expr,) = _alerts("GPUMemoryBandwidthDegraded")
     assert re.findall(r"< ([0-9.]+)", expr) == [repr(definitions.PROBE_SLOW_EFFICIENCY_BELOW)]
-    assert frames.SLOW_EFFICIENCY == definitions.PROBE_SLOW_EFFICIENCY_BELOW
+    assert SLOW_EFFICIENCY == definitions.PROBE_SLOW_EFFICIENCY_BELOW
 
 
 def test_the_application_xid_alert_counts_events_as_the_health_page_does() -> None:
@@ -113,7 +115,7 @@ def test_the_advisors_inlined_verdict_keeps_its_filters_on_the_in_use_classes() 
 
 def _raw(rows: list[dict[str, object]], ts: np.ndarray) -> pd.DataFrame:
     """One sample per row and time (labels + timestamp + value), as the scrape source hands them."""
-    return frames.from_rows([{**r, "timestamp": t} for r in rows for t in ts], time=True)
+    return from_rows([{**r, "timestamp": t} for r in rows for t in ts], time=True)
 
 
 def test_leaf_idle_frame_counts_a_transfer_bound_leaf_as_in_use() -> None:
@@ -129,7 +131,7 @@ def test_leaf_idle_frame_counts_a_transfer_bound_leaf_as_in_use() -> None:
     ]
     sm = _raw([{**leaf, "value": 0.0} for leaf in leaves], ts)
     util = _raw([{**leaf, "value": 0.0} for leaf in leaves if not leaf["mig_uuid"]], ts)
-    classes = frames.from_rows(
+    classes = from_rows(
         [
             {**leaf, "class": cls, "timestamp": t, "value": value}
             for leaf, cls, on in (

@@ -73,7 +73,7 @@ def test_a_dead_exporter_fires_and_shows_on_the_dashboard_whatever_the_job_is_ca
     banner (a dead target no longer just vanishes)."""
     from contextlib import ExitStack
 
-    from dashboard.prometheus_source import PrometheusSource
+    from dashboard.sources.prometheus import PrometheusSource
 
     with ExitStack() as stack:
         alive = stack.enter_context(run_exporter("--sim.scenario", "h200x8", "--no-probes"))

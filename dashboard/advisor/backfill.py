@@ -18,7 +18,7 @@ from typing import TextIO
 
 import numpy as np
 
-from dashboard.openmetrics import OpenMetricsHistory
+from dashboard.sources.openmetrics import OpenMetricsHistory
 from exporter.analysis.pod_class import pod_class
 from exporter.model import BOUNDNESS_CLASSES, POD_BOUNDNESS_CLASSES
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dashboard import prometheus_auth
 from dashboard.advisor.engine import Policy, Recommendation
 from dashboard.advisor.job_query import JobAdviceReport, JobReport, advise_all_jobs
 from dashboard.advisor.jobs import JobAdvice
@@ -35,8 +34,9 @@ from dashboard.inputs import (
     parse_prices,
     plain,
 )
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.source import Filters, SourceError
+from dashboard.sources import prometheus_auth
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import Filters, SourceError
 
 ENV_PREFIX = "GPULENS_ADVISOR_"
 """Environment twins of the --prometheus-* authentication flags: GPULENS_ADVISOR_PROMETHEUS_*."""

@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dashboard import definitions, frames, jobs
+from dashboard import definitions, jobs
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy
 from dashboard.advisor.jobs import JobAdvice, JobLeaf, JobUsage, Straggler, advise_jobs
 from dashboard.advisor.query import DEFAULT_WINDOW, Window
-from dashboard.prometheus_source import PrometheusSource
+from dashboard.frames.columns import with_cols
 from dashboard.promql import duration, selector, subquery_range
-from dashboard.source import NO_FILTERS, Filters
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import NO_FILTERS, Filters
 
 SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 """Clock event reasons (``gpulens_gpu_clock_event_active{reason}``) by which the GPU slows itself
@@ -169,7 +170,7 @@ def leaf_frame(results: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Da
     ``wasted_gpu_hours``), and one per (job leaf, class) with ``share``; bare pods named as their
     own job (``jobs.name_jobs``). Pure."""
     keys = list(jobs.JOB_LEAF)
-    held = frames.with_cols(results["held"], keys)
+    held = with_cols(results["held"], keys)
     if held.empty:
         return pd.DataFrame(columns=[*jobs.LEAF_COLUMNS, "held_hours"]), pd.DataFrame(columns=[*keys, "class", "share"])
     rows = held.rename(columns={"value": "held_hours"})[[*keys, "held_hours"]].drop_duplicates(keys)
@@ -180,17 +181,17 @@ def leaf_frame(results: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Da
     device = ["cluster", "uuid", "mig_uuid"]
     rows = rows.merge(_values(results["memory_total_bytes"], device, "memory_total_bytes"), on=device, how="left")
     rows["memory_used_ratio"] = rows["memory_used_bytes"] / rows["memory_total_bytes"]
-    info = frames.with_cols(results["info"], ("cluster", "uuid", "gpu", "name")).drop_duplicates(["cluster", "uuid"])
+    info = with_cols(results["info"], ("cluster", "uuid", "gpu", "name")).drop_duplicates(["cluster", "uuid"])
     rows = rows.merge(
         info[["cluster", "uuid", "gpu", "name"]].rename(columns={"name": "model"}), on=["cluster", "uuid"], how="left"
     )
-    mig = frames.with_cols(results["mig"], ("cluster", "uuid", "mig_uuid", "mig_profile"))
+    mig = with_cols(results["mig"], ("cluster", "uuid", "mig_uuid", "mig_profile"))
     mig = mig.drop_duplicates(["cluster", "uuid", "mig_uuid"])[["cluster", "uuid", "mig_uuid", "mig_profile"]]
     rows = rows.merge(mig, on=["cluster", "uuid", "mig_uuid"], how="left")
     for c in ("gpu", "model", "mig_profile"):
         rows[c] = rows[c].fillna("").astype(str)
     rows["gpu_share"] = [definitions.gpu_share(p, m) for p, m in zip(rows["mig_profile"], rows["model"], strict=True)]
-    classes = frames.with_cols(results["classes"], (*keys, "class")).rename(columns={"value": "share"})
+    classes = with_cols(results["classes"], (*keys, "class")).rename(columns={"value": "share"})
     classes = (
         jobs.name_jobs(classes[[*keys, "class", "share"]])
         if not classes.empty
@@ -205,7 +206,7 @@ def leaf_frame(results: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Da
 def _values(result: pd.DataFrame, keys: list[str], name: str) -> pd.DataFrame:
     """A query's rows as ``keys`` + ``name`` (its value, float), one per key; empty (with those
     columns) when the store had no such series (an older exporter, no clock events)."""
-    df = frames.with_cols(result, keys)
+    df = with_cols(result, keys)
     if "value" not in df.columns or df.empty:
         return pd.DataFrame({**{k: pd.Series(dtype=str) for k in keys}, name: pd.Series(dtype=float)})
     df = df.rename(columns={"value": name})[[*keys, name]]

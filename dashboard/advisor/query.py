@@ -37,11 +37,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard import definitions, frames
+from dashboard import definitions
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy, Recommendation, WorkloadUsage, recommend_all
-from dashboard.prometheus_source import PrometheusSource
+from dashboard.frames.columns import with_cols
 from dashboard.promql import by_clause, duration, selector, subquery_range
-from dashboard.source import NO_FILTERS, Filters
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import NO_FILTERS, Filters
 
 WORKLOAD = ("namespace", "workload_kind", "workload")
 POD = (*WORKLOAD, "pod")
@@ -159,21 +160,21 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     at = win.end if win.end is not None else time.time()
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
-    held = frames.with_cols(results["held"], KEYS)
+    held = with_cols(results["held"], KEYS)
     if held.empty:
         return []
     rows = held.rename(columns={"value": "held"})[[*KEYS, "held"]]
     for key in MEASURED:
-        df = frames.with_cols(results[key], KEYS).rename(columns={"value": key})[[*KEYS, key]]
+        df = with_cols(results[key], KEYS).rename(columns={"value": key})[[*KEYS, key]]
         rows = rows.merge(df.drop_duplicates(list(KEYS)), on=list(KEYS), how="left")
-    info = frames.with_cols(results["info"], ("uuid", "name"))
+    info = with_cols(results["info"], ("uuid", "name"))
     models = dict(zip(info["uuid"], info["name"], strict=True))
-    mig = frames.with_cols(results["mig"], ("mig_uuid", "mig_profile"))
+    mig = with_cols(results["mig"], ("mig_uuid", "mig_profile"))
     profiles = dict(zip(mig["mig_uuid"], mig["mig_profile"], strict=True))
     rows["model"] = [models.get(u, "") for u in rows["uuid"]]
     rows["profile"] = [profiles.get(m, "") if m else "" for m in rows["mig_uuid"]]
     mixes: dict[tuple[str, ...], dict[str, float]] = {}
-    for rec in frames.with_cols(results["boundness"], (*KEYS, "class")).to_dict("records"):
+    for rec in with_cols(results["boundness"], (*KEYS, "class")).to_dict("records"):
         mixes.setdefault(tuple(str(rec[k]) for k in KEYS), {})[str(rec["class"])] = float(rec["value"])
     rows["mix"] = [mixes.get(tuple(str(r[k]) for k in KEYS), {}) for r in rows.to_dict("records")]
     # a pod without an owner is its own workload

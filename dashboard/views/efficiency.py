@@ -6,8 +6,21 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, ui
-from dashboard.source import RATE_WINDOW_MIN_SECONDS
+from dashboard import ui
+from dashboard.figures.roofline import roofline_density, roofline_scatter
+from dashboard.figures.timelines import boundness_area, time_lines
+from dashboard.frames.fleet import boundness_now, roofline_points
+from dashboard.frames.links import (
+    LINK_COUNTERS,
+    LINK_UTILIZATION,
+    TRANSFER_ACTIVE,
+    busiest_links,
+    leaf_links,
+    link_totals,
+    measured_links,
+    outbound,
+)
+from dashboard.sources.source import RATE_WINDOW_MIN_SECONDS
 
 # (comments, not docstrings: Streamlit's magic would draw a string under an assignment on the page)
 # Most GPUs and slices the per-GPU link chart draws a line for (the busiest ones).
@@ -22,18 +35,16 @@ LINK_BUSY_AT_LEAST = 0.01
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     q = {
-        "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window_s=ctx.window_s),
-        "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window_s=ctx.window_s),
+        "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window=ctx.window),
+        "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window=ctx.window),
         "bound": ui.query("current_state", "gpulens_gpu_boundness", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
-        "series": ui.query(
-            "series", "gpulens_gpu_boundness", f, window_s=ctx.window_s, step_s=ctx.step_s, by=["class"]
-        ),
+        "series": ui.query("series", "gpulens_gpu_boundness", f, window=ctx.window, step_s=ctx.step_s, by=["class"]),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Roofline"):
         st.subheader("Roofline: DRAM bandwidth vs busiest pipe")
-        points = frames.roofline_points(
+        points = roofline_points(
             ui.get(ctx, q["dram"]), ui.get(ctx, q["pipe"]), ui.get(ctx, q["bound"]), ui.get(ctx, q["alloc"])
         )
         dense = len(points) > ctx.settings.max_marks
@@ -50,9 +61,9 @@ def body(ctx: ui.PageContext) -> None:
                 "a circle per 5 % x 5 % cell and class, its size the number there. Filter by cluster or node for "
                 "points."
             )
-            ui.chart(figures.roofline_density(points), key="roofline_density")
+            ui.chart(roofline_density(points), key="roofline_density")
         else:
-            ui.chart(figures.roofline_scatter(points), key="roofline", clickable=True)
+            ui.chart(roofline_scatter(points), key="roofline", clickable=True)
 
     with ui.panel("Boundness over time"):
         st.subheader("Boundness over time")
@@ -63,17 +74,17 @@ def body(ctx: ui.PageContext) -> None:
                 "newer) and a first sample."
             )
         else:
-            ui.chart(figures.boundness_area(series), key="boundness_area")
+            ui.chart(boundness_area(series), key="boundness_area")
 
     use_means: dict[str, pd.DataFrame] = {}
     with ui.panel("Data movement"):
-        use_means = data_movement(ctx, len(frames.boundness_now(ui.get(ctx, q["bound"]))))
+        use_means = data_movement(ctx, len(boundness_now(ui.get(ctx, q["bound"]))))
 
     with ui.panel("Leaves by class"):
         if not points.empty:
             st.subheader("GPUs and slices by class")
-            table = frames.leaf_links(points, use_means, {})
-            table = frames.measured_links(table.sort_values(["class", "node", "instance", "gpu"]))
+            table = leaf_links(points, use_means, {})
+            table = measured_links(table.sort_values(["class", "node", "instance", "gpu"]))
             # what limits each, then what it moved, then who holds it: the columns a reader compares first
             columns = ["node", "instance", "gpu", "class", "dram_active", "pipe_active", *ui.link_columns(table),
                        "holders", "uuid", "mig_uuid"]  # fmt: skip
@@ -117,10 +128,10 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
     )
     f = ctx.filters
     rates = {
-        key: ui.query("rate", metric, f, window_s=ctx.window_s, step_s=ctx.step_s, by=[])
-        for key, metric in frames.LINK_COUNTERS.items()
+        key: ui.query("rate", metric, f, window=ctx.window, step_s=ctx.step_s, by=[])
+        for key, metric in LINK_COUNTERS.items()
     }
-    use = {link: ui.query("mean", metric, f, window_s=ctx.window_s) for link, metric in frames.LINK_UTILIZATION.items()}
+    use = {link: ui.query("mean", metric, f, window=ctx.window) for link, metric in LINK_UTILIZATION.items()}
     ui.prefetch(ctx, [*rates.values(), *use.values()])
     means = {link: ui.get(ctx, qq) for link, qq in use.items()}
     # counted from the links themselves: a GPU without GPM has links but no class
@@ -128,7 +139,7 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
     left, right = st.columns(2)
     with left:
         st.markdown("**Throughput of the GPUs in view, GB/s**")
-        totals = frames.link_totals({key: ui.get(ctx, qq) for key, qq in rates.items()})
+        totals = link_totals({key: ui.get(ctx, qq) for key, qq in rates.items()})
         if totals.empty and measured:
             # The links are measured, but a rate needs its counters a minute apart: a fresh
             # exporter or store has none yet, which is not the same as no data.
@@ -137,7 +148,7 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
                 "the link use beside it is already measured."
             )
         else:
-            chart = figures.time_lines(totals, "bytes_per_second", legend_columns=2, dashed=frames.outbound(totals))
+            chart = time_lines(totals, "bytes_per_second", legend_columns=2, dashed=outbound(totals))
             ui.chart(chart, key="link_totals")
     with right:
         st.markdown(f"**Busiest link per GPU, % of capacity (the {LINK_LINES} busiest)**")
@@ -149,17 +160,17 @@ def data_movement(ctx: ui.PageContext, in_view: int) -> dict[str, pd.DataFrame]:
                 f"node (at most {LINK_LINES_IN_VIEW}) for their link use over time."
             )
         else:
-            busiest_links(ui.fetch(ctx, "series", frames.TRANSFER_ACTIVE, f, window_s=ctx.window_s, step_s=ctx.step_s))
+            busiest_links_panel(ui.fetch(ctx, "series", TRANSFER_ACTIVE, f, window=ctx.window, step_s=ctx.step_s))
     return means
 
 
-def busiest_links(active: pd.DataFrame) -> None:
+def busiest_links_panel(active: pd.DataFrame) -> None:
     """The busiest devices' busiest link over time (``active``: every device's)."""
-    lines = frames.busiest_links(active, LINK_LINES, LINK_BUSY_AT_LEAST)
+    lines = busiest_links(active, LINK_LINES, LINK_BUSY_AT_LEAST)
     if lines.empty and not active.empty:
         st.success(f"No GPU kept a link {LINK_BUSY_AT_LEAST:.0%} busy on average over the range.")
     else:
-        ui.chart(figures.time_lines(lines, "ratio", full_scale=True, legend_columns=2), key="link_busiest")
+        ui.chart(time_lines(lines, "ratio", full_scale=True, legend_columns=2), key="link_busiest")
 
 
 ui.page("Efficiency", body)

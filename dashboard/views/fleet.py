@@ -5,8 +5,22 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, fleet_names, frames, ui
-from dashboard.source import SourceError
+from dashboard import definitions, fleet_names, ui
+from dashboard.figures.activity import sm_heatmap, sm_histogram
+from dashboard.frames.columns import LEAF, col, with_cols
+from dashboard.frames.fleet import fleet_counts
+from dashboard.frames.links import (
+    LINK_COUNTERS,
+    LINK_UTILIZATION,
+    TRANSFER_CLASS,
+    busy_but_sm_idle,
+    latest,
+    leaf_links,
+    leaf_words,
+    leaves_in_class,
+    measured_links,
+)
+from dashboard.sources.source import SourceError, Window
 
 # A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
 # sampled at the Workloads page's resolution (its allocation activity: the same steps).
@@ -22,14 +36,14 @@ def body(ctx: ui.PageContext) -> None:
         "idle": ui.query("leaf_idle", f),
         "up": ui.query("instant", "gpulens_up", f),
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
-        "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window_s=ctx.window_s),
+        "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window=ctx.window),
         "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
         "classes": ui.query("current_state", "gpulens_gpu_boundness", f),
         "idle_since": ui.query(
-            "idle_since", f, window_s=ctx.window_s, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
+            "idle_since", f, window=ctx.window, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
         ),
-        "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
-        "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window=ctx.window),
+        "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         "clock_max": ui.query("instant", "gpulens_gpu_sm_clock_max_hertz", f),
     }
     ui.prefetch(ctx, q.values())
@@ -42,7 +56,7 @@ def body(ctx: ui.PageContext) -> None:
         except SourceError as exc:  # no recording rules: the counts that need none still show
             st.error(str(exc), icon=":material/warning:")
             idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
-        counts = frames.fleet_counts(info, mig, alloc, idle)
+        counts = fleet_counts(info, mig, alloc, idle)
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Devices", f"{counts['devices']:,}")
         c2.metric("Allocated", f"{counts['allocated']:,}")
@@ -78,17 +92,17 @@ def body(ctx: ui.PageContext) -> None:
         down = gpu_up[gpu_up["value"] < 1] if not gpu_up.empty else gpu_up
         bad = up[up["value"] < 1] if not up.empty else up
         if not bad.empty:
-            names = frames.col(bad, "node").where(frames.col(bad, "node") != "", frames.col(bad, "instance"))
+            names = col(bad, "node").where(col(bad, "node") != "", col(bad, "instance"))
             st.error(f"{len(bad)} exporter(s) cannot read their GPUs: " + ", ".join(names))
         if not down.empty:
             st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
-            table = frames.with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
+            table = with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
             st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=COLUMNS)
 
     with ui.panel("SM activity"):
         st.subheader(f"SM activity per GPU (mean over {ui.over(ctx)})")
         sm_mean = ui.get(ctx, q["sm_mean"])
-        gpus = frames.col(sm_mean, "uuid").nunique()
+        gpus = col(sm_mean, "uuid").nunique()
         cells = not sm_mean.empty and gpus <= ctx.settings.max_marks
         st.caption(
             "GPM SM activity (warps resident), not NVML GPU-Util: a stream of tiny kernels, or a copy over "
@@ -106,19 +120,19 @@ def body(ctx: ui.PageContext) -> None:
                 f"{gpus:,} GPUs, more than a cell each ({ctx.settings.max_marks:,} at most): GPUs per 5 % band of "
                 "SM activity. Filter by cluster or node for the map of GPUs."
             )
-            ui.chart(figures.sm_histogram(sm_mean), key="sm_histogram")
+            ui.chart(sm_histogram(sm_mean), key="sm_histogram")
         else:
-            ui.chart(figures.sm_heatmap(sm_mean, alloc), key="sm_heatmap", clickable=True)
+            ui.chart(sm_heatmap(sm_mean, alloc), key="sm_heatmap", clickable=True)
         if not sm_mean.empty:
             ui.gpu_picker(info, key="fleet_gpu")
 
     with ui.panel("Moving data"):
-        moving = frames.leaves_in_class(ui.get(ctx, q["classes"]), frames.TRANSFER_CLASS)
+        moving = leaves_in_class(ui.get(ctx, q["classes"]), TRANSFER_CLASS)
         if not moving.empty:
             moving_data(ctx, moving, idle)
 
     with ui.panel("GPU-Util vs SM activity"):
-        lie = frames.busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving)
+        lie = busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving)
         if not lie.empty:
             st.warning(
                 f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
@@ -136,7 +150,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Models"):
         if not info.empty:
             st.subheader("Models")
-            models = frames.with_cols(info, MODEL_COLUMNS)
+            models = with_cols(info, MODEL_COLUMNS)
             # a label an old exporter does not set reads as such, not as a blank cell
             models = models.assign(**{c: models[c].replace("", "not reported") for c in MODEL_COLUMNS})
             table = models.groupby(list(MODEL_COLUMNS), as_index=False).size()
@@ -162,21 +176,21 @@ def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -
     their SMs idle, with each link's use and throughput now and SM activity over the idle
     definition's window."""
     f = ctx.filters
-    use = {link: ui.query("instant", metric, f) for link, metric in frames.LINK_UTILIZATION.items()}
+    use = {link: ui.query("instant", metric, f) for link, metric in LINK_UTILIZATION.items()}
     rates = {
-        key: ui.query("rate", metric, f, window_s=LINK_NOW_SECONDS, step_s=LINK_NOW_SECONDS)
-        for key, metric in frames.LINK_COUNTERS.items()
+        key: ui.query("rate", metric, f, window=Window(LINK_NOW_SECONDS), step_s=LINK_NOW_SECONDS)
+        for key, metric in LINK_COUNTERS.items()
     }
     ui.prefetch(ctx, [*use.values(), *rates.values()])
-    table = frames.leaf_links(
+    table = leaf_links(
         moving,
         {link: ui.get(ctx, qq) for link, qq in use.items()},
-        {key: frames.latest(ui.get(ctx, qq)) for key, qq in rates.items()},
+        {key: latest(ui.get(ctx, qq)) for key, qq in rates.items()},
     )
-    sm = frames.with_cols(idle, frames.LEAF)[[*frames.LEAF, "sm_mean"]].rename(columns={"sm_mean": "sm_active"})
-    table = table.merge(sm, on=list(frames.LEAF), how="left")
+    sm = with_cols(idle, LEAF)[[*LEAF, "sm_mean"]].rename(columns={"sm_mean": "sm_active"})
+    table = table.merge(sm, on=list(LEAF), how="left")
     leaves = zip(table["mig_uuid"], table["mig_profile"], strict=True)
-    table = frames.measured_links(table.assign(device=[frames.leaf_words(m, p) for m, p in leaves]))
+    table = measured_links(table.assign(device=[leaf_words(m, p) for m, p in leaves]))
     st.info(
         f"{ui.devices(table['mig_uuid'])} moving data: PCIe/NVLink busy, SMs idle (class transfer, e.g. a data "
         "loader copying to the GPU). nvidia-smi counts the copies as busy; the links, not the kernels, are the limit. "

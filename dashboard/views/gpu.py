@@ -12,8 +12,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, gpu_panels, ui
-from dashboard.source import Filters, bounded_step, rate_steps
+from dashboard import gpu_panels, ui
+from dashboard.figures.timelines import state_strip, time_lines
+from dashboard.frames.columns import col, with_cols
+from dashboard.frames.jobs import where_words
+from dashboard.frames.links import link_panels, link_table, outbound
+from dashboard.frames.network import NIC_KEYS, NIC_RX, NIC_TX, PATH_WORDS, gpu_nics, nic_table
+from dashboard.frames.series import pods_over_range, state_timeline
+from dashboard.sources.source import Filters, rate_steps
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -24,9 +30,9 @@ def body(ctx: ui.PageContext) -> None:
     if not uuid:
         return
     mig = str(st.query_params.get("mig_uuid", ""))
-    steps = rate_steps(bounded_step(ctx.window_s, ctx.step_s)[1])
-    series = ui.fetch(ctx, "device_series", uuid, window_s=ctx.window_s, step_s=ctx.step_s)
-    mine = info[frames.col(info, "uuid") == uuid]
+    steps = rate_steps(ctx.window.stepped(ctx.step_s)[1])
+    series = ui.fetch(ctx, "device_series", uuid, window=ctx.window, step_s=ctx.step_s)
+    mine = info[col(info, "uuid") == uuid]
     head = gpu_panels.header(uuid, series, up, mine)
 
     with ui.panel("Header"):
@@ -34,7 +40,7 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Pods that held it"):
         st.subheader("Pods that held this GPU in the range")
-        pods = frames.pods_over_range(series)
+        pods = pods_over_range(series)
         if pods.empty:
             st.info("No pod held this GPU in the range.")
         else:
@@ -86,7 +92,7 @@ def body(ctx: ui.PageContext) -> None:
 def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
     """The GPU picker: every GPU exported now, and the URL's GPU even when it is not (a lost GPU,
     or one gone from the range's end), named by where it is; the chosen UUID, ``""`` for none."""
-    gpus = frames.with_cols(info, ["uuid", "gpu", "node", "instance", "name"])
+    gpus = with_cols(info, ["uuid", "gpu", "node", "instance", "name"])
     where = gpus["node"].where(gpus["node"] != "", gpus["instance"])
     names = {
         u: f"{w} · GPU {g} · {n} · {u}"
@@ -96,13 +102,13 @@ def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
     options = sorted(names, key=lambda u: names[u])
     if wanted and wanted not in names:
         options = [wanted, *options]
-        row = frames.with_cols(up[frames.col(up, "uuid") == wanted], ["gpu", "node", "instance", "value"])
+        row = with_cols(up[col(up, "uuid") == wanted], ["gpu", "node", "instance", "value"])
         if row.empty:
             names[wanted] = f"{wanted} · not exported now"
         else:
             r = row.iloc[0]
             state = "LOST" if float(r["value"]) < 0.5 else "not in the filters' view"
-            names[wanted] = f"{frames.where_words(r['node'], r['instance'])} · GPU {r['gpu']} · {wanted} · {state}"
+            names[wanted] = f"{where_words(r['node'], r['instance'])} · GPU {r['gpu']} · {wanted} · {state}"
     if not options:
         ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
         return ""
@@ -136,24 +142,24 @@ def _header(head: gpu_panels.Header, about: str, mig: str) -> None:
 def boundness(series: pd.DataFrame, head: gpu_panels.Header, info: pd.DataFrame) -> None:
     """What limits the GPU over the range (its boundness class per leaf), or why it has none."""
     st.subheader("What limits it: boundness class over time")
-    classes = frames.state_timeline(series, "gpulens_gpu_boundness", "class")
+    classes = state_timeline(series, "gpulens_gpu_boundness", "class")
     if classes.empty:
         ident = gpu_panels.identity(series, info)
         st.info(gpu_panels.no_class_words(series, ident, "LOST" if head.lost else "answering"))
     else:
-        ui.chart(figures.state_strip(classes, "class"), key="gpu_class")
+        ui.chart(state_strip(classes, "class"), key="gpu_class")
 
 
 def clock_events(series: pd.DataFrame, head: gpu_panels.Header) -> None:
     """Clock events (throttle reasons) over the range in words; while the GPU is lost nothing is
     known about them, and the page says so rather than "no clock event"."""
     st.subheader("Clock events (throttling) over time")
-    events = frames.state_timeline(series, "gpulens_gpu_clock_event_active", "reason")
+    events = state_timeline(series, "gpulens_gpu_clock_event_active", "reason")
     events = gpu_panels.in_words(events, "reason", gpu_panels.CLOCK_EVENT_WORDS).rename(
         columns={"reason": "clock event"}
     )
     if not events.empty:
-        ui.chart(figures.state_strip(events, "clock event"), key="gpu_events")
+        ui.chart(state_strip(events, "clock event"), key="gpu_events")
     if head.lost:
         st.info(
             "Nothing is known about clock events while the GPU is lost: the exporter cannot read them"
@@ -181,9 +187,9 @@ def errors(series: pd.DataFrame) -> None:
 
 
 def _job_links(ctx: ui.PageContext, pods: pd.DataFrame, info: pd.DataFrame) -> list[str]:
-    """Each holder's job page (frames.pods_over_range's ``workload`` is ``Kind/name``; a pod of no
+    """Each holder's job page (frames.series.pods_over_range's ``workload`` is ``Kind/name``; a pod of no
     owner is the job ``Pod/<pod>``), in the GPU's cluster; ``""`` where the owner has no kind."""
-    cluster = str(frames.col(info, "cluster").iloc[0]) if not info.empty else ""
+    cluster = str(col(info, "cluster").iloc[0]) if not info.empty else ""
     params = ctx.link_params()
     out = []
     for ns, pod, workload in zip(pods["namespace"], pods["pod"], pods["workload"], strict=True):
@@ -195,22 +201,22 @@ def _job_links(ctx: ui.PageContext, pods: pd.DataFrame, info: pd.DataFrame) -> l
 def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
     """The GPU's nearest RDMA NICs (docs/network.md): device, PCIe path, GPUDirect RDMA state and
     reason in words, and each NIC's throughput now (Gb/s each way); the others are on the Network page."""
-    row = frames.with_cols(info[frames.col(info, "uuid") == uuid], ["instance"])
+    row = with_cols(info[col(info, "uuid") == uuid], ["instance"])
     if row.empty:
         return
     on_node = Filters(cluster=ctx.filters.cluster, instance=str(row["instance"].iloc[0]) or None)
     paths = ui.fetch(ctx, "instant", "gpulens_gpu_nic_path_info", on_node)
-    paths = paths[frames.col(paths, "uuid") == uuid]
+    paths = paths[col(paths, "uuid") == uuid]
     if paths.empty:
         return  # a node without RDMA NICs: nothing to say on every GPU page
     ready = ui.fetch(ctx, "instant", "gpulens_gpu_nic_gdr_ready", on_node)
-    pairs = frames.gpu_nics(paths, ready[frames.col(ready, "uuid") == uuid], info)
+    pairs = gpu_nics(paths, ready[col(ready, "uuid") == uuid], info)
     near = pairs[pairs["nearest"]]
     st.subheader("Nearest NICs")
-    by = list(frames.NIC_KEYS)
-    tx = ui.fetch(ctx, "rate", frames.NIC_TX, on_node, window_s=ctx.window_s, step_s=ctx.step_s, by=by)
-    rx = ui.fetch(ctx, "rate", frames.NIC_RX, on_node, window_s=ctx.window_s, step_s=ctx.step_s, by=by)
-    rates = frames.nic_table(near.assign(kind="", numa_node="", pci_bus_id=""), pd.DataFrame(), pd.DataFrame(), tx, rx)
+    by = list(NIC_KEYS)
+    tx = ui.fetch(ctx, "rate", NIC_TX, on_node, window=ctx.window, step_s=ctx.step_s, by=by)
+    rx = ui.fetch(ctx, "rate", NIC_RX, on_node, window=ctx.window, step_s=ctx.step_s, by=by)
+    rates = nic_table(near.assign(kind="", numa_node="", pci_bus_id=""), pd.DataFrame(), pd.DataFrame(), tx, rx)
     table = near.merge(rates[["device", "tx", "rx"]], on="device", how="left")
     ok = bool(table["gdr_ready"].any())
     st.caption(
@@ -223,7 +229,7 @@ def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
         + " The Network page has every NIC, its errors and the pods holding it."
     )
     shown = table.assign(
-        path=[frames.PATH_WORDS.get(str(p), str(p)) for p in table["path"]],
+        path=[PATH_WORDS.get(str(p), str(p)) for p in table["path"]],
         gdr_ready=["ready" if r else "not ready" for r in table["gdr_ready"]],
         tx=[ui.fmt_bitrate(v) for v in table["tx"]],
         rx=[ui.fmt_bitrate(v) for v in table["rx"]],
@@ -240,8 +246,8 @@ def links(series: pd.DataFrame, steps: int) -> None:
         st.warning(nvlink + " Its collectives and peer copies run that much slower (alert GPUNvlinkDown).")
     elif nvlink:
         st.caption(nvlink)
-    throughput, use = frames.link_panels(series, steps)
-    table = frames.link_table(series)
+    throughput, use = link_panels(series, steps)
+    table = link_table(series)
     if throughput.empty and use.empty and table.empty:
         st.info("No link series in the range (an exporter older than the link counters, or a driver without them).")
         return
@@ -262,15 +268,15 @@ def links(series: pd.DataFrame, steps: int) -> None:
     with left:
         st.markdown("**Throughput, GB/s**")
         ui.chart(
-            figures.time_lines(throughput, "bytes_per_second", legend_columns=2, dashed=frames.outbound(throughput)),
+            time_lines(throughput, "bytes_per_second", legend_columns=2, dashed=outbound(throughput)),
             key="gpu_link_throughput",
         )
     with right:
         st.markdown("**Use, % of capacity**")
-        ui.chart(figures.time_lines(use, "ratio", full_scale=True, legend_columns=2), key="gpu_link_use")
+        ui.chart(time_lines(use, "ratio", full_scale=True, legend_columns=2), key="gpu_link_use")
 
 
-# The link table (frames.link_table) in words (a comment: Streamlit's magic would draw a docstring).
+# The link table (frames.links.link_table) in words (a comment: Streamlit's magic would draw a docstring).
 LINK_TABLE_CONFIG = {
     "device": st.column_config.TextColumn("device", help="the whole GPU, or the MIG instance"),
     "capacity_bytes_per_second": st.column_config.TextColumn(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import ui
+from dashboard.figures.health import clock_event_bar, probe_efficiency_bar
+from dashboard.frames.columns import with_cols
+from dashboard.frames.health import SLOW_EFFICIENCY, SLOW_VS_PEERS, active_clock_events, nonzero, probe_comparison
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -18,9 +21,9 @@ def body(ctx: ui.PageContext) -> None:
         "bw": ui.query("instant", "gpulens_probe_bandwidth_bytes_per_second", f),
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
-        "xid": ui.query("events", "gpulens_gpu_xid_errors_total", f, window_s=ctx.window_s),
-        "ecc": ui.query("increase", "gpulens_gpu_ecc_errors_total", f, window_s=ctx.window_s),
-        "means": ui.query("mean", "gpulens_gpu_clock_event_active", f, window_s=ctx.window_s),
+        "xid": ui.query("events", "gpulens_gpu_xid_errors_total", f, window=ctx.window),
+        "ecc": ui.query("increase", "gpulens_gpu_ecc_errors_total", f, window=ctx.window),
+        "means": ui.query("mean", "gpulens_gpu_clock_event_active", f, window=ctx.window),
         "stages": ui.query("instant", "gpulens_stage_success", f),
     }
     ui.prefetch(ctx, q.values())
@@ -29,15 +32,15 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader("Bandwidth probes")
         st.caption(
             f"Efficiency = measured / expected for the model. vs peers = efficiency / the median of healthy peers "
-            f"(other GPUs or MIG instances of the same model, profile and probe at {frames.SLOW_EFFICIENCY:.0%} or "
-            f"more). Slow: efficiency under {frames.SLOW_EFFICIENCY:.0%} (the alert's threshold) or vs peers "
-            f"≤ {frames.SLOW_VS_PEERS:.0%}. "
+            f"(other GPUs or MIG instances of the same model, profile and probe at {SLOW_EFFICIENCY:.0%} or "
+            f"more). Slow: efficiency under {SLOW_EFFICIENCY:.0%} (the alert's threshold) or vs peers "
+            f"≤ {SLOW_VS_PEERS:.0%}. "
             "Probes run on unallocated, idle devices only, so the newest result in the range is shown."
         )
         eff = ui.get(ctx, q["eff"])
         bw = ui.get(ctx, q["bw"])
         mig = ui.get(ctx, q["mig"])
-        probes = frames.probe_comparison(eff, bw, info, mig)
+        probes = probe_comparison(eff, bw, info, mig)
         if probes.empty:
             ui.no_data(
                 "No bandwidth probe result in the range: probes run on idle GPUs every --probes.interval (1 h by "
@@ -55,7 +58,7 @@ def body(ctx: ui.PageContext) -> None:
                     )
                 )
                 st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
-            ui.chart(figures.probe_efficiency_bar(probes, frames.SLOW_EFFICIENCY), key="probe_bar", clickable=True)
+            ui.chart(probe_efficiency_bar(probes, SLOW_EFFICIENCY), key="probe_bar", clickable=True)
             table = ui.ids_last(ui.linked(ui.node_column(ui.humanize_bytes(probes))))
             if (table["mig_uuid"] == "").all():
                 table = table.drop(columns=["mig_uuid", "mig_profile"])
@@ -77,37 +80,37 @@ def body(ctx: ui.PageContext) -> None:
         if not down.empty:
             st.subheader("Lost GPUs")
             st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
-            table = frames.with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
+            table = with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
             ui.table(ui.linked(ui.node_column(table)), key="lost_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Xid errors"):
         st.subheader(f"Xid errors (last {window})")
         xid = ui.get(ctx, q["xid"])
         # the exporter creates an Xid counter at its first event: "events" counts that one too
-        _errors(frames.nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
+        _errors(nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
         if info.empty:
             ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
-        elif frames.nonzero(xid, ["uuid"]).empty:
+        elif nonzero(xid, ["uuid"]).empty:
             st.success(f"No Xid errors in {over}.")
 
     with ui.panel("ECC errors"):
         st.subheader(f"ECC errors (last {window})")
         ecc = ui.get(ctx, q["ecc"])
-        _errors(frames.nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
+        _errors(nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
         if ecc.empty:
             ui.no_data("No ECC counters: ECC is off on these GPUs or they do not support it.")
-        elif frames.nonzero(ecc, ["uuid"]).empty:
+        elif nonzero(ecc, ["uuid"]).empty:
             st.success(f"No ECC errors in {over}.")
 
     with ui.panel("Throttling"):
         st.subheader(f"Throttling (last {window})")
         st.caption("Share of the range each reason held the clocks down; an idle GPU's low clocks are not throttling.")
         means = ui.get(ctx, q["means"])
-        events = frames.active_clock_events(means)
+        events = active_clock_events(means)
         if events.empty:
             st.success(f"No throttling in {over}.")
         else:
-            ui.chart(figures.clock_event_bar(events), key="clock_events")
+            ui.chart(clock_event_bar(events), key="clock_events")
             ui.table(ui.linked(ui.node_column(events)), key="throttle_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Exporter stages"):
@@ -115,7 +118,7 @@ def body(ctx: ui.PageContext) -> None:
         failed = stages[stages["value"] < 1] if not stages.empty else stages
         if not failed.empty:
             st.subheader("Failing exporter stages")
-            table = frames.with_cols(failed, ["node", "instance", "stage"])[["node", "instance", "stage"]]
+            table = with_cols(failed, ["node", "instance", "stage"])[["node", "instance", "stage"]]
             ui.table(ui.node_column(table), key="stage_table")
 
 

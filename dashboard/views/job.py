@@ -13,8 +13,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, jobs, ui
-from dashboard.source import Filters, JobKey, SourceError, bounded_step
+from dashboard import definitions, jobs, ui
+from dashboard.figures.jobs import job_timelines
+from dashboard.frames.jobs import NO_CLASS, job_from_param, job_gpu_table, job_param, job_timeline, straggler_words
+from dashboard.sources.source import Filters, JobKey, SourceError, Window
 
 # Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
 # so the browser draws tens of thousands of cells, not millions. A comment, not a docstring:
@@ -35,7 +37,7 @@ def _choose(ctx: ui.PageContext, summary: pd.DataFrame) -> JobKey | None:
         table = table.sort_values(["gpu_hours", "gpus"], ascending=False, kind="stable")
     options: list[JobKey] = [_key(r) for r in table.to_dict("records")]
     names = {k: jobs.job_label(dict(zip(jobs.JOB, k, strict=True))) for k in options}
-    wanted = frames.job_from_param(str(st.query_params.get("job", "")), str(st.query_params.get("job_cluster", "")))
+    wanted = job_from_param(str(st.query_params.get("job", "")), str(st.query_params.get("job_cluster", "")))
     if wanted is not None and wanted not in names:
         options = [wanted, *options]
         names[wanted] = jobs.job_label(dict(zip(jobs.JOB, wanted, strict=True))) + " (not in view now)"
@@ -45,7 +47,7 @@ def _choose(ctx: ui.PageContext, summary: pd.DataFrame) -> JobKey | None:
         "Job", options, index=options.index(wanted) if wanted in options else 0, format_func=lambda k: names[k]
     )
     if key != wanted:
-        st.query_params["job"] = frames.job_param(key)
+        st.query_params["job"] = job_param(key)
         if key[0]:
             st.query_params["job_cluster"] = key[0]
         elif "job_cluster" in st.query_params:
@@ -55,7 +57,7 @@ def _choose(ctx: ui.PageContext, summary: pd.DataFrame) -> JobKey | None:
 
 def body(ctx: ui.PageContext) -> None:
     try:
-        summary = ui.fetch(ctx, "job_summary", ctx.filters, window_s=ctx.window_s)
+        summary = ui.fetch(ctx, "job_summary", ctx.filters, window=ctx.window)
     except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
         st.warning(str(exc), icon=":material/warning:")
         return
@@ -66,7 +68,7 @@ def body(ctx: ui.PageContext) -> None:
     # the job's own leaves, wherever they are: its cluster and namespace, not the sidebar's filters
     own = Filters(cluster=key[0] or None, namespace=key[1] or None)
     try:
-        mine = ui.fetch(ctx, "job_leaves", own, window_s=ctx.window_s, job=key)
+        mine = ui.fetch(ctx, "job_leaves", own, window=ctx.window, job=key)
     except SourceError as exc:
         st.warning(str(exc), icon=":material/warning:")
         return
@@ -76,7 +78,7 @@ def body(ctx: ui.PageContext) -> None:
             "started. Pick another job above."
         )
         return
-    gpus = frames.job_gpu_table(mine)
+    gpus = job_gpu_table(mine)
     with ui.panel("Job"):
         _header(key, mine, _gpu_hours(ctx, summary, key, own))
     with ui.panel("GPUs over time"):
@@ -97,7 +99,7 @@ def _gpu_hours(ctx: ui.PageContext, summary: pd.DataFrame, key: JobKey, own: Fil
     hit = of(summary)
     if hit.empty:
         try:
-            hit = of(ui.fetch(ctx, "job_summary", own, window_s=ctx.window_s))
+            hit = of(ui.fetch(ctx, "job_summary", own, window=ctx.window))
         except SourceError:  # the header stands without its GPU-hours
             return float("nan")
     return float(hit["gpu_hours"].iloc[0]) if not hit.empty else float("nan")
@@ -122,12 +124,12 @@ def _header(key: JobKey, mine: pd.DataFrame, hours: float) -> None:
         for r in strays.to_dict("records"):
             wait = float(r["peers_communication"]) * 100
             st.warning(
-                f"Straggler: {frames.straggler_words(r)}. Its peers spend {wait:.0f} % of their time waiting for it "
+                f"Straggler: {straggler_words(r)}. Its peers spend {wait:.0f} % of their time waiting for it "
                 "in collectives: the whole job runs at its pace.",
                 icon=":material/hourglass_bottom:",
             )
     elif classified == 0:
-        st.info(f"Straggler: {frames.NO_CLASS} (its GPUs have no GPM: pre-Hopper).")
+        st.info(f"Straggler: {NO_CLASS} (its GPUs have no GPM: pre-Hopper).")
     elif classified < 2:
         st.info("Straggler: one classified GPU, no peers to wait for it.")
     else:
@@ -138,16 +140,16 @@ def _timelines(ctx: ui.PageContext, key: JobKey, mine: pd.DataFrame, gpus: pd.Da
     """Its GPUs' SM activity, class and SM clock over the range, on one time axis."""
     st.subheader("Its GPUs over time")
     rows = len(gpus)
-    window, step = bounded_step(ctx.window_s, max(ctx.step_s, ctx.window_s * rows / MAX_CELLS))
+    window, step = ctx.window.stepped(max(ctx.step_s, ctx.window_s * rows / MAX_CELLS))
     instances = tuple(sorted(set(mine["instance"].astype(str)) - {""}))
-    series = ui.fetch(ctx, "job_series", key, instances, window_s=window, step_s=step)
-    timeline = frames.job_timeline(series, gpus)
+    series = ui.fetch(ctx, "job_series", key, instances, window=Window(window), step_s=step)
+    timeline = job_timeline(series, gpus)
     st.caption(
         f"A row per GPU, by node then GPU index, a cell every {ui.fmt_duration(step)}. The GPU the others wait for "
         "stands out: they wait in communication (brown) while it computes, at a lower SM clock when it is throttled."
     )
     end = ctx.at
-    chart = figures.job_timelines(timeline, list(gpus["row"]), start=end - window, end=end, step=step)
+    chart = job_timelines(timeline, list(gpus["row"]), start=end - window, end=end, step=step)
     ui.chart(chart, key="job_timelines")
 
 

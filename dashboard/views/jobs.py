@@ -10,8 +10,11 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, jobs, ui
-from dashboard.source import JOB_STRAGGLER_COLUMNS, SourceError
+from dashboard import definitions, jobs, ui
+from dashboard.figures.jobs import job_mix_bars
+from dashboard.frames.columns import with_cols
+from dashboard.frames.jobs import NO_CLASS, job_param, jobs_overview
+from dashboard.sources.source import JOB_STRAGGLER_COLUMNS, SourceError
 
 # Names listed under each count at the top; more are counted. Jobs drawn in the class-mix chart,
 # the most GPU-hours first (the table lists them all). Comments, not docstrings: Streamlit's magic
@@ -23,7 +26,7 @@ MAX_MIX_BARS = 30
 def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     q = {
-        "summary": ui.query("job_summary", f, window_s=ctx.window_s),
+        "summary": ui.query("job_summary", f, window=ctx.window),
         "stragglers": ui.query("job_stragglers", f),
         "mix": ui.query("job_mix", f),
     }
@@ -48,7 +51,7 @@ def body(ctx: ui.PageContext) -> None:
         except SourceError as exc:  # the table stands without the mix
             st.warning(f"Class mix: {exc}", icon=":material/warning:")
             mix = pd.DataFrame(columns=[*jobs.JOB, "class", "share"])
-        table = frames.jobs_overview(summary, strays, mix)
+        table = jobs_overview(summary, strays, mix)
         _summary(ctx, table)
         _table(ctx, table)
         shown = (table, mix)
@@ -72,7 +75,7 @@ def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str]) -> None
     params = ctx.link_params()
     for i, row in enumerate(table.head(MAX_NAMES).to_dict("records")):
         key = tuple(str(row[k]) for k in jobs.JOB)
-        name = frames.job_param(key)
+        name = job_param(key)
         query = {"job": name, **({"job_cluster": key[0]} if key[0] else {}), **params}
         if "job" in ui.PAGES:
             st.page_link(ui.PAGES["job"], label=_md(name), query_params=query, width="stretch")
@@ -148,7 +151,7 @@ def _table(ctx: ui.PageContext, table: pd.DataFrame) -> None:
             "straggler": table["straggler"],
             "activity": table["activity"] * 100.0,
             "activity range": table["activity_range"],
-            "communication": [f"{c * 100:.0f} %" if c == c else frames.NO_CLASS for c in table["communication"]],
+            "communication": [f"{c * 100:.0f} %" if c == c else NO_CLASS for c in table["communication"]],
             "class mix": table["mix"],
             "memory headroom": table["memory"],
             "busy": table["busy"] * 100.0,
@@ -178,9 +181,9 @@ def _mix_chart(table: pd.DataFrame, mix: pd.DataFrame) -> None:
             else ""
         )
     )
-    m = frames.with_cols(mix, [*jobs.JOB, "class", "share"])
+    m = with_cols(mix, [*jobs.JOB, "class", "share"])
     m = m.assign(job=[jobs.job_label(r) for r in m.to_dict("records")])
-    ui.chart(figures.job_mix_bars(m, _labels(top)), key="jobs_mix")
+    ui.chart(job_mix_bars(m, _labels(top)), key="jobs_mix")
 
 
 # Column settings of the jobs table, in words, the most telling first (a comment: Streamlit's magic would draw a

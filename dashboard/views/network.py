@@ -7,7 +7,22 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, frames, ui
+from dashboard import definitions, ui
+from dashboard.figures.network import communication_bars, nic_throughput_bars
+from dashboard.figures.timelines import time_lines
+from dashboard.frames.columns import with_cols
+from dashboard.frames.network import (
+    NIC_KEYS,
+    NIC_RX,
+    NIC_TX,
+    gdr_by_gpu,
+    gpu_nics,
+    nic_errors,
+    nic_table,
+    pod_gpu_classes,
+    pod_nics,
+)
+from dashboard.sources.source import Window
 
 # Nodes drawn one throughput chart each; beyond, the table only (pick a node in the sidebar). A
 # comment, not a docstring: Streamlit's magic would draw a string statement on the page.
@@ -18,20 +33,20 @@ def body(ctx: ui.PageContext) -> None:
     f = ctx.filters
     window = ui.fmt_duration(ctx.window_s)
     over = ui.over(ctx)
-    by = list(frames.NIC_KEYS)
+    by = list(NIC_KEYS)
     q = {
         "info": ui.query("instant", "gpulens_nic_info", f),
         "state": ui.query("instant", "gpulens_nic_port_state_id", f),
         "line": ui.query("instant", "gpulens_nic_port_rate_bytes_per_second", f),
-        "tx": ui.query("rate", frames.NIC_TX, f, window_s=ctx.window_s, step_s=ctx.step_s, by=by),
-        "rx": ui.query("rate", frames.NIC_RX, f, window_s=ctx.window_s, step_s=ctx.step_s, by=by),
-        "errors": ui.query("increase", "gpulens_nic_port_stat_total", f, window_s=ctx.window_s),
+        "tx": ui.query("rate", NIC_TX, f, window=ctx.window, step_s=ctx.step_s, by=by),
+        "rx": ui.query("rate", NIC_RX, f, window=ctx.window, step_s=ctx.step_s, by=by),
+        "errors": ui.query("increase", "gpulens_nic_port_stat_total", f, window=ctx.window),
         "paths": ui.query("instant", "gpulens_gpu_nic_path_info", f),
         "ready": ui.query("instant", "gpulens_gpu_nic_gdr_ready", f),
         "gpus": ui.query("instant", "gpulens_gpu_info", f),
         "alloc": ui.query("instant", "gpulens_pod_nic_allocation", f),
         "holders": ui.query("instant", "gpulens_nic_pods", f),
-        "pod_class": ui.query("mean", "gpulens_pod_gpu_boundness", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "pod_class": ui.query("mean", "gpulens_pod_gpu_boundness", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         "pod_now": ui.query("current_state", "gpulens_pod_gpu_boundness", f),
     }
     ui.prefetch(ctx, q.values())
@@ -43,7 +58,7 @@ def body(ctx: ui.PageContext) -> None:
         )
         return
     tx, rx = ui.get(ctx, q["tx"]), ui.get(ctx, q["rx"])
-    nics = frames.nic_table(info, ui.get(ctx, q["state"]), ui.get(ctx, q["line"]), tx, rx)
+    nics = nic_table(info, ui.get(ctx, q["state"]), ui.get(ctx, q["line"]), tx, rx)
 
     with ui.panel("NICs"):
         _nics(nics)
@@ -56,12 +71,12 @@ def body(ctx: ui.PageContext) -> None:
             st.info("No NIC throughput in the range yet: a rate needs a minute of history.")
         else:
             df = pd.concat(lines, ignore_index=True)
-            ui.chart(figures.time_lines(df, "bytes_per_second", legend_columns=2, dashed=_received(df)), key="nic_time")
+            ui.chart(time_lines(df, "bytes_per_second", legend_columns=2, dashed=_received(df)), key="nic_time")
             st.caption("All of a node's NICs together; received dashed.")
 
     with ui.panel("Errors and retransmits"):
         st.subheader(f"Errors and retransmits (last {window})")
-        errors = frames.nic_errors(ui.get(ctx, q["errors"]))
+        errors = nic_errors(ui.get(ctx, q["errors"]))
         if errors.empty:
             st.success(f"No NIC errors, drops or retransmits in {over}.")
         else:
@@ -78,7 +93,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Pods and NICs"):
         st.subheader("Pods holding NICs")
         leaves, pods_comm = definitions.communication_share_frame(ui.get(ctx, q["pod_class"]))
-        pods = frames.pod_nics(ui.get(ctx, q["alloc"]), ui.get(ctx, q["holders"]), nics, pods_comm)
+        pods = pod_nics(ui.get(ctx, q["alloc"]), ui.get(ctx, q["holders"]), nics, pods_comm)
         if pods.empty:
             st.info("No pod holds a NIC through a device plugin: a pod without one talks over its node's network.")
         else:
@@ -99,7 +114,7 @@ def body(ctx: ui.PageContext) -> None:
 
     with ui.panel("Communication"):
         st.subheader("Time in communication per GPU")
-        per_gpu = frames.pod_gpu_classes(ui.get(ctx, q["pod_now"]), leaves, ui.get(ctx, q["gpus"]))
+        per_gpu = pod_gpu_classes(ui.get(ctx, q["pod_now"]), leaves, ui.get(ctx, q["gpus"]))
         per_gpu = (
             per_gpu[per_gpu["pod"].isin(set(pods["pod"]) if not pods.empty else set())]
             if not per_gpu.empty
@@ -114,7 +129,7 @@ def body(ctx: ui.PageContext) -> None:
                 "A GPU spinning in a collective (NCCL) reads class communication: it waits on its peers or the "
                 "network. One GPU computing while its peers wait is a straggler (a throttled or slower GPU)."
             )
-            ui.chart(figures.communication_bars(per_gpu), key="comm_bars")
+            ui.chart(communication_bars(per_gpu), key="comm_bars")
 
 
 def _nics(nics: pd.DataFrame) -> None:
@@ -139,7 +154,7 @@ def _nics(nics: pd.DataFrame) -> None:
     nodes = list(dict.fromkeys(where))
     for i, node in enumerate(nodes[:MAX_NODE_CHARTS]):
         st.markdown(f"**{node}**: {int((where == node).sum())} NICs")
-        ui.chart(figures.nic_throughput_bars(nics[where == node]), key=f"nic_bars_{i}")
+        ui.chart(nic_throughput_bars(nics[where == node]), key=f"nic_bars_{i}")
     if len(nodes) > MAX_NODE_CHARTS:
         st.caption(f"{len(nodes)} nodes: the charts show the first {MAX_NODE_CHARTS}; pick a node in the sidebar.")
     table = nics.assign(
@@ -155,7 +170,7 @@ def _node_lines(rates: pd.DataFrame, direction: str) -> list[pd.DataFrame]:
     """A node's NICs summed, one line per node and direction (``series``: "<node> sent")."""
     if rates.empty:
         return []
-    r = frames.with_cols(rates, ["node", "instance"])
+    r = with_cols(rates, ["node", "instance"])
     r = r.assign(where=r["node"].where(r["node"] != "", r["instance"]))
     total = r.groupby(["where", "timestamp"], as_index=False)["value"].sum()
     return [total.assign(series=[f"{w} {direction}" for w in total["where"]])[["timestamp", "series", "value"]]]
@@ -175,8 +190,8 @@ def _traffic(value: float, shared: int) -> str:
 def _gdr(paths: pd.DataFrame, ready: pd.DataFrame, gpus: pd.DataFrame) -> None:
     """GPUDirect RDMA per node and GPU: ready or not with its nearest NICs, and why."""
     st.subheader("GPUDirect RDMA: can the NICs read and write GPU memory directly?")
-    pairs = frames.gpu_nics(paths, ready, gpus)
-    per_gpu = frames.gdr_by_gpu(pairs)
+    pairs = gpu_nics(paths, ready, gpus)
+    per_gpu = gdr_by_gpu(pairs)
     if per_gpu.empty:
         st.info("No GPU–NIC path known: the exporters did not place the GPUs and NICs on the PCIe tree.")
         return

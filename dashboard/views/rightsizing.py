@@ -11,13 +11,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, ui
+from dashboard import ui
 from dashboard.advisor.cli import coverage_text, job_display, row, totals
 from dashboard.advisor.engine import Policy
 from dashboard.advisor.job_query import advise_all_jobs
 from dashboard.advisor.query import Window, advise
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.source import Filters
+from dashboard.figures.waste import savings_bar
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import Filters
 
 WINDOWS = {"1 day": 86400.0, "7 days": 7 * 86400.0, "14 days": 14 * 86400.0, "30 days": 30 * 86400.0}
 FIRST = ("namespace", "workload", "recommendation", "target", "gpu_hours_saved", "cost_saved_usd", "reason")
@@ -112,7 +113,7 @@ def body(ctx: ui.PageContext) -> None:
         )
         if (table["gpu_hours_saved"] > 0).any():
             st.subheader("Where the savings are")
-            ui.chart(figures.savings_bar(table), key="rs_bar")
+            ui.chart(savings_bar(table), key="rs_bar")
         st.subheader("Evidence")
         names = [e["workload"] for e in evidence]
         pick = st.selectbox("Workload", names, key="rs_evidence")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import figures, frames, ui
+from dashboard import ui
+from dashboard.figures.sharing import mig_layout_figure, sm_share_bar
+from dashboard.frames.columns import with_cols
+from dashboard.frames.sharing import MPS_SM_SHARE_NOTE, mig_layout, timeslice_shares
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -13,7 +16,7 @@ def body(ctx: ui.PageContext) -> None:
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
         "info": ui.query("instant", "gpulens_gpu_info", f),
-        "shares": ui.query("mean", "gpulens_pod_gpu_sm_share_ratio", f, window_s=ctx.window_s),
+        "shares": ui.query("mean", "gpulens_pod_gpu_sm_share_ratio", f, window=ctx.window),
         "replicas": ui.query("instant", "gpulens_gpu_sharing_replicas", f),
         "pods": ui.query("instant", "gpulens_gpu_sharing_pods", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
@@ -24,11 +27,11 @@ def body(ctx: ui.PageContext) -> None:
         mig = ui.get(ctx, q["mig"])
         alloc = ui.get(ctx, q["alloc"])
         info = ui.get(ctx, q["info"])
-        layout = frames.mig_layout(mig, alloc, info)
+        layout = mig_layout(mig, alloc, info)
         if layout.empty:
             ui.no_data("No GPU in view is split into MIG instances.")
         else:
-            ui.chart(figures.mig_layout_figure(layout), key="mig_layout", clickable=True)
+            ui.chart(mig_layout_figure(layout), key="mig_layout", clickable=True)
             if "holders" in layout.columns:  # a slice no pod holds reads free, as on the chart
                 layout = layout.assign(holders=[h if isinstance(h, str) and h else "free" for h in layout["holders"]])
             ui.table(
@@ -50,8 +53,8 @@ def body(ctx: ui.PageContext) -> None:
         pods = ui.get(ctx, q["pods"])
         sharing = ui.get(ctx, q["sharing"])
         alloc = ui.get(ctx, q["alloc"])
-        table = frames.timeslice_shares(shares, replicas, pods, sharing, alloc)
-        where = frames.with_cols(info, ["uuid", "node", "instance", "gpu"])[["uuid", "node", "instance", "gpu"]]
+        table = timeslice_shares(shares, replicas, pods, sharing, alloc)
+        where = with_cols(info, ["uuid", "node", "instance", "gpu"])[["uuid", "node", "instance", "gpu"]]
         table = table.merge(where.drop_duplicates("uuid"), on="uuid", how="left")
         for c in ("node", "instance", "gpu"):
             table[c] = table[c].fillna("")
@@ -60,12 +63,12 @@ def body(ctx: ui.PageContext) -> None:
         else:
             if (table["mode"] == "mps").any():
                 st.info(
-                    f"MPS GPUs: {frames.MPS_SM_SHARE_NOTE}. NVML reports one per-process utilisation entry "
+                    f"MPS GPUs: {MPS_SM_SHARE_NOTE}. NVML reports one per-process utilisation entry "
                     "there, the MPS server's, so SM time cannot be split between the clients; each pod's "
                     "memory is still its own (Workloads).",
                     icon=":material/info:",
                 )
-            ui.chart(figures.sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
+            ui.chart(sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
             shown = ui.linked(ui.node_column(table))
             shown = shown[[c for c in (ui.GPU_LINK, "node", "instance", "gpu", "mode", "namespace", "pod", "sm_share",
                                        "note", "replicas", "pods") if c in shown.columns]]  # fmt: skip

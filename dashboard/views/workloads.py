@@ -5,8 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import definitions, figures, fleet_names, frames, ui
-from dashboard.source import SourceError
+from dashboard import definitions, fleet_names, ui
+from dashboard.figures.waste import waste_bar
+from dashboard.frames.columns import LEAF, with_cols
+from dashboard.frames.fleet import idle_allocations, waste_by_namespace
+from dashboard.frames.sharing import MPS_SM_SHARE_NOTE, POD_KEYS, launch_bound, pod_classes, sharing_modes
+from dashboard.sources.source import ALLOCATION_KEYS, SourceError, Window
 
 ACTIVITY_POINTS = 80
 # the recorded series the wasted hours integrate (dashboard/definitions.py RULES); a comment, not a
@@ -20,7 +24,7 @@ def body(ctx: ui.PageContext) -> None:
         "activity": ui.query(
             "allocation_activity",
             f,
-            window_s=ctx.window_s,
+            window=ctx.window,
             step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS),
         ),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
@@ -30,9 +34,9 @@ def body(ctx: ui.PageContext) -> None:
         "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
         "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
-        "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window_s=definitions.MEAN_WINDOW_SECONDS),
+        "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         # how much of the range the rules cover (read by ui.history_s below, fetched beside the rest)
-        "recorded": ui.query("history_start", WASTED_RULE, f, window_s=ctx.window_s),
+        "recorded": ui.query("history_start", WASTED_RULE, f, window=ctx.window),
     }
     ui.prefetch(ctx, q.values())
     with ui.panel("Allocated but idle"):
@@ -54,7 +58,7 @@ def body(ctx: ui.PageContext) -> None:
         # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the
         # wasted hours of a fleet well (18 minutes apart over 24 h)
         activity = ui.get(ctx, q["activity"])
-        idle = frames.idle_allocations(alloc, idle_now, activity, now=ctx.at, window_s=ctx.window_s)
+        idle = idle_allocations(alloc, idle_now, activity, now=ctx.at, window_s=ctx.window_s)
         if alloc.empty:
             ui.no_data("No pod holds a GPU or MIG instance now.")
         elif idle.empty:
@@ -79,7 +83,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Launch-bound"):
         st.subheader("Launch-bound now")
         pod_bound = ui.get(ctx, q["pod_bound"])
-        launch = frames.launch_bound(pod_bound, alloc, ui.get(ctx, q["info"]))
+        launch = launch_bound(pod_bound, alloc, ui.get(ctx, q["info"]))
         if launch.empty:
             st.success("No allocated device is launch-bound.")
         else:
@@ -96,7 +100,7 @@ def body(ctx: ui.PageContext) -> None:
             "its pods by the replicas each holds, a MIG instance weighted by its compute slices (3g = 3/7 of a GPU)."
         )
         info = ui.get(ctx, q["info"])
-        waste = frames.waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
+        waste = waste_by_namespace(activity, info, ctx.settings.prices_per_gpu_hour)
         if held < definitions.MEAN_WINDOW_SECONDS:
             st.info(
                 f"Wasted GPU-hours start once the history holds a full idle window ({definitions.MEAN_WINDOW}): "
@@ -121,24 +125,22 @@ def body(ctx: ui.PageContext) -> None:
             ui.no_data("No pod holds a GPU or MIG instance now.")
         else:
             mem = ui.get(ctx, q["mem"])
-            pods = frames.with_cols(alloc, (*frames.ALLOCATION_KEYS, "resource"))
+            pods = with_cols(alloc, (*ALLOCATION_KEYS, "resource"))
             # SM active over the idle definition's window, as in the idle table above
             try:
                 verdict = ui.get(ctx, q["idle_now"])
             except SourceError:  # no recording rules: the panel above says so; the pods still list
-                verdict = pd.DataFrame(columns=[*frames.LEAF, "sm_mean"])
-            sm_leaf = frames.with_cols(verdict, ["sm_mean"])[[*frames.LEAF, "sm_mean"]]
-            sm_leaf = sm_leaf.drop_duplicates(list(frames.LEAF))
-            pods = pods.merge(sm_leaf.rename(columns={"sm_mean": "sm_active"}), on=list(frames.LEAF), how="left")
-            classes = frames.pod_classes(ui.get(ctx, q["pod_bound"]))
-            pods = pods.merge(classes, on=list(frames.POD_KEYS), how="left")
+                verdict = pd.DataFrame(columns=[*LEAF, "sm_mean"])
+            sm_leaf = with_cols(verdict, ["sm_mean"])[[*LEAF, "sm_mean"]]
+            sm_leaf = sm_leaf.drop_duplicates(list(LEAF))
+            pods = pods.merge(sm_leaf.rename(columns={"sm_mean": "sm_active"}), on=list(LEAF), how="left")
+            classes = pod_classes(ui.get(ctx, q["pod_bound"]))
+            pods = pods.merge(classes, on=list(POD_KEYS), how="left")
             # each device's share of the last 5 minutes waiting in collectives (the pod's figure,
             # gpulens:pod_gpu_communication:ratio_avg5m, is the mean of its devices')
             leaves, _pods = definitions.communication_share_frame(ui.get(ctx, q["class_means"]))
             if not leaves.empty and (leaves["share"] > 0).any():
-                pods = pods.merge(
-                    leaves.rename(columns={"share": "communication"}), on=list(frames.POD_KEYS), how="left"
-                )
+                pods = pods.merge(leaves.rename(columns={"share": "communication"}), on=list(POD_KEYS), how="left")
                 pods["communication"] = pd.to_numeric(pods["communication"], errors="coerce") * 100.0
                 st.caption(
                     f"Communication: the share of the last {definitions.MEAN_WINDOW} the device spent waiting in "
@@ -146,21 +148,21 @@ def body(ctx: ui.PageContext) -> None:
                 )
             share = ui.get(ctx, q["share"])
             if not share.empty:
-                sh = frames.with_cols(share, ["namespace", "pod", "container", "uuid"])
+                sh = with_cols(share, ["namespace", "pod", "container", "uuid"])
                 sh = sh.groupby(["namespace", "pod", "container", "uuid"], as_index=False)["value"].sum()
                 pods = pods.merge(
                     sh.rename(columns={"value": "sm_share"}), on=["namespace", "pod", "container", "uuid"], how="left"
                 )
-            modes = frames.sharing_modes(ui.get(ctx, q["sharing"]))
+            modes = sharing_modes(ui.get(ctx, q["sharing"]))
             on_mps = pods["uuid"].map(lambda u: modes.get(str(u)) == "mps")
             if on_mps.any():
-                pods["sm_share_note"] = [frames.MPS_SM_SHARE_NOTE if m else "" for m in on_mps]
+                pods["sm_share_note"] = [MPS_SM_SHARE_NOTE if m else "" for m in on_mps]
                 st.caption(
                     f"SM share: the pod's own share on a shared GPU; 'MPS: not split' on MPS GPUs "
-                    f"({frames.MPS_SM_SHARE_NOTE})."
+                    f"({MPS_SM_SHARE_NOTE})."
                 )
             if not mem.empty:
-                m = frames.with_cols(mem, ["namespace", "pod", "container", "uuid"])
+                m = with_cols(mem, ["namespace", "pod", "container", "uuid"])
                 m = m.groupby(["namespace", "pod", "container", "uuid"], as_index=False)["value"].sum()
                 pods = pods.merge(
                     m.rename(columns={"value": "memory_used_bytes"}),
@@ -213,7 +215,7 @@ POD_TABLE_CONFIG = {
 
 
 def wasted_hours(ctx: ui.PageContext, waste: pd.DataFrame) -> None:
-    """The range's wasted GPU-hours and their cost, by namespace (frames.waste_by_namespace), or a
+    """The range's wasted GPU-hours and their cost, by namespace (frames.fleet.waste_by_namespace), or a
     sentence when there are none."""
     if waste.empty:
         ui.no_data(f"No pod held a GPU or MIG instance in {ui.over(ctx)}: nothing was wasted.")
@@ -224,7 +226,7 @@ def wasted_hours(ctx: ui.PageContext, waste: pd.DataFrame) -> None:
     cost = waste["cost_usd"].sum(min_count=1)
     c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
     if waste["gpu_hours"].max() > 0:
-        ui.chart(figures.waste_bar(waste), key="waste_bar")
+        ui.chart(waste_bar(waste), key="waste_bar")
         ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})
     else:
         st.success(f"No allocated GPU or MIG instance was idle in {ui.over(ctx)}.")

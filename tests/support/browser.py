@@ -59,7 +59,7 @@ MIN_CHARTS = {
 """Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
 charts each draws at least."""
 CHART = '[data-testid="stVegaLiteChart"]'
-"""A chart on a page (dashboard/figures.py specs, drawn by Streamlit's Vega-Lite element)."""
+"""A chart on a page (dashboard/figures/ specs, drawn by Streamlit's Vega-Lite element)."""
 CHARTS_DRAWN_JS = (
     "n => { const charts = [...document.querySelectorAll('" + CHART + "')];"
     " return charts.length >= n && charts.every(c => c.querySelector('.marks')); }"

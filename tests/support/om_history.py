@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dashboard.openmetrics import OpenMetricsHistory, label_text
+from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
 
 SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

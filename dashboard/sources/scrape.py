@@ -19,10 +19,23 @@ import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard import definitions, frames, jobs
-from dashboard.scrape_history import MAX_SAMPLES, Labels, Snapshot, TargetHistory, frame, of_device, of_metric, reduced
-from dashboard.scrape_verdicts import VerdictCache, settled_before
-from dashboard.source import (
+from dashboard import definitions, jobs
+from dashboard.frames.columns import aggregate, col, restrict, with_cols
+from dashboard.frames.health import first_events
+from dashboard.frames.jobs import POD_LEAF_KEYS, job_leaf_figures, job_leaf_rows, jobs_within, keyed
+from dashboard.frames.series import counter_rate
+from dashboard.sources.scrape_history import (
+    MAX_SAMPLES,
+    Labels,
+    Snapshot,
+    TargetHistory,
+    frame,
+    of_device,
+    of_metric,
+    reduced,
+)
+from dashboard.sources.scrape_verdicts import VerdictCache, settled_before
+from dashboard.sources.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
     ALLOCATION_KEYS,
@@ -40,7 +53,7 @@ from dashboard.source import (
     SM_ACTIVE,
     Filters,
     JobKey,
-    bounded_step,
+    Window,
     device_keys,
     held_step,
     rate_steps,
@@ -74,7 +87,7 @@ def metrics_url(url: str) -> str:
 
 class ScrapeSource:
     """Scrapes ``urls`` every ``interval_s`` on a daemon thread, keeping ``history`` scrapes each
-    and ``max_samples`` values over all targets (dashboard.scrape_history: a large fleet keeps a
+    and ``max_samples`` values over all targets (dashboard.sources.scrape_history: a large fleet keeps a
     shorter history, not more memory)."""
 
     def __init__(
@@ -207,21 +220,21 @@ class ScrapeSource:
         now = self._clock()
         return now if end is None else min(end, now)
 
-    def _grid(self, window_s: float, step_s: float, end_at: float | None = None) -> tuple[list[float], float]:
-        window, step = bounded_step(window_s, max(step_s, self.interval_s))
+    def _grid(self, window: Window, step_s: float, end_at: float | None = None) -> tuple[list[float], float]:
+        seconds, step = window.stepped(max(step_s, self.interval_s))
         # ends at now, not at a multiple of the step like Prometheus: the history may be younger
         # than one step, and the newest scrape is the one a user wants to see
         end = self._end(end_at)
-        n = int(window // step)
+        n = int(seconds // step)
         return [end - k * step for k in range(n, -1, -1)], step
 
-    def _steps(self, window_s: float, step_s: float, end: float) -> tuple[list[float], float]:
+    def _steps(self, window: Window, step_s: float, end: float) -> tuple[list[float], float]:
         """The steps of Prometheus' [window:step] subquery at ``end``: multiples of the step back to,
         not including, the range's start (so both sources integrate the same number of steps, and
         a range read again reads the same settled times), the last one moved to ``end`` itself
         when ``end`` is not a multiple (the newest scrape is the one a user wants to see)."""
-        window, step = bounded_step(window_s, max(step_s, self.interval_s))
-        n = max(1, int(window // step))
+        seconds, step = window.stepped(max(step_s, self.interval_s))
+        n = max(1, int(seconds // step))
         top = math.floor(end / step)
         grid = [(top - k) * step for k in range(n - 1, -1, -1)]
         if grid[-1] < end:
@@ -247,50 +260,49 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s, end)
+        grid, _ = self._grid(window, step_s, end)
         df = self._series_raw(metric, grid, hist)
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
     def rate(
         self,
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, step = self._grid(window_s, step_s, end)
+        grid, step = self._grid(window, step_s, end)
         # each series' rate over the same window as Prometheus' (RATE_WINDOW_MIN_SECONDS at least),
         # before the filters and the sum, as Prometheus sums per-series rates: a reset on one GPU
         # must not read as a fleet-wide drop
         raw = frame(of_metric(metric), self._on_grid(hist, grid), time=True, series_id=True)
-        df = frames.counter_rate(raw, key="_series", steps=rate_steps(step)).drop(columns=["_series"], errors="ignore")
+        df = counter_rate(raw, key="_series", steps=rate_steps(step)).drop(columns=["_series"], errors="ignore")
         alloc = self._series_raw(ALLOCATION, grid, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
     def increase(
         self,
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        window, _ = bounded_step(window_s, 1.0)
-        df = reduced(of_metric(metric), self._within(hist, now - window, now), "increase")
+        df = reduced(of_metric(metric), self._within(hist, now - window.bounded(), now), "increase")
         return self._filtered(df, metric, filters, by, now, hist)
 
     def events(
@@ -298,16 +310,15 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        window, _ = bounded_step(window_s, 1.0)
-        start = now - window
+        start = now - window.bounded()
         grown = reduced(of_metric(metric), self._within(hist, start, now), "increase")
-        df = frames.first_events(grown, self._frame_at(metric, now, hist), self._frame_at(metric, start, hist),
+        df = first_events(grown, self._frame_at(metric, now, hist), self._frame_at(metric, start, hist),
                                  self._frame_at("gpulens_up", start, hist))  # fmt: skip
         return self._filtered(df, metric, filters, by, now, hist)
 
@@ -328,7 +339,7 @@ class ScrapeSource:
         self, grid: Sequence[float], hist: list[Snapshot], filters: Filters, gpus: frozenset[str] | None = None
     ) -> pd.DataFrame:
         """dashboard.definitions' idle verdict per leaf at each grid time (the rules' gpu_idle:bool),
-        settled times from the cache (dashboard.scrape_verdicts); with ``gpus``, only the leaves of
+        settled times from the cache (dashboard.sources.scrape_verdicts); with ``gpus``, only the leaves of
         those GPU UUIDs (a leaf's verdict reads its own series only: the same as in the whole fleet's)."""
         verdict = self._verdicts.verdicts(
             lambda start, end: self._within(hist, start, end),
@@ -344,14 +355,13 @@ class ScrapeSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        window, _ = bounded_step(window_s, 1.0)
-        df = reduced(of_metric(metric), self._within(hist, now - window, now), "mean")
+        df = reduced(of_metric(metric), self._within(hist, now - window.bounded(), now), "mean")
         if df.empty:
             return pd.DataFrame(columns=["value"])
         return self._filtered(df, metric, filters, by, now, hist)
@@ -367,18 +377,18 @@ class ScrapeSource:
     ) -> pd.DataFrame:
         """``df`` (values of ``metric`` at ``now``) under ``filters``, summed ``by``."""
         alloc = self._frame_at(ALLOCATION, now, hist) if filters.namespace else pd.DataFrame()
-        return frames.aggregate(frames.restrict(df, filters, alloc, device_keys(metric)), by)
+        return aggregate(restrict(df, filters, alloc, device_keys(metric)), by)
 
-    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+    def device_series(self, uuid: str, *, window: Window, step_s: float, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s, end)
+        grid, _ = self._grid(window, step_s, end)
         return frame(of_device(_DEVICE, uuid), self._on_grid(hist, grid), time=True)
 
     def _evaluated(self, end: float | None, hist: list[Snapshot]) -> float:
         """When the idle verdict of a range ending at ``end`` is read: ``end`` itself when given.
         For now, the last evaluation, as a Prometheus reader sees its rules': the newest multiple
         of the scrape interval at which every target has been scraped (the time they all were, in
-        a history younger than that). That verdict is settled and kept (dashboard.scrape_verdicts),
+        a history younger than that). That verdict is settled and kept (dashboard.sources.scrape_verdicts),
         so every page of those seconds reads the same one, its counts and its names alike. Now
         itself while the scrapes lag (the last evaluation would be older than
         EVALUATION_LAG_MAX_SECONDS)."""
@@ -398,19 +408,19 @@ class ScrapeSource:
         return out.reset_index(drop=True)
 
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        return self._activity(filters, window_s, step_s, self._evaluated(end, hist), hist)[0]
+        return self._activity(filters, window, step_s, self._evaluated(end, hist), hist)[0]
 
     def _activity(
-        self, filters: Filters, window_s: float, step_s: float, end: float, hist: list[Snapshot]
+        self, filters: Filters, window: Window, step_s: float, end: float, hist: list[Snapshot]
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """allocation_activity over the range ending at ``end``, and the idle verdict it read (per
         held leaf and step, the range's end included)."""
-        grid, step = self._steps(window_s, step_s, end)
+        grid, step = self._steps(window, step_s, end)
         target = Filters(**_targets(filters))
-        alloc = frames.restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
+        alloc = restrict(self._series_raw(ALLOCATION, grid, hist), target, pd.DataFrame(), ())
         if alloc.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS)), pd.DataFrame(
                 columns=[*definitions.LEAF, "timestamp", "idle"]
@@ -428,13 +438,13 @@ class ScrapeSource:
         return out[list(ACTIVITY_COLUMNS)], verdict
 
     def idle_since(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         # the activity's own verdict at the range's end picks the idle leaves: one pass over the
         # history (a second verdict of every leaf at the end was a third of Fleet's time at 1,000 GPUs)
         hist = self._snapshot()
         now = self._evaluated(end, hist)
-        activity, verdict = self._activity(filters, window_s, step_s, now, hist)
+        activity, verdict = self._activity(filters, window, step_s, now, hist)
         at_end = verdict["timestamp"].to_numpy() == now
         idle = verdict.loc[at_end & verdict["idle"].astype("boolean").fillna(False).to_numpy(), ["uuid", "mig_uuid"]]
         out = activity.merge(idle.drop_duplicates(), on=["uuid", "mig_uuid"], how="inner")
@@ -458,26 +468,26 @@ class ScrapeSource:
         scraped (``avg_over_time(x[5m]) and x``)."""
         raw = self._raw(metric, hist, end - definitions.MEAN_WINDOW_SECONDS, end, labels=tuple(keys), where=where)
         stats = definitions._window_stats(
-            frames.with_cols(raw, keys), list(keys), np.asarray([end]), definitions.MEAN_WINDOW_SECONDS, self._fresh_s()
+            with_cols(raw, keys), list(keys), np.asarray([end]), definitions.MEAN_WINDOW_SECONDS, self._fresh_s()
         )
         return stats[stats["fresh"]].reset_index(drop=True)
 
     def _job_class_shares(self, hist: list[Snapshot], end: float) -> pd.DataFrame:
         """Per pod leaf and class, the share of the window the pod's class was that class (the
         rules' ``max by (cluster, namespace, pod, uuid, mig_uuid, class) (avg_over_time(...) and ...)``)."""
-        keys = [*frames.POD_LEAF_KEYS, "class"]
+        keys = [*POD_LEAF_KEYS, "class"]
         stats = self._over_window("gpulens_pod_gpu_boundness", hist, end, keys)
-        return frames.keyed(stats.rename(columns={"mean": "value"}), keys, "value")
+        return keyed(stats.rename(columns={"mean": "value"}), keys, "value")
 
     def job_leaves(
         self,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float | None = None,
+        window: Window | None = None,
         end: float | None = None,
         job: JobKey | None = None,
     ) -> pd.DataFrame:
-        out = self._job_leaves(filters, window_s=window_s, end=end)
+        out = self._job_leaves(filters, window=window, end=end)
         if job is None or out.empty:
             return out
         # scrape mode names no cluster: a job's key has cluster "" here
@@ -486,12 +496,13 @@ class ScrapeSource:
             mine &= (out[k].astype(str) == v).to_numpy()
         return out[mine].reset_index(drop=True)
 
-    def _job_leaves(self, filters: Filters, *, window_s: float | None, end: float | None) -> pd.DataFrame:
+    def _job_leaves(self, filters: Filters, *, window: Window | None, end: float | None) -> pd.DataFrame:
+        held_over = window if window is not None and window.seconds else None  # held_hours' range
         hist = self._snapshot()
         now = self._end(end)
-        leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
+        leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         if leaves.empty:
-            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
+            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if held_over else [])])
         leaf = list(definitions.LEAF)
         idle = self._idle_at([self._evaluated(end, hist)], hist, NO_FILTERS)
         activity = idle.rename(columns={"sm_mean": "value"})[[*leaf, "value"]]
@@ -514,7 +525,7 @@ class ScrapeSource:
         slowdown, reasons = self._slowdown(hist, now)
         info = self._frame_at("gpulens_gpu_info", now, hist)
         shares = definitions.gpu_shares(info, self._frame_at("gpulens_mig_instance_info", now, hist))
-        out = frames.job_leaf_figures(
+        out = job_leaf_figures(
             leaves,
             activity=activity,
             busy=busy,
@@ -528,20 +539,20 @@ class ScrapeSource:
             shares=pd.DataFrame(
                 [{"uuid": u, "mig_uuid": m, "value": v} for (u, m), v in shares.items()], columns=[*leaf, "value"]
             ),
-            held=self._held_hours(hist, window_s, now) if window_s else None,
+            held=self._held_hours(hist, held_over, now) if held_over is not None else None,
         )
-        return frames.jobs_within(out, filters)
+        return jobs_within(out, filters)
 
     def job_summary(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window | None = None, end: float | None = None
     ) -> pd.DataFrame:
         leaves = self.job_leaves(filters, end=end)
-        if not window_s or leaves.empty:
+        if window is None or not window.seconds or leaves.empty:
             return jobs.job_summary(leaves)
         hist = self._snapshot()
         now = self._end(end)
-        window, step = held_step(window_s)
-        grid, step = self._grid(window, step, now)
+        seconds, step = held_step(window)
+        grid, step = self._grid(Window(seconds), step, now)
         grid = grid[1:] if len(grid) > 1 else grid
         held = jobs.name_jobs(self._series_raw(ALLOCATION, grid, hist))
         info = self._frame_at("gpulens_gpu_info", now, hist)
@@ -563,7 +574,7 @@ class ScrapeSource:
         raw = _rows(parts)
         if raw.empty:
             return pd.DataFrame(columns=["uuid", "value"]), pd.DataFrame(columns=["uuid", "reason"])
-        raw = frames.with_cols(raw, ["uuid", "reason"])
+        raw = with_cols(raw, ["uuid", "reason"])
         # one sample per scrape: 1 when any reason held then
         anyone = raw.groupby(["uuid", "timestamp"], as_index=False)["value"].max()
         stats = definitions._window_stats(
@@ -573,14 +584,14 @@ class ScrapeSource:
         held = raw[raw["value"] >= 0.5][["uuid", "reason"]].drop_duplicates()
         return stats, held
 
-    def _held_hours(self, hist: list[Snapshot], window_s: float, end: float) -> pd.DataFrame:
+    def _held_hours(self, hist: list[Snapshot], window: Window, end: float) -> pd.DataFrame:
         """Hours each pod held each leaf over the range: the steps of a ``[window:step]`` subquery
-        (source.held_step) at which it held it, times the step."""
-        window, step = held_step(window_s)
-        grid, step = self._grid(window, step, end)
+        (sources.source.held_step) at which it held it, times the step."""
+        seconds, step = held_step(window)
+        grid, step = self._grid(Window(seconds), step, end)
         grid = grid[1:] if len(grid) > 1 else grid
         alloc = self._series_raw(ALLOCATION, grid, hist)
-        keys = list(frames.POD_LEAF_KEYS)
+        keys = list(POD_LEAF_KEYS)
         if alloc.empty:
             return pd.DataFrame(columns=[*keys, "value"])
         named = jobs.name_jobs(alloc)
@@ -590,12 +601,12 @@ class ScrapeSource:
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
         now = self._end(end)
-        leaves = frames.job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
+        leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         shares = self._job_class_shares(hist, now).rename(columns={"value": "share"})
         if leaves.empty or shares.empty:
             return pd.DataFrame(columns=list(JOB_CLASS_COLUMNS))
-        out = leaves.merge(shares, on=list(frames.POD_LEAF_KEYS), how="inner")
-        return frames.jobs_within(out, filters)[list(JOB_CLASS_COLUMNS)]
+        out = leaves.merge(shares, on=list(POD_LEAF_KEYS), how="inner")
+        return jobs_within(out, filters)[list(JOB_CLASS_COLUMNS)]
 
     def job_mix(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         mix = jobs.job_mix(self.job_classes(filters, end=end))
@@ -606,17 +617,17 @@ class ScrapeSource:
         job: JobKey,
         instances: Sequence[str],
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         end: float | None = None,
     ) -> pd.DataFrame:
         hist = self._snapshot()
-        grid, _ = self._grid(window_s, step_s, end)
+        grid, _ = self._grid(window, step_s, end)
         wanted = set(instances)
 
         def on_grid(metric: str) -> pd.DataFrame:
             df = self._series_raw(metric, grid, hist)
-            return df[frames.col(df, "instance").isin(wanted)] if wanted and not df.empty else df
+            return df[col(df, "instance").isin(wanted)] if wanted and not df.empty else df
 
         alloc = on_grid(ALLOCATION)
         if alloc.empty:
@@ -629,10 +640,10 @@ class ScrapeSource:
         leaf_at = held_at[["uuid", "mig_uuid", "timestamp"]].drop_duplicates()
         parts = []
         for metric, name in ((SM_ACTIVE, "sm_active"), ("gpulens_gpu_busy_ratio", "busy")):
-            df = frames.with_cols(on_grid(metric), ["uuid", "mig_uuid"])
+            df = with_cols(on_grid(metric), ["uuid", "mig_uuid"])
             parts.append(df.merge(leaf_at, on=["uuid", "mig_uuid", "timestamp"]).assign(metric=name, pod=""))
-        clock = frames.with_cols(on_grid("gpulens_gpu_sm_clock_hertz"), ["uuid"])
-        top = frames.with_cols(on_grid("gpulens_gpu_sm_clock_max_hertz"), ["uuid"])
+        clock = with_cols(on_grid("gpulens_gpu_sm_clock_hertz"), ["uuid"])
+        top = with_cols(on_grid("gpulens_gpu_sm_clock_max_hertz"), ["uuid"])
         if not clock.empty and not top.empty:
             ratio = clock[["uuid", "timestamp", "value"]].merge(
                 top[["uuid", "timestamp", "value"]].rename(columns={"value": "max"}), on=["uuid", "timestamp"]
@@ -640,12 +651,12 @@ class ScrapeSource:
             ratio = ratio.assign(value=ratio["value"] / ratio["max"].where(ratio["max"] > 0))
             physical = leaf_at.drop(columns=["mig_uuid"]).drop_duplicates()
             parts.append(ratio.merge(physical, on=["uuid", "timestamp"]).assign(metric="sm_clock", pod="", mig_uuid=""))
-        classes = frames.with_cols(on_grid("gpulens_pod_gpu_boundness"), [*POD_LEAF, "class"])
+        classes = with_cols(on_grid("gpulens_pod_gpu_boundness"), [*POD_LEAF, "class"])
         if not classes.empty:
             classes = classes[classes["value"] >= 0.5]
             parts.append(classes.merge(held_at, on=[*POD_LEAF, "timestamp"]).assign(metric="class"))
         out = _rows(parts)
-        out = frames.with_cols(out, JOB_SERIES_COLUMNS)
+        out = with_cols(out, JOB_SERIES_COLUMNS)
         return out[list(JOB_SERIES_COLUMNS)].reset_index(drop=True)
 
     def history_start(
@@ -653,20 +664,20 @@ class ScrapeSource:
         metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         end: float | None = None,
     ) -> float:
         # this source computes the rules from the raw series: their history is the GPUs'
         raw = HISTORY_METRIC if ":" in metric else metric
         stop = self._end(end)
-        df = self._raw(raw, self._snapshot(), stop - window_s, stop, labels=("cluster", "node", "instance"))
-        df = frames.restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())
+        df = self._raw(raw, self._snapshot(), stop - window.seconds, stop, labels=("cluster", "node", "instance"))
+        df = restrict(df, Filters(**_targets(filters)), pd.DataFrame(), ())
         return float(df["timestamp"].min()) if not df.empty else math.nan
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self._frame_at(metric, self._clock(), self._snapshot())
-        df = frames.restrict(df, Filters(**_targets(within)), pd.DataFrame(), ())
-        return sorted(set(frames.col(df, label)) - {""})
+        df = restrict(df, Filters(**_targets(within)), pd.DataFrame(), ())
+        return sorted(set(col(df, label)) - {""})
 
     def problems(self) -> list[str]:
         with self._lock:

@@ -402,7 +402,7 @@ def frame(
     select: Selector, picks: Iterable[tuple[Snapshot, np.ndarray, np.ndarray]], *, time: bool, series_id: bool = False
 ) -> pd.DataFrame:
     """The selected series' values as one frame (label columns sorted, then ``timestamp`` and
-    ``value``: the layout of frames.from_rows), from each (snapshot, scrape indices, timestamps to
+    ``value``: the layout of frames.columns.from_rows), from each (snapshot, scrape indices, timestamps to
     stamp them with). With ``series_id``, a ``_series`` column tells series apart across targets."""
     got = _gather([select], picks, series_id)[0]
     base = ["timestamp", "value"] if time else ["value"]

@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from dashboard import definitions, frames
-from dashboard.scrape_history import Snapshot, coded, of_metric
-from dashboard.source import SM_ACTIVE, Filters
+from dashboard import definitions
+from dashboard.frames.columns import col, with_cols
+from dashboard.sources.scrape_history import Snapshot, coded, of_metric
+from dashboard.sources.source import SM_ACTIVE, Filters
 
 Picks = list[tuple[Snapshot, np.ndarray, np.ndarray]]
 PicksFor = Callable[[float, float], Picks]
@@ -69,7 +70,7 @@ def leaf_idle(picks: Picks, grid: np.ndarray, target: Filters, fresh_s: float) -
     selects += [of_metric("gpulens_gpu_boundness", IDLE_LABELS, ("class", c)) for c in definitions.IN_USE_CLASSES]
     reads = coded(selects, picks)
     # one integer per leaf over all the families' series (numbered in order of first appearance)
-    named = pd.concat([frames.with_cols(series, definitions.LEAF)[list(definitions.LEAF)] for series, _ in reads])
+    named = pd.concat([with_cols(series, definitions.LEAF)[list(definitions.LEAF)] for series, _ in reads])
     leaf_of_row = named.groupby(list(definitions.LEAF), sort=False).ngroup().to_numpy(dtype=np.int64)
     leaves = named.drop_duplicates()
     bounds = np.cumsum([0, *(len(series) for series, _ in reads)])
@@ -80,7 +81,7 @@ def leaf_idle(picks: Picks, grid: np.ndarray, target: Filters, fresh_s: float) -
             return pd.DataFrame({_LEAF_CODE: np.zeros(0, np.int64), "timestamp": [], "value": []})
         leaf = leaf_of_row[bounds[k] : bounds[k + 1]].copy()
         for label, value in matchers.items():
-            leaf[(frames.col(series, label) != value).to_numpy()] = -1
+            leaf[(col(series, label) != value).to_numpy()] = -1
         code = leaf[samples["_row"].to_numpy()]
         ok = code >= 0
         at, value = samples["timestamp"].to_numpy()[ok], samples["value"].to_numpy()[ok]

@@ -121,9 +121,9 @@ HELD_MIN_STEP_SECONDS = 60.0
 """The finest ``held_hours`` step (the rules' evaluation interval)."""
 
 
-def held_step(window_s: float) -> tuple[float, float]:
-    """(window, step) at which ``held_hours`` is sampled over a range of ``window_s`` seconds."""
-    return bounded_step(window_s, max(window_s / HELD_POINTS, HELD_MIN_STEP_SECONDS))
+def held_step(window: Window) -> tuple[float, float]:
+    """(seconds, step) at which ``held_hours`` is sampled over ``window``."""
+    return window.stepped(max(window.seconds / HELD_POINTS, HELD_MIN_STEP_SECONDS))
 
 
 JobKey = tuple[str, str, str, str]
@@ -185,6 +185,26 @@ def bounded_step(window_s: float, step_s: float) -> tuple[float, float]:
     return window, float(round(step))
 
 
+@dataclass(frozen=True)
+class Window:
+    """A span of time a source reads over: the ``seconds`` before the range's end.
+
+    The end is not part of it: every source method takes ``end`` (Unix s; None = now) apart, the
+    instant reads too. A source reads at least MIN_STEP_SECONDS and at most MAX_WINDOW_SECONDS
+    (:meth:`bounded`), at most MAX_POINTS steps (:meth:`stepped`)."""
+
+    seconds: float
+
+    def bounded(self) -> float:
+        """The seconds read: the window clamped to [MIN_STEP_SECONDS, MAX_WINDOW_SECONDS]."""
+        return bounded_step(self.seconds, MIN_STEP_SECONDS)[0]
+
+    def stepped(self, step_s: float) -> tuple[float, float]:
+        """(seconds, step) of a read every ``step_s`` seconds over the window, bounded as
+        :func:`bounded_step` bounds them."""
+        return bounded_step(self.seconds, step_s)
+
+
 class MetricSource(Protocol):
     """Where the dashboard reads metrics from."""
 
@@ -211,12 +231,12 @@ class MetricSource(Protocol):
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        """Values over the ``window_s`` seconds before ``end`` every ``step_s`` (bounded by MAX_POINTS)."""
+        """Values over ``window`` before ``end`` every ``step_s`` seconds (bounded by MAX_POINTS)."""
         ...
 
     def rate(
@@ -224,7 +244,7 @@ class MetricSource(Protocol):
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
@@ -238,11 +258,11 @@ class MetricSource(Protocol):
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        """How much counter ``metric`` grew over the ``window_s`` seconds before ``end`` (resets handled)."""
+        """How much counter ``metric`` grew over ``window`` before ``end`` (resets handled)."""
         ...
 
     def events(
@@ -250,11 +270,11 @@ class MetricSource(Protocol):
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        """How many events counter ``metric`` counted over the ``window_s`` seconds before ``end``,
+        """How many events counter ``metric`` counted over ``window`` before ``end``,
         its first one included: like ``increase``, except that a series that did not exist at the
         window's start on a target scraped then counts its whole value (an event counter the
         exporter creates at its first event, as the Xid counter: dashboard/definitions.py's
@@ -266,15 +286,15 @@ class MetricSource(Protocol):
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        """Mean of each series of gauge ``metric`` over the ``window_s`` seconds before ``end``."""
+        """Mean of each series of gauge ``metric`` over ``window`` before ``end``."""
         ...
 
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         """One row per allocated device seen in the window (ACTIVITY_COLUMNS), by the one
         definition of dashboard/definitions.py.
@@ -287,7 +307,7 @@ class MetricSource(Protocol):
         ...
 
     def idle_since(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         """allocation_activity's ``first_allocated`` and ``last_busy`` (the same steps, the same
         definition) for only the containers that hold a leaf idle at ``end`` (IDLE_SINCE_COLUMNS):
@@ -295,7 +315,7 @@ class MetricSource(Protocol):
         Unix seconds; ``last_busy`` NaN where the leaf was never busy in the range."""
         ...
 
-    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
+    def device_series(self, uuid: str, *, window: Window, step_s: float, end: float | None = None) -> pd.DataFrame:
         """Every gpulens series that carries ``uuid`` (the physical GPU: its own series, its MIG
         instances', its probes' and its allocations'), over the range, in one frame with a
         ``metric`` column (raw values: counters are not differentiated)."""
@@ -311,24 +331,24 @@ class MetricSource(Protocol):
         self,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float | None = None,
+        window: Window | None = None,
         end: float | None = None,
         job: JobKey | None = None,
     ) -> pd.DataFrame:
         """One row per (job, pod, leaf) held at ``end`` (JOB_LEAF_COLUMNS; dashboard/jobs.py), of job
         ``job`` only where given (the Job page: one job's leaves, not the fleet's): the
         figures over the rules' window (``jobs.W``, 5 m) before ``end``, NaN where unmeasured. With
-        ``window_s``, ``held_hours`` too: the hours the pod held the leaf over the ``window_s``
-        seconds before ``end`` (sampled every window / 80 s, at least a minute; the Workloads page's
+        ``window``, ``held_hours`` too: the hours the pod held the leaf over ``window`` before
+        ``end`` (sampled every window / 80 s, at least a minute; the Workloads page's
         resolution). ``filters``: cluster and namespace select jobs by their own labels; node and
         instance select the jobs with a leaf there, whole (every leaf, on every node)."""
         ...
 
     def job_summary(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window | None = None, end: float | None = None
     ) -> pd.DataFrame:
         """One row per job held at ``end`` (``jobs.SUMMARY_COLUMNS``): ``jobs.job_summary`` of
-        :meth:`job_leaves` (``gpu_hours`` over ``window_s``, NaN without). The Prometheus source reads
+        :meth:`job_leaves` (``gpu_hours`` over ``window``, NaN without). The Prometheus source reads
         the recorded job series instead (a few per job, not a few per leaf). Filters as
         :meth:`job_leaves`."""
         ...
@@ -357,7 +377,7 @@ class MetricSource(Protocol):
         job: JobKey,
         instances: Sequence[str],
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         end: float | None = None,
     ) -> pd.DataFrame:
@@ -371,11 +391,11 @@ class MetricSource(Protocol):
         metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         end: float | None = None,
     ) -> float:
-        """Unix time (s) of the first sample of ``metric`` under ``filters``' target matchers in the
-        ``window_s`` seconds before ``end``, to within ``window_s / HISTORY_STEPS``; NaN when the
+        """Unix time (s) of the first sample of ``metric`` under ``filters``' target matchers in ``window``
+        before ``end``, to within ``window.seconds / HISTORY_STEPS``; NaN when the
         range holds none. ``metric`` may be a recording rule (the Prometheus source reads its
         recorded series: history recorded before the rules were loaded has none; the scrape source
         computes rules from the raw series, so it answers for gpulens_gpu_info)."""

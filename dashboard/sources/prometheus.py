@@ -16,10 +16,12 @@ from typing import Any
 import pandas as pd
 import requests
 
-from dashboard import definitions, frames, jobs
-from dashboard.prometheus_auth import PrometheusAuth
+from dashboard import definitions, jobs
+from dashboard.frames.columns import col, from_rows, with_cols
+from dashboard.frames.jobs import POD_LEAF_KEYS, job_leaf_figures, job_summary_figures, straggler_figures
 from dashboard.promql import by_clause, duration, label_name, quote, selector, subquery_range
-from dashboard.source import (
+from dashboard.sources.prometheus_auth import PrometheusAuth
+from dashboard.sources.source import (
     ACTIVITY_COLUMNS,
     ALLOCATION,
     ALLOCATION_KEYS,
@@ -41,7 +43,7 @@ from dashboard.source import (
     Filters,
     JobKey,
     SourceError,
-    bounded_step,
+    Window,
     device_keys,
     has_namespace,
     held_step,
@@ -139,12 +141,12 @@ class PrometheusSource:
         kind = data.get("resultType")
         result = data.get("result") or []
         if kind == "scalar":
-            return frames.from_rows([{"value": _num(result[1])}])
+            return from_rows([{"value": _num(result[1])}])
         rows = []
         for item in result:
             labels = {k: v for k, v in (item.get("metric") or {}).items() if k != "__name__"}
             rows.append({**labels, "value": _num(item["value"][1])})
-        return frames.from_rows(rows)
+        return from_rows(rows)
 
     def query_labels(self, promql: str, labels: Sequence[str], at: float | None = None) -> pd.DataFrame:
         """An instant query read into ``labels`` (``""`` where a series lacks one) and ``value``,
@@ -165,19 +167,19 @@ class PrometheusSource:
         now = float(self._clock())
         return now if end is None else min(end, now)
 
-    def query_range(self, promql: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
-        """A range query over ``window_s`` (bounded) ending at ``end`` (None: now), aligned to the
+    def query_range(self, promql: str, *, window: Window, step_s: float, end: float | None = None) -> pd.DataFrame:
+        """A range query over ``window`` (bounded) ending at ``end`` (None: now), aligned to the
         step; labels + timestamp + value."""
-        window, step = bounded_step(window_s, step_s)
+        seconds, step = window.stepped(step_s)
         end = math.floor(self._end(end) / step) * step
-        params = {"query": promql, "start": f"{end - window:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        params = {"query": promql, "start": f"{end - seconds:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         data = self._call("/api/v1/query_range", params)
         rows = []
         for item in data.get("result") or []:
             labels = {k: v for k, v in (item.get("metric") or {}).items() if k != "__name__"}
             for ts, val in item.get("values") or []:
                 rows.append({**labels, "timestamp": float(ts), "value": _num(val)})
-        return frames.from_rows(rows, time=True)
+        return from_rows(rows, time=True)
 
     # --- MetricSource --------------------------------------------------------------------
     def instant(
@@ -194,7 +196,7 @@ class PrometheusSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
@@ -203,7 +205,7 @@ class PrometheusSource:
         if metric == BOUNDNESS and by is not None and list(by) == ["class"] and _fleet_wide(filters):
             # the fleet's mix over time: the recorded per-cluster sum, not every leaf's 6 series
             expr = f"sum by (class) ({selector(FLEET_BOUNDNESS_MIX, filters.target_matchers())})"
-        return self.query_range(expr, window_s=window_s, step_s=step_s, end=end)
+        return self.query_range(expr, window=window, step_s=step_s, end=end)
 
     @staticmethod
     def _own(metric: str, filters: Filters) -> str:
@@ -214,9 +216,9 @@ class PrometheusSource:
             matchers = {**matchers, "namespace": filters.namespace}
         return selector(metric, matchers)
 
-    def _windowed(self, func: str, metric: str, filters: Filters, window_s: float) -> str:
-        """``func(metric[window])`` under ``filters`` (namespace through the allocation join)."""
-        return self._allocated(f"{func}({self._own(metric, filters)}[{duration(window_s)}])", metric, filters)
+    def _windowed(self, func: str, metric: str, filters: Filters, over_s: float) -> str:
+        """``func(metric[over_s])`` under ``filters`` (namespace through the allocation join)."""
+        return self._allocated(f"{func}({self._own(metric, filters)}[{duration(over_s)}])", metric, filters)
 
     @staticmethod
     def _allocated(inner: str, metric: str, filters: Filters) -> str:
@@ -229,10 +231,9 @@ class PrometheusSource:
         return inner
 
     def _over_time(
-        self, func: str, metric: str, filters: Filters, window_s: float, by: Sequence[str] | None, end: float | None
+        self, func: str, metric: str, filters: Filters, window: Window, by: Sequence[str] | None, end: float | None
     ) -> pd.DataFrame:
-        window, _ = bounded_step(window_s, 1.0)
-        inner = self._windowed(func, metric, filters, window)
+        inner = self._windowed(func, metric, filters, window.bounded())
         return self.query(self._sum_by(inner, by), None if end is None else self._end(end))
 
     def rate(
@@ -240,44 +241,43 @@ class PrometheusSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        _, step = bounded_step(window_s, step_s)
+        _, step = window.stepped(step_s)
         # each point the mean over its step, and never over fewer than four scrapes at 15 s
         # (a window of one scrape has no rate): Grafana's $__rate_interval, without asking the
         # store for its scrape interval. Only where the series is a window old (the rules' own
         # "and x offset w"): rate() over a younger one reads its growth over the whole window, a
         # ramp up from 0 in the first minute of every new GPU and of a new Prometheus
-        window = max(step, RATE_WINDOW_MIN_SECONDS)
-        inner = self._windowed("rate", metric, filters, window)
-        inner = f"({inner} and {self._own(metric, filters)} offset {duration(window)})"
-        return self.query_range(self._sum_by(inner, by), window_s=window_s, step_s=step_s, end=end)
+        over = max(step, RATE_WINDOW_MIN_SECONDS)
+        inner = self._windowed("rate", metric, filters, over)
+        inner = f"({inner} and {self._own(metric, filters)} offset {duration(over)})"
+        return self.query_range(self._sum_by(inner, by), window=window, step_s=step_s, end=end)
 
     def increase(
         self,
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        return self._over_time("increase", metric, filters, window_s, by, end)
+        return self._over_time("increase", metric, filters, window, by, end)
 
     def events(
         self,
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        window, _ = bounded_step(window_s, 1.0)
-        events = definitions.counter_events_promql(self._own(metric, filters), duration(window))
+        events = definitions.counter_events_promql(self._own(metric, filters), duration(window.bounded()))
         inner = self._allocated(events, metric, filters)
         return self.query(self._sum_by(inner, by), None if end is None else self._end(end))
 
@@ -286,11 +286,11 @@ class PrometheusSource:
         metric: str,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
-        return self._over_time("avg_over_time", metric, filters, window_s, by, end)
+        return self._over_time("avg_over_time", metric, filters, window, by, end)
 
     def rule(self, record: str, filters: Filters = NO_FILTERS, *, per_pod: bool) -> str:
         """A selector for the recorded series ``record`` under ``filters``. Per-pod records keep
@@ -332,51 +332,51 @@ class PrometheusSource:
             return list(pool.map(lambda q: self.query(q, at), queries))
 
     def allocation_activity(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        window, step = bounded_step(window_s, step_s)
+        seconds, step = window.stepped(step_s)
         target = filters.target_matchers()
         mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
         # The recording rules hold the definition (dashboard/definitions.py): wasted GPU-equivalents
         # per container and the leaf idle verdict; this only integrates them over the range.
         wasted = self.rule("gpulens:pod_gpu_wasted:gpus", filters, per_pod=True)
         queries = (
-            f"max by {by_clause(ALLOCATION_KEYS)} (last_over_time({mine}[{duration(window)}]))",
-            f"sum by {by_clause(POD_DEVICE_KEYS)} (sum_over_time({wasted}{subquery_range(window, step)})) "
+            f"max by {by_clause(ALLOCATION_KEYS)} (last_over_time({mine}[{duration(seconds)}]))",
+            f"sum by {by_clause(POD_DEVICE_KEYS)} (sum_over_time({wasted}{subquery_range(seconds, step)})) "
             f"* {step:g} / 3600",
-            *self._held_and_busy(filters, window, step),
+            *self._held_and_busy(filters, seconds, step),
         )
         meta, hours, first, last_busy = self._at_step(queries, end, step)
         if meta.empty:
             return pd.DataFrame(columns=list(ACTIVITY_COLUMNS))
         keys = list(POD_DEVICE_KEYS)
-        out = frames.with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
-        hours = frames.with_cols(hours, keys).rename(columns={"value": "wasted_gpu_hours"})
+        out = with_cols(meta, ALLOCATION_KEYS).drop_duplicates(keys)[list(ALLOCATION_KEYS)]
+        hours = with_cols(hours, keys).rename(columns={"value": "wasted_gpu_hours"})
         out = out.merge(hours[[*keys, "wasted_gpu_hours"]], on=keys, how="left")
         out = _with_held_and_busy(out, first, last_busy, how="left")
         out["wasted_gpu_hours"] = out["wasted_gpu_hours"].fillna(0.0)
         return out[list(ACTIVITY_COLUMNS)]
 
     def idle_since(
-        self, filters: Filters = NO_FILTERS, *, window_s: float, step_s: float, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
-        window, step = bounded_step(window_s, step_s)
+        seconds, step = window.stepped(step_s)
         idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
         # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
         # precede it), cut inside the subqueries: 0.09 s against 0.15 s for the allocations' at
         # 1,000 GPUs over 24 h
         idle_now = f"on (uuid,mig_uuid) ({idle} @ {self._end(end):.3f} == 1)"
-        first, last_busy = self._at_step(self._held_and_busy(filters, window, step, idle_now), end, step)
+        first, last_busy = self._at_step(self._held_and_busy(filters, seconds, step, idle_now), end, step)
         if first.empty:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
-        keys = frames.with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
+        keys = with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
         return _with_held_and_busy(keys, first, last_busy, how="inner")[list(IDLE_SINCE_COLUMNS)]
 
-    def device_series(self, uuid: str, *, window_s: float, step_s: float, end: float | None = None) -> pd.DataFrame:
-        window, step = bounded_step(window_s, step_s)
+    def device_series(self, uuid: str, *, window: Window, step_s: float, end: float | None = None) -> pd.DataFrame:
+        seconds, step = window.stepped(step_s)
         stop = math.floor(self._end(end) / step) * step
         promql = f"{{__name__=~{quote(DEVICE_METRICS)},uuid={quote(uuid)}}}"
-        params = {"query": promql, "start": f"{stop - window:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"}
+        params = {"query": promql, "start": f"{stop - seconds:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"}
         data = self._call("/api/v1/query_range", params)
         rows = []
         for item in data.get("result") or []:
@@ -384,7 +384,7 @@ class PrometheusSource:
             labels["metric"] = labels.pop("__name__", "")
             for ts, val in item.get("values") or []:
                 rows.append({**labels, "timestamp": float(ts), "value": _num(val)})
-        return frames.from_rows(rows, time=True)
+        return from_rows(rows, time=True)
 
     def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         at = None if end is None else self._end(end)
@@ -399,8 +399,8 @@ class PrometheusSource:
                     "(deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
                 )
             return pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
-        idle = frames.with_cols(idle, ("uuid", "mig_uuid"))
-        sm = frames.with_cols(sm, ("uuid", "mig_uuid")).rename(columns={"value": "sm_mean"})
+        idle = with_cols(idle, ("uuid", "mig_uuid"))
+        sm = with_cols(sm, ("uuid", "mig_uuid")).rename(columns={"value": "sm_mean"})
         out = idle.merge(sm[["uuid", "mig_uuid", "sm_mean"]], on=["uuid", "mig_uuid"], how="left")
         return out[["uuid", "mig_uuid", "sm_mean", "value"]]
 
@@ -479,45 +479,46 @@ class PrometheusSource:
         self,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float | None = None,
+        window: Window | None = None,
         end: float | None = None,
         job: JobKey | None = None,
     ) -> pd.DataFrame:
-        return self._job_leaves(filters, window_s=window_s, end=end, job=job)
+        return self._job_leaves(filters, window=window, end=end, job=job)
 
     def _job_leaves(
         self,
         filters: Filters,
         *,
-        window_s: float | None = None,
+        window: Window | None = None,
         end: float | None = None,
         uuids: Sequence[str] | None = None,
         job: JobKey | None = None,
     ) -> pd.DataFrame:
         """:meth:`job_leaves`, of the GPUs ``uuids`` where given."""
+        held_over = window if window is not None and window.seconds else None  # held_hours' range
         at = None if end is None else self._end(end)
         queries = self._job_queries(filters, uuids, job)
         calls = [(q, _JOB_QUERY_LABELS[name], at) for name, q in queries.items()]
-        if window_s:
+        if held_over is not None:
             # held_hours: the recorded leaf per step of a [range:step] subquery, at a step-aligned
             # instant (as allocation_activity): one point query per step however long the range
-            window, step = held_step(window_s)
+            seconds, step = held_step(held_over)
             leaf = self.job_selector(
                 "gpulens:job_leaf:info", filters, dict(zip(jobs.JOB, job, strict=True)) if job else None
             )
-            held = f"count_over_time({leaf}{subquery_range(window, step)}) * {step:g} / 3600"
-            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})", frames.POD_LEAF_KEYS,
+            held = f"count_over_time({leaf}{subquery_range(seconds, step)}) * {step:g} / 3600"
+            calls.append((f"max by (cluster, namespace, pod, uuid, mig_uuid) ({held})", POD_LEAF_KEYS,
                           math.floor(self._end(end) / step) * step))  # fmt: skip
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             answers = list(pool.map(lambda c: self.query_labels(*c), calls))
-        got = dict(zip([*queries, *(["held"] if window_s else [])], answers, strict=True))
+        got = dict(zip([*queries, *(["held"] if held_over else [])], answers, strict=True))
         if got["leaves"].empty:
             held = selector(ALLOCATION, {k: v for k, v in (("cluster", filters.cluster),) if v})
             # none of some GPUs or of one job is no sign of missing rules: a job ends
             if not (uuids or job) and not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
-            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if window_s else [])])
-        return frames.job_leaf_figures(
+            return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if held_over else [])])
+        return job_leaf_figures(
             got["leaves"],
             activity=got["activity"],
             busy=got["busy"],
@@ -533,7 +534,7 @@ class PrometheusSource:
         )
 
     def job_summary(
-        self, filters: Filters = NO_FILTERS, *, window_s: float | None = None, end: float | None = None
+        self, filters: Filters = NO_FILTERS, *, window: Window | None = None, end: float | None = None
     ) -> pd.DataFrame:
         # the job records in one query (a few series per job, told apart by name), the class mix's
         # communication share, the stragglers counted, and the GPU-hours over the range
@@ -546,10 +547,10 @@ class PrometheusSource:
             "stragglers": (f"count by ({job}) ({self.job_selector('gpulens:job_straggler:info', filters)})",
                            jobs.JOB, at),
         }  # fmt: skip
-        if window_s:  # at a step-aligned instant, as job_leaves' held_hours
-            window, step = held_step(window_s)
+        if window is not None and window.seconds:  # at a step-aligned instant, as job_leaves' held_hours
+            seconds, step = held_step(window)
             share = self.job_selector("gpulens:job_gpu_share:sum", filters)
-            hours = f"max by ({job}) ({jobs.gpu_hours_promql(share, window, step)})"
+            hours = f"max by ({job}) ({jobs.gpu_hours_promql(share, seconds, step)})"
             calls["gpu_hours"] = (hours, jobs.JOB, math.floor(self._end(end) / step) * step)
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             got = dict(zip(calls, pool.map(lambda c: self.query_labels(*c), calls.values()), strict=True))
@@ -562,7 +563,7 @@ class PrometheusSource:
             if not self.query(f"count({held})", at).empty:
                 raise SourceError(MISSING_JOB_RULES)
             return pd.DataFrame(columns=list(jobs.SUMMARY_COLUMNS))
-        return frames.job_summary_figures({**figures, **got})
+        return job_summary_figures({**figures, **got})
 
     def job_stragglers(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         at = None if end is None else self._end(end)
@@ -576,7 +577,7 @@ class PrometheusSource:
         calls = {name: (queries[name], _JOB_QUERY_LABELS[name], at) for name in ("busy", "sm_clock_ratio", "reasons")}
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             got = dict(zip(calls, pool.map(lambda c: self.query_labels(*c), calls.values()), strict=True))
-        return frames.straggler_figures(strays, busy=got["busy"], sm_clock_ratio=got["sm_clock_ratio"],
+        return straggler_figures(strays, busy=got["busy"], sm_clock_ratio=got["sm_clock_ratio"],
                                         reasons=got["reasons"])  # fmt: skip
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
@@ -600,7 +601,7 @@ class PrometheusSource:
         job: JobKey,
         instances: Sequence[str],
         *,
-        window_s: float,
+        window: Window,
         step_s: float,
         end: float | None = None,
     ) -> pd.DataFrame:
@@ -631,12 +632,12 @@ class PrometheusSource:
         }
         with ThreadPoolExecutor(max_workers=len(queries)) as pool:
             answers = list(
-                pool.map(lambda q: self.query_range(q, window_s=window_s, step_s=step_s, end=end), queries.values())
+                pool.map(lambda q: self.query_range(q, window=window, step_s=step_s, end=end), queries.values())
             )
         parts = [df.assign(metric=name) for name, df in zip(queries, answers, strict=True) if not df.empty]
         if not parts:
             return pd.DataFrame(columns=list(JOB_SERIES_COLUMNS))
-        out = frames.with_cols(pd.concat(parts, ignore_index=True), JOB_SERIES_COLUMNS)
+        out = with_cols(pd.concat(parts, ignore_index=True), JOB_SERIES_COLUMNS)
         return out[list(JOB_SERIES_COLUMNS)]
 
     def history_start(
@@ -644,22 +645,22 @@ class PrometheusSource:
         metric: str = HISTORY_METRIC,
         filters: Filters = NO_FILTERS,
         *,
-        window_s: float,
+        window: Window,
         end: float | None = None,
     ) -> float:
         # the first subquery step at which any such series had a sample (count() drops the labels,
         # so the answer is one series however large the fleet); a history younger than a step has
         # no step yet, and begins no earlier than its newest sample
         at = self._end(end)
-        step = max(15.0, window_s / HISTORY_STEPS)
+        step = max(15.0, window.seconds / HISTORY_STEPS)
         sel = selector(metric, filters.target_matchers())
-        search = f"min_over_time(timestamp(count({sel}))[{duration(window_s)}:{duration(step)}])"
+        search = f"min_over_time(timestamp(count({sel}))[{duration(window.seconds)}:{duration(step)}])"
         df = self.query(f"{search} or min(timestamp({sel}))", at)
         return float(df["value"].min()) if not df.empty else math.nan
 
     def label_values(self, label: str, metric: str = "gpulens_gpu_info", within: Filters = NO_FILTERS) -> list[str]:
         df = self.query(f"count by {by_clause([label])} ({selector(metric, within.target_matchers())})")
-        values = set(frames.col(df, label)) - {""}
+        values = set(col(df, label)) - {""}
         return sorted(values)
 
     def problems(self) -> list[str]:
@@ -672,7 +673,7 @@ class PrometheusSource:
         if down.empty:
             return []
         out = []
-        for _, row in frames.with_cols(down, ["instance", "node", "job"]).sort_values("instance").iterrows():
+        for _, row in with_cols(down, ["instance", "node", "job"]).sort_values("instance").iterrows():
             where = f" on node {row['node']}" if row["node"] else ""
             out.append(f"{row['instance']}{where}: Prometheus cannot scrape it (job {row['job']})")
         if len(out) > MAX_PROBLEMS:
@@ -713,7 +714,7 @@ _JOB_QUERY_LABELS: dict[str, tuple[str, ...]] = {
     "leaves": jobs.JOB_LEAF,
     "activity": _LEAF,
     "busy": _LEAF,
-    "communication": frames.POD_LEAF_KEYS,
+    "communication": POD_LEAF_KEYS,
     "memory_ratio": _LEAF,
     "memory_total": _LEAF,
     "sm_clock_ratio": ("uuid",),
@@ -778,7 +779,7 @@ def _with_held_and_busy(out: pd.DataFrame, first: pd.DataFrame, last_busy: pd.Da
     """``out`` (per container and leaf) with the answers of PrometheusSource._held_and_busy
     joined: ``first_allocated`` per container and leaf (``how``), ``last_busy`` per leaf (left)."""
     keys = list(POD_DEVICE_KEYS)
-    first = frames.with_cols(first, keys).rename(columns={"value": "first_allocated"})
-    last_busy = frames.with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
+    first = with_cols(first, keys).rename(columns={"value": "first_allocated"})
+    last_busy = with_cols(last_busy, ("uuid", "mig_uuid")).rename(columns={"value": "last_busy"})
     out = out.merge(first[[*keys, "first_allocated"]], on=keys, how=how)
     return out.merge(last_busy[["uuid", "mig_uuid", "last_busy"]], on=["uuid", "mig_uuid"], how="left")

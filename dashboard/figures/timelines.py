@@ -1,0 +1,124 @@
+"""Values over time: the boundness mix as stacked areas, lines in a readable unit (GiB, GB/s,
+MHz, %) and a state strip (one state per step)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from dashboard.figures.palette import class_scale
+from dashboard.figures.vega import Chart, dataset, empty_figure, rows, time_x, with_times
+
+_UNIT_SCALE: dict[str, tuple[float, str, str]] = {
+    # unit -> (divide by, axis title, number format)
+    "ratio": (1.0, "", ".0%"),
+    "bytes": (2**30, "GiB", ",.1f"),
+    "bytes_per_second": (1e9, "GB/s", ",.1~f"),
+    "watts": (1.0, "W", ",.0f"),
+    "celsius": (1.0, "°C", ",.0f"),
+    "hertz": (1e6, "MHz", ",.0f"),
+    "": (1.0, "", ",.3~g"),
+}
+
+
+def boundness_area(series: pd.DataFrame) -> Chart:
+    """How many GPUs/slices are in each boundness class over time (stacked)."""
+    if series.empty or "class" not in series.columns:
+        return empty_figure()
+    df = with_times(series).sort_values("t", kind="stable")
+    scale = class_scale(set(df["class"]))
+    order = {c: i for i, c in enumerate(scale["domain"])}
+    df = df.assign(order=[order[c] for c in df["class"]])
+    return {
+        **dataset(rows(df, ["t", "time", "class", "value", "order"])),
+        "mark": {"type": "area", "interpolate": "linear"},
+        "encoding": {
+            "x": time_x(df),
+            "y": {"field": "value", "type": "quantitative", "stack": "zero", "title": "GPUs / MIG slices"},
+            "color": {"field": "class", "type": "nominal", "scale": scale, "legend": {"title": "bound by"}},
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": [{"field": "time"}, {"field": "class"}, {"field": "value", "format": ",.2~f"}],
+        },
+        "height": 340,
+    }
+
+
+def time_lines(
+    df: pd.DataFrame, unit: str, *, full_scale: bool = False, legend_columns: int = 4, dashed: Iterable[str] = ()
+) -> Chart:
+    """Lines over time (timestamp, series, value) in a readable unit (GiB, GB/s, MHz, %), a legend
+    naming every line, even a single one, in a grid of ``legend_columns`` (fewer for a half-width
+    chart). ``full_scale``: a ratio's axis spans 0-100 % whatever the values (a link 2 % busy must
+    not fill the chart). ``dashed``: the series drawn dashed (a link's outbound direction, which
+    NVLink's inbound one would hide: every byte a GPU sends, a peer receives)."""
+    if df.empty:
+        return empty_figure()
+    scale, title, fmt = _UNIT_SCALE.get(unit, (1.0, unit, ",.3~g"))
+    d = with_times(df.assign(value=df["value"] / scale, series=df["series"].astype(str))).sort_values(
+        "t", kind="stable"
+    )
+    names = list(dict.fromkeys(d["series"]))
+    y: dict[str, Any] = {"field": "value", "type": "quantitative", "title": title or None, "axis": {"format": fmt}}
+    if full_scale:
+        y["scale"] = {"domain": [0, 1]}
+    columns = max(1, min(len(names), legend_columns))
+    encoding: dict[str, Any] = {
+        "x": time_x(d),
+        "y": y,
+        "color": {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            # a grid, not one row: a row of eight names runs off the chart's edge
+            "legend": {"title": None, "orient": "bottom", "columns": columns, "labelLimit": 260},
+        },
+        "tooltip": [
+            {"field": "time"},
+            {"field": "series"},
+            {"field": "value", "title": title or "value", "format": fmt},
+        ],
+    }
+    dashes = set(dashed) & set(names)
+    if dashes:  # the same field as the colour: one legend, its symbols dashed too
+        encoding["strokeDash"] = {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            "scale": {"domain": names, "range": [[5, 3] if n in dashes else [1, 0] for n in names]},
+        }
+    return {
+        **dataset(rows(d, ["t", "time", "series", "value"])),
+        "mark": {"type": "line", "interpolate": "linear", "point": False},
+        "encoding": encoding,
+        # the page fits axes and legend into the height: each further row of names adds its own
+        "height": 240 + 20 * (math.ceil(len(names) / columns) - 1),
+    }
+
+
+def state_strip(timeline: pd.DataFrame, label: str) -> Chart:
+    """Which state (boundness class, throttle reason) each leaf was in over time, as coloured marks;
+    boundness classes in their page-wide colours."""
+    if timeline.empty:
+        return empty_figure("never")
+    d = with_times(timeline)
+    y = "leaf" if label == "class" else label
+    states = list(dict.fromkeys(d[label]))
+    color: dict[str, Any] = {"field": label, "type": "nominal", "legend": {"title": label}}
+    if label == "class":
+        color["scale"] = class_scale(set(states))
+    else:
+        color["sort"] = states
+    return {
+        **dataset(rows(d, list(dict.fromkeys(["t", "time", y, label])))),
+        "mark": {"type": "square", "size": 70, "opacity": 1},
+        "encoding": {
+            "x": time_x(d),
+            "y": {"field": y, "type": "nominal", "title": None},
+            "color": color,
+            "tooltip": [{"field": "time"}, {"field": y}, {"field": label}],
+        },
+        "height": max(60, 32 * d[y].nunique() + 20),
+    }

@@ -1,0 +1,152 @@
+"""The Fleet, Workloads and Efficiency pages' tables: devices allocated and idle, idle
+allocations and the GPU-hours and dollars they waste, who holds each GPU, each leaf's class and
+roofline point now (ratios 0..1, hours, USD)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import pandas as pd
+
+from dashboard import definitions
+from dashboard.frames.columns import LEAF, col, with_cols
+from dashboard.sources.source import ALLOCATION_KEYS
+
+
+def _leaf_index(df: pd.DataFrame) -> pd.DataFrame:
+    return with_cols(df, LEAF)
+
+
+def fleet_counts(
+    info: pd.DataFrame, mig_info: pd.DataFrame, allocation: pd.DataFrame, idle: pd.DataFrame
+) -> dict[str, int]:
+    """Device counts, every one in devices (a whole GPU or a MIG instance; a GPU in MIG mode counts
+    as its instances): all devices, allocated, in use (not idle by dashboard/definitions.py, so
+    launch-bound ones included), allocated but idle; and the physical GPUs behind them."""
+    gpus = set(col(info, "uuid")) - {""}
+    mig_parents = set(col(mig_info, "uuid"))
+    leaves = {(u, "") for u in gpus - mig_parents} | {
+        (u, m) for u, m in zip(col(mig_info, "uuid"), col(mig_info, "mig_uuid"), strict=True) if m
+    }
+    alloc_leaves = {tuple(r) for r in _leaf_index(allocation)[list(LEAF)].itertuples(index=False)}
+    verdict = _leaf_index(idle)
+    idle_leaves = {tuple(r) for r in verdict.loc[verdict["value"] >= 0.5, list(LEAF)].itertuples(index=False)}
+    busy_leaves = {tuple(r) for r in verdict.loc[verdict["value"] < 0.5, list(LEAF)].itertuples(index=False)}
+    known = leaves or alloc_leaves | idle_leaves | busy_leaves
+    return {
+        "gpus": len(gpus),
+        "devices": len(known),
+        "allocated": len(alloc_leaves & known) if leaves else len(alloc_leaves),
+        "in_use": len(busy_leaves & known) if leaves else len(busy_leaves),
+        "allocated_idle": len(alloc_leaves & idle_leaves),
+    }
+
+
+def idle_allocations(
+    allocation: pd.DataFrame,
+    idle: pd.DataFrame,
+    activity: pd.DataFrame,
+    *,
+    now: float,
+    window_s: float,
+) -> pd.DataFrame:
+    """Devices allocated now whose leaf is idle now (dashboard/definitions.py), with how long.
+
+    ``idle_seconds`` = now - the later of the last busy step and the first allocated step;
+    ``idle_at_least`` is True when the device was never busy in the window (so longer than shown);
+    NaN when the source has no history for the allocation yet.
+    """
+    cols = ["namespace", "pod", "container", "workload", "node", "instance", "uuid", "mig_uuid", "sm_active"]
+    if allocation.empty or idle.empty:
+        return pd.DataFrame(columns=[*cols, "idle_seconds", "idle_at_least"])
+    verdict = _leaf_index(idle)
+    verdict = verdict[verdict["value"] >= 0.5]
+    sm = with_cols(verdict, ["sm_mean"])[[*LEAF, "sm_mean"]].rename(columns={"sm_mean": "sm_active"})
+    alloc = with_cols(allocation, ALLOCATION_KEYS)
+    out = alloc.merge(sm, on=list(LEAF), how="inner")
+    if out.empty:
+        return pd.DataFrame(columns=[*cols, "idle_seconds", "idle_at_least"])
+    act = with_cols(activity, ALLOCATION_KEYS)[["namespace", "pod", "container", *LEAF, "first_allocated", "last_busy"]]
+    out = out.merge(act, on=["namespace", "pod", "container", *LEAF], how="left")
+    since = out[["first_allocated", "last_busy"]].astype(float).max(axis=1, skipna=True)
+    out["idle_seconds"] = (now - since).clip(lower=0.0)
+    window_start = now - window_s
+    first = pd.to_numeric(out["first_allocated"], errors="coerce")
+    out["idle_at_least"] = out["last_busy"].isna() & (first.isna() | (first - window_start < 0.05 * window_s))
+    out["workload"] = [
+        f"{k}/{w}" if k and w else (w or "")
+        for k, w in zip(col(out, "workload_kind"), col(out, "workload"), strict=True)
+    ]
+    out = out[[*cols, "idle_seconds", "idle_at_least"]].drop_duplicates(["namespace", "pod", "container", *LEAF])
+    return out.sort_values("idle_seconds", ascending=False).reset_index(drop=True)
+
+
+def price_for(model: str, prices: Mapping[str, float]) -> float | None:
+    """USD per GPU-hour for a model name: an exact key, else the longest key contained in the
+    name (case-insensitive), else the ``*`` default; None when no price is configured."""
+    if model in prices:
+        return prices[model]
+    upper = model.upper()
+    matches = [k for k in prices if k != "*" and k.upper() in upper]
+    if matches:
+        return prices[max(matches, key=len)]
+    return prices.get("*")
+
+
+def waste_by_namespace(activity: pd.DataFrame, info: pd.DataFrame, prices: Mapping[str, float]) -> pd.DataFrame:
+    """Wasted GPU-hours (dashboard/definitions.py) and their cost per namespace.
+
+    Columns: namespace, gpu_hours, cost_usd (NaN when no price is known for a model), pods.
+    """
+    cols = ["namespace", "gpu_hours", "cost_usd", "pods"]
+    if activity.empty:
+        return pd.DataFrame(columns=cols)
+    act = with_cols(activity, ALLOCATION_KEYS).copy()
+    models = {u: n for u, n in zip(col(info, "uuid"), col(info, "name"), strict=True)}
+    act["model"] = [models.get(u, "") for u in act["uuid"]]
+    act["gpu_hours"] = act["wasted_gpu_hours"].astype(float)
+    unit = [price_for(m, prices) for m in act["model"]]
+    act["cost_usd"] = [h * p if p is not None else math.nan for h, p in zip(act["gpu_hours"], unit, strict=True)]
+    out = act.groupby("namespace", as_index=False).agg(
+        gpu_hours=("gpu_hours", "sum"),
+        cost_usd=("cost_usd", lambda s: s.sum(min_count=1)),
+        pods=("pod", "nunique"),
+    )
+    return out.sort_values("gpu_hours", ascending=False).reset_index(drop=True)[cols]
+
+
+def holders(allocation: pd.DataFrame) -> pd.DataFrame:
+    """Per leaf, who holds it: ``namespace/pod`` names joined with ", "."""
+    if allocation.empty:
+        return pd.DataFrame(columns=[*LEAF, "holders"])
+    alloc = with_cols(allocation, [*LEAF, "namespace", "pod"])
+    alloc = alloc.assign(holder=alloc["namespace"] + "/" + alloc["pod"])
+    out = alloc.groupby(list(LEAF), as_index=False)["holder"].agg(lambda s: ", ".join(sorted(set(s))))
+    return out.rename(columns={"holder": "holders"})
+
+
+def boundness_now(boundness: pd.DataFrame) -> pd.DataFrame:
+    """Per leaf, the class whose state-set value is 1 (uuid, mig_uuid, class, plus gpu/instance)."""
+    if boundness.empty or "class" not in boundness.columns:
+        return pd.DataFrame(columns=[*LEAF, "class"])
+    b = with_cols(boundness, [*LEAF, "gpu", "instance"])
+    b = b[b["value"] >= 0.5]
+    return b[["instance", "gpu", *LEAF, "class"]].drop_duplicates(list(LEAF)).reset_index(drop=True)
+
+
+def roofline_points(
+    dram: pd.DataFrame, pipe: pd.DataFrame, boundness: pd.DataFrame, allocation: pd.DataFrame
+) -> pd.DataFrame:
+    """One point per leaf: x = DRAM active, y = max pipe active, its class and holders."""
+    cols = ["node", "instance", "gpu", *LEAF, "dram_active", "pipe_active", "class", "holders"]
+    if dram.empty or pipe.empty:
+        return pd.DataFrame(columns=cols)
+    d = with_cols(dram, ["node", "instance", "gpu", *LEAF]).rename(columns={"value": "dram_active"})
+    p = with_cols(pipe, LEAF).rename(columns={"value": "pipe_active"})
+    pts = d[["node", "instance", "gpu", *LEAF, "dram_active"]].merge(p[[*LEAF, "pipe_active"]], on=list(LEAF))
+    cls = boundness_now(boundness)[[*LEAF, "class"]]
+    pts = pts.merge(cls, on=list(LEAF), how="left").merge(holders(allocation), on=list(LEAF), how="left")
+    pts["class"] = pts["class"].fillna(definitions.UNKNOWN_CLASS)
+    pts["holders"] = pts["holders"].fillna("(unallocated)")
+    return pts[cols].drop_duplicates(list(LEAF)).reset_index(drop=True)
