@@ -1,8 +1,10 @@
 # ruff: noqa: E501
 # (the table below holds alert annotations as the rules file's lines: Go templates that cannot be cut)
 """Generate deploy/rules/gpulens.rules.yml, and the Helm chart's copy, from dashboard/definitions.py
-and dashboard/jobs.py: ``python scripts/gen_rules.py`` writes both, ``--check`` exits 1 when either
-file differs from what it would write.
+and dashboard/jobs.py: ``python scripts/gen_rules.py`` writes both, then re-renders deploy/manifests/
+(whose PrometheusRule embeds them) with scripts/render_manifests.py; ``--check`` writes nothing and
+exits 1 when either rules file differs from what it would write (render_manifests.py --check
+covers the manifests).
 
 Every expression that encodes a concept (idle, activity, launch-bound, the transfer and communication
 shares, wasted GPU-hours, a pod's class, a job and its straggler...) is taken from those modules
@@ -1361,7 +1363,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if drifted else 0
     for path in OUTPUTS:
         path.write_text(text)
-    return 0
+    return _render_manifests()
+
+
+def _render_manifests() -> int:
+    """Re-render deploy/manifests/ (its PrometheusRule embeds the rules) with
+    scripts/render_manifests.py, so that one command brings every copy of the rules up to date."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_manifests", REPO / "scripts" / "render_manifests.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(sys.modules[spec.name])
+    return int(sys.modules[spec.name].main([]))
 
 
 if __name__ == "__main__":
