@@ -310,7 +310,7 @@ Mean NVML GPU-Util (time any kernel ran) over 5 m, physical GPUs only.
                 """\
 1 if the leaf was in use in the last 5 m by a signal other than SM activity (the name is
 older than the transfer class; kept for the dashboards and alerts that read it): NVML
-GPU-Util >= 5 % (whole GPUs) or the boundness class "launch" or "transfer" at any moment
+GPU-Util >= <<kernels_util>> (whole GPUs) or the boundness class "launch" or "transfer" at any moment
 (GPM, MIG instances too). A launch-bound stream of tiny kernels keeps SM activity near 0
 while GPU-Util reads ~20 %; a transfer-bound leaf moves data over its links (PCIe, NVLink)
 while its SMs wait, SM activity 0. Both are in use, not idle. A MIG instance has no
@@ -330,7 +330,7 @@ dashboard/definitions.py.
             defined(
                 "gpulens:gpu_idle:bool",
                 """\
-1 if the leaf is idle (SM active < 1 % over 5 m, no kernels running and no data moved: the
+1 if the leaf is idle (SM active < <<idle>> over <<mean_window>>, no kernels running and no data moved: the
 sm_active and kernels_active rules above), 0 if busy. The one definition of idle, generated
 from dashboard/definitions.py, which the dashboard and the advisor use too. From raw series, not
 from the rules above: a rule reading another rule lags it by an evaluation, and would then
@@ -440,7 +440,7 @@ by several pods of one namespace counts once.
             defined(
                 "namespace:gpulens_gpus_busy:count",
                 """\
-Allocated leaves that are busy (SM active >= 1 %, kernels running or data moving).
+Allocated leaves that are busy (SM active >= <<idle>>, kernels running or data moving).
 """,
             ),
             defined(
@@ -782,9 +782,9 @@ Its (pod, leaf) pairs with a class (GPM): 0 or absent, no class mix and no strag
             defined(
                 "gpulens:job_straggler:info",
                 """\
-The job's straggler, the leaf the others wait for: its peers spend >= 25 % of their time in
-`communication` and it >= 20 points less (dashboard/jobs.py). reason="input": its busy ratio is
->= 20 points below its peers' (its GPU sat idle for want of input while they spun); else
+The job's straggler, the leaf the others wait for: its peers spend >= <<peers_wait>> of their time in
+`communication` and it >= <<straggler_gap>> less (dashboard/jobs.py). reason="input": its busy ratio is
+>= <<input_gap>> below its peers' (its GPU sat idle for want of input while they spun); else
 "compute" (it computed while they waited: slow clocks, throttling). Value: its peers' mean
 communication share. Labels: the job leaf's and gpu.
 """,
@@ -826,7 +826,7 @@ and no single GPU holds it back: the interconnect sets its pace. Check GPUDirect
 NICs its pods hold and their traffic, and whether it would fit on fewer nodes (the advisor).
 """,
                 comment="""\
-A multi-GPU job spends 40 % of its GPU time or more in collectives with no straggler to explain
+A multi-GPU job spends <<communication_bound>> of its GPU time or more in collectives with no straggler to explain
 it, for 30 m: the interconnect (NICs, GPUDirect RDMA, placement) sets its pace.
 """,
                 blank_before=True,
@@ -848,7 +848,7 @@ Container {{ $labels.container }} of {{ $labels.namespace }}/{{ $labels.pod }}
 ({{ $labels.uuid }}{{ with $labels.mig_uuid }} {{ . }}{{ end }}) on
 {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}; {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its
 activity (no GPM on this GPU: GPU-Util, or for a MIG instance its processes) stayed
-under 1 %{{ else }}its SMs were active under 1 % of the time{{ end }} for 30 minutes.
+under <<idle>>{{ else }}its SMs were active under <<idle>> of the time{{ end }} for 30 minutes.
 """,
                 comment="""\
 Follows the idle verdict: a launch- or transfer-bound leaf is busy, so it never fires there.
@@ -859,16 +859,16 @@ Follows the idle verdict: a launch- or transfer-bound leaf is busy, so it never 
                 expr=definitions.underused_alert_promql(),
                 severity="info",
                 for_="10m",
-                summary='GPU held by {{ $labels.namespace }}/{{ $labels.pod }} averaged {{ $value | humanizePercentage }} {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}GPU-Util{{ else }}SM activity{{ end }} over 6 hours',
+                summary='GPU held by {{ $labels.namespace }}/{{ $labels.pod }} averaged {{ $value | humanizePercentage }} {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}GPU-Util{{ else }}SM activity{{ end }} over <<underused_window_words>>',
                 description="""\
 {{ $labels.namespace }}/{{ $labels.pod }} ({{ $labels.workload_kind }} {{ $labels.workload }})
 has held GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ with $labels.mig_uuid }} {{ . }}{{ end }})
-for 6 hours with {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its GPU-Util (no GPM on this GPU) under 20 %{{ else }}its SMs active
-under 20 % of the time{{ end }}; a smaller MIG profile or a shared GPU would likely do.
+for <<underused_window_words>> with {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its GPU-Util (no GPM on this GPU) under <<underused>>{{ else }}its SMs active
+under <<underused>> of the time{{ end }}; a smaller MIG profile or a shared GPU would likely do.
 """,
                 comment="""\
-Activity (SM activity; GPU-Util without GPM) under 20 % over 6 h, unless it plus the transfer
-share reaches 20 %: a transfer-bound pod (links busy, SMs waiting) is limited by its link,
+Activity (SM activity; GPU-Util without GPM) under <<underused>> over <<underused_window>>, unless it plus the transfer
+share reaches <<underused>>: a transfer-bound pod (links busy, SMs waiting) is limited by its link,
 and a smaller slice or a shared GPU would not help it. The value stays the activity mean
 (the summary shows it). A pod whose leaf has no class has no transfer share: the sum is then
 absent (`+` drops a series without a partner), `unless` removes nothing, and activity alone
@@ -888,8 +888,8 @@ of {{ $labels.namespace }}/{{ $labels.pod }} was launch-bound most of the time: 
 nvidia-smi's GPU-Util up while the SMs are almost never active.
 """,
                 comment="""\
-The pod's own class (gpulens:pod_gpu_boundness:class) was launch in over 80 % of the
-evaluations of the last 10 m, for 20 m: a pod on a shared leaf reads "shared", never
+The pod's own class (gpulens:pod_gpu_boundness:class) was launch in over <<launch_share>> of the
+evaluations of the last <<launch_window>>, for 20 m: a pod on a shared leaf reads "shared", never
 the leaf's launch class, so a neighbour's tiny kernels do not page it.
 """,
                 blank_before=True,
@@ -898,7 +898,7 @@ the leaf's launch class, so a neighbour's tiny kernels do not page it.
                 "GPUMemoryBandwidthDegraded",
                 expr=definitions.probe_degraded_alert_promql(),
                 severity="warning",
-                summary="GPU {{ $labels.gpu }}{{ with $labels.mig_uuid }} MIG instance {{ . }}{{ end }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}: {{ $labels.probe }} bandwidth under 85 % of expected in 3 runs in a row",
+                summary="GPU {{ $labels.gpu }}{{ with $labels.mig_uuid }} MIG instance {{ . }}{{ end }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}: {{ $labels.probe }} bandwidth under <<probe_slow>> of expected in <<probe_runs>> runs in a row",
                 description="""\
 The {{ $labels.probe }} probe of GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ with $labels.mig_uuid }},
 MIG instance {{ . }}{{ end }}) on
@@ -908,8 +908,8 @@ last three or more runs.
 """,
                 comment="""\
 "Three runs in a row" from cached gauges: the probe's last-success timestamp changed at least
-twice within 3 h (the value at the window start is a third run; the default probe interval is
-1 h), and the highest efficiency of all those runs is below 0.85. A good run resolves it.
+twice within <<probe_window>> (the value at the window start is a third run; the default probe interval is
+1 h), and the highest efficiency of all those runs is below <<probe_slow_ratio>>. A good run resolves it.
 """,
                 blank_before=True,
             ),
@@ -1259,10 +1259,60 @@ A sampler that stopped producing snapshots (a driver call hung past every deadli
 """The rules file: its groups in order, each rule with its comment."""
 
 
+# --- prose: the definitions' figures quoted in comments and annotations -------------------------
+def _pct(ratio: float) -> str:
+    return f"{ratio * 100:g} %"
+
+
+def _span(duration: str, words: bool = False) -> str:
+    """A PromQL duration as prose: ``6h`` -> ``6 h`` (``6 hours`` with ``words``)."""
+    m = re.fullmatch(r"(\d+)([smh])", duration)
+    if not m:
+        return duration
+    n, unit = int(m.group(1)), m.group(2)
+    if not words:
+        return f"{n} {unit}"
+    name = {"s": "second", "m": "minute", "h": "hour"}[unit]
+    return f"{n} {name}" + ("s" if n != 1 else "")
+
+
+PROSE: Mapping[str, str] = {
+    "idle": _pct(definitions.IDLE_SM_ACTIVE_BELOW),
+    "kernels_util": _pct(definitions.KERNELS_UTIL_AT_LEAST),
+    "mean_window": _span(definitions.MEAN_WINDOW),
+    "underused": _pct(definitions.UNDERUSED_ACTIVITY_BELOW),
+    "underused_window": _span(definitions.UNDERUSED_WINDOW),
+    "underused_window_words": _span(definitions.UNDERUSED_WINDOW, words=True),
+    "launch_share": _pct(definitions.LAUNCH_BOUND_SHARE_ABOVE),
+    "launch_window": _span(definitions.LAUNCH_BOUND_WINDOW),
+    "probe_slow": _pct(definitions.PROBE_SLOW_EFFICIENCY_BELOW),
+    "probe_slow_ratio": f"{definitions.PROBE_SLOW_EFFICIENCY_BELOW:g}",
+    "probe_runs": str(definitions.PROBE_SLOW_RUNS),
+    "probe_window": _span(definitions.PROBE_SLOW_WINDOW),
+    "peers_wait": _pct(jobs.STRAGGLER_PEERS_WAIT_AT_LEAST),
+    "straggler_gap": f"{jobs.STRAGGLER_GAP_AT_LEAST * 100:g} points",
+    "input_gap": f"{jobs.INPUT_STALL_BUSY_GAP * 100:g} points",
+    "communication_bound": _pct(jobs.COMMUNICATION_BOUND_AT_LEAST),
+}
+"""``<<name>>`` in a comment, summary or description is replaced by the figure the definitions
+modules hold, so the prose follows a changed threshold."""
+
+
+def prose(text: str) -> str:
+    """``text`` with every ``<<name>>`` of :data:`PROSE` filled in (an unknown name fails)."""
+
+    def fill(m: re.Match[str]) -> str:
+        if m.group(1) not in PROSE:
+            raise KeyError(f"scripts/gen_rules.py: no figure <<{m.group(1)}>> in PROSE")
+        return PROSE[m.group(1)]
+
+    return re.sub(r"<<(\w+)>>", fill, text)
+
+
 # --- rendering ---------------------------------------------------------------------------------
 def _comment(text: str, indent: int) -> list[str]:
     pad = " " * indent
-    lines = textwrap.dedent(text).strip("\n").splitlines()
+    lines = textwrap.dedent(prose(text)).strip("\n").splitlines()
     return [f"{pad}# {line}".rstrip() if line else f"{pad}#" for line in lines]
 
 
@@ -1306,11 +1356,11 @@ def _rule(rule: Record | Alert) -> list[str]:
         lines.append(f"        for: {rule.for_}")
     lines += ["        labels:", f"          severity: {rule.severity}"]
     lines += [f"          {key}: {value}" for key, value in rule.labels.items()]
-    description = textwrap.dedent(rule.description).strip("\n").splitlines()
+    description = textwrap.dedent(prose(rule.description)).strip("\n").splitlines()
     return [
         *lines,
         "        annotations:",
-        f"          summary: {_quoted(rule.summary)}",
+        f"          summary: {_quoted(prose(rule.summary))}",
         "          description: >-",
         *("            " + line for line in description),
         f"          runbook_url: {RUNBOOKS}#{rule.name.lower()}",

@@ -87,3 +87,13 @@ def test_layout_changes_only_whitespace_outside_strings(expr: str) -> None:
     lines = gen_rules.layout(expr, 10)
     assert _squash("".join(lines)) == _squash(expr)
     assert '"(?i).* or .*"' in "\n".join(lines) or "(?i)" not in expr, "a string literal was cut"
+
+
+def test_the_prose_quotes_the_definitions_figures() -> None:
+    """Comments and annotations quote thresholds through ``<<name>>`` placeholders: none is left
+    unfilled, and an unknown one fails generation instead of shipping."""
+    text = gen_rules.render()
+    assert "<<" not in text
+    assert gen_rules.prose("under <<underused>> over <<underused_window_words>>") == "under 20 % over 6 hours"
+    with pytest.raises(KeyError, match="nope"):
+        gen_rules.prose("<<nope>>")
