@@ -28,9 +28,11 @@ dashboard and the advisor.
   (:func:`gpu_share`: a MIG instance weighs its compute slices over the GPU's, ``3g.71gb`` on an
   H200 = 3/7; a whole GPU 1). Integrated every ``WASTE_RESOLUTION_SECONDS``.
 
-The recording rules (deploy/rules/gpulens.rules.yml) carry the same expressions: ``RULES`` below is
-what their ``expr`` fields must read, and tests/test_rules_definitions.py fails when the file and
-this module drift. In Prometheus mode the dashboard reads those recorded series; the advisor, which
+The recording rules (deploy/rules/gpulens.rules.yml) are generated from this module and
+dashboard/jobs.py by ``python scripts/gen_rules.py``: ``RULES`` (per leaf), ``POD_RULES`` (per
+container), ``NAMESPACE_RULES`` and the alert conditions below (``*_alert_promql``) are their
+``expr`` fields, and tests/test_rules_generated.py fails when the committed file is stale. In
+Prometheus mode the dashboard reads those recorded series; the advisor, which
 must also work on history recorded before the rules were loaded, inlines the same PromQL
 (:func:`leaf_idle_promql`); scrape mode computes the same thing in pandas (:func:`leaf_idle_frame`).
 """
@@ -68,10 +70,24 @@ COMPUTE_SLICES = 7
 COMPUTE_SLICES_BY_MODEL: Mapping[str, int] = {"A30": 4}
 """Models divided into another number of compute slices (substring of the NVML name)."""
 
+WASTE_RULE_WINDOW_SECONDS = 3600.0
+"""Window of ``namespace:gpulens_gpu_wasted_hours:sum1h``: the wasted GPU-hours of the last hour."""
+UNDERUSED_ACTIVITY_BELOW = 0.2
+"""Mean activity (0..1) over ``UNDERUSED_WINDOW`` below which a held leaf is under-used
+(``GPUUnderutilized``), unless activity plus transfer share reaches it."""
+UNDERUSED_WINDOW = "6h"
+LAUNCH_BOUND_SHARE_ABOVE = 0.8
+"""Share (0..1) of the rule evaluations of ``LAUNCH_BOUND_WINDOW`` in which a pod's own class was
+``launch`` above which it is launch-bound (``GPULaunchBound``)."""
+LAUNCH_BOUND_WINDOW = "10m"
+
 PROBE_SLOW_EFFICIENCY_BELOW = 0.85
 """A bandwidth probe result below this share of the model's expected bandwidth is slow: the Health
-page flags it and ``GPUMemoryBandwidthDegraded`` fires when three runs in a row are (the rule's
-``< 0.85``; tests/test_rules_definitions.py checks the two agree)."""
+page flags it and ``GPUMemoryBandwidthDegraded`` fires when three runs in a row are
+(:func:`probe_degraded_alert_promql`)."""
+PROBE_SLOW_RUNS = 3
+PROBE_SLOW_WINDOW = "3h"
+"""Window in which ``PROBE_SLOW_RUNS`` runs (one an hour by default) must all have been slow."""
 
 
 def counter_events_promql(series: str, window: str) -> str:
@@ -285,6 +301,99 @@ def wasted_promql(holding: str, idle: str, share: str) -> str:
     )
 
 
+def pod_leaf_promql(leaf: str) -> str:
+    """A per-leaf figure ``leaf`` (an expression with uuid, mig_uuid) on every container holding the
+    leaf: labels POD_KEYS plus the leaf's ``gpu`` and ``mig_profile`` (``gpulens:pod_gpu_*`` records)."""
+    keys = ", ".join(POD_KEYS)
+    return (
+        f"max by ({keys}) (gpulens_pod_gpu_allocation)"
+        f" * on (uuid, mig_uuid) group_left (gpu, mig_profile) max by (uuid, mig_uuid, gpu, mig_profile) ({leaf})"
+    )
+
+
+def pod_class_promql() -> str:
+    """A **pod's class** on each leaf it holds (``gpulens:pod_gpu_boundness:class``, value 1): the
+    exporter's ``gpulens_pod_gpu_boundness`` (the leaf's class while the pod is alone there,
+    ``shared`` where several pods run on it, ``idle`` for a pod with no process on a leaf others
+    use), with the routing labels of its allocation and the leaf's ``gpu`` and ``mig_profile``."""
+    holder = "namespace, pod, container, uuid, mig_uuid"
+    routing = ", ".join(k for k in POD_KEYS if k not in holder.split(", "))
+    own = (
+        f"(max by ({holder}, class) (gpulens_pod_gpu_boundness == 1)"
+        f" * on ({holder}) group_left ({routing})"
+        f" max by ({', '.join(POD_KEYS)}) (gpulens_pod_gpu_allocation))"
+    )
+    leaf = "max by (uuid, mig_uuid, gpu, mig_profile) (gpulens_gpu_boundness)"
+    return f"{own} * on (uuid, mig_uuid) group_left (gpu, mig_profile) {leaf}"
+
+
+def prom_duration(seconds: float) -> str:
+    """A PromQL duration in its largest whole unit: 3600 -> ``1h``, 60 -> ``1m``, 90 -> ``90s``."""
+    s = max(1, round(seconds))
+    for unit, size in (("h", 3600), ("m", 60)):
+        if s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+_NAMESPACE_LEAVES = "max by (cluster, namespace, uuid, mig_uuid) (gpulens:pod_gpu_idle:bool)"
+"""One series per (namespace, leaf) allocated: a time-sliced leaf two pods of a namespace share once."""
+
+
+def namespace_wasted_hours_promql() -> str:
+    """``namespace:gpulens_gpu_wasted_hours:sum1h``: ``gpulens:pod_gpu_wasted:gpus`` integrated over
+    the last WASTE_RULE_WINDOW_SECONDS at a fixed WASTE_RESOLUTION_SECONDS (a subquery, so the
+    figure does not depend on the evaluation interval), in GPU-hours."""
+    window = f"[{prom_duration(WASTE_RULE_WINDOW_SECONDS)}:{prom_duration(WASTE_RESOLUTION_SECONDS)}]"
+    steps_per_hour = 3600.0 / WASTE_RESOLUTION_SECONDS
+    return f"sum by (cluster, namespace) (sum_over_time(gpulens:pod_gpu_wasted:gpus{window})) / {steps_per_hour:g}"
+
+
+def allocated_idle_alert_promql() -> str:
+    """The ``GPUAllocatedButIdle`` condition: a container's leaf idle by the one verdict
+    (``gpulens:pod_gpu_idle:bool``; a launch- or transfer-bound leaf is in use) with its activity
+    under the idle threshold."""
+    return f"gpulens:pod_gpu_activity:ratio_avg5m < {IDLE_SM_ACTIVE_BELOW!r} and gpulens:pod_gpu_idle:bool == 1"
+
+
+def underused_alert_promql() -> str:
+    """The ``GPUUnderutilized`` condition: a container's mean activity over UNDERUSED_WINDOW under
+    UNDERUSED_ACTIVITY_BELOW (held the whole window), unless activity plus its transfer share
+    reaches it (a transfer-bound pod is limited by its link). A leaf without a class has no transfer
+    share: the sum is absent, ``unless`` removes nothing and activity alone decides."""
+    w, below = UNDERUSED_WINDOW, UNDERUSED_ACTIVITY_BELOW
+    activity = "gpulens:pod_gpu_activity:ratio_avg5m"
+    return (
+        f"(avg_over_time({activity}[{w}]) < {below!r} and {activity} and {activity} offset {w})"
+        f" unless (avg_over_time({activity}[{w}]) + avg_over_time(gpulens:pod_gpu_transfer:ratio_avg5m[{w}])"
+        f" >= {below!r})"
+    )
+
+
+def launch_bound_alert_promql() -> str:
+    """The ``GPULaunchBound`` condition: the pod's own class (``gpulens:pod_gpu_boundness:class``) was
+    ``launch`` in over LAUNCH_BOUND_SHARE_ABOVE of the evaluations of LAUNCH_BOUND_WINDOW."""
+    w = LAUNCH_BOUND_WINDOW
+    own = "gpulens:pod_gpu_boundness:class"
+    return (
+        f'(sum without (class) (count_over_time({own}{{class="{LAUNCH_CLASS}"}}[{w}]))'
+        f" / sum without (class) (count_over_time({own}[{w}]))) > {LAUNCH_BOUND_SHARE_ABOVE!r}"
+    )
+
+
+def probe_degraded_alert_promql() -> str:
+    """The ``GPUMemoryBandwidthDegraded`` condition: PROBE_SLOW_RUNS probe runs in a row slow, from
+    cached gauges: the last-success timestamp changed PROBE_SLOW_RUNS - 1 times within
+    PROBE_SLOW_WINDOW (the value at the window's start is one more run) and the best efficiency of
+    them all is under PROBE_SLOW_EFFICIENCY_BELOW."""
+    w = PROBE_SLOW_WINDOW
+    return (
+        f"max_over_time(gpulens_probe_efficiency_ratio[{w}]) < {PROBE_SLOW_EFFICIENCY_BELOW!r}"
+        f" and changes(gpulens_probe_last_success_timestamp_seconds[{w}]) >= {PROBE_SLOW_RUNS - 1}"
+        " and gpulens_probe_efficiency_ratio"
+    )
+
+
 RULES: Mapping[str, str] = {
     "gpulens:gpu_sm_active:ratio_avg5m": sm_mean_promql(),
     "gpulens:gpu_activity:ratio_avg5m": activity_mean_promql(),
@@ -302,7 +411,24 @@ RULES: Mapping[str, str] = {
         holding_share_promql("gpulens_pod_gpu_allocation"), leaf_idle_promql(), gpu_share_promql()
     ),
 }
-"""Recording rule name -> the expression the rule file must hold (compared without whitespace)."""
+"""Per-leaf recording rule name -> its expression (scripts/gen_rules.py writes it into the file)."""
+
+POD_RULES: Mapping[str, str] = {
+    "gpulens:pod_gpu_sm_active:ratio_avg5m": pod_leaf_promql("gpulens:gpu_sm_active:ratio_avg5m"),
+    "gpulens:pod_gpu_activity:ratio_avg5m": pod_leaf_promql("gpulens:gpu_activity:ratio_avg5m"),
+    "gpulens:pod_gpu_transfer:ratio_avg5m": pod_leaf_promql("gpulens:gpu_transfer:ratio_avg5m"),
+    "gpulens:pod_gpu_idle:bool": pod_leaf_promql("gpulens:gpu_idle:bool"),
+    "gpulens:pod_gpu_boundness:class": pod_class_promql(),
+}
+"""Per-container recording rule name -> its expression: a leaf's figures on the containers holding it."""
+
+NAMESPACE_RULES: Mapping[str, str] = {
+    "namespace:gpulens_gpus_allocated:count": f"count by (cluster, namespace) ({_NAMESPACE_LEAVES})",
+    "namespace:gpulens_gpus_busy:count": f"count by (cluster, namespace) ({_NAMESPACE_LEAVES} == 0)",
+    "namespace:gpulens_gpus_idle:count": f"count by (cluster, namespace) ({_NAMESPACE_LEAVES} == 1)",
+    "namespace:gpulens_gpu_wasted_hours:sum1h": namespace_wasted_hours_promql(),
+}
+"""Per-namespace recording rule name -> its expression: allocated, busy and idle leaves, wasted GPU-hours."""
 
 
 # --- pandas (scrape mode) ------------------------------------------------------------------
@@ -531,16 +657,3 @@ def communication_share_frame(means: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
 
 def _col(df: pd.DataFrame, name: str) -> list[str]:
     return [str(x) for x in df[name]] if name in df.columns else [""] * len(df)
-
-
-def rule_yaml(name: str) -> str:
-    """The ``expr`` of recording rule ``name`` as the rule file holds it (one clause a line)."""
-    text = RULES[name]
-    for sep in (" or ", " * on (uuid, mig_uuid) group_left () ", " / on (uuid, mig_uuid) group_left () "):
-        text = text.replace(sep, "\n" + sep.strip() + " ")
-    return text
-
-
-if __name__ == "__main__":  # print the generated rule expressions, for deploy/rules/gpulens.rules.yml
-    for record in RULES:
-        print(f"- record: {record}\n  expr: |\n" + "\n".join("    " + line for line in rule_yaml(record).splitlines()))

@@ -26,9 +26,10 @@ advisor (docs/jobs.md).
 - **Communication-bound job**: its class mix's ``communication`` share at least
   ``COMMUNICATION_BOUND_AT_LEAST``, with no straggler to explain the waiting.
 
-The recording rules of group ``gpulens.jobs`` (deploy/rules/gpulens.rules.yml) hold :data:`RULES`
-(tests/test_rules_definitions.py compares them); the dashboard and the advisor aggregate per-leaf
-figures with :func:`job_table` and :func:`stragglers`, the same arithmetic in pandas.
+The recording rules of group ``gpulens.jobs`` (deploy/rules/gpulens.rules.yml) are generated from
+:data:`RULES` and :func:`communication_bound_promql` (``python scripts/gen_rules.py``); the
+dashboard and the advisor aggregate per-leaf figures with :func:`job_table` and :func:`stragglers`,
+the same arithmetic in pandas.
 """
 
 from __future__ import annotations

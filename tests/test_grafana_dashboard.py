@@ -157,8 +157,8 @@ def test_idle_and_in_use_come_from_the_rule_definitions_py_writes() -> None:
 def test_idle_busy_allocated_and_waste_panels_read_the_rules() -> None:
     """Every panel about idle, in use, allocated or waste reads recording rules (names the rule file
     records), never a raw activity series with a threshold of its own; the per-leaf rules among them
-    are the expressions of dashboard/definitions.py (tests/test_rules_definitions.py holds the file
-    to them)."""
+    are the expressions of dashboard/definitions.py (the file is generated from it:
+    tests/test_rules_generated.py)."""
     records = _records()
     about = re.compile(r"idle|allocat|wast|in use", re.IGNORECASE)
     panels = [p for p in _panels() if about.search(p["title"]) and "MIG" not in p["title"]]

@@ -169,5 +169,5 @@ def test_rules_use_only_catalogue_metrics_and_their_labels() -> None:
 
 def test_helm_chart_ships_the_same_rules_file() -> None:
     assert CHART_RULES.read_text() == RULES.read_text(), (
-        "deploy/helm/gpulens/files/gpulens.rules.yml drifted: run python scripts/render_manifests.py"
+        "deploy/helm/gpulens/files/gpulens.rules.yml drifted: run python scripts/gen_rules.py"
     )

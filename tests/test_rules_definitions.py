@@ -1,9 +1,9 @@
-"""The recording rules and dashboard/definitions.py are one definition of idle and wasted GPU-hours:
-every rule the module describes reads exactly as the module writes it, with the same thresholds."""
+"""dashboard/definitions.py's behaviour: GPU shares, the advisor's inlined verdict, the pandas twin of
+the idle rule, and the few properties of the rule file that generation does not imply (the rule
+file itself is generated from the module: tests/test_rules_generated.py)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -11,63 +11,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from dashboard import definitions, jobs
+from dashboard import definitions
 from dashboard.frames.columns import from_rows
 from dashboard.frames.health import SLOW_EFFICIENCY
 
 REPO = Path(__file__).resolve().parents[1]
 RULES_FILE = REPO / "deploy" / "rules" / "gpulens.rules.yml"
-
-
-def _recorded() -> dict[str, str]:
-    doc = yaml.safe_load(RULES_FILE.read_text())
-    return {r["record"]: r["expr"] for g in doc["groups"] for r in g["rules"] if "record" in r}
-
-
-def _squash(expr: str) -> str:
-    return re.sub(r"\s+", "", expr)
-
-
-ALL_RULES = {**definitions.RULES, **jobs.RULES}
-
-
-@pytest.mark.parametrize("name", sorted(ALL_RULES))
-def test_rule_reads_as_the_definition_writes_it(name: str) -> None:
-    recorded = _recorded()
-    assert name in recorded, f"{name} is missing from {RULES_FILE.name}"
-    assert _squash(recorded[name]) == _squash(ALL_RULES[name]), name
-
-
-def test_the_job_rules_are_one_group_in_the_definitions_order() -> None:
-    """Each job rule reads only rules above it in its group (promtool and vmalert evaluate a group
-    in order), and the communication-bound alert reads the definition's condition."""
-    doc = yaml.safe_load(RULES_FILE.read_text())
-    (group,) = [g for g in doc["groups"] if g["name"] == "gpulens.jobs"]
-    records = [r["record"] for r in group["rules"] if "record" in r]
-    assert records == list(jobs.RULES)
-    (alert,) = [r["expr"] for r in group["rules"] if r.get("alert") == "GPUJobCommunicationBound"]
-    assert _squash(alert) == _squash(jobs.communication_bound_promql())
-    (straggler,) = [r["expr"] for r in group["rules"] if r.get("alert") == "GPUJobStraggler"]
-    assert _squash(straggler) == "gpulens:job_straggler:info"
-
-
-def test_thresholds_in_the_rule_file_are_the_python_constants() -> None:
-    recorded = _recorded()
-    idle = recorded["gpulens:gpu_idle:bool"]
-    assert re.findall(r"< bool ([0-9.]+)", idle) == [repr(definitions.IDLE_SM_ACTIVE_BELOW)] * 2
-    kernels = recorded["gpulens:gpu_kernels_active:bool"]
-    assert re.findall(r">= bool ([0-9.]+)", kernels) == [repr(definitions.KERNELS_UTIL_AT_LEAST)]
-    # launch- and transfer-bound leaves are in use: one regex matcher over the in-use classes
-    assert re.findall(r'class=~"([^"]+)"', kernels) == ["|".join(definitions.IN_USE_CLASSES)]
-    assert set(definitions.IN_USE_CLASSES) == {"launch", "transfer"}
-    assert f'class="{definitions.TRANSFER_CLASS}"' in recorded["gpulens:gpu_transfer:ratio_avg5m"]
-    assert f"[{definitions.MEAN_WINDOW}]" in recorded["gpulens:gpu_sm_active:ratio_avg5m"]
-    assert "[1h:1m]" in recorded["namespace:gpulens_gpu_wasted_hours:sum1h"]
-    assert definitions.WASTE_RESOLUTION_SECONDS == 60.0
-    # the idle alert uses the same threshold
-    alerts = {r["alert"]: r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]
-              if "alert" in r}  # fmt: skip
-    assert f"< {definitions.IDLE_SM_ACTIVE_BELOW!r}" in alerts["GPUAllocatedButIdle"]
 
 
 def _alerts(name: str) -> list[str]:
@@ -76,15 +25,11 @@ def _alerts(name: str) -> list[str]:
 
 
 def test_the_probe_alert_and_the_health_page_call_a_gpu_slow_at_one_threshold() -> None:
-    (expr,) = _alerts("GPUMemoryBandwidthDegraded")
-    assert re.findall(r"< ([0-9.]+)", expr) == [repr(definitions.PROBE_SLOW_EFFICIENCY_BELOW)]
     assert SLOW_EFFICIENCY == definitions.PROBE_SLOW_EFFICIENCY_BELOW
 
 
-def test_the_application_xid_alert_counts_events_as_the_health_page_does() -> None:
-    critical, warning = _alerts("GPUXidError")
-    xids = 'gpulens_gpu_xid_errors_total{xid!~"48|61|62|64|74|79|92|94|95|119|120|140"}'
-    assert _squash(definitions.counter_events_promql(xids, "10m") + " > 0") in _squash(warning)
+def test_a_hardware_xid_alert_holds_its_level() -> None:
+    critical, _ = _alerts("GPUXidError")
     assert "increase(" not in critical, "a hardware Xid holds: its level, not its increase"
 
 
@@ -155,7 +100,5 @@ def test_leaf_idle_frame_counts_a_transfer_bound_leaf_as_in_use() -> None:
     }
 
 
-def test_the_exporter_down_alert_and_the_dashboard_banner_read_one_expression() -> None:
-    exprs = _alerts("GPUExporterDown")
-    assert _squash(definitions.EXPORTERS_DOWN_PROMQL) in [_squash(e) for e in exprs]
-    assert not any("job=" in e for e in exprs), "no job-name coupling"
+def test_the_exporter_down_alert_names_no_job() -> None:
+    assert not any("job=" in e for e in _alerts("GPUExporterDown")), "no job-name coupling"
