@@ -27,6 +27,8 @@ from dashboard.sources.prometheus import PrometheusSource
 from tests.support.prometheus import run_prometheus
 from tests.support.victoriametrics import import_openmetrics, run_victoriametrics
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
 WEEK = 168.0

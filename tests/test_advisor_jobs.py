@@ -35,6 +35,8 @@ from exporter.render.metrics import spec
 from exporter.sim import scenarios
 from tests.support.prometheus import run_prometheus
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 GB = 1e9
 GIB = 2**30

@@ -16,6 +16,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.fixtures.dashboard.fake_prometheus import serve_exposition
 
+pytestmark = pytest.mark.integration
+
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 
 

@@ -27,6 +27,8 @@ from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, PrefixPeer, small_pods_reply
 from tests.support.kube import client_factory, wait_for
 
+pytestmark = pytest.mark.integration
+
 MiB = 1024 * 1024
 
 

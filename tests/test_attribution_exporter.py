@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, reference_to
 from tests.fakes.kubelet_server import FakeKubelet, pod
 from tests.support.exporter import run_exporter
 from tests.support.scrape import NO_API_ENV, Samples, api_env, eventually, gpu_uuids, scrape, stage
+
+pytestmark = pytest.mark.integration
 
 
 def allocations(samples: Samples) -> set[tuple[str, str, str]]:

@@ -20,6 +20,8 @@ from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, pod
 from tests.support.kube import client_factory, wait_for
 
+pytestmark = pytest.mark.integration
+
 NODE = "gpu-node-1"
 U0 = "GPU-00000000-1111-2222-3333-444444444444"
 

@@ -26,6 +26,8 @@ from exporter.attribution.owners import (
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, owner_reference, reference_to
 from tests.support.kube import client_factory, wait_for
 
+pytestmark = pytest.mark.integration
+
 NODE = "gpu-node-1"
 NS = "ml"
 JOBSET = "jobset.x-k8s.io/v1alpha2"

@@ -29,6 +29,8 @@ from exporter.sim import Simulation
 from exporter.sim.attribution import simulated_attributor
 from tests.fakes.kubelet_server import FakeKubelet, pod
 
+pytestmark = pytest.mark.integration
+
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
 U2 = "GPU-22222222-2222-2222-2222-222222222222"

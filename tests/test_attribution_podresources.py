@@ -18,6 +18,8 @@ from exporter.config import parse_config
 from exporter.model import Attribution, BackendSample, GpuSample, LeafSample, MigInstance, StageResult
 from tests.fakes.kubelet_server import FakeKubelet, devices, pod
 
+pytestmark = pytest.mark.integration
+
 
 def gpu_uuid(i: int) -> str:
     return f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}"

@@ -32,6 +32,8 @@ from exporter.model import SliceDevice
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, make_resource_slice, nvidia_gpu, nvidia_mig
 from tests.support.kube import client_factory, wait_for
 
+pytestmark = pytest.mark.integration
+
 NODE = "gpu-node-1"
 OTHER = "gpu-node-2"
 DRIVER = "gpu.nvidia.com"

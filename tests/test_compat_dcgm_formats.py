@@ -27,6 +27,8 @@ from exporter.render.compat_dcgm import FIELDS
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query
 
+pytestmark = pytest.mark.integration
+
 FORMATS = {
     "text": "text/plain; version=0.0.4",
     "openmetrics": "application/openmetrics-text; version=1.0.0",

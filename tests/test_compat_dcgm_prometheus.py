@@ -31,6 +31,8 @@ from exporter.model import Snapshot
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"

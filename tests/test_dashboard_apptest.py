@@ -16,6 +16,8 @@ from dashboard.frames.links import LINK_SOURCE_NAMES
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_exposition
 from tests.support.net import free_port
 
+pytestmark = pytest.mark.integration
+
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 PAGES = [
     "views/efficiency.py",

@@ -28,6 +28,8 @@ from tests.support.net import free_port
 from tests.support.prometheus import demo_scrape_config, run_prometheus, wait_for_query
 from tests.support.prometheus import query as prom_query
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 MODES = ("prometheus", "scrape")

@@ -45,6 +45,8 @@ from exporter.render.metrics import spec
 from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules, run_prometheus
 from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 STEP = 60.0
 SAMPLE = 15.0

@@ -14,6 +14,8 @@ from dashboard.sources.source import Filters
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import run_prometheus, wait_for_query
 
+pytestmark = pytest.mark.integration
+
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "rules" / "gpulens.rules.yml"
 

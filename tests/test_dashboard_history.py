@@ -44,6 +44,8 @@ from tests.support.prometheus import (
     wait_for_query,
 )
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 LOST_GPU = "3"
 YOUNG = "node-0"

@@ -54,6 +54,8 @@ from exporter.render.metrics import spec
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
 
+pytestmark = pytest.mark.integration
+
 GIB = 2**30
 H200 = "NVIDIA H200"
 L40S = "NVIDIA L40S"

@@ -17,6 +17,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.support.prometheus import run_prometheus
 
+pytestmark = pytest.mark.integration
+
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 HOLD_S = 0.3
 """Each proxied query is held this long, so queries sent together are seen together."""

@@ -31,6 +31,8 @@ from dashboard.sources.source import SourceError
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import RULES_FILE, run_prometheus, scrape_config
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "dashboard" / "app.py")
 USER = "gpulens"

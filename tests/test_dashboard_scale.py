@@ -17,6 +17,8 @@ from tests.support.browser import chromium_page, empty_panels, load, run_dashboa
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 GPUS, NODES, HOURS = 200, 25, 6
 

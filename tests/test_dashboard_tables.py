@@ -13,6 +13,8 @@ from dashboard.figures.sharing import MIG_LABEL_CHARS, _wrap, sm_share_bar
 from dashboard.figures.vega import data_of
 from tests.support.browser import SNAKE_CASE, text_findings
 
+pytestmark = pytest.mark.integration
+
 DEFAULTED = {
     # column names a page may show that the map does not list, and the header each gets
     "memory_used_bytes": "Memory used bytes",

@@ -17,6 +17,8 @@ import yaml
 
 from tests.support.deploy import CHART, MANIFESTS, REPO, objects, one, renderer
 
+pytestmark = pytest.mark.integration
+
 SUPPORTED_KUBERNETES = [f"1.{minor}.0" for minor in range(28, 38)]
 
 

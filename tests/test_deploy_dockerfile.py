@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.deploy import DOCKERFILE, dockerfile_stages
 
+pytestmark = pytest.mark.integration
+
 
 def hadolint() -> str:
     path = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")

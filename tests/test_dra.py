@@ -40,6 +40,8 @@ from tests.support.prometheus import backfill_recording_rules, inline_records, r
 from tests.support.prometheus import query as prom_query
 from tests.support.sim_exposition import render_cycles
 
+pytestmark = pytest.mark.integration
+
 ROUTES = {"claims": "dra", "plugin": "dra-plugin"}
 """Route -> the simulator scenario that hands the GPUs out that way."""
 SCRAPES = 40

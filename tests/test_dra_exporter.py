@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod, make_resource_slice, nvidia_gpu
 from tests.fakes.kubelet_server import FakeKubelet, pod
 from tests.support.exporter import run_exporter
 from tests.support.scrape import Samples, api_env, eventually, gpu_uuids, scrape, stage
+
+pytestmark = pytest.mark.integration
 
 NODE = "gpu-node-1"
 GPU_DRIVER = "gpu.nvidia.com"

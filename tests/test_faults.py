@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.render.collector import SnapshotCollector
@@ -11,6 +12,8 @@ from exporter.sampler import Sampler, SamplerOptions
 from exporter.sim import SimFaults, SimulatedBackend
 from tests.support.exporter import run_exporter
 from tests.support.net import get
+
+pytestmark = pytest.mark.integration
 
 
 def _pipeline(faults: SimFaults, deadline: float = 5.0) -> tuple[Sampler, CollectorRegistry]:

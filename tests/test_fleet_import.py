@@ -25,6 +25,8 @@ import pytest
 from exporter.model import BOUNDNESS_CLASSES
 from tests.support.victoriametrics import import_json_stream, import_openmetrics, query, run_victoriametrics
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 END = float(int(time.time()) // 3600 * 3600 - 86400)
 """The last sample: a day ago (inside the store's retention, whole hours)."""

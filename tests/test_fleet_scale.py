@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.prometheus import FLEET_RECORDS
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 DAYS = 0.05
 """72 minutes: long enough for every rule's window, short enough for a test."""

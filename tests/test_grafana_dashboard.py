@@ -39,6 +39,8 @@ from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import query, run_prometheus, wait_for_query
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"
 CHART_GRAFANA = REPO / "deploy" / "helm" / "gpulens" / "files" / "gpulens-grafana-dashboard.json"

@@ -25,6 +25,8 @@ from exporter.attribution.podresources_wire import Listed, WireError, allocatabl
 from exporter.model import ContainerDevices
 from tests.fakes.kubelet_server import FakeKubelet, devices, official_listing, pod
 
+pytestmark = pytest.mark.integration
+
 
 def _word(rng: random.Random) -> str:
     return "".join(rng.choice("abcxyz-0é漢") for _ in range(rng.randint(0, 12)))

@@ -14,6 +14,8 @@ from tests.support.exporter import run_exporter
 from tests.support.net import free_port, get, wait_http
 from tests.support.prometheus import run_prometheus, scrape_config, wait_for_query
 
+pytestmark = pytest.mark.integration
+
 
 def _leaf_ids(scenario: str) -> set[str]:
     backend = SimulatedBackend(scenario, seed=0)

@@ -38,6 +38,8 @@ from exporter.attribution.kube_http import (
 )
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 
+pytestmark = pytest.mark.integration
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True

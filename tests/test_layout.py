@@ -178,3 +178,41 @@ def test_the_dashboard_imports_neither_the_exporters_config_nor_its_http_front()
         if any(_under(n, forbidden) for forbidden in DASHBOARD_FORBIDDEN)
     ]
     assert not bad, bad
+
+
+# --- the integration marker ------------------------------------------------------------------------
+
+STARTERS = (
+    "tests.support.prometheus",
+    "tests.support.victoriametrics",
+    "tests.support.browser",
+    "tests.support.exporter",
+    "tests.support.process",
+    "tests.support.load_soak",
+    "tests.support.podman",
+    "tests.fakes.kubelet_server",
+    "tests.fakes.kube_api_server",
+    "playwright",
+    "streamlit.testing",
+)
+"""What starts something outside the test process (a server, a browser, a process, a container,
+Streamlit's app runner): a test module that imports one is ``integration``."""
+
+
+def _declares_integration(path: Path) -> bool:
+    """True when the module's ``pytestmark`` names ``pytest.mark.integration``."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return "pytest.mark.integration" in ast.unparse(node.value)
+    return False
+
+
+def test_a_module_that_starts_something_declares_the_integration_marker() -> None:
+    """The fast loop (``-m 'not gpu and not integration'``) leaves out every test that starts a
+    server, browser or process: the marker is declared in the module, and this keeps it honest."""
+    missing = [
+        p.name
+        for p in (REPO / "tests").glob("test_*.py")
+        if any(_under(n, s) for n in _imports(p) for s in STARTERS) and not _declares_integration(p)
+    ]
+    assert missing == [], f"import a server, browser or process starter without pytestmark = integration: {missing}"

@@ -22,6 +22,8 @@ import pytest
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, pod
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 DESIGN = REPO / "docs" / "design.md"
 

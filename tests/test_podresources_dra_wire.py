@@ -20,6 +20,8 @@ from exporter.attribution.podresources_wire import Listed, WireError, list_reply
 from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 from tests.fakes.kubelet_server import FakeKubelet, official_listing, pod
 
+pytestmark = pytest.mark.integration
+
 DRIVER = "gpu.nvidia.com"
 NIC_DRIVER = "sriov.example.com"
 POOL = "node-1"

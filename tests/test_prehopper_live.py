@@ -15,12 +15,15 @@ import time
 from contextlib import ExitStack
 
 import pandas as pd
+import pytest
 
 from dashboard.advisor.query import Window, measure
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.scrape import ScrapeSource
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import firing, query, rules_with_short_for, run_prometheus, scrape_config, wait_for_query
+
+pytestmark = pytest.mark.integration
 
 NODES = ("a100", "l40s", "a10g")
 RUN_SECONDS = 30.0

@@ -19,6 +19,8 @@ from tests.support.prometheus import (
     wait_for_query,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize(
     ("scenario", "idle_pods", "busy_pods"),

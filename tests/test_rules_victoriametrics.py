@@ -39,6 +39,8 @@ from tests.support.sim_exposition import render_cycles
 from tests.support.victoriametrics import RULES_FILE, force_flush, import_openmetrics, replay_rules, run_victoriametrics
 from tests.support.victoriametrics import query as vm_query
 
+pytestmark = pytest.mark.integration
+
 SCENARIOS = ("h200x8", "mig", "timeslice", "p5en-nogdr", "jobs-0", "jobs-1")
 SCRAPES = 48
 SAMPLE = 15.0

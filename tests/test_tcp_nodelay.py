@@ -15,6 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from dashboard import server as dashboard_server
@@ -26,6 +27,8 @@ from tests.fakes_backend import ScriptedBackend, healthy
 from tests.support.net import free_port
 from tests.support.process import managed_process
 from tests.support.sockets import server_nodelay
+
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,6 +27,8 @@ from tests.support.exporter import run_exporter
 from tests.support.prometheus import demo_scrape_config
 from tests.support.victoriametrics import RULES_FILE, query, run_victoriametrics, run_vmalert
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def vm_dashboard() -> Iterator[tuple[str, str]]:
