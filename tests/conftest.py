@@ -37,3 +37,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when the run was asked to regenerate golden files."""
     return bool(request.config.getoption("--update-golden"))
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    """0 for a ``long`` module, 1 for another ``integration`` one, 2 for the rest."""
+    if item.get_closest_marker("long"):
+        return 0
+    return 1 if item.get_closest_marker("integration") else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules of minutes first, then the other integration modules, then the unit tests, each
+    module's tests kept together and in file order: with ``--dist loadfile --no-loadscope-reorder``
+    (scripts/test.sh) the parallel workers start the long modules at once and the short ones fill
+    in behind them, instead of one long module starting last."""
+    items.sort(key=_cost_rank)

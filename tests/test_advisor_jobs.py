@@ -35,7 +35,7 @@ from exporter.render.metrics import spec
 from exporter.sim import scenarios
 from tests.support.prometheus import run_prometheus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1e9

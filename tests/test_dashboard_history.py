@@ -44,7 +44,7 @@ from tests.support.prometheus import (
     wait_for_query,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[1]
 LOST_GPU = "3"

@@ -40,7 +40,7 @@ EXPORTER_BUDGET_BYTES = 120 * 1000 * 1000  # uncompressed, without CuPy (docs/de
 STOP_WITHIN_S = 5.0
 CUDA_RUNTIME_VERSION = "from cupy_backends.cuda.api import runtime; print(runtime.runtimeGetVersion())"
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(1200)]
 
 
 def build(out: Path, *targets: str, env: dict[str, str] | None = None) -> dict[str, Path]:

@@ -42,7 +42,7 @@ from tests.support.prometheus import query as prom_query
 from tests.support.victoriametrics import import_openmetrics, replay_rules, run_victoriametrics
 from tests.support.victoriametrics import query as vm_query
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 NODES = ("jobs-0", "jobs-1")
 SCRAPES = 40

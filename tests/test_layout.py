@@ -115,6 +115,35 @@ the probe scheduler that run them; the simulated node, which stands in for the b
 attribution sources, the NIC tree and the probe child (so it sits above all of them); rendering a
 snapshot; the HTTP front that serves it; and the flags and wiring, the only composition root."""
 
+DASHBOARD_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "definitions",
+        (
+            "dashboard",  # the package itself
+            "dashboard.promql",
+            "dashboard.definitions",
+            "dashboard.jobs",
+            "dashboard.inputs",
+            "dashboard.sources.source",
+        ),
+    ),
+    ("frames", ("dashboard.frames",)),
+    ("figures", ("dashboard.figures",)),
+    ("sources", ("dashboard.sources",)),
+    ("settings", ("dashboard.settings",)),
+    ("advisor", ("dashboard.advisor",)),
+    ("page parts", ("dashboard.ui", "dashboard.gpu_panels")),
+    ("pages", ("dashboard.views", "dashboard.fleet_names")),
+    ("composition root", ("dashboard.app", "dashboard.cli", "dashboard.server", "dashboard.__main__")),
+)
+"""The dashboard's layers, lowest first: the one place each concept is written (definitions, the
+job grouping, PromQL helpers, option parsers) with the source interface (``sources.source``: what a
+page may ask, the ``Window`` it reads over); the tables pages draw from (frames) and the charts
+(figures); the two sources that answer the interface (Prometheus, scrapes), which build frames; the
+settings; the advisor; the parts every page shares; the pages; and the entry points."""
+
+LAYERS = {"exporter": EXPORTER_LAYERS, "dashboard": DASHBOARD_LAYERS}
+
 DASHBOARD_FORBIDDEN = ("exporter.config", "exporter.http", "exporter.cli", "exporter.__main__")
 """What nothing under dashboard/ may import: the exporter's flags, its HTTP front, and the
 composition root that loads both (docs/design.md, "Layout")."""
@@ -125,48 +154,49 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def layer_of(module: str) -> int | None:
-    """Index in ``EXPORTER_LAYERS`` of the layer ``module`` (or the module a name is imported
-    from) belongs to: the longest matching prefix; None outside the exporter."""
+def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = EXPORTER_LAYERS) -> int | None:
+    """Index in ``layers`` of the layer ``module`` (or the module a name is imported from) belongs
+    to: the longest matching prefix; None outside the package."""
+    top = layers[0][1][0]
     best: tuple[int, int] | None = None
-    for index, (_name, prefixes) in enumerate(EXPORTER_LAYERS):
+    for index, (_name, prefixes) in enumerate(layers):
         for prefix in prefixes:
-            matches = module == prefix or (prefix != "exporter" and module.startswith(prefix + "."))
+            matches = module == prefix or (prefix != top and module.startswith(prefix + "."))
             if matches and (best is None or len(prefix) > best[1]):
                 best = (index, len(prefix))
     return None if best is None else best[0]
 
 
-def upward_imports() -> list[str]:
-    """Every import in exporter/ of a layer above the importing module's own (lazy and
+def upward_imports(top: str = "exporter") -> list[str]:
+    """Every import in ``top``/ of a layer above the importing module's own (lazy and
     ``TYPE_CHECKING`` imports included)."""
+    layers = LAYERS[top]
     bad = []
-    for path in _files("exporter"):
+    for path in _files(top):
         module = _module_name(path)
-        own = layer_of(module)
-        assert own is not None, f"{module} is in no layer of EXPORTER_LAYERS: place it there"
+        own = layer_of(module, layers)
+        assert own is not None, f"{module} is in no layer of {top}'s layers: place it there"
         flagged: list[str] = []
         for name in _imports(path):
-            target = layer_of(name)
+            target = layer_of(name, layers)
             if target is None or target <= own or any(_under(name, f) for f in flagged):
                 continue  # (``from m import x`` also lists ``m.x``: one line per import)
             flagged.append(name)
-            bad.append(
-                f"{path.relative_to(REPO)}: {module} ({EXPORTER_LAYERS[own][0]}) imports {name} "
-                f"({EXPORTER_LAYERS[target][0]})"
-            )
+            bad.append(f"{path.relative_to(REPO)}: {module} ({layers[own][0]}) imports {name} ({layers[target][0]})")
     return bad
 
 
-def test_every_layer_names_modules_that_exist() -> None:
-    for _name, prefixes in EXPORTER_LAYERS:
+@pytest.mark.parametrize("top", sorted(LAYERS))
+def test_every_layer_names_modules_that_exist(top: str) -> None:
+    for _name, prefixes in LAYERS[top]:
         for prefix in prefixes:
             path = REPO.joinpath(*prefix.split("."))
             assert path.is_dir() or path.with_suffix(".py").is_file(), prefix
 
 
-def test_no_exporter_module_imports_a_layer_above_its_own() -> None:
-    bad = upward_imports()
+@pytest.mark.parametrize("top", sorted(LAYERS))
+def test_no_module_imports_a_layer_above_its_own(top: str) -> None:
+    bad = upward_imports(top)
     assert not bad, "\n".join(bad)
 
 

@@ -37,7 +37,7 @@ USER_ID = 1000
 READY_WITHIN_S = 540.0
 """The whole first run: uv fetched, the venv built and filled from the index, both servers up."""
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(900)]
 
 
 def _mmdebstrap_args(suite: str) -> list[str]:

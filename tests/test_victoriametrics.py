@@ -27,7 +27,7 @@ from tests.support.exporter import run_exporter
 from tests.support.prometheus import demo_scrape_config
 from tests.support.victoriametrics import RULES_FILE, query, run_victoriametrics, run_vmalert
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

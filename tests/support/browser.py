@@ -14,6 +14,8 @@ from tests.support.net import free_port
 from tests.support.process import managed_process
 
 REPO = Path(__file__).resolve().parents[2]
+MODES = ("prometheus", "scrape")
+"""The dashboard's two sources, as the browser tests name them: a Prometheus, or scraping exporters itself."""
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",

@@ -8,6 +8,7 @@ timestamp.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator, Sequence
 
@@ -41,12 +42,15 @@ def _probes(simulation: Simulation, tick: list[float]) -> ProbeScheduler:
     )
 
 
+@functools.cache
 def render(
     scenario: str, cycles: int = CYCLES, probes: bool = False, faults: str = "", volatile: str = "<wallclock>"
 ) -> str:
     """Exposition of ``scenario`` (seed 0) after ``cycles`` one-second cycles, without a final newline.
 
-    ``probes`` runs the simulated probes; ``faults`` is a ``--sim.faults`` spec."""
+    ``probes`` runs the simulated probes; ``faults`` is a ``--sim.faults`` spec. Seeded on a fake
+    clock, so the same arguments give the same text: it is kept per process, and the tests that
+    read one scenario (golden, promtool, catalogue) simulate it once."""
     *_, last = render_cycles(scenario, cycles, probes, faults, volatile)
     return last
 
