@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -100,7 +99,7 @@ def _answers(url: str) -> bool:
 
 @pytest.mark.parametrize("suite", SUITES)
 def test_the_demo_runs_on_a_stock_debian(suite: str, tmp_path: Path) -> None:
-    podman = Podman(Path(tempfile.mkdtemp(prefix="podman-")))  # podman wants a runroot under 50 characters
+    podman = Podman(tmp_path / "podman")
     image = f"localhost/gpulens-stock-{suite}"
     podman("import", "-q", str(rootfs(suite)), image, timeout=300)
     src = tree_copy(tmp_path / "work")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,11 +23,14 @@ def container_env() -> dict[str, str]:
 
 
 class Podman:
-    """podman with its own storage under ``root``; a call asserts success unless ``check=False``."""
+    """podman with its own storage under ``root``; a call asserts success unless ``check=False``.
+    Its run folder is a short one of its own under /tmp: podman refuses a runroot path longer than
+    50 characters, which a pytest-xdist worker's temporary folders are."""
 
     def __init__(self, root: Path) -> None:
         assert shutil.which("podman"), "podman missing: run the README test command (scripts/test.sh)"
-        self.base = ["podman", "--root", str(root / "root"), "--runroot", str(root / "run"), "--storage-driver", "vfs"]
+        run = tempfile.mkdtemp(prefix="podman-", dir="/tmp")
+        self.base = ["podman", "--root", str(root / "root"), "--runroot", run, "--storage-driver", "vfs"]
 
     def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([*self.base, *args], env=container_env(), capture_output=True, text=True, timeout=timeout)
