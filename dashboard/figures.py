@@ -3,8 +3,9 @@
 Each function returns a plain Vega-Lite v5 spec (a dict) with its rows inline under
 ``data.values``; the pages draw it with ``st.vega_lite_chart`` (dashboard/ui.py ``chart``).
 Vega-Lite, not Plotly: Streamlit ships both, but a browser that opens a page with a Plotly chart
-first downloads and evaluates a 4.7 MB bundle (0.6 s of one core's time here, before anything is
-drawn), Vega-Lite's is 0.8 MB; docs/benchmarks.md has the measurement.
+first downloads and evaluates a bundle several times the size of Vega-Lite's, before anything is
+drawn; docs/benchmarks.md ("Vega-Lite charts, a page's queries sent at once") has the MB and the
+seconds.
 
 Times are epoch milliseconds on a UTC scale (the sidebar's range is in UTC too). Charts whose
 marks stand for a GPU or a MIG instance carry ``uuid`` and ``mig_uuid`` in their rows and a point
