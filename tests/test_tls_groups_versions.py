@@ -38,16 +38,22 @@ def _requires_python() -> SpecifierSet:
     return SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
 
 
-def _candidates() -> list[str]:
-    """Interpreter paths worth asking: pyenv's installs, python3.X on PATH, this one."""
+def _candidates() -> list[tuple[str, str]]:
+    """(minor, interpreter path) worth trying, best first: pyenv's installs, python3.X on PATH, this
+    one. Read from names only, so that collection starts no process and every xdist worker makes
+    the same test IDs; each test checks that its interpreter is the CPython its name says."""
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found = sorted(str(p) for p in pyenv.glob("3.*/bin/python3") if re.fullmatch(r"3\.\d+\.\d+", p.parts[-3]))
-    found += [path for minor in MINORS if (path := shutil.which(f"python3.{minor}"))]
-    return [*found, sys.executable]
+    found = []
+    for binary in sorted(pyenv.glob("3.*/bin/python3")):
+        if m := re.fullmatch(r"(3\.\d+)\.\d+", binary.parts[-3]):
+            found.append((m.group(1), str(binary)))
+    found += [(f"3.{minor}", path) for minor in MINORS if (path := shutil.which(f"python3.{minor}"))]
+    found.append((f"{sys.version_info.major}.{sys.version_info.minor}", sys.executable))
+    return found
 
 
 def _cpython_minor(python: str) -> str | None:
-    """``3.X`` if ``python`` runs and is CPython, else None (a pyenv shim for a version it lacks fails)."""
+    """``3.X`` if ``python`` runs and is CPython, else None."""
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print(sys.implementation.name, *sys.version_info[:3])"],
@@ -68,9 +74,8 @@ def interpreters() -> dict[str, str]:
     """One interpreter per CPython minor found that requires-python allows: minor -> path."""
     allowed = _requires_python()
     chosen: dict[str, str] = {}
-    for python in _candidates():
-        minor = _cpython_minor(python)
-        if minor and minor not in chosen and f"{minor}.0" in allowed:
+    for minor, python in _candidates():
+        if minor not in chosen and f"{minor}.0" in allowed:
             chosen[minor] = python
     return dict(sorted(chosen.items(), key=lambda kv: tuple(map(int, kv[0].split(".")))))
 
@@ -116,6 +121,7 @@ def test_the_running_interpreter_is_among_those_checked() -> None:
 @pytest.mark.parametrize("minor", list(INTERPRETERS))
 def test_groups_are_limited(minor: str, pems: list[str]) -> None:
     """An ffdhe8192-only client is refused, EC clients are served, a list is kept to, bad names refused."""
+    assert _cpython_minor(INTERPRETERS[minor]) == minor, f"{INTERPRETERS[minor]} is not a working CPython {minor}"
     out = run_check(INTERPRETERS[minor], pems)
     assert out.returncode == 0, f"CPython {minor} ({INTERPRETERS[minor]}): rc {out.returncode}\n{out.stderr}"
     assert out.stdout.startswith("ok "), out.stdout
