@@ -120,7 +120,7 @@ def test_the_running_interpreter_is_among_those_checked() -> None:
 
 @pytest.mark.parametrize("minor", list(INTERPRETERS))
 def test_groups_are_limited(minor: str, pems: list[str]) -> None:
-    """An ffdhe8192-only client is refused, EC clients are served, a list is kept to, bad names refused."""
+    """An ffdhe-only client is refused, EC clients are served, a list is kept to, bad names refused."""
     assert _cpython_minor(INTERPRETERS[minor]) == minor, f"{INTERPRETERS[minor]} is not a working CPython {minor}"
     out = run_check(INTERPRETERS[minor], pems)
     assert out.returncode == 0, f"CPython {minor} ({INTERPRETERS[minor]}): rc {out.returncode}\n{out.stderr}"
