@@ -8,8 +8,8 @@ Why: Streamlit (1.67, its Starlette server) binds its listening socket as
 when the socket says ``IPPROTO_TCP``, so Streamlit's connections keep Nagle's algorithm on. A
 response is written as headers, then body: on a kept-alive connection the body then waits for the
 browser to acknowledge the headers, and browsers delay that acknowledgement (40 ms on Linux). A
-first page load fetches about 60 script files over 6 connections and lost 0.4 s to it; websocket
-messages wait the same way (docs/benchmarks.md, "Nagle").
+first page load fetches dozens of script files over a few connections and lost a good part of a
+second to it; websocket messages wait the same way (figures: docs/benchmarks.md, "Nagle").
 
 The fix re-wraps the bound socket's file descriptor as ``IPPROTO_TCP`` (exporter.tcp.as_tcp;
 nothing else about it changes), so asyncio sets TCP_NODELAY on each connection. When a Streamlit

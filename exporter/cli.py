@@ -248,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.start()
     log.info("serving on %s (backend=%s, interval=%.3gs)", cfg.listen_address, backend.name, cfg.collect_interval)
     status = 0
-    # Woken by a signal or the sampler's end alone: a timed poll cost ~0.15 ms of CPU a second.
+    # Woken by a signal or the sampler's end alone: a timed poll cost CPU every second, idle or not
+    # (figure: docs/benchmarks.md, "Figures moved out of docstrings").
     # The timeout is a backstop only (a signal handler runs between the main thread's waits).
     while not stop.wait(STOP_BACKSTOP_SECONDS) and sampler.running():
         pass

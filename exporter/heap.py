@@ -1,10 +1,11 @@
 """Hand freed C heap memory back to the operating system (glibc ``malloc_trim``).
 
-Initialising NVML allocates and frees about 18 MiB of C heap in the driver's library; glibc keeps
-freed memory mapped in the process, so it stays in the exporter's resident set (what the kubelet
-and ``kubectl top`` show) although nothing uses it.  On an H200, one ``malloc_trim(0)`` after the
-first cycle returned 10 MiB.  The sampler trims after its first cycle (NVML is initialised by
-then) and every ``TRIM_EVERY_SECONDS`` after that, which also covers a re-initialisation after a
+Initialising NVML allocates and frees MiB of C heap in the driver's library; glibc keeps freed
+memory mapped in the process, so it stays in the exporter's resident set (what the kubelet and
+``kubectl top`` show) although nothing uses it.  On an H200, one ``malloc_trim(0)`` after the
+first cycle returned most of it (docs/benchmarks.md, "Real H200: gpulens vs nvitop-exporter").
+The sampler trims after its first cycle (NVML is initialised by then) and
+every ``TRIM_EVERY_SECONDS`` after that, which also covers a re-initialisation after a
 driver loss.  One call walks the free lists of a heap of a few tens of MiB: well under a
 millisecond.  Where the C library has no ``malloc_trim`` (musl), it is a no-op.
 """

@@ -1,9 +1,9 @@
 """Expected probe bandwidth per GPU model, and the efficiency and fleet-median helpers built on it.
 
 Efficiency is measured / *achievable* (what a healthy GPU of that model reaches with this probe),
-not measured / datasheet: a healthy H200 copies at ~0.85x its datasheet 4.8 TB/s, and a ratio that
-reads 0.85 on a healthy GPU makes every threshold a guess. docs/probes.md gives the reasoning and
-the sources; ``basis`` says whether the achievable figure was measured or assumed.
+not measured / datasheet: a healthy H200 copies well below its datasheet bandwidth, and a ratio
+that reads well below 1 on a healthy GPU makes every threshold a guess. docs/probes.md gives the
+figures, the reasoning and the sources; ``basis`` says whether the achievable figure was measured or assumed.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpu_child import duty, run_phases  # noqa: E402  (the child loop shared with gpu_transfer.py)
+
 from exporter.analysis.boundness import BoundnessClassifier  # noqa: E402
 from exporter.model import BOUNDNESS_CLASSES  # noqa: E402
 from tests.support.gpm_traces import recorded_gpm  # noqa: E402  (the same row -> sample as the replays)
@@ -131,20 +133,6 @@ def _steps(kind: str) -> Any:
     raise SystemExit(f"unknown step kind {kind}")
 
 
-def _duty(step: Any, on: float, period: float) -> Any:
-    """A step that works ``on`` seconds of every ``period`` and waits the rest (a stalled input)."""
-    import torch
-
-    def stalled() -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < on:
-            step()
-            torch.cuda.synchronize()
-        time.sleep(max(0.0, period - (time.monotonic() - t0)))
-
-    return stalled
-
-
 CHILD_PHASES: dict[str, tuple[str, ...]] = {
     "d2d_copy": ("copy",),
     "bf16_gemm": ("bf16",),
@@ -173,36 +161,13 @@ def run_child(load: str) -> None:
         held.zero_()
     steps = []
     for phase in CHILD_PHASES[load]:
-        kind, _, duty = phase.partition("@")
+        kind, _, duty_spec = phase.partition("@")
         step = _steps(kind)
-        if duty:
-            on, period = (float(x) for x in duty.split("/"))
-            step = _duty(step, on, period)
+        if duty_spec:
+            on, period = (float(x) for x in duty_spec.split("/"))
+            step = duty(step, on, period, after=torch.cuda.synchronize)
         steps.append((kind, step))
-    for kind, step in steps:  # warm both phases before the first one is timed
-        if kind != "idle":
-            for _ in range(3):
-                step()
-    torch.cuda.synchronize()
-    switch = threading.Event()
-
-    def wait_switch() -> None:
-        for line in sys.stdin:
-            if line.strip() == "next":
-                switch.set()
-                return
-
-    threading.Thread(target=wait_switch, daemon=True).start()
-    print("ready", flush=True)
-    step = steps[0][1]
-    announced = False
-    while True:  # the parent kills this process; a full launch queue just blocks the loop
-        if switch.is_set() and not announced and len(steps) > 1:
-            torch.cuda.synchronize()
-            step = steps[1][1]
-            announced = True
-            print("switched", flush=True)
-        step()
+    run_phases(steps, warm=3)
 
 
 # --- parent: GPM recorder -------------------------------------------------------------------------
@@ -362,7 +327,7 @@ def _spawn(kind: str) -> tuple[subprocess.Popen[str], list[float], list[float]]:
     def watch() -> None:
         assert child.stdout is not None
         for line in child.stdout:
-            word = line.strip()
+            word = line.strip().partition(" ")[0]  # "switched <t>": the time read here is kept
             if word == "ready":
                 ready.append(time.monotonic())
             elif word == "switched":

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from gpu_boundness import settle, start_exporter  # noqa: E402  (the boundness run's exporter and settle time)
+from gpu_child import duty, run_phases  # noqa: E402  (the child loop shared with gpu_boundness.py)
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -206,16 +207,6 @@ def _overlapped(kernel: str, counter: _Counter) -> Any:
     return step
 
 
-def _duty(step: Any, on: float, period: float) -> Any:
-    def stalled() -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < on:
-            step()
-        time.sleep(max(0.0, period - (time.monotonic() - t0)))
-
-    return stalled
-
-
 CHILD_PHASES: dict[str, tuple[str, ...]] = {
     "h2d_pinned": ("h2d",),
     "d2h_pinned": ("d2h",),
@@ -236,42 +227,18 @@ CHILD_PHASES: dict[str, tuple[str, ...]] = {
 
 def run_child(load: str) -> None:
     """Run one load until killed: ``ready`` once steady, ``switched`` after the second phase began."""
-    import torch
 
     counter = _Counter()
     steps = []
     for phase in CHILD_PHASES[load]:
-        spec, _, duty = phase.partition("@")
+        spec, _, duty_spec = phase.partition("@")
         kernel = spec.removeprefix("overlap:")
         step = _overlapped(kernel, counter) if kernel != spec else _copy_step(spec, counter)
-        if duty:
-            on, period = (float(x) for x in duty.split("/"))
-            step = _duty(step, on, period)
+        if duty_spec:
+            on, period = (float(x) for x in duty_spec.split("/"))
+            step = duty(step, on, period)
         steps.append((spec, step))
-    for spec, step in steps:
-        if spec != "idle":
-            for _ in range(2):
-                step()
-    torch.cuda.synchronize()
-    switch = threading.Event()
-
-    def wait_switch() -> None:
-        for line in sys.stdin:
-            if line.strip() == "next":
-                switch.set()
-                return
-
-    threading.Thread(target=wait_switch, daemon=True).start()
-    print("ready", flush=True)
-    step = steps[0][1]
-    announced = False
-    while True:
-        if switch.is_set() and not announced and len(steps) > 1:
-            torch.cuda.synchronize()
-            step = steps[1][1]
-            announced = True
-            print(f"switched {time.monotonic():.4f}", flush=True)
-        step()
+    run_phases(steps, warm=2)
 
 
 # --- parent -------------------------------------------------------------------------------------

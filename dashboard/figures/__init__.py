@@ -5,6 +5,6 @@ module per page topic over the shared plumbing of :mod:`dashboard.figures.vega` 
 Each function returns a plain Vega-Lite v5 spec (a dict) with its rows in a named dataset; the
 pages draw it with ``st.vega_lite_chart`` (dashboard/ui.py ``chart``). Vega-Lite, not Plotly:
 Streamlit ships both, but a browser that opens a page with a Plotly chart first downloads and
-evaluates a 4.7 MB bundle (0.6 s of one core's time here, before anything is drawn), Vega-Lite's is
-0.8 MB; docs/benchmarks.md has the measurement.
+evaluates a bundle several times the size of Vega-Lite's, before anything is drawn;
+docs/benchmarks.md ("Vega-Lite charts, a page's queries sent at once") has the MB and the seconds.
 """

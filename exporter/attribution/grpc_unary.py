@@ -1,9 +1,10 @@
 """Unary gRPC calls over a unix socket, on the ``h2`` HTTP/2 state machine.
 
 The exporter makes two unary calls to the kubelet every refresh period (10 s by default).  The
-``grpcio`` client costs about 19 MiB of resident memory per node for that (its C core, the
-libcrypto and libstdc++ it maps, protobuf and the generated stubs); ``h2`` is the pure-Python
-HTTP/2 implementation of the python-hyper project (the one httpx uses) and costs about 3 MiB.
+``grpcio`` client costs several times more resident memory per node for that (its C core, the
+libcrypto and libstdc++ it maps, protobuf and the generated stubs) than ``h2``, the pure-Python
+HTTP/2 implementation of the python-hyper project (the one httpx uses); the MiB of each are in
+docs/benchmarks.md, "Exporter memory by flags".
 What is left to write is gRPC's thin framing over HTTP/2, which this module holds:
 
 - request: ``POST /<service>/<method>`` with ``content-type: application/grpc``, ``te: trailers``

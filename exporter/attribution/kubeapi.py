@@ -2,9 +2,10 @@
 
 Gives pod UID, phase, owner workload and container IDs for the pods on ``spec.nodeName``.
 Requests go through ``kube_http`` (the standard library: in-cluster or kubeconfig configuration,
-auth, TLS, GET) and the list and the watch stream are read as raw JSON: the official client
-costs ~40 MB of imports, and 1,000 ``V1Pod`` models far more than the dicts we need (see
-docs/design.md).  Least privilege: ``pods`` list + watch; with the owner chain on
+auth, TLS, GET) and the list and the watch stream are read as raw JSON: the official client's
+imports alone cost tens of MB (docs/benchmarks.md, "Figures moved out of docstrings"), and its
+``V1Pod`` models far more than the dicts we need (docs/design.md).  Least privilege: ``pods``
+list + watch; with the owner chain on
 (``--kubernetes.owner-chain``, ``owners.py``) also ``get`` on the owners' resources, so that a
 pod's workload is the top of its owner chain (the JobSet above a Job, the CronJob above a Job,
 the LeaderWorkerSet above its StatefulSets; see docs/attribution.md).  Deployments are named from

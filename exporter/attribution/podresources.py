@@ -43,7 +43,8 @@ and CPU lists make a 5 MiB ``List`` (``tests/test_attribution_podresources.py``)
 ``List`` names every pod on it, GPU or not.  The Kubernetes project gives its own PodResources
 clients 16 MiB (``defaultPodResourcesMaxSize`` in the node e2e tests), but decoding that much is
 what the chart's 128 Mi limit cannot hold: 16 MiB of small GPU pods (164,000 of them) took the
-exporter from 99 to 178 MB in ``bench/hostile.py``'s ``kubelet-big``.  8 MiB still holds 1.6x
+exporter's RSS past it in ``bench/hostile.py``'s ``kubelet-big`` (MB before and after:
+docs/benchmarks.md, "Figures moved out of docstrings").  8 MiB still holds 1.6x
 that 1,000-pod node and 16x a node at the default 110-pod limit with the same heavy pods, and
 its decoding peaks near half of that; the refresh's deadline bounds the time."""
 LIST = "/v1.PodResourcesLister/List"

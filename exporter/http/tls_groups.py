@@ -1,16 +1,19 @@
 """Choose the key-exchange groups an ``ssl.SSLContext`` offers (OpenSSL ``SSL_CTX_set1_groups_list``).
 
 Why: OpenSSL 3 offers the finite-field groups ffdhe2048 to ffdhe8192 in TLS 1.3 by default, and a
-client may ask for nothing else.  One ffdhe8192 key exchange costs the server about 120 ms of CPU,
-an X25519 one about 0.1 ms, so a client replaying a ClientHello that offers only ffdhe8192 makes
-every handshake a thousand times dearer.  Go's crypto/tls (and with it node_exporter and every
-exporter-toolkit exporter) offers elliptic-curve groups only; gpulens does the same by default
-(``DEFAULT_GROUPS``) and honours the web config's ``curve_preferences``.
+client may ask for nothing else.  An ffdhe8192 key exchange costs the server orders of magnitude
+more CPU than an X25519 one (docs/benchmarks.md, "Figures moved out of docstrings"), so a client
+replaying a ClientHello that offers only ffdhe8192 makes every handshake that much dearer.  Go's
+crypto/tls (and with it node_exporter and every exporter-toolkit exporter) offers elliptic-curve
+groups only; gpulens does the same by default (``DEFAULT_GROUPS``) and honours the web config's
+``curve_preferences``.
 
-Python gains ``SSLContext.set_groups`` only in newer releases; where it is missing (3.11 to 3.13)
-the call goes to the C library the ``ssl`` module is linked against, through ctypes.  CPython's
-context object holds its ``SSL_CTX *`` right after the object header; that pointer is checked
-against the context's verify mode before it is used.
+CPython 3.15 adds ``SSLContext.set_groups`` (python/cpython#136306), used where present.  Before
+it (3.11 to 3.14) the call goes to the C library the ``ssl`` module is linked against, through
+ctypes.  CPython's context object holds its ``SSL_CTX *`` right after the object header; that
+pointer is checked against the context's verify mode before it is used, and GroupsError says so
+if it does not match.  tests/test_tls_groups_versions.py runs the behaviour check under each
+CPython minor the machine has (3.11 to 3.13 so far; 3.14 untested: no interpreter here).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Writes metric families as Prometheus text (0.0.4) or OpenMetrics (1.0.0), with label sets cached.
 
 Why not prometheus_client's encoders: they validate and escape every label name and value of
-every sample on every render (about 80 % of a render's CPU on an 8-GPU node: 12 ms of 15 ms).
+every sample on every render (most of a render's CPU on an 8-GPU node; the ms are in
+docs/benchmarks.md, "Figures moved out of docstrings").
 Our label names are fixed by the catalogue and checked once (tests/test_metrics_catalogue.py),
 and a family's label sets (GPU, leaf, pod identities) rarely change between snapshots, so each set
 is escaped once, kept in a bounded cache, and a render only formats values. The output is byte

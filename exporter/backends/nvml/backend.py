@@ -62,10 +62,10 @@ class NvmlBackend:
     fake. ``clock`` (monotonic seconds) paces init retries and GPM windows; ``wall_clock`` (Unix
     seconds) supplies the timestamps NVML's per-process utilisation expects.
 
-    PCIe throughput costs ~21 ms per direction per call on an H200 (NVML samples a window), so it
-    is read every ``pcie_every`` cycles per GPU, staggered by index so the GPUs of a node do not
-    all pay in the same cycle; cycles in between repeat the last value.  Total energy (~4.7 ms
-    per call there, the largest per-cycle cost) is a counter, so it is read every
+    PCIe throughput costs a sampling window per direction per call (NVML samples one; the ms on an
+    H200 are in docs/benchmarks.md), so it is read every ``pcie_every`` cycles per GPU, staggered
+    by index so the GPUs of a node do not all pay in the same cycle; cycles in between repeat the
+    last value.  Total energy (the largest per-cycle cost on an H200) is a counter, so it is read every
     ``energy_every`` cycles the same way: ``rate()`` over any window longer than that is unchanged.
     Fields that change with a configuration or an error (MIG and compute mode, power limit, ECC,
     remapped rows, PCIe replays, fan, HBM temperature) are read every ``slow_every`` cycles

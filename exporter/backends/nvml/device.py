@@ -10,9 +10,10 @@ is for and what it costs on an H200 (docs/gpu-validation.md#cost-of-one-sample-o
 - **slow, every ``slow_every`` cycles** (staggered by GPU index): fields that change with a
   configuration or an error, and whose consumers look at minutes: the MIG and compute modes, the
   enforced power limit, ECC, remapped rows, PCIe replays, the fan and the HBM temperature (and,
-  read by ``links``, the PCIe width and the NVLink error counters). The MIG mode alone costs
-  ~0.5 ms per call; a change shows up to ``slow_every`` cycles late;
-- **energy, every ``energy_every`` cycles**: the total-energy counter (~4.7 ms per call) feeds
+  read by ``links``, the PCIe width and the NVLink error counters). The MIG mode alone is
+  one of the dearer calls (docs/benchmarks.md, "Real H200: gpulens vs nvitop-exporter"); a change
+  shows up to ``slow_every`` cycles late;
+- **energy, every ``energy_every`` cycles**: the total-energy counter (the dearest read) feeds
   ``rate()`` over windows longer than that, which it leaves unchanged.
 
 To read a new NVML field: add the function to ``functions.py``, read it in

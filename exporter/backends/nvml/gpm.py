@@ -4,9 +4,10 @@ Each leaf (whole GPU or MIG instance) keeps the buffer of the previous cycle; th
 time between two ``sample()`` calls, i.e. the sampler's interval.
 
 Graphics-engine activity (the busy fraction) is asked separately, and only for a window in which
-kernels ran: on an H200 (driver 580) ``nvmlGpmMetricsGet`` takes ~1.7 ms of CPU for
-``GRAPHICS_UTIL`` and ~2 µs for each other metric (``bench/gpm_cost.py``), so asking it every
-second was half of the exporter's CPU on an idle GPU. A window with SM activity exactly 0 and no
+kernels ran: on an H200 (driver 580) ``nvmlGpmMetricsGet`` takes orders of magnitude more CPU for
+``GRAPHICS_UTIL`` than for each other metric (``bench/gpm_cost.py``; docs/benchmarks.md, "Real
+H200: gpulens vs nvitop-exporter"), so asking it every second was half of the exporter's CPU on an
+idle GPU. A window with SM activity exactly 0 and no
 GPU-Util ran no kernel, and its graphics activity is 0: in the recorded H200 traces
 (``tests/fixtures/gpm_traces/``) the 146 samples with SM activity 0 read at most 0.0017, and at
 most 0.00007 where GPU-Util was 0 too (copy-engine work; the link utilisation counts it).

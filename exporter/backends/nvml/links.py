@@ -7,12 +7,13 @@ Each link's bytes come from the best source the driver has, decided per GPU and 
    unseen within a cycle: on the H200 (driver 580) the PCIe fields are 32-bit byte counts, which
    wrap every 68 ms at Gen5 x16 line rate, so they read as noise at a 1 s cycle and are skipped.
 2. **gpm**: GPM's PCIe and NVLink rates (MiB/s) over the cycle's GPM window (Hopper and later).
-3. **sampled**: ``nvmlDeviceGetPcieThroughput`` (PCIe only): NVML samples a 20 ms window, ~21 ms
-   per call on an H200, so it is read every ``pcie_every`` cycles, staggered by GPU index, and can
-   miss bursty traffic entirely; the last resort.
+3. **sampled**: ``nvmlDeviceGetPcieThroughput`` (PCIe only): NVML samples a 20 ms window, and a
+   call waits for it (docs/benchmarks.md, "Real H200: link reads against the commit before"), so
+   it is read every ``pcie_every`` cycles, staggered by GPU index, and can miss bursty traffic
+   entirely; the last resort.
 
-NVML counts the bytes on the link, TLP headers included: a pinned copy that moves 55.3 GB/s of
-payload over Gen5 x16 reads ~59 GB/s (docs/boundness.md). Capacity per direction is the lane rate
+NVML counts the bytes on the link, TLP headers included: a pinned copy reads more than the payload
+it moves (figures: docs/boundness.md). Capacity per direction is the lane rate
 NVML reports (``nvmlDeviceGetPcieSpeed``, else the generation's) x lanes x line-encoding efficiency;
 for NVLink, the active links x the common link rate NVML reports.
 
@@ -175,7 +176,8 @@ class LinkReader:
     def pcie_state(self, cycle: int) -> PcieState:
         """Current generation (every cycle: the link trains down at idle and up under load), and
         the lane rate and width, asked again when the generation changes; the width also every
-        ``slow_every`` cycles (~0.1 ms per call on an H200; it changes when a link degrades)."""
+        ``slow_every`` cycles (a cheap call, but one that changes only when a link degrades; its cost:
+        docs/benchmarks.md, "Real H200: gpulens vs nvitop-exporter")."""
         q, f, h, u = self._q, self._q.fns, self._handle, self._uuid
         generation = q.call(u, f.nvmlDeviceGetCurrPcieLinkGeneration, h)
         if generation != self._lane_for:

@@ -76,9 +76,11 @@ class Processes:
         """pid -> (sm, memory) ratios over the span since the read before (``pids``: the
         processes listed now).
 
-        The call costs ~2 ms of CPU on an H200 whatever it returns (``bench/nvml_alternatives.py``),
-        and NVML averages each process over the whole span since the timestamp it is given (on an
-        H200 under 2 s of work every 5 s, one read every 5.37 s gave 37-38 %, one a second 0-99 %).
+        The call is one of the dearest NVML reads on an H200 whatever it returns
+        (``bench/nvml_alternatives.py``), and NVML averages each process over the whole span since
+        the timestamp it is given (under bursts of work, one read every 5 s gives the mean share,
+        one a second swings between none and all); the figures are in docs/benchmarks.md,
+        "Figures moved out of docstrings".
         So it is read every ``PROCESS_UTILIZATION_SECONDS`` and its answer held in between: a mean
         over up to 5 s instead of the last second.  It is read at once when a process is listed
         that the last read did not know, so a new tenant's share shows on its first cycle.
