@@ -4,6 +4,7 @@ file itself is generated from the module: tests/test_rules_generated.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -102,3 +103,41 @@ def test_leaf_idle_frame_counts_a_transfer_bound_leaf_as_in_use() -> None:
 
 def test_the_exporter_down_alert_names_no_job() -> None:
     assert not any("job=" in e for e in _alerts("GPUExporterDown")), "no job-name coupling"
+
+
+def _squash(expr: str) -> str:
+    return re.sub(r"\s+", "", expr)
+
+
+def _recorded() -> dict[str, str]:
+    doc = yaml.safe_load(RULES_FILE.read_text())
+    return {r["record"]: r["expr"] for g in doc["groups"] for r in g["rules"] if "record" in r}
+
+
+def test_thresholds_in_the_rule_file_are_the_python_constants() -> None:
+    """The builders in definitions.py write their constants, not a literal of their own: the
+    generated file carries each threshold and window where the constants say."""
+    recorded = _recorded()
+    idle = recorded["gpulens:gpu_idle:bool"]
+    assert re.findall(r"< bool ([0-9.]+)", idle) == [repr(definitions.IDLE_SM_ACTIVE_BELOW)] * 2
+    kernels = recorded["gpulens:gpu_kernels_active:bool"]
+    assert re.findall(r">= bool ([0-9.]+)", kernels) == [repr(definitions.KERNELS_UTIL_AT_LEAST)]
+    # launch- and transfer-bound leaves are in use: one regex matcher over the in-use classes
+    assert re.findall(r'class=~"([^"]+)"', kernels) == ["|".join(definitions.IN_USE_CLASSES)]
+    assert set(definitions.IN_USE_CLASSES) == {"launch", "transfer"}
+    assert f'class="{definitions.TRANSFER_CLASS}"' in recorded["gpulens:gpu_transfer:ratio_avg5m"]
+    assert f"[{definitions.MEAN_WINDOW}]" in recorded["gpulens:gpu_sm_active:ratio_avg5m"]
+    assert "[1h:1m]" in recorded["namespace:gpulens_gpu_wasted_hours:sum1h"]
+    assert definitions.WASTE_RESOLUTION_SECONDS == 60.0
+    # the idle alert uses the same threshold
+    assert any(f"< {definitions.IDLE_SM_ACTIVE_BELOW!r}" in e for e in _alerts("GPUAllocatedButIdle"))
+
+
+def test_the_application_xid_alert_counts_events_as_the_health_page_does() -> None:
+    _critical, warning = _alerts("GPUXidError")
+    xids = 'gpulens_gpu_xid_errors_total{xid!~"48|61|62|64|74|79|92|94|95|119|120|140"}'
+    assert _squash(definitions.counter_events_promql(xids, "10m") + " > 0") in _squash(warning)
+
+
+def test_the_exporter_down_alert_and_the_dashboard_banner_read_one_expression() -> None:
+    assert _squash(definitions.EXPORTERS_DOWN_PROMQL) in [_squash(e) for e in _alerts("GPUExporterDown")]
