@@ -716,20 +716,22 @@ def test_simulated_stalled_job_exports_a_busy_ratio_of_about_a_half() -> None:
 
 # --- the documented levels ---------------------------------------------------------------------
 
-DOCUMENTED_ENTER = {"memory": 0.60, "compute": 0.60}
-"""The enter levels docs/boundness.md's table gives (activity per busy time): DRAM for ``memory``,
-the busiest pipe for ``compute``. The recorded H200 loads sit far from them, so only these tests
-notice a level that moved without the documentation."""
+DOCUMENTED_ENTER = {"memory": 0.60, "compute": 0.60, "transfer": 0.50}
+"""The enter levels docs/boundness.md gives: DRAM per busy time for ``memory``, the busiest pipe
+for ``compute``, the busiest link's use of its capacity per busy time for ``transfer`` (kernels
+that saturate nothing beside a busy link; with no kernel at all any link traffic is ``transfer``). The recorded
+H200 loads sit far from them, so only these tests notice a level that moved without the
+documentation."""
 
 
 @pytest.mark.parametrize("expected", sorted(DOCUMENTED_ENTER))
 @pytest.mark.parametrize("side", [-0.03, 0.03], ids=["below", "above"])
 def test_each_class_enters_at_its_documented_level(expected: str, side: float) -> None:
     level = DOCUMENTED_ENTER[expected] + side
-    steady = (
-        Signature(sm=0.95, occ=0.5, dram=level, util=1.0, processes=True)
-        if expected == "memory"
-        else Signature(sm=0.95, occ=0.5, tensor=level, dram=0.05, util=1.0, processes=True)
-    )
+    steady = {
+        "memory": Signature(sm=0.95, occ=0.5, dram=level, util=1.0, processes=True),
+        "compute": Signature(sm=0.95, occ=0.5, tensor=level, dram=0.05, util=1.0, processes=True),
+        "transfer": Signature(sm=0.3, occ=0.1, dram=0.05, util=1.0, link=level, processes=True),
+    }[expected]
     got = feed(BoundnessClassifier(), [(steady, 20.0)])[-1][1]
     assert (got == expected) == (side > 0), f"{expected} at {level:.2f}: read {got}"
