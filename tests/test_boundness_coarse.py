@@ -335,3 +335,23 @@ def test_recorded_stalled_gemm_without_gpm_reads_busy_at_its_gpu_util_duty() -> 
     # NVML's GPU-Util reads ~0.70 on this load where GPM's graphics activity reads ~0.48 (its shorter
     # sampling period aliases with the half-second duty cycle, docs/boundness.md).
     assert means is not None and means.busy is not None and 0.6 <= means.busy <= 0.8
+
+
+DOCUMENTED_COARSE = {"memory": 0.60, "launch": 0.35}
+"""The levels docs/boundness.md ("Without GPM") gives: memory-controller utilisation per busy time
+for ``memory``, power above idle over the limit per busy time (below it) for ``launch``. The
+recorded loads sit far from them, so only these tests notice a level moved without its document."""
+
+
+@pytest.mark.parametrize("expected", sorted(DOCUMENTED_COARSE))
+@pytest.mark.parametrize("side", [-0.03, 0.03], ids=["below", "above"])
+def test_each_coarse_class_enters_at_its_documented_level(expected: str, side: float) -> None:
+    level = DOCUMENTED_COARSE[expected] + side
+    if expected == "memory":
+        load = Nvml(util=1.0, mem=level, power=0.80)
+        want = side > 0
+    else:  # half the time busy, drawing ``level`` of the limit above idle per busy time
+        load = Nvml(util=0.5, mem=0.05, power=0.11 + 0.5 * level)  # IDLE draws 0.11
+        want = side < 0
+    got = classes_after(feed(BoundnessClassifier(), [(IDLE, 5.0), (load, 30.0)]), 1010.0)
+    assert (got == {expected}) == want, f"{expected} at {level:.2f}: read {got}"
