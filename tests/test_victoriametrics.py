@@ -2,7 +2,7 @@
 scrapes three simulated exporters (8 whole H200s, a MIG node, a time-sliced node) itself, vmalert
 evaluates deploy/rules/gpulens.rules.yml against it and writes the recorded series back, and the
 dashboard's Prometheus mode reads it. Every page renders with data in headless Chromium, with the
-same checks as on Prometheus (tests/test_dashboard_browser.py)."""
+same checks as on Prometheus (tests/test_dashboard_browser*.py)."""
 
 from __future__ import annotations
 
