@@ -421,13 +421,21 @@ def _write_history(nodes: Scrapes, path: Path, end: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def jobs_prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
-    """A Prometheus serving 20 minutes of the jobs nodes, ending a few seconds ago: (URL, end)."""
+def jobs_nodes() -> Scrapes:
+    """The simulated jobs nodes' 20 minutes (the costly part: once per module)."""
+    return _simulate()
+
+
+@pytest.fixture()
+def jobs_prom(jobs_nodes: Scrapes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+    """A Prometheus serving 20 minutes of the jobs nodes, ending a few seconds ago: (URL, end).
+    Stamped for each test: the CLI and the page ask for "now", and on a busy machine the module's
+    tests run minutes apart, past the 5 minutes an instant query looks back."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
     root = tmp_path_factory.mktemp("jobs")
-    nodes = _simulate()
+    nodes = jobs_nodes
     # stamped after the simulation ran, so the history ends now: the CLI and the page ask for "now"
     end = float(int(time.time()))
     _write_history(nodes, root / "jobs.om", end)
