@@ -36,7 +36,7 @@ echo "+ pytest"
 set +e
 # Parallel: a module's tests and servers stay on one worker (loadfile), in the order conftest.py gives
 # (the modules of minutes first). GPULENS_TEST_WORKERS=0 runs serially.
-.venv/bin/python -m pytest -n "${GPULENS_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
+.venv/bin/python -m pytest -n "${GPULENS_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi
