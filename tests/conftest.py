@@ -2,17 +2,44 @@
 
 A module whose tests start something outside the test process (a real Prometheus, Chromium, the
 exporter or the dashboard as a process, a gRPC kubelet or an API emulator, an image build, a soak)
-declares ``pytestmark = pytest.mark.integration``; tests/test_layout.py fails on one that starts
-something without it. ``pytest -m "not gpu and not integration"`` is the fast inner loop.
+declares ``pytestmark = pytest.mark.integration``, and a test that runs another program (promtool,
+git, a second interpreter) carries the marker itself or through its module; tests/test_layout.py
+fails on either without it. ``pytest -m "not gpu and not integration"`` is the fast inner loop.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+PYCACHE = REPO / "build" / "pycache"
+"""Where the suite keeps bytecode when the environment asks Python not to write it beside the
+sources (``PYTHONDONTWRITEBYTECODE``, set on our CI machines)."""
+
+
+def _keep_bytecode() -> None:
+    """Compile each module once, not once per process.  Without bytecode every xdist worker and
+    every interpreter a test starts compiles pandas, Streamlit and our modules again, and pytest
+    rewrites every test module's asserts again: 8 s of each worker's start-up here.  The caches go
+    under ``build/`` (gitignored), not beside the sources, so the tree stays as the setting meant;
+    programs the tests start inherit the same two variables."""
+    if not sys.dont_write_bytecode:
+        return
+    sys.pycache_prefix = str(PYCACHE)
+    sys.dont_write_bytecode = False
+    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_keep_bytecode()
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +58,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="regenerate tests/golden/* from the current code instead of comparing",
     )
+
+
+@pytest.fixture()
+def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh folder for the test.  A unit test's is in memory (``exporter.sim.backend.tree_parent``:
+    /dev/shm when it is usable) and removed after it: these tests build sysfs and procfs trees of
+    thousands of files, and on a virtual machine's ext4 each file operation costs ~0.1 ms, which made
+    the fast loop wait on the disk (a third of its time was the kernel's).  An integration test's is
+    pytest's usual numbered folder on disk, kept after the run: image builds and Prometheus data
+    reach gigabytes, and their logs are read after a failure."""
+    from exporter.sim.backend import tree_parent  # here: after _keep_bytecode, as tests import it
+
+    parent = tree_parent()
+    if parent is None or request.node.get_closest_marker("integration"):
+        yield tmp_path_factory.mktemp(re.sub(r"\W", "_", request.node.name)[:30], numbered=True)
+        return
+    path = Path(tempfile.mkdtemp(prefix="gpulens-test-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -441,6 +441,7 @@ def test_every_field_has_a_source_dcgm_naming_and_a_row_in_the_mapping_doc() -> 
         assert named, f"{f.name} is missing from docs/dcgm-compat.md"
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize("scenario", ["h200x8", "mig", "timeslice"])
 def test_promtool_flags_only_dcgm_exporters_own_names(scenario: str) -> None:
     promtool = shutil.which("promtool")

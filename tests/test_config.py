@@ -83,6 +83,7 @@ def test_bad_flag_or_value_exits_2_naming_it(
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.integration  # runs another program
 def test_bad_flag_exits_2_from_the_real_command() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "exporter", "--collect.interval", "soon"],
@@ -94,6 +95,7 @@ def test_bad_flag_exits_2_from_the_real_command() -> None:
     assert "--collect.interval" in proc.stderr
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize(
     "argv", [["--probes.min-free-memory", "1e999"], ["--collect.interval", "200000d", "--collect.deadline", "200000d"]]
 )
@@ -104,6 +106,7 @@ def test_out_of_range_numbers_exit_2_from_the_real_command(argv: list[str]) -> N
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.integration  # runs another program
 def test_unknown_sim_scenario_exits_2() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "exporter", "--backend", "sim", "--sim.scenario", "a100x4"],
@@ -227,6 +230,7 @@ def test_environment_twins_are_read_as_strictly_as_flags(
     assert f"environment {name}:" in capsys.readouterr().err
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize(
     "argv",
     [

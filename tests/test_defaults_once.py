@@ -5,6 +5,7 @@ the probe names, boundness classes and PodResources socket path in one module ea
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -84,6 +85,12 @@ def test_the_chart_mounts_the_kubelet_socket_where_the_exporter_looks_by_default
 # --- constants ------------------------------------------------------------------------------------
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``'s syntax tree, kept per module run (each check walks every file)."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def _python_files() -> Iterator[Path]:
     for top in SOURCES:
         for path in sorted((REPO / top).rglob("*.py")):
@@ -91,9 +98,9 @@ def _python_files() -> Iterator[Path]:
                 yield path
 
 
-def _string_collections(tree: ast.AST) -> Iterator[tuple[int, list[str]]]:
+def _string_collections(nodes: tuple[ast.AST, ...]) -> Iterator[tuple[int, list[str]]]:
     """Every literal tuple, list or set made only of strings, with its line."""
-    for node in ast.walk(tree):
+    for node in nodes:
         if (
             isinstance(node, ast.Tuple | ast.List | ast.Set)
             and node.elts
@@ -105,7 +112,7 @@ def _string_collections(tree: ast.AST) -> Iterator[tuple[int, list[str]]]:
 def _restatements(members: tuple[str, ...]) -> list[str]:
     found = []
     for path in _python_files():
-        for line, values in _string_collections(ast.parse(path.read_text())):
+        for line, values in _string_collections(_nodes(path)):
             if set(members) <= set(values):
                 found.append(f"{path.relative_to(REPO)}:{line}")
     return found
@@ -124,7 +131,7 @@ def test_the_podresources_socket_path_is_written_once() -> None:
     found = [
         f"{path.relative_to(REPO)}:{node.lineno}"
         for path in _python_files()
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in _nodes(path)
         if isinstance(node, ast.Constant) and node.value == DEFAULT_PODRESOURCES_SOCKET
     ]
     assert [p.split(":")[0] for p in found] == ["exporter/config.py"], found
@@ -137,7 +144,7 @@ def test_the_attribution_stage_names_are_written_once() -> None:
     found = [
         f"{path.relative_to(REPO)}:{node.lineno}"
         for path in _python_files()
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in _nodes(path)
         if isinstance(node, ast.Constant) and node.value in names
     ]
     assert {p.split(":")[0] for p in found} == {"exporter/attribution/stages.py"}, found

@@ -47,6 +47,7 @@ def test_dashboard_fixture_is_a_scrape_of_the_simulator(scenario: str, update_go
     assert text == path.read_text(), f"tests/fixtures/dashboard/{scenario}.prom drifted: --update-golden"
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize("scenario", NODES)
 def test_exposition_passes_promtool_check_metrics(scenario: str, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")

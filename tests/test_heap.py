@@ -5,10 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from exporter.heap import HeapTrimmer
 
 _PROGRAM = r"""
 import ctypes, re
+
+import pytest
 from exporter.heap import HeapTrimmer
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
@@ -25,6 +29,7 @@ print(before, rss(), trimmer.trims)
 """
 
 
+@pytest.mark.integration  # runs another program
 def test_trimming_returns_freed_c_heap() -> None:
     assert HeapTrimmer().available  # glibc (Debian, and the images): musl would make it a no-op
     out = subprocess.run([sys.executable, "-c", _PROGRAM], capture_output=True, text=True, check=True).stdout

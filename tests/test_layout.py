@@ -11,6 +11,7 @@ Inside the exporter, a module imports only its own layer and the layers below it
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ PRODUCTION = ("exporter", "dashboard", "probes")
 HARNESS = ("tests.support", "tests.fakes")
 
 
+@functools.cache
 def _imports(path: Path) -> list[str]:
+    """Absolute imports of ``path``, kept per module run (several checks read every file)."""
     tree = ast.parse(path.read_text(), str(path))
     names: list[str] = []
     for node in ast.walk(tree):
@@ -246,3 +249,43 @@ def test_a_module_that_starts_something_declares_the_integration_marker() -> Non
         if any(_under(n, s) for n in _imports(p) for s in STARTERS) and not _declares_integration(p)
     ]
     assert missing == [], f"import a server, browser or process starter without pytestmark = integration: {missing}"
+
+
+PROGRAM_RUNNERS = frozenset({"subprocess"})
+"""Modules whose use in a test runs another program (promtool, git, a second interpreter)."""
+
+
+def _marked(node: ast.FunctionDef | ast.AsyncFunctionDef, marker: str) -> bool:
+    return any(f"pytest.mark.{marker}" in ast.unparse(d) for d in node.decorator_list)
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def unmarked_program_runners(path: Path) -> list[str]:
+    """Tests of ``path`` that run another program, directly or through the module's own functions,
+    without the ``integration`` marker (on the test or on the module) or ``gpu``."""
+    tree = ast.parse(path.read_text(), str(path))
+    if _declares_integration(path):
+        return []
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    runners = set(PROGRAM_RUNNERS)
+    grew = True
+    while grew:  # a helper that calls a helper that runs a program runs one too
+        grown = {name for name, fn in functions.items() if _names(fn) & runners}
+        grew = not grown <= runners
+        runners |= grown
+    return [
+        f"{path.name}::{name}"
+        for name, fn in functions.items()
+        if name.startswith("test_") and _names(fn) & runners and not (_marked(fn, "integration") or _marked(fn, "gpu"))
+    ]
+
+
+def test_a_test_that_runs_another_program_is_integration() -> None:
+    """The fast loop runs Python only: a test that runs promtool, git or another interpreter (a
+    second of start-up each, and promtool's rule evaluation) is marked ``integration``, on the test
+    or on its module."""
+    missing = [t for p in sorted((REPO / "tests").glob("test_*.py")) for t in unmarked_program_runners(p)]
+    assert missing == [], f"mark these @pytest.mark.integration: {missing}"

@@ -34,6 +34,7 @@ def _probe(*args: str, timeout: float = 60) -> tuple[int, dict[str, Any], float]
     return proc.returncode, json.loads(lines[0]), elapsed
 
 
+@pytest.mark.integration  # runs another program
 def test_numpy_probe_prints_one_json_object_with_all_three_probes() -> None:
     rc, doc, _ = _probe("--array", "numpy", "--repeats", "3")
     assert rc == 0, doc
@@ -48,6 +49,7 @@ def test_numpy_probe_prints_one_json_object_with_all_three_probes() -> None:
     assert doc["gpu_seconds"] == pytest.approx(sum(p["gpu_seconds"] for p in doc["probes"].values()))
 
 
+@pytest.mark.integration  # runs another program
 def test_hbm_copy_counts_bytes_read_plus_written() -> None:
     rc, doc, _ = _probe("--array", "numpy", "--buffer-bytes", str(4 * MiB), "--transfer-bytes", str(MiB))
     assert rc == 0, doc
@@ -58,6 +60,7 @@ def test_hbm_copy_counts_bytes_read_plus_written() -> None:
     assert hbm["bytes_per_second"] == pytest.approx(hbm["bytes_moved"] / median)
 
 
+@pytest.mark.integration  # runs another program
 def test_allocation_failure_is_a_json_out_of_memory_error() -> None:
     rc, doc, _ = _probe("--array", "numpy", "--buffer-bytes", str(1 << 60))
     assert rc == 4
@@ -65,12 +68,14 @@ def test_allocation_failure_is_a_json_out_of_memory_error() -> None:
     assert "allocate" in doc["error"]["message"]
 
 
+@pytest.mark.integration  # runs another program
 def test_bad_arguments_are_a_json_usage_error() -> None:
     rc, doc, _ = _probe("--array", "numpy", "--repeats", "many")
     assert rc == 2
     assert doc["error"]["type"] == "usage"
 
 
+@pytest.mark.integration  # runs another program
 def test_probe_gives_up_at_its_timeout_with_a_json_error() -> None:
     # A thousand 512 MiB NumPy copies cannot finish in 0.3 s: the watchdog must say so and exit.
     rc, doc, elapsed = _probe(
@@ -81,6 +86,7 @@ def test_probe_gives_up_at_its_timeout_with_a_json_error() -> None:
     assert elapsed < 10
 
 
+@pytest.mark.integration  # runs another program
 def test_cupy_missing_or_without_a_gpu_is_a_json_error_not_a_traceback() -> None:
     rc, doc, _ = _probe("--array", "cupy", "--device", "0")
     assert rc != 0
@@ -176,6 +182,7 @@ def test_device_index_follows_nvidia_smi_pci_order(monkeypatch: pytest.MonkeyPat
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
+@pytest.mark.integration  # runs another program
 def test_exporter_side_never_imports_cupy_or_numpy() -> None:
     code = "import sys, exporter.probe_scheduler; print(sorted({'cupy', 'numpy', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -199,6 +206,7 @@ def _probe_usage(*args: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, json.loads(lines[0]), proc.stderr
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize(
     ("option", "value"),
     [

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from exporter.render.metrics import BY_NAME
+from tests.support.documents import yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
@@ -58,7 +58,7 @@ def promtool() -> str:
 
 
 def rule_groups() -> list[dict[str, Any]]:
-    doc = yaml.safe_load(RULES.read_text())
+    doc = yaml_file(RULES)
     return list(doc["groups"])
 
 
@@ -66,12 +66,14 @@ def alert_rules() -> list[dict[str, Any]]:
     return [r for g in rule_groups() for r in g["rules"] if "alert" in r]
 
 
+@pytest.mark.integration  # runs another program
 def test_promtool_accepts_the_rules_file() -> None:
     result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize("test_file", RULE_TESTS, ids=[p.name for p in RULE_TESTS])
 def test_rule_unit_tests_pass_in_promtool(test_file: Path) -> None:
     result = subprocess.run(
@@ -92,7 +94,7 @@ def _tested_alerts() -> dict[str, list[dict[str, Any]]]:
     """Alert name -> the exp_alerts lists of every alert_rule_test case naming it."""
     seen: dict[str, list[dict[str, Any]]] = {}
     for path in RULE_TESTS:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml_file(path)
         for case in doc["tests"]:
             for check in case.get("alert_rule_test", []):
                 seen.setdefault(check["alertname"], []).append(check)

@@ -10,18 +10,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from dashboard import definitions
 from dashboard.frames.columns import from_rows
 from dashboard.frames.health import SLOW_EFFICIENCY
+from tests.support.documents import yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 RULES_FILE = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 
 
 def _alerts(name: str) -> list[str]:
-    doc = yaml.safe_load(RULES_FILE.read_text())
+    doc = yaml_file(RULES_FILE)
     return [r["expr"] for g in doc["groups"] for r in g["rules"] if r.get("alert") == name]
 
 
@@ -110,7 +110,7 @@ def _squash(expr: str) -> str:
 
 
 def _recorded() -> dict[str, str]:
-    doc = yaml.safe_load(RULES_FILE.read_text())
+    doc = yaml_file(RULES_FILE)
     return {r["record"]: r["expr"] for g in doc["groups"] for r in g["rules"] if "record" in r}
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import yaml
 
 from dashboard import jobs
+from tests.support.documents import parse_yaml, yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_generation_is_stable() -> None:
 def test_rule_reads_as_the_definition_writes_it(name: str) -> None:
     """Rule by rule, in the committed file: the expression is the definition's, token for token
     (one ID per rule, so a report names the rule that drifted)."""
-    doc = yaml.safe_load(gen_rules.OUTPUTS[0].read_text())
+    doc = yaml_file(gen_rules.OUTPUTS[0])
     recorded = {r["record"]: r["expr"] for g in doc["groups"] for r in g["rules"] if "record" in r}
     assert name in recorded, f"{name} is not in {gen_rules.OUTPUTS[0].relative_to(REPO)}"
     assert _squash(recorded[name]) == _squash(gen_rules.DEFINED[name])
@@ -61,7 +61,7 @@ def test_rule_reads_as_the_definition_writes_it(name: str) -> None:
 def test_every_defined_rule_reads_as_its_module_writes_it() -> None:
     """The layout only adds or removes whitespace: parsed back, each generated expression is the
     definition's, token for token."""
-    doc = yaml.safe_load(gen_rules.render())
+    doc = parse_yaml(gen_rules.render())
     recorded = {r["record"]: r["expr"] for g in doc["groups"] for r in g["rules"] if "record" in r}
     assert set(gen_rules.DEFINED) <= set(recorded)
     for name, expr in gen_rules.DEFINED.items():
@@ -71,7 +71,7 @@ def test_every_defined_rule_reads_as_its_module_writes_it() -> None:
 def test_the_job_rules_are_one_group_in_the_definitions_order() -> None:
     """Each job rule reads only rules above it in its group (promtool and vmalert evaluate a group
     in order)."""
-    doc = yaml.safe_load(gen_rules.render())
+    doc = parse_yaml(gen_rules.render())
     (group,) = [g for g in doc["groups"] if g["name"] == "gpulens.jobs"]
     assert [r["record"] for r in group["rules"] if "record" in r] == list(jobs.RULES)
 

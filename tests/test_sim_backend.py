@@ -222,23 +222,23 @@ def test_unallocated_gpu_is_idle_and_held_by_nobody(h200x8: list[BackendSample])
     assert (g.sm_clock_hertz or 0) < (busy.sm_clock_hertz or 0)
 
 
-def test_counters_only_grow_and_ratios_stay_in_range() -> None:
-    for scenario in SCENARIOS:
-        samples = run(SimulatedBackend(scenario, seed=3), 120)[1:]
-        for a, b in itertools.pairwise(samples):
-            for ga, gb in zip(a.gpus, b.gpus, strict=True):
-                assert (gb.energy_joules or 0) > (ga.energy_joules or 0)
-        for s in samples:
-            for g in s.gpus:
-                for leaf in g.leaves:
-                    # Only the H200 has GPM; the pre-Hopper nodes have none (tests/test_sim_prehopper.py).
-                    assert (leaf.gpm is not None) == (g.name == "NVIDIA H200"), (scenario, g.name)
-                    window = leaf.gpm.window_seconds if leaf.gpm else None
-                    for value in (leaf.utilization_ratio, *(vars(leaf.gpm).values() if leaf.gpm else ())):
-                        assert value is None or 0 <= value <= 1 or value == window
-                    assert (leaf.memory_used_bytes or 0) <= (leaf.memory_total_bytes or 0)
-                    for p in leaf.processes:
-                        assert p.sm_util_ratio is None or 0 <= p.sm_util_ratio <= 1
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_counters_only_grow_and_ratios_stay_in_range(scenario: str) -> None:
+    samples = run(SimulatedBackend(scenario, seed=3), 120)[1:]
+    for a, b in itertools.pairwise(samples):
+        for ga, gb in zip(a.gpus, b.gpus, strict=True):
+            assert (gb.energy_joules or 0) > (ga.energy_joules or 0)
+    for s in samples:
+        for g in s.gpus:
+            for leaf in g.leaves:
+                # Only the H200 has GPM; the pre-Hopper nodes have none (tests/test_sim_prehopper.py).
+                assert (leaf.gpm is not None) == (g.name == "NVIDIA H200"), (scenario, g.name)
+                window = leaf.gpm.window_seconds if leaf.gpm else None
+                for value in (leaf.utilization_ratio, *(vars(leaf.gpm).values() if leaf.gpm else ())):
+                    assert value is None or 0 <= value <= 1 or value == window
+                assert (leaf.memory_used_bytes or 0) <= (leaf.memory_total_bytes or 0)
+                for p in leaf.processes:
+                    assert p.sm_util_ratio is None or 0 <= p.sm_util_ratio <= 1
 
 
 # --- pods -------------------------------------------------------------------------------

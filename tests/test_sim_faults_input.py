@@ -102,6 +102,7 @@ def test_faults_built_in_code_are_checked_like_the_spec(kwargs: dict[str, object
         SimFaults(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize(
     ("spec", "key"),
     [("hang=nan", "hang"), ("transient=power_watts:-5", "transient"), ("lost=\u0663", "lost")],
@@ -115,6 +116,7 @@ def test_bad_fault_spec_exits_2_from_the_real_command(spec: str, key: str) -> No
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.integration  # runs another program
 def test_bad_fault_spec_in_the_environment_twin_exits_2() -> None:
     env = {"GPULENS_BACKEND": "sim", "GPULENS_SIM_FAULTS": "hang=-0", "GPULENS_WEB_LISTEN_ADDRESS": "127.0.0.1:0"}
     proc = subprocess.run(

@@ -9,7 +9,6 @@ import collections
 import re
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.cli import make_attributor, make_classifier, make_network
 from exporter.config import parse_config
@@ -43,8 +42,7 @@ def _run(scenario: str) -> tuple[dict[str, collections.Counter[str]], dict[str, 
         clock=lambda: tick[0],
         wall=lambda: 1.79e9 + tick[0],
     )
-    registry = CollectorRegistry()
-    registry.register(SnapshotCollector(sampler.latest, backend="sim", wall=lambda: 1.79e9 + tick[0]))
+    collector = SnapshotCollector(sampler.latest, backend="sim", wall=lambda: 1.79e9 + tick[0])
     classes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     owners: dict[str, tuple[str, str, str]] = {}
     try:
@@ -53,7 +51,9 @@ def _run(scenario: str) -> tuple[dict[str, collections.Counter[str]], dict[str, 
             tick[0] += 1.0
             if k < WARMUP:
                 continue
-            for line in generate_latest(registry).decode().splitlines():
+            for line in collector.exposition(openmetrics=False).splitlines():
+                if not line.startswith("gpulens_pod_gpu_"):
+                    continue
                 if m := _BOUNDNESS.match(line):
                     classes[_label(m.group(1), "uuid")][_label(m.group(1), "class")] += 1
                 elif m := _ALLOCATION.match(line):

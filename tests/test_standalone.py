@@ -6,6 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 # Spelled in pieces so that this file does not match itself.
 OUTSIDE = re.compile(
@@ -23,6 +25,7 @@ OUTSIDE = re.compile(
 )
 
 
+@pytest.mark.integration  # runs another program
 def test_no_file_points_at_documents_outside_the_repository() -> None:
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     offenders = []

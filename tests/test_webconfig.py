@@ -201,6 +201,7 @@ def test_bad_web_config_is_refused_with_a_clear_message(tmp_path: Path, content:
         load_web_config(str(cfg))
 
 
+@pytest.mark.integration  # runs another program
 def test_bad_web_config_stops_the_exporter_at_start(tmp_path: Path) -> None:
     cfg = tmp_path / "web.yml"
     cfg.write_text("tls_server_config:\n  cert_file: gone.crt\n  key_file: gone.key\n")
@@ -243,6 +244,7 @@ def test_a_non_utf8_or_non_regular_file_is_refused(tmp_path: Path) -> None:
         load_web_config(str(fifo))
 
 
+@pytest.mark.integration  # runs another program
 @pytest.mark.parametrize(
     "content",
     [
