@@ -25,6 +25,8 @@ import pytest
 import trustme
 
 from exporter.http import tls_session
+from exporter.http.admission import ConnectionBudget
+from exporter.http.clients import KnownClients
 from exporter.http.limits import Limits
 from exporter.http.login import LoginScheduler, client_lane
 from exporter.http.server import MetricsServer
@@ -414,6 +416,154 @@ def test_unknown_users_cost_no_bcrypt_and_identical_credentials_share_one_check(
 )
 def test_client_lanes(peer: str, lane: str) -> None:
     assert client_lane(peer) == lane
+
+
+# --- a neighbour in the same /64 (issue 51, defect 4) ------------------------------------------
+
+SCRAPER, NEIGHBOUR = "fd00:1::a", "fd00:1::b"
+"""Two addresses of one /64: pods of one node often share it."""
+
+
+def test_a_flood_from_a_neighbour_in_the_same_64_does_not_refuse_the_scraper() -> None:
+    """Before, the budget was one bucket per /64: 100 malformed requests a second from fd00:1::b
+    spent it, and 35 of 40 scrapes from fd00:1::a were reset.  Now each address has its own
+    bucket and the /64's is larger than one address can spend, so only the flooding address is
+    refused, even for a scraper never served before (no history after a restart)."""
+    now = [0.0]
+    budget = ConnectionBudget(clock=lambda: now[0])
+    refused_scrapes = 0
+    for second in range(40):
+        for k in range(100):
+            now[0] = second + k / 100
+            if budget.admit(NEIGHBOUR):
+                budget.charge(NEIGHBOUR)  # malformed: ends badly
+        refused_scrapes += not budget.admit(SCRAPER)  # a scrape ends well: no charge
+    assert refused_scrapes == 0
+    assert not budget.admit(NEIGHBOUR), "the flooding address is refused"
+
+
+def test_a_known_scraper_keeps_its_budget_while_a_neighbour_cycles_through_the_64() -> None:
+    """A neighbour that takes a fresh address of the /64 for each bad connection spends the /64's
+    bucket: that shuts out the /64's unknown addresses, never one that has been served well."""
+    now = [0.0]
+    budget = ConnectionBudget(clock=lambda: now[0])
+    budget.known.served_well(SCRAPER)
+    for i in range(4000):
+        now[0] = i / 100
+        cycled = f"fd00:1::1:{i:x}"
+        if budget.admit(cycled):
+            budget.charge(cycled)
+        if i % 100 == 0:
+            assert budget.admit(SCRAPER), i
+    assert not budget.admit("fd00:1::dead"), "an unknown address of the spent /64 is refused"
+    assert budget.admit("fd00:2::1"), "another /64 has its own budget"
+
+
+def test_the_known_clients_are_bounded_least_recently_served_forgotten_first() -> None:
+    """An attacker can cycle through 2^64 addresses of its /64: the table of known-good
+    addresses stays at its bound, a lane adds only its grants, and a scraper served on every
+    round stays known."""
+    now = [0.0]
+    known = KnownClients(max_known=16, grants_per_second=1.0, grant_burst=4.0, clock=lambda: now[0])
+    for i in range(1000):  # 10 s of a neighbour served well from a new address of its /64 each time
+        now[0] = i / 100
+        known.served_well("fd00:9::1")  # a scraper in another /64, served all along
+        known.served_well(f"fd00:1::{i:x}")
+    same_64 = sum(known.knows(f"fd00:1::{i:x}") for i in range(1000))
+    assert same_64 <= 4 + 10 + 1, "a lane adds its burst, then one a second"
+    for i in range(10_000):  # many IPv4 clients, each a lane of its own
+        now[0] = 10 + i / 100
+        known.served_well("fd00:9::1")
+        known.served_well(f"10.0.{i // 256}.{i % 256}")
+        assert len(known) <= 16
+    assert known.knows("fd00:9::1")
+    assert not known.knows("10.0.0.0") and not known.knows("fd00:1::0"), "the least recently served went first"
+    known.forget("fd00:9::1")
+    assert not known.knows("fd00:9::1")
+
+
+def test_the_first_login_after_a_restart_is_not_blocked_by_a_neighbours_wrong_passwords() -> None:
+    """Before, login lanes were per /64: 200 distinct wrong passwords from fd00:1::b filled the
+    /64's lane and the first real login from fd00:1::a was shed (429), 5 of 5 times.  Now lanes
+    are per address, round-robin inside the /64."""
+    auth = _GatedAuth()
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(1)
+    try:
+        scheduler = LoginScheduler(auth, pool, loop, lane_depth=4)
+
+        async def scenario() -> bool:
+            flood = [scheduler.check(NEIGHBOUR, _basic("prometheus", f"wrong{i}")) for i in range(200)]
+            real = scheduler.check(SCRAPER, _basic("prometheus", "right"))
+            assert real is not None, "the scraper's login was shed"
+            auth.gate.set()
+            verdict = await real
+            for f in flood:
+                if f is not None:
+                    await f
+            return verdict
+
+        assert loop.run_until_complete(scenario()) is True
+        assert auth.order.index("prometheus:right") <= 2, auth.order
+    finally:
+        pool.shutdown()
+        loop.close()
+
+
+def test_a_known_good_address_is_never_queued_behind_its_64s_flood() -> None:
+    """A neighbour cycling through the /64 fills every lane the /64 may have; an address served
+    well lately (here: new credentials after a rotation) is checked next, and a wrong password
+    makes it unknown again."""
+    auth = _GatedAuth()
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(1)
+    try:
+        known = KnownClients()
+        known.served_well(SCRAPER)
+        scheduler = LoginScheduler(auth, pool, loop, known=known)
+
+        async def scenario() -> list[bool]:
+            flood = [scheduler.check(f"fd00:1::1:{i:x}", _basic("prometheus", f"wrong{i}")) for i in range(200)]
+            assert scheduler.check("fd00:1::dead", _basic("prometheus", "other")) is None, "the /64 is full"
+            real = scheduler.check(SCRAPER, _basic("prometheus", "right"))
+            wrong = scheduler.check(SCRAPER, _basic("prometheus", "stale"))
+            assert real is not None and wrong is not None
+            auth.gate.set()
+            verdicts = [await real, await wrong]
+            for f in flood:
+                if f is not None:
+                    await f
+            return verdicts
+
+        assert loop.run_until_complete(scenario()) == [True, False]
+        assert auth.order.index("prometheus:right") <= 1, auth.order
+        assert not known.knows(SCRAPER), "a wrong password: unknown again"
+    finally:
+        pool.shutdown()
+        loop.close()
+
+
+def test_a_client_becomes_known_by_a_2xx_with_correct_credentials_only(tmp_path: Path) -> None:
+    """Through a real socket: a 401 and an unauthenticated /healthz vouch for nobody; a scrape
+    with the right password makes its address known-good."""
+    good = base64.b64encode(b"p:s3cret").decode()
+    with serving(_auth_config(tmp_path)) as server:
+        assert _raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(
+            b"HTTP/1.1 200 "
+        )
+        assert _raw(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(
+            b"HTTP/1.1 401 "
+        )
+        assert not _on_loop(server, lambda: server.known.knows("127.0.0.1"))
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("GET", "/metrics", headers={"Authorization": f"Basic {good}"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 200
+        conn.request("GET", "/healthz")  # the next request on the connection: the first is out whole
+        conn.getresponse().read()
+        conn.close()
+        assert _on_loop(server, lambda: server.known.knows("127.0.0.1"))
 
 
 # --- listening -----------------------------------------------------------------------------

@@ -172,6 +172,7 @@ class Connection(asyncio.BufferedProtocol):
         self.drained: asyncio.Future[None] | None = None
         self.replies = 0
         self.pipelined = 0
+        self.vouching = False  # the last reply, once taken whole, makes the client known-good
 
     # --- asyncio.Protocol ---
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -369,6 +370,8 @@ class Connection(asyncio.BufferedProtocol):
     def drained_out(self) -> None:
         """The client has taken every byte (called by the server's stall sweep)."""
         if self.closing and not self.closed and self.transport is not None:
+            if self.vouching:
+                self.server.budget.known.served_well(self.peer)
             self.closed = True
             self.server.forget(self)
             if self.write_timer is not None:
@@ -506,10 +509,13 @@ class Connection(asyncio.BufferedProtocol):
                 return
             self._put(h.send(h11.EndOfMessage()) or b"")
         if closing or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+            self.vouching = response.vouches  # once the client has taken it all (drained_out)
             self._close_after_flush()
             return
         if self.write_paused and not await self._drain():  # read no next request until it is taken
             return
+        if response.vouches:
+            self.server.budget.known.served_well(self.peer)
         self.replies += 1
         h.start_next_cycle()
         self.busy = False

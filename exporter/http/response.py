@@ -17,3 +17,6 @@ class Response:
     ctype: str = TEXT
     headers: tuple[tuple[str, str], ...] = ()
     close: bool = False
+    vouches: bool = False
+    """Handed over whole, it makes the client known-good (``exporter.http.clients.KnownClients``):
+    a 2xx reply, and with basic auth on, to a request that carried correct credentials."""

@@ -55,6 +55,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter.heap import trim_now
 from exporter.http.admission import ConnectionBudget
+from exporter.http.clients import KnownClients
 from exporter.http.connection import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
 from exporter.http.limits import Limits
 from exporter.http.login import LoginScheduler
@@ -199,9 +200,15 @@ class MetricsServer:
         self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="gpulens-bcrypt", initializer=_lower_priority)
         self._tls_pool = ThreadPoolExecutor(TLS_WORKERS, thread_name_prefix="gpulens-tls", initializer=_lower_priority)
         self.loop = asyncio.new_event_loop()
-        self._logins = LoginScheduler(self._auth, self._auth_pool, self.loop) if self._auth is not None else None
+        self.known = KnownClients()
+        """Client addresses served well lately: their own budget and login lane in a busy /64."""
+        self._logins = (
+            LoginScheduler(self._auth, self._auth_pool, self.loop, known=self.known) if self._auth is not None else None
+        )
         self._conns: dict[int, Connection] = {}
-        self.budget = ConnectionBudget(self.limits.bad_endings_per_second, self.limits.bad_endings_burst)
+        self.budget = ConnectionBudget(
+            self.limits.bad_endings_per_second, self.limits.bad_endings_burst, known=self.known
+        )
         self._tiers: list[OrderedDict[int, Connection]] = [OrderedDict() for _ in range(TIER_IDLE_TRUSTED + 1)]
         self._stalled: OrderedDict[int, Connection] = OrderedDict()
         self._unconfirmed: dict[int, Connection] = {}
@@ -417,7 +424,17 @@ class MetricsServer:
 
     # --- requests -----------------------------------------------------------------------
     async def respond(self, request: Any, peer: str) -> Response:
-        """The reply to one request (``peer``: the client's address, for fair logins)."""
+        """The reply to one request (``peer``: the client's address, for fair logins); a 2xx
+        reply vouches for its client (``Response.vouches``) when auth is off or the request
+        carried correct credentials."""
+        response = await self._answer(request, peer)
+        # on a path behind auth, a 2xx means the credentials were checked and correct
+        checked = self._auth is None or urlsplit(request.target.decode("latin-1")).path not in UNAUTHENTICATED_PATHS
+        if 200 <= response.status < 300 and checked:
+            response = replace(response, vouches=True)
+        return response
+
+    async def _answer(self, request: Any, peer: str) -> Response:
         method = request.method.decode("ascii", "replace")
         if method not in ("GET", "HEAD"):
             return _text(405, b"method not allowed\n", headers=(("Allow", "GET, HEAD"),))
