@@ -57,6 +57,7 @@ from bench.hostile_attacks import (
     ScrapeResult,
     Target,
     connect,
+    enter_private_network,
     error_kind,
     registry,
     scrape_get,
@@ -410,10 +411,12 @@ def run_exporter(exporter: str, launch: Launch, extra_argv: list[str], env: dict
     """Start gpulens (``--backend sim``) or node_exporter on a free loopback port; yield it once
     ready.  A peer attack's gpulens may stay unready: it is then served as it is (ready_s None)."""
     port = free_port()
+    host = launch.spec.host
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     config = launch.web_config
     log = log_path(launch.spec.name, exporter)
     if exporter == "gpulens":
-        flags = f"--backend sim --sim.scenario {launch.spec.scenario} --web.listen-address {HOST}:{port}"
+        flags = f"--backend sim --sim.scenario {launch.spec.scenario} --web.listen-address {listen}"
         argv = [sys.executable, "-m", "exporter", *flags.split()]
         argv += ["--web.config.file", str(config)] if config else []
         env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(launch.gpulens_tree), **env}
@@ -422,7 +425,7 @@ def run_exporter(exporter: str, launch: Launch, extra_argv: list[str], env: dict
         exe = shutil.which(NODE_EXPORTER)
         if exe is None:
             raise SystemExit(f"{NODE_EXPORTER} is not installed (apt-get install prometheus-node-exporter)")
-        argv = [exe, f"--web.listen-address={HOST}:{port}", "--collector.disable-defaults"]
+        argv = [exe, f"--web.listen-address={listen}", "--collector.disable-defaults"]
         argv += [f"--collector.{c}" for c in NODE_EXPORTER_COLLECTORS]
         argv += [f"--web.config.file={config}"] if config else []
         cwd = REPO
@@ -447,6 +450,8 @@ def launch_for(spec: AttackSpec, folder: Path, tree: Path) -> Launch:
         cert=str(tls.client_cert) if tls and spec.tls == "mtls" else "",
         key=str(tls.client_key) if tls and spec.tls == "mtls" else "",
         keepalive=spec.keepalive_scraper,
+        source=spec.scraper_source,
+        host=spec.host,
     )
     return Launch(spec, folder, config, scraper, tree)
 
@@ -471,7 +476,7 @@ def attack_under_watch(spec: AttackSpec, running: Running, launch: Launch, secon
         except (OSError, http.client.HTTPException) as exc:
             outcome.notes.append(f"warm-up failed ({error_kind(exc)})")
     before = sample(running.pid) or ProcSample(0, 0, 0)
-    target, budget = Target(HOST, running.port, spec.source), Budget(seconds, spec.max_opens)
+    target, budget = Target(spec.host, running.port, spec.source), Budget(seconds, spec.max_opens)
     with Watcher(running.pid, cfg, running.cgroup) as w, ThreadPoolExecutor(1) as pool:
         if spec.scraper_lag_s < 0:
             w.start_scraper()
@@ -853,6 +858,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--exporters: unknown exporter {e!r}")
     if peers_missing:
         print(f"# kubelet/API peer attacks {peers_missing}", file=sys.stderr)
+    if any(attacks[name].host != HOST for name in chosen) and not args.container:
+        enter_private_network()  # before any thread: the whole run moves into it
     raise_fd_limit()
     outcomes: list[Outcome] = []
     if args.container:

@@ -16,6 +16,7 @@ import errno
 import functools
 import importlib
 import json
+import os
 import random
 import select
 import signal
@@ -34,6 +35,13 @@ HOST = "127.0.0.1"
 """Where the exporters listen, and the normal scraper's source address."""
 OTHER_CLIENT = "127.0.0.2"
 """Source address of an attacker that stands for another pod (any 127/8 address is local)."""
+SAME_64_HOST = "fd00:1::1"
+"""Where the exporters listen in the same-/64 attacks (IPv6, in the bench's own network namespace)."""
+SAME_64_SCRAPER = "fd00:1::a"
+SAME_64_ATTACKER = "fd00:1::b"
+"""The normal scraper and the attacker of the same-/64 attacks: two addresses of one /64, as pods
+of one node often have."""
+SAME_64_ADDRESSES = (SAME_64_HOST, SAME_64_SCRAPER, SAME_64_ATTACKER)
 USER = "prometheus"
 PASSWORD = "correct horse battery staple"
 SCRAPE_TIMEOUT = 10.0
@@ -106,7 +114,7 @@ def open_socket(
 ) -> socket.socket | None:
     """A TCP socket from ``target.source`` to the target, or None if it could not connect.
     Non-blocking (``blocking=False``): the connect is only started; poll for POLLOUT."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(socket.AF_INET6 if ":" in target.source else socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
         if rcvbuf:
@@ -497,6 +505,48 @@ def attack_login_queue(target: Target, budget: Budget) -> int:
     return _wrong_passwords(target, budget, LOGIN_CONNECTIONS)
 
 
+MALFORMED_PER_SECOND = 100
+"""Malformed requests a second of the malformed-request flood."""
+
+
+def attack_malformed(target: Target, budget: Budget) -> int:
+    """100 connections a second, each sending a request line that is not HTTP and reading the
+    reply (or the reset) before it closes."""
+    made = 0
+    while budget.running():
+        started = time.monotonic()
+        if not budget.take():
+            break
+        s = open_socket(target, timeout=2.0)
+        if s is not None:
+            with s, contextlib.suppress(OSError):
+                s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                while s.recv(4096):
+                    pass
+        made += 1
+        time.sleep(max(0.0, 1.0 / MALFORMED_PER_SECOND - (time.monotonic() - started)))
+    return made
+
+
+def enter_private_network(addresses: tuple[str, ...] = SAME_64_ADDRESSES) -> None:
+    """Move this process (and every process it starts later) into a network namespace of its own
+    whose loopback also holds ``addresses`` (IPv6): two addresses of one /64 without touching the
+    host's interfaces.  Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN); call it before any thread starts
+    (unshare moves only the calling thread)."""
+    import ctypes
+    import subprocess
+
+    clone_newnet = 0x40000000
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(clone_newnet) != 0:
+        raise SystemExit(
+            f"the same-/64 attacks need a network namespace of their own (root): {os.strerror(ctypes.get_errno())}"
+        )
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    for address in addresses:
+        subprocess.run(["ip", "-6", "addr", "add", f"{address}/128", "dev", "lo", "nodad"], check=True)
+
+
 def attack_none(_target: Target, budget: Budget) -> int:
     """No client-side attack: a misbehaving kubelet or API server does the harm."""
     time.sleep(budget.left())
@@ -520,6 +570,8 @@ class ScraperConfig:
     keepalive: bool = False
     """One kept-alive connection, reopened when dropped (Prometheus' way), instead of one per scrape."""
     source: str = HOST
+    host: str = HOST
+    """Where the exporter listens."""
 
 
 @dataclass
@@ -553,9 +605,9 @@ def connect(cfg: ScraperConfig, timeout: float = SCRAPE_TIMEOUT) -> HTTPConnecti
     source = (cfg.source, 0)
     conn: HTTPConnection
     if ctx is not None:
-        conn = HTTPSConnection(HOST, cfg.port, timeout=timeout, source_address=source, context=ctx)
+        conn = HTTPSConnection(cfg.host, cfg.port, timeout=timeout, source_address=source, context=ctx)
     else:
-        conn = HTTPConnection(HOST, cfg.port, timeout=timeout, source_address=source)
+        conn = HTTPConnection(cfg.host, cfg.port, timeout=timeout, source_address=source)
     conn.connect()
     return conn
 
@@ -693,6 +745,10 @@ class AttackSpec:
     source: str = OTHER_CLIENT
     """The attacker's source address: another pod's by default; the normal scraper's own
     (``HOST``) in the ``-same-addr`` variants."""
+    host: str = HOST
+    """Where the exporters listen (``SAME_64_HOST`` in the same-/64 attacks)."""
+    scraper_source: str = HOST
+    """The normal scraper's source address."""
     rss_after_seconds: float = 0.0
     """If set, RSS is also read this many seconds after the attack ended."""
     peer: str = ""
@@ -772,6 +828,27 @@ def _own_attacks() -> list[AttackSpec]:
             warm_up=False,
             scraper_lag_s=LOGIN_QUEUE_LAG,
             source=HOST,
+        ),
+        AttackSpec(
+            "malformed-same-64",
+            attack_malformed,
+            f"{MALFORMED_PER_SECOND} malformed requests a second from {SAME_64_ATTACKER}, "
+            f"in the /64 of the scraper ({SAME_64_SCRAPER})",
+            source=SAME_64_ATTACKER,
+            host=SAME_64_HOST,
+            scraper_source=SAME_64_SCRAPER,
+            max_opens=CHURN_MAX_OPENS,
+        ),
+        AttackSpec(
+            "login-queue-same-64",
+            attack_login_queue,
+            f"as login-queue, from {SAME_64_ATTACKER}, in the /64 of the scraper ({SAME_64_SCRAPER})",
+            auth=True,
+            warm_up=False,
+            scraper_lag_s=LOGIN_QUEUE_LAG,
+            source=SAME_64_ATTACKER,
+            host=SAME_64_HOST,
+            scraper_source=SAME_64_SCRAPER,
         ),
         AttackSpec(
             "keepalive-at-cap",
