@@ -6,8 +6,9 @@ What any client, however slow or hostile, can cost is bounded (docs/security.md,
 - misbehaving clients: each connection of a client address that ends badly (a deadline, an
   eviction, a reset for not reading, a failed TLS handshake, a malformed request) takes a token
   from that address' bucket (``Limits.bad_endings_per_second``, bursts of
-  ``bad_endings_burst``); while it is empty the address' new connections are reset before they
-  are read (exporter/http/admission.py).
+  ``bad_endings_burst``) and from its IPv6 /64's (4 times larger); while the address' is empty,
+  or the /64's for an address not served well lately (exporter/http/clients.py), the address'
+  new connections are reset before they are read (exporter/http/admission.py).
 - connections: at most ``Limits.max_connections`` open at once.  A new connection over the cap
   closes another, in this order: one that has not completed a request or has stopped reading its
   reply (oldest first), then kept-alive idle ones that have delivered the fewest replies (a
@@ -24,7 +25,7 @@ What any client, however slow or hostile, can cost is bounded (docs/security.md,
 - CPU: TLS handshakes run on ``TLS_WORKERS`` low-priority threads, at most
   ``Limits.max_handshakes`` waiting (more are shed), and only elliptic-curve key exchanges are
   offered (exporter/http/tls_groups.py); uncached bcrypt checks run on one low-priority thread, fairly
-  between client addresses and bounded (exporter/http/login.py).
+  between client addresses and /64s, known-good addresses first, and bounded (exporter/http/login.py).
 - threads: the loop thread, ``RENDER_WORKERS`` that build /metrics bodies, the TLS handshake
   threads and the bcrypt thread: a fixed number.
 - freed memory: after a burst of closed connections the C heap is trimmed (exporter/heap.py).
