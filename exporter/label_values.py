@@ -98,13 +98,14 @@ def label_value(value: str) -> str:
     invalid = not value.isascii() and _SURROGATE.search(value) is not None
     if invalid:
         _count("invalid_utf8")
-    escaped = _TO_ESCAPE.sub(lambda m: _escape_char(m.group()), value) if invalid or "\\" in value else value
-    if len(escaped) <= MAX_LABEL_VALUE_CHARS:
-        return escaped
+    if len(value) <= MAX_LABEL_VALUE_CHARS:  # escaping only lengthens: a longer value is cut anyway
+        escaped = _TO_ESCAPE.sub(lambda m: _escape_char(m.group()), value)
+        if len(escaped) <= MAX_LABEL_VALUE_CHARS:
+            return escaped
     _count("too_long")
     kept: list[str] = []
     used = 0
-    for ch in value:
+    for ch in value[:KEPT_CHARS]:  # the work is bounded by the cut, not by the value's length
         piece = _escape_char(ch)
         if used + len(piece) > KEPT_CHARS:
             break
