@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from exporter.http.server import MetricsServer
 from exporter.network.source import NicSource
 from exporter.network.stage import NetworkStage
+from exporter.render import metrics as cat
 from exporter.render.collector import CachedExposition, SnapshotCollector
 from exporter.sampler import Sampler
 from exporter.sim import sysfs_tree as st
@@ -159,3 +161,37 @@ def test_a_dra_claim_and_device_of_1_mib_are_cut_and_still_join(tmp_path: Path) 
             assert _cut(labels["claim_name"], "c") and _cut(labels["device"], "d")
             status, body = _get(int(base.rsplit(":", 1)[1]), "/metrics")
             assert status == 200 and max(len(line) for line in body.splitlines()) < 4096
+
+
+def test_a_family_that_fails_to_render_is_counted_and_readyz_names_it() -> None:
+    """Past the entry rule (a value that still cannot be written): the page is served without that
+    family, ``gpulens_render_errors_total`` counts it and ``/readyz`` names it (still 200: the rest
+    of the page is served, and a restart would not mend a name)."""
+    name = "gpulens_gpu_power_watts"
+    bad = replace(cat.spec(name), own_labels=("extra",), read=lambda _v: [((LONE,), 1.0)])
+    catalogue = [bad if s.name == name else s for s in cat.CATALOGUE]
+    sampler = Sampler(ScriptedBackend(healthy(1)))
+    collector = SnapshotCollector(sampler.latest, include_age=False, catalogue=catalogue)
+    expo = CachedExposition(collector, sampler.latest)
+    server = MetricsServer(
+        "127.0.0.1:0",
+        expo.render_parts,
+        ready=lambda: sampler.latest() is not None,
+        reply=expo.reply,
+        degraded=expo.failed_families,
+    )
+    server.start()
+    try:
+        sampler.run_once()
+        status, body = _get(server.port, "/metrics")
+        assert status == 200
+        text = body.decode()
+        assert f"# TYPE {name} " not in text
+        assert "gpulens_gpu_utilization_ratio{" in text, "the other families are there"
+        assert f'gpulens_render_errors_total{{family="{name}"}} 1.0' in text
+        assert f'gpulens_stage_success{{stage="render_{name}"}} 0.0' in text
+        status, ready = _get(server.port, "/readyz")
+        assert status == 200 and name in ready.decode() and ready.startswith(b"ready, but 1 families failed")
+    finally:
+        server.shutdown()
+        sampler.stop()
