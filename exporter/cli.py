@@ -13,7 +13,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from exporter import __version__
+from exporter import __version__, label_values
 from exporter.backends.base import GpuBackend
 from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_config
 from exporter.http.server import MetricsServer
@@ -193,7 +193,12 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         checks["compat_dcgm"] = compat.ok
         tails.append(compat.text)
     collector = SnapshotCollector(
-        sampler.latest, version=__version__, backend=backend.name, include_age=False, render_checks=checks
+        sampler.latest,
+        version=__version__,
+        backend=backend.name,
+        include_age=False,
+        render_checks=checks,
+        label_rewrites=label_values.rewritten,
     )
     exposition = CachedExposition(collector, sampler.latest, tails=tails)
     sampler.after_publish = exposition.prepare
@@ -225,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg.listen_address,
             exposition.render_parts,
             ready=lambda: sampler.latest() is not None and sampler.running(),
+            degraded=exposition.failed_families,
             web_config=web_config,
             reply=exposition.reply,
         )

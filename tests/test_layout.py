@@ -101,6 +101,7 @@ EXPORTER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "exporter.fsread",
             "exporter.heap",
             "exporter.tcp",
+            "exporter.label_values",
         ),
     ),
     ("backends", ("exporter.backends",)),

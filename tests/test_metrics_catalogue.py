@@ -160,6 +160,8 @@ NOT_SIMULATED = {
     "gpulens_gpu_fan_speed_ratio": "the simulated H200 boards are passively cooled (NVML: not supported)",
     "gpulens_unmapped_devices_total": "the simulated kubelet lists only devices of its own node",
     "gpulens_kubernetes_owner_walks_total": "the simulator has no Kubernetes API source",
+    "gpulens_render_errors_total": "no family of a simulated node fails to render",
+    "gpulens_label_values_rewritten_total": "the exporter's wiring counts rewrites (cli.build), not a bare collector",
 }
 """Families no dashboard fixture has, and why: every other family must be in one."""
 

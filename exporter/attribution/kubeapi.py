@@ -42,6 +42,7 @@ from exporter.attribution.kube_watch import (
 )
 from exporter.attribution.merge import PodDirectory, PodMeta
 from exporter.attribution.owners import Owner, OwnerResolver, deployment_shortcut
+from exporter.label_values import label_value_or_none
 
 __all__ = [
     "LINE_STALL_SECONDS",
@@ -60,6 +61,7 @@ __all__ = [
     "controller_reference",
     "owner_of",
     "pod_meta",
+    "workload_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -106,8 +108,13 @@ def owner_of(pod: Mapping[str, Any], resolve: Resolve | None = None) -> tuple[st
         return None, None
     if resolve is not None:
         owner = resolve((pod.get("metadata") or {}).get("namespace", ""), ref)
-        return owner.kind, owner.name
-    return ref.get("kind"), ref.get("name")
+        return workload_of(owner)
+    return label_value_or_none(ref.get("kind")), label_value_or_none(ref.get("name"))
+
+
+def workload_of(owner: Owner) -> tuple[str | None, str | None]:
+    """(workload_kind, workload) of a walk's answer, as label values (exporter/label_values.py)."""
+    return label_value_or_none(owner.kind), label_value_or_none(owner.name)
 
 
 def pod_meta(pod: Mapping[str, Any], resolve: Resolve | None = None) -> PodMeta | None:
@@ -122,13 +129,14 @@ def pod_meta(pod: Mapping[str, Any], resolve: Resolve | None = None) -> PodMeta 
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
         for cs in status.get(key) or []:
             cid = _container_id(cs.get("containerID"))
-            if cid and cs.get("name"):
-                containers[cid] = cs["name"]
+            name = label_value_or_none(cs.get("name"))
+            if cid and name:
+                containers[cid] = name
     kind, workload = owner_of(pod, resolve)
     return PodMeta(
         uid=uid,
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
+        namespace=label_value_or_none(meta.get("namespace")) or "",
+        name=label_value_or_none(meta.get("name")) or "",
         phase=status.get("phase"),
         workload_kind=kind,
         workload=workload,
@@ -293,10 +301,11 @@ class KubePodSource(NodeWatch[PodDirectory, _PodBatch]):
             owner = owners.top(api, namespace, ref)
             if owner.complete:
                 self._unsettled.pop(uid, None)
-            if (owner.kind, owner.name) != (meta.workload_kind, meta.workload):
+            kind, workload = workload_of(owner)
+            if (kind, workload) != (meta.workload_kind, meta.workload):
                 with self._lock:
                     if self._pods.get(uid) is meta:
-                        self._pods[uid] = dataclasses.replace(meta, workload_kind=owner.kind, workload=owner.name)
+                        self._pods[uid] = dataclasses.replace(meta, workload_kind=kind, workload=workload)
                         self._version += 1
             if owner.outcome == "limited":
                 break

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from exporter.attribution.kube_http import JSON, ApiError, BoundExceeded, KubeClient, read_capped
+from exporter.label_values import is_clean
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +238,8 @@ def parse_ref(raw: Mapping[str, Any]) -> Ref | None:
         return None
     if not _SEGMENT.fullmatch(kind) or not _SEGMENT.fullmatch(name) or name in (".", ".."):
         return None
+    if not is_clean(kind) or not is_clean(name):  # not UTF-8 (a lone surrogate): no API path names it
+        return None
     return Ref(group, version, kind, name, uid if isinstance(uid, str) else "")
 
 
@@ -340,7 +343,7 @@ class OwnerResolver:
 
     def top(self, api: KubeClient, namespace: str, raw_ref: Mapping[str, Any]) -> Owner:
         """The top owner above (and including) the object ``raw_ref`` names in ``namespace``."""
-        ref = parse_ref(raw_ref)
+        ref = parse_ref(raw_ref) if isinstance(namespace, str) and is_clean(namespace) else None
         if ref is None:
             self._count("error")
             return Owner(str(raw_ref.get("kind") or ""), str(raw_ref.get("name") or ""), "error")

@@ -19,7 +19,11 @@ shared.  A ``deadline`` (``time.monotonic()`` seconds) is checked every ``DEADLI
 pods, whatever they hold, so a huge reply cannot hold the refresher past its call's deadline:
 :class:`DecodeDeadlineError` then.
 
-Malformed input raises :class:`WireError`; it never reads past the buffer or loops.
+Malformed input raises :class:`WireError` (a string that is not UTF-8 among it, as protobuf's own
+decoder does); it never reads past the buffer or loops.  Names (pod, namespace, container,
+resource, claim, driver, pool, device) are label values as ``exporter.label_values.label_value``
+makes them: a name over 253 characters is cut with a hash, the same way the API's names are, so
+the two still join.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
+from exporter.label_values import label_value
 from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
@@ -132,14 +137,15 @@ class _Names:
         self._last = ""
 
     def get(self, start: int, end: int) -> str:
-        """The string at ``buf[start:end]``."""
+        """The string at ``buf[start:end]``, as a label value (exporter/label_values.py: a name
+        longer than a Kubernetes name is cut, once per distinct name)."""
         view = self._buf[start:end]
         if view == self._last_raw:
             return self._last
         raw = bytes(view)
         text = self._seen.get(raw)
         if text is None:
-            text = _text(view, 0, len(view))
+            text = label_value(_text(view, 0, len(view)))
             if len(self._seen) < SHARED_NAMES:
                 self._seen[raw] = text
         self._last_raw, self._last = raw, text
@@ -304,7 +310,7 @@ def _pod(
                 found.append(container)
     if found is None:
         return
-    pod_name = _text(buf, *name)
+    pod_name = label_value(_text(buf, *name))
     pod_namespace = shared.namespaces.get(*namespace)
     for cstart, cend, entries, claims in found:
         cname = shared.containers.get(cstart, cend)
@@ -316,7 +322,7 @@ def _pod(
             continue
         for ns_start, ns_end, claim_start, claim_end, resources in claims:
             claim_namespace = shared.namespaces.get(ns_start, ns_end)
-            claim_name = _text(buf, claim_start, claim_end)
+            claim_name = label_value(_text(buf, claim_start, claim_end))
             for i in range(0, len(resources), 2):
                 driver, pool, device, cdi = _claim_resource(buf, resources[i], resources[i + 1], shared)
                 ref = ClaimRef(claim_namespace, claim_name, driver, pool, device)

@@ -31,6 +31,7 @@ from exporter.attribution import stages
 from exporter.attribution.kube_http import ApiResponse, BoundExceeded, KubeClient, Query, load_endpoint
 from exporter.attribution.kube_watch import ApiBounds, NodeWatch
 from exporter.attribution.slices import SliceDirectory
+from exporter.label_values import label_value
 from exporter.model import SliceDevice
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ def device_of(driver: str, pool: str, raw: Mapping[str, Any]) -> SliceDevice | N
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         return None
+    name = label_value(name)  # as the kubelet's claimed device name is, so the two still join
     attributes = raw.get("attributes")
     if attributes is None:
         basic = raw.get("basic")
@@ -122,8 +124,8 @@ def published_slice(obj: Mapping[str, Any]) -> PublishedSlice:
     spec = spec if isinstance(spec, Mapping) else {}
     pool = spec.get("pool")
     pool = pool if isinstance(pool, Mapping) else {}
-    driver = str(spec.get("driver") or "")
-    pool_name = str(pool.get("name") or "")
+    driver = label_value(str(spec.get("driver") or ""))
+    pool_name = label_value(str(pool.get("name") or ""))
     generation = pool.get("generation")
     raw_devices = spec.get("devices")
     devices = (

@@ -107,6 +107,9 @@ gzipped when ``gzip``; with ``encode`` False, ``None`` unless it is at hand with
 compressing the page (exporter/render/collector.py, ``CachedExposition.reply``)."""
 
 
+MAX_NAMED_FAILURES = 20
+"""Families ``/readyz`` names at most (gpulens_render_errors_total has them all)."""
+
 UNAUTHENTICATED_PATHS = ("/healthz", "/readyz")
 """Liveness/readiness reveal nothing and kubelet probes cannot send credentials."""
 
@@ -177,6 +180,7 @@ class MetricsServer:
         web_config: WebConfig | None = None,
         limits: Limits | None = None,
         reply: Reply | None = None,
+        degraded: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         host, port = parse_listen_address(address)
         self._exposition = _plain(exposition) if isinstance(exposition, CollectorRegistry) else exposition
@@ -184,6 +188,9 @@ class MetricsServer:
         """Where given, a page already encoded (and compressed) is answered on the loop thread,
         without the hop to a render thread; the rest still goes to one (``reply`` with ``encode``)."""
         self._ready = ready
+        self._degraded = degraded
+        """Where given, the families left out of the page because they failed to render: ``/readyz``
+        names them (still 200: the rest of the page is served, and a restart would not mend a name)."""
         self.limits = _fit_to_fd_limit(limits or Limits())
         self.extra_headers: tuple[tuple[str, str], ...] = ()
         self._auth: BasicAuth | None = None
@@ -464,11 +471,19 @@ class MetricsServer:
             return _text(200, b"ok\n")
         if path == "/readyz":
             if self._ready():
-                return _text(200, b"ready\n")
+                return _text(200, self._readiness())
             return _text(503, b"not ready: no snapshot yet, or the sampler stopped\n")
         if path == "/":
             return Response(200, (LANDING,), "text/html; charset=utf-8")
         return _text(404, b"not found\n")
+
+    def _readiness(self) -> bytes:
+        """The body of a ready ``/readyz``: ``ready``, and the families left out of the page."""
+        failed = self._degraded() if self._degraded is not None else ()
+        if not failed:
+            return b"ready\n"
+        shown = ", ".join(failed[:MAX_NAMED_FAILURES]) + (", ..." if len(failed) > MAX_NAMED_FAILURES else "")
+        return f"ready, but {len(failed)} families failed to render and are left out of /metrics: {shown}\n".encode()
 
     async def _authenticate(self, header: str | None, peer: str) -> Response | None:
         """None if ``header`` holds valid credentials, else the refusal (401, or 429 when the

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import cast
 
 from exporter import fsread
+from exporter.label_values import label_value
 from exporter.model import NicPort, NicSample
 
 log = logging.getLogger(__name__)
@@ -292,7 +293,7 @@ class RdmaReader:
             if not real.startswith(top + os.sep) or not os.path.isdir(real):
                 self.skipped += 1  # a link out of the tree, or not a device directory
                 continue
-            devices.append(self._device(entry.name, real, top, budget, old))
+            devices.append(self._device(label_value(entry.name), real, top, budget, old))
         for dev in devices:
             for port in dev.ports:
                 port.prev = prev.get((dev.name, port.number))
@@ -308,12 +309,13 @@ class RdmaReader:
         p2p: str | None = None
         if bdf:
             drv = os.path.realpath(os.path.join(pci, "driver"))
-            driver = os.path.basename(drv) if drv.startswith(top + os.sep) else ""
+            driver = label_value(os.path.basename(drv)) if drv.startswith(top + os.sep) else ""
             numa_text = fsread.read_text(os.path.join(pci, "numa_node"), 64)
             numa = int(numa_text) if numa_text is not None and re.fullmatch(r"-?[0-9]{1,4}", numa_text) else None
             p2p = fsread.read_text(os.path.join(pci, "p2p"), 256)
             if p2p is None:
                 p2p = fsread.read_text(os.path.join(pci, "gdr"), 64)
+            p2p = label_value(p2p) if p2p is not None else None
         ports: list[_Port] = []
         port_entries = sorted(fsread.list_dir(os.path.join(real, "ports"), MAX_PORTS + 1), key=lambda e: e.name)
         for entry in port_entries[:MAX_PORTS]:
@@ -358,7 +360,7 @@ class RdmaReader:
         entries = fsread.list_dir(path, MAX_COUNTERS_PER_DIR + 1)
         self.skipped += max(0, len(entries) - MAX_COUNTERS_PER_DIR)
         for entry in sorted(entries[:MAX_COUNTERS_PER_DIR], key=lambda e: e.name):
-            name = entry.name
+            name = label_value(entry.name)
             if name in _SETTINGS or not entry.is_file(follow_symlinks=False):
                 continue
             key, scale = _TRAFFIC.get(name, (None, 1.0))

@@ -87,15 +87,53 @@ def _as_family(spec: cat.MetricSpec, samples: Sequence[tuple[LabelValues, float]
     return fam
 
 
+class RenderErrors:
+    """Renders each family (or block) failed in, counted once per snapshot however many times that
+    snapshot is rendered (both formats, several scrapes), and the failures of the latest snapshot
+    rendered (what ``/readyz`` names).  Keys are catalogue names and render checks: bounded."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[str, int] = {}
+        self._snapshot: Snapshot | None = None
+        self._counted: set[str] = set()
+
+    def record(self, snap: Snapshot | None, failed: Sequence[str]) -> Mapping[str, int]:
+        """Count ``failed`` for ``snap`` (each name once per snapshot); the totals so far."""
+        with self._lock:
+            if snap is not self._snapshot:
+                self._snapshot, self._counted = snap, set()
+            for name in failed:
+                if name not in self._counted:
+                    self._counted.add(name)
+                    self._totals[name] = self._totals.get(name, 0) + 1
+            return dict(self._totals)
+
+    def latest(self) -> tuple[str, ...]:
+        """The families (and blocks) that failed in the latest snapshot rendered, sorted."""
+        with self._lock:
+            return tuple(sorted(self._counted))
+
+
+Check = Callable[[cat.MetricSpec, list[tuple[LabelValues, float]]], None]
+"""Called with an entry and its samples inside the entry's guard (the encoder writing its text):
+a check that raises drops that family as a failed read does."""
+
+
 def collect_samples(
-    catalogue: Sequence[cat.MetricSpec], frame: Frame
+    catalogue: Sequence[cat.MetricSpec],
+    frame: Frame,
+    check: Check | None = None,
+    errors: RenderErrors | None = None,
 ) -> list[tuple[cat.MetricSpec, list[tuple[LabelValues, float]]]]:
     """Every entry of ``catalogue`` with samples in ``frame``, in catalogue order, with its samples.
 
     One loop for every entry: its scope is walked (once per scope, shared by its entries) and the
-    entry reads its samples from each instance.  An entry that raises drops only its own family,
-    is logged, and shows as ``gpulens_stage_success{stage="render_<name>"} 0``; the exporter's own
-    series are read last so they can report it."""
+    entry reads its samples from each instance, then ``check`` (when given) sees them.  An entry
+    that raises in either drops only its own family, is logged, shows as
+    ``gpulens_stage_success{stage="render_<name>"} 0`` and is counted in ``errors``
+    (``gpulens_render_errors_total``); the exporter's own series are read last so they can report
+    it."""
     found: dict[str, list[tuple[LabelValues, float]]] = {}
     walked: dict[str, list[tuple[LabelValues, Any]]] = {}
     failed: list[str] = []
@@ -106,6 +144,8 @@ def collect_samples(
             if instances is None:
                 instances = walked[spec.scope.name] = list(spec.scope.walk(frame))
             samples = family_samples(spec, instances)
+            if samples and check is not None:
+                check(spec, samples)
         except Exception:
             log.exception("rendering %s failed; only this family is dropped", spec.name)
             failed.append(spec.name)
@@ -116,10 +156,15 @@ def collect_samples(
     for spec in catalogue:
         if spec.scope is not EXPORTER:
             one(spec, frame)
-    frame = replace(frame, failed_renders=(*frame.failed_renders, *failed))
+    failed_renders = (*frame.failed_renders, *failed)
+    totals = errors.record(frame.snapshot, failed_renders) if errors is not None else frame.render_errors
+    frame = replace(frame, failed_renders=failed_renders, render_errors=totals)
+    before = len(failed)
     for spec in catalogue:
         if spec.scope is EXPORTER:
             one(spec, frame)
+    if errors is not None and len(failed) > before:  # one of the exporter's own: counted for the next page
+        errors.record(frame.snapshot, failed[before:])
     return [(spec, found[spec.name]) for spec in catalogue if spec.name in found]
 
 
@@ -145,7 +190,11 @@ class SnapshotCollector(Collector):
         include_age: bool = True,
         render_checks: Mapping[str, Callable[[Snapshot], bool]] | None = None,
         catalogue: Sequence[cat.MetricSpec] = cat.CATALOGUE,
+        label_rewrites: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
+        self._label_rewrites = label_rewrites
+        self.render_errors = RenderErrors()
+        """What failed to render, per family (``gpulens_render_errors_total``, ``/readyz``)."""
         self._include_age = include_age
         self._render_checks = dict(render_checks or {})
         self._source = snapshot_source
@@ -166,28 +215,42 @@ class SnapshotCollector(Collector):
 
     def exposition(self, openmetrics: bool) -> str:
         """The newest snapshot as exposition text (what ``generate_latest`` writes for ``collect()``,
-        without its per-sample label checks; see exporter/render/exposition.py)."""
-        families = ((self._families[spec.name], samples) for spec, samples in self._samples())
-        return self._encoder.encode(families, openmetrics)
+        without its per-sample label checks; see exporter/render/exposition.py).
 
-    def _samples(self) -> list[tuple[cat.MetricSpec, list[tuple[LabelValues, float]]]]:
+        Each family is written inside its own guard (``collect_samples``' ``check``): one whose
+        text cannot be written (a label value that is not valid UTF-8 got past
+        exporter/label_values.py) is left out and reported like a family whose read failed,
+        never the whole page."""
+        encoder = self._encoder
+        encoder.start(openmetrics)
+
+        def write(spec: cat.MetricSpec, samples: list[tuple[LabelValues, float]]) -> None:
+            encoder.add(self._families[spec.name], samples)
+
+        found = self._samples(write)
+        return encoder.finish(spec.name for spec, _samples in found)
+
+    def _samples(self, check: Check | None = None) -> list[tuple[cat.MetricSpec, list[tuple[LabelValues, float]]]]:
         snap = self._source()
-        frame = Frame(snap, self._version, self._backend)
+        rewrites = self._label_rewrites() if self._label_rewrites is not None else None
+        frame = Frame(snap, self._version, self._backend, label_rewrites=rewrites)
         if snap is None:
-            return collect_samples(self._catalogue, frame)
+            return collect_samples(self._catalogue, frame, check, self.render_errors)
         # Blocks rendered outside this collector (``--compat.dcgm``, see CachedExposition) report
         # their health here, like a family of the catalogue.
         failed: list[str] = []
-        for section, check in self._render_checks.items():
+        for section, rendered in self._render_checks.items():
             try:
-                ok = check(snap)
+                ok = rendered(snap)
             except Exception:
                 log.exception("checking %s failed", section)
                 ok = False
             if not ok:
                 failed.append(section)
         now = self._wall() if self._include_age else None
-        return collect_samples(self._catalogue, replace(frame, now=now, failed_renders=tuple(failed)))
+        return collect_samples(
+            self._catalogue, replace(frame, now=now, failed_renders=tuple(failed)), check, self.render_errors
+        )
 
 
 class CachedExposition:
@@ -219,6 +282,11 @@ class CachedExposition:
         self._asked: set[tuple[str, bool]] = set()
         """(format, gzip) pairs scrapes asked the current snapshot in (``prepare`` encodes the next
         in those)."""
+
+    def failed_families(self) -> tuple[str, ...]:
+        """The families (and blocks) left out of the latest snapshot's page because they failed to
+        render (what ``/readyz`` names)."""
+        return self._collector.render_errors.latest()
 
     def render(self, accept_header: str) -> tuple[bytes, str]:
         """(body, content type) for a scrape with this ``Accept`` header, as one bytes object."""

@@ -686,7 +686,13 @@ class DcgmCompatRenderer:
                 return b""
             body = self._text.get(openmetrics)
             if body is None:
-                body = self._text[openmetrics] = encode(lines, openmetrics).encode()
+                try:
+                    body = encode(lines, openmetrics).encode()
+                except UnicodeEncodeError:  # a label value that is not valid UTF-8: the block, not the page
+                    log.exception("writing the DCGM-compatible series failed")
+                    self._lines = None
+                    return b""
+                self._text[openmetrics] = body
             return body
 
     def ok(self, snap: Snapshot) -> bool:

@@ -85,6 +85,8 @@ class LabelSets:
                 if order is None:
                     order = self._order[names] = tuple(sorted(range(len(names)), key=names.__getitem__))
                 text = "{" + ",".join(f'{names[i]}="{escape_label_value(values[i])}"' for i in order) + "}"
+                if not text.isascii():
+                    text.encode()  # a value that is not valid UTF-8 raises here, once per new set
             if len(self._cache) < self._max:
                 self._cache[key] = text
         return text
@@ -110,6 +112,9 @@ class Encoder:
         self._headers: dict[tuple[str, bool], str] = {}
         self._texts: dict[tuple[str, bool], tuple[tuple[tuple[LabelValues, float], ...], str]] = {}
         """Each family's samples and text in the last render (kept one render: departed families go)."""
+        self._openmetrics = False
+        self._current: dict[tuple[str, bool], tuple[tuple[tuple[LabelValues, float], ...], str]] = {}
+        """This render's families (``start`` .. ``finish``)."""
         self.reused = 0
         """Families whose text was taken from the render before, since the start (for tests)."""
 
@@ -127,29 +132,48 @@ class Encoder:
         return lines
 
     def encode(self, families: Iterable[tuple[Family, Samples]], openmetrics: bool) -> str:
-        """Every family in order; OpenMetrics ends with ``# EOF``.
+        """Every family in order; OpenMetrics ends with ``# EOF``: ``start``, ``add`` for each
+        family, ``finish``.
 
         A family whose samples equal the last render's (label values and readings: an idle GPU's
         clocks, limits, identities and most counters) reuses that render's text instead of being
         formatted again.  Samples compare as Python tuples do: a reading that turns from ``0.0``
         to ``-0.0`` keeps its earlier spelling (both parse to zero), and a NaN reads ``NaN``
         whether reused or not."""
-        self.label_sets.next_render()
-        previous, texts = self._texts, {}
-        out: list[str] = []
+        self.start(openmetrics)
         for family, samples in families:
-            key = (family.name, openmetrics)
-            frozen = tuple(samples)
-            last = previous.get(key)
-            if last is not None and last[0] == frozen:
-                text = last[1]
-                self.reused += 1
-            else:
-                text = "".join(self.family(family, frozen, openmetrics))
-            if text:
-                texts[key] = (frozen, text)
-                out.append(text)
-        self._texts = {**{k: v for k, v in previous.items() if k[1] != openmetrics}, **texts}
+            self.add(family, samples)
+        return self.finish()
+
+    def start(self, openmetrics: bool) -> None:
+        """Begin a render in one format (the families then come through ``add``)."""
+        self.label_sets.next_render()
+        self._openmetrics = openmetrics
+        self._current = {}
+
+    def add(self, family: Family, samples: Samples) -> None:
+        """Format one family of this render (or take its text from the render before).  Raises,
+        and keeps nothing of the family, when a label value cannot be written (a value that is not
+        valid UTF-8: ``UnicodeEncodeError``), so the caller can drop that family alone."""
+        openmetrics = self._openmetrics
+        key = (family.name, openmetrics)
+        frozen = tuple(samples)
+        last = self._texts.get(key)
+        if last is not None and last[0] == frozen:
+            text = last[1]
+            self.reused += 1
+        else:
+            text = "".join(self.family(family, frozen, openmetrics))
+        if text:
+            self._current[key] = (frozen, text)
+
+    def finish(self, order: Iterable[str] | None = None) -> str:
+        """The text of this render's families, in ``order`` (family names; default: as added)."""
+        openmetrics, current = self._openmetrics, self._current
+        keys = current if order is None else ((name, openmetrics) for name in order)
+        out = [current[k][1] for k in keys if k in current]
+        self._texts = {**{k: v for k, v in self._texts.items() if k[1] != openmetrics}, **current}
+        self._current = {}
         if openmetrics:
             out.append(EOF)
         return "".join(out)

@@ -255,6 +255,32 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="self",
     ),
     _m(
+        "counter",
+        "gpulens_render_errors_total",
+        "",
+        "Snapshots in which the family could not be rendered (a read that raised, label values that do "
+        "not match its labels, a value that cannot be written), counted once per snapshot; the family is "
+        "left out of that page alone, and /readyz names it. family is the family's name, or compat_dcgm "
+        "for the DCGM-compatible block. Absent while nothing failed.",
+        EXPORTER,
+        each=lambda f: (((family,), float(n)) for family, n in sorted(f.render_errors.items())),
+        labels=("family",),
+        section="self",
+    ),
+    _m(
+        "counter",
+        "gpulens_label_values_rewritten_total",
+        "",
+        "Names rewritten where they entered the exporter (sysfs, Kubernetes API, kubelet, DRA) to be valid "
+        "label values, by reason: invalid_utf8 (bytes that are not UTF-8 or lone surrogates, escaped as "
+        "\\xHH or \\uHHHH), too_long (over 253 characters: cut, with a hash of the whole name). Counted "
+        "each time a value is read in, so it grows while a source keeps offering the value (docs/labels.md).",
+        EXPORTER,
+        each=lambda f: (((reason,), float(n)) for reason, n in (f.label_rewrites or {}).items()),
+        labels=("reason",),
+        section="self",
+    ),
+    _m(
         "gauge",
         "gpulens_snapshot_age_seconds",
         "seconds",

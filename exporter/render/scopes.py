@@ -11,8 +11,8 @@ order within a family.  No NVML and no prometheus_client here: pure reads of imm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from exporter.model import (
@@ -65,6 +65,12 @@ class Frame:
     """Wall time (s) of the scrape, for ``gpulens_snapshot_age_seconds``; ``None`` omits the age."""
     failed_renders: tuple[str, ...] = ()
     """Render stages that failed in this rendering (``gpulens_stage_success{stage="render_…"} 0``)."""
+    render_errors: Mapping[str, int] = field(default_factory=dict)
+    """Renders each family (or rendered block) failed in since the start, counted once per snapshot
+    (``gpulens_render_errors_total``)."""
+    label_rewrites: Mapping[str, int] | None = None
+    """Label values rewritten where they entered, by reason (exporter/label_values.py); ``None``
+    where the renderer is not told (``gpulens_label_values_rewritten_total`` is then absent)."""
 
 
 @dataclass(frozen=True)
