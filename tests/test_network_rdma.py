@@ -144,21 +144,28 @@ def test_parse_state_takes_the_number(text: str | None, want: int | None) -> Non
 
 
 @pytest.mark.parametrize(
-    ("last", "raw", "want"),
+    ("last", "raw", "bits", "want"),
     [
-        (10, 25, 15),
-        (7, 7, 0),
-        (WRAP_32 - 100, 50, 150),  # 32-bit wrap
-        (WRAP_32 - 1, 0, 1),
-        (WRAP_64 - 1000, 500, 1500),  # 64-bit wrap: exact, which a float could not be
-        (10**6, 7, 7),  # reset (driver reload): the new value counts
-        (2**31, 5, 5),  # below the top quarter of 32 bits: a reset, not a wrap
-        (WRAP_32 + 10, 3, 3),  # a 64-bit counter just past 2**32 that drops: a reset
+        (10, 25, 64, 15),
+        (7, 7, 64, 0),
+        (WRAP_32 - 100, 50, 32, 150),  # 32-bit wrap
+        (WRAP_32 - 1, 0, 32, 1),
+        (WRAP_64 - 1000, 500, 64, 500),  # a 64-bit counter never wraps: a reset
+        (WRAP_64 - 1000, 500, 32, 500),  # nor does a "32-bit" one seen past 2**32
+        (10**6, 7, 64, 7),  # reset (driver reload): the new value counts
+        (2**31, 5, 32, 5),  # below the top quarter of 32 bits: a reset, not a wrap
+        (WRAP_32 + 10, 3, 64, 3),  # a 64-bit counter just past 2**32 that drops: a reset
+        (WRAP_64 - 10, WRAP_64 - 11, 64, None),  # issue 51: one back near the top is jitter, held
+        (WRAP_32 - 10, WRAP_32 - 11, 32, None),  # and no 32-bit wrap either
+        (1_000, 600, 64, None),  # kept more than half: not a reset (a reset goes to near zero)
+        (1_000, 400, 64, 400),  # fell nearer zero than it kept: a reset
+        (3, 1, 64, 1),
     ],
 )
-def test_counter_advance(last: int, raw: int, want: int) -> None:
-    """How much a counter grew: wraps add the distance to the wrap, a reset counts the new value."""
-    assert counter_advance(last, raw) == want
+def test_counter_advance(last: int, raw: int, bits: int, want: int | None) -> None:
+    """How much a counter grew: a 32-bit wrap adds the distance to the wrap, a reset counts the new
+    value, a step back that keeps more than half is jitter (``None``: held at the last value)."""
+    assert counter_advance(last, raw, bits) == want
 
 
 # --- EFA ----------------------------------------------------------------------------------------
@@ -337,26 +344,83 @@ def test_port_state_files_read_every_cycle(tmp_path: Path, reader_cleanup: list[
 # --- wraps, resets, rates --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("start", "after", "delta"), [(WRAP_32 - 100, 50, 150), (WRAP_64 - 1000, 500, 1500)])
-def test_counter_wrap_adds_the_right_delta(
-    tmp_path: Path, reader_cleanup: list[RdmaReader], start: int, after: int, delta: int
-) -> None:
-    """A counter first seen near 2**32 (or 2**64) that wraps adds exactly the distance to the wrap
-    plus the new value (the total counts from the first read, so it is small and exact)."""
-    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
-    tree.set_counter(EFA, 1, "tx_bytes", start)
-    tree.set_counter(EFA, 1, "rdma_write_bytes", start)
+LEGACY_IB_COUNTERS = tuple(n for n in st.IB_PORT_COUNTERS if not n.startswith(("unicast_", "multicast_")))
+"""A port's ``counters/`` where the adapter lacks the extended set: the kernel shows the data and
+packet counters 32 bits wide."""
+
+
+def legacy_ib_nic(name: str, function: st.PciFunction) -> st.NicSpec:
+    port = st.PortSpec(rate=st.HDR_RATE, link_layer="InfiniBand", ib_counters=LEGACY_IB_COUNTERS)
+    return st.NicSpec(name, "mlx4_core", function, (port,))
+
+
+def test_32_bit_counters_wrap_and_only_they(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """The kernel's 32-bit port counters (a port without the extended set: data, packets,
+    ``port_xmit_wait``) that fall from near 2**32 toward zero wrapped: exactly the distance to the
+    wrap plus the new value (the total counts from the first read, so it is small and exact)."""
+    tree = tree_of(tmp_path, legacy_ib_nic(MLX, MLX_FUNCTION))
+    for name in ("port_xmit_data", "port_xmit_wait", "symbol_error"):
+        tree.set_counter(MLX, 1, name, WRAP_32 - 100)
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
-    first = port1(reader.read(0.0, everything=True), EFA)
-    assert (first.tx_bytes, first.counters["rdma_write_bytes"]) == (0, 0)
-    tree.set_counter(EFA, 1, "tx_bytes", after)
-    tree.set_counter(EFA, 1, "rdma_write_bytes", after)
-    port = port1(reader.read(1.0, everything=True), EFA)
-    assert port.tx_bytes == delta
-    assert port.counters["rdma_write_bytes"] == delta
-    assert port.tx_bytes_per_second == delta
+    first = port1(reader.read(0.0, everything=True), MLX)
+    assert (first.tx_bytes, first.counters["port_xmit_wait"]) == (0, 0)
+    for name in ("port_xmit_data", "port_xmit_wait", "symbol_error"):
+        tree.set_counter(MLX, 1, name, 50)
+    port = port1(reader.read(1.0, everything=True), MLX)
+    assert port.tx_bytes == 150 * 4  # words
+    assert port.counters["port_xmit_wait"] == 150
+    assert port.counters["symbol_error"] == 50  # not one of the 32-bit files: a reset
+    assert port.tx_bytes_per_second == 600
+
+
+@pytest.mark.parametrize(
+    "make", [st.efa_nic, st.mlx5_infiniband_nic], ids=["efa-hw-counters", "ib-extended-counters"]
+)
+def test_64_bit_counters_never_wrap(
+    tmp_path: Path, reader_cleanup: list[RdmaReader], make: Callable[[str, st.PciFunction], st.NicSpec]
+) -> None:
+    """A 64-bit counter (EFA's, and the kernel's extended InfiniBand ones) that falls toward zero
+    from near 2**64 or 2**32 was reset: the new value counts, never a wrap's distance."""
+    name, function = (EFA, EFA_FUNCTION) if make is st.efa_nic else (MLX, MLX_FUNCTION)
+    traffic = "tx_bytes" if make is st.efa_nic else "port_xmit_packets"
+    tree = tree_of(tmp_path, make(name, function))
+    tree.set_counter(name, 1, traffic, WRAP_64 - 1000)
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    reader.read(0.0)
+    tree.set_counter(name, 1, traffic, 500)
+    port = port1(reader.read(1.0), name)
+    assert (port.tx_bytes if make is st.efa_nic else port.tx_packets) == 500
+    tree.set_counter(name, 1, traffic, WRAP_32 - 10)
+    reader.read(2.0)
+    tree.set_counter(name, 1, traffic, 7)
+    port = port1(reader.read(3.0), name)
+    assert (port.tx_bytes if make is st.efa_nic else port.tx_packets) == WRAP_32 - 10 + 7
+
+
+def test_jitter_back_by_one_near_the_top_counts_nothing(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """Issue 51, defect 8: ``tx_pkts`` and ``tx_bytes`` near the top of 64 bits step back by one and
+    forward again for 20 s (one read a second).  Before, each step back was a 64-bit wrap: +1.1e20
+    packets and +5e12 bytes; the true change is +-1.  Now a step back is held at the last value."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    top = WRAP_64 - 16
+    for name in ("tx_pkts", "tx_bytes", "rdma_write_bytes"):
+        tree.set_counter(EFA, 1, name, top)
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    for t in range(21):
+        for name in ("tx_pkts", "tx_bytes", "rdma_write_bytes"):
+            tree.set_counter(EFA, 1, name, top - (t % 2))
+        port = port1(reader.read(float(t), everything=True), EFA)
+        assert port.tx_packets == 0 and port.tx_bytes == 0, f"at {t} s: {port.tx_packets} packets, {port.tx_bytes} B"
+        assert port.counters["rdma_write_bytes"] == 0
+        assert port.tx_bytes_per_second in (None, 0.0)
+    tree.set_counter(EFA, 1, "tx_bytes", top + 3)  # moving on from the held value counts from there
+    assert port1(reader.read(21.0), EFA).tx_bytes == 3
 
 
 def test_counter_reset_counts_the_new_value_and_never_goes_down(
@@ -641,7 +705,7 @@ def test_rediscovery_keeps_totals_rates_and_device_counters(tmp_path: Path, read
     tree.set_counter(EFA, 1, "tx_bytes", 1_000)
     for t in range(3):
         reader.read(float(t))
-    tree.set_counter(EFA, 1, "tx_bytes", 500)  # a reset the rediscovery reads
+    tree.set_counter(EFA, 1, "tx_bytes", 5)  # a reset (to near zero) the rediscovery reads
     tree.set_counter(EFA, None, "completed_cmds", 6)
     assert reader.discover() == 1
     tree.set_counter(EFA, 1, "tx_bytes", 2_500)
