@@ -375,9 +375,7 @@ def test_32_bit_counters_wrap_and_only_they(tmp_path: Path, reader_cleanup: list
     assert port.tx_bytes_per_second == 600
 
 
-@pytest.mark.parametrize(
-    "make", [st.efa_nic, st.mlx5_infiniband_nic], ids=["efa-hw-counters", "ib-extended-counters"]
-)
+@pytest.mark.parametrize("make", [st.efa_nic, st.mlx5_infiniband_nic], ids=["efa-hw-counters", "ib-extended-counters"])
 def test_64_bit_counters_never_wrap(
     tmp_path: Path, reader_cleanup: list[RdmaReader], make: Callable[[str, st.PciFunction], st.NicSpec]
 ) -> None:
@@ -655,18 +653,92 @@ def test_device_link_out_of_the_tree_is_skipped(tmp_path: Path, reader_cleanup: 
 
 
 def test_more_than_max_devices_is_bounded(tmp_path: Path) -> None:
-    """More entries under ``class/infiniband`` than ``MAX_DEVICES``: the listing stops at the bound,
-    the excess counts as skipped, each read returns at most the bound."""
+    """More entries under ``class/infiniband`` than ``MAX_DEVICES``: each read returns the ceiling,
+    the rest are counted, all of them."""
     root = tmp_path / "sys" / "class" / "infiniband"
     root.mkdir(parents=True)
     for i in range(MAX_DEVICES + 40):
         (root / f"dev{i:04d}").mkdir()
     reader = RdmaReader(str(tmp_path / "sys"), max_open_files=0)
     assert reader.discover() == MAX_DEVICES
-    assert reader.skipped >= 1
+    assert dict(reader.dropped) == {("device", "over_limit"): 40}
+    assert reader.device_names == tuple(f"dev{i:04d}" for i in range(MAX_DEVICES))
     samples = reader.read(0.0)
     assert len(samples) == MAX_DEVICES
     assert all(s.kind == "rdma" and s.pci_bus_id == "" and s.ports == () for s in samples)
+
+
+def efa_at(bus: int, state: str = "4: ACTIVE", extra: tuple[str, ...] = ()) -> st.NicSpec:
+    """An EFA device on PCI bus ``bus`` (``rdmap<bus>s0``), its port in ``state``, with ``extra``
+    port counters beside the driver's."""
+    function = st.PciFunction(f"0000:{bus:02x}:00.0", "pci0000:00", (), 0, st.AMAZON_VENDOR)
+    spec = st.efa_nic(st.rdma_name(function), function)
+    port = st.PortSpec(state=state, rate=st.EFA_RATE, link_layer="Unknown", hw_counters=st.EFA_PORT_COUNTERS + extra)
+    return st.NicSpec(spec.name, spec.driver, function, (port,), spec.device_counters, p2p=spec.p2p)
+
+
+def test_past_the_device_ceiling_pci_functions_and_active_ports_come_first(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """Past ``max_devices`` the kept devices are those with a PCI function, of them first those with
+    an active port, then by name; whatever sorts first by name or comes first in the directory."""
+    active = [efa_at(bus) for bus in (0x50, 0x51, 0x52)]
+    down = [efa_at(bus, state="1: DOWN") for bus in (0x10, 0x11)]
+    tree = tree_of(tmp_path, *active, *down)
+    links = tree.sysfs / "class" / "infiniband"
+    for i in range(50):
+        (links / f"a{i:02d}").mkdir()  # no PCI function: named to sort first
+    names = [n.name for n in active]
+    for ceiling, want in ((3, names), (4, [down[0].name, *names]), (6, ["a00", *[d.name for d in down], *names])):
+        reader = RdmaReader(str(tree.sysfs), max_devices=ceiling)
+        reader_cleanup.append(reader)
+        assert reader.discover() == ceiling
+        assert list(reader.device_names) == sorted(want)
+        assert dict(reader.dropped) == {("device", "over_limit"): 55 - ceiling}
+        reader.discover()
+        assert list(reader.device_names) == sorted(want)  # the same tree, the same choice
+
+
+def counters_of(nic: NicSample) -> int:
+    """Counter files a sample carries: device-level, and each port's traffic and others."""
+    traffic = sum(v is not None for p in nic.ports for v in (p.tx_bytes, p.rx_bytes, p.tx_packets, p.rx_packets))
+    return len(nic.counters) + sum(len(p.counters) for p in nic.ports) + traffic
+
+
+def test_counters_past_the_node_ceiling_keep_traffic_and_share_the_rest(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """Issue 51, defect 6 (NIC): devices of many counters each, inside every per-directory bound.
+    The node keeps ``max_devices`` devices and ``max_counters`` counter files: every port's traffic
+    first, the others shared evenly (no device starved because it sorts last), each directory's by
+    name; the rest are counted."""
+    extra = tuple(f"x_{i:03d}" for i in range(200))
+    tree = tree_of(tmp_path, *(efa_at(bus, extra=extra) for bus in range(1, 71)))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    assert reader.discover() == MAX_DEVICES
+    samples = reader.read(0.0, everything=True)
+    per_device = [counters_of(nic) for nic in samples]
+    assert sum(per_device) == rdma.MAX_COUNTERS
+    assert max(per_device) - min(per_device) <= 1
+    for nic in samples:
+        port = port1(samples, nic.device)
+        assert None not in (port.tx_bytes, port.rx_bytes, port.tx_packets, port.rx_packets)
+        assert set(nic.counters) == set(st.EFA_DEVICE_COUNTERS)  # the device's own come first
+    each = len(st.EFA_PORT_COUNTERS) + len(extra) + len(st.EFA_DEVICE_COUNTERS)
+    assert dict(reader.dropped) == {
+        ("device", "over_limit"): 70 - MAX_DEVICES,
+        ("counter", "over_limit"): MAX_DEVICES * each - rdma.MAX_COUNTERS,
+    }
+    assert open_fds(under=tmp_path.resolve()) <= rdma.MAX_COUNTERS + 3 * MAX_DEVICES
+
+
+def test_fair_shares() -> None:
+    assert rdma.fair_shares([10, 10, 10], 25) == [9, 8, 8]
+    assert rdma.fair_shares([2, 100, 100], 50) == [2, 24, 24]
+    assert rdma.fair_shares([5, 5], 100) == [5, 5]
+    assert rdma.fair_shares([], 10) == []
+    assert rdma.fair_shares([3], 0) == [0]
 
 
 def test_counter_directory_of_thousands_of_files_is_bounded(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
@@ -679,7 +751,8 @@ def test_counter_directory_of_thousands_of_files_is_bounded(tmp_path: Path, read
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
-    assert reader.skipped >= 1  # a lower bound: the listing stops one past the bound
+    # every name is counted: the 3,000, the driver's 12 and lifespan, less the bound kept
+    assert dict(reader.dropped) == {("counter", "over_bound"): 3000 + 12 + 1 - MAX_COUNTERS_PER_DIR}
     kept = open_fds(under=tmp_path.resolve())
     # the bound in the device's counter folder, the port's counters, and its state, phys_state and
     # rate (which 512 of the 3,013 names are listed depends on the file system: on tmpfs all 512

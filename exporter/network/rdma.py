@@ -368,7 +368,7 @@ def fair_shares(demands: Sequence[int], budget: int) -> list[int]:
     left = max(0, budget)
     order = sorted(range(len(demands)), key=lambda i: (demands[i], i))
     for k, i in enumerate(order):
-        give = min(demands[i], left // (len(order) - k))
+        give = min(demands[i], -(-left // (len(order) - k)))  # the remainder to the first
         out[i] = give
         left -= give
     return out
