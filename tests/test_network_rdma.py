@@ -909,3 +909,14 @@ def test_p5en_under_a_small_open_files_limit_reads_every_counter(tmp_path: Path)
         (port,) = nic.ports
         assert port.tx_bytes == 0 and port.rx_packets == 0 and port.state_id == 4
         assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC)
+
+
+def test_the_ceiling_flags_default_to_the_readers_ceilings() -> None:
+    """``--collect.nic.max-devices`` / ``--collect.nic.max-counters`` and the reader agree (the flags
+    module does not import the reader, so the numbers are written twice and checked here)."""
+    from exporter.config import ExporterConfig, parse_config
+
+    config = parse_config([], env={})
+    assert (config.nic_max_devices, config.nic_max_counters) == (MAX_DEVICES, rdma.MAX_COUNTERS)
+    fields = ExporterConfig.__dataclass_fields__
+    assert (fields["nic_max_devices"].default, fields["nic_max_counters"].default) == (MAX_DEVICES, rdma.MAX_COUNTERS)
