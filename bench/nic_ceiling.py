@@ -37,11 +37,21 @@ from exporter.network.source import NicSource
 from exporter.network.stage import NetworkStage
 from exporter.render.collector import CachedExposition, SnapshotCollector
 from exporter.sampler import Sampler
-from tests.fakes_backend import ScriptedBackend
+
+
+class NoGpus:
+    name = "sim"
+
+    def sample(self):
+        return BackendSample(up=True, driver_version="bench")
+
+    def close(self):
+        pass
+
 
 sysfs, procfs = sys.argv[1], sys.argv[2]
 source = NicSource(sysfs, procfs)
-sampler = Sampler(ScriptedBackend(lambda _n: BackendSample(up=True, driver_version="bench")), network=NetworkStage(source))
+sampler = Sampler(NoGpus(), network=NetworkStage(source))
 collector = SnapshotCollector(sampler.latest, version="bench", backend="sim", include_age=False)
 exposition = CachedExposition(collector, sampler.latest)
 sampler.after_publish = exposition.prepare
@@ -73,14 +83,13 @@ def write_tree(root: Path, devices: int, counters: int) -> st.SysfsTree:
     def names(real: tuple[str, ...], prefix: str) -> tuple[str, ...]:
         return real + tuple(f"{prefix}_{i:04d}" for i in range(per_dir - len(real)))
 
-    legacy = tuple(n for n in st.IB_PORT_COUNTERS)
     nics = []
     for i in range(devices):
         function = st.PciFunction(f"0000:{i // 256:02x}:{i % 256:02x}.0", "pci0000:00", (), 0, st.AMAZON_VENDOR)
         port = st.PortSpec(
             rate=st.EFA_RATE,
             hw_counters=names(st.EFA_PORT_COUNTERS, "port_hw"),
-            ib_counters=names(legacy, "port_ib"),
+            ib_counters=names(st.IB_PORT_COUNTERS, "port_ib"),
         )
         device = names(st.EFA_DEVICE_COUNTERS, "dev_hw")
         nics.append(st.NicSpec(f"rdmap{i}s0", "efa", function, (port,), device, p2p="NVIDIA peermem"))
