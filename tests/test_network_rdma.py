@@ -751,8 +751,8 @@ def test_counter_directory_of_thousands_of_files_is_bounded(tmp_path: Path, read
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
-    # every name is counted: the 3,000, the driver's 12 and lifespan, less the bound kept
-    assert dict(reader.dropped) == {("counter", "over_bound"): 3000 + 12 + 1 - MAX_COUNTERS_PER_DIR}
+    # every counter file is counted: the 3,000 and the driver's 12 (not lifespan), less the bound kept
+    assert dict(reader.dropped) == {("counter", "over_bound"): 3000 + 12 - MAX_COUNTERS_PER_DIR}
     kept = open_fds(under=tmp_path.resolve())
     # the bound in the device's counter folder, the port's counters, and its state, phys_state and
     # rate (which 512 of the 3,013 names are listed depends on the file system: on tmpfs all 512
@@ -920,3 +920,19 @@ def test_the_ceiling_flags_default_to_the_readers_ceilings() -> None:
     assert (config.nic_max_devices, config.nic_max_counters) == (MAX_DEVICES, rdma.MAX_COUNTERS)
     fields = ExporterConfig.__dataclass_fields__
     assert (fields["nic_max_devices"].default, fields["nic_max_counters"].default) == (MAX_DEVICES, rdma.MAX_COUNTERS)
+
+
+def test_ports_past_the_bound_keep_the_lowest_numbers_and_are_counted(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """A device of 10 ports: ports 1..8 are read (by number: 10 does not sort before 2), the two
+    others are counted, and a file among the ports is neither."""
+    spec = st.efa_nic(EFA, EFA_FUNCTION)
+    ports = tuple(st.PortSpec(number=n, hw_counters=("tx_bytes",)) for n in range(1, 11))
+    tree = tree_of(tmp_path, st.NicSpec(EFA, "efa", EFA_FUNCTION, ports, spec.device_counters))
+    (tree.device_dir(EFA) / "ports" / "README").write_text("not a port\n")
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    assert [p.port for p in one(reader.read(0.0), EFA).ports] == list(range(1, 9))
+    assert dict(reader.dropped) == {("port", "over_bound"): 2}

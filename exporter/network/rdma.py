@@ -387,10 +387,11 @@ def _listing_rank(entry: os.DirEntry[str]) -> tuple[int, str]:
 
 
 def _port_rank(entry: os.DirEntry[str]) -> tuple[bool, int, str]:
-    """Ports in number order (``1`` before ``10``); other names after them."""
+    """Ports in number order (``1`` before ``10``); other names, and anything but a directory, after
+    them (first item true: not a port)."""
     name = entry.name
-    digits = name.isdigit() and len(name) <= 6
-    return (not digits, int(name) if digits else 0, name)
+    port = name.isdigit() and len(name) <= 6 and entry.is_dir(follow_symlinks=False)
+    return (not port, int(name) if port else 0, name)
 
 
 def _counter_rank(entry: os.DirEntry[str]) -> tuple[bool, str]:
@@ -538,6 +539,22 @@ class RdmaReader:
         self.dropped_at_least |= more
         return entries, seen
 
+    def _wanted(
+        self, path: str, keep: int, rank: Callable[[os.DirEntry[str]], tuple[Any, ...]]
+    ) -> tuple[list[os.DirEntry[str]], int]:
+        """The first ``keep`` entries of a directory by ``rank`` whose rank starts false (the others:
+        not what is looked for), and how many such entries it has (up to ``MAX_LISTED`` looked at)."""
+        found = 0
+
+        def counted(entry: os.DirEntry[str]) -> tuple[Any, ...]:
+            nonlocal found
+            key = rank(entry)
+            found += not key[0]
+            return key
+
+        entries, _seen = self._listed(path, keep, counted)
+        return [e for e in entries if not rank(e)[0]], found
+
     def _choose(
         self, root: str, top: str, dropped: collections.Counter[tuple[str, str]]
     ) -> list[tuple[str, str, str, str]]:
@@ -573,12 +590,10 @@ class RdmaReader:
             if p2p is None:
                 p2p = fsread.read_text(os.path.join(pci, "gdr"), 64)
         ports: list[_PortPlan] = []
-        port_entries, seen = self._listed(os.path.join(real, "ports"), MAX_PORTS, _port_rank)
-        dropped[("port", OVER_BOUND)] += max(0, seen - MAX_PORTS)
+        port_entries, found = self._wanted(os.path.join(real, "ports"), MAX_PORTS, _port_rank)
         for entry in port_entries:
-            if not entry.name.isdigit() or not entry.is_dir(follow_symlinks=False):
-                continue
             ports.append(self._port_plan(int(entry.name), entry.path, dropped))
+        dropped[("port", OVER_BOUND)] += found - len(ports)
         counters = self._listing(os.path.join(real, "hw_counters"), False, False, dropped)
         return _DevicePlan(name, bdf, driver, numa, p2p, ports, counters)
 
@@ -603,13 +618,9 @@ class RdmaReader:
     ) -> list[_Candidate]:
         """The counter files of one directory besides traffic and settings, the first
         ``MAX_COUNTERS_PER_DIR`` by name (none opened yet)."""
-        entries, seen = self._listed(path, MAX_COUNTERS_PER_DIR, _counter_rank)
-        dropped[("counter", OVER_BOUND)] += max(0, seen - MAX_COUNTERS_PER_DIR)
-        return [
-            _Candidate(e.name, e.path, 1.0, counter_bits(in_ib, e.name, extended))
-            for e in entries
-            if not _counter_rank(e)[0]
-        ]
+        entries, found = self._wanted(path, MAX_COUNTERS_PER_DIR, _counter_rank)
+        dropped[("counter", OVER_BOUND)] += found - len(entries)  # counter files only, not settings
+        return [_Candidate(e.name, e.path, 1.0, counter_bits(in_ib, e.name, extended)) for e in entries]
 
     def _allot(self, plans: list[_DevicePlan], dropped: collections.Counter[tuple[str, str]]) -> None:
         """Cut the plans' counters to ``max_counters``: traffic of every port first (in device and port
