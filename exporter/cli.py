@@ -169,7 +169,15 @@ def make_network(cfg: ExporterConfig, simulation: Simulation | None) -> NetworkS
     from exporter.network.source import NicSource
     from exporter.network.stage import NetworkStage
 
-    return NetworkStage(NicSource(sysfs, procfs, interval_seconds=cfg.collect_interval))
+    return NetworkStage(
+        NicSource(
+            sysfs,
+            procfs,
+            interval_seconds=cfg.collect_interval,
+            max_devices=cfg.nic_max_devices,
+            max_counters=cfg.nic_max_counters,
+        )
+    )
 
 
 def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:

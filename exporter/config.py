@@ -75,6 +75,21 @@ def duration_between(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def count_between(low: int, high: int) -> Callable[[str], int]:
+    """A parser of a whole count in ASCII digits with ``low <= n <= high``."""
+
+    def parse(text: str) -> int:
+        check_length(text)
+        if not is_whole(text):
+            raise ValueError(f"{text!r} {why_not_plain(text)}: expected a whole number in {low}..{high}")
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"{text!r} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
 def parse_bool(text: str) -> bool:
     """Environment booleans: true/false, 1/0, yes/no, on/off (any case, nothing around them)."""
     low = text.lower()
@@ -171,6 +186,10 @@ class ExporterConfig:
     """``--[no-]kubernetes.owner-chain``: a pod's workload is the top of its owner chain."""
     kube_resource_slices: bool = True
     """``--[no-]kubernetes.resource-slices``: resolve DRA-claimed devices through ResourceSlices."""
+    nic_max_devices: int = 64
+    """``--collect.nic.max-devices``: RDMA devices read per node (``exporter.network.rdma.MAX_DEVICES``)."""
+    nic_max_counters: int = 8192
+    """``--collect.nic.max-counters``: NIC counter files read per node (``exporter.network.rdma.MAX_COUNTERS``)."""
 
 
 def _ratio(text: str) -> float:
@@ -257,6 +276,22 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         str,
         "/sys",
         "sysfs root the RDMA NICs, their PCIe paths and the peer-memory modules are read from (docs/network.md).",
+    ),
+    (
+        "--collect.nic.max-devices",
+        count_between(1, 4096),
+        "64",
+        "Most RDMA devices read and exported per node (a p5en has 32); past it, those with a PCI function "
+        "and an active port are kept first, then by name, and the rest counted in gpulens_nic_items_dropped "
+        "(docs/network.md); 1..4096.",
+    ),
+    (
+        "--collect.nic.max-counters",
+        count_between(1, 1048576),
+        "8192",
+        "Most NIC counter files read and exported per node (a p5en has 1,088): every port's traffic counters "
+        "first, the others shared fairly among the devices; the rest counted in gpulens_nic_items_dropped; "
+        "1..1048576.",
     ),
     (
         "--probes.interval",
@@ -421,6 +456,8 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         sysfs=ns.path_sysfs,
         kube_owner_chain=ns.kubernetes_owner_chain,
         kube_resource_slices=ns.kubernetes_resource_slices,
+        nic_max_devices=ns.collect_nic_max_devices,
+        nic_max_counters=ns.collect_nic_max_counters,
     )
 
 

@@ -10,8 +10,11 @@ costs at most the bound.
 from __future__ import annotations
 
 import errno
+import heapq
 import os
 import stat
+from collections.abc import Callable, Iterator
+from typing import Any
 
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 """How every host file is opened."""
@@ -59,3 +62,36 @@ def list_dir(path: str, limit: int) -> list[os.DirEntry[str]]:
     except OSError:
         return []
     return out
+
+
+def smallest_entries(
+    path: str, keep: int, key: Callable[[os.DirEntry[str]], Any], cap: int
+) -> tuple[list[os.DirEntry[str]], int, bool]:
+    """The ``keep`` entries of a directory with the smallest ``key``, sorted by it, chosen among its
+    first ``cap`` entries (in the kernel's order); how many entries were looked at; and whether the
+    directory has more than ``cap`` (then that count is a lower bound).  Memory is ``keep`` entries
+    whatever the directory holds, and the work ``cap`` calls of ``key`` at most, so every name of a
+    large directory is looked at (the best are found wherever they are listed) without opening any
+    file.  ``[]``, 0 when the directory is missing or unreadable."""
+    seen = 0
+
+    def counted(it: Iterator[os.DirEntry[str]]) -> Iterator[os.DirEntry[str]]:
+        nonlocal seen
+        for entry in it:
+            seen += 1
+            yield entry
+            if seen >= cap:
+                return
+
+    try:
+        with os.scandir(path) as it:
+            best: list[os.DirEntry[str]] = []
+            if keep > 0 and cap > 0:
+                best = heapq.nsmallest(keep, counted(it), key=key)
+            elif cap > 0:
+                for _ in counted(it):  # nothing to keep: only counted
+                    pass
+            more = seen >= cap and next(it, None) is not None
+    except OSError:
+        return [], 0, False
+    return best, seen, more

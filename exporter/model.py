@@ -629,6 +629,9 @@ class NetworkSample:
     paths: tuple[GpuNicPath, ...] = ()
     holders: tuple[NicHolder, ...] = ()
     """Filled by the sampler from the kubelet's devices (the NIC source does not read the kubelet)."""
+    dropped: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    """Devices, ports and counters the NIC source's last discovery left out: (kind, reason) -> count
+    (``gpulens_nic_items_dropped``)."""
 
     def pods_holding(self, device: str) -> int:
         """Distinct pods holding ``device``."""

@@ -961,6 +961,17 @@ def test_nic_reading_is_on_by_default_and_one_value_turns_it_off() -> None:
     assert "--no-collect.nic" in exporter_container({"exporter": {"nic": {"enabled": False}}})["args"]
 
 
+def test_nic_ceilings_are_the_flags_defaults_and_values_set_them() -> None:
+    from exporter.config import parse_config
+
+    args = exporter_container()["args"]
+    config = parse_config([a for a in args if a.startswith("--collect.nic.")], env={})
+    defaults = parse_config([], env={})
+    assert (config.nic_max_devices, config.nic_max_counters) == (defaults.nic_max_devices, defaults.nic_max_counters)
+    args = exporter_container({"exporter": {"nic": {"maxDevices": 8, "maxCounters": 100000}}})["args"]
+    assert {"--collect.nic.max-devices=8", "--collect.nic.max-counters=100000"} <= set(args)
+
+
 def test_grafana_dashboard_config_map_is_opt_in_and_labelled_for_the_sidecar() -> None:
     assert not [o for o in objects() if o["kind"] == "ConfigMap"]
     cm = one(objects(VARIANTS["dcgm-compat-and-grafana-dashboard"]), "ConfigMap", "grafana-dashboard")

@@ -144,21 +144,28 @@ def test_parse_state_takes_the_number(text: str | None, want: int | None) -> Non
 
 
 @pytest.mark.parametrize(
-    ("last", "raw", "want"),
+    ("last", "raw", "bits", "want"),
     [
-        (10, 25, 15),
-        (7, 7, 0),
-        (WRAP_32 - 100, 50, 150),  # 32-bit wrap
-        (WRAP_32 - 1, 0, 1),
-        (WRAP_64 - 1000, 500, 1500),  # 64-bit wrap: exact, which a float could not be
-        (10**6, 7, 7),  # reset (driver reload): the new value counts
-        (2**31, 5, 5),  # below the top quarter of 32 bits: a reset, not a wrap
-        (WRAP_32 + 10, 3, 3),  # a 64-bit counter just past 2**32 that drops: a reset
+        (10, 25, 64, 15),
+        (7, 7, 64, 0),
+        (WRAP_32 - 100, 50, 32, 150),  # 32-bit wrap
+        (WRAP_32 - 1, 0, 32, 1),
+        (WRAP_64 - 1000, 500, 64, 500),  # a 64-bit counter never wraps: a reset
+        (WRAP_64 - 1000, 500, 32, 500),  # nor does a "32-bit" one seen past 2**32
+        (10**6, 7, 64, 7),  # reset (driver reload): the new value counts
+        (2**31, 5, 32, 5),  # below the top quarter of 32 bits: a reset, not a wrap
+        (WRAP_32 + 10, 3, 64, 3),  # a 64-bit counter just past 2**32 that drops: a reset
+        (WRAP_64 - 10, WRAP_64 - 11, 64, None),  # issue 51: one back near the top is jitter, held
+        (WRAP_32 - 10, WRAP_32 - 11, 32, None),  # and no 32-bit wrap either
+        (1_000, 600, 64, None),  # kept more than half: not a reset (a reset goes to near zero)
+        (1_000, 400, 64, 400),  # fell nearer zero than it kept: a reset
+        (3, 1, 64, 1),
     ],
 )
-def test_counter_advance(last: int, raw: int, want: int) -> None:
-    """How much a counter grew: wraps add the distance to the wrap, a reset counts the new value."""
-    assert counter_advance(last, raw) == want
+def test_counter_advance(last: int, raw: int, bits: int, want: int | None) -> None:
+    """How much a counter grew: a 32-bit wrap adds the distance to the wrap, a reset counts the new
+    value, a step back that keeps more than half is jitter (``None``: held at the last value)."""
+    assert counter_advance(last, raw, bits) == want
 
 
 # --- EFA ----------------------------------------------------------------------------------------
@@ -337,26 +344,81 @@ def test_port_state_files_read_every_cycle(tmp_path: Path, reader_cleanup: list[
 # --- wraps, resets, rates --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("start", "after", "delta"), [(WRAP_32 - 100, 50, 150), (WRAP_64 - 1000, 500, 1500)])
-def test_counter_wrap_adds_the_right_delta(
-    tmp_path: Path, reader_cleanup: list[RdmaReader], start: int, after: int, delta: int
-) -> None:
-    """A counter first seen near 2**32 (or 2**64) that wraps adds exactly the distance to the wrap
-    plus the new value (the total counts from the first read, so it is small and exact)."""
-    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
-    tree.set_counter(EFA, 1, "tx_bytes", start)
-    tree.set_counter(EFA, 1, "rdma_write_bytes", start)
+LEGACY_IB_COUNTERS = tuple(n for n in st.IB_PORT_COUNTERS if not n.startswith(("unicast_", "multicast_")))
+"""A port's ``counters/`` where the adapter lacks the extended set: the kernel shows the data and
+packet counters 32 bits wide."""
+
+
+def legacy_ib_nic(name: str, function: st.PciFunction) -> st.NicSpec:
+    port = st.PortSpec(rate=st.HDR_RATE, link_layer="InfiniBand", ib_counters=LEGACY_IB_COUNTERS)
+    return st.NicSpec(name, "mlx4_core", function, (port,))
+
+
+def test_32_bit_counters_wrap_and_only_they(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """The kernel's 32-bit port counters (a port without the extended set: data, packets,
+    ``port_xmit_wait``) that fall from near 2**32 toward zero wrapped: exactly the distance to the
+    wrap plus the new value (the total counts from the first read, so it is small and exact)."""
+    tree = tree_of(tmp_path, legacy_ib_nic(MLX, MLX_FUNCTION))
+    for name in ("port_xmit_data", "port_xmit_wait", "symbol_error"):
+        tree.set_counter(MLX, 1, name, WRAP_32 - 100)
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
-    first = port1(reader.read(0.0, everything=True), EFA)
-    assert (first.tx_bytes, first.counters["rdma_write_bytes"]) == (0, 0)
-    tree.set_counter(EFA, 1, "tx_bytes", after)
-    tree.set_counter(EFA, 1, "rdma_write_bytes", after)
-    port = port1(reader.read(1.0, everything=True), EFA)
-    assert port.tx_bytes == delta
-    assert port.counters["rdma_write_bytes"] == delta
-    assert port.tx_bytes_per_second == delta
+    first = port1(reader.read(0.0, everything=True), MLX)
+    assert (first.tx_bytes, first.counters["port_xmit_wait"]) == (0, 0)
+    for name in ("port_xmit_data", "port_xmit_wait", "symbol_error"):
+        tree.set_counter(MLX, 1, name, 50)
+    port = port1(reader.read(1.0, everything=True), MLX)
+    assert port.tx_bytes == 150 * 4  # words
+    assert port.counters["port_xmit_wait"] == 150
+    assert port.counters["symbol_error"] == 50  # not one of the 32-bit files: a reset
+    assert port.tx_bytes_per_second == 600
+
+
+@pytest.mark.parametrize("make", [st.efa_nic, st.mlx5_infiniband_nic], ids=["efa-hw-counters", "ib-extended-counters"])
+def test_64_bit_counters_never_wrap(
+    tmp_path: Path, reader_cleanup: list[RdmaReader], make: Callable[[str, st.PciFunction], st.NicSpec]
+) -> None:
+    """A 64-bit counter (EFA's, and the kernel's extended InfiniBand ones) that falls toward zero
+    from near 2**64 or 2**32 was reset: the new value counts, never a wrap's distance."""
+    name, function = (EFA, EFA_FUNCTION) if make is st.efa_nic else (MLX, MLX_FUNCTION)
+    traffic = "tx_bytes" if make is st.efa_nic else "port_xmit_packets"
+    tree = tree_of(tmp_path, make(name, function))
+    tree.set_counter(name, 1, traffic, WRAP_64 - 1000)
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    reader.read(0.0)
+    tree.set_counter(name, 1, traffic, 500)
+    port = port1(reader.read(1.0), name)
+    assert (port.tx_bytes if make is st.efa_nic else port.tx_packets) == 500
+    tree.set_counter(name, 1, traffic, WRAP_32 - 10)
+    reader.read(2.0)
+    tree.set_counter(name, 1, traffic, 7)
+    port = port1(reader.read(3.0), name)
+    assert (port.tx_bytes if make is st.efa_nic else port.tx_packets) == WRAP_32 - 10 + 7
+
+
+def test_jitter_back_by_one_near_the_top_counts_nothing(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
+    """Issue 51, defect 8: ``tx_pkts`` and ``tx_bytes`` near the top of 64 bits step back by one and
+    forward again for 20 s (one read a second).  Before, each step back was a 64-bit wrap: +1.1e20
+    packets and +5e12 bytes; the true change is +-1.  Now a step back is held at the last value."""
+    tree = tree_of(tmp_path, st.efa_nic(EFA, EFA_FUNCTION))
+    top = WRAP_64 - 16
+    for name in ("tx_pkts", "tx_bytes", "rdma_write_bytes"):
+        tree.set_counter(EFA, 1, name, top)
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    for t in range(21):
+        for name in ("tx_pkts", "tx_bytes", "rdma_write_bytes"):
+            tree.set_counter(EFA, 1, name, top - (t % 2))
+        port = port1(reader.read(float(t), everything=True), EFA)
+        assert port.tx_packets == 0 and port.tx_bytes == 0, f"at {t} s: {port.tx_packets} packets, {port.tx_bytes} B"
+        assert port.counters["rdma_write_bytes"] == 0
+        assert port.tx_bytes_per_second in (None, 0.0)
+    tree.set_counter(EFA, 1, "tx_bytes", top + 3)  # moving on from the held value counts from there
+    assert port1(reader.read(21.0), EFA).tx_bytes == 3
 
 
 def test_counter_reset_counts_the_new_value_and_never_goes_down(
@@ -591,18 +653,92 @@ def test_device_link_out_of_the_tree_is_skipped(tmp_path: Path, reader_cleanup: 
 
 
 def test_more_than_max_devices_is_bounded(tmp_path: Path) -> None:
-    """More entries under ``class/infiniband`` than ``MAX_DEVICES``: the listing stops at the bound,
-    the excess counts as skipped, each read returns at most the bound."""
+    """More entries under ``class/infiniband`` than ``MAX_DEVICES``: each read returns the ceiling,
+    the rest are counted, all of them."""
     root = tmp_path / "sys" / "class" / "infiniband"
     root.mkdir(parents=True)
     for i in range(MAX_DEVICES + 40):
         (root / f"dev{i:04d}").mkdir()
     reader = RdmaReader(str(tmp_path / "sys"), max_open_files=0)
     assert reader.discover() == MAX_DEVICES
-    assert reader.skipped >= 1
+    assert dict(reader.dropped) == {("device", "over_limit"): 40}
+    assert reader.device_names == tuple(f"dev{i:04d}" for i in range(MAX_DEVICES))
     samples = reader.read(0.0)
     assert len(samples) == MAX_DEVICES
     assert all(s.kind == "rdma" and s.pci_bus_id == "" and s.ports == () for s in samples)
+
+
+def efa_at(bus: int, state: str = "4: ACTIVE", extra: tuple[str, ...] = ()) -> st.NicSpec:
+    """An EFA device on PCI bus ``bus`` (``rdmap<bus>s0``), its port in ``state``, with ``extra``
+    port counters beside the driver's."""
+    function = st.PciFunction(f"0000:{bus:02x}:00.0", "pci0000:00", (), 0, st.AMAZON_VENDOR)
+    spec = st.efa_nic(st.rdma_name(function), function)
+    port = st.PortSpec(state=state, rate=st.EFA_RATE, link_layer="Unknown", hw_counters=st.EFA_PORT_COUNTERS + extra)
+    return st.NicSpec(spec.name, spec.driver, function, (port,), spec.device_counters, p2p=spec.p2p)
+
+
+def test_past_the_device_ceiling_pci_functions_and_active_ports_come_first(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """Past ``max_devices`` the kept devices are those with a PCI function, of them first those with
+    an active port, then by name; whatever sorts first by name or comes first in the directory."""
+    active = [efa_at(bus) for bus in (0x50, 0x51, 0x52)]
+    down = [efa_at(bus, state="1: DOWN") for bus in (0x10, 0x11)]
+    tree = tree_of(tmp_path, *active, *down)
+    links = tree.sysfs / "class" / "infiniband"
+    for i in range(50):
+        (links / f"a{i:02d}").mkdir()  # no PCI function: named to sort first
+    names = [n.name for n in active]
+    for ceiling, want in ((3, names), (4, [down[0].name, *names]), (6, ["a00", *[d.name for d in down], *names])):
+        reader = RdmaReader(str(tree.sysfs), max_devices=ceiling)
+        reader_cleanup.append(reader)
+        assert reader.discover() == ceiling
+        assert list(reader.device_names) == sorted(want)
+        assert dict(reader.dropped) == {("device", "over_limit"): 55 - ceiling}
+        reader.discover()
+        assert list(reader.device_names) == sorted(want)  # the same tree, the same choice
+
+
+def counters_of(nic: NicSample) -> int:
+    """Counter files a sample carries: device-level, and each port's traffic and others."""
+    traffic = sum(v is not None for p in nic.ports for v in (p.tx_bytes, p.rx_bytes, p.tx_packets, p.rx_packets))
+    return len(nic.counters) + sum(len(p.counters) for p in nic.ports) + traffic
+
+
+def test_counters_past_the_node_ceiling_keep_traffic_and_share_the_rest(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """Issue 51, defect 6 (NIC): devices of many counters each, inside every per-directory bound.
+    The node keeps ``max_devices`` devices and ``max_counters`` counter files: every port's traffic
+    first, the others shared evenly (no device starved because it sorts last), each directory's by
+    name; the rest are counted."""
+    extra = tuple(f"x_{i:03d}" for i in range(200))
+    tree = tree_of(tmp_path, *(efa_at(bus, extra=extra) for bus in range(1, 71)))
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    assert reader.discover() == MAX_DEVICES
+    samples = reader.read(0.0, everything=True)
+    per_device = [counters_of(nic) for nic in samples]
+    assert sum(per_device) == rdma.MAX_COUNTERS
+    assert max(per_device) - min(per_device) <= 1
+    for nic in samples:
+        port = port1(samples, nic.device)
+        assert None not in (port.tx_bytes, port.rx_bytes, port.tx_packets, port.rx_packets)
+        assert set(nic.counters) == set(st.EFA_DEVICE_COUNTERS)  # the device's own come first
+    each = len(st.EFA_PORT_COUNTERS) + len(extra) + len(st.EFA_DEVICE_COUNTERS)
+    assert dict(reader.dropped) == {
+        ("device", "over_limit"): 70 - MAX_DEVICES,
+        ("counter", "over_limit"): MAX_DEVICES * each - rdma.MAX_COUNTERS,
+    }
+    assert open_fds(under=tmp_path.resolve()) <= rdma.MAX_COUNTERS + 3 * MAX_DEVICES
+
+
+def test_fair_shares() -> None:
+    assert rdma.fair_shares([10, 10, 10], 25) == [9, 8, 8]
+    assert rdma.fair_shares([2, 100, 100], 50) == [2, 24, 24]
+    assert rdma.fair_shares([5, 5], 100) == [5, 5]
+    assert rdma.fair_shares([], 10) == []
+    assert rdma.fair_shares([3], 0) == [0]
 
 
 def test_counter_directory_of_thousands_of_files_is_bounded(tmp_path: Path, reader_cleanup: list[RdmaReader]) -> None:
@@ -615,7 +751,8 @@ def test_counter_directory_of_thousands_of_files_is_bounded(tmp_path: Path, read
     reader = reader_of(tree)
     reader_cleanup.append(reader)
     reader.discover()
-    assert reader.skipped >= 1  # a lower bound: the listing stops one past the bound
+    # every counter file is counted: the 3,000 and the driver's 12 (not lifespan), less the bound kept
+    assert dict(reader.dropped) == {("counter", "over_bound"): 3000 + 12 - MAX_COUNTERS_PER_DIR}
     kept = open_fds(under=tmp_path.resolve())
     # the bound in the device's counter folder, the port's counters, and its state, phys_state and
     # rate (which 512 of the 3,013 names are listed depends on the file system: on tmpfs all 512
@@ -641,7 +778,7 @@ def test_rediscovery_keeps_totals_rates_and_device_counters(tmp_path: Path, read
     tree.set_counter(EFA, 1, "tx_bytes", 1_000)
     for t in range(3):
         reader.read(float(t))
-    tree.set_counter(EFA, 1, "tx_bytes", 500)  # a reset the rediscovery reads
+    tree.set_counter(EFA, 1, "tx_bytes", 5)  # a reset (to near zero) the rediscovery reads
     tree.set_counter(EFA, None, "completed_cmds", 6)
     assert reader.discover() == 1
     tree.set_counter(EFA, 1, "tx_bytes", 2_500)
@@ -772,3 +909,30 @@ def test_p5en_under_a_small_open_files_limit_reads_every_counter(tmp_path: Path)
         (port,) = nic.ports
         assert port.tx_bytes == 0 and port.rx_packets == 0 and port.state_id == 4
         assert len(port.counters) == len(st.EFA_PORT_COUNTERS) - len(EFA_TRAFFIC)
+
+
+def test_the_ceiling_flags_default_to_the_readers_ceilings() -> None:
+    """``--collect.nic.max-devices`` / ``--collect.nic.max-counters`` and the reader agree (the flags
+    module does not import the reader, so the numbers are written twice and checked here)."""
+    from exporter.config import ExporterConfig, parse_config
+
+    config = parse_config([], env={})
+    assert (config.nic_max_devices, config.nic_max_counters) == (MAX_DEVICES, rdma.MAX_COUNTERS)
+    fields = ExporterConfig.__dataclass_fields__
+    assert (fields["nic_max_devices"].default, fields["nic_max_counters"].default) == (MAX_DEVICES, rdma.MAX_COUNTERS)
+
+
+def test_ports_past_the_bound_keep_the_lowest_numbers_and_are_counted(
+    tmp_path: Path, reader_cleanup: list[RdmaReader]
+) -> None:
+    """A device of 10 ports: ports 1..8 are read (by number: 10 does not sort before 2), the two
+    others are counted, and a file among the ports is neither."""
+    spec = st.efa_nic(EFA, EFA_FUNCTION)
+    ports = tuple(st.PortSpec(number=n, hw_counters=("tx_bytes",)) for n in range(1, 11))
+    tree = tree_of(tmp_path, st.NicSpec(EFA, "efa", EFA_FUNCTION, ports, spec.device_counters))
+    (tree.device_dir(EFA) / "ports" / "README").write_text("not a port\n")
+    reader = reader_of(tree)
+    reader_cleanup.append(reader)
+    reader.discover()
+    assert [p.port for p in one(reader.read(0.0), EFA).ports] == list(range(1, 9))
+    assert dict(reader.dropped) == {("port", "over_bound"): 2}

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.model import (
     Attribution,
@@ -30,12 +31,15 @@ from exporter.model import (
     NicSample,
     PodRef,
 )
-from exporter.network import pods, stage
+from exporter.network import pods, rdma, stage
 from exporter.network.gdr import HostGdr
 from exporter.network.pods import MAX_HOLDERS, nic_holders
 from exporter.network.source import STAGE, NicSource
 from exporter.network.stage import NetworkStage
+from exporter.render.collector import SnapshotCollector
+from exporter.sampler import Sampler
 from exporter.sim import sysfs_tree as st
+from tests.fakes_backend import ScriptedBackend
 
 
 class Clock:
@@ -410,12 +414,81 @@ def test_skipped_entries_are_warned_about_once_until_they_change(
         network, _ = net.observe(sample, None)
         assert network is not None and [n.device for n in network.nics] == ["rdmap79s0"]
         clock.now += 61.0
-    assert warnings() == ["skipped 1 RDMA device(s), port(s) or file(s) outside the tree or over a bound"]
+    assert warnings() == [
+        f"RDMA devices under {tree.sysfs}/class/infiniband: left out 1 device(s) outside the sysfs tree or not "
+        "a directory"
+    ]
     (links / "evil1").symlink_to(outside)
     for _ in range(3):
         net.observe(sample, None)
         clock.now += 61.0
-    assert len(warnings()) == 2 and "skipped 2 " in warnings()[1]
+    assert len(warnings()) == 2 and "left out 2 device(s) outside" in warnings()[1]
+
+
+def fake_entries(tree: st.SysfsTree, n: int) -> None:
+    """``n`` entries under ``class/infiniband`` named to sort before every real device: nine in ten
+    empty directories, one in ten links to a directory of the tree that is no PCI function's."""
+    links = tree.sysfs / "class" / "infiniband"
+    virtual = tree.sysfs / "devices" / "virtual" / "infiniband"
+    for i in range(n):
+        if i % 10:
+            (links / f"a{i:05d}").mkdir()
+        else:
+            (virtual / f"a{i:05d}").mkdir(parents=True)
+            (links / f"a{i:05d}").symlink_to(virtual / f"a{i:05d}")
+
+
+def test_10032_entries_keep_the_32_real_efas_and_say_how_many_were_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, closing: list[NetworkStage]
+) -> None:
+    """Issue 51, defect 7: 10,000 fake entries beside the 32 EFA devices of a p5en, named to come
+    first.  Before, the first 257 in directory order were read: 31 of the 32 EFAs were displaced and
+    the warning said "skipped 1".  Now every EFA is kept (a PCI function and an active port come
+    first), the rest fill the ceiling by name, and the page and the log give the true count."""
+    layout = st.p5en_layout()
+    tree = st.SysfsTree.of(tmp_path, layout)
+    fake_entries(tree, 10_000)
+    net = network_stage(tree)
+    closing.append(net)
+    caplog.set_level(logging.INFO, logger="exporter.network")
+    network, result = net.observe(backend_sample(layout.gpus), None)
+    assert result is not None and result.success and network is not None
+    names = [n.device for n in network.nics]
+    efas = sorted(n.name for n in layout.nics)
+    assert sorted(set(names) & set(efas)) == efas
+    assert len(names) == rdma.MAX_DEVICES
+    assert names == sorted(names)
+    assert dict(network.dropped) == {("device", "over_limit"): 10_032 - rdma.MAX_DEVICES}
+    assert len(network.paths) == 8 * 32  # every GPU with every EFA
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"left out {10_032 - rdma.MAX_DEVICES} device(s) over --collect.nic.max-devices=64" in warning
+
+
+def test_dropped_items_are_on_the_page(tmp_path: Path) -> None:
+    """``gpulens_nic_items_dropped`` carries what the last discovery left out, on a scrape of the
+    rendered page; nothing when nothing was."""
+    layout = st.p5en_layout()
+    tree = st.SysfsTree.of(tmp_path, layout)
+
+    def page() -> str:
+        source = NicSource(str(tree.sysfs), str(tree.procfs), max_devices=30, max_counters=1_000)
+        sampler = Sampler(ScriptedBackend(lambda _n: backend_sample(layout.gpus)), network=NetworkStage(source))
+        try:
+            sampler.run_once()
+            registry = CollectorRegistry()
+            registry.register(SnapshotCollector(sampler.latest, backend="sim"))
+            return generate_latest(registry).decode()
+        finally:
+            sampler.stop()
+
+    text = page()
+    # 2 of the 32 EFAs over the device ceiling; of the 30 kept, 30 x 4 traffic counters, and 1,000 -
+    # 120 = 880 of the 30 x 30 others (22 - 4 of the port, 12 of the device) shared fairly.
+    assert 'gpulens_nic_items_dropped{kind="device",reason="over_limit"} 2.0' in text
+    assert 'gpulens_nic_items_dropped{kind="counter",reason="over_limit"} 20.0' in text
+    assert text.count("gpulens_nic_info{") == 30
+    stats = text.count("gpulens_nic_stat_total{") + text.count("gpulens_nic_port_stat_total{")
+    assert stats == 880
 
 
 def test_stale_reads_fail_the_stage(p5en: st.SysfsTree) -> None:

@@ -13,11 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from exporter.model import NicSample, StageResult
 from exporter.network.gdr import HostGdr, host_gdr
-from exporter.network.rdma import RdmaReader
+from exporter.network.rdma import MAX_COUNTERS, MAX_DEVICES, OUTSIDE_TREE, OVER_BOUND, OVER_LIMIT, Dropped, RdmaReader
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,13 @@ STAGE = "nic"
 @dataclass(frozen=True)
 class NicReading:
     """The source's latest state: its devices (``None``: none found, or no good read lately),
-    the host's GPUDirect RDMA facts and the stage result (``None`` while no device exists)."""
+    the host's GPUDirect RDMA facts, the stage result (``None`` while no device exists) and what
+    the last discovery left out, by (kind, reason)."""
 
     nics: tuple[NicSample, ...] | None
     host: HostGdr | None
     stage: StageResult | None
+    dropped: Dropped = field(default_factory=lambda: MappingProxyType({}))
 
 
 class NicSource:
@@ -45,6 +48,8 @@ class NicSource:
         rediscover_seconds: float = 60.0,
         stale_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_devices: int = MAX_DEVICES,
+        max_counters: int = MAX_COUNTERS,
     ) -> None:
         self.sysfs = sysfs
         self.procfs = procfs
@@ -52,15 +57,16 @@ class NicSource:
         self.rediscover_seconds = rediscover_seconds
         self.stale_seconds = stale_seconds if stale_seconds is not None else max(5.0, 3 * interval_seconds)
         self._clock = clock
-        self._reader = RdmaReader(sysfs)
+        self._reader = RdmaReader(sysfs, max_devices=max_devices, max_counters=max_counters)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._discovered_at: float | None = None
         self._devices = 0
         self._said_none = False
-        self._said_skipped = 0
-        """The skipped count last warned about: a tree that stays the same is warned about once."""
+        self._said_dropped: Dropped = MappingProxyType({})
+        """What was left out when last warned about: a tree that stays the same is warned about once."""
+        self._dropped: Dropped = MappingProxyType({})
         self._host: HostGdr | None = None
         self._nics: tuple[NicSample, ...] | None = None
         self._good_at: float | None = None
@@ -134,22 +140,42 @@ class NicSource:
                 ", ".join(self._reader.device_names[:8]),
                 ", ..." if self._devices > 8 else "",
             )
-        if self._reader.skipped and self._reader.skipped != self._said_skipped:
-            log.warning(
-                "skipped %d RDMA device(s), port(s) or file(s) outside the tree or over a bound", self._reader.skipped
-            )
-        self._said_skipped = self._reader.skipped
+        dropped = self._reader.dropped
+        with self._lock:
+            self._dropped = dropped
+        if dropped and dropped != self._said_dropped:
+            log.warning("%s", self.dropped_message())
+        self._said_dropped = dropped
+
+    def dropped_message(self) -> str:
+        """What the last discovery left out, in words, with the true counts (a lower bound where
+        a listing stopped at its bound, said so)."""
+        reader = self._reader
+        dropped = reader.dropped
+        about = "at least " if reader.dropped_at_least else ""
+        why = {
+            OVER_LIMIT: f"over --collect.nic.max-devices={reader.max_devices} / "
+            f"--collect.nic.max-counters={reader.max_counters} (kept first: devices with a PCI function "
+            "and an active port, then by name; each port's traffic counters)",
+            OVER_BOUND: "over a bound of one directory (ports per device, files per counter directory)",
+            OUTSIDE_TREE: "outside the sysfs tree or not a directory",
+        }
+        parts = [
+            f"{about}{n} {kind}(s) {why.get(reason, reason)}"
+            for (kind, reason), n in sorted(dropped.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        ]
+        return f"RDMA devices under {self.sysfs}/class/infiniband: left out " + "; ".join(parts)
 
     def latest(self, now: float | None = None) -> NicReading:
         """The latest state (what the sampler renders this cycle) as of ``now`` (default: the clock)."""
         now = self._clock() if now is None else now
         with self._lock:
             if self._devices == 0 and not self._failed:
-                return NicReading(None, self._host, None)
+                return NicReading(None, self._host, None, self._dropped)
             fresh = self._good_at is not None and now - self._good_at <= self.stale_seconds
             ok = fresh and not self._failed and self._nics is not None
             stage = StageResult(STAGE, ok, self._duration)
-            return NicReading(self._nics if ok else None, self._host, stage)
+            return NicReading(self._nics if ok else None, self._host, stage, self._dropped)
 
     def ids(self) -> frozenset[str]:
         """The names and PCI addresses of the RDMA devices of the latest good read (empty when

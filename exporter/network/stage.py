@@ -36,7 +36,7 @@ class NetworkStage:
             return None, reading.stage
         paths = self._paths_for(sample, reading.nics, reading.host)
         holders = nic_holders(reading.nics, attribution.other_devices) if attribution is not None else ()
-        return NetworkSample(reading.nics, paths, holders), reading.stage
+        return NetworkSample(reading.nics, paths, holders, reading.dropped), reading.stage
 
     def _paths_for(
         self, sample: BackendSample, nics: tuple[NicSample, ...], host: HostGdr | None

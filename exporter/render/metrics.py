@@ -1141,6 +1141,23 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "gauge",
+        "gpulens_nic_items_dropped",
+        "",
+        "RDMA devices, ports and counter files the NIC source's last discovery (once a minute) left out, by "
+        "kind (device, port, counter) and reason: over_limit (past --collect.nic.max-devices or "
+        "--collect.nic.max-counters), over_bound (past a fixed bound of one directory: 8 ports a device, 512 "
+        "files a counter directory), outside_tree (a link out of the sysfs root). Absent when nothing was.",
+        NODE,
+        each=lambda s: (
+            (((kind, reason), float(n)) for (kind, reason), n in sorted(s.network.dropped.items()) if n)
+            if s.network is not None
+            else ()
+        ),
+        labels=("kind", "reason"),
+        section="network",
+    ),
+    _m(
+        "gauge",
         "gpulens_gpu_nic_path_info",
         "",
         "The PCIe path between a GPU and a NIC (PIX one switch, PXB several, PHB the host bridge, NODE one "
