@@ -75,6 +75,25 @@ def duration_between(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def count_between(low: int, high: int) -> Callable[[str], int]:
+    """A parser of a whole number in ASCII digits that also enforces ``low <= n <= high``."""
+
+    def parse(text: str) -> int:
+        check_length(text)
+        if not is_whole(text):
+            raise ValueError(f"{text!r} {why_not_plain(text)}: expected a whole number in {low}..{high}")
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"{text!r} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+MAX_COUNT = 1_000_000
+"""No ceiling flag may exceed a million items (a million series is already far past a page)."""
+
+
 def parse_bool(text: str) -> bool:
     """Environment booleans: true/false, 1/0, yes/no, on/off (any case, nothing around them)."""
     low = text.lower()
@@ -171,6 +190,10 @@ class ExporterConfig:
     """``--[no-]kubernetes.owner-chain``: a pod's workload is the top of its owner chain."""
     kube_resource_slices: bool = True
     """``--[no-]kubernetes.resource-slices``: resolve DRA-claimed devices through ResourceSlices."""
+    kube_max_pods: int = 1024
+    """``--kubernetes.max-pods``: pods holding a device taken from one kubelet reply."""
+    kube_max_allocations: int = 4096
+    """``--kubernetes.max-allocations``: allocation series of the node."""
 
 
 def _ratio(text: str) -> float:
@@ -250,6 +273,22 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         duration_between(0.1, 86400),
         "10s",
         "How often the kubelet mapping is refreshed (cached between); 100ms..1d.",
+    ),
+    (
+        "--kubernetes.max-pods",
+        count_between(1, MAX_COUNT),
+        "1024",
+        "Most pods holding a device taken from one kubelet PodResources reply (pods holding a GPU first, "
+        "then by namespace and name); the rest are counted in gpulens_attribution_items_dropped_total. "
+        "Kubernetes runs at most 110 pods on a node by default and about 250 in practice; 1..1000000.",
+    ),
+    (
+        "--kubernetes.max-allocations",
+        count_between(1, MAX_COUNT),
+        "4096",
+        "Most gpulens_pod_gpu_allocation series of the node (by namespace, pod, container and GPU); the "
+        "rest are counted in gpulens_attribution_items_dropped_total. 8 GPUs split into 7 MIG instances "
+        "make 56, and 8 GPUs of 64 time-slicing replicas 512; 1..1000000.",
     ),
     ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods (and read the GPU driver's kind)."),
     (
@@ -421,6 +460,8 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         sysfs=ns.path_sysfs,
         kube_owner_chain=ns.kubernetes_owner_chain,
         kube_resource_slices=ns.kubernetes_resource_slices,
+        kube_max_pods=ns.kubernetes_max_pods,
+        kube_max_allocations=ns.kubernetes_max_allocations,
     )
 
 

@@ -477,6 +477,11 @@ class Attribution:
     exporter/attribution/owners.py) -> owner-chain walks through the Kubernetes API that ended so,
     cumulative since the start (counts).  ``None`` when the API source does not follow owner
     chains (``--no-kubernetes.owner-chain``, or no API source)."""
+    items_dropped: Mapping[tuple[str, str], int] | None = None
+    """(kind, reason) -> items the attribution left out, cumulative since the start: ``pod`` past
+    ``--kubernetes.max-pods`` and ``allocation`` past ``--kubernetes.max-allocations`` (reason
+    ``limit``), counted at every kubelet refresh that leaves them out.  ``None`` without the
+    kubelet source."""
 
 
 @dataclass(frozen=True)
