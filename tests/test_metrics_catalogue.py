@@ -160,7 +160,7 @@ NOT_SIMULATED = {
     "gpulens_gpu_fan_speed_ratio": "the simulated H200 boards are passively cooled (NVML: not supported)",
     "gpulens_unmapped_devices_total": "the simulated kubelet lists only devices of its own node",
     "gpulens_kubernetes_owner_walks_total": "the simulator has no Kubernetes API source",
-    "gpulens_attribution_items_dropped_total": "the ceilings are the kubelet PodResources source's, not the simulator's",
+    "gpulens_attribution_items_dropped_total": "the ceilings are the kubelet source's, not the simulator's",
 }
 """Families no dashboard fixture has, and why: every other family must be in one."""
 
