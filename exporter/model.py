@@ -480,8 +480,9 @@ class Attribution:
     items_dropped: Mapping[tuple[str, str], int] | None = None
     """(kind, reason) -> items the attribution left out, cumulative since the start: ``pod`` past
     ``--kubernetes.max-pods`` and ``allocation`` past ``--kubernetes.max-allocations`` (reason
-    ``limit``), counted at every kubelet refresh that leaves them out.  ``None`` without the
-    kubelet source."""
+    ``limit``), counted at every kubelet refresh that leaves them out; ``kubelet_connection``
+    closed for a flood of HTTP/2 frames carrying no reply (reason ``control_frame_flood``).
+    ``None`` without the kubelet PodResources source (the simulator's kubelet has no ceiling)."""
 
 
 @dataclass(frozen=True)

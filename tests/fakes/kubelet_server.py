@@ -109,25 +109,29 @@ _NAME_SLOT = b"pod-00000000"
 _ID_SLOT = b"::00000000"
 
 
+SMALL_POD_GPU = "GPU-00000000-aaaa-bbbb-cccc-000000000000"
+"""The GPU whose replicas ``small_pods_reply``'s pods hold by default."""
+
+
 def small_pods_reply(
-    total_bytes: int, with_gpu: bool = True, with_claim: bool = False, pods: int | None = None
+    total_bytes: int, with_gpu: bool = True, with_claim: bool = False, pods: int | None = None, gpu: str = SMALL_POD_GPU
 ) -> bytes:
     """A serialised ``ListPodResourcesResponse`` of about ``total_bytes`` (never more), or of
     exactly ``pods`` pods when given, made of small pods ``team-a/pod-NNNNNNNN``, each one
     container ``main``; ``with_gpu`` gives each
-    container one ``nvidia.com/gpu`` device with its own ID (``GPU-…::NNNNNNNN``), else none;
+    container one ``nvidia.com/gpu`` device with its own ID (replica ``gpu::NNNNNNNN``), else none;
     ``with_claim`` one DRA claim ``team-a/claim`` of one ``gpu.nvidia.com`` device with its own
     name (``gpu::NNNNNNNN``).
 
     Built in one buffer from one encoded pod whose name and device IDs are patched per pod, so
     30 MiB cost about two copies of 30 MiB while they are built and one afterwards.
     """
-    gpu = [("nvidia.com/gpu", ["GPU-00000000-aaaa-bbbb-cccc-000000000000" + _ID_SLOT.decode()])] if with_gpu else []
+    held = [("nvidia.com/gpu", [gpu + _ID_SLOT.decode()])] if with_gpu else []
     claims: list[ClaimSpec] = (
         [("team-a", "claim", [("gpu.nvidia.com", "node-1", "gpu" + _ID_SLOT.decode(), [])])] if with_claim else []
     )
     one = api_pb2.ListPodResourcesResponse(
-        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", gpu, claims)])]
+        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", held, claims)])]
     ).SerializeToString()
     slots = [one.index(_NAME_SLOT) + len(_NAME_SLOT) - 8]
     at = one.find(_ID_SLOT)
