@@ -23,8 +23,8 @@ one under it is received into a single buffer of exactly that length and handed 
 ``memoryview`` of it, with no further copy.
 
 Frames that carry no part of the reply (SETTINGS and their acknowledgements, PING and PING
-acknowledgements, WINDOW_UPDATE, PRIORITY, ALTSVC, frames of unknown types, informational
-headers, DATA without a byte of body) are rationed per connection (``_ControlBudget``): a
+acknowledgements, WINDOW_UPDATE, PRIORITY, ALTSVC, PUSH_PROMISE, frames of unknown types,
+informational headers, DATA without a byte of body) are rationed per connection (``_ControlBudget``): a
 peer that floods them (``h2`` answers each PING and SETTINGS, and every frame costs its parsing)
 gets a GOAWAY with ENHANCE_YOUR_CALM and the call fails with :class:`ControlFloodError`, after
 at most one read's worth of frames (64 KiB).  CONTINUATION frames are bounded by ``h2`` itself
@@ -119,6 +119,7 @@ _CONTROL_EVENTS = (
     h2.events.AlternativeServiceAvailable,
     h2.events.UnknownFrameReceived,
     h2.events.InformationalResponseReceived,
+    h2.events.PushedStreamReceived,
 )
 """``h2`` events of frames that carry no part of a reply."""
 
