@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.hostile_peers                       # every attack, 20 s each
     .venv/bin/python -m bench.hostile_peers --attacks kubelet-huge,api-huge-list --seconds 15
+    .venv/bin/python -m bench.hostile_peers --attacks kubelet-50k-pods,kubelet-flood --seconds 30
 
 The exporter trusts two peers on its node: the kubelet's PodResources socket and the Kubernetes
 API.  Each attack starts a misbehaving fake of one of them (``tests/fakes``) and tells how to
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.attribution import stages as stage_names
+from exporter.sim.scenarios import build as build_scenario
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
-from tests.fakes.kubelet_server import FakeKubelet, small_pods_reply
+from tests.fakes.kubelet_server import FakeKubelet, FloodPeer, small_pods_reply
 from tests.support.net import free_port
 from tests.support.process import managed_process
 from tests.support.procstat import cpu_seconds, rss_bytes
@@ -47,12 +49,18 @@ KUBELET_HUGE_BYTES = 30 * MiB
 KUBELET_BIG_BYTES = 8 * MiB - 64 * 1024
 """Just under the exporter's reply cap (``exporter.attribution.podresources.MAX_MESSAGE_BYTES``,
 8 MiB): accepted, so its decoding must fit in the refresh's deadline and the chart's memory."""
+KUBELET_PODS = 50_000
+"""GPU-holding pods of ``kubelet-50k-pods``: each holds its own time-slicing replica of the
+simulated node's first GPU, so every one resolves to an allocation (issue 51, defect 6)."""
 API_HUGE_LIST_BYTES = 200_000_000
 """A pod list that ignores ``limit``, streamed with its Content-Length."""
 
 PEER_ATTACKS: dict[str, str] = {
     "kubelet-huge": f"kubelet List reply of {KUBELET_HUGE_BYTES // MiB} MiB of small pods (one GPU each)",
     "kubelet-big": f"kubelet List reply of {KUBELET_BIG_BYTES / MiB:.2f} MiB of small pods, just under the cap",
+    "kubelet-50k-pods": f"kubelet List reply of {KUBELET_PODS:,} pods, each holding a replica of a GPU of the node",
+    "kubelet-flood": "kubelet answering each call with HTTP/2 SETTINGS, PING, WINDOW_UPDATE and empty DATA "
+    "frames for as long as the caller listens",
     "api-endless-line": "API watch whose first event line never ends (64 KiB chunks as fast as read)",
     "api-trickle-line": "API watch whose first event line grows by one byte every 0.1 s",
     "api-huge-list": f"API pod list of {API_HUGE_LIST_BYTES // 1_000_000} MB in one page (limit ignored)",
@@ -82,10 +90,13 @@ def _kubeconfig(folder: Path, server: str) -> Path:
 
 
 @contextmanager
-def _kubelet(reply_bytes: int | None) -> Iterator[FakeKubelet]:
-    """A kubelet on a short temporary socket path; ``reply_bytes`` of small pods, or no pods."""
+def _kubelet(reply_bytes: int | None, pods: int | None = None) -> Iterator[FakeKubelet]:
+    """A kubelet on a short temporary socket path; ``reply_bytes`` of small pods, or ``pods`` pods
+    holding replicas of the simulated node's first GPU, or no pods."""
     kubelet = FakeKubelet()
-    if reply_bytes is not None:
+    if pods is not None:
+        kubelet.raw_list = small_pods_reply(0, pods=pods, gpu=build_scenario("h200x8").gpus[0].uuid)
+    elif reply_bytes is not None:
         kubelet.raw_list = small_pods_reply(reply_bytes)
     with kubelet:
         yield kubelet
@@ -116,10 +127,15 @@ def _peers(name: str, folder: Path) -> Iterator[PeerSetup]:
     """The peers of attack ``name``, or honest ones for ``honest-kubelet`` / ``honest-api``."""
     no_api = {"NODE_NAME": "", "GPULENS_KUBERNETES_NODE_NAME": "", "KUBERNETES_SERVICE_HOST": ""}
     with ExitStack() as stack:
-        if name in ("kubelet-huge", "kubelet-big", "honest-kubelet"):
+        if name in ("kubelet-huge", "kubelet-big", "kubelet-50k-pods", "honest-kubelet"):
             size = {"kubelet-huge": KUBELET_HUGE_BYTES, "kubelet-big": KUBELET_BIG_BYTES}.get(name)
-            kubelet = stack.enter_context(_kubelet(size))
+            pods = KUBELET_PODS if name == "kubelet-50k-pods" else None
+            kubelet = stack.enter_context(_kubelet(size, pods))
             yield PeerSetup(["--kubernetes.podresources-socket", kubelet.socket_path, "--no-kubernetes.api"], no_api)
+            return
+        if name == "kubelet-flood":
+            flood = stack.enter_context(FloodPeer(None))
+            yield PeerSetup(["--kubernetes.podresources-socket", flood.socket_path, "--no-kubernetes.api"], no_api)
             return
         if name not in _API_MODES:
             raise ValueError(f"unknown peer attack {name!r}; known: {', '.join(PEER_ATTACKS)}")
@@ -158,6 +174,10 @@ class Run:
     failing: dict[str, int]
     """Stage -> scrapes (one a second) in which it read 0."""
     scrapes: int
+    page_mb: float = 0.0
+    """The largest /metrics page scraped."""
+    scrape_max_s: float = 0.0
+    """The slowest scrape (wall seconds, the page read whole)."""
 
 
 def _peak_rss_bytes(pid: int) -> int:
@@ -169,12 +189,15 @@ def _peak_rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
-def _stages(port: int) -> dict[str, float]:
-    """``gpulens_stage_success`` of the attribution stages, from one scrape."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+def _stages(port: int) -> tuple[dict[str, float], int, float]:
+    """``gpulens_stage_success`` of the attribution stages, from one scrape; the page's bytes and
+    the scrape's seconds."""
+    started = time.perf_counter()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
         text = resp.read().decode()
+    took = time.perf_counter() - started
     found = re.findall(r'^gpulens_stage_success\{stage="(podresources|kube_api)"\} (\S+)$', text, re.M)
-    return {stage: float(value) for stage, value in found}
+    return {stage: float(value) for stage, value in found}, len(text), took
 
 
 def run_one(name: str, seconds: float) -> Run:
@@ -189,12 +212,15 @@ def run_one(name: str, seconds: float) -> Run:
             ready_s = time.monotonic() - started
             rss_ready = rss_bytes(proc.pid)
             failing: dict[str, int] = {}
-            scrapes = 0
+            scrapes = page = 0
+            slowest = 0.0
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(1.0)
                 scrapes += 1
-                for stage, value in _stages(port).items():
+                stages, size, took = _stages(port)
+                page, slowest = max(page, size), max(slowest, took)
+                for stage, value in stages.items():
                     failing[stage] = failing.get(stage, 0) + (value == 0)
             return Run(
                 attack=name,
@@ -205,14 +231,17 @@ def run_one(name: str, seconds: float) -> Run:
                 cpu_s=cpu_seconds(proc.pid),
                 failing=failing,
                 scrapes=scrapes,
+                page_mb=page / 1e6,
+                scrape_max_s=slowest,
             )
 
 
 def table(runs: list[Run]) -> str:
     """The runs as a Markdown table; a stage column reads "seconds at 0 / seconds scraped"."""
     lines = [
-        "| peer | ready (s) | RSS ready (MB) | peak RSS (MB) | RSS end (MB) | CPU (s) | podresources 0 | kube_api 0 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| peer | ready (s) | RSS ready (MB) | peak RSS (MB) | RSS end (MB) | CPU (s) | page (MB) | slowest scrape (s) "
+        "| podresources 0 | kube_api 0 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         cells = [
@@ -221,7 +250,7 @@ def table(runs: list[Run]) -> str:
         ]
         lines.append(
             f"| {r.attack} | {r.ready_s:.1f} | {r.rss_ready_mb:.1f} | {r.rss_peak_mb:.1f} | {r.rss_end_mb:.1f} "
-            f"| {r.cpu_s:.1f} | {cells[0]} | {cells[1]} |"
+            f"| {r.cpu_s:.1f} | {r.page_mb:.2f} | {r.scrape_max_s:.2f} | {cells[0]} | {cells[1]} |"
         )
     return "\n".join(lines)
 

@@ -131,6 +131,8 @@ def make_attributor(
         kube_resource_slices=cfg.kube_resource_slices,
         procfs=cfg.procfs,
         refresh_seconds=cfg.kube_refresh_interval,
+        max_pods=cfg.kube_max_pods,
+        max_allocations=cfg.kube_max_allocations,
     )
     return build_attributor(options, nic_ids)
 

@@ -90,6 +90,10 @@ def count_between(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+MAX_COUNT = 1_000_000
+"""No ceiling flag may exceed a million items (a million series is already far past a page)."""
+
+
 def parse_bool(text: str) -> bool:
     """Environment booleans: true/false, 1/0, yes/no, on/off (any case, nothing around them)."""
     low = text.lower()
@@ -190,6 +194,10 @@ class ExporterConfig:
     """``--collect.nic.max-devices``: RDMA devices read per node (``exporter.network.rdma.MAX_DEVICES``)."""
     nic_max_counters: int = 8192
     """``--collect.nic.max-counters``: NIC counter files read per node (``exporter.network.rdma.MAX_COUNTERS``)."""
+    kube_max_pods: int = 1024
+    """``--kubernetes.max-pods``: pods holding a device taken from one kubelet reply."""
+    kube_max_allocations: int = 4096
+    """``--kubernetes.max-allocations``: allocation series of the node."""
 
 
 def _ratio(text: str) -> float:
@@ -269,6 +277,22 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         duration_between(0.1, 86400),
         "10s",
         "How often the kubelet mapping is refreshed (cached between); 100ms..1d.",
+    ),
+    (
+        "--kubernetes.max-pods",
+        count_between(1, MAX_COUNT),
+        "1024",
+        "Most pods holding a device taken from one kubelet PodResources reply (pods holding a GPU first, "
+        "then by namespace and name); the rest are counted in gpulens_attribution_items_dropped_total. "
+        "Kubernetes runs at most 110 pods on a node by default and about 250 in practice; 1..1000000.",
+    ),
+    (
+        "--kubernetes.max-allocations",
+        count_between(1, MAX_COUNT),
+        "4096",
+        "Most gpulens_pod_gpu_allocation series of the node (by namespace, pod, container and GPU); the "
+        "rest are counted in gpulens_attribution_items_dropped_total. 8 GPUs split into 7 MIG instances "
+        "make 56, and 8 GPUs of 64 time-slicing replicas 512; 1..1000000.",
     ),
     ("--path.procfs", str, "/proc", "procfs root used to map process IDs to pods (and read the GPU driver's kind)."),
     (
@@ -458,6 +482,8 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         kube_resource_slices=ns.kubernetes_resource_slices,
         nic_max_devices=ns.collect_nic_max_devices,
         nic_max_counters=ns.collect_nic_max_counters,
+        kube_max_pods=ns.kubernetes_max_pods,
+        kube_max_allocations=ns.kubernetes_max_allocations,
     )
 
 

@@ -477,6 +477,12 @@ class Attribution:
     exporter/attribution/owners.py) -> owner-chain walks through the Kubernetes API that ended so,
     cumulative since the start (counts).  ``None`` when the API source does not follow owner
     chains (``--no-kubernetes.owner-chain``, or no API source)."""
+    items_dropped: Mapping[tuple[str, str], int] | None = None
+    """(kind, reason) -> items the attribution left out, cumulative since the start: ``pod`` past
+    ``--kubernetes.max-pods`` and ``allocation`` past ``--kubernetes.max-allocations`` (reason
+    ``limit``), counted at every kubelet refresh that leaves them out; ``kubelet_connection``
+    closed for a flood of HTTP/2 frames carrying no reply (reason ``control_frame_flood``).
+    ``None`` without the kubelet PodResources source (the simulator's kubelet has no ceiling)."""
 
 
 @dataclass(frozen=True)

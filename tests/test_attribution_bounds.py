@@ -277,6 +277,17 @@ def test_a_list_that_pages_on_and_on_is_refused(api: KubeApiEmulator) -> None:
         assert not source.latest()[1].success
 
 
+def test_watch_events_cannot_grow_the_pod_table_past_what_a_list_may_hold(api: KubeApiEmulator) -> None:
+    for i in range(4):
+        api.put(make_pod(f"p{i}"))
+    with watching(api, page_limit=2, max_pages=2) as source:
+        assert wait_for(lambda: pod_names(source) == {"p0", "p1", "p2", "p3"}), source.last_error
+        api.put(make_pod("p0"))  # a pod already held may change
+        api.put(make_pod("p4"))
+        assert wait_for(lambda: "adds a pod past the 4 a list may hold" in (source.last_error or "")), source.last_error
+        assert not source.latest()[1].success
+
+
 def test_a_huge_list_is_refused_from_its_content_length_unread(api: KubeApiEmulator) -> None:
     api.hostile = "huge-list"
     api.huge_list_bytes = 40_000_000

@@ -20,6 +20,14 @@ def test_defaults_follow_the_design() -> None:
     assert cfg.probes is True
 
 
+def test_attribution_ceilings_default_well_above_real_nodes_and_have_env_twins() -> None:
+    cfg = parse_config([], env={})
+    assert (cfg.kube_max_pods, cfg.kube_max_allocations) == (1024, 4096)
+    env = {"GPULENS_KUBERNETES_MAX_PODS": "300", "GPULENS_KUBERNETES_MAX_ALLOCATIONS": "600"}
+    assert (parse_config([], env=env).kube_max_pods, parse_config([], env=env).kube_max_allocations) == (300, 600)
+    assert parse_config(["--kubernetes.max-pods=5"], env=env).kube_max_pods == 5
+
+
 def test_env_twin_sets_a_flag_and_the_command_line_wins() -> None:
     env = {"GPULENS_COLLECT_INTERVAL": "250ms", "GPULENS_BACKEND": "sim"}
     assert parse_config([], env=env).collect_interval == 0.25
@@ -198,6 +206,10 @@ def test_boolean_is_the_word_alone(text: str) -> None:
         ("--probes.interval", "1ms", "outside 1s..365d"),
         ("--kubernetes.node-name", "Node_1", "not a Kubernetes node name"),
         ("--kubernetes.node-name", "node 1", "not a Kubernetes node name"),
+        ("--kubernetes.max-pods", "0", "outside 1..1000000"),
+        ("--kubernetes.max-pods", "1e3", "exponent"),
+        ("--kubernetes.max-allocations", "-5", "sign"),
+        ("--kubernetes.max-allocations", "1000001", "outside 1..1000000"),
     ],
 )
 def test_number_flags_refuse_what_int_and_float_would_take(

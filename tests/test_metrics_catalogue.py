@@ -163,6 +163,7 @@ NOT_SIMULATED = {
     "gpulens_render_errors_total": "no family of a simulated node fails to render",
     "gpulens_label_values_rewritten_total": "the exporter's wiring counts rewrites (cli.build), not a bare collector",
     "gpulens_nic_items_dropped": "the simulated NIC trees fit within every ceiling: nothing is left out",
+    "gpulens_attribution_items_dropped_total": "the ceilings are the kubelet source's, not the simulator's",
 }
 """Families no dashboard fixture has, and why: every other family must be in one."""
 

@@ -21,6 +21,14 @@ one bounded buffer, never more.  The cap is checked on the message's length pref
 the message is kept: a reply announced over the cap is refused at once (``RESOURCE_EXHAUSTED``);
 one under it is received into a single buffer of exactly that length and handed back as a
 ``memoryview`` of it, with no further copy.
+
+Frames that carry no part of the reply (SETTINGS and their acknowledgements, PING and PING
+acknowledgements, WINDOW_UPDATE, PRIORITY, ALTSVC, PUSH_PROMISE, frames of unknown types,
+informational headers, DATA without a byte of body) are rationed per connection (``_ControlBudget``): a
+peer that floods them (``h2`` answers each PING and SETTINGS, and every frame costs its parsing)
+gets a GOAWAY with ENHANCE_YOUR_CALM and the call fails with :class:`ControlFloodError`, after
+at most one read's worth of frames (64 KiB).  CONTINUATION frames are bounded by ``h2`` itself
+(64 per header block).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from urllib.parse import unquote
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -85,6 +94,68 @@ class RpcError(Exception):
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+
+
+class ControlFloodError(RpcError):
+    """The peer sent more frames that carry no part of the reply than a connection allows."""
+
+
+CONTROL_FRAME_BURST = 64
+"""Frames carrying no part of the reply a connection may take at once.  A gRPC server sends a
+handful per call: its SETTINGS, the acknowledgement of ours, a WINDOW_UPDATE or two for the
+request, perhaps a PING (grpc-go's bandwidth estimator, keepalive); a connection lives one
+refresh (two calls)."""
+CONTROL_FRAMES_PER_SECOND = 16.0
+"""How fast the allowance comes back: a connection lasts at most the refresh's deadline (5 s),
+so a whole refresh allows about 144 such frames, 10 times what an honest kubelet sends."""
+
+_CONTROL_EVENTS = (
+    h2.events.RemoteSettingsChanged,
+    h2.events.SettingsAcknowledged,
+    h2.events.PingReceived,
+    h2.events.PingAckReceived,
+    h2.events.WindowUpdated,
+    h2.events.PriorityUpdated,
+    h2.events.AlternativeServiceAvailable,
+    h2.events.UnknownFrameReceived,
+    h2.events.InformationalResponseReceived,
+    h2.events.PushedStreamReceived,
+)
+"""``h2`` events of frames that carry no part of a reply."""
+
+
+class _ControlBudget:
+    """A token bucket of ``CONTROL_FRAME_BURST`` frames refilled at ``CONTROL_FRAMES_PER_SECOND``."""
+
+    def __init__(self) -> None:
+        self.tokens = float(CONTROL_FRAME_BURST)
+        self.at = time.monotonic()
+        self.frames = 0
+        """Frames carrying no part of the reply received so far on the connection."""
+
+    def spend(self) -> None:
+        """Take one frame; raises ``ControlFloodError`` when the allowance is spent."""
+        now = time.monotonic()
+        self.tokens = min(float(CONTROL_FRAME_BURST), self.tokens + (now - self.at) * CONTROL_FRAMES_PER_SECOND)
+        self.at = now
+        self.frames += 1
+        if self.tokens < 1.0:
+            raise ControlFloodError(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"the server sent {self.frames} HTTP/2 frames carrying no reply (SETTINGS, PING, WINDOW_UPDATE, "
+                f"empty DATA...), over the allowance of {CONTROL_FRAME_BURST} at once and "
+                f"{CONTROL_FRAMES_PER_SECOND:g} a second: connection closed",
+            )
+        self.tokens -= 1.0
+
+
+def _carries_nothing(event: h2.events.Event, stream: int) -> bool:
+    """Whether ``event`` is a frame that carries no part of the reply on ``stream``."""
+    if isinstance(event, _CONTROL_EVENTS):
+        return True
+    if isinstance(event, h2.events.DataReceived):
+        return event.stream_id != stream or (not event.data and event.stream_ended is None)
+    return False
 
 
 class _Message:
@@ -165,6 +236,7 @@ class UnaryConnection:
         self.timeout_seconds = timeout_seconds
         self.max_reply_bytes = max_reply_bytes
         self.bytes_received = 0
+        self._control = _ControlBudget()
         self._sock: socket.socket | None = None
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
 
@@ -176,11 +248,11 @@ class UnaryConnection:
     ) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Close the socket; idempotent."""
+    def close(self, error_code: int = 0) -> None:
+        """Close the socket (a GOAWAY with ``error_code`` first); idempotent."""
         if self._sock is not None:
             try:
-                self._h2.close_connection()
+                self._h2.close_connection(error_code)
                 self._sock.sendall(self._h2.data_to_send())
             except (OSError, h2.exceptions.ProtocolError):
                 pass
@@ -224,6 +296,9 @@ class UnaryConnection:
         self._h2.send_data(stream, struct.pack(">BI", 0, len(request)) + request, end_stream=True)
         try:
             return self._exchange(sock, stream, deadline)
+        except ControlFloodError:
+            self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            raise
         except RpcError:
             self.close()
             raise
@@ -239,6 +314,8 @@ class UnaryConnection:
         while not ended:
             self._send(sock, deadline)
             for event in self._h2.receive_data(self._recv(sock, deadline)):
+                if _carries_nothing(event, stream):
+                    self._control.spend()
                 if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
                     response = {bytes(k): bytes(v) for k, v in event.headers or ()}
                 elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream:

@@ -232,6 +232,7 @@ class KubePodSource(NodeWatch[PodDirectory, _PodBatch]):
 
     def _apply(self, api: KubeClient, kind: str, obj: Mapping[str, Any]) -> None:
         if kind in ("ADDED", "MODIFIED"):
+            self._check_room(obj)
             meta = self._pod_meta(api, obj, self._unsettled)
             if meta is not None:
                 with self._lock:
@@ -246,6 +247,19 @@ class KubePodSource(NodeWatch[PodDirectory, _PodBatch]):
             with self._lock:
                 if self._pods.pop(uid, None) is not None:
                     self._version += 1
+
+    def _check_room(self, obj: Mapping[str, Any]) -> None:
+        """Raise ``BoundExceeded`` before a watch event adds a pod past what a list may hold
+        (``max_pages`` pages of ``page_limit``, 10,000 pods by default): the table is as bounded
+        when it grows by events as when it is listed, and the walk of the new pod's owners is
+        not made.  The stage fails, and the list that follows fails at its page bound while the
+        node holds that many pods."""
+        most = self.bounds.max_pages * self.bounds.page_limit
+        uid = (obj.get("metadata") or {}).get("uid")
+        with self._lock:
+            full = len(self._pods) >= most and uid not in self._pods
+        if full:
+            raise BoundExceeded(f"a watch event adds a {self.noun} past the {most} a list may hold")
 
     def _after_event(self, api: KubeClient) -> None:
         self._settle(api)

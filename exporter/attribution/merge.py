@@ -76,6 +76,8 @@ class KubeletView:
     claimed: tuple[ClaimedDevice, ...] = ()
     """Devices containers hold through DRA ResourceClaims (``dynamic_resources``), one entry per
     (container, claim, device)."""
+    dropped_pods: int = 0
+    """Pods holding a device that the refresh left out, past ``--kubernetes.max-pods``."""
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,44 @@ class Allocations:
     """GPU UUID -> pods holding the whole GPU through ResourceClaims, where more than one does."""
     claims_ignored: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """DRA driver -> claimed devices left out (neither a GPU nor a NIC of this node)."""
+    dropped: int = 0
+    """Allocations left out, past ``max_allocations`` (0 under the ceiling)."""
 
 
 MAX_OTHER_DEVICE_ENTRIES = 4096
 """Non-GPU (container, resource) entries kept per refresh: a node lists a few dozen (one per NIC
 resource a container holds); the bound keeps a kubelet listing thousands from costing memory."""
+
+
+def allocation_rank(a: Allocation) -> tuple[str, ...]:
+    """How allocations rank for the ceiling (``--kubernetes.max-allocations``): by pod (namespace,
+    name), container, GPU, MIG instance, replica (as a number), resource and claim, so the ones
+    kept are the same at every refresh whatever order the kubelet listed them in, and a pod's
+    allocations are kept or left out together as far as the ceiling allows."""
+    replica = a.replica or ""
+    claim = a.claim or ClaimRef("", "", "", "", "")
+    return (
+        a.pod.namespace,
+        a.pod.pod,
+        a.pod.container,
+        a.uuid,
+        a.mig_uuid or "",
+        f"{len(replica):04d}{replica}",
+        a.resource,
+        claim.claim_namespace,
+        claim.claim_name,
+        claim.driver,
+        claim.pool,
+        claim.device,
+    )
+
+
+def _within(allocations: Iterable[Allocation], most: int | None) -> tuple[tuple[Allocation, ...], int]:
+    """``allocations``, or their first ``most`` by ``allocation_rank``; and how many were left out."""
+    kept = tuple(allocations)
+    if most is None or len(kept) <= most:
+        return kept, 0
+    return tuple(sorted(kept, key=allocation_rank)[:most]), len(kept) - most
 
 
 def _pod_ref(cd: ContainerDevices | ClaimedDevice, pods: PodDirectory | None) -> tuple[PodRef, PodMeta | None]:
@@ -156,8 +191,14 @@ def build_allocations(
     unmapped: UnmappedCounter,
     slices: SliceDirectory | None = None,
     nic_ids: Collection[str] = (),
+    max_allocations: int | None = None,
 ) -> Allocations:
     """Allocation series, time-slicing replica counts and pods per shared GPU.
+
+    At most ``max_allocations`` allocation series (``None``: all), the first by
+    ``allocation_rank``; the rest are counted in ``Allocations.dropped``.  The counts (replicas,
+    pods per shared GPU, conflicts) are of every allocation, kept or not: they are one series per
+    GPU, and a GPU shared by more pods than the ceiling keeps should say so.
 
     Devices come from the device plugin (``kubelet.devices``) and from DRA ResourceClaims
     (``kubelet.claimed``, resolved through this node's ResourceSlices ``slices`` and its NICs'
@@ -218,14 +259,16 @@ def build_allocations(
     claim_sharing = {uuid: len(held) for uuid, held in claim_holders.items() if len(held) > 1}
     for uuid in claim_sharing:
         pods_per_gpu.setdefault(uuid, set()).update(claim_holders[uuid])
+    kept, dropped = _within(allocations.values(), max_allocations)
     return Allocations(
-        allocations=tuple(allocations.values()),
+        allocations=kept,
         sharing_replicas=MappingProxyType(replicas),
         sharing_pods=MappingProxyType({u: len(p) for u, p in pods_per_gpu.items()}),
         conflicts=sum(1 for pods_of in holders.values() if len(pods_of) > 1),
         other_devices=tuple(others),
         claim_sharing=MappingProxyType(claim_sharing),
         claims_ignored=MappingProxyType(ignored),
+        dropped=dropped,
     )
 
 

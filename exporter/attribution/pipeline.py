@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DROPPED_KINDS: tuple[str, ...] = ("pod", "allocation")
+"""Kinds of items the attribution's ceilings leave out (``gpulens_attribution_items_dropped_total``)."""
+DROPPED_LIMIT = "limit"
+"""The reason of an item left out past its ceiling (``--kubernetes.max-pods``, ``--kubernetes.max-allocations``)."""
+
 
 @dataclass(frozen=True)
 class AttributionOptions:
@@ -57,6 +62,10 @@ class AttributionOptions:
     """``--path.procfs``: where host PIDs' ``cgroup`` files are (needs hostPID or host /proc)."""
     refresh_seconds: float
     """``--kubernetes.refresh-interval``: kubelet refresh period, seconds."""
+    max_pods: int
+    """``--kubernetes.max-pods``: pods holding a device taken from one kubelet reply."""
+    max_allocations: int
+    """``--kubernetes.max-allocations``: allocation series of the node."""
 
 
 class Attributor(Protocol):
@@ -128,6 +137,9 @@ class PipelineAttributor:
     counts) into ``Attribution.owner_walks`` each cycle.  ``slices`` says what each device held
     through a DRA ResourceClaim is; ``nic_ids``, when given, gives the names and PCI addresses of
     this node's RDMA devices, so that a claimed NIC is told from a device left out.
+    ``max_allocations`` is the ceiling of allocation series (``merge.build_allocations``); what
+    it and the kubelet source's pod ceiling leave out is counted per kubelet refresh in
+    ``Attribution.items_dropped``, with what ``kubelet_dropped`` (the source's own counts) says.
     """
 
     def __init__(
@@ -139,8 +151,19 @@ class PipelineAttributor:
         owner_walks: Callable[[], Mapping[str, int]] | None = None,
         slices: SliceSource | None = None,
         nic_ids: Callable[[], frozenset[str]] | None = None,
+        max_allocations: int | None = None,
+        kubelet_dropped: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
         self._kubelet = kubelet
+        self._max_allocations = max_allocations
+        self._kubelet_dropped = kubelet_dropped
+        self._dropped: dict[tuple[str, str], int] | None = (
+            None if kubelet_dropped is None else {(kind, DROPPED_LIMIT): 0 for kind in DROPPED_KINDS}
+        )
+        """Items the ceilings left out, cumulative; kept (from 0, every series present) only with
+        the kubelet PodResources source (``kubelet_dropped``), not with the simulator's."""
+        self._counted_refresh: float | None = None
+        """``last_success`` of the kubelet refresh whose items left out were last counted."""
         self._pods = pods
         self._pids = pids
         self._slices = slices
@@ -169,6 +192,10 @@ class PipelineAttributor:
             stages.append(result)
         index = DeviceIndex(sample)
         allocs = self._allocations(index, view, pods, slices)
+        if self._dropped is not None and view is not None and last_success != self._counted_refresh:
+            self._counted_refresh = last_success  # once per refresh, not once per cycle
+            self._dropped[("pod", DROPPED_LIMIT)] += view.dropped_pods
+            self._dropped[("allocation", DROPPED_LIMIT)] += allocs.dropped
 
         usages: tuple[PodUsage, ...] = ()
         tenants: Mapping[str, frozenset[tuple[str, str]]] | None = None
@@ -199,6 +226,7 @@ class PipelineAttributor:
             claim_sharing=allocs.claim_sharing,
             claims_ignored=allocs.claims_ignored,
             owner_walks=MappingProxyType(dict(self._owner_walks())) if self._owner_walks is not None else None,
+            items_dropped=self._items_dropped(),
         )
         return attribution, tuple(stages)
 
@@ -220,7 +248,19 @@ class PipelineAttributor:
             and cached[3:] == inputs[3:]
         ):
             return self._cache
-        allocs = build_allocations(index, view, pods, self._unmapped, slices, nic_ids)
+        allocs = build_allocations(index, view, pods, self._unmapped, slices, nic_ids, self._max_allocations)
+        if allocs.dropped and not self._cache.dropped:  # once when the ceiling starts to bite
+            log.warning(
+                "%d allocation series, more than --kubernetes.max-allocations=%d: keeping %d (by namespace, "
+                "pod, container and GPU); the other %d are counted in "
+                'gpulens_attribution_items_dropped_total{kind="allocation"} at every kubelet refresh',
+                len(allocs.allocations) + allocs.dropped,
+                self._max_allocations,
+                len(allocs.allocations),
+                allocs.dropped,
+            )
+        elif self._cache.dropped and not allocs.dropped:
+            log.info("allocation series back under --kubernetes.max-allocations=%s", self._max_allocations)
         if allocs.conflicts != self._cache.conflicts:  # one line per change, not per cycle
             log.warning(
                 "%d GPU device(s) listed by the kubelet under more than one pod%s; all holders are shown",
@@ -230,6 +270,15 @@ class PipelineAttributor:
         self._cache = allocs
         self._cache_inputs = inputs
         return self._cache
+
+    def _items_dropped(self) -> Mapping[tuple[str, str], int] | None:
+        """The ceilings' counts and the kubelet source's own (``kubelet_dropped``), one mapping."""
+        if self._dropped is None:
+            return None
+        counts = dict(self._dropped)
+        if self._kubelet_dropped is not None:
+            counts.update(self._kubelet_dropped())
+        return MappingProxyType(counts)
 
     def _nics(self) -> frozenset[str]:
         """This node's RDMA device names and PCI addresses; empty without a NIC source or when it
@@ -265,6 +314,7 @@ def build_attributor(
     source's), to tell claimed NICs from devices left out.
     """
     kubelet: KubeletSource | None = None
+    kubelet_dropped: Callable[[], Mapping[tuple[str, str], int]] | None = None
     pods: PodSource | None = None
     pids: PidSource | None = None
     owner_walks: Callable[[], Mapping[str, int]] | None = None
@@ -272,7 +322,10 @@ def build_attributor(
     if options.podresources_socket is not None:
         from exporter.attribution.podresources import PodResourcesSource
 
-        kubelet = PodResourcesSource(options.podresources_socket, refresh_seconds=options.refresh_seconds)
+        kubelet_source = PodResourcesSource(
+            options.podresources_socket, refresh_seconds=options.refresh_seconds, max_pods=options.max_pods
+        )
+        kubelet, kubelet_dropped = kubelet_source, kubelet_source.dropped
     if options.kube_api and options.node_name:
         from exporter.attribution.kubeapi import KubePodSource
 
@@ -287,7 +340,16 @@ def build_attributor(
             from exporter.attribution.resourceslices import ResourceSliceSource
 
             slices = ResourceSliceSource.in_cluster(options.node_name)
-    return PipelineAttributor(kubelet, pods, pids, owner_walks=owner_walks, slices=slices, nic_ids=nic_ids)
+    return PipelineAttributor(
+        kubelet,
+        pods,
+        pids,
+        owner_walks=owner_walks,
+        slices=slices,
+        nic_ids=nic_ids,
+        max_allocations=options.max_allocations,
+        kubelet_dropped=kubelet_dropped,
+    )
 
 
 def walk_outcomes(resolver: OwnerResolver) -> Mapping[str, int]:

@@ -26,7 +26,7 @@ import threading
 import time
 
 from exporter.attribution import stages
-from exporter.attribution.grpc_unary import RpcError, StatusCode, UnaryConnection
+from exporter.attribution.grpc_unary import ControlFloodError, RpcError, StatusCode, UnaryConnection
 from exporter.attribution.merge import KubeletView
 from exporter.attribution.podresources_wire import DecodeDeadlineError, Listed, allocatable_reply, list_reply
 from exporter.model import StageResult
@@ -47,6 +47,12 @@ exporter's RSS past it in ``bench/hostile.py``'s ``kubelet-big`` (MB before and 
 docs/benchmarks.md, "Figures moved out of docstrings").  8 MiB still holds 1.6x
 that 1,000-pod node and 16x a node at the default 110-pod limit with the same heavy pods, and
 its decoding peaks near half of that; the refresh's deadline bounds the time."""
+BACKOFF_MAX_PERIODS = 16
+"""Longest wait after refreshes that failed in a row once the kubelet had sent something, in
+refresh periods (160 s at the default 10 s): a reply that takes the whole 5 s deadline to fail
+then costs at most 5 s in 160 s, 3 % of a core, instead of half of one."""
+FLOOD_KIND, FLOOD_REASON = "kubelet_connection", "control_frame_flood"
+"""Labels of a kubelet connection closed for a flood (``gpulens_attribution_items_dropped_total``)."""
 LIST = "/v1.PodResourcesLister/List"
 ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
 EMPTY_REQUEST = b""
@@ -81,18 +87,21 @@ class PodResourcesClient:
         """A connection for one refresh; each call on it is bounded by ``timeout_seconds``."""
         return UnaryConnection(os.path.abspath(self.socket_path), self.timeout_seconds, self.max_reply_bytes)
 
-    def list(self, conn: UnaryConnection | None = None, deadline: float | None = None) -> Listed:
+    def list(
+        self, conn: UnaryConnection | None = None, deadline: float | None = None, max_pods: int | None = None
+    ) -> Listed:
         """Every container's devices: device plugin entries, one per (container, resource), and
-        claimed devices, one per (container, claim, device); raises ``RpcError``
-        (``DEADLINE_EXCEEDED`` also when decoding passes the deadline) or ``WireError``."""
+        claimed devices, one per (container, claim, device), of at most ``max_pods`` pods
+        (``podresources_wire.list_reply``); raises ``RpcError`` (``DEADLINE_EXCEEDED`` also when
+        decoding passes the deadline) or ``WireError``."""
         if conn is None:
             with self.connect() as own:
-                return self.list(own, deadline)
+                return self.list(own, deadline, max_pods)
         if deadline is None:
             deadline = time.monotonic() + self.timeout_seconds
         payload = conn.call(LIST, EMPTY_REQUEST, deadline)
         try:
-            return list_reply(payload, deadline)
+            return list_reply(payload, deadline, max_pods)
         except DecodeDeadlineError as exc:
             raise _decode_deadline(LIST, payload, exc) from None
 
@@ -136,6 +145,15 @@ class PodResourcesSource:
     ``stale_after_seconds`` old, then dropped: a short kubelet restart does not blank the
     allocation series, a dead kubelet does not leave them up for ever.  One refresh (both calls
     and their decoding) is bounded by ``timeout_seconds``, at most the refresh period.
+
+    A refresh that failed after the kubelet sent something (a reply too slow to receive or
+    decode, one over a bound, an HTTP/2 flood) backs off: the next one waits ``refresh_seconds``
+    times 2, 4, 8... up to ``BACKOFF_MAX_PERIODS`` periods, so a reply that cannot be decoded in
+    time costs at most one deadline in that many periods, not one in every period.  A kubelet
+    that cannot be reached (restarting: the socket is gone or refuses) costs nothing and is asked
+    again after one period.  At most ``max_pods`` pods holding a device are taken from a reply
+    (``podresources_wire``); past that the view says how many were left out
+    (``KubeletView.dropped_pods``), logged once when it starts with the true count.
     """
 
     def __init__(
@@ -145,9 +163,11 @@ class PodResourcesSource:
         timeout_seconds: float = 5.0,
         stale_after_seconds: float | None = None,
         start: bool = True,
+        max_pods: int | None = None,
     ) -> None:
         self.refresh_seconds = max(1.0, refresh_seconds)
         self.stale_after_seconds = stale_after_seconds if stale_after_seconds is not None else 3 * self.refresh_seconds
+        self.max_pods = max_pods
         self._client = PodResourcesClient(socket_path, min(timeout_seconds, self.refresh_seconds))
         self._lock = threading.Lock()
         self._view: KubeletView | None = None
@@ -155,6 +175,10 @@ class PodResourcesSource:
         self._duration = 0.0
         self._last_success: float | None = None
         self._last_error: str | None = None
+        self._floods = 0
+        """Connections closed for a flood of HTTP/2 frames carrying no reply (``grpc_unary``)."""
+        self._costly_failures = 0
+        """Refreshes in a row that failed after the kubelet sent something (the backoff's exponent)."""
         self.refreshes = 0
         self._first_done = threading.Event()
         self._stop = threading.Event()
@@ -165,8 +189,21 @@ class PodResourcesSource:
 
     def _run(self) -> None:
         self.refresh()  # at once: the constructor does not wait for the kubelet
-        while not self._stop.wait(self.refresh_seconds):
+        while not self._stop.wait(self.next_wait()):
             self.refresh()
+
+    def next_wait(self) -> float:
+        """Seconds until the next refresh: the period, times ``2**n`` after ``n`` costly failures
+        in a row, at most ``BACKOFF_MAX_PERIODS`` periods."""
+        with self._lock:
+            failures = self._costly_failures
+        return self.refresh_seconds * min(BACKOFF_MAX_PERIODS, 2 ** min(failures, 16))
+
+    def dropped(self) -> dict[tuple[str, str], int]:
+        """(kind, reason) -> what this source left out, cumulative: kubelet connections closed for
+        a flood of HTTP/2 control frames (``gpulens_attribution_items_dropped_total``)."""
+        with self._lock:
+            return {(FLOOD_KIND, FLOOD_REASON): self._floods}
 
     def wait_first_refresh(self, timeout: float | None = None) -> bool:
         """Block until the first refresh ended, successful or not (tools and tests); False if it
@@ -189,9 +226,10 @@ class PodResourcesSource:
     def _refresh(self) -> bool:
         start = time.perf_counter()
         deadline = time.monotonic() + self._client.timeout_seconds
+        conn = self._client.connect()
         try:
-            with self._client.connect() as conn:
-                listed = self._client.list(conn, deadline)
+            with conn:
+                listed = self._client.list(conn, deadline, self.max_pods)
                 allocatable = self._client.allocatable(conn, deadline)
         except Exception as exc:  # any failure of this source only fails this stage
             error = _describe(exc)
@@ -199,25 +237,50 @@ class PodResourcesSource:
                 self._ok = False
                 self._duration = time.perf_counter() - start
                 self.refreshes += 1
+                if conn.bytes_received:  # the kubelet answered something: back off
+                    self._costly_failures += 1
+                if isinstance(exc, ControlFloodError):
+                    self._floods += 1
                 changed = error != self._last_error
                 self._last_error = error
             if changed:  # one line per new condition, not one per refresh
                 log.warning("kubelet PodResources at %s failed: %s", self._client.socket_path, error)
             return False
-        view = KubeletView(devices=listed.devices, allocatable=allocatable, claimed=listed.claimed)
+        view = KubeletView(
+            devices=listed.devices, allocatable=allocatable, claimed=listed.claimed, dropped_pods=listed.dropped_pods
+        )
         with self._lock:
-            if self._view is not None and self._view == view:
-                view = self._view  # unchanged: keep the object so the merge cache stays valid
+            previous = self._view
+            if previous is not None and previous == view:
+                view = previous  # unchanged: keep the object so the merge cache stays valid
             self._view = view
             self._ok = True
             self._duration = time.perf_counter() - start
             self._last_success = time.time()
             self.refreshes += 1
+            self._costly_failures = 0
             recovered = self._last_error is not None
             self._last_error = None
         if recovered:
             log.info("kubelet PodResources at %s answers again", self._client.socket_path)
+        self._log_ceiling(previous.dropped_pods if previous is not None else 0, listed)
         return True
+
+    def _log_ceiling(self, before: int, listed: Listed) -> None:
+        """One line when the pod ceiling starts to leave pods out (with their true count), one
+        when it stops; nothing for the refreshes between."""
+        if listed.dropped_pods and not before:
+            log.warning(
+                "kubelet PodResources lists %d pods holding devices, more than --kubernetes.max-pods=%d: "
+                "keeping %d (pods holding a GPU first, then by namespace and name); the other %d are "
+                'counted in gpulens_attribution_items_dropped_total{kind="pod"} at every refresh',
+                self.max_pods + listed.dropped_pods if self.max_pods is not None else listed.dropped_pods,
+                self.max_pods or 0,
+                self.max_pods or 0,
+                listed.dropped_pods,
+            )
+        elif before and not listed.dropped_pods:
+            log.info("kubelet PodResources lists no more pods than --kubernetes.max-pods=%s", self.max_pods)
 
     def latest(self) -> tuple[KubeletView | None, StageResult, float | None]:
         """(view or ``None``, health of the last refresh, unix time of the last success)."""

@@ -19,6 +19,15 @@ shared.  A ``deadline`` (``time.monotonic()`` seconds) is checked every ``DEADLI
 pods, whatever they hold, so a huge reply cannot hold the refresher past its call's deadline:
 :class:`DecodeDeadlineError` then.
 
+Bounded by ``max_pods`` (``--kubernetes.max-pods``): a first pass finds the pods that hold
+something and keeps only their offsets (two integers each, in one ``array``); only the pods kept
+are decoded into objects, so a reply of 50,000 device-holding pods costs the objects of
+``max_pods`` pods, not of 50,000.  Past the ceiling the pods kept are the first by
+:func:`pod_rank` (pods holding a GPU first, then by namespace and name): the kubelet lists pods in
+no stable order, so keeping the first ones listed would change the series at every refresh.  The
+rest are counted (``Listed.dropped_pods``).  Every pass is linear in the reply's bytes (the
+ranking is ``O(n log max_pods)``).
+
 Malformed input raises :class:`WireError` (a string that is not UTF-8 among it, as protobuf's own
 decoder does); it never reads past the buffer or loops.  Names (pod, namespace, container,
 resource, claim, driver, pool, device) are label values as ``exporter.label_values.label_value``
@@ -28,9 +37,13 @@ the two still join.
 
 from __future__ import annotations
 
+import heapq
 import time
+from array import array
+from collections.abc import Iterator
 from typing import NamedTuple
 
+from exporter.attribution.merge import GPU_RESOURCE_PREFIX
 from exporter.label_values import label_value
 from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 
@@ -55,6 +68,8 @@ class Listed(NamedTuple):
     """One entry per (pod, container, device plugin resource)."""
     claimed: tuple[ClaimedDevice, ...]
     """One entry per (pod, container, claim, allocated device of the claim)."""
+    dropped_pods: int = 0
+    """Pods holding a device that were left out, past ``max_pods`` (0 under the ceiling)."""
 
 
 class WireError(ValueError):
@@ -329,14 +344,77 @@ def _pod(
                 claimed.append(ClaimedDevice(pod_namespace, pod_name, cname, ref, cdi))
 
 
-def list_reply(payload: Buffer, deadline: float | None = None) -> Listed:
+def _holds(buf: memoryview, start: int, end: int) -> bool:
+    """Whether the PodResources at ``buf[start:end]`` holds a device entry or a claimed device."""
+    pos = start
+    while pos < end:
+        number, value, pos = _next_field(buf, pos, end)
+        if number == 3 and value >= 0 and _container_scan(buf, value, pos) is not None:
+            return True
+    return False
+
+
+_GPU_PREFIX = GPU_RESOURCE_PREFIX.encode()
+
+
+def _holds_gpu(buf: memoryview, start: int, end: int) -> bool:
+    """Whether the ContainerResources at ``buf[start:end]`` holds a device of a GPU resource
+    (``nvidia.com/…``) or a device through a DRA claim (the kind a GPU driver allocates)."""
+    pos = start
+    while pos < end:
+        number, value, pos = _next_field(buf, pos, end)
+        if value < 0:
+            continue
+        if number == 2:
+            entry = value
+            while entry < pos:
+                field, at, entry = _next_field(buf, entry, pos)
+                if field == 1 and at >= 0 and buf[at : at + len(_GPU_PREFIX)] == _GPU_PREFIX:
+                    return True
+        elif number == 5 and _claim_scan(buf, value, pos) is not None:
+            return True
+    return False
+
+
+PodKey = tuple[int, bytes, bytes, int, int]
+"""How pods rank for the ceiling: (0 for a pod holding a GPU else 1, namespace, name, and the
+pod's start and end in the reply)."""
+
+
+def pod_rank(buf: memoryview, start: int, end: int) -> PodKey:
+    """The key of the PodResources at ``buf[start:end]`` (which holds something): pods holding a
+    GPU (a ``nvidia.com/`` device or a claimed device) before pods holding only other devices
+    (NICs), then by namespace and name as bytes (UTF-8 bytes sort as their code points), then by
+    where the pod is in the reply (a hostile kubelet may list one name twice)."""
+    name = namespace = b""
+    gpu = False
+    pos = start
+    while pos < end:
+        number, value, pos = _next_field(buf, pos, end)
+        if value < 0:
+            continue
+        if number == 1:
+            name = bytes(buf[value:pos])
+        elif number == 2:
+            namespace = bytes(buf[value:pos])
+        elif number == 3 and not gpu:
+            gpu = _holds_gpu(buf, value, pos)
+    return (0 if gpu else 1, namespace, name, start, end)
+
+
+def _ranked(buf: memoryview, held: array[int], deadline: float | None) -> Iterator[PodKey]:
+    for i in range(0, len(held), 2):
+        _check(deadline, i // 2 + 1)
+        yield pod_rank(buf, held[i], held[i + 1])
+
+
+def list_reply(payload: Buffer, deadline: float | None = None, max_pods: int | None = None) -> Listed:
     """ListPodResourcesResponse → device plugin entries, one per (pod, container, resource), and
     claimed devices, one per (pod, container, claim, device); pods holding neither add nothing.
-    ``deadline``: see the module docstring."""
+    At most ``max_pods`` pods holding something are decoded (``None``: all), the first by
+    ``pod_rank``, in the order the kubelet listed them; ``deadline``: see the module docstring."""
     buf = memoryview(payload).cast("B")
-    shared = _Shared(buf)
-    out: list[ContainerDevices] = []
-    claimed: list[ClaimedDevice] = []
+    held = array("q")  # start, end of each pod holding something: 16 bytes a pod, no object
     pods = 0
     pos, end = 0, len(buf)
     while pos < end:
@@ -344,8 +422,21 @@ def list_reply(payload: Buffer, deadline: float | None = None) -> Listed:
         if number == 1 and value >= 0:  # 1: repeated PodResources
             pods += 1
             _check(deadline, pods)
-            _pod(buf, value, pos, shared, out, claimed)
-    return Listed(tuple(out), tuple(claimed))
+            if _holds(buf, value, pos):
+                held.append(value)
+                held.append(pos)
+    dropped = 0
+    if max_pods is not None and len(held) // 2 > max_pods:
+        kept = heapq.nsmallest(max_pods, _ranked(buf, held, deadline))
+        dropped = len(held) // 2 - len(kept)
+        held = array("q", (x for key in sorted(kept, key=lambda k: k[3]) for x in key[3:]))
+    shared = _Shared(buf)
+    out: list[ContainerDevices] = []
+    claimed: list[ClaimedDevice] = []
+    for i in range(0, len(held), 2):
+        _check(deadline, i // 2 + 1)
+        _pod(buf, held[i], held[i + 1], shared, out, claimed)
+    return Listed(tuple(out), tuple(claimed), dropped)
 
 
 def allocatable_reply(payload: Buffer, deadline: float | None = None) -> tuple[str, ...]:

@@ -945,6 +945,20 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="attribution",
     ),
     _m(
+        "counter",
+        "gpulens_attribution_items_dropped_total",
+        "",
+        "Attribution items left out past a ceiling, by kind and reason, counted at every kubelet "
+        "refresh that leaves them out: kind pod (pods holding a device past --kubernetes.max-pods), "
+        "allocation (gpulens_pod_gpu_allocation series past --kubernetes.max-allocations); reason "
+        "limit; kubelet_connection (closed for a flood of HTTP/2 frames carrying no reply), reason "
+        "control_frame_flood. Absent without the kubelet PodResources source.",
+        ATTRIBUTION,
+        each=lambda at: (((kind, reason), float(n)) for (kind, reason), n in sorted((at.items_dropped or {}).items())),
+        labels=("kind", "reason"),
+        section="attribution",
+    ),
+    _m(
         "gauge",
         "gpulens_pod_gpu_allocation_conflicts",
         "",

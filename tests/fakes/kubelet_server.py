@@ -1,9 +1,11 @@
 """A real gRPC kubelet PodResources v1 server on a temporary unix socket, for tests and benchmarks.
 
-Besides the honest kubelet (``FakeKubelet``) there are two hostile ones: ``FakeKubelet.raw_list``
+Besides the honest kubelet (``FakeKubelet``) there are three hostile ones: ``FakeKubelet.raw_list``
 serves any prepared bytes as the ``List`` reply (``small_pods_reply`` builds tens of MiB of small
-pods once, in one buffer), and ``PrefixPeer`` is an HTTP/2 server that announces a reply of any
-size in the gRPC length prefix and then sends nothing more.
+pods, or any number of them, once, in one buffer), ``PrefixPeer`` is an HTTP/2 server that
+announces a reply of any size in the gRPC length prefix and then sends nothing more, and
+``FloodPeer`` one that floods HTTP/2 frames carrying no reply (SETTINGS, PING, WINDOW_UPDATE,
+empty DATA) before its reply.
 """
 
 from __future__ import annotations
@@ -107,29 +109,36 @@ _NAME_SLOT = b"pod-00000000"
 _ID_SLOT = b"::00000000"
 
 
-def small_pods_reply(total_bytes: int, with_gpu: bool = True, with_claim: bool = False) -> bytes:
-    """A serialised ``ListPodResourcesResponse`` of about ``total_bytes`` (never more) made of
-    small pods ``team-a/pod-NNNNNNNN``, each one container ``main``; ``with_gpu`` gives each
-    container one ``nvidia.com/gpu`` device with its own ID (``GPU-…::NNNNNNNN``), else none;
+SMALL_POD_GPU = "GPU-00000000-aaaa-bbbb-cccc-000000000000"
+"""The GPU whose replicas ``small_pods_reply``'s pods hold by default."""
+
+
+def small_pods_reply(
+    total_bytes: int, with_gpu: bool = True, with_claim: bool = False, pods: int | None = None, gpu: str = SMALL_POD_GPU
+) -> bytes:
+    """A serialised ``ListPodResourcesResponse`` of about ``total_bytes`` (never more), or of
+    exactly ``pods`` pods when given, made of small pods ``team-a/pod-NNNNNNNN``, each one
+    container ``main``; ``with_gpu`` gives each
+    container one ``nvidia.com/gpu`` device with its own ID (replica ``gpu::NNNNNNNN``), else none;
     ``with_claim`` one DRA claim ``team-a/claim`` of one ``gpu.nvidia.com`` device with its own
     name (``gpu::NNNNNNNN``).
 
     Built in one buffer from one encoded pod whose name and device IDs are patched per pod, so
     30 MiB cost about two copies of 30 MiB while they are built and one afterwards.
     """
-    gpu = [("nvidia.com/gpu", ["GPU-00000000-aaaa-bbbb-cccc-000000000000" + _ID_SLOT.decode()])] if with_gpu else []
+    held = [("nvidia.com/gpu", [gpu + _ID_SLOT.decode()])] if with_gpu else []
     claims: list[ClaimSpec] = (
         [("team-a", "claim", [("gpu.nvidia.com", "node-1", "gpu" + _ID_SLOT.decode(), [])])] if with_claim else []
     )
     one = api_pb2.ListPodResourcesResponse(
-        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", gpu, claims)])]
+        pod_resources=[pod("team-a", _NAME_SLOT.decode(), [("main", held, claims)])]
     ).SerializeToString()
     slots = [one.index(_NAME_SLOT) + len(_NAME_SLOT) - 8]
     at = one.find(_ID_SLOT)
     while at >= 0:
         slots.append(at + len(_ID_SLOT) - 8)
         at = one.find(_ID_SLOT, at + 1)
-    count = min(total_bytes // len(one), 10**8)
+    count = min(total_bytes // len(one), 10**8) if pods is None else pods
     out = bytearray(one) * count
     for i in range(count):
         digits = b"%08d" % i
@@ -257,6 +266,10 @@ class FakeKubelet:
         self.close()
 
 
+def _server_connection() -> h2.connection.H2Connection:
+    return h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+
+
 class PrefixPeer:
     """A hostile kubelet: an HTTP/2 server on a unix socket that answers each gRPC call with
     status 200 and a DATA frame holding only the 5-byte length prefix of a message of
@@ -288,7 +301,7 @@ class PrefixPeer:
             threading.Thread(target=self._serve, args=(peer,), daemon=True).start()
 
     def _serve(self, peer: socket.socket) -> None:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        conn = _server_connection()
         conn.initiate_connection()
         with contextlib.suppress(OSError):
             peer.sendall(conn.data_to_send())
@@ -324,3 +337,73 @@ class PrefixPeer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+FLOOD_FRAMES = {
+    "settings": struct.pack(">IBBI", 0, 0x4, 0, 0)[1:],  # empty SETTINGS, stream 0
+    "ping": struct.pack(">IBBI", 8, 0x6, 0, 0)[1:] + b"pingpong",
+    "window_update": struct.pack(">IBBI", 4, 0x8, 0, 0)[1:] + struct.pack(">I", 1),
+}
+"""Frames carrying no reply, each as the wire carries it (9-byte header: 24-bit length, type,
+flags, stream).  An empty DATA frame needs the reply's stream: ``FloodPeer`` builds it."""
+
+
+class FloodPeer(PrefixPeer):
+    """A hostile kubelet: an HTTP/2 server that answers each gRPC call with status 200, then
+    ``frames`` frames carrying no reply (``kinds`` in turn, from ``FLOOD_FRAMES`` and
+    ``"empty_data"``; ``None``: until the caller hangs up), then ``reply`` as the one message and
+    an OK status.  What the caller sends after its request is read and dropped (its PING and
+    SETTINGS acknowledgements).  ``sent`` counts the flood frames written.
+    """
+
+    def __init__(
+        self,
+        frames: int | None,
+        reply: bytes = b"",
+        kinds: Sequence[str] = ("settings", "ping", "window_update", "empty_data"),
+    ) -> None:
+        super().__init__(0)
+        self.frames = frames
+        self.reply = reply
+        self.kinds = tuple(kinds)
+
+    def _serve(self, peer: socket.socket) -> None:
+        conn = _server_connection()
+        conn.initiate_connection()
+        with contextlib.suppress(OSError):
+            peer.sendall(conn.data_to_send())
+            while not self._closed.is_set():
+                data = peer.recv(65536)
+                if not data:
+                    return
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
+                        threading.Thread(target=self._drain, args=(peer,), daemon=True).start()
+                        self._flood_then_answer(conn, peer, event.stream_id)
+                        return
+
+    def _drain(self, peer: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while peer.recv(65536):
+                pass
+
+    def _flood_then_answer(self, conn: h2.connection.H2Connection, peer: socket.socket, stream: int) -> None:
+        conn.send_headers(stream, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        peer.sendall(conn.data_to_send())
+        frames = {**FLOOD_FRAMES, "empty_data": struct.pack(">IBBI", 0, 0x0, 0, stream)[1:]}
+        cycle = b"".join(frames[k] for k in self.kinds)
+        batch = cycle * max(1, 4096 // len(cycle))
+        per_batch = len(self.kinds) * (len(batch) // len(cycle))
+        while not self._closed.is_set() and (self.frames is None or self.sent < self.frames):
+            if self.frames is not None and self.frames - self.sent < per_batch:
+                rest = self.frames - self.sent
+                peer.sendall(b"".join(frames[self.kinds[i % len(self.kinds)]] for i in range(rest)))
+                self.sent += rest
+                break
+            peer.sendall(batch)
+            self.sent += per_batch
+        body = struct.pack(">BI", 0, len(self.reply)) + self.reply
+        for at in range(0, len(body), 16384):  # the default largest frame
+            conn.send_data(stream, body[at : at + 16384])
+        conn.send_headers(stream, [(b"grpc-status", b"0")], end_stream=True)
+        peer.sendall(conn.data_to_send())
