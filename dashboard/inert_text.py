@@ -9,15 +9,19 @@ that shows exactly its characters, on one line:
 
 - every ASCII punctuation character is backslash-escaped (CommonMark: an escaped punctuation
   character is always literal): links and images, emphasis, code, headings, lists, tables, HTML
-  tags, ``<…>`` autolinks, ``$`` LaTeX and ``:colour[…]`` directives never start;
-- Streamlit's ``:emoji:`` and ``:material/…:`` shortcodes, and GFM's bare ``http://…``,
-  ``www.…`` and ``name@host`` links, are found in the text *after* escapes are resolved, so a
-  WORD JOINER (U+2060, invisible and zero-width) follows every ``:`` and precedes every ``@`` and
-  the ``.`` of every ``www.``: none of those patterns matches any more;
+  tags, ``<…>`` autolinks, ``$`` LaTeX, ``:colour[…]`` directives and Streamlit's ``:emoji:`` and
+  ``:material/…:`` shortcodes never start (Streamlit 1.67 in Chromium, as
+  tests/test_dashboard_browser_hostile.py checks);
+- GFM's bare ``http://…``, ``www.…`` and ``name@host`` links, and Streamlit's ``:streamlit:`` logo,
+  are found in the text *after* escapes are resolved, so a WORD JOINER (U+2060, invisible and
+  zero-width) splits them: after a ``:`` followed by ``/`` or ``streamlit`` (or ending the value),
+  before the ``.`` of a ``www.`` and before every ``@``. Nowhere else: ``node-1:9445`` and
+  ``GPU 3: compute`` copy from the page as they read;
 - line breaks and other control characters become spaces (a value never starts a new block), and
   a lone surrogate U+FFFD.
 
-The rendered text reads as the original (a copied string carries the invisible joiners). Vega-Lite
+The rendered text reads as the original (a copied string carries a joiner only where it split one
+of those patterns). Vega-Lite
 labels, tooltips and ``st.dataframe`` cells are not Markdown: they take values as they are, never
 through here (an escape there would show its backslashes).
 """
@@ -37,6 +41,9 @@ _BLANK = {"Cc": " ", "Zl": " ", "Zp": " ", "Cs": "\ufffd"}
 line and paragraph separators a space, a lone surrogate (which no page can send) U+FFFD."""
 _WWW = re.compile(r"(?i)(www)(?=\\\.)")
 """``www`` before an (escaped) dot: GFM's literal autolink starts there."""
+_COLON = re.compile(r"(?i)(\\:)(?=/|\\/|streamlit|$)")
+"""An (escaped) colon before ``/`` (``http://``), before ``streamlit`` (the logo's shortcode, which
+Streamlit finds after escapes are resolved), or at the value's end (the text after it is not known)."""
 
 
 def inert(value: object) -> str:
@@ -49,8 +56,7 @@ def inert(value: object) -> str:
             if c == "@":
                 out.append(JOINER)
             out.append("\\" + c)
-            if c == ":":
-                out.append(JOINER)
         else:
             out.append(_BLANK.get(unicodedata.category(c), c))
-    return _WWW.sub(r"\1" + JOINER, "".join(out))
+    escaped = _WWW.sub(r"\1" + JOINER, "".join(out))
+    return _COLON.sub(r"\1" + JOINER, escaped)

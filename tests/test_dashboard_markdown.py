@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.inert_text import JOINER, inert
+from dashboard.inert_text import inert
+from tests.support.markdown import shown
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "dashboard"
@@ -32,21 +33,13 @@ HOSTILE = (
     "[Reset password](http://evil.test/) ![b](http://evil.test/beacon.png)",
     "<img src=http://evil.test/x.png> <b>bold</b> <a href='http://evil.test'>a</a>",
     "bare http://evil.test/x, www.evil.test and mail@evil.test",
-    ":skull: :material/home: :red[red] :streamlit: $x^2$ $$y$$",
+    ":skull: :material/home: :red[red] :streamlit: :Streamlit $x^2$ $$y$$ http: a:",
     "# heading\n- item\n1. one\n| a | b |\n|---|---|\n> quote\n```\ncode\n```",
     "**bold** _it_ `code` ~~strike~~ &amp; &#60; \\[x] \\",
     "a\r\nb\tc\x00d\u2028e\u2029f",
 )
 
-# --- the escape ----------------------------------------------------------------------------------
-
-_ESCAPED = re.compile(r"\\([" + re.escape(string.punctuation) + "])")
-
-
-def shown(markdown: str) -> str:
-    """What Markdown's text rules make of :func:`inert`'s output when nothing in it is syntax: each
-    backslash escape becomes its character (CommonMark), the joiners are invisible."""
-    return _ESCAPED.sub(r"\1", markdown).replace(JOINER, "")
+# --- the escape (tests.support.markdown.shown: CommonMark's escapes resolved, joiners dropped) ----
 
 
 @pytest.mark.parametrize("value", HOSTILE)
@@ -62,14 +55,16 @@ def test_no_markdown_syntax_survives_the_escape(value: str) -> None:
     bare = re.sub(r"\\[" + re.escape(string.punctuation) + "]", "", out)
     assert not set(bare) & set(string.punctuation), out
     assert "\n" not in out and "\r" not in out and "\t" not in out
-    # the patterns found in text after escapes are resolved (GFM literal autolinks, Streamlit's
-    # emoji, icon and colour shortcodes) match nothing
+    # the patterns found in text after escapes are resolved (GFM's literal autolinks, Streamlit's
+    # logo) match nothing
     text = out.replace("\\", "")
-    assert not re.search(r"https?://|(?i:www)\.|[-.\w+]@[-\w]|:[\w/+-]+[:\[]", text), text
+    assert not re.search(r"https?://|(?i:www)\.|[-.\w+]@[-\w]|(?i::streamlit)", text), text
 
 
 def test_plain_words_are_left_alone() -> None:
+    """Escapes only, no joiner, where no pattern needs one: an address copies from the page as it reads."""
     assert inert("gpu-3 GPU 7 ready") == "gpu\\-3 GPU 7 ready"
+    assert inert("node-1:9445 GPU 3: compute") == "node\\-1\\:9445 GPU 3\\: compute"
     assert inert(12.5) == "12\\.5"
     assert inert("München — 東京") == "München — 東京"
 
