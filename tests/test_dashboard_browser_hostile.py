@@ -9,7 +9,9 @@ their kinds, containers, GPU and MIG UUIDs, NIC and DRA devices, claims, pools a
 dashboard scrapes them itself (the source whose node is the series' own ``node`` label), and every
 page is opened once with the same Markdown in each of its URL parameters (the sidebar's filters and
 range, the GPU page's ``uuid``/``mig_uuid``, the Job page's ``job``/``job_cluster``); the GPU page
-for a GPU a hostile workload holds, and the Job page for a hostile job and for a crafted one.
+for a GPU a hostile workload holds, and the Job page for a hostile job and for a crafted one. On
+Fleet a chart's tooltip is opened over a GPU hostile pods hold (chart labels and tooltips are text,
+not Markdown: they show names as they are).
 
 A page fails on any link (``a[href]``) or image whose address is not the dashboard's own, any
 request to another host, a LaTeX formula, an emoji or icon drawn from a name's shortcode, a
@@ -28,7 +30,7 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.fixtures.dashboard.fake_prometheus import FIXTURES, serve_exposition
-from tests.support.browser import PageWatch, chromium_page, load, run_dashboard
+from tests.support.browser import CHART, PageWatch, chromium_page, load, run_dashboard
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -145,9 +147,11 @@ SHOWN = {
     "job-crafted": [f"/[Reset param](http://{EVIL}/param)", "holds no GPU now"],
     "jobs": ["Jobs by GPU-hours"],
     "network": ["[Reset node](http"],
+    "fleet": ["held by", f"[Reset pod](http://{EVIL}/pod)"],
 }
 """Texts each page must show (the GPU a hostile workload holds, the hostile job found, the crafted
-one named as it is), so that a page that drew none of the names cannot pass."""
+one named as it is, the heatmap's tooltip naming hostile pods), so that a page that drew none of the
+names cannot pass."""
 
 
 def page_problems(page: object, shown: list[str]) -> list[str]:
@@ -202,6 +206,9 @@ def test_no_name_or_url_parameter_becomes_a_link_an_image_or_markup(
         page.wait_for_timeout(3000)
         for name, url in _urls(dash, folder).items():
             load(page, url)
+            if name == "fleet":  # a chart's tooltip (vega-tooltip) over a GPU that hostile pods hold
+                page.locator(f"{CHART} svg.marks g.mark-rect.role-mark path").first.hover()
+                page.locator("#vg-tooltip-element").wait_for(timeout=10000)
             page.wait_for_timeout(500)  # an image's request goes out after the render
             page.screenshot(path=str(out / f"hostile-{name}.png"), full_page=True)
             seen = page_problems(page, SHOWN.get(name, [])) + [
