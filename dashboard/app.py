@@ -13,6 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import ui
+from dashboard.inert_text import inert
 from dashboard.sources.source import Filters, SourceError, bounded_step
 
 HERE = Path(__file__).parent
@@ -40,7 +41,7 @@ def _choice(label: str, options: list[str], key: str, param: str) -> str | None:
         st.session_state[key] = str(st.query_params.get(param, "All"))
     if st.session_state[key] not in ("All", *options):
         st.session_state[key] = "All"
-    picked = st.sidebar.selectbox(label, ["All", *options], key=key)
+    picked = st.sidebar.selectbox(inert(label), ["All", *options], key=key)
     return None if picked == "All" else picked
 
 
@@ -97,13 +98,13 @@ def main() -> None:
     try:
         cfg = ui.settings()
     except ValueError as exc:
-        st.error(f"bad dashboard setting: {exc}")
+        st.error(f"bad dashboard setting: {inert(exc)}")
         st.stop()
     st.sidebar.markdown("### gpulens")
     try:
         src = ui.source(cfg)
     except SourceError as exc:
-        st.error(str(exc))
+        st.error(inert(exc))
         st.stop()
     window_s, end_s, url = _time_range()
     window, step = bounded_step(window_s, window_s / ui.POINTS_PER_CHART)
@@ -142,7 +143,7 @@ def main() -> None:
     url.update({k: v for k, v in vars(filters).items() if v})
     ui.set_url_state(url)
     auto = st.sidebar.toggle("Auto-refresh", value=cfg.refresh_seconds > 0 and end_s is None, key="auto")
-    st.sidebar.caption(f"Source: {src.description}")
+    st.sidebar.caption(f"Source: {inert(src.description)}")
     ui.set_context(
         ui.PageContext(
             settings=cfg,

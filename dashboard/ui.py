@@ -22,6 +22,7 @@ from dashboard import definitions
 from dashboard.figures.vega import PICK, Chart
 from dashboard.frames.jobs import job_param
 from dashboard.frames.links import DIRECTION_NAMES, LINK_NAMES, link_column
+from dashboard.inert_text import inert
 from dashboard.settings import DashboardSettings, from_env
 from dashboard.sources import scrape
 from dashboard.sources.prometheus import PrometheusSource
@@ -208,15 +209,18 @@ def panel(what: str) -> Iterator[None]:
     try:
         yield
     except SourceError as exc:
-        st.error(f"{what}: {exc}", icon=":material/warning:")
+        st.error(f"{inert(what)}: {inert(exc)}", icon=":material/warning:")
     except Exception as exc:  # a broken panel must not take the page down
-        st.error(f"{what} could not be drawn: {type(exc).__name__}: {str(exc)[:300]}", icon=":material/warning:")
+        st.error(
+            f"{inert(what)} could not be drawn: {inert(type(exc).__name__)}: {inert(str(exc)[:300])}",
+            icon=":material/warning:",
+        )
 
 
 def no_data(why: str) -> None:
     """An empty panel's message: ``why`` is a sentence saying what is missing and, where known,
-    why (a chart or table left blank without one reads as broken)."""
-    st.info(why, icon=":material/info:")
+    why (a chart or table left blank without one reads as broken). Plain text, drawn as it is."""
+    st.info(inert(why), icon=":material/info:")
 
 
 def set_context(ctx: PageContext) -> None:
@@ -231,9 +235,9 @@ def context() -> PageContext:
 def page(title: str, body: Callable[[PageContext], None]) -> None:
     """Render a page: title, source banner or body (auto-refreshing when enabled), footer."""
     ctx = context()
-    st.title(title)
+    st.title(inert(title))
     if ctx.source_error:
-        st.error(ctx.source_error, icon=":material/cloud_off:")
+        st.error(inert(ctx.source_error), icon=":material/cloud_off:")
         st.caption("The data source did not answer; pick another page or press Retry in the sidebar.")
         return
 
@@ -242,7 +246,7 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
         st.session_state[_AS_OF] = None
         st.session_state[_HELD] = None
         for problem in ctx.source.problems():
-            st.warning(f"exporter not answering: {problem}", icon=":material/warning:")
+            st.warning(f"exporter not answering: {inert(problem)}", icon=":material/warning:")
         # the banner goes on top but is filled last: its query runs beside the page's own
         # (prefetch adds it), not before them
         banner = st.empty()
@@ -251,7 +255,7 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
             try:
                 history_note(ctx)
             except SourceError as exc:  # the panels say what failed
-                st.caption(f"How much history the range holds is unknown: {exc}")
+                st.caption(f"How much history the range holds is unknown: {inert(exc)}")
         as_of = st.session_state.get(_AS_OF)
         shown = f"data as of {fmt_time(as_of)}" if as_of else "no data fetched"
         span = (
@@ -260,7 +264,8 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
             else f"last {fmt_duration(ctx.window_s)}"
         )
         st.caption(
-            f"gpulens · {ctx.source.description} · {span} · {shown} · rendered in {time.perf_counter() - started:.2f} s"
+            f"gpulens · {inert(ctx.source.description)} · {inert(span)} · {inert(shown)} · "
+            f"rendered in {time.perf_counter() - started:.2f} s"
         )
 
     if ctx.refresh_s:
@@ -466,7 +471,7 @@ COLUMN_CONFIG: dict[str, Any] = {
 
 def percent_column(title: str, help_text: str) -> Any:
     """A 0-100 % progress column (a share shown as a bar and a whole percent)."""
-    return st.column_config.ProgressColumn(title, format="%.0f%%", min_value=0, max_value=100, help=help_text)
+    return st.column_config.ProgressColumn(title, format="%.0f%%", min_value=0, max_value=100, help=inert(help_text))
 
 
 COMMUNICATION_COLUMN = percent_column(
@@ -483,13 +488,13 @@ LINK_COLUMN_CONFIG: dict[str, Any] = {
             format="%.0f%%",
             min_value=0.0,
             max_value=100.0,
-            help=f"{name} bytes per second of the busier direction over the link's capacity",
+            help=f"{inert(name)} bytes per second of the busier direction over the link's capacity",
         )
         for link, name in LINK_NAMES.items()
     },
     **{
         link_column(link, d): st.column_config.TextColumn(
-            f"{name} {way}", help=f"{name} throughput {'into' if way == 'in' else 'out of'} the GPU"
+            f"{name} {way}", help=f"{inert(name)} throughput {'into' if way == 'in' else 'out of'} the GPU"
         )
         for link, name in LINK_NAMES.items()
         for d, way in DIRECTION_NAMES.items()
@@ -849,7 +854,10 @@ def table_frame(
             nums = pd.to_numeric(values, errors="coerce")
             out[name] = [w if g else format_number(float(v), fmt) for v, g, w in zip(nums, gaps, word, strict=True)]
             setting = st.column_config.TextColumn(
-                setting.get("label"), help=setting.get("help"), width=setting.get("width"), alignment="right"
+                setting.get("label"),
+                help=setting.get("help"),  # inert: the caller's setting, checked where it is written
+                width=setting.get("width"),
+                alignment="right",
             )
         else:
             out[name] = [w if g else v for v, g, w in zip(values, gaps, word, strict=True)]

@@ -24,6 +24,7 @@ from dashboard.advisor.job_query import measure_jobs
 from dashboard.advisor.profiles import H100, H200
 from dashboard.advisor.query import Window, measure
 from dashboard.sources.prometheus import PrometheusSource
+from tests.support.markdown import shown
 from tests.support.prometheus import run_prometheus
 from tests.support.victoriametrics import import_openmetrics, run_victoriametrics
 
@@ -259,8 +260,8 @@ def test_dashboard_page_shows_the_same_advice(prom: str, monkeypatch: pytest.Mon
     at.run()
     at.switch_page("views/rightsizing.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    assert at.title[0].value == "Right-sizing"
+    assert not at.error, [shown(e.value) for e in at.error]
+    assert shown(at.title[0].value) == "Right-sizing"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Workloads"] == "10"
     assert metrics["GPU-hours saveable"] == f"{TOTAL_SAVED:,.1f}" or _approx(
@@ -276,7 +277,7 @@ def test_dashboard_page_shows_the_same_advice(prom: str, monkeypatch: pytest.Mon
     assert (kv["Job"], kv["Advice"], kv["Target"]) == ("inference/Deployment/kv-decode", "Higher-bandwidth GPU", "H200")
     assert kv["GPUs"] == "2 on 1 node (H100 80GB HBM3)" and kv["Wasted GPU-hours"] == "0.0"
     assert _approx(float(kv["Saving"].lstrip("$").replace(",", "")), EXPECTED["inference/Deployment/kv-decode"][3])
-    assert any("of data in the last 7 days" in c.value for c in at.caption)
+    assert any("of data in the last 7 days" in shown(c.value) for c in at.caption)
 
 
 def test_dashboard_page_in_chromium(prom: str, artifacts_dir: Path) -> None:

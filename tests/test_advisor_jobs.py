@@ -33,6 +33,7 @@ from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.source import Filters
 from exporter.render.metrics import spec
 from exporter.sim import scenarios
+from tests.support.markdown import shown
 from tests.support.prometheus import run_prometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
@@ -554,9 +555,9 @@ def test_the_page_lists_job_advice_for_people(jobs_prom: tuple[str, float], monk
     at.run()
     at.switch_page("views/rightsizing.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    assert "Jobs" in [h.value for h in at.subheader]
-    assert any("of data in the last 7 days" in c.value for c in at.caption), [c.value for c in at.caption]
+    assert not at.error, [shown(e.value) for e in at.error]
+    assert "Jobs" in [shown(h.value) for h in at.subheader]
+    assert any("of data in the last 7 days" in shown(c.value) for c in at.caption), [shown(c.value) for c in at.caption]
     table = next(d.value for d in at.dataframe if "Job" in d.value.columns)
     assert list(table.columns) == list(cli.job_display(advise_job(job())[0]))
     rows = {r["Job"]: r for r in table.to_dict("records")}

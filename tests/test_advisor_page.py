@@ -15,6 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.fixtures.dashboard.fake_prometheus import serve_exposition
+from tests.support.markdown import shown
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,7 @@ def _page(at: AppTest) -> AppTest:
     at.run()
     at.switch_page("views/rightsizing.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.title[0].value == "Right-sizing"
+    assert shown(at.title[0].value) == "Right-sizing"
     return at
 
 
@@ -74,7 +75,7 @@ def test_direct_scrape_source_explains_that_prometheus_is_needed(env: pytest.Mon
     with serve_exposition("h200x8.prom") as urls:
         env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
         at = _page(AppTest.from_file(APP, default_timeout=60))
-    assert any("--prometheus URL" in i.value for i in at.info)
+    assert any("--prometheus URL" in shown(i.value) for i in at.info)
     assert not at.error
 
 
@@ -82,15 +83,16 @@ def test_empty_prometheus_says_no_data(env: pytest.MonkeyPatch) -> None:
     with tiny_prometheus(fail_subqueries=False) as url:
         env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
         at = _page(AppTest.from_file(APP, default_timeout=60))
-    assert any("No workload held a GPU in the window." in i.value for i in at.info)
+    assert any("No workload held a GPU in the window." in shown(i.value) for i in at.info)
     assert not at.error
-    assert "Jobs" not in [h.value for h in at.subheader], "no workload held a GPU: no job did either"
+    assert "Jobs" not in [shown(h.value) for h in at.subheader], "no workload held a GPU: no job did either"
 
 
 def test_failing_query_is_a_banner_not_a_traceback(env: pytest.MonkeyPatch) -> None:
     with tiny_prometheus(fail_subqueries=True) as url:
         env.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
         at = _page(AppTest.from_file(APP, default_timeout=60))
-    assert [e.value for e in at.error if "Right-sizing" in e.value and "timed out" in e.value], at.error
-    assert not [e.value for e in at.error if e.value.startswith("Jobs")], "one banner: the jobs' queries are not sent"
-    assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
+    errors = [shown(e.value) for e in at.error]
+    assert [e for e in errors if "Right-sizing" in e and "timed out" in e], errors
+    assert not [e for e in errors if e.startswith("Jobs")], "one banner: the jobs' queries are not sent"
+    assert shown(at.main.caption[-1].value).startswith("gpulens ·"), "the page ran to its end"

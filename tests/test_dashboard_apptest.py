@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.frames.links import LINK_SOURCE_NAMES
 from tests.fixtures.dashboard.fake_prometheus import fake_prometheus, serve_exposition
+from tests.support.markdown import shown
 from tests.support.net import free_port
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def _texts(at: AppTest) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
     parts += [e.value for e in at.error] + [w.value for w in at.warning] + [i.value for i in at.info]
     parts += [s.value for s in at.success] + [s.value for s in at.subheader] + [t.value for t in at.title]
-    return "\n".join(str(p) for p in parts)
+    return "\n".join(shown(p) for p in parts)
 
 
 def _render_all(at: AppTest) -> dict[str, str]:
@@ -53,14 +54,14 @@ def _render_all(at: AppTest) -> dict[str, str]:
     seen = {}
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    assert not at.error, [shown(e.value) for e in at.error]
     seen["fleet"] = _texts(at)
     for page in PAGES:
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
-        assert not at.error, (page, [e.value for e in at.error])
-        assert at.title[0].value.lower().replace("-", "") == Path(page).stem
-        assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
+        assert not at.error, (page, [shown(e.value) for e in at.error])
+        assert shown(at.title[0].value).lower().replace("-", "") == Path(page).stem
+        assert shown(at.main.caption[-1].value).startswith("gpulens ·"), "the page ran to its end"
         seen[Path(page).stem] = _texts(at)
     return seen
 
@@ -105,10 +106,10 @@ def test_prometheus_down_shows_a_banner_and_keeps_navigation(dashboard_env: pyte
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception
-    assert any("unreachable" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("unreachable" in shown(e.value) for e in at.error), [shown(e.value) for e in at.error]
     at.switch_page("views/health.py").run()
     assert not at.exception
-    assert at.title[0].value == "Health"
+    assert shown(at.title[0].value) == "Health"
     assert at.error, "the banner stays on every page"
     assert at.sidebar.button, "a Retry button is offered"
 
@@ -120,7 +121,7 @@ def test_slow_prometheus_times_out_into_a_banner(dashboard_env: pytest.MonkeyPat
         dashboard_env.setenv("GPULENS_DASHBOARD_TIMEOUT_SECONDS", "0.5")
         at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception
-    assert any("did not answer within 0.5 s" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("did not answer within 0.5 s" in shown(e.value) for e in at.error), [shown(e.value) for e in at.error]
 
 
 def test_query_errors_and_empty_results_are_reported_not_raised(dashboard_env: pytest.MonkeyPatch) -> None:
@@ -133,7 +134,7 @@ def test_query_errors_and_empty_results_are_reported_not_raised(dashboard_env: p
         state.mode = "error"
         at.switch_page("views/efficiency.py").run()
     assert not at.exception
-    assert any("parse error" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("parse error" in shown(e.value) for e in at.error), [shown(e.value) for e in at.error]
 
 
 def test_namespace_filter_is_escaped_in_every_query(dashboard_env: pytest.MonkeyPatch) -> None:
@@ -202,7 +203,7 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         at.run()
         assert not at.exception and not at.error
         assert "bar" in _chart_marks(at) and "rect" not in _chart_marks(at)
-        assert any("8 GPUs, more than a cell each (7 at most)" in c.value for c in at.caption)
+        assert any("8 GPUs, more than a cell each (7 at most)" in shown(c.value) for c in at.caption)
         node = next(s for s in at.selectbox if s.key == "fleet_gpu_node")
         assert node.options == ["node-a:9445"], node.options
         node.select("node-a:9445").run()
@@ -212,9 +213,9 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         at.switch_page("views/efficiency.py").run()
         assert not at.exception and not at.error
         assert "circle" in _chart_marks(at) and "point" not in _chart_marks(at)
-        assert any("GPUs and slices, more than a point each" in c.value for c in at.caption)
+        assert any("GPUs and slices, more than a point each" in shown(c.value) for c in at.caption)
         # every device's link counters over the range would cost the store more than the rest of the page
-        assert any("more than 7: filter by cluster or node for their links" in c.value for c in at.caption)
+        assert any("more than 7: filter by cluster or node for their links" in shown(c.value) for c in at.caption)
         assert not [q for q in state.queries if "_bytes_total" in q or "_utilization_ratio" in q], state.queries
 
 
@@ -248,15 +249,15 @@ def test_fleet_shows_a_gpu_moving_data_as_such_not_as_launch_bound(
             urls = es.enter_context(serve_exposition("h200x8.prom", "mps.prom"))
             dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
         at = AppTest.from_file(APP, default_timeout=60).run()
-    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
-    moving = [i.value for i in at.info if "moving data" in i.value]
+    assert not at.exception and not at.error, [shown(e.value) for e in [*at.exception, *at.error]]
+    moving = [shown(i.value) for i in at.info if "moving data" in shown(i.value)]
     assert moving and moving[0].startswith("1 GPU moving data: PCIe/NVLink busy, SMs idle"), moving
     table = _table_with(at, "pcie")
     assert table["uuid"].tolist() == [MOVER]
     assert table["pcie"].iloc[0] > 50, "PCIe use in percent: the loader fills 0.8 of the link"
     if "pcie_in_bytes_per_second" in table.columns:  # a rate needs two scrapes: one static scrape has none
         assert table["pcie_in_bytes_per_second"].iloc[0].endswith("B/s"), "throughput as text in its unit"
-    launch = [w.value for w in at.warning if "launch-bound or polling" in w.value]
+    launch = [shown(w.value) for w in at.warning if "launch-bound or polling" in shown(w.value)]
     assert launch and launch[0].startswith("1 GPU(s)"), launch
     assert _table_with(at, "gpu_util")["uuid"].tolist() == [LAUNCHER]
 
@@ -271,7 +272,7 @@ def test_gpu_page_shows_the_links_in_words(dashboard_env: pytest.MonkeyPatch) ->
         at = AppTest.from_file(APP, default_timeout=60).run()
         at.query_params["uuid"] = MOVER
         at.switch_page("views/gpu.py").run()
-    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert not at.exception and not at.error, [shown(e.value) for e in [*at.exception, *at.error]]
     texts = _texts(at)
     assert "Links: PCIe and NVLink" in texts
     links = _table_with(at, "capacity_bytes_per_second").set_index("link")
@@ -290,8 +291,8 @@ def test_gpu_page_shows_the_links_in_words(dashboard_env: pytest.MonkeyPatch) ->
 def _network_texts(at: AppTest) -> str:
     at.switch_page("views/network.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    assert at.main.caption[-1].value.startswith("gpulens ·"), "the page ran to its end"
+    assert not at.error, [shown(e.value) for e in at.error]
+    assert shown(at.main.caption[-1].value).startswith("gpulens ·"), "the page ran to its end"
     return _texts(at)
 
 
@@ -349,11 +350,11 @@ def test_gpu_page_lists_its_nearest_nics_and_workloads_the_communication_share(
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()
         at.switch_page("views/workloads.py").run()
-        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert not at.exception and not at.error, [shown(e.value) for e in at.error]
         pods = next(d.value for d in at.dataframe if "class" in d.value.columns and "pod" in d.value.columns)
         at.query_params["uuid"] = uuid.group(1)
         at.switch_page("views/gpu.py").run()
-        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert not at.exception and not at.error, [shown(e.value) for e in at.error]
         texts = _texts(at)
         nics = next(d.value for d in at.dataframe if "gdr_ready" in d.value.columns)
     assert "communication" in pods.columns and pods["communication"].max() > 50, pods
@@ -372,13 +373,13 @@ def test_jobs_pages_show_the_jobs_nodes_in_words(dashboard_env: pytest.MonkeyPat
         dashboard_env.setenv("GPULENS_DASHBOARD_SCRAPE", ",".join(urls))
         at = AppTest.from_file(APP, default_timeout=60).run()
         at.switch_page("views/jobs.py").run()
-        assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+        assert not at.exception and not at.error, [shown(e.value) for e in [*at.exception, *at.error]]
         texts = _texts(at)
         table = _table_with(at, "straggler")
-        links = [str(el.proto.label) for el in at.get("page_link")]
+        links = [shown(el.proto.label) for el in at.get("page_link")]
         at.query_params["job"] = "ml-training/JobSet/mixtral-sft"
         at.switch_page("views/job.py").run()
-        assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+        assert not at.exception and not at.error, [shown(e.value) for e in [*at.exception, *at.error]]
         job_texts = _texts(at)
         gpus = _table_with(at, "straggler")
     node1 = urls[1].removeprefix("http://")

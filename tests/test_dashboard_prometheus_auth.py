@@ -29,6 +29,7 @@ from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.prometheus_auth import PrometheusAuth
 from dashboard.sources.source import SourceError
 from tests.support.exporter import run_exporter
+from tests.support.markdown import shown
 from tests.support.prometheus import RULES_FILE, run_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration
@@ -212,7 +213,7 @@ def test_the_dashboard_app_reads_a_secured_prometheus(secured: Secured, monkeypa
         monkeypatch.setenv(key, value)
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    assert not at.error, [shown(e.value) for e in at.error]
     assert {m.label: m.value for m in at.metric}["Devices"] == "8"
 
 
@@ -222,7 +223,7 @@ def test_the_dashboard_app_names_a_bad_auth_setting(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(ENV_PREFIX + "PROMETHEUS_CA_FILE", str(tmp_path / "missing.pem"))
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any("--prometheus-ca-file" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("--prometheus-ca-file" in shown(e.value) for e in at.error), [shown(e.value) for e in at.error]
 
 
 # --- bearer token and headers ----------------------------------------------------------------

@@ -129,6 +129,7 @@ DASHBOARD_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dashboard.jobs",
             "dashboard.inputs",
             "dashboard.sources.source",
+            "dashboard.inert_text",
         ),
     ),
     ("frames", ("dashboard.frames",)),
@@ -141,7 +142,7 @@ DASHBOARD_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("composition root", ("dashboard.app", "dashboard.cli", "dashboard.server", "dashboard.__main__")),
 )
 """The dashboard's layers, lowest first: the one place each concept is written (definitions, the
-job grouping, PromQL helpers, option parsers) with the source interface (``sources.source``: what a
+job grouping, PromQL helpers, option parsers, the Markdown escape) with the source interface (``sources.source``: what a
 page may ask, the ``Window`` it reads over); the tables pages draw from (frames) and the charts
 (figures); the two sources that answer the interface (Prometheus, scrapes), which build frames; the
 settings; the advisor; the parts every page shares; the pages; and the entry points."""

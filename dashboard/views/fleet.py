@@ -20,6 +20,7 @@ from dashboard.frames.links import (
     leaves_in_class,
     measured_links,
 )
+from dashboard.inert_text import inert
 from dashboard.sources.source import SourceError, Window
 
 # A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
@@ -54,7 +55,7 @@ def body(ctx: ui.PageContext) -> None:
         try:
             idle = ui.get(ctx, q["idle"])
         except SourceError as exc:  # no recording rules: the counts that need none still show
-            st.error(str(exc), icon=":material/warning:")
+            st.error(inert(exc), icon=":material/warning:")
             idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
         counts = fleet_counts(info, mig, alloc, idle)
         c1, c2, c3, c4 = st.columns(4)
@@ -93,7 +94,7 @@ def body(ctx: ui.PageContext) -> None:
         bad = up[up["value"] < 1] if not up.empty else up
         if not bad.empty:
             names = col(bad, "node").where(col(bad, "node") != "", col(bad, "instance"))
-            st.error(f"{len(bad)} exporter(s) cannot read their GPUs: " + ", ".join(names))
+            st.error(f"{len(bad)} exporter(s) cannot read their GPUs: " + inert(", ".join(names)))
         if not down.empty:
             st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
             table = with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
@@ -277,14 +278,14 @@ def slowest_gpus(ctx: ui.PageContext, slow: pd.DataFrame, info: pd.DataFrame) ->
     st.subheader("Slowest GPUs")
     if slow.empty:
         st.success(
-            f"No GPU ran slow in {window}: no power, thermal or hardware slowdown, and every GPU in use "
+            f"No GPU ran slow in {inert(window)}: no power, thermal or hardware slowdown, and every GPU in use "
             f"kept its SM clock at {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum or more.",
             icon=":material/speed:",
         )
         return
     head, more = fleet_names.shown(slow)
     st.caption(
-        f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in {window}, or "
+        f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in {inert(window)}, or "
         f"in use with the SM clock under {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum; the slowest first. A job "
         "runs at its slowest GPU's pace (stragglers: Jobs page)."
     )
@@ -299,12 +300,12 @@ def _more(count: int, page: str, title: str) -> None:
     if page in ui.PAGES:
         st.page_link(
             ui.PAGES[page],
-            label=f"and {count:,} more: see {title}",
+            label=f"and {count:,} more: see {inert(title)}",
             icon=":material/arrow_forward:",
             query_params=ui.context().link_params(),
         )
     else:
-        st.caption(f"and {count:,} more: see {title}")
+        st.caption(f"and {count:,} more: see {inert(title)}")
 
 
 ui.page("Fleet", body)

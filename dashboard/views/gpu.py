@@ -19,6 +19,7 @@ from dashboard.frames.jobs import where_words
 from dashboard.frames.links import link_panels, link_table, outbound
 from dashboard.frames.network import NIC_KEYS, NIC_RX, NIC_TX, PATH_WORDS, gpu_nics, nic_table
 from dashboard.frames.series import pods_over_range, state_timeline
+from dashboard.inert_text import inert
 from dashboard.sources.source import Filters, rate_steps
 
 
@@ -57,28 +58,28 @@ def body(ctx: ui.PageContext) -> None:
     for group in gpu_panels.GROUPS:
         of_group = [d for d in drawn if d.panel.group == group]
         if group == gpu_panels.ACTIVITY:
-            st.header(group)
+            st.header(inert(group))
             with ui.panel("Boundness"):
                 boundness(series, head, mine)
         elif group == gpu_panels.POWER:
-            st.header(group)
+            st.header(inert(group))
         elif group == gpu_panels.LINKS:
-            st.header(group)
+            st.header(inert(group))
             with ui.panel("Links"):
                 links(series, steps)
             with ui.panel("NICs"):
                 nics(ctx, uuid, info)
         elif group == gpu_panels.ERRORS:
-            st.header(group)
+            st.header(inert(group))
             with ui.panel("Errors"):
                 errors(series)
         elif of_group:
-            st.header(group)
+            st.header(inert(group))
         for i, d in enumerate(of_group):
             with ui.panel(d.panel.title):
-                st.subheader(d.panel.title)
+                st.subheader(inert(d.panel.title))
                 if d.panel.note:
-                    st.caption(d.panel.note)
+                    st.caption(inert(d.panel.note))
                 ui.chart(gpu_panels.lines_chart(d.lines, d.panel.unit), key=f"gpu_{group}_{i}")
         if group == gpu_panels.POWER:
             with ui.panel("Clock events"):
@@ -86,7 +87,7 @@ def body(ctx: ui.PageContext) -> None:
         elif group == gpu_panels.PROBES and of_group:
             probes = gpu_panels.probe_words(series)
             if probes:
-                st.caption(probes)
+                st.caption(inert(probes))
 
 
 def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
@@ -127,16 +128,16 @@ def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
 def _header(head: gpu_panels.Header, about: str, mig: str) -> None:
     """The header: a LOST banner first where the GPU is lost, then its facts in words."""
     if head.lost:
-        st.error(f"**LOST.** {head.banner}", icon=":material/error:")
+        st.error(f"**LOST.** {inert(head.banner)}", icon=":material/error:")
     facts = list(head.facts.items())
     for row in (facts[:3], facts[3:]):
         for column, (title, value) in zip(st.columns(len(row)), row, strict=True):
-            column.caption(title)
-            column.markdown(f"**{value}**" if title == "State" and head.lost else value)
+            column.caption(inert(title))
+            column.markdown(f"**{inert(value)}**" if title == "State" and head.lost else inert(value))
     if about:
-        st.caption(about)
+        st.caption(inert(about))
     if mig:
-        st.caption(f"Opened for MIG instance {mig}; the charts show the GPU and every instance on it.")
+        st.caption(f"Opened for MIG instance {inert(mig)}; the charts show the GPU and every instance on it.")
 
 
 def boundness(series: pd.DataFrame, head: gpu_panels.Header, info: pd.DataFrame) -> None:
@@ -145,7 +146,7 @@ def boundness(series: pd.DataFrame, head: gpu_panels.Header, info: pd.DataFrame)
     classes = state_timeline(series, "gpulens_gpu_boundness", "class")
     if classes.empty:
         ident = gpu_panels.identity(series, info)
-        st.info(gpu_panels.no_class_words(series, ident, "LOST" if head.lost else "answering"))
+        st.info(inert(gpu_panels.no_class_words(series, ident, "LOST" if head.lost else "answering")))
     else:
         ui.chart(state_strip(classes, "class"), key="gpu_class")
 
@@ -169,7 +170,7 @@ def clock_events(series: pd.DataFrame, head: gpu_panels.Header) -> None:
         st.success("No clock event held the clocks down in the range.")
     energy = gpu_panels.energy_words(series)
     if energy:
-        st.caption(energy)
+        st.caption(inert(energy))
 
 
 def errors(series: pd.DataFrame) -> None:
@@ -177,11 +178,11 @@ def errors(series: pd.DataFrame) -> None:
     something to show follow."""
     happened, quiet = gpu_panels.errors_words(series)
     for line in happened:
-        st.warning(line, icon=":material/warning:")
+        st.warning(inert(line), icon=":material/warning:")
     if quiet:
         named = [t if t[1:2].isupper() else t[:1].lower() + t[1:] for t in quiet]
         lead = "Nothing else in the range" if happened else "No error in the range"
-        st.success(f"{lead}: {', '.join(named)}: none.")
+        st.success(f"{inert(lead)}: {inert(', '.join(named))}: none.")
     if not happened and not quiet:
         st.info("No error series in the range (the exporter reads the error counters every 10 cycles).")
 
@@ -243,9 +244,9 @@ def links(series: pd.DataFrame, steps: int) -> None:
     st.subheader("Links: PCIe and NVLink")
     nvlink, degraded = gpu_panels.nvlink_words(series)
     if degraded:
-        st.warning(nvlink + " Its collectives and peer copies run that much slower (alert GPUNvlinkDown).")
+        st.warning(inert(nvlink) + " Its collectives and peer copies run that much slower (alert GPUNvlinkDown).")
     elif nvlink:
-        st.caption(nvlink)
+        st.caption(inert(nvlink))
     throughput, use = link_panels(series, steps)
     table = link_table(series)
     if throughput.empty and use.empty and table.empty:

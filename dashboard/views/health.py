@@ -9,6 +9,7 @@ from dashboard import ui
 from dashboard.figures.health import clock_event_bar, probe_efficiency_bar
 from dashboard.frames.columns import with_cols
 from dashboard.frames.health import SLOW_EFFICIENCY, SLOW_VS_PEERS, active_clock_events, nonzero, probe_comparison
+from dashboard.inert_text import inert
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -57,7 +58,7 @@ def body(ctx: ui.PageContext) -> None:
                         }
                     )
                 )
-                st.warning(f"{len(slow)} slow probe result(s): {where}", icon=":material/speed:")
+                st.warning(f"{len(slow)} slow probe result(s): {inert(where)}", icon=":material/speed:")
             ui.chart(probe_efficiency_bar(probes, SLOW_EFFICIENCY), key="probe_bar", clickable=True)
             table = ui.ids_last(ui.linked(ui.node_column(ui.humanize_bytes(probes))))
             if (table["mig_uuid"] == "").all():
@@ -84,31 +85,31 @@ def body(ctx: ui.PageContext) -> None:
             ui.table(ui.linked(ui.node_column(table)), key="lost_table", column_config=ui.COLUMN_CONFIG)
 
     with ui.panel("Xid errors"):
-        st.subheader(f"Xid errors (last {window})")
+        st.subheader(f"Xid errors (last {inert(window)})")
         xid = ui.get(ctx, q["xid"])
         # the exporter creates an Xid counter at its first event: "events" counts that one too
         _errors(nonzero(xid, ["node", "instance", "gpu", "uuid", "xid"]), "events")
         if info.empty:
             ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
         elif nonzero(xid, ["uuid"]).empty:
-            st.success(f"No Xid errors in {over}.")
+            st.success(f"No Xid errors in {inert(over)}.")
 
     with ui.panel("ECC errors"):
-        st.subheader(f"ECC errors (last {window})")
+        st.subheader(f"ECC errors (last {inert(window)})")
         ecc = ui.get(ctx, q["ecc"])
         _errors(nonzero(ecc, ["node", "instance", "gpu", "uuid", "severity"]), "errors")
         if ecc.empty:
             ui.no_data("No ECC counters: ECC is off on these GPUs or they do not support it.")
         elif nonzero(ecc, ["uuid"]).empty:
-            st.success(f"No ECC errors in {over}.")
+            st.success(f"No ECC errors in {inert(over)}.")
 
     with ui.panel("Throttling"):
-        st.subheader(f"Throttling (last {window})")
+        st.subheader(f"Throttling (last {inert(window)})")
         st.caption("Share of the range each reason held the clocks down; an idle GPU's low clocks are not throttling.")
         means = ui.get(ctx, q["means"])
         events = active_clock_events(means)
         if events.empty:
-            st.success(f"No throttling in {over}.")
+            st.success(f"No throttling in {inert(over)}.")
         else:
             ui.chart(clock_event_bar(events), key="clock_events")
             ui.table(ui.linked(ui.node_column(events)), key="throttle_table", column_config=ui.COLUMN_CONFIG)

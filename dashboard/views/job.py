@@ -16,6 +16,7 @@ import streamlit as st
 from dashboard import definitions, jobs, ui
 from dashboard.figures.jobs import job_timelines
 from dashboard.frames.jobs import NO_CLASS, job_from_param, job_gpu_table, job_param, job_timeline, straggler_words
+from dashboard.inert_text import inert
 from dashboard.sources.source import Filters, JobKey, SourceError, Window
 
 # Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
@@ -59,7 +60,7 @@ def body(ctx: ui.PageContext) -> None:
     try:
         summary = ui.fetch(ctx, "job_summary", ctx.filters, window=ctx.window)
     except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
-        st.warning(str(exc), icon=":material/warning:")
+        st.warning(inert(exc), icon=":material/warning:")
         return
     key = _choose(ctx, summary)
     if key is None:
@@ -70,11 +71,11 @@ def body(ctx: ui.PageContext) -> None:
     try:
         mine = ui.fetch(ctx, "job_leaves", own, window=ctx.window, job=key)
     except SourceError as exc:
-        st.warning(str(exc), icon=":material/warning:")
+        st.warning(inert(exc), icon=":material/warning:")
         return
     if mine.empty:
         st.info(
-            f"{jobs.job_label(dict(zip(jobs.JOB, key, strict=True)))} holds no GPU now: it ended, or it has not "
+            f"{inert(jobs.job_label(dict(zip(jobs.JOB, key, strict=True))))} holds no GPU now: it ended, or it has not "
             "started. Pick another job above."
         )
         return
@@ -108,9 +109,9 @@ def _gpu_hours(ctx: ui.PageContext, summary: pd.DataFrame, key: JobKey, own: Fil
 def _header(key: JobKey, mine: pd.DataFrame, hours: float) -> None:
     """Who and where the job is, its size, and its straggler (or why there is none to find)."""
     cluster, namespace, kind, name = key
-    st.subheader(name)
+    st.subheader(inert(name))
     st.caption(
-        " · ".join(x for x in (f"{kind} in namespace {namespace}", f"cluster {cluster}" if cluster else "") if x)
+        inert(" · ".join(x for x in (f"{kind} in namespace {namespace}", f"cluster {cluster}" if cluster else "") if x))
     )
     row = jobs.job_table(mine).iloc[0]
     c1, c2, c3, c4 = st.columns(4)
@@ -124,7 +125,7 @@ def _header(key: JobKey, mine: pd.DataFrame, hours: float) -> None:
         for r in strays.to_dict("records"):
             wait = float(r["peers_communication"]) * 100
             st.warning(
-                f"Straggler: {straggler_words(r)}. Its peers spend {wait:.0f} % of their time waiting for it "
+                f"Straggler: {inert(straggler_words(r))}. Its peers spend {wait:.0f} % of their time waiting for it "
                 "in collectives: the whole job runs at its pace.",
                 icon=":material/hourglass_bottom:",
             )
@@ -189,7 +190,7 @@ def _gpus(ctx: ui.PageContext, gpus: pd.DataFrame) -> None:
 def _percent(title: str, help_text: str) -> object:
     """A 0-100 % bar column of the table's width."""
     return st.column_config.ProgressColumn(
-        title, format="%.0f%%", min_value=0, max_value=100, help=help_text, width=100
+        title, format="%.0f%%", min_value=0, max_value=100, help=inert(help_text), width=100
     )
 
 

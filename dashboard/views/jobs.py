@@ -14,6 +14,7 @@ from dashboard import definitions, jobs, ui
 from dashboard.figures.jobs import job_mix_bars
 from dashboard.frames.columns import with_cols
 from dashboard.frames.jobs import NO_CLASS, job_param, jobs_overview
+from dashboard.inert_text import inert
 from dashboard.sources.source import JOB_STRAGGLER_COLUMNS, SourceError
 
 # Names listed under each count at the top; more are counted. Jobs drawn in the class-mix chart,
@@ -36,7 +37,7 @@ def body(ctx: ui.PageContext) -> None:
         try:
             summary = ui.get(ctx, q["summary"])
         except SourceError as exc:  # e.g. a store without the jobs rules: say what to load
-            st.warning(str(exc), icon=":material/warning:")
+            st.warning(inert(exc), icon=":material/warning:")
             return
         if summary.empty:
             st.info("No pod holds a GPU in view, so there is no job to show.")
@@ -44,12 +45,12 @@ def body(ctx: ui.PageContext) -> None:
         try:
             strays = ui.get(ctx, q["stragglers"])
         except SourceError as exc:  # the table stands without the stragglers' words
-            st.warning(f"Stragglers: {exc}", icon=":material/warning:")
+            st.warning(f"Stragglers: {inert(exc)}", icon=":material/warning:")
             strays = pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS))
         try:
             mix = ui.get(ctx, q["mix"])
         except SourceError as exc:  # the table stands without the mix
-            st.warning(f"Class mix: {exc}", icon=":material/warning:")
+            st.warning(f"Class mix: {inert(exc)}", icon=":material/warning:")
             mix = pd.DataFrame(columns=[*jobs.JOB, "class", "share"])
         table = jobs_overview(summary, strays, mix)
         _summary(ctx, table)
@@ -64,11 +65,6 @@ def _labels(table: pd.DataFrame) -> list[str]:
     return [jobs.job_label(r) for r in table.to_dict("records")]
 
 
-def _md(text: str) -> str:
-    """``text`` with Markdown's special characters escaped (cluster names come from relabelling)."""
-    return "".join("\\" + c if c in "\\`*_[](){}#+!|<>~" else c for c in text)
-
-
 def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str]) -> None:
     """The jobs of ``table``, each a link to its Job page (``namespace/Kind/name``) with its cluster
     and ``why`` under it; the first MAX_NAMES, the rest counted."""
@@ -78,10 +74,10 @@ def _names(ctx: ui.PageContext, table: pd.DataFrame, why: Sequence[str]) -> None
         name = job_param(key)
         query = {"job": name, **({"job_cluster": key[0]} if key[0] else {}), **params}
         if "job" in ui.PAGES:
-            st.page_link(ui.PAGES["job"], label=_md(name), query_params=query, width="stretch")
+            st.page_link(ui.PAGES["job"], label=inert(name), query_params=query, width="stretch")
         else:  # a page script run on its own (tests): the name without its link
-            st.markdown(_md(name))
-        st.caption(" · ".join(x for x in (f"cluster {key[0]}" if key[0] else "", why[i]) if x))
+            st.markdown(inert(name))
+        st.caption(inert(" · ".join(x for x in (f"cluster {key[0]}" if key[0] else "", why[i]) if x)))
     if len(table) > MAX_NAMES:
         st.caption(f"and {len(table) - MAX_NAMES:,} more (the table has them all)")
 

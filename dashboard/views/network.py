@@ -22,6 +22,7 @@ from dashboard.frames.network import (
     pod_gpu_classes,
     pod_nics,
 )
+from dashboard.inert_text import inert
 from dashboard.sources.source import Window
 
 # Nodes drawn one throughput chart each; beyond, the table only (pick a node in the sidebar). A
@@ -75,10 +76,10 @@ def body(ctx: ui.PageContext) -> None:
             st.caption("All of a node's NICs together; received dashed.")
 
     with ui.panel("Errors and retransmits"):
-        st.subheader(f"Errors and retransmits (last {window})")
+        st.subheader(f"Errors and retransmits (last {inert(window)})")
         errors = nic_errors(ui.get(ctx, q["errors"]))
         if errors.empty:
-            st.success(f"No NIC errors, drops or retransmits in {over}.")
+            st.success(f"No NIC errors, drops or retransmits in {inert(over)}.")
         else:
             st.caption(
                 "Counters that grew over the range: drops, retransmits and timeouts slow every collective of "
@@ -124,7 +125,7 @@ def body(ctx: ui.PageContext) -> None:
             st.info(f"No GPU of a pod holding NICs has a class over the last {definitions.MEAN_WINDOW} (needs GPM).")
         else:
             for sentence in _stragglers(per_gpu):
-                st.warning(sentence, icon=":material/hourglass_bottom:")
+                st.warning(inert(sentence), icon=":material/hourglass_bottom:")
             st.caption(
                 "A GPU spinning in a collective (NCCL) reads class communication: it waits on its peers or the "
                 "network. One GPU computing while its peers wait is a straggler (a throttled or slower GPU)."
@@ -140,10 +141,12 @@ def _nics(nics: pd.DataFrame) -> None:
         where = ", ".join(
             f"{n or i} {d}" for n, i, d in zip(down["node"], down["instance"], down["device"], strict=True)
         )
-        st.warning(f"{len(down)} NIC(s) with a port down: {where}", icon=":material/link_off:")
+        st.warning(f"{len(down)} NIC(s) with a port down: {inert(where)}", icon=":material/link_off:")
     inactive = nics[(nics["state"] != "active") & (nics["ports_down"] == 0)]
     if not inactive.empty:
-        st.warning(f"{len(inactive)} NIC(s) not active: " + ", ".join(inactive["device"]), icon=":material/link_off:")
+        st.warning(
+            f"{len(inactive)} NIC(s) not active: " + inert(", ".join(inactive["device"])), icon=":material/link_off:"
+        )
     if down.empty and inactive.empty:
         st.success(f"All {len(nics)} NICs in view are up (port state active).")
     st.caption(
@@ -153,7 +156,7 @@ def _nics(nics: pd.DataFrame) -> None:
     where = nics["node"].where(nics["node"] != "", nics["instance"])
     nodes = list(dict.fromkeys(where))
     for i, node in enumerate(nodes[:MAX_NODE_CHARTS]):
-        st.markdown(f"**{node}**: {int((where == node).sum())} NICs")
+        st.markdown(f"**{inert(node)}**: {int((where == node).sum())} NICs")
         ui.chart(nic_throughput_bars(nics[where == node]), key=f"nic_bars_{i}")
     if len(nodes) > MAX_NODE_CHARTS:
         st.caption(f"{len(nodes)} nodes: the charts show the first {MAX_NODE_CHARTS}; pick a node in the sidebar.")
@@ -206,11 +209,15 @@ def _gdr(paths: pd.DataFrame, ready: pd.DataFrame, gpus: pd.DataFrame) -> None:
         ok = int(rows["ready"].sum())
         if ok == len(rows):
             how = ", ".join(sorted(set(rows["reason"]))).removeprefix("ready: ")
-            st.success(f"{node}: GPUDirect RDMA ready on all {len(rows)} GPUs ({how}).", icon=":material/check:")
+            st.success(
+                f"{inert(node)}: GPUDirect RDMA ready on all {len(rows)} GPUs ({inert(how)}).", icon=":material/check:"
+            )
         else:
             why = "; ".join(sorted(set(rows[~rows["ready"]]["reason"])))
-            st.warning(f"{node}: GPUDirect RDMA not ready on {len(rows) - ok} of {len(rows)} GPUs: {why}.",
-                       icon=":material/block:")  # fmt: skip
+            st.warning(
+                f"{inert(node)}: GPUDirect RDMA not ready on {len(rows) - ok:,} of {len(rows)} GPUs: {inert(why)}.",
+                icon=":material/block:",
+            )
     table = per_gpu.assign(ready=["ready" if r else "not ready" for r in per_gpu["ready"]])
     ui.table(ui.linked(ui.node_column(table)), key="gdr_table", column_config=GDR_CONFIG)
 

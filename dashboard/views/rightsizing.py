@@ -17,6 +17,7 @@ from dashboard.advisor.engine import Policy
 from dashboard.advisor.job_query import advise_all_jobs
 from dashboard.advisor.query import Window, advise
 from dashboard.figures.waste import savings_bar
+from dashboard.inert_text import inert
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.source import Filters
 
@@ -125,11 +126,11 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader("Jobs")
         job_rows, covered = _job_advice(*args)
         st.caption(
-            f"Multi-GPU jobs (the pods of one owner across nodes), {covered}. Scale in when the GPUs hold far more "
-            "memory than the job uses and it spends its time communicating or idling; replace or drain a straggler "
-            "its peers wait for; a higher-bandwidth GPU for memory-bound jobs. Wasted GPU-hours are the Workloads "
-            "page's (idle while held). Job savings overlap the per-workload ones above: they are not added to the "
-            "totals; see docs/advisor.md."
+            f"Multi-GPU jobs (the pods of one owner across nodes), {inert(covered)}. Scale in when the GPUs hold far "
+            "more memory than the job uses and it spends its time communicating or idling; replace or drain a "
+            "straggler its peers wait for; a higher-bandwidth GPU for memory-bound jobs. Wasted GPU-hours are the "
+            "Workloads page's (idle while held). Job savings overlap the per-workload ones above: they are not added "
+            "to the totals; see docs/advisor.md."
         )
         if not job_rows:
             st.info("No job held two GPUs or more in the window.")
