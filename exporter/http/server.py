@@ -4,7 +4,8 @@ One asyncio event loop serves every connection (exporter/http/connection.py); h1
 What any client, however slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
 
 - misbehaving clients: each connection of a client address that ends badly (a deadline, an
-  eviction, a reset for not reading, a failed TLS handshake, a malformed request) takes a token
+  eviction, a reset for not reading, a failed TLS handshake, plaintext on the TLS port, a
+  handshake beyond its address' share of the queue, a malformed request) takes a token
   from that address' bucket (``Limits.bad_endings_per_second``, bursts of
   ``bad_endings_burst``) and from its IPv6 /64's (4 times larger); while the address' is empty,
   or the /64's for an address not served well lately (exporter/http/clients.py), the address'
