@@ -230,9 +230,10 @@ def test_a_slow_handshake_does_not_hold_up_an_established_tls_scraper(
     release = threading.Event()
     real = tls_session.TlsSession.handshake_step
     blocked: list[bool] = []
+    slow: list[bool] = []  # set once the scraper is established: every later step is slow
 
     def slow_step(self: tls_session.TlsSession) -> bool:
-        if getattr(self, "_slow", False):
+        if slow:
             blocked.append(True)
             release.wait(10)
         return real(self)
@@ -243,13 +244,8 @@ def test_a_slow_handshake_does_not_hold_up_an_established_tls_scraper(
         scraper.request("GET", "/healthz")
         assert scraper.getresponse().read() == b"ok\n"
 
-        def mark_slow(conn) -> bool:  # type: ignore[no-untyped-def]
-            conn.tls._slow = True
-            return True
-
+        slow.append(True)
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as victim:
-            time.sleep(0.2)
-            _on_loop(server, lambda: [mark_slow(c) for c in server._conns.values() if c.tls and not c.tls.established])
             victim.sendall(_client_hello(["X25519"]))
             deadline = time.monotonic() + 5
             while not blocked and time.monotonic() < deadline:
@@ -281,6 +277,123 @@ def test_plaintext_on_the_tls_port_is_refused_and_bursts_trim_the_heap(tmp_path:
         status.request("GET", "/healthz")
         assert status.getresponse().status == 200
         status.close()
+
+
+def test_plaintext_on_the_tls_port_is_answered_in_plain_text_before_any_ssl_object(
+    tmp_path: Path, ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plaintext head on the TLS port, 150 times from one address: before, each admitted
+    connection got an SSL object and a handshake step on the TLS thread, and its address was
+    charged only once that step had failed, so a client reconnecting at once kept hundreds of SSL
+    objects a second in flight (RSS +23-30 MB) and filled the handshake queue (a scraper's
+    handshake was shed).  Now the first byte decides: not a TLS handshake record, a plain-text
+    400 and a charge at once, and no SSL object.  A connection that sends nothing costs none
+    either; a TLS scraper is served as before."""
+    from exporter.http import connection
+
+    sessions: list[tls_session.TlsSession] = []
+
+    class Counted(tls_session.TlsSession):
+        def __init__(self, context: ssl.SSLContext) -> None:
+            sessions.append(self)
+            super().__init__(context)
+
+    monkeypatch.setattr(connection, "TlsSession", Counted)
+    with serving(_tls_config(tmp_path, ca)) as server:
+        answers = []
+        for _ in range(150):
+            got = bytearray()
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=("127.0.0.2", 0)) as s,
+            ):
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                while chunk := s.recv(4096):
+                    got += chunk
+            answers.append(bytes(got))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10):
+            pass  # connects and closes without a byte
+        assert sessions == [], f"{len(sessions)} SSL objects for plaintext clients"
+        assert answers[0].startswith(b"HTTP/1.0 400 Bad Request\r\n"), answers[0][:16]
+        assert answers[0].endswith(b"client sent an HTTP request to an HTTPS server\n"), answers[0]
+        assert server.handshakes_shed == 0
+        assert server.budget.refused >= 40  # each was charged at once: the burst of 100 ran dry
+        scraper = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10, context=client_ctx(ca))
+        scraper.request("GET", "/metrics")
+        assert scraper.getresponse().status == 200
+        scraper.close()
+        assert len(sessions) == 1
+
+
+def test_one_address_cannot_fill_the_handshake_queue_and_shed_a_scrapers_handshake(
+    tmp_path: Path, ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """70 connections from 127.0.0.2 each send a ClientHello while the TLS thread is held up.
+    Before, all of them queued until the queue (``max_handshakes``, 64) was full, and the
+    scraper's handshake from 127.0.0.1 was shed: its connection reset, a lost scrape.  Now one
+    address has at most ``max_handshakes_per_client`` steps waiting; the rest of its connections
+    are shed and charged to it, and the scraper's handshake waits its turn."""
+    release = threading.Event()
+    real = tls_session.TlsSession.handshake_step
+
+    def held_step(self: tls_session.TlsSession) -> bool:
+        release.wait(10)
+        return real(self)
+
+    monkeypatch.setattr(tls_session.TlsSession, "handshake_step", held_step)
+    limits = Limits()
+    hello = _client_hello(["X25519"])
+    with serving(_tls_config(tmp_path, ca), limits=limits) as server:
+        attackers = []
+        try:
+            for _ in range(70):
+                s = socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=("127.0.0.2", 0))
+                attackers.append(s)
+                with contextlib.suppress(OSError):
+                    s.sendall(hello)
+            deadline = time.monotonic() + 10
+            while (
+                time.monotonic() < deadline
+                and _on_loop(server, lambda: server._handshakes + server.handshakes_shed) < 70
+            ):
+                time.sleep(0.05)
+            waiting = _on_loop(server, lambda: server._handshakes)
+            scraped: list[object] = []
+
+            def scrape() -> None:
+                try:
+                    scraped.append(_https_status(server.port, ca))
+                except OSError as exc:
+                    scraped.append(exc)
+
+            scraper = threading.Thread(target=scrape)
+            scraper.start()
+            # the scraper's ClientHello has come: queued, or shed
+            while (
+                time.monotonic() < deadline
+                and _on_loop(server, lambda: server._handshakes + server.handshakes_shed) < 71
+            ):
+                time.sleep(0.02)
+            release.set()
+            scraper.join(15)
+            assert scraped == [200], scraped
+            assert waiting <= limits.max_handshakes_per_client
+            assert server.handshakes_shed >= 70 - limits.max_handshakes_per_client
+        finally:
+            release.set()
+            for s in attackers:
+                s.close()
+
+
+def _https_status(port: int, ca: trustme.CA) -> int:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=client_ctx(ca))
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
 
 
 # --- new connections per address --------------------------------------------------------------

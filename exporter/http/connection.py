@@ -33,7 +33,7 @@ import h11
 from exporter.http.admission import ConnectionBudget
 from exporter.http.limits import Limits
 from exporter.http.response import TEXT, Response
-from exporter.http.tls_session import TlsSession
+from exporter.http.tls_session import NOT_TLS_REPLY, TlsSession, starts_tls
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,8 @@ class Front(Protocol):
     """The one buffer every connection reads into (its bytes are consumed before the next read)."""
     extra_headers: tuple[tuple[str, str], ...]
     """Headers every reply carries (``http_server_config.headers`` of the web config)."""
+    serves_tls: bool
+    """Connections speak TLS (``tls_context`` then gives the context for a new session)."""
 
     def admit(self, conn: Connection) -> bool:
         """Whether a new connection may stay (its address' budget, the connection cap)."""
@@ -136,8 +138,9 @@ class Front(Protocol):
         """The TLS context for a new connection (looked up per connection), or None for plain HTTP."""
         ...
 
-    def handshake(self, session: TlsSession) -> asyncio.Future[bool] | None:
-        """Run one TLS handshake step off the loop; None when too many are already waiting."""
+    def handshake(self, session: TlsSession, peer: str) -> asyncio.Future[bool] | None:
+        """Run one TLS handshake step of ``peer``'s connection off the loop; None when too many
+        are already waiting (in all, or of ``peer``'s address)."""
         ...
 
     async def respond(self, request: Any, peer: str) -> Response:
@@ -161,6 +164,7 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = ""
         self.transport: asyncio.Transport | None = None
         self.h = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
+        self.tls_port = False  # served over TLS: the session starts at the client's first byte
         self.tls: TlsSession | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.write_timer: asyncio.TimerHandle | None = None
@@ -197,13 +201,9 @@ class Connection(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=0)  # pause_writing as soon as the kernel refuses bytes
         server.place(self, TIER_SUSPECT)
         self._arm(server.limits.request_deadline)
-        tls = server.tls_context()
-        if tls is not None:
-            try:
-                self.tls = TlsSession(tls)
-            except (ssl.SSLError, OSError) as exc:
-                log.warning("cannot start a TLS session: %s", exc)
-                self.close(charge=False)
+        # The SSL object (and what OpenSSL allocates for it) waits for the client's first byte:
+        # a client that sends nothing, or plaintext, never costs one (_start_tls).
+        self.tls_port = server.serves_tls
 
     def get_buffer(self, sizehint: int) -> memoryview:
         # One small buffer shared by every connection (the loop consumes it before the next
@@ -214,6 +214,8 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or self.closing:  # nothing more is read once the last reply is out
             return
         data = bytes(self.server.read_buffer[:nbytes])
+        if self.tls_port and self.tls is None and not self._start_tls(data[0]):
+            return
         if self.tls is not None:
             if self.tls.stepping:  # reading is paused during a step; never feed a busy session
                 self.close()
@@ -246,6 +248,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         if self.closed:
+            return False
+        if self.tls_port and self.tls is None:  # closed before its first byte: nothing to answer
+            self.close(charge=False)
             return False
         if self.tls is None or self.tls.established:
             self.h.receive_data(b"")
@@ -379,12 +384,35 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
     # --- TLS handshake, off the loop ---
+    def _start_tls(self, first_byte: int) -> bool:
+        """Start the TLS session at the client's first byte; False if the connection ends here.
+
+        A first byte that is no TLS handshake record (a plain-HTTP request on the TLS port) is
+        answered with a 400 in plain text and charged to the client's address at once, on the
+        loop: no SSL object, no OpenSSL buffers, no handshake step on the TLS thread.  Charged
+        there instead, after a step failed, a client reconnecting at once kept hundreds of SSL
+        objects a second in flight before its budget ran dry (RSS +23-30 MB), and filled the
+        handshake queue, so a scraper's handshake was shed."""
+        if not starts_tls(first_byte):
+            self.finish(NOT_TLS_REPLY)
+            return False
+        context = self.server.tls_context()
+        try:
+            if context is None:  # serves_tls: never; refuse rather than answer in plain text
+                raise ssl.SSLError("no TLS context")
+            self.tls = TlsSession(context)
+        except (ssl.SSLError, OSError) as exc:
+            log.warning("cannot start a TLS session: %s", exc)
+            self.close(charge=False)
+            return False
+        return True
+
     def _handshake(self) -> None:
         tls = self.tls
         assert tls is not None and self.transport is not None
         if tls.stepping:
             return
-        future = self.server.handshake(tls)
+        future = self.server.handshake(tls, self.peer)
         if future is None:  # too many handshakes waiting: shed this one
             self.close(charge=False)
             return

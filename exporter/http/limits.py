@@ -24,5 +24,6 @@ class Limits:
     write_deadline: float = 30.0
     max_stalled: int = 32
     max_handshakes: int = 64
+    max_handshakes_per_client: int = 8
     bad_endings_per_second: float = RATE_PER_SECOND
     bad_endings_burst: float = BURST

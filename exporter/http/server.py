@@ -4,7 +4,8 @@ One asyncio event loop serves every connection (exporter/http/connection.py); h1
 What any client, however slow or hostile, can cost is bounded (docs/security.md, "HTTP front"):
 
 - misbehaving clients: each connection of a client address that ends badly (a deadline, an
-  eviction, a reset for not reading, a failed TLS handshake, a malformed request) takes a token
+  eviction, a reset for not reading, a failed TLS handshake, plaintext on the TLS port, a
+  handshake beyond its address' share of the queue, a malformed request) takes a token
   from that address' bucket (``Limits.bad_endings_per_second``, bursts of
   ``bad_endings_burst``) and from its IPv6 /64's (4 times larger); while the address' is empty,
   or the /64's for an address not served well lately (exporter/http/clients.py), the address'
@@ -23,7 +24,10 @@ What any client, however slow or hostile, can cost is bounded (docs/security.md,
 - bytes: the request head may hold ``Limits.max_header_bytes`` and ``Limits.max_headers``
   fields (431 beyond).  A request body is never read: the reply closes the connection.
 - CPU: TLS handshakes run on ``TLS_WORKERS`` low-priority threads, at most
-  ``Limits.max_handshakes`` waiting (more are shed), and only elliptic-curve key exchanges are
+  ``Limits.max_handshakes`` waiting (more are shed), at most ``Limits.max_handshakes_per_client``
+  of one address (more are shed and charged to it); a plaintext request on the TLS port is
+  answered with a plain-text 400 at its first byte, before any SSL object exists
+  (exporter/http/connection.py, ``_start_tls``); and only elliptic-curve key exchanges are
   offered (exporter/http/tls_groups.py); uncached bcrypt checks run on one low-priority thread, fairly
   between client addresses and /64s, known-good addresses first, and bounded (exporter/http/login.py).
 - threads: the loop thread, ``RENDER_WORKERS`` that build /metrics bodies, the TLS handshake
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -56,7 +61,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter.heap import trim_now
 from exporter.http.admission import ConnectionBudget
-from exporter.http.clients import KnownClients
+from exporter.http.clients import KnownClients, client_address
 from exporter.http.connection import READ_CHUNK, TIER_IDLE_TRUSTED, TIER_STALLED, Connection
 from exporter.http.limits import Limits
 from exporter.http.login import LoginScheduler
@@ -201,6 +206,7 @@ class MetricsServer:
                 self._auth = BasicAuth(web_config.basic_auth_users)
             if web_config.tls is not None:
                 self._tls = TlsContextSource(web_config.tls, web_config.path)
+        self.serves_tls = self._tls is not None
         self._sock = listen_socket(host, port)
         self._sock.setblocking(False)
         self.read_buffer = memoryview(bytearray(READ_CHUNK))
@@ -223,6 +229,8 @@ class MetricsServer:
         self._seen_unsent: set[int] = set()
         self._sweeping = False
         self._handshakes = 0
+        self._handshakes_of: dict[str, int] = {}
+        """Handshake steps waiting or running, by client address (only addresses with some)."""
         self._closes = 0
         self._trim_pending = False
         self._next_key = 0
@@ -236,7 +244,8 @@ class MetricsServer:
         self.stall_closed = 0
         """Connections closed because more than ``max_stalled`` had unread replies."""
         self.handshakes_shed = 0
-        """TLS connections closed because ``max_handshakes`` were already waiting."""
+        """TLS connections closed because ``max_handshakes`` were already waiting (or
+        ``max_handshakes_per_client`` of their address)."""
         self.trims = 0
         """Heap trims after bursts of closed connections."""
 
@@ -413,22 +422,37 @@ class MetricsServer:
         """The TLS context for a new connection (re-read after a certificate rotation), or None."""
         return self._tls.context() if self._tls is not None else None
 
-    def handshake(self, session: TlsSession) -> asyncio.Future[bool] | None:
-        """Run one handshake step of ``session`` on the TLS thread; None if too many wait."""
-        if self._handshakes >= self.limits.max_handshakes:
+    def handshake(self, session: TlsSession, peer: str) -> asyncio.Future[bool] | None:
+        """Run one handshake step of ``session`` (a connection of ``peer``) on the TLS thread;
+        None if too many wait.
+
+        An address may have at most ``max_handshakes_per_client`` steps waiting: a connection
+        beyond is shed and charged to the address at once.  A failed handshake is charged only
+        once its step has run, so without this bound a client reconnecting at once (garbage
+        behind a handshake record's first byte, a ClientHello no group fits) had hundreds of SSL
+        objects in flight before its budget ran dry, and took the whole queue: other clients'
+        handshakes were shed."""
+        address = client_address(peer)
+        waiting = self._handshakes_of.get(address, 0)
+        if self._handshakes >= self.limits.max_handshakes or waiting >= self.limits.max_handshakes_per_client:
             self.handshakes_shed += 1
+            if waiting >= self.limits.max_handshakes_per_client:
+                self.budget.charge(peer)
             return None
-        self._handshakes += 1
         try:
             future = self.loop.run_in_executor(self._tls_pool, session.handshake_step)
         except RuntimeError:  # the pool is shut down
-            self._handshakes -= 1
             return None
-        future.add_done_callback(self._handshake_done)
+        self._handshakes += 1
+        self._handshakes_of[address] = waiting + 1
+        future.add_done_callback(functools.partial(self._handshake_done, address))
         return future
 
-    def _handshake_done(self, _future: asyncio.Future[bool]) -> None:
+    def _handshake_done(self, address: str, _future: asyncio.Future[bool]) -> None:
         self._handshakes -= 1
+        left = self._handshakes_of.pop(address, 1) - 1
+        if left > 0:
+            self._handshakes_of[address] = left
 
     # --- requests -----------------------------------------------------------------------
     async def respond(self, request: Any, peer: str) -> Response:

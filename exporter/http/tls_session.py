@@ -15,6 +15,21 @@ import ssl
 
 READ_CHUNK = 16 * 1024
 """Plaintext taken from OpenSSL per ``read`` call (one TLS record holds at most 16 KiB)."""
+HANDSHAKE_RECORD = 0x16
+"""The content type of a TLS handshake record: the first byte every TLS client sends (its
+ClientHello).  A plain-HTTP client's first byte is a method's letter."""
+NOT_TLS_REPLY = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    b"client sent an HTTP request to an HTTPS server\n"
+)
+"""The plain-text answer to a client whose first byte on the TLS port is not a handshake record
+(the reply Go's servers give, so ``curl http://`` on an HTTPS port says what is wrong)."""
+
+
+def starts_tls(first_byte: int) -> bool:
+    """Whether a connection's first byte can begin a TLS session (a handshake record); anything
+    else is refused before an SSL object, its buffers or a handshake step is spent on it."""
+    return first_byte == HANDSHAKE_RECORD
 
 
 class TlsSession:
