@@ -25,6 +25,7 @@ from exporter.attribution.podresources import LIST, MAX_MESSAGE_BYTES, PodResour
 from exporter.attribution.podresources_wire import DEADLINE_CHECK_PODS, DecodeDeadlineError, Listed, list_reply
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, PrefixPeer, small_pods_reply
+from tests.support.decoding import count_decoded_strings
 from tests.support.kube import client_factory, wait_for
 
 pytestmark = pytest.mark.integration
@@ -106,14 +107,7 @@ def test_a_reply_that_arrives_in_time_but_decodes_past_the_deadline_fails_the_st
 
 
 def test_pods_without_devices_decode_no_string(monkeypatch: pytest.MonkeyPatch) -> None:
-    decoded: list[int] = []
-    real = podresources_wire._text
-
-    def counting(buf: memoryview, start: int, end: int) -> str:
-        decoded.append(end - start)
-        return real(buf, start, end)
-
-    monkeypatch.setattr(podresources_wire, "_text", counting)
+    decoded = count_decoded_strings(monkeypatch)
     assert list_reply(small_pods_reply(MiB, with_gpu=False)) == Listed((), ())
     assert decoded == [], "no name of a pod without devices is decoded"
     entries = list_reply(small_pods_reply(102 * 10)).devices

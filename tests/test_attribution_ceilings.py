@@ -23,6 +23,7 @@ from exporter.attribution.podresources import PodResourcesClient, PodResourcesSo
 from exporter.attribution.podresources_wire import list_reply
 from exporter.model import BackendSample, GpuSample, LeafSample
 from tests.fakes.kubelet_server import FakeKubelet, FloodPeer, pod, small_pods_reply
+from tests.support.decoding import count_decoded_strings
 from tests.support.exporter import run_exporter
 from tests.support.scrape import NO_API_ENV, Samples, eventually, gpu_uuids, scrape, stage
 
@@ -95,14 +96,7 @@ def test_past_the_pod_ceiling_gpu_pods_come_first_then_by_name_whatever_the_kube
 
 
 def test_decoding_past_the_ceiling_makes_objects_of_the_pods_kept_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    decoded: list[int] = []
-    real = podresources_wire._text
-
-    def counting(buf: memoryview, start: int, end: int) -> str:
-        decoded.append(end - start)
-        return real(buf, start, end)
-
-    monkeypatch.setattr(podresources_wire, "_text", counting)
+    decoded = count_decoded_strings(monkeypatch)
     listed = list_reply(small_pods_reply(0, pods=20_000), max_pods=10)
     assert [d.pod for d in listed.devices] == [f"pod-{i:08d}" for i in range(10)]
     assert listed.dropped_pods == 19_990

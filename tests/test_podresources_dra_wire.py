@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.attribution import podresources_wire
 from exporter.attribution._proto import api_pb2
 from exporter.attribution.podresources import PodResourcesClient, PodResourcesSource
 from exporter.attribution.podresources_wire import Listed, WireError, list_reply
 from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices
 from tests.fakes.kubelet_server import FakeKubelet, official_listing, pod
+from tests.support.decoding import count_decoded_strings
 
 pytestmark = pytest.mark.integration
 
@@ -93,14 +93,7 @@ def test_claims_and_plugin_devices_decode_from_the_official_encoding() -> None:
 
 
 def test_a_claim_only_pod_is_decoded_and_a_pod_without_either_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    decoded: list[int] = []
-    real = podresources_wire._text
-
-    def counting(buf: memoryview, start: int, end: int) -> str:
-        decoded.append(end - start)
-        return real(buf, start, end)
-
-    monkeypatch.setattr(podresources_wire, "_text", counting)
+    decoded = count_decoded_strings(monkeypatch)
     nothing = api_pb2.ListPodResourcesResponse(
         pod_resources=[
             pod("web", f"nginx-{i}", [("nginx", [], [("web", f"claim-{i}", [])]), ("log", [])]) for i in range(200)

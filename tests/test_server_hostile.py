@@ -60,8 +60,8 @@ def _on_loop(server: MetricsServer, fn):  # type: ignore[no-untyped-def]
     return asyncio.run_coroutine_threadsafe(call(), server.loop).result(5)
 
 
-def _scrape(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> int:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+def _status(conn: http.client.HTTPConnection) -> int:
+    """The status of one ``GET /metrics`` on ``conn`` (read whole, then closed)."""
     try:
         conn.request("GET", "/metrics")
         resp = conn.getresponse()
@@ -69,6 +69,10 @@ def _scrape(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> int:
         return resp.status
     finally:
         conn.close()
+
+
+def _scrape(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> int:
+    return _status(http.client.HTTPConnection(host, port, timeout=timeout))
 
 
 def _unread_clients(port: int, count: int) -> list[socket.socket]:
@@ -386,14 +390,7 @@ def test_one_address_cannot_fill_the_handshake_queue_and_shed_a_scrapers_handsha
 
 
 def _https_status(port: int, ca: trustme.CA) -> int:
-    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=client_ctx(ca))
-    try:
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    finally:
-        conn.close()
+    return _status(http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=client_ctx(ca)))
 
 
 # --- new connections per address --------------------------------------------------------------

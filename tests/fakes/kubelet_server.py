@@ -310,9 +310,19 @@ class PrefixPeer:
                 if not data:
                     return
                 for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
-                        self._answer(conn, event.stream_id)
+                    if (
+                        isinstance(event, h2.events.RequestReceived)
+                        and event.stream_id is not None
+                        and not self._on_request(conn, peer, event.stream_id)
+                    ):
+                        return
                 peer.sendall(conn.data_to_send())
+
+    def _on_request(self, conn: h2.connection.H2Connection, peer: socket.socket, stream: int) -> bool:
+        """Answer the call on ``stream``; False ends the connection's loop (a subclass that took the
+        connection over)."""
+        self._answer(conn, stream)
+        return True
 
     def _answer(self, conn: h2.connection.H2Connection, stream: int) -> None:
         conn.send_headers(stream, [(b":status", b"200"), (b"content-type", b"application/grpc")])
@@ -367,20 +377,10 @@ class FloodPeer(PrefixPeer):
         self.reply = reply
         self.kinds = tuple(kinds)
 
-    def _serve(self, peer: socket.socket) -> None:
-        conn = _server_connection()
-        conn.initiate_connection()
-        with contextlib.suppress(OSError):
-            peer.sendall(conn.data_to_send())
-            while not self._closed.is_set():
-                data = peer.recv(65536)
-                if not data:
-                    return
-                for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
-                        threading.Thread(target=self._drain, args=(peer,), daemon=True).start()
-                        self._flood_then_answer(conn, peer, event.stream_id)
-                        return
+    def _on_request(self, conn: h2.connection.H2Connection, peer: socket.socket, stream: int) -> bool:
+        threading.Thread(target=self._drain, args=(peer,), daemon=True).start()
+        self._flood_then_answer(conn, peer, stream)
+        return False
 
     def _drain(self, peer: socket.socket) -> None:
         with contextlib.suppress(OSError):
