@@ -1,7 +1,7 @@
 """Render the Helm chart into the plain manifests under deploy/manifests/ (for kubectl users).
 
-Also copies the canonical rules file into the chart, and builds the Grafana dashboard
-(scripts/grafana_dashboard.py) into deploy/grafana/ and the chart. ``--check`` renders in memory and exits 1
+Also copies the canonical rules file into the chart, and builds the Grafana dashboards
+(scripts/grafana_dashboard.py) into deploy/grafana/ and the chart's files/grafana/ (one ConfigMap each). ``--check`` renders in memory and exits 1
 when the checked-in files drifted from the chart. Rendering uses Helm's own engine through the
 ``helm-python-sdk`` package (libhelm_c), offline, with no helm binary.
 """
@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "gpulens"
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 CHART_RULES = CHART / "files" / "gpulens.rules.yml"
-GRAFANA = REPO / "deploy" / "grafana" / "gpulens.json"
-CHART_GRAFANA = CHART / "files" / "gpulens-grafana-dashboard.json"
+GRAFANA = REPO / "deploy" / "grafana"
+CHART_GRAFANA = CHART / "files" / "grafana"
 MANIFESTS = REPO / "deploy" / "manifests"
 RELEASE = "gpulens"
 NAMESPACE = "gpulens"
@@ -98,8 +98,8 @@ def manifests() -> dict[str, str]:
     return {"gpulens.yaml": join(core), "gpulens-prometheus-operator.yaml": join(operator)}
 
 
-def grafana_dashboard() -> str:
-    """deploy/grafana/gpulens.json as scripts/grafana_dashboard.py builds it."""
+def grafana_dashboards() -> dict[str, str]:
+    """deploy/grafana/*.json (file name -> text) as scripts/grafana_dashboard.py builds them."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("grafana_dashboard", REPO / "scripts" / "grafana_dashboard.py")
@@ -107,13 +107,20 @@ def grafana_dashboard() -> str:
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)  # dataclasses look their module up while it loads
     spec.loader.exec_module(sys.modules[spec.name])
-    return str(sys.modules[spec.name].render())
+    return dict(sys.modules[spec.name].render_all())
+
+
+def stale_dashboards() -> list[Path]:
+    """Dashboard files in deploy/grafana/ or the chart that the script no longer builds."""
+    built = set(grafana_dashboards())
+    return sorted(p for d in (GRAFANA, CHART_GRAFANA) if d.is_dir() for p in d.glob("*.json") if p.name not in built)
 
 
 def expected_files() -> dict[Path, str]:
     """Every generated file and the content it must have."""
-    dashboard = grafana_dashboard()
-    files = {CHART_RULES: RULES.read_text(), GRAFANA: dashboard, CHART_GRAFANA: dashboard}
+    files = {CHART_RULES: RULES.read_text()}
+    for name, text in grafana_dashboards().items():
+        files.update({GRAFANA / name: text, CHART_GRAFANA / name: text})
     files.update({MANIFESTS / name: text for name, text in manifests().items()})
     return files
 
@@ -126,11 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     # The chart embeds the rules file and the Grafana dashboard, so sync them before rendering.
     if not args.check:
         CHART_RULES.write_text(RULES.read_text())
-        GRAFANA.parent.mkdir(parents=True, exist_ok=True)
-        dashboard = grafana_dashboard()
-        GRAFANA.write_text(dashboard)
-        CHART_GRAFANA.write_text(dashboard)
+        for path in stale_dashboards():
+            path.unlink()
+            print(f"removed {path.relative_to(REPO)}")
+        for name, text in grafana_dashboards().items():
+            for directory in (GRAFANA, CHART_GRAFANA):
+                directory.mkdir(parents=True, exist_ok=True)
+                (directory / name).write_text(text)
     stale = 0
+    if args.check:
+        for path in stale_dashboards():
+            stale += 1
+            print(f"{path.relative_to(REPO)}: no longer built by scripts/grafana_dashboard.py")
     for path, text in expected_files().items():
         current = path.read_text() if path.exists() else ""
         if current == text:
