@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,7 +89,11 @@ VARIABLE_QUERIES: tuple[tuple[str, str, str], ...] = (
     ("cluster", "Cluster", "label_values(gpulens_up, cluster)"),
     ("node", "Node", 'label_values(gpulens_up{cluster=~"$cluster"}, node)'),
     ("gpu", "GPU", 'label_values(gpulens_gpu_info{cluster=~"$cluster", node=~"$node"}, gpu)'),
-    ("namespace", "Namespace", 'label_values(gpulens_pod_gpu_allocation{cluster=~"$cluster", node=~"$node"}, namespace)'),
+    (
+        "namespace",
+        "Namespace",
+        'label_values(gpulens_pod_gpu_allocation{cluster=~"$cluster", node=~"$node"}, namespace)',
+    ),
 )
 """(name, label, query) of the query variables: the GPU by its index on the chosen node(s), as 12239."""
 
@@ -271,13 +276,25 @@ def expressions(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NAME = re.compile(r"\b(?:[a-z_]+:[a-z0-9_]+:[a-z0-9_]+|gpulens_[a-z0-9_]+|ALERTS)\b")
+
+
+def reads(exprs: Sequence[str]) -> list[str]:
+    """The recording rules and series ``exprs`` read, sorted (string literals left out)."""
+    return sorted({n for e in exprs for n in _NAME.findall(_STRING.sub('""', e))})
+
+
 def markdown(boards: Sequence[Any] = BOARDS) -> str:
-    """The list of dashboards and their panels, for docs/grafana.md."""
+    """The list of dashboards and their panels with what each reads, for docs/grafana.md."""
     lines: list[str] = []
     for b in boards:
         lines += [f"### {b.title}", "", f"`deploy/grafana/{file_name(b)}` (uid `{b.uid}`): {b.description}", ""]
+        lines += ["| row | panel | reads |", "|---|---|---|"]
         for row, row_panels in b.rows:
-            lines.append(f"- **{row}**: " + "; ".join(p.title for p in row_panels) + ".")
+            for p in row_panels:
+                names = ", ".join(f"`{n}`" for n in reads([t.expr for t in p.targets]))
+                lines.append(f"| {row} | {p.title} | {names} |")
         lines.append("")
     return "\n".join(lines)
 

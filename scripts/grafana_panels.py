@@ -74,9 +74,7 @@ STATE_WORDS: Mapping[str, str] = MappingProxyType({str(k): v for k, v in PORT_ST
 THRESHOLD_WORDS: Mapping[str, str] = MappingProxyType(
     {"slowdown": "slowdown limit", "shutdown": "shutdown limit", "gpu_max": "max operating", "memory_max": "HBM limit"}
 )
-ALERT_NAMES = (
-    "GPU.*|gpulens.*"  # the rule file's alerts all start with GPU (GPUAllocatedButIdle, GPUXidError, ...)
-)
+ALERT_NAMES = "GPU.*|gpulens.*"  # the rule file's alerts all start with GPU (GPUAllocatedButIdle, GPUXidError, ...)
 
 
 # --- declarations -----------------------------------------------------------------------------------
@@ -150,7 +148,13 @@ def limit(expr: str, legend: str) -> Target:
 
 
 def stat(
-    title: str, expr: str, description: str = "", unit: str = "short", width: int = 4, link: str = "", no_value: str = ""
+    title: str,
+    expr: str,
+    description: str = "",
+    unit: str = "short",
+    width: int = 4,
+    link: str = "",
+    no_value: str = "",
 ) -> Panel:
     return Panel(
         title,
@@ -174,6 +178,12 @@ def on_gpu(expr: str, dev: str = DEV) -> str:
     """``expr`` (a per-container series keyed by ``uuid`` without ``gpu``) with its GPU index
     added, kept to the GPUs the GPU variable selects."""
     return f"({expr}) * on (uuid) group_left (gpu) max by (uuid, gpu) (gpulens_gpu_info{{{dev}}})"
+
+
+def leaf_of(dev: str = DEV) -> str:
+    """1 per leaf the variables select, with its node, GPU index and MIG profile: the right side of a
+    join that adds them to a series keyed by ``uuid, mig_uuid`` only."""
+    return f"(max by (uuid, mig_uuid, node, gpu, mig_profile) (gpulens_gpu_memory_total_bytes{{{dev}}}) * 0 + 1)"
 
 
 def words(expr: str, label: str, mapping: Mapping[str, str]) -> str:
@@ -237,6 +247,8 @@ FLEET_COUNTS: tuple[tuple[str, str, str], ...] = (
 NODE_GPU = (("node", "Node"), ("gpu", "GPU"))
 LEAF_COLUMNS = (*NODE_GPU, ("mig_profile", "MIG profile"))
 POD_COLUMNS = (("namespace", "Namespace"), ("pod", "Pod"))
+POD_DEVICE = (*POD_COLUMNS, *LEAF_COLUMNS)
+"""A pod and the device it holds: namespace, pod, node, GPU index, MIG profile."""
 JOB_COLUMNS = (("namespace", "Namespace"), ("workload_kind", "Kind"), ("workload", "Job"))
 PCT = "percentunit"
 
@@ -319,7 +331,9 @@ FLEET_BOARD = Board(
                     description="The gpulens alerts firing now, by name and severity, with how many series fire.",
                     width=24,
                     height=5,
-                    table=Table((("alertname", "Alert"), ("severity", "Severity")), ("Firing",), sort="Firing", desc=True),
+                    table=Table(
+                        (("alertname", "Alert"), ("severity", "Severity")), ("Firing",), sort="Firing", desc=True
+                    ),
                     no_value="No gpulens alert is firing.",
                 ),
             ),
@@ -408,7 +422,8 @@ FLEET_BOARD = Board(
                     "table",
                     (
                         t(
-                            f"sum by (cluster, namespace, pod, node) (gpulens:pod_gpu_wasted:gpus{{{PODGPU}}}) > 0",
+                            f"sum by (cluster, namespace, pod, node) (gpulens:pod_gpu_wasted:gpus{{{POD}}}"
+                            f" and on (uuid) gpulens_gpu_info{{{DEV}}}) > 0",
                             instant=True,
                         ),
                     ),
@@ -462,8 +477,11 @@ WORKLOADS_BOARD = Board(
                     width=24,
                     height=9,
                     table=Table(
-                        (*POD_COLUMNS, ("node", "Node"), ("gpu", "GPU"), ("mig_profile", "MIG profile"),
-                         ("container", "Container"), ("workload", "Workload")),  # fmt: skip
+                        (
+                            *POD_DEVICE,
+                            ("container", "Container"),
+                            ("workload", "Workload"),
+                        ),
                         ("Activity", "SM active", "Transfer share"),
                         sort="Activity",
                     ),
@@ -484,8 +502,10 @@ WORKLOADS_BOARD = Board(
                     "GPUAllocatedButIdle fires after 30 m), with the device's activity. " + IDLE_WORDS,
                     width=12,
                     table=Table(
-                        (*POD_COLUMNS, ("node", "Node"), ("gpu", "GPU"), ("mig_profile", "MIG profile"),
-                         ("container", "Container")),  # fmt: skip
+                        (
+                            *POD_DEVICE,
+                            ("container", "Container"),
+                        ),
                         ("Activity",),
                         sort="Namespace",
                     ),
@@ -505,8 +525,10 @@ WORKLOADS_BOARD = Board(
                     '"shared" where several pods run on it (gpulens:pod_gpu_boundness:class).',
                     width=12,
                     table=Table(
-                        (*POD_COLUMNS, ("node", "Node"), ("gpu", "GPU"), ("mig_profile", "MIG profile"),
-                         ("class", "Class")),  # fmt: skip
+                        (
+                            *POD_DEVICE,
+                            ("class", "Class"),
+                        ),
                         (None,),
                         sort="Namespace",
                     ),
@@ -517,7 +539,8 @@ WORKLOADS_BOARD = Board(
                     (
                         t(
                             f"max by (cluster, node, gpu, namespace, pod) (gpulens:gpu_holder:info{{{NS}}}"
-                            f" * on (uuid) group_left (node, gpu) max by (uuid, node, gpu) (gpulens_gpu_info{{{DEV}}}))",
+                            f" * on (uuid) group_left (node, gpu)"
+                            f" max by (uuid, node, gpu) (gpulens_gpu_info{{{DEV}}}))",
                             instant=True,
                         ),
                     ),
@@ -541,8 +564,10 @@ WORKLOADS_BOARD = Board(
                     "GPULaunchBound) or transfer-bound (their links busy).",
                     width=12,
                     table=Table(
-                        (*POD_COLUMNS, ("node", "Node"), ("gpu", "GPU"), ("mig_profile", "MIG profile"),
-                         ("class", "Class")),  # fmt: skip
+                        (
+                            *POD_DEVICE,
+                            ("class", "Class"),
+                        ),
                         (None,),
                         sort="Namespace",
                     ),
@@ -640,8 +665,7 @@ _LEAF_BY = "cluster, namespace, workload, pod, node, gpu, mig_profile"
 
 
 def _job_leaf(record: str) -> str:
-    gpu = f"max by (uuid, mig_uuid, gpu, mig_profile) (gpulens:pod_gpu_activity:ratio_avg5m{{{PODGPU}}} * 0 + 1)"
-    return f"max by ({_LEAF_BY}) ({record}{{{NS}}} * on (uuid, mig_uuid) group_left (gpu, mig_profile) {gpu})"
+    return f"max by ({_LEAF_BY}) ({record}{{{NS}}} * on (uuid, mig_uuid) group_left (gpu, mig_profile) {leaf_of()})"
 
 
 JOBS_BOARD = Board(
@@ -653,7 +677,7 @@ JOBS_BOARD = Board(
         (
             "Jobs",
             (
-                stat("Jobs", count0(f"gpulens:job_gpus:count{{{NS}}}"), "Jobs holding GPUs now.", width=6),
+                stat("Jobs holding GPUs", count0(f"gpulens:job_gpus:count{{{NS}}}"), "Jobs holding GPUs now.", width=6),
                 stat(
                     "Multi-node jobs",
                     count0(f"gpulens:job_nodes:count{{{NS}}} > 1"),
@@ -668,7 +692,7 @@ JOBS_BOARD = Board(
                     width=6,
                     link=NETWORK,
                 ),
-                stat("Stragglers", count0(_STRAGGLERS), "GPUs their job's other GPUs wait for.", width=6),
+                stat("Straggling GPUs", count0(_STRAGGLERS), "GPUs their job's other GPUs wait for.", width=6),
                 Panel(
                     "Jobs",
                     "table",
@@ -767,8 +791,14 @@ JOBS_BOARD = Board(
                     width=24,
                     height=10,
                     table=Table(
-                        (("namespace", "Namespace"), ("workload", "Job"), ("pod", "Pod"), ("node", "Node"),
-                         ("gpu", "GPU"), ("mig_profile", "MIG profile")),  # fmt: skip
+                        (
+                            ("namespace", "Namespace"),
+                            ("workload", "Job"),
+                            ("pod", "Pod"),
+                            ("node", "Node"),
+                            ("gpu", "GPU"),
+                            ("mig_profile", "MIG profile"),
+                        ),
                         ("Activity", "Busy", "Communication", "Peers' communication", "Peers' busy", "Peak memory"),
                         sort="Job",
                     ),
@@ -852,7 +882,8 @@ NETWORK_BOARD = Board(
                     "table",
                     (
                         t(
-                            f'max by (cluster, node, gpu, device, path) (gpulens_gpu_nic_path_info{{{DEV}, nearest="true"}})',
+                            "max by (cluster, node, gpu, device, path) "
+                            f'(gpulens_gpu_nic_path_info{{{DEV}, nearest="true"}})',
                             instant=True,
                         ),
                     ),
@@ -878,11 +909,13 @@ NETWORK_BOARD = Board(
                     (
                         t(f"max by (cluster, node, device, port) (gpulens_nic_port_state_id{{{_NIC}}})", instant=True),
                         t(
-                            f"max by (cluster, node, device, port) (gpulens_nic_port_rate_bytes_per_second{{{_NIC}}}) * 8",
+                            "max by (cluster, node, device, port) "
+                            f"(gpulens_nic_port_rate_bytes_per_second{{{_NIC}}}) * 8",
                             instant=True,
                         ),
                         t(
-                            f"max by (cluster, node, device, port) (gpulens:nic_port_utilization:ratio_avg5m{{{_NIC}}})",
+                            "max by (cluster, node, device, port) "
+                            f"(gpulens:nic_port_utilization:ratio_avg5m{{{_NIC}}})",
                             instant=True,
                         ),
                     ),
@@ -978,15 +1011,16 @@ NETWORK_BOARD = Board(
 
 # --- links: PCIe and NVLink ---------------------------------------------------------------------------
 def _link_rate(link: str) -> tuple[Target, ...]:
-    return tuple(
-        t(
-            f"sum by (node, gpu, mig_profile) ({rate(f'gpulens_gpu_{link}_{d}_bytes_total{{{DEV}}}')})",
-            f"{LEAF} {'sent' if d == 'tx' else 'received'}",
-        )
-        for d in ("tx", "rx")
-    ) + (
+    return (
+        *(
+            t(
+                f"sum by (node, gpu, mig_profile) ({rate(f'gpulens_gpu_{link}_{d}_bytes_total{{{DEV}}}')})",
+                f"{LEAF} {'sent' if d == 'tx' else 'received'}",
+            )
+            for d in ("tx", "rx")
+        ),
         limit(
-            f"max by (node, gpu) (gpulens_gpu_{link}_capacity_bytes_per_second{{{DEV}, mig_uuid=\"\"}})",
+            f'max by (node, gpu) (gpulens_gpu_{link}_capacity_bytes_per_second{{{DEV}, mig_uuid=""}})',
             "{{node}} GPU {{gpu}} capacity each way",
         ),
     )
@@ -1039,7 +1073,12 @@ LINKS_BOARD = Board(
                 Panel(
                     "Where the link bytes come from",
                     "table",
-                    (t(f"max by (cluster, node, gpu, mig_profile, link, source) (gpulens_gpu_link_info{{{DEV}}})", instant=True),),
+                    (
+                        t(
+                            f"max by (cluster, node, gpu, mig_profile, link, source) (gpulens_gpu_link_info{{{DEV}}})",
+                            instant=True,
+                        ),
+                    ),
                     description="counter: NVML's cumulative byte counters; otherwise how the exporter reads them "
                     "(gpulens_gpu_link_info).",
                     width=24,
@@ -1083,7 +1122,10 @@ LINKS_BOARD = Board(
                     "NVLinks down now",
                     "table",
                     (
-                        t(f"count by (cluster, node, gpu) (gpulens_gpu_nvlink_link_active{{{DEV}}} == 0)", instant=True),
+                        t(
+                            f"count by (cluster, node, gpu) (gpulens_gpu_nvlink_link_active{{{DEV}}} == 0)",
+                            instant=True,
+                        ),
                         t(
                             f"sum by (cluster, node, gpu) (gpulens_gpu_nvlink_link_active{{{DEV}}}) "
                             f"and on (cluster, node, gpu) (gpulens_gpu_nvlink_link_active{{{DEV}}} == 0)",
@@ -1107,7 +1149,8 @@ LINKS_BOARD = Board(
                     description="NVLinks joining each GPU to another GPU of its node (the NV# of nvidia-smi topo -m).",
                     width=12,
                     table=Table((*NODE_GPU, ("peer_gpu", "Peer GPU")), ("NVLinks",), sort="Node"),
-                    no_value="No GPU here links straight to another by NVLink (NVSwitch systems link through the switch).",
+                    no_value="No GPU here links straight to another by NVLink (NVSwitch systems link through "
+                    "the switch).",
                 ),
                 Panel(
                     "NVLink fabric",
@@ -1171,21 +1214,21 @@ SHARING_BOARD = Board(
                     "table",
                     (
                         t(
-                            f'max by (cluster, node, gpu, mig_profile, mode) (gpulens_gpu_sharing_info{{{DEV}, mode!="exclusive"}})',
+                            "max by (cluster, node, gpu, mig_profile, mode) "
+                            f'(gpulens_gpu_sharing_info{{{DEV}, mode!~"exclusive|mig"}})',
                             instant=True,
                         ),
                         t(
-                            f'max by (cluster, node, gpu, mig_profile, mode) (gpulens_gpu_compute_processes{{{DEV}}}'
-                            f' * on (uuid, mig_uuid) group_left (mode) gpulens_gpu_sharing_info{{mode!="exclusive"}})',
+                            f"max by (cluster, node, gpu, mig_profile, mode) (gpulens_gpu_compute_processes{{{DEV}}}"
+                            " * on (uuid, mig_uuid) group_left (mode) "
+                            'gpulens_gpu_sharing_info{mode!~"exclusive|mig"})',
                             instant=True,
                         ),
                     ),
-                    description="Devices that are not exclusive, and the compute processes running on each "
-                    "(an MPS server is not counted).",
+                    description="Devices shared by time-slicing, MPS or a shared ResourceClaim (MIG: below), and "
+                    "the compute processes running on each (an MPS server is not counted).",
                     width=16,
-                    table=Table(
-                        (*LEAF_COLUMNS, ("mode", "Mode")), (None, "Processes"), sort="Node"
-                    ),
+                    table=Table((*LEAF_COLUMNS, ("mode", "Mode")), (None, "Processes"), sort="Node"),
                 ),
                 Panel(
                     "Time-slice occupancy (pods / replicas)",
@@ -1210,8 +1253,8 @@ SHARING_BOARD = Board(
                     (
                         t(
                             f"max by (cluster, namespace, pod, node, gpu, mig_profile) "
-                            f"(gpulens:pod_gpu_holding:ratio{{{PODGPU}}} * on (uuid, mig_uuid) group_left (gpu, mig_profile) "
-                            f"max by (uuid, mig_uuid, gpu, mig_profile) (gpulens:pod_gpu_activity:ratio_avg5m)) < 1",
+                            f"(gpulens:pod_gpu_holding:ratio{{{POD}}}"
+                            f" * on (uuid, mig_uuid) group_left (gpu, mig_profile) {leaf_of()}) < 1",
                             instant=True,
                         ),
                     ),
@@ -1280,7 +1323,8 @@ SHARING_BOARD = Board(
                         t(
                             f"max by (cluster, node, gpu, mig_profile) (gpulens:leaf_gpu_share:ratio "
                             f"* on (uuid, mig_uuid) group_left (node, gpu, mig_profile) "
-                            f'max by (uuid, mig_uuid, node, gpu, mig_profile) (gpulens_mig_instance_info{{{DEV}, mig_uuid!=""}}))',
+                            "max by (uuid, mig_uuid, node, gpu, mig_profile) "
+                            f'(gpulens_mig_instance_info{{{DEV}, mig_uuid!=""}}))',
                             instant=True,
                         ),
                     ),
@@ -1293,7 +1337,12 @@ SHARING_BOARD = Board(
                 Panel(
                     "Activity per MIG instance (5 m mean)",
                     "timeseries",
-                    (t(f'gpulens:gpu_activity:ratio_avg5m{{{DEV}, mig_uuid!=""}}', "{{node}} GPU {{gpu}} {{mig_profile}} {{gpu_instance_id}}"),),
+                    (
+                        t(
+                            f'gpulens:gpu_activity:ratio_avg5m{{{DEV}, mig_uuid!=""}}',
+                            "{{node}} GPU {{gpu}} {{mig_profile}} {{gpu_instance_id}}",
+                        ),
+                    ),
                     unit=PCT,
                     width=24,
                     max=1,
@@ -1340,6 +1389,13 @@ def _clock(dev: str) -> tuple[Target, ...]:
         t(f"gpulens_gpu_sm_clock_hertz{{{dev}}}", f"{GPU_LEGEND} SM"),
         limit(f"max by (node, gpu) (gpulens_gpu_sm_clock_max_hertz{{{dev}}})", f"{GPU_LEGEND} max SM clock"),
     )
+
+
+def _xids(dev: str) -> str:
+    """Xid events per GPU in the hour ending at each point, the first event of a code counted too; 0
+    for a GPU without any (an exporter that creates the counter at the first event has no series)."""
+    events = counter_events_promql(f"gpulens_gpu_xid_errors_total{{{dev}}}", "1h")
+    return f"sum by (node, gpu) ({events}) or max by (node, gpu) (gpulens_gpu_info{{{dev}}}) * 0"
 
 
 def _clock_events(dev: str) -> Target:
@@ -1395,14 +1451,20 @@ HEALTH_BOARD = Board(
                     (t(f"min by (cluster, node, stage) (gpulens_stage_success{{{NODE}}})", instant=True),),
                     description="Each exporter's stages and whether the last cycle's run succeeded.",
                     width=6,
-                    table=Table((("node", "Node"), ("stage", "Stage")), ("State",), sort="State", mappings={"State": STAGE_WORDS}),
+                    table=Table(
+                        (("node", "Node"), ("stage", "Stage")),
+                        ("State",),
+                        sort="State",
+                        mappings={"State": STAGE_WORDS},
+                    ),
                 ),
                 Panel(
                     "ECC errors since the driver loaded (volatile)",
                     "table",
                     tuple(
                         t(
-                            f'sum by (cluster, node, gpu) (gpulens_gpu_ecc_errors_total{{{DEV}, severity="{severity}"}})',
+                            "sum by (cluster, node, gpu) "
+                            f'(gpulens_gpu_ecc_errors_total{{{DEV}, severity="{severity}"}})',
                             instant=True,
                         )
                         for severity in ("corrected", "uncorrected")
@@ -1427,7 +1489,10 @@ HEALTH_BOARD = Board(
                         ("Rows remapped", "Waits for a reset", "Remap failed"),
                         sort="Rows remapped",
                         desc=True,
-                        mappings={"Waits for a reset": {"0": "no", "1": "yes"}, "Remap failed": {"0": "no", "1": "yes"}},
+                        mappings={
+                            "Waits for a reset": {"0": "no", "1": "yes"},
+                            "Remap failed": {"0": "no", "1": "yes"},
+                        },
                     ),
                 ),
                 Panel(
@@ -1435,7 +1500,7 @@ HEALTH_BOARD = Board(
                     "timeseries",
                     (
                         t(
-                            f"sum by (node, gpu) ({counter_events_promql(f'gpulens_gpu_xid_errors_total{{{DEV}}}', '1h')})",
+                            _xids(DEV),
                             "{{node}} GPU {{gpu}}",
                         ),
                     ),
@@ -1501,9 +1566,7 @@ HEALTH_BOARD = Board(
                 Panel(
                     "Memory clock",
                     "timeseries",
-                    (
-                        t(f"gpulens_gpu_memory_clock_hertz{{{DEV}}}", f"{GPU_LEGEND} memory clock"),
-                    ),
+                    (t(f"gpulens_gpu_memory_clock_hertz{{{DEV}}}", f"{GPU_LEGEND} memory clock"),),
                     unit="hertz",
                     width=12,
                 ),
@@ -1515,6 +1578,7 @@ HEALTH_BOARD = Board(
                     description="Fan speed over its maximum (absent on passively cooled GPUs).",
                     width=12,
                     max=1,
+                    no_value="No GPU here reports a fan (passively cooled GPUs have none).",
                 ),
             ),
         ),
@@ -1526,12 +1590,17 @@ HEALTH_BOARD = Board(
                     "timeseries",
                     (
                         t(f"gpulens_probe_efficiency_ratio{{{DEV}}}", LEAF + " {{probe}}"),
-                        limit(f"max by (node, gpu) (gpulens_gpu_info{{{DEV}}}) * {definitions.PROBE_SLOW_EFFICIENCY_BELOW}", "slow below"),
+                        limit(
+                            f"max by (node, gpu) (gpulens_gpu_info{{{DEV}}})"
+                            f" * {definitions.PROBE_SLOW_EFFICIENCY_BELOW}",
+                            "slow below",
+                        ),
                     ),
                     unit=PCT,
                     description="Cached results of the gated bandwidth probes over what a healthy GPU of the model "
                     f"reaches; below {definitions.PROBE_SLOW_EFFICIENCY_BELOW:.0%} is slow.",
                     width=12,
+                    no_value="No probe result cached (probes off, or not run yet).",
                 ),
                 Panel(
                     "Exporter",
@@ -1548,8 +1617,14 @@ HEALTH_BOARD = Board(
                     "Exporter errors (per hour)",
                     "timeseries",
                     (
-                        t(f"sum by (node, code) (increase(gpulens_nvml_errors_total{{{NODE}}}[1h]))", "{{node}} NVML {{code}}"),
-                        t(f"sum by (node, family) (increase(gpulens_render_errors_total{{{NODE}}}[1h]))", "{{node}} render {{family}}"),
+                        t(
+                            f"sum by (node, code) (increase(gpulens_nvml_errors_total{{{NODE}}}[1h]))",
+                            "{{node}} NVML {{code}}",
+                        ),
+                        t(
+                            f"sum by (node, family) (increase(gpulens_render_errors_total{{{NODE}}}[1h]))",
+                            "{{node}} render {{family}}",
+                        ),
                         t(
                             f"sum by (node, reason) (increase(gpulens_unmapped_devices_total{{{NODE}}}[1h]))",
                             "{{node}} unmapped device {{reason}}",
@@ -1558,11 +1633,17 @@ HEALTH_BOARD = Board(
                     description="NVML calls that failed, families that could not be rendered and kubelet devices "
                     "matching no GPU, in the hour ending at each point.",
                     width=12,
+                    no_value="No NVML, render or kubelet device error in the range.",
                 ),
                 Panel(
                     "Kubelet attribution age",
                     "timeseries",
-                    (t(f"time() - max by (node) (gpulens_podresources_last_success_timestamp_seconds{{{NODE}}})", "{{node}}"),),
+                    (
+                        t(
+                            f"time() - max by (node) (gpulens_podresources_last_success_timestamp_seconds{{{NODE}}})",
+                            "{{node}}",
+                        ),
+                    ),
                     unit="s",
                     description="Seconds since each exporter last read the kubelet's pod resources.",
                     width=12,
@@ -1609,7 +1690,11 @@ GPU_BOARD = Board(
                     "timeseries",
                     (
                         t(f"gpulens:gpu_activity:ratio_avg5m{{{ONE}}}", f"{LEAF} activity"),
-                        t(f"gpulens:gpu_kernels_active:bool{{{ONE}}}", f"{LEAF} kernels running"),
+                        t(
+                            f"gpulens:gpu_kernels_active:bool{{{CL}}}"
+                            f" * on (uuid, mig_uuid) group_left (node, gpu, mig_profile) {leaf_of(ONE)}",
+                            f"{LEAF} kernels running",
+                        ),
                         t(f"gpulens:gpu_transfer:ratio_avg5m{{{ONE}}}", f"{LEAF} transfer share"),
                         t(f"gpulens:gpu_idle:bool{{{ONE}}}", f"{LEAF} idle"),
                     ),
@@ -1680,8 +1765,14 @@ GPU_BOARD = Board(
                     "Errors (per hour)",
                     "timeseries",
                     (
-                        t(f"sum by (node, gpu) ({counter_events_promql(f'gpulens_gpu_xid_errors_total{{{ONE}}}', '1h')})", f"{GPU_LEGEND} Xid"),
-                        t(f"sum by (node, gpu, severity) (increase(gpulens_gpu_ecc_errors_total{{{ONE}}}[1h]))", f"{GPU_LEGEND} ECC {{{{severity}}}}"),
+                        t(
+                            _xids(ONE),
+                            f"{GPU_LEGEND} Xid",
+                        ),
+                        t(
+                            f"sum by (node, gpu, severity) (increase(gpulens_gpu_ecc_errors_total{{{ONE}}}[1h]))",
+                            f"{GPU_LEGEND} ECC {{{{severity}}}}",
+                        ),
                     ),
                     width=12,
                 ),
@@ -1690,14 +1781,20 @@ GPU_BOARD = Board(
                     "table",
                     (
                         t(
-                            f"max by (cluster, node, gpu, name, driver_version, pci_bus_id, mig_mode) (gpulens_gpu_info{{{ONE}}})",
+                            "max by (cluster, node, gpu, name, driver_version, pci_bus_id, mig_mode) "
+                            f"(gpulens_gpu_info{{{ONE}}})",
                             instant=True,
                         ),
                     ),
                     width=12,
                     table=Table(
-                        (*NODE_GPU, ("name", "Model"), ("driver_version", "Driver"), ("pci_bus_id", "PCI address"),
-                         ("mig_mode", "MIG mode")),  # fmt: skip
+                        (
+                            *NODE_GPU,
+                            ("name", "Model"),
+                            ("driver_version", "Driver"),
+                            ("pci_bus_id", "PCI address"),
+                            ("mig_mode", "MIG mode"),
+                        ),
                         (None,),
                         sort="Node",
                     ),

@@ -1,7 +1,8 @@
 """Render the Helm chart into the plain manifests under deploy/manifests/ (for kubectl users).
 
 Also copies the canonical rules file into the chart, and builds the Grafana dashboards
-(scripts/grafana_dashboard.py) into deploy/grafana/ and the chart's files/grafana/ (one ConfigMap each). ``--check`` renders in memory and exits 1
+(scripts/grafana_dashboard.py) into deploy/grafana/ and the chart's files/grafana/ (one ConfigMap
+each). ``--check`` renders in memory and exits 1
 when the checked-in files drifted from the chart. Rendering uses Helm's own engine through the
 ``helm-python-sdk`` package (libhelm_c), offline, with no helm binary.
 """
