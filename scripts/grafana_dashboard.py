@@ -163,14 +163,14 @@ def _builder(panel: Any) -> Any:
     if panel.kind == "timeseries":
         return timeseries.Panel().legend(_legend()).tooltip(_tooltip()).fill_opacity(0)
     if panel.kind == "state-timeline":
-        b = statetimeline.Panel().legend(_legend()).tooltip(_tooltip()).show_value(common_m.VisibilityMode.NEVER)
-        return b.line_width(0).fill_opacity(70)
+        band = statetimeline.Panel().legend(_legend()).tooltip(_tooltip())
+        return band.show_value(common_m.VisibilityMode.NEVER).line_width(0).fill_opacity(70)
     if panel.kind == "stat":
-        b = stat.Panel().reduce_options(_reduce()).graph_mode(common_m.BigValueGraphMode.NONE)
+        big = stat.Panel().reduce_options(_reduce()).graph_mode(common_m.BigValueGraphMode.NONE)
         if panel.options.get("textMode") == "value_and_name":
-            b = b.text_mode(common_m.BigValueTextMode.VALUE_AND_NAME).color_mode(common_m.BigValueColorMode.NONE)
-            b = b.orientation(common_m.VizOrientation.HORIZONTAL)
-        return b
+            big = big.text_mode(common_m.BigValueTextMode.VALUE_AND_NAME).color_mode(common_m.BigValueColorMode.NONE)
+            big = big.orientation(common_m.VizOrientation.HORIZONTAL)
+        return big
     if panel.kind == "bargauge":
         return (
             bargauge.Panel()
@@ -181,7 +181,7 @@ def _builder(panel: Any) -> Any:
     if panel.kind == "table":
         if panel.table is None:
             raise ValueError(f"table panel {panel.title!r} has no Table (columns, headers)")
-        sort = [common_b.TableSortByFieldState().display_name(panel.table.sort).desc(panel.table.desc)]
+        sort: list[Any] = [common_b.TableSortByFieldState().display_name(panel.table.sort).desc(panel.table.desc)]
         return table.Panel().show_header(True).sort_by(sort if panel.table.sort else [])
     raise ValueError(f"panel {panel.title!r}: unknown kind {panel.kind!r}")
 

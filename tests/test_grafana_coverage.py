@@ -353,7 +353,7 @@ def test_every_table_is_instant_organised_sorted_and_names_node_gpu_and_pod() ->
 
 
 def test_threshold_lines_are_the_gpus_own_limits_drawn_dashed() -> None:
-    limits = {
+    limits: dict[str, set[str]] = {
         "Temperature": {"gpulens_gpu_temperature_threshold_celsius"},
         "HBM temperature": {"gpulens_gpu_temperature_threshold_celsius"},
         "Power": {"gpulens_gpu_power_limit_watts"},
@@ -363,7 +363,7 @@ def test_threshold_lines_are_the_gpus_own_limits_drawn_dashed() -> None:
         assert series in BY_NAME, f"{series} is not exported"
     for uid in ("gpulens-health", "gpulens-gpu"):
         by_title = {p["title"]: p for p in panels(docs()[uid])}
-        for title, series in limits.items():
+        for title, of_limit in limits.items():
             p = by_title[title]
             dashed = {
                 o["matcher"]["options"] for o in p["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byFrameRefID"
@@ -371,7 +371,7 @@ def test_threshold_lines_are_the_gpus_own_limits_drawn_dashed() -> None:
             lines = [t for t in p["targets"] if t["refId"] in dashed]
             assert lines, (uid, title)
             for t in lines:
-                assert series_read(t["expr"]) & series, (uid, title, t["expr"])
+                assert series_read(t["expr"]) & of_limit, (uid, title, t["expr"])
                 assert not re.fullmatch(r"[\d.]+", t["expr"]), "a limit is the GPU's series, not a constant"
         temperature = " ".join(t["expr"] for t in by_title["Temperature"]["targets"])
         assert 'threshold="slowdown"' in temperature and 'threshold="shutdown"' in temperature
