@@ -16,14 +16,10 @@ The live half (every query on a real Prometheus) is tests/test_grafana_dashboard
 from __future__ import annotations
 
 import enum
-import importlib.util
 import json
 import re
-import sys
 import types
 import typing
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,10 +32,8 @@ from dashboard import definitions
 from dashboard.frames.health import NOT_THROTTLING
 from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
 from exporter.render.metrics import BY_NAME
+from tests.support.grafana import CHART_GRAFANA, GRAFANA, REPO, docs, gd, gp, panels
 
-REPO = Path(__file__).resolve().parents[1]
-GRAFANA = REPO / "deploy" / "grafana"
-CHART_GRAFANA = REPO / "deploy" / "helm" / "gpulens" / "files" / "grafana"
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 PROMETHEUS_SERIES = frozenset({"ALERTS"})
 """Series Prometheus itself makes that a panel may read (the rule file's firing alerts)."""
@@ -47,29 +41,6 @@ INTERNAL_RULES: frozenset[str] = frozenset()
 """Recording rules no panel needs to show (none today: every rule is on a panel)."""
 RULE_DEFINITIONS = ("dashboard/definitions.py", "dashboard/jobs.py")
 """Where the rules are written (not read): left out of what the pages use."""
-
-
-def _load() -> ModuleType:
-    # scripts/ is not a package: loaded from its file, as scripts/render_manifests.py loads it
-    spec = importlib.util.spec_from_file_location("grafana_dashboard", REPO / "scripts" / "grafana_dashboard.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(sys.modules[spec.name])
-    return sys.modules[spec.name]
-
-
-gd = _load()
-gp = sys.modules["grafana_panels"]
-
-
-def docs() -> dict[str, dict[str, Any]]:
-    """uid -> the shipped JSON model of each board."""
-    return {b.uid: json.loads((GRAFANA / gd.file_name(b)).read_text()) for b in gd.BOARDS}
-
-
-def panels(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in doc["panels"] if p["type"] != "row"]
 
 
 def all_panels() -> list[tuple[str, dict[str, Any]]]:

@@ -35,8 +35,8 @@ import yaml
 from dashboard.frames.fleet import fleet_counts
 from dashboard.sources.prometheus import PrometheusSource
 from tests.support.exporter import run_exporter
+from tests.support.grafana import docs, gp, panels
 from tests.support.prometheus import query, run_prometheus, wait_for_query
-from tests.test_grafana_coverage import docs, gp, panels
 
 pytestmark = pytest.mark.integration
 
