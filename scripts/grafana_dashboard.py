@@ -70,19 +70,22 @@ def file_name(board: Any) -> str:
 
 
 # --- variables -------------------------------------------------------------------------------------
-def _variable(name: str, label: str, query: str) -> dash_b.QueryVariable:
-    return (
+def _variable(name: str, label: str, query: str, single: bool = False) -> dash_b.QueryVariable:
+    """A query variable: multi-valued with "All" (sent as ``.*``), or, ``single``, one value (Grafana
+    selects the first); GPU indices sorted as numbers."""
+    sort = dash_m.VariableSort.NUMERICAL_ASC if name == "gpu" else dash_m.VariableSort.ALPHABETICAL_ASC
+    v = (
         dash_b.QueryVariable(name)
         .label(label)
         .query(query)
         .datasource(DATASOURCE)
         .refresh(dash_m.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .include_all(True)
-        .multi(True)
-        .all_value(".*")
-        .current(dash_m.VariableOption(selected=True, text=["All"], value=["$__all"]))
-        .sort(dash_m.VariableSort.ALPHABETICAL_ASC)
+        .sort(sort)
     )
+    if single:
+        return v.include_all(False).multi(False)
+    all_ = dash_m.VariableOption(selected=True, text=["All"], value=["$__all"])
+    return v.include_all(True).multi(True).all_value(".*").current(all_)
 
 
 VARIABLE_QUERIES: tuple[tuple[str, str, str], ...] = (
@@ -98,9 +101,9 @@ VARIABLE_QUERIES: tuple[tuple[str, str, str], ...] = (
 """(name, label, query) of the query variables: the GPU by its index on the chosen node(s), as 12239."""
 
 
-def _variables() -> list[Any]:
+def _variables(single: Sequence[str] = ()) -> list[Any]:
     source = dash_b.DatasourceVariable("datasource").label("Data source").type("prometheus")
-    return [source, *(_variable(*v) for v in VARIABLE_QUERIES)]
+    return [source, *(_variable(*v, single=v[0] in single) for v in VARIABLE_QUERIES)]
 
 
 # --- panels ----------------------------------------------------------------------------------------
@@ -205,6 +208,8 @@ def panel_builder(panel: Any, pid: int, titles: Mapping[str, str]) -> Any:
         b = b.min(0).max(panel.max)
     if panel.no_value:
         b = b.no_value(panel.no_value)
+    if panel.mappings:
+        b = b.mappings(_mapping(panel.mappings))
     if panel.link:
         b = b.links([_link(panel.link, f"Open {titles[panel.link]}")])
     for i, target in enumerate(panel.targets):
@@ -239,7 +244,7 @@ def board_builder(board: Any) -> dash_b.Dashboard:
         .timezone("")
         .refresh("1m")
         .version(1)
-        .variables(_variables())
+        .variables(_variables(board.single))
         .links([_link(b.uid, b.title.removeprefix("gpulens / ")) for b in BOARDS if b.uid != board.uid])
     )
     pid = 1

@@ -29,6 +29,7 @@ from dashboard.definitions import counter_events_promql
 from dashboard.frames import health
 from dashboard.frames.jobs import SLOWDOWN_WORDS
 from dashboard.frames.network import GDR_REASONS, PATH_WORDS, PORT_STATES
+from exporter.model import BOUNDNESS_CLASSES
 from exporter.render.metrics import BY_NAME
 
 # --- the template variables' matchers --------------------------------------------------------------
@@ -137,6 +138,8 @@ class Board:
     title: str
     description: str
     rows: tuple[tuple[str, tuple[Panel, ...]], ...]
+    single: tuple[str, ...] = ()
+    """Variables that take one value, no "All" (the one-GPU board's node and GPU)."""
 
 
 def t(expr: str, legend: str = "", instant: bool = False) -> Target:
@@ -1656,6 +1659,23 @@ HEALTH_BOARD = Board(
 
 # --- one GPU -----------------------------------------------------------------------------------------
 ONE = 'cluster=~"$cluster", node=~"$node", gpu=~"$gpu"'
+WHOLE = f'{ONE}, mig_uuid=""'
+"""The picked GPU as a whole (its MIG instances, if any, have panels of their own)."""
+INSTANCES = f'{ONE}, mig_uuid!=""'
+CLASS_NUMBERS: Mapping[str, str] = MappingProxyType({str(i + 1): c for i, c in enumerate(BOUNDNESS_CLASSES)})
+"""Each boundness class as a number (a state timeline colours values; the mapping names them)."""
+
+
+def class_band(dev: str) -> str:
+    """Each leaf's class as its number in ``CLASS_NUMBERS``: one band per leaf, coloured by class."""
+    each = " or ".join(
+        f'(max by (node, gpu, mig_profile, gpu_instance_id) (gpulens_gpu_boundness{{{dev}, class="{c}"}} == 1)'
+        f" * 0 + {n})"
+        for n, c in CLASS_NUMBERS.items()
+    )
+    return f"max by (node, gpu, mig_profile, gpu_instance_id) ({each})"
+
+
 GPU_BOARD = Board(
     GPU,
     "gpulens / One GPU",
@@ -1689,14 +1709,14 @@ GPU_BOARD = Board(
                     "Idle verdict and what it reads",
                     "timeseries",
                     (
-                        t(f"gpulens:gpu_activity:ratio_avg5m{{{ONE}}}", f"{LEAF} activity"),
+                        t(f"gpulens:gpu_activity:ratio_avg5m{{{WHOLE}}}", "activity"),
                         t(
                             f"gpulens:gpu_kernels_active:bool{{{CL}}}"
-                            f" * on (uuid, mig_uuid) group_left (node, gpu, mig_profile) {leaf_of(ONE)}",
-                            f"{LEAF} kernels running",
+                            f" * on (uuid, mig_uuid) group_left (node, gpu, mig_profile) {leaf_of(WHOLE)}",
+                            "kernels running",
                         ),
-                        t(f"gpulens:gpu_transfer:ratio_avg5m{{{ONE}}}", f"{LEAF} transfer share"),
-                        t(f"gpulens:gpu_idle:bool{{{ONE}}}", f"{LEAF} idle"),
+                        t(f"gpulens:gpu_transfer:ratio_avg5m{{{WHOLE}}}", "transfer share"),
+                        t(f"gpulens:gpu_idle:bool{{{WHOLE}}}", "idle"),
                     ),
                     unit=PCT,
                     description="The idle verdict (1 idle) and its inputs: activity over 5 m, kernels running "
@@ -1709,30 +1729,59 @@ GPU_BOARD = Board(
                     "Utilisation and activity",
                     "timeseries",
                     (
-                        t(f"gpulens_gpu_utilization_ratio{{{ONE}}}", f"{GPU_LEGEND} GPU-Util"),
-                        t(f"gpulens_gpu_sm_active_ratio{{{ONE}}}", f"{LEAF} SM active"),
-                        t(f"gpulens_gpu_sm_occupancy_ratio{{{ONE}}}", f"{LEAF} SM occupancy"),
-                        t(f"gpulens_gpu_dram_active_ratio{{{ONE}}}", f"{LEAF} DRAM active"),
-                        t(f"gpulens_gpu_tensor_active_ratio{{{ONE}}}", f"{LEAF} tensor"),
-                        t(f"gpulens_gpu_pipe_active_max_ratio{{{ONE}}}", f"{LEAF} busiest pipe"),
-                        t(f"gpulens_gpu_busy_ratio{{{ONE}}}", f"{LEAF} busy"),
+                        t(f"gpulens_gpu_utilization_ratio{{{ONE}}}", "GPU-Util"),
+                        t(f"gpulens_gpu_sm_active_ratio{{{WHOLE}}}", "SM active"),
+                        t(f"gpulens_gpu_sm_occupancy_ratio{{{WHOLE}}}", "SM occupancy"),
+                        t(f"gpulens_gpu_dram_active_ratio{{{WHOLE}}}", "DRAM active"),
+                        t(f"gpulens_gpu_tensor_active_ratio{{{WHOLE}}}", "tensor"),
+                        t(f"gpulens_gpu_pipe_active_max_ratio{{{WHOLE}}}", "busiest pipe"),
+                        t(f"gpulens_gpu_busy_ratio{{{WHOLE}}}", "busy"),
                     ),
                     unit=PCT,
+                    description="The whole GPU (a GPU in MIG mode: its MIG instances below, one line each).",
                     width=12,
                     max=1,
                 ),
                 Panel(
-                    "Boundness class over time",
-                    "state-timeline",
+                    "Each MIG instance: activity (5 m mean)",
+                    "timeseries",
                     (
                         t(
-                            f"max by (node, gpu, mig_profile, class) (gpulens_gpu_boundness{{{ONE}}} == 1) * 0 + 1",
-                            LEAF + " {{class}}",
+                            f"gpulens:gpu_activity:ratio_avg5m{{{INSTANCES}}}",
+                            "{{mig_profile}} instance {{gpu_instance_id}}",
                         ),
                     ),
-                    description="What limits each device while it works, one band per class it was in.",
+                    unit=PCT,
+                    description="One line per MIG instance: its activity (gpulens:gpu_activity:ratio_avg5m).",
+                    width=12,
+                    max=1,
+                    no_value="This GPU is not in MIG mode.",
+                ),
+                Panel(
+                    "Each MIG instance: memory used",
+                    "timeseries",
+                    (
+                        t(
+                            f"gpulens_gpu_memory_used_bytes{{{INSTANCES}}} / on (uuid, mig_uuid) "
+                            f"gpulens_gpu_memory_total_bytes{{{INSTANCES}}}",
+                            "{{mig_profile}} instance {{gpu_instance_id}}",
+                        ),
+                    ),
+                    unit=PCT,
+                    description="One line per MIG instance: memory used over its memory.",
+                    width=12,
+                    max=1,
+                    no_value="This GPU is not in MIG mode.",
+                ),
+                Panel(
+                    "Boundness class over time",
+                    "state-timeline",
+                    (t(class_band(ONE), "{{mig_profile}} {{gpu_instance_id}}"),),
+                    description="What limits each device while it works: one band per device (the whole GPU, or "
+                    "each MIG instance), coloured by its class.",
                     width=24,
                     height=6,
+                    mappings=CLASS_NUMBERS,
                 ),
             ),
         ),
@@ -1802,6 +1851,7 @@ GPU_BOARD = Board(
             ),
         ),
     ),
+    single=("node", "gpu"),
 )
 
 
