@@ -408,3 +408,16 @@ def test_docs_list_every_dashboard_and_panel_as_the_script_prints_them() -> None
     assert text.split(start, 1)[1].split(end, 1)[0] == gd.markdown(), (
         "run: python scripts/grafana_dashboard.py --markdown, into docs/grafana.md"
     )
+
+
+def test_every_alert_a_panel_names_is_an_alert_of_the_rule_file() -> None:
+    doc = yaml.safe_load(RULES.read_text())
+    alerts = {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    named = set()
+    for _, p in all_panels():
+        for t in p["targets"]:
+            named |= set(re.findall(r'alertname="([^"]+)"', t["expr"]))
+            for regex in re.findall(r'alertname=~"([^"]+)"', t["expr"]):
+                named |= set(regex.split("|"))
+    assert named and named <= alerts, named - alerts
+    assert alerts <= named, "the firing-alerts panels list every alert"
