@@ -1,6 +1,6 @@
 """Build gpulens's Grafana dashboards (deploy/grafana/gpulens-*.json) with Grafana's typed SDK.
 
-Role: turns the boards ``scripts/grafana_panels.py`` declares into Grafana's JSON model through
+Role: turns the boards ``scripts/grafana_panels/`` declares into Grafana's JSON model through
 ``grafana-foundation-sdk`` (builders generated from Grafana's schema, a ``dev`` dependency: this
 runs at build time, never in the exporter). ``scripts/render_manifests.py`` writes the files (and
 the chart's copies) and its ``--check`` fails when they drift; ``python scripts/grafana_dashboard.py
@@ -36,12 +36,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def _sibling(name: str) -> Any:
-    """scripts/ is not a package: a sibling module loaded from its file (once)."""
+    """scripts/ is not a package: the sibling package ``name`` (a folder) loaded from its files, once."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+        folder = HERE / name
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while it loads
+        sys.modules[name] = module  # its modules import one another relatively, through this entry
         spec.loader.exec_module(module)
     return sys.modules[name]
 

@@ -1,5 +1,5 @@
 """The Grafana dashboards as the tests read them: scripts/grafana_dashboard.py and
-scripts/grafana_panels.py loaded from their files (scripts/ is not a package), and the shipped JSON
+scripts/grafana_panels/ loaded from their files (scripts/ is not a package), and the shipped JSON
 models of deploy/grafana/."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _load() -> Any:
 gd = _load()
 """scripts/grafana_dashboard.py: the SDK builder."""
 gp = sys.modules["grafana_panels"]
-"""scripts/grafana_panels.py: the boards' declarations."""
+"""scripts/grafana_panels/: the boards' declarations, one module per board."""
 
 
 def docs() -> dict[str, dict[str, Any]]:
