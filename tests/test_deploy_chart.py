@@ -972,12 +972,17 @@ def test_nic_ceilings_are_the_flags_defaults_and_values_set_them() -> None:
     assert {"--collect.nic.max-devices=8", "--collect.nic.max-counters=100000"} <= set(args)
 
 
-def test_grafana_dashboard_config_map_is_opt_in_and_labelled_for_the_sidecar() -> None:
+def test_grafana_dashboards_are_opt_in_one_config_map_each_labelled_for_the_sidecar() -> None:
     assert not [o for o in objects() if o["kind"] == "ConfigMap"]
-    cm = one(objects(VARIANTS["dcgm-compat-and-grafana-dashboard"]), "ConfigMap", "grafana-dashboard")
-    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert cm["metadata"]["namespace"] == "monitoring"
-    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
-    shipped = (REPO / "deploy" / "grafana" / "gpulens.json").read_text()
-    assert cm["data"]["gpulens.json"] == shipped.rstrip("\n")
-    assert "{{namespace}}" in cm["data"]["gpulens.json"], "legend templates pass through Helm verbatim"
+    cms = [o for o in objects(VARIANTS["dcgm-compat-and-grafana-dashboard"]) if o["kind"] == "ConfigMap"]
+    shipped = {p.name: p.read_text() for p in (REPO / "deploy" / "grafana").glob("*.json")}
+    assert len(shipped) == 8
+    assert {name for cm in cms for name in cm["data"]} == set(shipped), "every dashboard of deploy/grafana/"
+    for cm in cms:
+        ((name, text),) = cm["data"].items()
+        assert cm["metadata"]["name"] == "gpulens-grafana-" + name.removeprefix("gpulens-").removesuffix(".json")
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["namespace"] == "monitoring"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
+        assert text == shipped[name].rstrip("\n")
+        assert "{{" in text, "legend templates ({{node}} ...) pass through Helm verbatim"
