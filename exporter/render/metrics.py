@@ -1264,6 +1264,12 @@ def markdown() -> str:
         "`mig_profile`) are empty on whole-GPU series. The *per* column says what a series is",
         "exported once per (its scope, in `exporter/render/scopes.py`).",
         "",
+        "Every series, the `--compat.dcgm` ones included, also carries `node`, this node's name:",
+        "`--kubernetes.node-name` / `NODE_NAME` (the chart sets it from the pod's `spec.nodeName`),",
+        "else a simulated node's scenario (`jobs-0`), else the host name (`exporter/node_label.py`).",
+        "It is not listed in the tables below. Under `honor_labels` Prometheus keeps it as it is",
+        "(docs/deploy.md, \"The `node` label\").",
+        "",
     ]
     out += ["## Scopes", "", "| per | covers | identity labels |", "|---|---|---|"]
     for scope in SCOPES:
