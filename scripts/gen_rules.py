@@ -969,8 +969,9 @@ usually caused by the application that ran on it. {{ with query (printf "gpulens
 """,
                 comment="""\
 Every other Xid: usually the application (13, 31, 43, 45...) or a recorded row remap (63):
-events of the last <<window>>. The counter is created by the first event, which increase() cannot
-see, so a series that is new since <<window>> ago counts too (only if the target was scraped then,
+events of the last <<window>>. A code's counter is created by its first event, which increase() cannot
+see, so a series that is new since <<window>> ago counts too (each GPU's series without xid, 0 from
+the exporter's first scrape, is new once too: `> 0` keeps it out) (only if the target was scraped then,
 so a Prometheus restart does not raise it): dashboard/definitions.py's
 counter_events_promql, which the Health page's Xid panel reads too.
 """,
