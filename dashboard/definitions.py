@@ -93,7 +93,7 @@ PROBE_SLOW_WINDOW = "3h"
 def counter_events_promql(series: str, window: str) -> str:
     """How many events a counter ``series`` (a selector) counted in the last ``window``, the first
     one included: ``increase()``, or the whole count of a series that did not exist ``window`` ago
-    (the exporter creates an Xid counter at its first event, and ``increase()`` misses a series'
+    (the exporter creates an Xid code's counter at its first event, and ``increase()`` misses a series'
     first sample), only where the target was scraped then (so a new Prometheus does not count an
     old exporter's whole history). The ``GPUXidError`` warning alert reads the same."""
     return (

@@ -19,6 +19,7 @@ from exporter.config import DEFAULT_PODRESOURCES_SOCKET, ExporterConfig, parse_c
 from exporter.http.server import MetricsServer
 from exporter.http.webconfig import WebConfigError, load_web_config
 from exporter.model import Snapshot
+from exporter.node_label import node_label_value
 from exporter.render.collector import CachedExposition, SnapshotCollector
 from exporter.sampler import Attributor, Classifier, ProbeScheduler, Sampler, SamplerOptions
 
@@ -183,7 +184,8 @@ def make_network(cfg: ExporterConfig, simulation: Simulation | None) -> NetworkS
 
 
 def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
-    """Wire the pipeline without starting threads (tests use this)."""
+    """Wire the pipeline without starting threads (tests use this).  Every series is labelled with
+    this node's name (``exporter.node_label``): the API watch, if any, reads ``cfg.node_name`` alone."""
     backend, simulation = open_gpus(cfg)
     network = make_network(cfg, simulation)
     sampler = Sampler(
@@ -196,10 +198,11 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
     )
     checks: dict[str, Callable[[Snapshot], bool]] = {}
     tails: list[Callable[[Snapshot, bool], bytes]] = []
+    node = node_label_value(cfg.node_name, cfg.sim_scenario if simulation is not None else "")
     if cfg.compat_dcgm:
         from exporter.render.compat_dcgm import DcgmCompatRenderer, default_hostname
 
-        compat = DcgmCompatRenderer(default_hostname(cfg.node_name))
+        compat = DcgmCompatRenderer(default_hostname(cfg.node_name), node)
         checks["compat_dcgm"] = compat.ok
         tails.append(compat.text)
     collector = SnapshotCollector(
@@ -209,6 +212,7 @@ def build(cfg: ExporterConfig) -> tuple[Sampler, CachedExposition, GpuBackend]:
         include_age=False,
         render_checks=checks,
         label_rewrites=label_values.rewritten,
+        node=node,
     )
     exposition = CachedExposition(collector, sampler.latest, tails=tails)
     sampler.after_publish = exposition.prepare

@@ -271,7 +271,15 @@ _FLAGS: list[tuple[str, Callable[[str], Any], Any, str]] = [
         DEFAULT_PODRESOURCES_SOCKET,
         "Kubelet PodResources socket; empty disables pod attribution from the kubelet.",
     ),
-    ("--kubernetes.node-name", _node_name, "", "This node's name for the API watch (default: $NODE_NAME)."),
+    (
+        "--kubernetes.node-name",
+        _node_name,
+        "",
+        "This node's name (default: $NODE_NAME, which the chart sets from the downward API): the node label "
+        "of every series, and the node whose pods and ResourceSlices the API watch selects with "
+        "--kubernetes.api (a name alone starts no watch). Empty: series are labelled with the simulated "
+        "scenario's name (jobs-0) with --backend sim, else with the host name, and no API watch starts.",
+    ),
     (
         "--kubernetes.refresh-interval",
         duration_between(0.1, 86400),

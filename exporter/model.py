@@ -439,7 +439,10 @@ class PodUsage:
     pod: PodRef
     uuid: str
     memory_used_bytes: int | None = None
-    sm_share_ratio: float | None = None
+    kernel_time_ratio: float | None = None
+    """Share of the driver's sampled time in which a kernel of the container's processes ran on the
+    GPU (NVML per-process utilisation, summed over its processes, at most 1): time, not SM activity
+    (one small kernel counts as much as a full GPU's)."""
 
 
 @dataclass(frozen=True)

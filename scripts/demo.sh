@@ -34,8 +34,13 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT INT TERM
 
 urls=()
+# Each exporter names its node (the node label of every series, what every page shows): the
+# simulated node's name, jobs-0 and jobs-1 for "jobs". With real GPUs (--backend auto found a
+# driver) NODE_NAME is left to the environment, else the exporter uses this host's name.
 for i in "${!NODES[@]}"; do
-  .venv/bin/python -m exporter --backend "$BACKEND" --sim.scenario "${NODES[$i]}" \
+  node=${NODE_NAME:-}
+  if [ "$BACKEND" = sim ] || [ "${#NODES[@]}" -gt 1 ]; then node=${NODES[$i]}; fi
+  NODE_NAME="$node" .venv/bin/python -m exporter --backend "$BACKEND" --sim.scenario "${NODES[$i]}" \
     --web.listen-address "127.0.0.1:${PORTS[$i]}" &
   pids+=($!)
   urls+=("http://127.0.0.1:${PORTS[$i]}/metrics")

@@ -81,6 +81,11 @@ class Alert:
     comment: str = ""
     blank_before: bool = False
     generated: bool = False
+    window: str = ""
+    """The PromQL duration the condition reads over (a mean's window, an increase's range), ``""``
+    where it reads a level now. With ``for_`` it says what the alert measures: a 5 m mean held for
+    30 m has been true of the last 35 minutes (``<<held>>``). A declared ``expr`` writes it as
+    ``<<window>>``, so the expression and the words quote one value."""
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,11 @@ def condition(
     comment: str = "",
     *,
     blank_before: bool = False,
+    window: str = "",
 ) -> Alert:
-    """An alert whose condition ``expr`` a definitions module writes (laid out by :func:`layout`)."""
-    return Alert(name, expr, severity, summary, description, for_, labels or {}, comment, blank_before, True)
+    """An alert whose condition ``expr`` a definitions module writes (laid out by :func:`layout`);
+    ``window``: the definitions' constant the expression reads over (:class:`Alert`)."""
+    return Alert(name, expr, severity, summary, description, for_, labels or {}, comment, blank_before, True, window)
 
 
 # --- layout of generated PromQL ---------------------------------------------------------------
@@ -265,14 +272,20 @@ def sole_holder_promql(cond: str) -> str:
     )
 
 
+XID_EVENTS_WINDOW = "10m"
+"""The range in which an application Xid's events page (the warning ``GPUXidError``)."""
+
+
 def xid_promql(*, hardware: bool) -> str:
     """The ``GPUXidError`` conditions: a hardware Xid's level (it holds until the exporter's count
-    restarts), or any other Xid's events of the last 10 m (``definitions.counter_events_promql``,
-    which the Health page's Xid panel reads too)."""
+    restarts), or any other Xid's events of the last ``XID_EVENTS_WINDOW``
+    (``definitions.counter_events_promql``, which the Health page's Xid panel reads too). Each
+    GPU's series without ``xid`` (0 from the exporter's first scrape) is never a code: ``> 0``
+    keeps it out of both."""
     xids = "|".join(map(str, HARDWARE_XIDS))
     if hardware:
         return sole_holder_promql(f'gpulens_gpu_xid_errors_total{{xid=~"{xids}"}} > 0')
-    events = definitions.counter_events_promql(f'gpulens_gpu_xid_errors_total{{xid!~"{xids}"}}', "10m")
+    events = definitions.counter_events_promql(f'gpulens_gpu_xid_errors_total{{xid!~"{xids}"}}', XID_EVENTS_WINDOW)
     return sole_holder_promql(f"{events} > 0")
 
 
@@ -642,13 +655,14 @@ max by (cluster, namespace, pod, workload_kind, workload) (
 """,
                 severity="warning",
                 for_="15m",
-                summary="{{ $labels.namespace }}/{{ $labels.pod }} moves RDMA traffic without GPUDirect RDMA",
+                window=definitions.MEAN_WINDOW,
+                summary="{{ $labels.namespace }}/{{ $labels.pod }} has moved RDMA traffic without GPUDirect RDMA for <<held>>",
                 description="""\
 {{ $labels.namespace }}/{{ $labels.pod }}{{ with $labels.workload }} ({{ $labels.workload_kind }} {{ . }}){{ end }} holds GPUs{{ with query (printf `max by (node, instance) (gpulens_pod_gpu_allocation{cluster=%q,namespace=%q,pod=%q})` $labels.cluster $labels.namespace $labels.pod) }}{{ with . | first }} on {{ with .Labels.node }}{{ . }}{{ else }}{{ .Labels.instance }}{{ end }}{{ end }}{{ end }}
 for which no NIC is ready for GPUDirect RDMA (reason: {{ range $i, $r := query (printf `count by (reason) (gpulens_gpu_nic_gdr_ready{cluster=%q} == 0 and on (cluster, instance, uuid, device) gpulens_gpu_nic_path_info{nearest="true"} and on (cluster, instance, uuid) gpulens_pod_gpu_allocation{cluster=%q,namespace=%q,pod=%q})` $labels.cluster $labels.cluster $labels.namespace $labels.pod) | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }}{{ else }}unknown{{ end }}),
 while {{ if query (printf `gpulens_pod_nic_allocation{cluster=%q,namespace=%q,pod=%q,device!=""}` $labels.cluster $labels.namespace $labels.pod) }}the NICs it holds{{ else }}its node's NICs that no pod holds{{ end }}
-move {{ $value | humanize }}B/s (sent plus received, 5 m mean): its RDMA traffic is staged
-through host memory.
+move {{ $value | humanize }}B/s (sent plus received, mean over <<window>>), and have for <<held>>
+(means over <<window>>, held for <<for>>): its RDMA traffic is staged through host memory.
 """,
                 comment="""\
 A pod whose RDMA traffic goes through host memory: it holds a GPU that has no NIC ready for
@@ -794,12 +808,13 @@ communication share. Labels: the job leaf's and gpu.
                 expr="gpulens:job_straggler:info",
                 severity="warning",
                 for_="15m",
-                summary="{{ $labels.workload_kind }} {{ $labels.namespace }}/{{ $labels.workload }} waits on GPU {{ $labels.gpu }} of {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}",
+                window=definitions.MEAN_WINDOW,
+                summary="{{ $labels.workload_kind }} {{ $labels.namespace }}/{{ $labels.workload }} has waited on GPU {{ $labels.gpu }} of pod {{ $labels.pod }} on <<node>> for <<held>>",
                 description="""\
 The other GPUs of {{ $labels.workload_kind }} {{ $labels.namespace }}/{{ $labels.workload }} spend
 {{ $value | humanizePercentage }} of their time waiting in collectives, GPU {{ $labels.gpu }}
-({{ $labels.uuid }}) of pod {{ $labels.pod }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} far less:
-the whole job runs at its pace.
+({{ $labels.uuid }}) of pod {{ $labels.pod }} on <<node>> far less, for <<held>>
+(means over <<window>>, held for <<for>>): the whole job runs at its pace.
 {{ if eq $labels.reason "input" }}Its GPU sits idle for part of each step while its peers spin: it waits for its input
 (data loading, host-side preprocessing, storage).{{ else }}It computes while its peers wait: look for slow clocks or throttling
 (SM clock {{ with query (printf `avg_over_time(gpulens_gpu_sm_clock_hertz{uuid=%q}[15m]) / on (uuid) gpulens_gpu_sm_clock_max_hertz{uuid=%q}` $labels.uuid $labels.uuid) }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} of its maximum over 15 m;
@@ -807,7 +822,8 @@ clock events: {{ range $i, $r := query (printf `max by (reason) (max_over_time(g
 """,
                 comment="""\
 A multi-GPU job waits on one of its GPUs: its peers spend a quarter of their time or more in
-collectives waiting for it, for 15 m (gpulens:job_straggler:info; reason compute or input).
+collectives waiting for it (means over <<window>>), for <<for>> (gpulens:job_straggler:info; reason
+compute or input).
 """,
                 blank_before=True,
             ),
@@ -816,18 +832,20 @@ collectives waiting for it, for 15 m (gpulens:job_straggler:info; reason compute
                 expr=jobs.communication_bound_promql(),
                 severity="warning",
                 for_="30m",
-                summary="{{ $labels.workload_kind }} {{ $labels.namespace }}/{{ $labels.workload }} spends {{ $value | humanizePercentage }} of its GPU time communicating",
+                window=definitions.MEAN_WINDOW,
+                summary="{{ $labels.workload_kind }} {{ $labels.namespace }}/{{ $labels.workload }} has spent {{ $value | humanizePercentage }} of its GPU time communicating for <<held>>",
                 description="""\
 {{ $labels.workload_kind }} {{ $labels.namespace }}/{{ $labels.workload }} spends {{ $value | humanizePercentage }}
 of its GPUs' time waiting in collectives (class communication), on
 {{ with query (printf `gpulens:job_gpus:count{cluster=%q,namespace=%q,workload_kind=%q,workload=%q}` $labels.cluster $labels.namespace $labels.workload_kind $labels.workload) }}{{ . | first | value }}{{ end }} GPUs over
 {{ with query (printf `gpulens:job_nodes:count{cluster=%q,namespace=%q,workload_kind=%q,workload=%q}` $labels.cluster $labels.namespace $labels.workload_kind $labels.workload) }}{{ . | first | value }}{{ end }} nodes,
-and no single GPU holds it back: the interconnect sets its pace. Check GPUDirect RDMA, the
+and no single GPU holds it back, for <<held>> (means over <<window>>, held for <<for>>): the
+interconnect sets its pace. Check GPUDirect RDMA, the
 NICs its pods hold and their traffic, and whether it would fit on fewer nodes (the advisor).
 """,
                 comment="""\
 A multi-GPU job spends <<communication_bound>> of its GPU time or more in collectives with no straggler to explain
-it, for 30 m: the interconnect (NICs, GPUDirect RDMA, placement) sets its pace.
+it (means over <<window>>), for <<for>>: the interconnect (NICs, GPUDirect RDMA, placement) sets its pace.
 """,
                 blank_before=True,
             ),
@@ -841,14 +859,16 @@ it, for 30 m: the interconnect (NICs, GPUDirect RDMA, placement) sets its pace.
                 expr=definitions.allocated_idle_alert_promql(),
                 severity="warning",
                 for_="30m",
-                summary="GPU held by {{ $labels.namespace }}/{{ $labels.pod }} has been idle for 30 minutes",
+                window=definitions.MEAN_WINDOW,
+                summary="GPU {{ $labels.gpu }} on <<node>> held by {{ $labels.namespace }}/{{ $labels.pod }} has been idle for <<held>>",
                 description="""\
 Container {{ $labels.container }} of {{ $labels.namespace }}/{{ $labels.pod }}
 ({{ $labels.workload_kind }} {{ $labels.workload }}) holds GPU {{ $labels.gpu }}
 ({{ $labels.uuid }}{{ with $labels.mig_uuid }} {{ . }}{{ end }}) on
-{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}; {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its
+<<node>>; {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its
 activity (no GPM on this GPU: GPU-Util, or for a MIG instance its processes) stayed
-under <<idle>>{{ else }}its SMs were active under <<idle>> of the time{{ end }} for 30 minutes.
+under <<idle>>{{ else }}its SMs were active under <<idle>> of the time{{ end }} for <<held>>
+(means over <<window>>, held for <<for>>).
 """,
                 comment="""\
 Follows the idle verdict: a launch- or transfer-bound leaf is busy, so it never fires there.
@@ -859,11 +879,12 @@ Follows the idle verdict: a launch- or transfer-bound leaf is busy, so it never 
                 expr=definitions.underused_alert_promql(),
                 severity="info",
                 for_="10m",
-                summary='GPU held by {{ $labels.namespace }}/{{ $labels.pod }} averaged {{ $value | humanizePercentage }} {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}GPU-Util{{ else }}SM activity{{ end }} over <<underused_window_words>>',
+                window=definitions.UNDERUSED_WINDOW,
+                summary='GPU {{ $labels.gpu }} on <<node>> held by {{ $labels.namespace }}/{{ $labels.pod }} averaged {{ $value | humanizePercentage }} {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}GPU-Util{{ else }}SM activity{{ end }} for <<held>>',
                 description="""\
 {{ $labels.namespace }}/{{ $labels.pod }} ({{ $labels.workload_kind }} {{ $labels.workload }})
 has held GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ with $labels.mig_uuid }} {{ . }}{{ end }})
-for <<underused_window_words>> with {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its GPU-Util (no GPM on this GPU) under <<underused>>{{ else }}its SMs active
+for <<held>> (means over <<window>>, held for <<for>>) with {{ if (query (printf "gpulens_gpu_analysis_info{uuid=%q,signals!=\\"gpm\\"}" $labels.uuid)) }}its GPU-Util (no GPM on this GPU) under <<underused>>{{ else }}its SMs active
 under <<underused>> of the time{{ end }}; a smaller MIG profile or a shared GPU would likely do.
 """,
                 comment="""\
@@ -881,15 +902,16 @@ decides.
                 expr=definitions.launch_bound_alert_promql(),
                 severity="info",
                 for_="20m",
-                summary="{{ $labels.namespace }}/{{ $labels.pod }} is launch-bound: its GPU runs kernels but its SMs idle",
+                window=definitions.LAUNCH_BOUND_WINDOW,
+                summary="{{ $labels.namespace }}/{{ $labels.pod }} has been launch-bound on GPU {{ $labels.gpu }} of <<node>> for <<held>>: its GPU runs kernels but its SMs idle",
                 description="""\
-For 30 minutes GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ with $labels.mig_uuid }} {{ . }}{{ end }})
+For <<held>> (shares over <<window>>, held for <<for>>) GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ with $labels.mig_uuid }} {{ . }}{{ end }})
 of {{ $labels.namespace }}/{{ $labels.pod }} was launch-bound most of the time: kernels keep
 nvidia-smi's GPU-Util up while the SMs are almost never active.
 """,
                 comment="""\
 The pod's own class (gpulens:pod_gpu_boundness:class) was launch in over <<launch_share>> of the
-evaluations of the last <<launch_window>>, for 20 m: a pod on a shared leaf reads "shared", never
+evaluations of the last <<window>>, for <<for>>: a pod on a shared leaf reads "shared", never
 the leaf's launch class, so a neighbour's tiny kernels do not page it.
 """,
                 blank_before=True,
@@ -898,17 +920,18 @@ the leaf's launch class, so a neighbour's tiny kernels do not page it.
                 "GPUMemoryBandwidthDegraded",
                 expr=definitions.probe_degraded_alert_promql(),
                 severity="warning",
-                summary="GPU {{ $labels.gpu }}{{ with $labels.mig_uuid }} MIG instance {{ . }}{{ end }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}: {{ $labels.probe }} bandwidth under <<probe_slow>> of expected in <<probe_runs>> runs in a row",
+                window=definitions.PROBE_SLOW_WINDOW,
+                summary="GPU {{ $labels.gpu }}{{ with $labels.mig_uuid }} MIG instance {{ . }}{{ end }} on <<node>>: {{ $labels.probe }} bandwidth under <<probe_slow>> of expected in <<probe_runs>> runs in a row within <<held>>",
                 description="""\
 The {{ $labels.probe }} probe of GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ with $labels.mig_uuid }},
 MIG instance {{ . }}{{ end }}) on
-{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} measured at best
+<<node>> measured at best
 {{ $value | humanizePercentage }} of the bandwidth expected for its model in each of its
-last three or more runs.
+last <<probe_runs>> or more runs, within <<window>>.
 """,
                 comment="""\
 "Three runs in a row" from cached gauges: the probe's last-success timestamp changed at least
-twice within <<probe_window>> (the value at the window start is a third run; the default probe interval is
+twice within <<window>> (the value at the window start is a third run; the default probe interval is
 1 h), and the highest efficiency of all those runs is below <<probe_slow_ratio>>. A good run resolves it.
 """,
                 blank_before=True,
@@ -917,7 +940,7 @@ twice within <<probe_window>> (the value at the window start is a third run; the
                 "GPUXidError",
                 expr=xid_promql(hardware=True),
                 severity="critical",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} raised Xid {{ $labels.xid }}",
+                summary="GPU {{ $labels.gpu }} on <<node>><<holder>> has raised Xid {{ $labels.xid }} since the exporter started",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) reported Xid {{ $labels.xid }} ({{ $value }} since the exporter
 started), which points at the GPU, its memory, NVLink or the driver rather than the
@@ -938,15 +961,17 @@ alert carries its namespace and pod; the description lists every holder.
                 "GPUXidError",
                 expr=xid_promql(hardware=False),
                 severity="warning",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} raised Xid {{ $labels.xid }}",
+                window=XID_EVENTS_WINDOW,
+                summary="GPU {{ $labels.gpu }} on <<node>><<holder>> raised Xid {{ $labels.xid }} in the last <<held>>",
                 description="""\
-GPU {{ $labels.gpu }} ({{ $labels.uuid }}) reported Xid {{ $labels.xid }}, which is usually
-caused by the application that ran on it. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
+GPU {{ $labels.gpu }} ({{ $labels.uuid }}) reported Xid {{ $labels.xid }} in the last <<window>>, which is
+usually caused by the application that ran on it. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
 """,
                 comment="""\
 Every other Xid: usually the application (13, 31, 43, 45...) or a recorded row remap (63):
-events of the last 10 m. The counter is created by the first event, which increase() cannot
-see, so a series that is new since 10 m ago counts too (only if the target was scraped then,
+events of the last <<window>>. A code's counter is created by its first event, which increase() cannot
+see, so a series that is new since <<window>> ago counts too (each GPU's series without xid, 0 from
+the exporter's first scrape, is new once too: `> 0` keeps it out) (only if the target was scraped then,
 so a Prometheus restart does not raise it): dashboard/definitions.py's
 counter_events_promql, which the Health page's Xid panel reads too.
 """,
@@ -955,7 +980,7 @@ counter_events_promql, which the Health page's Xid panel reads too.
                 "GPUEccUncorrectable",
                 expr=sole_holder_promql('gpulens_gpu_ecc_errors_total{severity="uncorrected"} > 0'),
                 severity="critical",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} has uncorrectable ECC errors",
+                summary="GPU {{ $labels.gpu }} on <<node>><<holder>> has counted uncorrectable ECC errors since the driver loaded",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) counted {{ $value }} uncorrectable ECC errors since
 the driver loaded; data on it may be corrupt. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
@@ -970,17 +995,19 @@ remedy, so the level (not the increase) is the condition and a reset resolves it
                 "GPUThermalThrottling",
                 expr="""\
 (
-  avg_over_time(gpulens_gpu_clock_event_active{reason=~"hw_thermal_slowdown|sw_thermal_slowdown"}[10m])
+  avg_over_time(gpulens_gpu_clock_event_active{reason=~"hw_thermal_slowdown|sw_thermal_slowdown"}[<<window>>])
   and gpulens_gpu_clock_event_active
 )
 > 0.25
 """,
                 severity="warning",
                 for_="5m",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} is thermally throttled",
+                window="10m",
+                summary="GPU {{ $labels.gpu }} on <<node>> has been thermally throttled for <<held>>",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) had its clocks held down by {{ $labels.reason }}
-{{ $value | humanizePercentage }} of the last 10 minutes.
+{{ $value | humanizePercentage }} of the last <<window>>, and over a quarter of the <<window>> before every evaluation
+for <<for>>: <<held>> in all.
 """,
                 blank_before=True,
             ),
@@ -988,7 +1015,7 @@ GPU {{ $labels.gpu }} ({{ $labels.uuid }}) had its clocks held down by {{ $label
                 "GPURowRemapFailure",
                 expr="gpulens_gpu_row_remap_failure == 1",
                 severity="critical",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} failed to remap a memory row",
+                summary="GPU {{ $labels.gpu }} on <<node>> failed to remap a memory row",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) could not remap a failing HBM row: it has no spare
 left for it and needs service. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
@@ -1004,10 +1031,10 @@ Row remapping (HBM): a failed remap means the GPU has run out of spare rows for 
                 expr="gpulens_gpu_row_remap_pending == 1",
                 severity="warning",
                 for_="10m",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} has a row remap waiting for a reset",
+                summary="GPU {{ $labels.gpu }} on <<node>> has had a row remap waiting for a reset for <<held>>",
                 description="""\
-GPU {{ $labels.gpu }} ({{ $labels.uuid }}) remapped a failing HBM row; the remap takes effect at
-the next GPU reset. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
+GPU {{ $labels.gpu }} ({{ $labels.uuid }}) remapped a failing HBM row <<for>> ago or more; the remap
+takes effect at the next GPU reset. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
 """,
             ),
             Alert(
@@ -1022,9 +1049,9 @@ or
 """,
                 severity="warning",
                 for_="15m",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}: PCIe link trained below its maximum",
+                summary="GPU {{ $labels.gpu }} on <<node>>: PCIe link trained below its maximum for <<held>>",
                 description="""\
-GPU {{ $labels.gpu }} ({{ $labels.uuid }}) runs its PCIe link at
+For <<held>>, GPU {{ $labels.gpu }} ({{ $labels.uuid }}) has run its PCIe link at
 {{ with query (printf "gpulens_gpu_pcie_link_generation{uuid=%q}" $labels.uuid) }}Gen{{ . | first | value }}{{ end }}
 x{{ with query (printf "gpulens_gpu_pcie_link_width{uuid=%q}" $labels.uuid) }}{{ . | first | value }}{{ end }}
 where it can train to
@@ -1042,19 +1069,20 @@ under load), so it counts only while the GPU ran kernels half the time or more.
             Alert(
                 "GPUNvlinkErrors",
                 expr="""\
-sum without (kind) (increase(gpulens_gpu_nvlink_errors_total{kind="recovery"}[10m])) > 0
+sum without (kind) (increase(gpulens_gpu_nvlink_errors_total{kind="recovery"}[<<window>>])) > 0
 or
-sum without (kind) (increase(gpulens_gpu_nvlink_errors_total{kind=~"crc_flit|crc_data|replay"}[10m])) > 100
+sum without (kind) (increase(gpulens_gpu_nvlink_errors_total{kind=~"crc_flit|crc_data|replay"}[<<window>>])) > 100
 """,
                 severity="warning",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} counts NVLink errors",
+                window="10m",
+                summary="GPU {{ $labels.gpu }} on <<node>> counted NVLink errors in the last <<held>>",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) counted {{ $value | humanize }} NVLink errors in the last
-10 minutes (link recoveries, or CRC errors and replays beyond a trickle). {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
+<<window>> (link recoveries, or CRC errors and replays beyond a trickle). {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
 """,
                 comment="""\
 NVLink: a link that retrained (recovery) is always worth a look; CRC errors are corrected by
-replaying the packet, so only a steady stream (over 100 in 10 m) points at a bad link.
+replaying the packet, so only a steady stream (over 100 in <<window>>) points at a bad link.
 """,
                 blank_before=True,
             ),
@@ -1071,9 +1099,9 @@ or
 """,
                 severity="warning",
                 for_="5m",
-                summary="NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} is down",
+                summary="NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} on <<node>> has been down for <<held>>",
                 description="""\
-Link {{ $labels.link }} of GPU {{ $labels.gpu }} ({{ $labels.uuid }}) has been down for 5 minutes;
+Link {{ $labels.link }} of GPU {{ $labels.gpu }} ({{ $labels.uuid }}) has been down for <<held>>;
 {{ with query (printf "sum(gpulens_gpu_nvlink_link_active{uuid=%q})" $labels.uuid) }}{{ . | first | value }}{{ end }}
 of its {{ with query (printf "count(gpulens_gpu_nvlink_link_active{uuid=%q})" $labels.uuid) }}{{ . | first | value }}{{ end }}
 links are up, and its collectives run that much slower. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
@@ -1097,10 +1125,10 @@ or
 """,
                 severity="warning",
                 for_="5m",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} is at {{ $value }} degrees C, at its temperature limit",
+                summary="GPU {{ $labels.gpu }} on <<node>> is at {{ $value }} degrees C, at its temperature limit for <<held>>",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) has been at or above its maximum operating temperature
-for 5 minutes ({{ $value }} degrees C): check the node's cooling and airflow. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
+for <<held>> ({{ $value }} degrees C): check the node's cooling and airflow. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
 """,
                 comment="""\
 Absolute temperature against the GPU's own limits (gpulens_gpu_temperature_threshold_celsius):
@@ -1115,10 +1143,10 @@ limits is held to 85 degrees C.
                 expr='gpulens_gpu_temperature_celsius >= on (uuid) group_left () gpulens_gpu_temperature_threshold_celsius{threshold="slowdown"}',
                 severity="critical",
                 for_="2m",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} is at {{ $value }} degrees C, past its slowdown limit",
+                summary="GPU {{ $labels.gpu }} on <<node>> is at {{ $value }} degrees C, past its slowdown limit for <<held>>",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) has been at or above the temperature at which its hardware
-slows the clocks for 2 minutes ({{ $value }} degrees C); near its shutdown limit it turns off. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
+slows the clocks for <<held>> ({{ $value }} degrees C); near its shutdown limit it turns off. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
 """,
             ),
             Alert(
@@ -1136,10 +1164,10 @@ sum by (node) (
 """,
                 severity="warning",
                 for_="15m",
-                summary="Node {{ $labels.node }} offers more GPU devices than it has healthy GPUs for",
+                summary="Node {{ $labels.node }} has offered more GPU devices than it has healthy GPUs for, for <<held>>",
                 description="""\
 Kubernetes can allocate {{ $value }} GPU devices on {{ $labels.node }}, more than its readable GPUs
-provide: a lost or unreadable GPU is still advertised, and pods scheduled onto it will fail.
+provide, and has for <<held>>: a lost or unreadable GPU is still advertised, and pods scheduled onto it will fail.
 """,
                 comment="""\
 Kubernetes can hand out more GPU devices on a node than gpulens can read there: a GPU lost
@@ -1155,11 +1183,11 @@ kube-state-metrics (allocatable) and the `node` label on the exporters' series.
                 expr=sole_holder_promql("gpulens_gpu_up == 0"),
                 severity="critical",
                 for_="2m",
-                summary="GPU {{ $labels.gpu }} on {{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} is lost or unreadable",
+                summary="GPU {{ $labels.gpu }} on <<node>><<holder>> has been lost or unreadable for <<held>>",
                 description="""\
 GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on
-{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }} has not answered the
-driver for 2 minutes: its series are gone and the pods holding it have lost it. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
+<<node>> has not answered the
+driver for <<held>>: its series are gone and the pods holding it have lost it. {{ with query (printf "gpulens:gpu_holder:info{uuid=%q}" $labels.uuid) | sortByLabel "pod" }}Held by{{ range . }} {{ .Labels.namespace }}/{{ .Labels.pod }}{{ end }}.{{ else }}No pod holds it.{{ end }}
 """,
                 comment="""\
 A GPU the exporter knows but cannot read: fallen off the bus (Xid 79), lost to NVML, or
@@ -1174,9 +1202,9 @@ other series, so every other alert on that GPU goes quiet: this one must speak.
                 severity="warning",
                 for_="5m",
                 labels={"reason": "scrape_failed"},
-                summary="gpulens exporter {{ $labels.instance }} cannot be scraped",
+                summary="gpulens exporter {{ $labels.instance }}{{ with $labels.node }} on node {{ . }}{{ end }} has not been scraped for <<held>>",
                 description="""\
-Prometheus has failed to scrape {{ $labels.instance }} for 5 minutes: the GPUs of that node
+Prometheus has failed to scrape {{ $labels.instance }} for <<held>>: the GPUs of that node
 are unobserved and their alerts cannot fire.
 """,
                 comment="""\
@@ -1191,10 +1219,10 @@ job is called) that Prometheus cannot scrape.
                 severity="warning",
                 for_="5m",
                 labels={"reason": "gpu_backend_down"},
-                summary="gpulens exporter {{ $labels.instance }} cannot reach the GPU driver",
+                summary="gpulens exporter {{ $labels.instance }}{{ with $labels.node }} on node {{ . }}{{ end }} has not reached the GPU driver for <<held>>",
                 description="""\
 The exporter at {{ $labels.instance }} answers, but its GPU backend (NVML) has been
-unavailable for 5 minutes: it exports no GPU series.
+unavailable for <<held>>: it exports no GPU series.
 """,
             ),
             Alert(
@@ -1207,10 +1235,10 @@ max by (node) (gpulens_build_info)
                 severity="warning",
                 for_="15m",
                 labels={"reason": "not_running"},
-                summary="GPU node {{ $labels.node }} has no gpulens exporter",
+                summary="GPU node {{ $labels.node }} has had no gpulens exporter for <<held>>",
                 description="""\
 Node {{ $labels.node }} offers GPUs but no gpulens exporter has been scraped there for
-15 minutes: the DaemonSet's pod is not running on it, or has never answered, so its GPUs
+<<held>>: the DaemonSet's pod is not running on it, or has never answered, so its GPUs
 are unobserved.
 """,
                 comment="""\
@@ -1219,35 +1247,39 @@ nodeSelector that misses the node), or one that has failed since it started and 
 never known as a gpulens target. No gpulens series comes from the node, whatever the job
 is called. kube-state-metrics knows which nodes offer GPUs (whole or MIG resources);
 without it this rule matches nothing. The exporters' series need the `node` label (the
-chart's ServiceMonitor sets it). 15 m covers a node joining and its pod starting.
+chart's ServiceMonitor sets it). <<for>> covers a node joining and its pod starting.
 """,
             ),
             Alert(
                 "GPUExporterStageFailing",
                 expr="""\
-avg_over_time(gpulens_stage_success[10m]) < 0.5
+avg_over_time(gpulens_stage_success[<<window>>]) < 0.5
 and
 gpulens_stage_success
 """,
                 severity="warning",
                 for_="5m",
-                summary="gpulens stage {{ $labels.stage }} is failing on {{ $labels.instance }}",
+                window="10m",
+                summary="gpulens stage {{ $labels.stage }} has been failing on <<node>> for <<held>>",
                 description="""\
-The {{ $labels.stage }} stage failed in more than half of its cycles over the last
-10 minutes; the series it produces are missing.
+The {{ $labels.stage }} stage of the exporter {{ $labels.instance }} failed in more than half of its
+cycles over the <<window>> before every evaluation for <<for>> (<<held>> in all); the series it
+produces are missing.
 """,
                 blank_before=True,
             ),
             Alert(
                 "GPUExporterStageFailing",
-                expr="gpulens_snapshot_age_seconds > 60",
+                expr="gpulens_snapshot_age_seconds > <<window_seconds>>",
                 severity="warning",
                 for_="5m",
                 labels={"stage": "sampler"},
-                summary="gpulens stage sampler is failing on {{ $labels.instance }}",
+                window="1m",
+                summary="gpulens stage sampler has taken no snapshot on <<node>> for <<held>>",
                 description="""\
-The newest snapshot is {{ $value | humanizeDuration }} old: sampling has stopped and every
-GPU value the exporter serves is stale.
+The newest snapshot of the exporter {{ $labels.instance }} is {{ $value | humanizeDuration }} old
+(older than <<window>> for <<for>>): sampling has stopped and every GPU value the exporter serves
+is stale.
 """,
                 comment="""\
 A sampler that stopped producing snapshots (a driver call hung past every deadline).
@@ -1293,26 +1325,67 @@ PROSE: Mapping[str, str] = {
     "straggler_gap": f"{jobs.STRAGGLER_GAP_AT_LEAST * 100:g} points",
     "input_gap": f"{jobs.INPUT_STALL_BUSY_GAP * 100:g} points",
     "communication_bound": _pct(jobs.COMMUNICATION_BOUND_AT_LEAST),
+    "node": "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}",
+    "holder": "{{ with $labels.pod }} held by {{ $labels.namespace }}/{{ . }}{{ end }}",
 }
 """``<<name>>`` in a comment, summary or description is replaced by the figure the definitions
-modules hold, so the prose follows a changed threshold."""
+modules hold, so the prose follows a changed threshold; ``node`` names the alert's node (its
+``node`` label, which the exporter puts on every series, else the scrape target), ``holder`` the
+pod holding its GPU where the alert carries one."""
 
 
-def prose(text: str) -> str:
-    """``text`` with every ``<<name>>`` of :data:`PROSE` filled in (an unknown name fails)."""
+def seconds(duration: str) -> int:
+    """A PromQL duration (``5m``, ``1h30m``) in seconds."""
+    parts = re.findall(r"(\d+)([smhd])", duration)
+    if not duration or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f"not a PromQL duration in s, m, h, d: {duration!r}")
+    return sum(int(n) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[u] for n, u in parts)
+
+
+def words(total: int) -> str:
+    """Seconds as an alert says them: ``35 minutes``, ``6 hours 10 minutes``, ``1 hour``."""
+    out = []
+    for name, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        n, total = divmod(total, size)
+        if n:
+            out.append(f"{n} {name}" + ("s" if n != 1 else ""))
+    return " ".join(out) or "0 seconds"
+
+
+def measured(rule: Alert) -> dict[str, str]:
+    """What ``rule`` measures, in words, from its own ``window`` and ``for_``: ``<<window>>`` (the
+    range its condition reads over), ``<<for>>`` (how long the condition must hold) and
+    ``<<held>>`` (both: a 5 m mean held for 30 m is true of the last 35 minutes), and
+    ``<<window_seconds>>``. A figure the rule lacks is not offered, so quoting it fails."""
+    figures: dict[str, str] = {}
+    window, for_ = seconds(rule.window) if rule.window else 0, seconds(rule.for_) if rule.for_ else 0
+    if window:
+        figures["window"] = words(window)
+        figures["window_seconds"] = str(window)
+    if for_:
+        figures["for"] = words(for_)
+    if window or for_:
+        figures["held"] = words(window + for_)
+    return figures
+
+
+def prose(text: str, rule: Alert | None = None) -> str:
+    """``text`` with every ``<<name>>`` of :data:`PROSE`, and of ``rule``'s :func:`measured`
+    figures, filled in (an unknown name fails)."""
+    figures = {**PROSE, **measured(rule)} if rule is not None else PROSE
 
     def fill(m: re.Match[str]) -> str:
-        if m.group(1) not in PROSE:
-            raise KeyError(f"scripts/gen_rules.py: no figure <<{m.group(1)}>> in PROSE")
-        return PROSE[m.group(1)]
+        if m.group(1) not in figures:
+            raise KeyError(f"scripts/gen_rules.py: no figure <<{m.group(1)}>> in PROSE{' or the rule' if rule else ''}")
+        return figures[m.group(1)]
 
     return re.sub(r"<<(\w+)>>", fill, text)
 
 
 # --- rendering ---------------------------------------------------------------------------------
-def _comment(text: str, indent: int) -> list[str]:
+def _comment(text: str, indent: int, rule: Alert | None = None) -> list[str]:
     pad = " " * indent
-    lines = textwrap.dedent(prose(text)).strip("\n").splitlines()
+    lines = textwrap.dedent(prose(text, rule)).strip("\n").splitlines()
     return [f"{pad}# {line}".rstrip() if line else f"{pad}#" for line in lines]
 
 
@@ -1339,7 +1412,11 @@ def _expr(rule: Record | Alert) -> list[str]:
     if rule.generated:
         body = layout(rule.expr, 10)
     else:
-        body = [" " * 10 + line if line else "" for line in textwrap.dedent(rule.expr).strip("\n").splitlines()]
+        expr = rule.expr
+        if isinstance(rule, Alert):  # a declared alert writes its window as <<window>>
+            figures = {"window": rule.window, "window_seconds": str(seconds(rule.window))} if rule.window else {}
+            expr = re.sub(r"<<(\w+)>>", lambda m: figures[m.group(1)], expr)
+        body = [" " * 10 + line if line else "" for line in textwrap.dedent(expr).strip("\n").splitlines()]
     if len(body) == 1 and _is_plain(body[0].strip()):
         return [f"        expr: {body[0].strip()}"]
     return ["        expr: |", *body]
@@ -1348,7 +1425,7 @@ def _expr(rule: Record | Alert) -> list[str]:
 def _rule(rule: Record | Alert) -> list[str]:
     lines = [""] if rule.blank_before else []
     if rule.comment:
-        lines += _comment(rule.comment, 6)
+        lines += _comment(rule.comment, 6, rule if isinstance(rule, Alert) else None)
     if isinstance(rule, Record):
         return [*lines, f"      - record: {rule.name}", *_expr(rule)]
     lines += [f"      - alert: {rule.name}", *_expr(rule)]
@@ -1356,11 +1433,11 @@ def _rule(rule: Record | Alert) -> list[str]:
         lines.append(f"        for: {rule.for_}")
     lines += ["        labels:", f"          severity: {rule.severity}"]
     lines += [f"          {key}: {value}" for key, value in rule.labels.items()]
-    description = textwrap.dedent(prose(rule.description)).strip("\n").splitlines()
+    description = textwrap.dedent(prose(rule.description, rule)).strip("\n").splitlines()
     return [
         *lines,
         "        annotations:",
-        f"          summary: {_quoted(prose(rule.summary))}",
+        f"          summary: {_quoted(prose(rule.summary, rule))}",
         "          description: >-",
         *("            " + line for line in description),
         f"          runbook_url: {RUNBOOKS}#{rule.name.lower()}",

@@ -135,7 +135,7 @@ def test_processes_on_a_shared_gpu_are_attributed_to_containers_by_name(tmp_path
     attributor = PipelineAttributor(_Kubelet(), _Pods(pods), CgroupPidSource(str(proc)))
     attribution, stages = attributor.attribute(sample, time.time())
     assert all(s.success for s in stages)
-    got = {(u.pod.pod, u.pod.container): (u.memory_used_bytes, u.sm_share_ratio) for u in attribution.usages}
+    got = {(u.pod.pod, u.pod.container): (u.memory_used_bytes, u.kernel_time_ratio) for u in attribution.usages}
     assert got == {("a", "trainer"): (3 << 30, 0.5), ("b", "server"): (1 << 30, 0.2)}
 
     # the pod's process exits and the host PID file goes away: its usage series goes with it

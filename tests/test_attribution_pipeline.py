@@ -169,7 +169,7 @@ def test_time_sliced_gpu_usage_is_split_per_pod_from_their_processes(sim: FakeSi
     assert set(usage) == {("infer-a", "srv", U1), ("infer-b", "srv", U1)}
     assert usage[("infer-a", "srv", U1)].memory_used_bytes == 1 << 30
     assert usage[("infer-b", "srv", U1)].memory_used_bytes == 3 << 30
-    assert usage[("infer-b", "srv", U1)].sm_share_ratio == pytest.approx(0.375)
+    assert usage[("infer-b", "srv", U1)].kernel_time_ratio == pytest.approx(0.375)
 
 
 @pytest.mark.parametrize(

@@ -303,7 +303,7 @@ def _time_sliced(g: GpuSample, *usages: PodUsage) -> Attribution:
 
 def test_time_sliced_gpu_keeps_one_unlabelled_device_series_and_puts_pod_shares_under_pod_names() -> None:
     g = _whole(0)
-    attr = _time_sliced(g, PodUsage(NOTEBOOK_A, g.uuid, memory_used_bytes=3 * 1024 * MIB, sm_share_ratio=0.3))
+    attr = _time_sliced(g, PodUsage(NOTEBOOK_A, g.uuid, memory_used_bytes=3 * 1024 * MIB, kernel_time_ratio=0.3))
     reg = _registry(_snapshot((g,), attr))
     base = _gpu_labels(g)
     alice = {**base, "namespace": "nb", "pod": "alice-0", "container": "notebook"}
@@ -385,9 +385,9 @@ def test_the_block_is_built_once_per_snapshot_and_label_sets_are_encoded_once(
     calls: list[Snapshot] = []
     real = compat_module.render_lines
 
-    def counting(snap: Snapshot, host: str, cache: Any) -> dict[Any, Any]:
+    def counting(snap: Snapshot, host: str, cache: Any, node: str = "") -> dict[Any, Any]:
         calls.append(snap)
-        return real(snap, host, cache)
+        return real(snap, host, cache, node)
 
     monkeypatch.setattr(compat_module, "render_lines", counting)
     renderer = DcgmCompatRenderer("node-a")

@@ -45,7 +45,7 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
     """Four sim exporters, a Prometheus scraping them every second, a dashboard on it and a
     dashboard scraping the exporters itself: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
     with ExitStack() as es:
-        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in SCENARIOS]
+        targets = [es.enter_context(run_exporter("--sim.scenario", sc, env={"NODE_NAME": sc})) for sc in SCENARIOS]
         config = demo_scrape_config(targets, rules=True)
         prom = es.enter_context(run_prometheus(config, {"gpulens.rules.yml": RULES.read_text()}))
         deadline = time.monotonic() + 60

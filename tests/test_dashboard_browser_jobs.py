@@ -53,7 +53,7 @@ class JobsStack:
 def jobs_stack() -> Iterator[JobsStack]:
     started = time.monotonic()
     with ExitStack() as es:
-        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in JOBS_SCENARIOS]
+        targets = [es.enter_context(run_exporter("--sim.scenario", sc, env={"NODE_NAME": sc})) for sc in JOBS_SCENARIOS]
         prom = es.enter_context(run_prometheus(demo_scrape_config(targets, rules=True),
                                                {"gpulens.rules.yml": RULES_FILE.read_text()}))  # fmt: skip
         dash = es.enter_context(run_dashboard("--prometheus", prom))

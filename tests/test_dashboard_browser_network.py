@@ -47,7 +47,9 @@ class NetworkStack:
 @pytest.fixture(scope="module")
 def network_stack() -> Iterator[NetworkStack]:
     with ExitStack() as es:
-        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in NETWORK_SCENARIOS]
+        targets = [
+            es.enter_context(run_exporter("--sim.scenario", sc, env={"NODE_NAME": sc})) for sc in NETWORK_SCENARIOS
+        ]
         prom = es.enter_context(run_prometheus(demo_scrape_config(targets, rules=True),
                                                {"gpulens.rules.yml": RULES_FILE.read_text()}))  # fmt: skip
         wait_for_query(prom, "count(gpulens_nic_info) >= 64", timeout=60)

@@ -76,7 +76,7 @@ def test_a_scrape_dashboard_keeps_history_from_its_start() -> None:
     minutes then read a moment: the time-sliced node's notebooks GPU, between two bursts, looked busy
     in nvidia-smi with idle SMs.)"""
     with (
-        run_exporter("--sim.scenario", "h200x8") as exporter,
+        run_exporter("--sim.scenario", "h200x8", env={"NODE_NAME": "h200x8"}) as exporter,
         counting_proxy(exporter) as (target, scrapes_seen),
         run_dashboard("--scrape", target, "--scrape-interval", "1") as dash,
         chromium_page() as page,

@@ -165,7 +165,8 @@ def test_target_urls_get_prometheus_style_instance_labels() -> None:
 
 def test_scrape_source_serves_the_newest_scrape_and_keeps_a_bounded_history() -> None:
     clock = _Clock()
-    alt = H200.replace("gpulens_up 1.0", "gpulens_up 0.0")
+    alt = H200.replace('gpulens_up{node="h200x8"} 1.0', 'gpulens_up{node="h200x8"} 0.0')
+    assert alt != H200
     src = _scraper({"http://a:1/metrics": [H200, alt, H200]}, clock, history=2)
     src.scrape_once()
     clock.t += 5

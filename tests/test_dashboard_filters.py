@@ -34,8 +34,8 @@ def _two_cluster_config(east: str, west: str) -> str:
 @pytest.fixture(scope="module")
 def two_clusters() -> Iterator[str]:
     with (
-        run_exporter("--sim.scenario", "h200x8") as east,
-        run_exporter("--sim.scenario", "timeslice") as west,
+        run_exporter("--sim.scenario", "h200x8", env={"NODE_NAME": "gpu-east-1"}) as east,
+        run_exporter("--sim.scenario", "timeslice", env={"NODE_NAME": "gpu-west-1"}) as west,
         run_prometheus(
             _two_cluster_config(east.removeprefix("http://"), west.removeprefix("http://")),
             {"gpulens.rules.yml": RULES.read_text()},

@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.long]
 REPO = Path(__file__).resolve().parents[1]
 LOST_GPU = "3"
 YOUNG = "node-0"
-"""The simulated exporter's node (demo_scrape_config names the first target node-0)."""
+"""The simulated exporter's node (its NODE_NAME: the exporter labels every series with it)."""
 HISTORY_BANNER = "History covers"
 LOST_BANNER = ("GPU(s) lost or unreadable",)
 """The error banner the lost GPU rightly raises on the pages that list GPUs' health."""
@@ -101,7 +101,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     backfill_recording_rules(data, end - 86400.0, end - 600.0, tmp, FLEET_RECORDS)
     with ExitStack() as es:
         exporter_started = time.time()
-        exporter = es.enter_context(run_exporter("--sim.scenario", "h200x8", "--sim.faults", f"lost={LOST_GPU}"))
+        exporter = es.enter_context(
+            run_exporter("--sim.scenario", "h200x8", "--sim.faults", f"lost={LOST_GPU}", env={"NODE_NAME": YOUNG})
+        )
         prom = es.enter_context(
             run_prometheus(
                 demo_scrape_config([exporter], rules=True),

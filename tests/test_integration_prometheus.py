@@ -39,7 +39,8 @@ def test_prometheus_sees_sm_activity_for_every_simulated_leaf(scenario: str) -> 
     assert seen == expected
     for r in result:
         assert 0.0 <= float(r["value"][1]) <= 1.0
-        assert "node" not in r["metric"]
+        # the exporter's own node label (a simulated node's scenario), kept as it is under honor_labels
+        assert r["metric"]["node"] == scenario and "exported_node" not in r["metric"]
 
 
 def test_prometheus_gets_pods_and_the_up_series() -> None:

@@ -86,8 +86,11 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     times = [t0 + k * SAMPLE for k in range(SCRAPES)]
     pages: dict[tuple[int, int], str] = {}
     with ExitStack() as es:
-        urls = [
-            es.enter_context(run_exporter("--sim.scenario", n, "--collect.interval", f"{PERIOD:g}s")) for n in NODES
+        urls = [  # named as the targets below: the exporter labels every series with its NODE_NAME
+            es.enter_context(
+                run_exporter("--sim.scenario", n, "--collect.interval", f"{PERIOD:g}s", env={"NODE_NAME": f"node-{i}"})
+            )
+            for i, n in enumerate(NODES)
         ]
         time.sleep(WARMUP)
         start = time.monotonic()
@@ -256,7 +259,7 @@ def _stragglers(leaves: pd.DataFrame) -> set[tuple[str, ...]]:
             str(r["namespace"]),
             str(r["workload_kind"]),
             str(r["workload"]),
-            str(r["node"] or str(r["instance"]).split(":")[0]),  # scrape mode has no node label
+            str(r["node"] or str(r["instance"]).split(":")[0]),  # the exporters' node label
             str(r["gpu"]),
             str(r["reason"]),
         )

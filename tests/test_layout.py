@@ -102,6 +102,7 @@ EXPORTER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "exporter.heap",
             "exporter.tcp",
             "exporter.label_values",
+            "exporter.node_label",
         ),
     ),
     ("backends", ("exporter.backends",)),

@@ -66,7 +66,8 @@ def test_design_core_names_are_present() -> None:
         "gpulens_gpu_boundness",
         "gpulens_mig_instance_info",
         "gpulens_pod_gpu_allocation",
-        "gpulens_pod_gpu_sm_share_ratio",
+        "gpulens_pod_gpu_kernel_time_ratio",
+        "gpulens_pod_gpu_sm_share_ratio",  # deprecated, one release more
         "gpulens_probe_efficiency_ratio",
         "gpulens_stage_success",
         "gpulens_snapshot_age_seconds",

@@ -140,8 +140,9 @@ def test_mps_pods_get_their_own_memory_no_sm_share_and_no_leaf_class(mps_snapsho
     memory = {lab["pod"]: v for lab, v in _values(reg, "gpulens_pod_gpu_memory_used_bytes") if lab["uuid"] == gpu0}
     clients = sorted(p.used_memory_bytes or 0 for p in leaf.tenants)
     assert sorted(memory.values()) == clients, "each client pod's memory exactly; the server belongs to nobody"
-    assert not any(lab["uuid"] == gpu0 for lab, _ in _values(reg, "gpulens_pod_gpu_sm_share_ratio"))
-    assert "Absent under MPS" in spec("gpulens_pod_gpu_sm_share_ratio").help
+    for name in ("gpulens_pod_gpu_kernel_time_ratio", "gpulens_pod_gpu_sm_share_ratio"):
+        assert not any(lab["uuid"] == gpu0 for lab, _ in _values(reg, name))
+    assert "Absent under MPS" in spec("gpulens_pod_gpu_kernel_time_ratio").help
     classes = {lab["pod"]: lab["class"] for lab, v in _values(reg, "gpulens_pod_gpu_boundness") if v == 1}
     on_gpu0 = {p: c for p, c in classes.items() if p in memory}
     assert on_gpu0 and set(on_gpu0.values()) == {"shared"}

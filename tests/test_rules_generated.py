@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -107,3 +108,76 @@ def test_the_prose_quotes_the_definitions_figures() -> None:
     assert gen_rules.prose("under <<underused>> over <<underused_window_words>>") == "under 20 % over 6 hours"
     with pytest.raises(KeyError, match="nope"):
         gen_rules.prose("<<nope>>")
+
+
+def _alerts() -> list[Any]:
+    return [rule for group in gen_rules.GROUPS for rule in group.rules if isinstance(rule, gen_rules.Alert)]
+
+
+def _shipped_alerts() -> list[dict[str, Any]]:
+    doc = yaml_file(gen_rules.RULES_FILE)
+    return [rule for group in doc["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_every_alert_says_what_it_measures_window_and_for_from_its_own_constants() -> None:
+    """ "Idle for 35 minutes": a 5 m mean held for 30 m. The summary gives the two together, the
+    description each; both come from the rule's own ``window`` and ``for_`` (the ``for:`` shipped,
+    and the range its expression reads), never from a number typed into the text."""
+    shipped = _shipped_alerts()
+    declared = _alerts()
+    assert [r["alert"] for r in shipped] == [a.name for a in declared]
+    for rule, alert in zip(shipped, declared, strict=True):
+        window = gen_rules.seconds(alert.window) if alert.window else 0
+        for_ = gen_rules.seconds(alert.for_) if alert.for_ else 0
+        assert rule.get("for", "") == alert.for_
+        summary, description = rule["annotations"]["summary"], rule["annotations"]["description"]
+        if window or for_:
+            held = gen_rules.words(window + for_)
+            assert re.search(rf"\b{held}\b", summary), (alert.name, held, summary)
+        if window and for_:
+            both = f"over {gen_rules.words(window)}, held for {gen_rules.words(for_)}"
+            assert both in description or (
+                gen_rules.words(window) in description and gen_rules.words(for_) in description
+            ), (alert.name, description)
+        if window and not alert.generated:  # a declared expression reads that range, or records of it
+            reads = rf"\[{alert.window}\]|[a-z]{alert.window}\b|\b{window}\b"
+            assert re.search(reads, _inlined(rule["expr"])), (alert.name, alert.window)
+
+
+def _inlined(expr: str) -> str:
+    """``expr`` followed by the expressions of the records it reads, down to raw series."""
+    records = {
+        r["record"]: r["expr"] for g in yaml_file(gen_rules.RULES_FILE)["groups"] for r in g["rules"] if "record" in r
+    }
+    seen: set[str] = set()
+    todo = [expr]
+    while todo:
+        text = todo.pop()
+        expr += "\n" + text
+        for name in re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", text):
+            if name in records and name not in seen:
+                seen.add(name)
+                todo.append(records[name])
+    return expr
+
+
+def test_alert_summaries_name_node_gpu_and_pod_where_the_alert_has_them() -> None:
+    node = "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
+    for rule in _shipped_alerts():
+        summary = rule["annotations"]["summary"]
+        if "$labels.gpu" in summary:
+            assert node in summary, (rule["alert"], summary)
+    by_name = {r["alert"]: r["annotations"]["summary"] for r in _shipped_alerts()}
+    for name in ("GPUAllocatedButIdle", "GPUUnderutilized", "GPULaunchBound", "GPUJobStraggler"):
+        assert all(k in by_name[name] for k in ("$labels.gpu", "$labels.pod", node)), name
+
+
+def test_the_words_of_a_duration() -> None:
+    assert gen_rules.words(gen_rules.seconds("5m") + gen_rules.seconds("30m")) == "35 minutes"
+    assert gen_rules.words(gen_rules.seconds("6h") + gen_rules.seconds("10m")) == "6 hours 10 minutes"
+    assert gen_rules.words(gen_rules.seconds("1h")) == "1 hour"
+    assert gen_rules.words(61) == "1 minute 1 second"
+    with pytest.raises(ValueError):
+        gen_rules.seconds("5 m")
+    with pytest.raises(KeyError, match="held"):
+        gen_rules.prose("<<held>>", gen_rules.Alert("A", "up", "info", "s", "d"))

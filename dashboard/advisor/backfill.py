@@ -29,7 +29,7 @@ H200, H100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
 
 @dataclass(frozen=True)
 class Holder:
-    """A container holding a device: who, and (shared GPUs only) its own memory and SM share."""
+    """A container holding a device: who, and (shared GPUs only) its own memory and kernel time."""
 
     namespace: str
     kind: str
@@ -38,7 +38,7 @@ class Holder:
     pods: tuple[str, ...]
     """Pod names in turn: the first for the first part of the window, the next after a rollout."""
     pod_memory_bytes: float | None = None
-    pod_sm_share: float | None = None
+    pod_kernel_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,8 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
         for c in CLASSES:
             add("gpulens_gpu_boundness", {**leaf, "class": c}, ["1" if x == c else "0" for x in cls])
         holders = frozenset((h.namespace, p) for h in d.holders for p in h.pods)
-        # shared holders run processes there (they have their own memory and SM share)
-        tenants = frozenset((h.namespace, p) for h in d.holders if h.pod_sm_share is not None for p in h.pods)
+        # shared holders run processes there (they have their own memory and kernel time)
+        tenants = frozenset((h.namespace, p) for h in d.holders if h.pod_kernel_time is not None for p in h.pods)
         for h in d.holders:
             for i, pod in enumerate(h.pods):
                 lo, hi = steps * i // len(h.pods), steps * (i + 1) // len(h.pods)
@@ -174,8 +174,10 @@ def write_openmetrics(out: TextIO, days: float, interval_s: float, end: float, s
                 if h.pod_memory_bytes is not None:
                     add("gpulens_pod_gpu_memory_used_bytes", pod_labels,
                         [*pad, *[f"{v * h.pod_memory_bytes / d.memory_bytes:.0f}" for v in mem[lo:hi]]])  # fmt: skip
-                if h.pod_sm_share is not None:
-                    add("gpulens_pod_gpu_sm_share_ratio", pod_labels, [*pad, *[f"{h.pod_sm_share:g}"] * (hi - lo)])
+                if h.pod_kernel_time is not None:
+                    add(
+                        "gpulens_pod_gpu_kernel_time_ratio", pod_labels, [*pad, *[f"{h.pod_kernel_time:g}"] * (hi - lo)]
+                    )
                 mine = [
                     pod_class(c, (h.namespace, pod), holders, tenants if len(d.holders) > 1 else None)
                     for c in cls[lo:hi]

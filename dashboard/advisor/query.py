@@ -8,8 +8,9 @@ one step (``[window:step]``), so the answer is a few rows per workload-device, w
 
 Signals per (workload, device) at each step:
 - SM activity: the device's ``gpulens_gpu_sm_active_ratio``; on a GPU held by several workloads at
-  once (time-slicing, MPS) the workload's own ``gpulens_pod_gpu_sm_share_ratio`` (summed over its
-  containers) where the exporter has it, else the GPU's (an upper bound).
+  once (time-slicing, MPS) the workload's own ``gpulens_pod_gpu_kernel_time_ratio`` (summed over its
+  containers: the share of time its kernels ran, itself an upper bound of its SM activity) where
+  the exporter has it, else the GPU's (an upper bound).
 - Memory: the device's ``gpulens_gpu_memory_used_bytes`` (everything on it, conservative); on a
   shared GPU the workload's ``gpulens_pod_gpu_memory_used_bytes``, else the GPU's. Peaks take the
   highest raw sample within each step (``max_over_time(x[step])``) so a short spike is not missed.
@@ -104,7 +105,7 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     # activity (dashboard/definitions.py): SM activity, or the busy ratio (GPU-Util) on a GPU without GPM
     no_sm = f"unless on(uuid,mig_uuid) {selector('gpulens_gpu_sm_active_ratio', target)}"
     sm = (
-        f"({per_pod_on_shared('gpulens_pod_gpu_sm_share_ratio')} or {joined('gpulens_gpu_sm_active_ratio')}"
+        f"({per_pod_on_shared('gpulens_pod_gpu_kernel_time_ratio')} or {joined('gpulens_gpu_sm_active_ratio')}"
         f" or ({joined('gpulens_gpu_busy_ratio')} {no_sm}))"
     )
     mem = (

@@ -297,7 +297,8 @@ def build_usages(
     pods: PodDirectory,
     allocations: tuple[Allocation, ...],
 ) -> tuple[PodUsage, ...]:
-    """Per container and physical GPU: memory and SM share summed over the container's processes."""
+    """Per container and physical GPU: memory and kernel time (NVML per-process utilisation) summed
+    over the container's processes."""
     held_by: dict[str, set[str]] = {}
     # keyed on plain strings: hashing a PodRef per process cost more than the rest together
     acc: dict[tuple[str, str, str], list[Any]] = {}
@@ -327,7 +328,7 @@ def build_usages(
                 pod=ref,
                 uuid=uuid,
                 memory_used_bytes=memory,
-                sm_share_ratio=None if share is None else min(1.0, share),
+                kernel_time_ratio=None if share is None else min(1.0, share),
             )
         )
     return tuple(usages)

@@ -21,8 +21,9 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.model import Snapshot
+from exporter.node_label import NODE_LABEL
 from exporter.render import metrics as cat
-from exporter.render.exposition import Encoder, Family
+from exporter.render.exposition import Encoder, Family, LabelSets
 from exporter.render.gzip_stream import GzipHead, gzip_parts
 from exporter.render.negotiate import OPENMETRICS_ACCEPT, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, exposition_accept
 from exporter.render.scopes import EXPORTER, Frame, LabelValues
@@ -34,10 +35,11 @@ class LabelMismatch(ValueError):
     """A catalogue entry produced a sample whose label values do not match its label names."""
 
 
-def _family(spec: cat.MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
+def _family(spec: cat.MetricSpec, constant: LabelValues = ()) -> GaugeMetricFamily | CounterMetricFamily:
+    """An empty prometheus_client family of ``spec``, with the ``constant`` label names last."""
     if spec.type == "counter":
-        return CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
-    return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+        return CounterMetricFamily(spec.name, spec.help, labels=[*spec.labels, *constant])
+    return GaugeMetricFamily(spec.name, spec.help, labels=[*spec.labels, *constant])
 
 
 def family_samples(
@@ -78,12 +80,16 @@ def render_family(spec: cat.MetricSpec, instances: Sequence[tuple[LabelValues, A
     return _as_family(spec, family_samples(spec, instances))
 
 
-def _as_family(spec: cat.MetricSpec, samples: Sequence[tuple[LabelValues, float]]) -> Metric | None:
+def _as_family(
+    spec: cat.MetricSpec, samples: Sequence[tuple[LabelValues, float]], constant: Sequence[tuple[str, str]] = ()
+) -> Metric | None:
     if not samples:
         return None
-    fam = _family(spec)
-    for values, value in samples:
-        fam.add_metric(values, value)
+    names = tuple(name for name, _value in constant)
+    values = tuple(value for _name, value in constant)
+    fam = _family(spec, names)
+    for own, value in samples:
+        fam.add_metric((*own, *values), value)
     return fam
 
 
@@ -178,7 +184,8 @@ class SnapshotCollector(Collector):
     (section -> whether that block rendered for the snapshot) report blocks rendered elsewhere,
     such as the DCGM-compatible series, in ``gpulens_stage_success{stage="render_<section>"}``.  With
     ``include_age=False`` the output depends only on the snapshot, so ``CachedExposition`` can
-    reuse it between scrapes.
+    reuse it between scrapes.  ``node`` (``exporter.node_label``), when not empty, is the ``node``
+    label of every series.
     """
 
     def __init__(
@@ -191,7 +198,10 @@ class SnapshotCollector(Collector):
         render_checks: Mapping[str, Callable[[Snapshot], bool]] | None = None,
         catalogue: Sequence[cat.MetricSpec] = cat.CATALOGUE,
         label_rewrites: Callable[[], Mapping[str, int]] | None = None,
+        node: str = "",
     ) -> None:
+        self.constant_labels: tuple[tuple[str, str], ...] = ((NODE_LABEL, node),) if node else ()
+        """Labels of every series this collector exports, after each family's own: the ``node``."""
         self._label_rewrites = label_rewrites
         self.render_errors = RenderErrors()
         """What failed to render, per family (``gpulens_render_errors_total``, ``/readyz``)."""
@@ -203,15 +213,17 @@ class SnapshotCollector(Collector):
         self._wall = wall
         self._catalogue = tuple(catalogue)
         self._families = {spec.name: Family(spec.name, spec.type, spec.help, spec.labels) for spec in self._catalogue}
-        self._encoder = Encoder()
+        self._encoder = Encoder(constant=self.constant_labels)
 
     def describe(self) -> Iterable[Metric]:
         """Empty families named after the catalogue (lets the registry check name clashes)."""
-        return [_family(spec) for spec in self._catalogue]
+        names = tuple(name for name, _value in self.constant_labels)
+        return [_family(spec, names) for spec in self._catalogue]
 
     def collect(self) -> Iterable[Metric]:
         """Render the newest snapshot as prometheus_client families."""
-        return [fam for spec, samples in self._samples() if (fam := _as_family(spec, samples)) is not None]
+        constant = self.constant_labels
+        return [fam for spec, samples in self._samples() if (fam := _as_family(spec, samples, constant)) is not None]
 
     def exposition(self, openmetrics: bool) -> str:
         """The newest snapshot as exposition text (what ``generate_latest`` writes for ``collect()``,
@@ -272,6 +284,8 @@ class CachedExposition:
     ) -> None:
         self._tails = tuple(tails)
         self._collector = collector
+        self._constant_text = LabelSets(constant=collector.constant_labels).encode((), ())
+        """The collector's constant labels (the ``node``) as the age line carries them."""
         self._source = snapshot_source
         self._wall = wall
         self._lock = threading.Lock()
@@ -393,4 +407,5 @@ class CachedExposition:
     def _age_tail(self, snap: Snapshot) -> bytes:
         spec = cat.spec("gpulens_snapshot_age_seconds")
         age = max(0.0, self._wall() - snap.timestamp)
-        return f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name} {age!r}\n".encode()
+        labels = self._constant_text
+        return f"# HELP {spec.name} {spec.help}\n# TYPE {spec.name} gauge\n{spec.name}{labels} {age!r}\n".encode()

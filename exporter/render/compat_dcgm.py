@@ -36,6 +36,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.attribution.cgroup import STAGE as CGROUP_STAGE
 from exporter.model import NVLINK, PCIE, Allocation, GpuSample, LeafAnalysis, LeafSample, PodRef, PodUsage, Snapshot
+from exporter.node_label import NODE_LABEL
 from exporter.render.exposition import escape_label_value
 from exporter.render.scopes import GpuView, gpu_view
 
@@ -279,9 +280,10 @@ FIELDS: tuple[DcgmField, ...] = (
     ),
     _pod(
         "DCGM_FI_DEV_GPU_UTIL_POD",
-        "Share of a shared GPU's SM time used by the container's processes (in %; not a DCGM field).",
-        "gpulens_pod_gpu_sm_share_ratio * 100",
-        _tenant(lambda u: _percent(u.sm_share_ratio)),
+        "Share of sampled time a kernel of the container's processes ran on a shared GPU (in %; NVML "
+        "per-process utilisation, not SM activity; not a DCGM field).",
+        "gpulens_pod_gpu_kernel_time_ratio * 100",
+        _tenant(lambda u: _percent(u.kernel_time_ratio)),
     ),
     _gpu(
         "DCGM_FI_DEV_MEM_COPY_UTIL",
@@ -543,8 +545,10 @@ class _Builder:
         return True
 
 
-def _gpu_labels(gpu: GpuSample, hostname: str, driver: str) -> Labels:
-    return (
+def _gpu_labels(gpu: GpuSample, hostname: str, driver: str, node: str = "") -> Labels:
+    """dcgm-exporter's identity labels of a GPU, then gpulens' ``node`` (every series the exporter
+    exports carries it; ``Hostname`` stays dcgm-exporter's) when ``node`` is not empty."""
+    labels: Labels = (
         ("gpu", str(gpu.index)),
         ("UUID", gpu.uuid),
         ("pci_bus_id", gpu.pci_bus_id or ""),
@@ -553,6 +557,7 @@ def _gpu_labels(gpu: GpuSample, hostname: str, driver: str) -> Labels:
         ("Hostname", hostname),
         ("DCGM_FI_DRIVER_VERSION", driver),
     )
+    return (*labels, (NODE_LABEL, node)) if node else labels
 
 
 def _leaf_labels(base: Labels, leaf: LeafSample) -> Labels:
@@ -593,8 +598,11 @@ def _tenants(gpu: GpuSample, allocs: list[Allocation], snap: Snapshot) -> Iterat
             yield a.pod, TenantView(usage.get(key), mapped)
 
 
-def render_lines(snap: Snapshot, hostname: str, label_cache: LabelCache | None = None) -> dict[str, list[str]]:
-    """Sample lines of every DCGM-compatible family for ``snap``, by family name.
+def render_lines(
+    snap: Snapshot, hostname: str, label_cache: LabelCache | None = None, node: str = ""
+) -> dict[str, list[str]]:
+    """Sample lines of every DCGM-compatible family for ``snap``, by family name; ``node``, when
+    not empty, is the ``node`` label of every series (after dcgm-exporter's own).
 
     One loop over FIELDS per instance of their scope: each answering GPU (device-wide fields, with
     the pod labels of the one container holding it), each of its leaves (per-leaf fields, likewise),
@@ -609,7 +617,7 @@ def render_lines(snap: Snapshot, hostname: str, label_cache: LabelCache | None =
     for gpu in snap.backend.gpus:
         if not gpu.up:
             continue
-        base = _gpu_labels(gpu, hostname, driver)
+        base = _gpu_labels(gpu, hostname, driver, node)
         holder = holders.exclusive.get(gpu.uuid)
         g = base + _pod_labels(holder) if holder is not None else base
         gview = gpu_view(snap, gpu)
@@ -660,8 +668,10 @@ class DcgmCompatRenderer:
     while rendering drops the compat block for that snapshot (``ok`` says so), never the scrape.
     """
 
-    def __init__(self, hostname: str) -> None:
+    def __init__(self, hostname: str, node: str = "") -> None:
         self.hostname = hostname
+        self.node = node
+        """The ``node`` label of every series (``exporter.node_label``); empty: none."""
         self._lock = threading.Lock()
         self._labels = LabelCache()
         self._snapshot: Snapshot | None = None
@@ -672,7 +682,7 @@ class DcgmCompatRenderer:
         if snap is not self._snapshot:
             self._snapshot, self._text = snap, {}
             try:
-                self._lines = render_lines(snap, self.hostname, self._labels)
+                self._lines = render_lines(snap, self.hostname, self._labels, self.node)
             except Exception:
                 log.exception("rendering the DCGM-compatible series failed")
                 self._lines = None

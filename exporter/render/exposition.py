@@ -56,10 +56,16 @@ class LabelSets:
     before, so a departed pod's series are forgotten after two renders and the cache holds about
     the live series, however many pods have come and gone (a cache that only filled, then cleared
     at a bound, held tens of MiB of dead pods' labels on a node with churn). Labels are written
-    sorted by name, as prometheus_client writes them."""
+    sorted by name, as prometheus_client writes them.
 
-    def __init__(self, max_entries: int = MAX_CACHED_LABEL_SETS) -> None:
+    ``constant``: labels every set carries after its own (the exporter's ``node``), given once:
+    they are part of each cached set's text, so a render formats them no more often than the
+    others."""
+
+    def __init__(self, max_entries: int = MAX_CACHED_LABEL_SETS, constant: Sequence[tuple[str, str]] = ()) -> None:
         self._max = max_entries
+        self._constant_names = tuple(name for name, _value in constant)
+        self._constant_values = tuple(value for _name, value in constant)
         self._cache: dict[tuple[LabelValues, LabelValues], str] = {}
         self._previous: dict[tuple[LabelValues, LabelValues], str] = {}
         self._order: dict[LabelValues, tuple[int, ...]] = {}
@@ -79,12 +85,13 @@ class LabelSets:
         if text is None:
             text = self._previous.get(key)
             if text is None:
-                if not names:
+                all_names, all_values = names + self._constant_names, values + self._constant_values
+                if not all_names:
                     return ""
                 order = self._order.get(names)
                 if order is None:
-                    order = self._order[names] = tuple(sorted(range(len(names)), key=names.__getitem__))
-                text = "{" + ",".join(f'{names[i]}="{escape_label_value(values[i])}"' for i in order) + "}"
+                    order = self._order[names] = tuple(sorted(range(len(all_names)), key=all_names.__getitem__))
+                text = "{" + ",".join(f'{all_names[i]}="{escape_label_value(all_values[i])}"' for i in order) + "}"
                 if not text.isascii():
                     text.encode()  # a value that is not valid UTF-8 raises here, once per new set
             if len(self._cache) < self._max:
@@ -105,10 +112,11 @@ class Family:
 
 
 class Encoder:
-    """Encodes families of samples in either format; one per exposition (it owns a cache)."""
+    """Encodes families of samples in either format; one per exposition (it owns a cache).
+    ``constant``: labels added to every sample (``LabelSets``)."""
 
-    def __init__(self, max_label_sets: int = MAX_CACHED_LABEL_SETS) -> None:
-        self.label_sets = LabelSets(max_label_sets)
+    def __init__(self, max_label_sets: int = MAX_CACHED_LABEL_SETS, constant: Sequence[tuple[str, str]] = ()) -> None:
+        self.label_sets = LabelSets(max_label_sets, constant)
         self._headers: dict[tuple[str, bool], str] = {}
         self._texts: dict[tuple[str, bool], tuple[tuple[tuple[LabelValues, float], ...], str]] = {}
         """Each family's samples and text in the last render (kept one render: departed families go)."""

@@ -206,11 +206,25 @@ def _by_kind(kinds: tuple[str, ...], values: Mapping[str, float] | None) -> Iter
     return (((kind,), float(values[kind])) for kind in kinds if kind in values)
 
 
+NO_XID = ""
+"""The ``xid`` label of each GPU's series that stays at 0 (Prometheus stores it without the label):
+present from the first scrape, so a GPU without Xid reads 0, not "no data" (as dcgm-exporter
+always exports its Xid field), and never taken for an Xid code (there is no Xid 0 in NVIDIA's
+catalogue, but a ``xid="0"`` would read as one)."""
+
+
 def _xids(snap: Snapshot) -> Iterable[Sample]:
-    """Xid counts by GPU and code; a GPU the backend no longer lists keeps its UUID (index empty)."""
+    """Xid counts by GPU and code, after a series at 0 per GPU (``NO_XID``); a GPU the backend no
+    longer lists keeps its UUID (index empty)."""
     index_of = {g.uuid: str(g.index) for g in snap.backend.gpus}
+    by_gpu: dict[str, list[tuple[int, int]]] = {uuid: [] for uuid in index_of}  # in the backend's order
     for (uuid, xid), n in sorted(snap.xid_totals.items()):
-        yield (index_of.get(uuid, ""), uuid, str(xid)), float(n)
+        by_gpu.setdefault(uuid, []).append((xid, n))  # then GPUs no longer listed, by UUID
+    for uuid in by_gpu:
+        index = index_of.get(uuid, "")
+        yield (index, uuid, NO_XID), 0.0
+        for xid, n in by_gpu[uuid]:
+            yield (index, uuid, str(xid)), float(n)
 
 
 CATALOGUE: tuple[MetricSpec, ...] = (
@@ -777,7 +791,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         "gpulens_gpu_xid_errors_total",
         "",
-        "Xid events seen since the exporter started, by Xid code.",
+        "Xid events seen since the exporter started, by Xid code; each GPU also has a series without "
+        "xid that stays 0 from the first scrape, so a GPU without Xid reads 0, not no data.",
         NODE,
         each=lambda s: _xids(s),
         labels=(*GPU_LABELS, "xid"),
@@ -879,14 +894,27 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     _m(
         "gauge",
-        "gpulens_pod_gpu_sm_share_ratio",
+        "gpulens_pod_gpu_kernel_time_ratio",
         "ratio",
-        "The container's share of SM time on the GPU (per-process utilisation): the mean of the driver's "
-        "samples since the previous read, at most 5 s old while the same processes run. "
+        "Share of sampled time a kernel of the container's processes was running on the GPU (NVML "
+        "per-process utilisation, summed over its processes): the mean of the driver's samples since the "
+        "previous read, at most 5 s old while the same processes run. Time, not SM activity: one small "
+        "kernel counts as much as one that fills every SM (that is gpulens_gpu_sm_active_ratio). "
         "Absent under MPS: the driver reports per-process utilisation only for the MPS server, so it "
         "cannot be split between the clients.",
         POD_USAGE,
-        lambda u: u.sm_share_ratio,
+        lambda u: u.kernel_time_ratio,
+        section="attribution",
+    ),
+    _m(
+        "gauge",
+        "gpulens_pod_gpu_sm_share_ratio",
+        "ratio",
+        "Deprecated: use gpulens_pod_gpu_kernel_time_ratio (the same value under its true name; this "
+        "name goes in the next release). It was never a share of SM time: it is the share of sampled "
+        "time a kernel of the container's processes ran.",
+        POD_USAGE,
+        lambda u: u.kernel_time_ratio,
         section="attribution",
     ),
     _m(
@@ -1235,6 +1263,12 @@ def markdown() -> str:
         "omitted, never 0 or NaN. MIG labels (`mig_uuid`, `gpu_instance_id`, `compute_instance_id`,",
         "`mig_profile`) are empty on whole-GPU series. The *per* column says what a series is",
         "exported once per (its scope, in `exporter/render/scopes.py`).",
+        "",
+        "Every series, the `--compat.dcgm` ones included, also carries `node`, this node's name:",
+        "`--kubernetes.node-name` / `NODE_NAME` (the chart sets it from the pod's `spec.nodeName`),",
+        "else a simulated node's scenario (`jobs-0`), else the host name (`exporter/node_label.py`).",
+        "It is not listed in the tables below. Under `honor_labels` Prometheus keeps it as it is",
+        "(docs/deploy.md, \"The `node` label\").",
         "",
     ]
     out += ["## Scopes", "", "| per | covers | identity labels |", "|---|---|---|"]

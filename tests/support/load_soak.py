@@ -115,7 +115,7 @@ class ChurningAttributor:
         for gpu in sample.gpus:
             pod = PodRef("soak", f"job-{self.generation}-{gpu.index}", "main", workload_kind="Job", workload="soak")
             allocations.append(Allocation(pod=pod, resource="nvidia.com/gpu", uuid=gpu.uuid))
-            usages.append(PodUsage(pod=pod, uuid=gpu.uuid, memory_used_bytes=1 << 30, sm_share_ratio=0.5))
+            usages.append(PodUsage(pod=pod, uuid=gpu.uuid, memory_used_bytes=1 << 30, kernel_time_ratio=0.5))
         return Attribution(allocations=tuple(allocations), usages=tuple(usages)), (
             StageResult(stages.PODRESOURCES, True, 0.0),
         )

@@ -209,13 +209,15 @@ def inline_records(expr: str, exprs: Mapping[str, str]) -> str:
 
 def demo_scrape_config(targets: Sequence[str], *, rules: bool) -> str:
     """A prometheus.yml (also read by VictoriaMetrics' scraper) scraping exporter URLs ``targets``
-    every second with honor_labels, each relabelled into cluster ``demo`` as node-0, node-1, ...;
+    every second with honor_labels, each into cluster ``demo``; the exporters name their nodes
+    themselves (the ``node`` label of every series: give each run_exporter a ``NODE_NAME``, or a
+    simulated one is its scenario), so the targets add none (a second value would lose to the
+    exporter's under honor_labels, on every series but ``up``);
     with ``rules``, loading gpulens.rules.yml (beside the config) evaluated every 2 s: the rules cost
     a Prometheus ~0.15 of a core at one evaluation a second over four simulated nodes, and the stacks
     of the dashboard tests run for minutes beside each other."""
     static = "\n".join(
-        f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo, node: node-{i}}}"
-        for i, t in enumerate(targets)
+        f"      - targets: ['{urllib.parse.urlsplit(t).netloc}']\n        labels: {{cluster: demo}}" for t in targets
     )
     head = (
         "global: {scrape_interval: 1s, evaluation_interval: 2s}\nrule_files: [gpulens.rules.yml]\n"

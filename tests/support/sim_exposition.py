@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from exporter.cli import make_attributor, make_classifier, make_network
 from exporter.config import parse_config
+from exporter.node_label import node_label_value
 from exporter.probe_scheduler import ProbeOptions, ProbeScheduler
 from exporter.render.collector import SnapshotCollector
 from exporter.sampler import Sampler
@@ -22,7 +23,7 @@ from exporter.sim import Simulation
 EPOCH = 1_790_000_000.0
 """Unix time of the simulated clock's zero."""
 CYCLES = 15
-VOLATILE = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_success_timestamp_seconds ")
+VOLATILE = ("gpulens_stage_duration_seconds{", "gpulens_podresources_last_success_timestamp_seconds{")
 """Series whose values are wall-clock readings."""
 
 
@@ -81,7 +82,10 @@ def render_cycles(
     )
     # The exporter's own encoder: byte for byte what prometheus_client writes for the same families
     # (tests/test_exposition.py), at a seventh of the cost.
-    collector = SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0])
+    # Labelled as the exporter labels a simulated node without --kubernetes.node-name: the scenario's
+    # name, never this machine's host name.
+    node = node_label_value(cfg.node_name, scenario)
+    collector = SnapshotCollector(sampler.latest, backend="sim", wall=lambda: EPOCH + tick[0], node=node)
     try:
         for _ in range(cycles):
             sampler.run_once()
@@ -121,6 +125,6 @@ def dashboard_fixture(scenario: str) -> str:
     readings (1 ms per stage, the kubelet refreshed at the last cycle)."""
     text = render(scenario, probes=True, faults=DASHBOARD_FIXTURES[scenario])
     stamp = f"{EPOCH + CYCLES - 1:.1f}"
-    text = text.replace("gpulens_podresources_last_success_timestamp_seconds <wallclock>",
-                        f"gpulens_podresources_last_success_timestamp_seconds {stamp}")  # fmt: skip
+    kubelet = f'gpulens_podresources_last_success_timestamp_seconds{{node="{scenario}"}}'
+    text = text.replace(f"{kubelet} <wallclock>", f"{kubelet} {stamp}")
     return text.replace("<wallclock>", "0.001") + "\n"
