@@ -81,6 +81,26 @@ def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def module_tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder shared by one module's tests (a tree written once for the module), in memory as
+    ``tmp_path`` is for a unit test and removed after the module; for an integration module,
+    pytest's numbered folder on disk.  ``tmp_path_factory.mktemp`` would always write to disk and
+    leave the files for the next run to delete (on this machine's ext4, each of a sysfs tree's
+    thousands of files costs ~0.1 ms to write and again to remove)."""
+    from exporter.sim.backend import tree_parent
+
+    parent = tree_parent()
+    if parent is None or request.node.get_closest_marker("integration"):
+        yield tmp_path_factory.mktemp(re.sub(r"\W", "_", request.node.name)[:30], numbered=True)
+        return
+    path = Path(tempfile.mkdtemp(prefix="gpulens-module-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture()
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when the run was asked to regenerate golden files."""

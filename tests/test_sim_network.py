@@ -41,10 +41,10 @@ def read(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def p5en_tree(tmp_path_factory: pytest.TempPathFactory) -> st.SysfsTree:
+def p5en_tree(module_tmp_path: Path) -> st.SysfsTree:
     """One tree for the module (writing 1,500 files takes a while); tests that set counters use
     their own NIC."""
-    return st.SysfsTree.of(tmp_path_factory.mktemp("p5en"), st.p5en_layout(), peermem=True, open_kernel_module=True)
+    return st.SysfsTree.of(module_tmp_path, st.p5en_layout(), peermem=True, open_kernel_module=True)
 
 
 def test_every_symlink_is_relative_and_resolves_inside_the_tree(p5en_tree: st.SysfsTree) -> None:
