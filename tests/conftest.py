@@ -9,6 +9,7 @@ fails on either without it. ``pytest -m "not gpu and not integration"`` is the f
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -105,6 +106,54 @@ def module_tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when the run was asked to regenerate golden files."""
     return bool(request.config.getoption("--update-golden"))
+
+
+def _module_marks(path: Path) -> frozenset[str]:
+    """The marker names a test module declares for all its tests (``pytestmark = pytest.mark.x``
+    or a list of them), read from its syntax tree without importing it (a module whose text never
+    names ``pytestmark`` declares none: not parsed)."""
+    source = path.read_bytes()
+    if b"pytestmark" not in source:
+        return frozenset()
+    tree = ast.parse(source, str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+            return frozenset(
+                v.attr
+                for v in values
+                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Attribute) and v.value.attr == "mark"
+            )
+    return frozenset()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave out, without importing it, a test module whose declared markers alone put every one of
+    its tests outside ``-m`` (the fast loop's ``not integration`` and the integration modules):
+    importing them (Streamlit's test runner, gRPC, the Prometheus and browser harness) was a third
+    of each xdist worker's start.  Whatever other markers a test adds, the module's own are on it,
+    so the expression is read with each other marker both present and absent: only a module whose
+    tests it rejects either way is left out.  Any other module is collected as usual."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(markexpr)
+        marks = _module_marks(collection_path)
+        if not marks:
+            return None
+        for others in (False, True):
+
+            def matcher(name: str, /, **_kwargs: object) -> bool:
+                return name in marks or others  # noqa: B023 (evaluated at once, in this iteration)
+
+            if expression.evaluate(matcher):
+                return None
+    except Exception:  # an expression or a file this cannot read: collect as usual
+        return None
+    return True
 
 
 def _cost_rank(item: pytest.Item) -> int:
