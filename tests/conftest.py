@@ -108,6 +108,13 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores this process may use.  The unit tests wait as
+    well as compute (a server's 1 s deadline, a hung probe killed, a client that never reads: ~10 s
+    of the fast loop); with one worker a core, a core idles through every wait."""
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+
+
 def _module_marks(path: Path) -> frozenset[str]:
     """The marker names a test module declares for all its tests (``pytestmark = pytest.mark.x``
     or a list of them), read from its syntax tree without importing it (a module whose text never
