@@ -10,6 +10,7 @@ fails on either without it. ``pytest -m "not gpu and not integration"`` is the f
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,6 +136,14 @@ def _module_marks(path: Path) -> frozenset[str]:
     return frozenset()
 
 
+@functools.cache
+def _expression(markexpr: str) -> Any:
+    """``-m``'s expression, compiled once (pytest's own parser)."""
+    from _pytest.mark.expression import Expression
+
+    return Expression.compile(markexpr)
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Leave out, without importing it, a test module whose declared markers alone put every one of
     its tests outside ``-m`` (the fast loop's ``not integration`` and the integration modules):
@@ -145,12 +155,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
     try:
-        from _pytest.mark.expression import Expression
-
-        expression = Expression.compile(markexpr)
         marks = _module_marks(collection_path)
         if not marks:
             return None
+        expression = _expression(markexpr)
         for others in (False, True):
 
             def matcher(name: str, /, **_kwargs: object) -> bool:
