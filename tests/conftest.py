@@ -9,6 +9,8 @@ fails on either without it. ``pytest -m "not gpu and not integration"`` is the f
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,10 +84,91 @@ def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def module_tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder shared by one module's tests (a tree written once for the module), in memory as
+    ``tmp_path`` is for a unit test and removed after the module; for an integration module,
+    pytest's numbered folder on disk.  ``tmp_path_factory.mktemp`` would always write to disk and
+    leave the files for the next run to delete (on this machine's ext4, each of a sysfs tree's
+    thousands of files costs ~0.1 ms to write and again to remove)."""
+    from exporter.sim.backend import tree_parent
+
+    parent = tree_parent()
+    if parent is None or request.node.get_closest_marker("integration"):
+        yield tmp_path_factory.mktemp(re.sub(r"\W", "_", request.node.name)[:30], numbered=True)
+        return
+    path = Path(tempfile.mkdtemp(prefix="gpulens-module-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture()
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when the run was asked to regenerate golden files."""
     return bool(request.config.getoption("--update-golden"))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores this process may use.  The unit tests wait as
+    well as compute (a server's 1 s deadline, a hung probe killed, a client that never reads: ~10 s
+    of the fast loop); with one worker a core, a core idles through every wait."""
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+
+
+def _module_marks(path: Path) -> frozenset[str]:
+    """The marker names a test module declares for all its tests (``pytestmark = pytest.mark.x``
+    or a list of them), read from its syntax tree without importing it (a module whose text never
+    names ``pytestmark`` declares none: not parsed)."""
+    source = path.read_bytes()
+    if b"pytestmark" not in source:
+        return frozenset()
+    tree = ast.parse(source, str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+            return frozenset(
+                v.attr
+                for v in values
+                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Attribute) and v.value.attr == "mark"
+            )
+    return frozenset()
+
+
+@functools.cache
+def _expression(markexpr: str) -> Any:
+    """``-m``'s expression, compiled once (pytest's own parser)."""
+    from _pytest.mark.expression import Expression
+
+    return Expression.compile(markexpr)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave out, without importing it, a test module whose declared markers alone put every one of
+    its tests outside ``-m`` (the fast loop's ``not integration`` and the integration modules):
+    importing them (Streamlit's test runner, gRPC, the Prometheus and browser harness) was a third
+    of each xdist worker's start.  Whatever other markers a test adds, the module's own are on it,
+    so the expression is read with each other marker both present and absent: only a module whose
+    tests it rejects either way is left out.  Any other module is collected as usual."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        marks = _module_marks(collection_path)
+        if not marks:
+            return None
+        expression = _expression(markexpr)
+        for others in (False, True):
+
+            def matcher(name: str, /, **_kwargs: object) -> bool:
+                return name in marks or others  # noqa: B023 (evaluated at once, in this iteration)
+
+            if expression.evaluate(matcher):
+                return None
+    except Exception:  # an expression or a file this cannot read: collect as usual
+        return None
+    return True
 
 
 def _cost_rank(item: pytest.Item) -> int:

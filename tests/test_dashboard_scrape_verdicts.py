@@ -40,6 +40,13 @@ def _source(pages: dict[str, list[str]], upto: int) -> ScrapeSource:
     return src
 
 
+@pytest.fixture(scope="module")
+def filled(pages: dict[str, list[str]]) -> ScrapeSource:
+    """Every page of every target, for the tests that only read the source (filled once: parsing
+    the 200 pages is most of a test's time)."""
+    return _source(pages, PAGES)
+
+
 def _reference(src: ScrapeSource, grid: np.ndarray, target: Filters = NO_FILTERS) -> pd.DataFrame:
     """The definition on labelled frames (every sample with its label strings): what the scrape
     source computed before the fast path."""
@@ -73,8 +80,8 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("target", [NO_FILTERS, Filters(instance="mig:9445"), Filters(instance="l40s:9445")])
-def test_the_fast_verdict_is_the_definition_on_labelled_frames(pages: dict[str, list[str]], target: Filters) -> None:
-    src = _source(pages, PAGES)
+def test_the_fast_verdict_is_the_definition_on_labelled_frames(filled: ScrapeSource, target: Filters) -> None:
+    src = filled
     end = T0 + (PAGES - 1) * INTERVAL + 0.5
     grid = np.asarray([end - k * 60.0 for k in range(8, -1, -1)])
     got = leaf_idle(src._within(src._snapshot(), float(grid[0]) - 300.0, end), grid, target, src._fresh_s())

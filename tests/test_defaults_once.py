@@ -91,6 +91,12 @@ def _nodes(path: Path) -> tuple[ast.AST, ...]:
     return tuple(ast.walk(ast.parse(path.read_text())))
 
 
+@functools.cache
+def _constants(path: Path) -> tuple[ast.Constant, ...]:
+    """The constants among ``_nodes(path)``, kept per module run (two checks look for values)."""
+    return tuple(node for node in _nodes(path) if isinstance(node, ast.Constant))
+
+
 def _python_files() -> Iterator[Path]:
     for top in SOURCES:
         for path in sorted((REPO / top).rglob("*.py")):
@@ -98,22 +104,24 @@ def _python_files() -> Iterator[Path]:
                 yield path
 
 
-def _string_collections(nodes: tuple[ast.AST, ...]) -> Iterator[tuple[int, list[str]]]:
-    """Every literal tuple, list or set made only of strings, with its line."""
-    for node in nodes:
-        if (
-            isinstance(node, ast.Tuple | ast.List | ast.Set)
-            and node.elts
-            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
-        ):
-            yield node.lineno, [str(e.value) for e in node.elts if isinstance(e, ast.Constant)]
+@functools.cache
+def _string_collections(path: Path) -> tuple[tuple[int, frozenset[str]], ...]:
+    """Every literal tuple, list or set of ``path`` made only of strings, with its line; kept per
+    module run (three checks look for sets of names)."""
+    return tuple(
+        (node.lineno, frozenset(str(e.value) for e in node.elts if isinstance(e, ast.Constant)))
+        for node in _nodes(path)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set)
+        and node.elts
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
+    )
 
 
 def _restatements(members: tuple[str, ...]) -> list[str]:
     found = []
     for path in _python_files():
-        for line, values in _string_collections(_nodes(path)):
-            if set(members) <= set(values):
+        for line, values in _string_collections(path):
+            if set(members) <= values:
                 found.append(f"{path.relative_to(REPO)}:{line}")
     return found
 
@@ -131,8 +139,8 @@ def test_the_podresources_socket_path_is_written_once() -> None:
     found = [
         f"{path.relative_to(REPO)}:{node.lineno}"
         for path in _python_files()
-        for node in _nodes(path)
-        if isinstance(node, ast.Constant) and node.value == DEFAULT_PODRESOURCES_SOCKET
+        for node in _constants(path)
+        if node.value == DEFAULT_PODRESOURCES_SOCKET
     ]
     assert [p.split(":")[0] for p in found] == ["exporter/config.py"], found
 
@@ -144,8 +152,8 @@ def test_the_attribution_stage_names_are_written_once() -> None:
     found = [
         f"{path.relative_to(REPO)}:{node.lineno}"
         for path in _python_files()
-        for node in _nodes(path)
-        if isinstance(node, ast.Constant) and node.value in names
+        for node in _constants(path)
+        if isinstance(node.value, str) and node.value in names
     ]
     assert {p.split(":")[0] for p in found} == {"exporter/attribution/stages.py"}, found
 

@@ -22,11 +22,17 @@ HARNESS = ("tests.support", "tests.fakes")
 
 
 @functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once per module run (several checks read every file;
+    none changes the tree)."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.cache
 def _imports(path: Path) -> list[str]:
     """Absolute imports of ``path``, kept per module run (several checks read every file)."""
-    tree = ast.parse(path.read_text(), str(path))
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -237,7 +243,7 @@ Streamlit's app runner): a test module that imports one is ``integration``."""
 
 def _declares_integration(path: Path) -> bool:
     """True when the module's ``pytestmark`` names ``pytest.mark.integration``."""
-    for node in ast.parse(path.read_text()).body:
+    for node in _tree(path).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
             return "pytest.mark.integration" in ast.unparse(node.value)
     return False
@@ -269,20 +275,20 @@ def _names(node: ast.AST) -> set[str]:
 def unmarked_program_runners(path: Path) -> list[str]:
     """Tests of ``path`` that run another program, directly or through the module's own functions,
     without the ``integration`` marker (on the test or on the module) or ``gpu``."""
-    tree = ast.parse(path.read_text(), str(path))
     if _declares_integration(path):
         return []
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    functions = {n.name: n for n in _tree(path).body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    names = {name: _names(fn) for name, fn in functions.items()}  # each function walked once
     runners = set(PROGRAM_RUNNERS)
     grew = True
     while grew:  # a helper that calls a helper that runs a program runs one too
-        grown = {name for name, fn in functions.items() if _names(fn) & runners}
+        grown = {name for name in functions if names[name] & runners}
         grew = not grown <= runners
         runners |= grown
     return [
         f"{path.name}::{name}"
         for name, fn in functions.items()
-        if name.startswith("test_") and _names(fn) & runners and not (_marked(fn, "integration") or _marked(fn, "gpu"))
+        if name.startswith("test_") and names[name] & runners and not (_marked(fn, "integration") or _marked(fn, "gpu"))
     ]
 
 

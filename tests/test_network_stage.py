@@ -81,9 +81,9 @@ def closing() -> Iterator[list[NetworkStage]]:
 
 
 @pytest.fixture(scope="module")
-def p5en(tmp_path_factory: pytest.TempPathFactory) -> st.SysfsTree:
+def p5en(module_tmp_path: Path) -> st.SysfsTree:
     """A p5en tree (no peer-memory module, the proprietary GPU driver) the tests only read."""
-    return st.SysfsTree.of(tmp_path_factory.mktemp("p5en"), st.p5en_layout(), peermem=False, open_kernel_module=False)
+    return st.SysfsTree.of(module_tmp_path, st.p5en_layout(), peermem=False, open_kernel_module=False)
 
 
 def ref(pod: str, container: str = "main", namespace: str = "ml") -> PodRef:

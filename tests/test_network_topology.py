@@ -55,9 +55,9 @@ def test_sysfs_bdf_spells_nvml_bus_ids_as_the_kernel(nvml: str, sysfs: str) -> N
 
 
 @pytest.fixture(scope="module")
-def p5en(tmp_path_factory: pytest.TempPathFactory) -> tuple[st.Layout, st.SysfsTree]:
+def p5en(module_tmp_path: Path) -> tuple[st.Layout, st.SysfsTree]:
     layout = st.p5en_layout()
-    return layout, st.SysfsTree.of(tmp_path_factory.mktemp("p5en"), layout)
+    return layout, st.SysfsTree.of(module_tmp_path, layout)
 
 
 def test_p5en_each_gpu_its_four_efas_are_pix_and_nearest(p5en: tuple[st.Layout, st.SysfsTree]) -> None:

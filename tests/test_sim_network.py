@@ -41,10 +41,10 @@ def read(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def p5en_tree(tmp_path_factory: pytest.TempPathFactory) -> st.SysfsTree:
+def p5en_tree(module_tmp_path: Path) -> st.SysfsTree:
     """One tree for the module (writing 1,500 files takes a while); tests that set counters use
     their own NIC."""
-    return st.SysfsTree.of(tmp_path_factory.mktemp("p5en"), st.p5en_layout(), peermem=True, open_kernel_module=True)
+    return st.SysfsTree.of(module_tmp_path, st.p5en_layout(), peermem=True, open_kernel_module=True)
 
 
 def test_every_symlink_is_relative_and_resolves_inside_the_tree(p5en_tree: st.SysfsTree) -> None:
@@ -269,17 +269,29 @@ WATCHED = ("rdmap20s0", "rdmap21s0", "rdmap22s0", "rdmap23s0", "rdmap215s0", "rd
 """NICs whose every counter is read after each sample (GPU 0's and GPU 7's); of the others, the bytes."""
 
 
-def counters_now(sysfs: Path) -> dict[tuple[str, str], int]:
-    out = {}
+def counter_files(sysfs: Path) -> list[tuple[tuple[str, str], str]]:
+    """(NIC, counter) and its file for every counter ``counters_now`` reads (the tree's files do
+    not change while it is played: listed once)."""
+    out = []
     for nic in (sysfs / "class" / "infiniband").iterdir():
         port = nic / "ports" / "1" / "hw_counters"
         if nic.name in WATCHED:
             paths = [*(nic / "hw_counters").iterdir(), *port.iterdir()]
         else:
             paths = [port / "tx_bytes", port / "rx_bytes"]
-        for path in paths:
-            if path.name != "lifespan":
-                out[(nic.name, path.name)] = int(path.read_text())
+        out += [((nic.name, path.name), str(path)) for path in paths if path.name != "lifespan"]
+    return out
+
+
+def counters_now(files: list[tuple[tuple[str, str], str]]) -> dict[tuple[str, str], int]:
+    """Every counter of ``files`` as a reader parses it now."""
+    out = {}
+    for key, path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            out[key] = int(os.read(fd, 64))
+        finally:
+            os.close(fd)
     return out
 
 
@@ -294,10 +306,11 @@ def play(scenario: str, cycles: int = CYCLES) -> Run:
     assert network is not None
     try:
         backend.sample()
-        samples, counters = [], [counters_now(Path(roots[0]))]
+        files = counter_files(Path(roots[0]))
+        samples, counters = [], [counters_now(files)]
         for _ in range(cycles):
             samples.append(list(backend.sample().gpus))
-            counters.append(counters_now(Path(roots[0])))
+            counters.append(counters_now(files))
     finally:
         backend.close()
     return Run(samples, counters, network.layout.nearest, backend.pods())
@@ -344,7 +357,7 @@ def test_the_counters_depend_on_the_seed_and_the_samples_taken_only(runs: dict[s
             again.sample()
         roots = again.network_roots()
         assert roots is not None
-        assert counters_now(Path(roots[0])) == runs["p5en"].counters[8]
+        assert counters_now(counter_files(Path(roots[0]))) == runs["p5en"].counters[8]
     finally:
         again.close()
 

