@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -418,18 +417,20 @@ def test_thresholds_are_configurable() -> None:
     assert feed(BoundnessClassifier(thresholds=strict), [(COPY, 15.0)])[-1][1] == "latency"
 
 
-def test_fifty_six_mig_leaves_per_cycle_stay_cheap() -> None:
+def test_fifty_six_mig_leaves_per_cycle_keep_bounded_state() -> None:
     # The 8 GPU x 7 MIG benchmark: 56 leaves per cycle; a 0.1 s interval keeps 100 samples a window.
+    # What keeps observe O(1) is that each leaf's window holds only the samples of its span, however
+    # long it runs (the time per observe is bench/classifier_cost.py's, not a test's: no timing asserts).
     clf = BoundnessClassifier()
     sig = POINTER_CHASE.sample(0.1)
     leaves = [f"MIG-{i}" for i in range(56)]
-    t0 = time.perf_counter()
     for cycle in range(500):
         now = cycle * 0.1
         for leaf in leaves:
             clf.observe(leaf, sig, None, True, now)
-    per_observe = (time.perf_counter() - t0) / (500 * 56)
-    assert per_observe < 200e-6, f"{per_observe * 1e6:.1f} us per observe"
+    held = [len(clf._leaves[leaf].window._entries) for leaf in leaves]
+    assert len(clf._leaves) == 56
+    assert max(held) <= clf.window_seconds / 0.1 + 2, held
 
 
 # --- recorded H200 traces --------------------------------------------------------------------
