@@ -169,12 +169,12 @@ def test_mps_pods_show_why_their_sm_share_is_missing_instead_of_a_blank(dashboar
         assert not at.exception and not at.error
         workloads = _texts(at)
         tables = [t.value for t in at.dataframe]
-    note = "per-pod SM share is not reported by the driver under MPS"
+    note = "per-pod kernel time is not reported by the driver under MPS"
     assert note in sharing
     assert note in workloads
-    pods = next(t for t in tables if "sm_share_note" in t.columns)
+    pods = next(t for t in tables if "kernel_time_note" in t.columns)
     mps_rows = pods[pods["pod"].str.contains("-mps-")]
-    assert len(mps_rows) == 3 and set(mps_rows["sm_share_note"]) == {note}
+    assert len(mps_rows) == 3 and set(mps_rows["kernel_time_note"]) == {note}
     assert set(pods[pods["pod"].str.startswith("llm-decode-mps")]["class"]) == {"shared"}
 
 

@@ -9,7 +9,7 @@ import pytest
 import streamlit as st
 
 from dashboard import ui
-from dashboard.figures.sharing import MIG_LABEL_CHARS, _wrap, sm_share_bar
+from dashboard.figures.sharing import MIG_LABEL_CHARS, _wrap, kernel_time_bar
 from dashboard.figures.vega import data_of
 from tests.support.browser import SNAKE_CASE, text_findings
 
@@ -46,7 +46,7 @@ DEFAULTED = {
         ("mig_uuid", "MIG instance"),
         ("first_seen", "First seen"),
         ("cost_usd", "Cost (USD)"),
-        ("sm_share", "SM share"),
+        ("kernel_time", "SM share"),
         ("idle_for", "Idle for"),
     ],
 )
@@ -99,21 +99,21 @@ def test_missing_values_read_as_the_reason_given_and_numbers_stay_formatted() ->
         {
             "namespace": ["a", None],
             "cost_usd": [1234.5, float("nan")],
-            "sm_share": [0.5, float("nan")],
+            "kernel_time": [0.5, float("nan")],
             "count": [12884901888.0, float("nan")],
         }
     )
     shown, config = ui.table_frame(
         df,
-        {"sm_share": st.column_config.ProgressColumn("SM share", format="percent", min_value=0, max_value=1)},
-        {"cost_usd": "no price set", "sm_share": ["-", "MPS: not split"]},
+        {"kernel_time": st.column_config.ProgressColumn("SM share", format="percent", min_value=0, max_value=1)},
+        {"cost_usd": "no price set", "kernel_time": ["-", "MPS: not split"]},
     )
     assert shown["cost_usd"].tolist() == ["$1,234.50", "no price set"]
-    assert shown["sm_share"].tolist() == ["50%", "MPS: not split"]
+    assert shown["kernel_time"].tolist() == ["50%", "MPS: not split"]
     assert shown["count"].tolist() == ["12,884,901,888", ui.DEFAULT_MISSING]
     assert shown["namespace"].tolist() == ["a", ui.DEFAULT_MISSING]
-    assert _label(config, "sm_share") == "SM share" and _label(config, "cost_usd") == "Cost (USD)"
-    for c in ("cost_usd", "sm_share", "count"):
+    assert _label(config, "kernel_time") == "SM share" and _label(config, "cost_usd") == "Cost (USD)"
+    for c in ("cost_usd", "kernel_time", "count"):
         setting = config[c]
         assert isinstance(setting, dict) and setting["alignment"] == "right", "numbers as text, right aligned"
     for value in shown.to_numpy().ravel():
@@ -186,10 +186,10 @@ def test_sharing_chart_gives_every_pod_its_own_colour_and_names_gpus_by_node() -
             "gpu": ["3"] * 25,
             "namespace": ["ml"] * 25,
             "pod": pods,
-            "sm_share": [0.01] * 25,
+            "kernel_time": [0.01] * 25,
         }
     )
-    chart = sm_share_bar(shares)
+    chart = kernel_time_bar(shares)
     scale = chart["encoding"]["color"]["scale"]
     assert sorted(scale["domain"]) == sorted(f"ml/{p}" for p in pods)
     assert len(set(scale["range"])) == len(scale["domain"]) == 25, "no two pods in one colour"
