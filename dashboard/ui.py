@@ -1019,9 +1019,10 @@ TABLES: dict[str, TableLayout] = {
 """Every table's :class:`TableLayout`, by its ``key``: the one place a page declares the columns that
 must fit 1,440 px (the browser tests check each primary column is drawn inside the first 1,440 px)."""
 
-TABLE_CONTAINER = "gpulens-table-{key}-p{n}"
-"""The key of the container :func:`table` draws a table in: its ``key`` and how many of its first
-columns are primary (``st-key-…`` on the page: the browser tests read it)."""
+TABLE_CONTAINER = "gpulens-table-{key}-p{columns}"
+"""The key of the container :func:`table` draws a table in: its ``key`` and where its primary
+columns are among the drawn ones (0-based, ``_``-separated: ``p0_1_2``); ``st-key-…`` on the page,
+which the browser tests read."""
 
 
 def table(
@@ -1049,7 +1050,9 @@ def table(
         rest = [c for c in layout.then if c in rest]
     main = df[[*primary, *rest]]
     shown, config = table_frame(main, column_config, _rows_missing(missing, main))
-    with st.container(key=TABLE_CONTAINER.format(key=key, n=len(primary))):
+    drawn = [c for c in shown.columns if config.get(str(c)) is not None]
+    marks = "_".join(str(drawn.index(c)) for c in primary if c in drawn)
+    with st.container(key=TABLE_CONTAINER.format(key=key, columns=marks)):
         st.dataframe(shown, hide_index=True, key=key, column_config=config)
     if detail and len(df):
         who = [c for c in primary if c in WHO]

@@ -222,9 +222,8 @@ def test_memory_bound_h100_job_moves_to_h200_with_the_profiles_percentages() -> 
     )
     a = only(advise_job(h100, prices=PRICES))
     assert (a.action, a.target) == (JobAction.BANDWIDTH, "H200")
-    assert (
-        f"memory-bound 100 % of its busy time: H200 has {more_bw * 100:.0f} % more bandwidth and {more_mem * 100:.0f} % more" in a.reason
-    )
+    more = f"H200 has {more_bw * 100:.0f} % more bandwidth and {more_mem * 100:.0f} % more"
+    assert f"memory-bound 100 % of its busy time: {more}" in a.reason
     # 4 x 50 GiB x 1.2 = 257.7 GB: two H200s hold it
     assert "2 H200 would hold its peak" in a.reason and a.evidence["gpus_needed_on_faster_model"] == 2
     new_hours = 4 * HOURS * (1 - 0.9 * (1 - 1 / (1 + more_bw)))

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import MIN_CHARTS, PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
+from tests.support.browser import (
+    MIN_CHARTS,
+    PAGES,
+    PageWatch,
+    check_page,
+    chromium_page,
+    exports_node_name,
+    load,
+    run_dashboard,
+)
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import demo_scrape_config, run_prometheus, wait_for_query
 from tests.support.prometheus import query as prom_query
@@ -45,7 +54,10 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
     """Four sim exporters, a Prometheus scraping them every second, a dashboard on it and a
     dashboard scraping the exporters itself: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
     with ExitStack() as es:
-        targets = [es.enter_context(run_exporter("--sim.scenario", sc)) for sc in SCENARIOS]
+        targets = [
+            es.enter_context(run_exporter("--sim.scenario", sc, env={"NODE_NAME": f"node-{i}"}))
+            for i, sc in enumerate(SCENARIOS)
+        ]
         config = demo_scrape_config(targets, rules=True)
         prom = es.enter_context(run_prometheus(config, {"gpulens.rules.yml": RULES.read_text()}))
         deadline = time.monotonic() + 60
@@ -60,7 +72,13 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
         scrape = es.enter_context(
             run_dashboard("--scrape", ",".join(targets), "--scrape-interval", "1", "--price-per-gpu-hour", "H200=3.5")
         )
+        NODE_NAMES[:] = [exports_node_name(targets[0])]
         yield prom, dash, scrape
+
+
+NODE_NAMES: list[bool] = []
+"""Whether the stack's exporters name their node (``node`` label, from NODE_NAME): then the pages
+must show node names, never an exporter's address."""
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -79,7 +97,8 @@ def test_every_page_loads_clean_with_its_key_elements(
         for path, texts in PAGES.items():
             name = f"{mode}-{path or 'fleet'}"
             # 15 minutes: a 4 s step, so the few seconds of history already give range points
-            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png")
+            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png",
+                       node_names=all(NODE_NAMES))  # fmt: skip
             if (
                 mode == "prometheus"
                 and path not in ("rightsizing", *MOVING_DOCS, *JOBS_DOCS, *HISTORY_DOCS)

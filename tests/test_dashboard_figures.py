@@ -16,7 +16,7 @@ from dashboard.figures.activity import FREE, sm_heatmap, sm_histogram
 from dashboard.figures.health import probe_efficiency_bar
 from dashboard.figures.palette import CLASS_COLORS, CLASS_ORDER
 from dashboard.figures.roofline import roofline_density, roofline_scatter
-from dashboard.figures.sharing import mig_layout_figure, kernel_time_bar
+from dashboard.figures.sharing import kernel_time_bar, mig_layout_figure
 from dashboard.figures.timelines import boundness_area, state_strip, time_lines
 from dashboard.figures.vega import PICK, Chart, data_of, rows
 from dashboard.figures.waste import savings_bar, waste_bar

@@ -46,7 +46,7 @@ DEFAULTED = {
         ("mig_uuid", "MIG instance"),
         ("first_seen", "First seen"),
         ("cost_usd", "Cost (USD)"),
-        ("kernel_time", "SM share"),
+        ("kernel_time", "Kernel time"),
         ("idle_for", "Idle for"),
     ],
 )
@@ -105,14 +105,14 @@ def test_missing_values_read_as_the_reason_given_and_numbers_stay_formatted() ->
     )
     shown, config = ui.table_frame(
         df,
-        {"kernel_time": st.column_config.ProgressColumn("SM share", format="percent", min_value=0, max_value=1)},
+        {"kernel_time": st.column_config.ProgressColumn("Kernel time", format="percent", min_value=0, max_value=1)},
         {"cost_usd": "no price set", "kernel_time": ["-", "MPS: not split"]},
     )
     assert shown["cost_usd"].tolist() == ["$1,234.50", "no price set"]
-    assert shown["kernel_time"].tolist() == ["50%", "MPS: not split"]
+    assert shown["kernel_time"].tolist() == ["50 %", "MPS: not split"], "the pages' one percentage style"
     assert shown["count"].tolist() == ["12,884,901,888", ui.DEFAULT_MISSING]
     assert shown["namespace"].tolist() == ["a", ui.DEFAULT_MISSING]
-    assert _label(config, "kernel_time") == "SM share" and _label(config, "cost_usd") == "Cost (USD)"
+    assert _label(config, "kernel_time") == "Kernel time" and _label(config, "cost_usd") == "Cost (USD)"
     for c in ("cost_usd", "kernel_time", "count"):
         setting = config[c]
         assert isinstance(setting, dict) and setting["alignment"] == "right", "numbers as text, right aligned"
@@ -137,7 +137,7 @@ def test_the_callers_settings_are_kept() -> None:
     [
         (12884901888, None, "12,884,901,888"),
         (0.5005807999999999, "localized", "0.501"),
-        (0.425, "percent", "42.5%"),
+        (0.425, "percent", "42 %"),
         (1234.5, "dollar", "$1,234.50"),
         (42.4, "%.0f%%", "42%"),
         (1234567.891, "%,.2f GiB", "1,234,567.89 GiB"),
@@ -165,9 +165,9 @@ def test_right_sizing_evidence_reads_in_words_and_units() -> None:
     rows = dict(zip(table["What"], table["Value"], strict=True))
     assert rows["Holds"] == "whole GPU"
     assert rows["Peak GPU memory used"] == "12.0 GiB"
-    assert rows["SM active, 95th percentile"] == "50%"
+    assert rows["SM active, 95th percentile"] == "50 %"
     assert rows["DRAM active, 95th percentile"] == "not measured"
-    assert rows["Bound by memory, share of the time held"] == "25%"
+    assert rows["Bound by memory, share of the time held"] == "25 %"
     assert rows["Memory headroom"] == "1.20x"
     assert rows["New metric ratio"] == "0.123"
     assert "workload" not in rows and "ml/Deployment/x" not in rows.values()

@@ -259,9 +259,9 @@ place of their columns are in no DOM; this is how a test reads them."""
 SCREEN = (1440, 900)
 """The screen the pages must fit (width, height in CSS px): a laptop's."""
 
-TABLE_KEY = re.compile(r"st-key-gpulens-table-(?P<key>.+)-p(?P<n>\d+)$")
-"""The container of a table with a layout (dashboard/ui.py ``TABLE_CONTAINER``): its key and the
-number of its first columns that are primary."""
+TABLE_KEY = re.compile(r"st-key-gpulens-table-(?P<key>.+)-p(?P<columns>[\d_]*)$")
+"""The container of a table with a layout (dashboard/ui.py ``TABLE_CONTAINER``): its key and where
+its primary columns are among its drawn ones (0-based, ``_``-separated)."""
 
 PRIMARY_COLUMNS_JS = """
 async ([screen, pattern]) => {
@@ -274,7 +274,7 @@ async ([screen, pattern]) => {
     if (!cls || !grid) continue;
     grid.scrollIntoView({block: "center"});
     await frame();
-    const n = Number(cls.groups.n);
+    const primary = cls.groups.columns ? cls.groups.columns.split('_').map(i => Number(i) + 1) : [];
     const titles = new Map();
     grid.querySelectorAll('[role="columnheader"]').forEach(
       h => titles.set(Number(h.getAttribute('aria-colindex')), h.textContent.trim()));
@@ -282,7 +282,7 @@ async ([screen, pattern]) => {
     const heads = window.__gpulensHeads || new WeakMap();
     const seen = canvases.map(c => [c.getBoundingClientRect(), heads.get(c) || new Map()]);
     const columns = [];
-    for (let i = 1; i <= n; i++) {
+    for (const i of primary) {
       const title = titles.get(i);
       let right = null;
       for (const [rect, heads] of seen) {
@@ -408,7 +408,7 @@ PAGE_TEXTS_JS = """
     const t = n.textContent.trim();
     if (!t) continue;
     const el = n.parentElement;
-    if (!el || el.closest('script, style, noscript, [data-testid^="stIcon"]')) continue;
+    if (!el || el.closest('script, style, noscript, [data-testid^="stIcon"], [aria-hidden="true"]')) continue;
     if (el.closest('svg')) svg.push(t);
     else if (el.checkVisibility ? el.checkVisibility() : true) html.push(t);
   }
