@@ -979,7 +979,7 @@ TABLES: dict[str, TableLayout] = {
     "launch_table": TableLayout((GPU_LINK, "node", "gpu", "namespace", "pod"), ("container", "uuid", "mig_uuid")),
     "pod_table": TableLayout(
         (GPU_LINK, "node", "gpu", "namespace", "pod", "sm_active", "kernel_time", "memory_used", "class"),
-        ("container", "workload_kind", "workload", "resource", "communication", "uuid", "mig_uuid"),
+        ("container", "workload_kind", "resource", "uuid", "mig_uuid"),
     ),
     "waste_table": TableLayout(("namespace", "gpu_hours", "cost_usd")),
     # Efficiency
@@ -989,7 +989,7 @@ TABLES: dict[str, TableLayout] = {
     # Jobs
     "jobs_table": TableLayout(
         ("job", "GPUs", "nodes", "GPU-hours", "activity", "busy", "communication"),
-        ("cluster", "straggler", "activity range", "class mix", "memory headroom", "pods"),
+        ("cluster", "activity range", "class mix", "memory headroom", "pods"),
     ),
     # Sharing
     "mig_table": TableLayout((GPU_LINK, "node", "gpu", "mig_profile", "holders")),
@@ -1013,7 +1013,7 @@ TABLES: dict[str, TableLayout] = {
     ),
     # Network
     "nic_table": TableLayout(("node", "device", "state", "tx", "rx", "line_rate", "utilization")),
-    "pod_nics": TableLayout(("node", "namespace", "pod", "nics", "tx", "rx", "communication"), ("workload", "shared")),
+    "pod_nics": TableLayout(("node", "namespace", "pod", "nics", "tx", "rx", "communication")),
     "gdr_table": TableLayout((GPU_LINK, "node", "gpu", "ready", "nearest", "reason"), ("uuid",)),
 }
 """Every table's :class:`TableLayout`, by its ``key``: the one place a page declares the columns that

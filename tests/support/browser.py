@@ -313,8 +313,9 @@ def primary_column_problems(page: object) -> list[str]:
     for table in page.evaluate(PRIMARY_COLUMNS_JS, [SCREEN[0], TABLE_KEY.pattern.replace("(?P<", "(?<")]):
         for c in table["columns"]:
             if c["title"] is None or c["right"] is None:
-                out.append(f"table {table['key']}: primary column {c['index']} ({c['title'] or 'no header'}) is not "
-                           f"drawn within the first {SCREEN[0]:,} px")  # fmt: skip
+                which = c["title"] or f"number {c['index']}"
+                out.append(f"table {table['key']}: primary column {which} is not drawn within the first "
+                           f"{SCREEN[0]:,} px (its header is out of view)")  # fmt: skip
             elif c["right"] > c["edge"] + 1:
                 out.append(f"table {table['key']}: primary column {c['title']!r} ends at {c['right']:.0f} px, beyond "
                            f"{c['edge']:.0f} px (the first {SCREEN[0]:,} px or the table's edge)")  # fmt: skip
