@@ -18,6 +18,10 @@ def _fit(text: str, slices: int) -> str:
     return text if len(text) <= room else text[: room - 1] + "…"
 
 
+FULL_LABEL_PX = 600
+"""An axis label's room in pixels: a node name and GPU index in full (Vega cuts at 180 px)."""
+
+
 def mig_layout_figure(layout: pd.DataFrame) -> Chart:
     """Each MIG GPU as a row of its slices (width = compute slices), labelled with the profile and
     who holds it; free slices are grey."""
@@ -38,7 +42,8 @@ def mig_layout_figure(layout: pd.DataFrame) -> Chart:
         ],
     )
     order = list(dict.fromkeys(df["row"]))
-    y = {"field": "row", "type": "nominal", "sort": order, "title": None}
+    # the whole label (a node name and GPU index), never cut: Vega's default limit is 180 px
+    y = {"field": "row", "type": "nominal", "sort": order, "title": None, "axis": {"labelLimit": FULL_LABEL_PX}}
     fields = [
         "row",
         "start",

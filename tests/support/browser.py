@@ -429,13 +429,16 @@ DATA_RATE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?([kMGTP]?)(B|b)/s\b|\b([
 """A throughput with its unit: bytes (``GB/s``) or bits (``Gb/s``) per second."""
 LINE_RATE = re.compile(r"line rate|\d\s?[kMGT]?b/s \(\d[\d,.]*\s?[kMGT]?B/s\)", re.IGNORECASE)
 """Where bits per second belong: a NIC's line rate, labelled, or given with its bytes per second."""
+SHORT_ID = re.compile(r"^(?:GPU|MIG)-[0-9a-fA-F-]*…$")
+"""A UUID shortened on purpose (dashboard/figures/vega.py ``short_uuid``; the tooltip has it whole)."""
 ADDRESS = re.compile(r"(?<![/\w.@])(?:\d{1,3}\.){3}\d{1,3}:\d{2,5}\b")
 """An exporter's address (``127.0.0.1:9445``), not within a URL (the footer names the source)."""
 
 
 def words_problems(page: object, drawn: list[str], *, node_names: bool) -> list[str]:
     """What reads as a program's, not a person's, on the loaded page: a raw driver or probe name
-    (snake_case) in its text, charts or tables; a percentage in another style than the pages' one
+    (snake_case) in its text, charts or tables; a chart's label cut short (Vega's ``…``) but a
+    shortened UUID; a percentage in another style than the pages' one
     (:data:`ONE_PERCENT_STYLE`, in text and tables); a data rate in bits per second beside one in
     bytes per second where it is not a labelled line rate (one unit per quantity); and where
     ``node_names`` (the exporters export a node name) an exporter's address shown instead of it.
@@ -450,6 +453,9 @@ def words_problems(page: object, drawn: list[str], *, node_names: bool) -> list[
         raw = sorted({m.group(0) for t in items for m in RAW_NAME.finditer(t) if not t.startswith("gpulens")})
         if raw:
             out.append(f"{where}: raw names where words belong: {raw[:8]}")
+    cut = sorted({t for t in svg if t.endswith("…") and not SHORT_ID.match(t)})
+    if cut:
+        out.append(f"a chart label cut where it should show in full: {cut[:4]}")
     styles = sorted({m.group(0) for t in (*html, *drawn) for m in PERCENT.finditer(t)})
     other = [p for p in styles if not ONE_PERCENT_STYLE.match(p)]
     if other:
