@@ -34,7 +34,7 @@ PAGES: dict[str, list[str]] = {
     "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
     "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
     "jobs": ["Multi-node jobs", "Jobs with a straggler", "Communication-bound jobs", "Jobs by GPU-hours"],
-    "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
+    "sharing": ["MIG GPUs and their slices", "Shared GPUs: kernel time per pod"],
     "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
     "rightsizing": ["Right-sizing"],
     "network": ["No RDMA NIC in view"],
@@ -549,12 +549,13 @@ def check_page(
         page.screenshot(path=str(shot.with_name(f"failed-{shot.name}")), full_page=True)
         raise AssertionError(f"{url} did not render: {exc}") from exc
     page.wait_for_timeout(300)  # late console errors (favicon, fonts) of this page
-    hidden = primary_column_problems(page)  # before the sweep below scrolls the tables
     screen = page.viewport_size or {"width": SCREEN[0], "height": SCREEN[1]}
     page.set_viewport_size({"width": screen["width"], "height": SHOT_HEIGHT})
     page.wait_for_timeout(300)
     page.screenshot(path=str(shot), full_page=True)
     page.set_viewport_size(screen)
+    page.wait_for_timeout(300)
+    hidden = primary_column_problems(page)  # at the screen's size, before the sweep below scrolls the tables
     for text in texts:
         assert page.get_by_text(text, exact=False).count() > 0, (url, text)
     assert page.locator(f"{CHART} .marks").count() >= min_charts, url
