@@ -992,7 +992,7 @@ TABLES: dict[str, TableLayout] = {
         ("cluster", "activity range", "class mix", "memory headroom", "pods"),
     ),
     # Sharing
-    "mig_table": TableLayout((GPU_LINK, "node", "gpu", "mig_profile", "holders")),
+    "mig_table": TableLayout((GPU_LINK, "node", "gpu", "mig_profile", "holders"), ("mig_uuid",)),
     "shared_table": TableLayout((GPU_LINK, "node", "gpu", "mode", "namespace", "pod", "kernel_time")),
     # Health
     "probe_table": TableLayout(
