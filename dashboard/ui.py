@@ -770,6 +770,9 @@ FORMATS: dict[str, str] = {
 ratio, ``dollar``, or printf style with ``,`` for thousands separators); other numbers ``localized``
 (thousands separators, at most three decimals)."""
 
+NO_PRICE = "no price per GPU-hour is set (start the dashboard with --price-per-gpu-hour MODEL=USD)"
+"""What a cost reads as without a price: a hint in a caption beside the KPIs, never a KPI's value."""
+
 DEFAULT_MISSING = "–"
 """What a missing value reads as where the caller gives no reason (an en dash, never ``None``)."""
 

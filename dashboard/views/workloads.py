@@ -245,7 +245,7 @@ def wasted_hours(ctx: ui.PageContext, waste: pd.DataFrame) -> None:
     if cost == cost:
         c2.metric("Cost", f"${cost:,.2f}")
     else:  # a hint, not a figure
-        c2.caption("Cost: no price per GPU-hour is set (start the dashboard with --price-per-gpu-hour MODEL=USD).")
+        c2.caption(f"Cost: {ui.NO_PRICE}.")
     if waste["gpu_hours"].max() > 0:
         ui.chart(waste_bar(waste), key="waste_bar")
         ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})

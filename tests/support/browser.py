@@ -440,7 +440,8 @@ def words_problems(page: object, drawn: list[str], *, node_names: bool) -> list[
     (snake_case) in its text, charts or tables; a chart's label cut short (Vega's ``…``) but a
     shortened UUID; a percentage in another style than the pages' one
     (:data:`ONE_PERCENT_STYLE`, in text and tables); a data rate in bits per second beside one in
-    bytes per second where it is not a labelled line rate (one unit per quantity); and where
+    bytes per second where it is not a labelled line rate (one unit per quantity); a KPI
+    (``st.metric``) whose value is an instruction (``set --price-per-gpu-hour``); and where
     ``node_names`` (the exporters export a node name) an exporter's address shown instead of it.
     ``drawn``: the strings drawn in the page's tables (:data:`DRAWN_TEXT_HOOK`)."""
     from playwright.sync_api import Page
@@ -466,6 +467,10 @@ def words_problems(page: object, drawn: list[str], *, node_names: bool) -> list[
     if in_bytes and bits:
         out.append(f"one quantity in two units: data rates in bytes per second {in_bytes[:3]} and in bits per "
                    f"second {bits[:3]} (bits only for a labelled line rate)")  # fmt: skip
+    values = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+    hints = [v.strip() for v in values if re.search(r"--[a-z]|^set ", v.strip())]
+    if hints:
+        out.append(f"a KPI whose value is an instruction, not a figure (a hint belongs in a caption): {hints[:3]}")
     if node_names:
         addresses = sorted({m.group(0) for t in (*html, *svg, *drawn) for m in ADDRESS.finditer(t)})
         if addresses:
