@@ -227,3 +227,54 @@ def test_the_browser_text_rules_fire(text: str) -> None:
 )
 def test_the_browser_text_rules_let_people_text_through(text: str) -> None:
     assert text_findings(text, "t") == []
+
+
+def test_every_driver_reason_and_probe_reads_in_words() -> None:
+    """Each clock event reason the exporter can export and each probe has its words (nvidia-smi's
+    for the reasons), and none of them reads as a program's name."""
+    from dashboard import words
+    from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
+    from probes.expected import PROBES
+
+    for reason in CLOCK_EVENT_REASONS.values():
+        shown = words.clock_event(reason)
+        assert reason in words.CLOCK_EVENT_WORDS and "_" not in shown, reason
+    assert words.clock_event("sw_power_cap") == "SW Power Cap"
+    assert words.clock_event("hw_thermal_slowdown") == "HW Thermal Slowdown"
+    for probe in PROBES:
+        assert probe in words.PROBE_WORDS and "_" not in words.probe(probe), probe
+    assert words.probe("hbm_copy") == "HBM copy (device memory)"
+
+
+def test_throttling_chart_puts_a_thermal_gpu_in_its_own_row_above_the_power_capped_ones() -> None:
+    """One GPU at 100 % HW Thermal Slowdown among 15 power-capped ones: a row (facet) per reason,
+    the thermal one first, each GPU its own bar; no raw reason names in the spec's data."""
+    from dashboard.figures.health import clock_event_bar
+
+    rows = [("n0", str(i), f"GPU-{i}", "sw_power_cap", 0.9) for i in range(15)]
+    rows.append(("n1", "3", "GPU-t", "hw_thermal_slowdown", 1.0))
+    events = pd.DataFrame(rows, columns=["node", "gpu", "uuid", "reason", "share"]).assign(instance="")
+    spec = clock_event_bar(events)
+    assert spec["facet"]["row"]["sort"][0] == "HW Thermal Slowdown", spec["facet"]["row"]["sort"]
+    shown = pd.DataFrame(data_of(spec))
+    thermal = shown[shown["reason_words"] == "HW Thermal Slowdown"]
+    assert thermal["gpu_label"].tolist() == ["n1 GPU 3"] and thermal["share"].tolist() == [1.0]
+    assert len(shown) == 16 and set(shown["reason_words"]) == {"HW Thermal Slowdown", "SW Power Cap"}
+
+
+def test_every_percentage_of_a_table_reads_in_one_style() -> None:
+    """A 0..1 ratio column (``percent``), a progress bar of one and a 0..100 column all draw
+    ``NN %`` (ui.PERCENT_FORMAT); a ratio's values are scaled once."""
+    df = pd.DataFrame({"sm_active": [0.425], "bar": [0.5], "use": [80.0]})
+    shown, config = ui.table_frame(
+        df,
+        {
+            "bar": st.column_config.ProgressColumn("Bar", format="percent", min_value=0.0, max_value=1.0),
+            "use": st.column_config.ProgressColumn("Use", format="%.0f%%", min_value=0, max_value=100),
+        },
+    )
+    for c in ("sm_active", "bar", "use"):
+        assert config[c]["type_config"]["format"] == ui.PERCENT_FORMAT, c
+    assert shown["sm_active"].tolist() == [42.5] and shown["bar"].tolist() == [50.0] and shown["use"].tolist() == [80.0]
+    assert config["bar"]["type_config"]["max_value"] == 100.0
+    assert ui.fmt_percent(0.963) == "96 %" and ui.format_number(0.425, "percent") == "42 %"
