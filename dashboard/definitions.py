@@ -108,6 +108,11 @@ scrape now: the ``GPUExporterDown`` alert's ``scrape_failed`` case and the dashb
 
 
 LEAF = ("uuid", "mig_uuid")
+
+KERNEL_TIME_METRICS = ("gpulens_pod_gpu_kernel_time_ratio", "gpulens_pod_gpu_sm_share_ratio")
+"""The per-process figure (share of sampled time a kernel of the pod's processes ran, NVML
+per-process utilisation), by its name and then its deprecated one: the pages read the first that an
+exporter exports (dashboard.ui.kernel_time), so they work against exporters from before the rename."""
 _SLICES = re.compile(r"^(\d+)g\.")
 
 

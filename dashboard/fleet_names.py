@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from dashboard import jobs
+from dashboard import jobs, words
 from dashboard.definitions import LEAF
 from dashboard.frames.columns import col, with_cols
-from dashboard.frames.jobs import SLOWDOWN_WORDS, keyed
+from dashboard.frames.jobs import keyed
 from dashboard.sources.source import SLOWDOWN_REASONS
 from dashboard.ui import fmt_duration
 
@@ -304,10 +304,7 @@ def slow_words(shares: list[tuple[float, str]], clock_below: bool) -> str:
     """Why a GPU is slow, in words: each clock event with its share of the range, the largest
     first (``power cap 100 %``), and ``SM clock under 90 % of max, no slowdown event`` where the
     clock alone says so."""
-    parts = [
-        f"{SLOWDOWN_WORDS.get(why, 'application clock setting')} {_pct(share)}"
-        for share, why in sorted(shares, key=lambda p: (-p[0], p[1]))
-    ]
+    parts = [f"{words.clock_event(why)} {_pct(share)}" for share, why in sorted(shares, key=lambda p: (-p[0], p[1]))]
     if clock_below and not any(why in SLOWDOWN_REASONS for _, why in shares):
         parts.append(f"SM clock under {_pct(CLOCK_HELD_BELOW)} of max, no slowdown event")
     return " · ".join(parts)

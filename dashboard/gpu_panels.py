@@ -19,9 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from dashboard import words
 from dashboard.figures import vega
 from dashboard.frames.columns import col, with_cols
-from dashboard.frames.jobs import SLOWDOWN_WORDS, where_words
+from dashboard.frames.jobs import where_words
 from dashboard.frames.links import (
     LINK_CAPACITY,
     LINK_COUNTERS,
@@ -227,7 +228,8 @@ LABEL_WORDS: dict[str, dict[str, str]] = {
         "crc_data": "bad data packets (CRC)",
     },
     "cause": {"correctable": "after correctable errors", "uncorrectable": "after uncorrectable errors"},
-    "probe": {"hbm_copy": "memory copy on the GPU", "h2d": "host to GPU", "d2h": "GPU to host"},
+    "probe": words.PROBE_WORDS,
+    "reason": words.CLOCK_EVENT_WORDS,
     "result": {
         "ok": "that succeeded",
         "skipped_busy": "skipped: the GPU was busy",
@@ -261,14 +263,8 @@ SHARING_WORDS: dict[str, str] = {
 }
 """``gpulens_gpu_sharing_info{mode}`` in words."""
 
-CLOCK_EVENT_WORDS: dict[str, str] = {
-    **SLOWDOWN_WORDS,
-    "gpu_idle": "idle (clocks lowered by design)",
-    "applications_clocks_setting": "application clock setting",
-    "display_clock_setting": "display clock setting",
-    "sync_boost": "sync boost (held to its group's clocks)",
-}
-"""Clock event (throttle) reasons in words."""
+CLOCK_EVENT_WORDS: dict[str, str] = words.CLOCK_EVENT_WORDS
+"""Clock event (throttle) reasons in nvidia-smi's words (dashboard/words.py, the one mapping)."""
 
 # --- converting the page's series --------------------------------------------------------
 

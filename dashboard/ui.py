@@ -173,6 +173,25 @@ def get(ctx: PageContext, q: Query) -> Any:
     return fetch(ctx, method, *args, **kwargs)
 
 
+def kernel_time_query(method: str, *args: Any, **kwargs: Any) -> Query:
+    """A :data:`Query` of the per-process kernel time (``method`` as :func:`query` takes it, the
+    metric's name left out): :func:`kernel_time` reads it."""
+    return query(method, definitions.KERNEL_TIME_METRICS[0], *args, **kwargs)
+
+
+def kernel_time(ctx: PageContext, q: Query) -> pd.DataFrame:
+    """The answer to ``q`` (:func:`kernel_time_query`) under the figure's name, else under its
+    deprecated name (``definitions.KERNEL_TIME_METRICS``: an exporter from before the rename): the
+    one place the pages read the per-process figure."""
+    method, args, kwargs = q
+    out: pd.DataFrame = get(ctx, q)
+    for older in definitions.KERNEL_TIME_METRICS[1:]:
+        if not out.empty:
+            break
+        out = fetch(ctx, method, older, *args[1:], **kwargs)
+    return out
+
+
 PREFETCH_THREADS = 8
 """At most this many of a page's queries in flight at once (Prometheus mode)."""
 
@@ -397,6 +416,15 @@ def fmt_bitrate(bytes_per_second: float) -> str:
     return f"{bits:,.0f} b/s"
 
 
+def fmt_line_rate(bytes_per_second: float) -> str:
+    """A NIC's line rate as it is rated, in bits per second, with the same in bytes per second (the
+    unit of every data rate on the pages): ``400 Gb/s (50.0 GB/s)``; ``""`` for a missing value. Bits
+    per second appear on the pages only here, labelled."""
+    if bytes_per_second != bytes_per_second:
+        return ""
+    return f"{fmt_bitrate(bytes_per_second)} ({fmt_rate(bytes_per_second)})"
+
+
 def humanize_bytes(df: pd.DataFrame) -> pd.DataFrame:
     """``*_bytes`` columns as ``GiB`` strings, ``*_bytes_per_second`` as ``GB/s``/``TB/s``."""
     out = df.copy()
@@ -464,14 +492,38 @@ COLUMN_CONFIG: dict[str, Any] = {
     GPU_LINK: st.column_config.LinkColumn(
         "GPU page", display_text="open", help="the GPU's page: every metric over time"
     ),
-    "sm_active": st.column_config.NumberColumn("SM active", format="percent"),
+    "sm_active": st.column_config.NumberColumn(
+        "SM active", format="percent", help="share of the SMs' time with a warp resident (DCGM SM active)"
+    ),
+    "kernel_time": st.column_config.NumberColumn(
+        "Kernel time",
+        format="percent",
+        help="share of sampled time the pod's kernels ran on the shared GPU (NVML per-process utilisation); "
+        "shown only where several pods share a GPU",
+    ),
 }
 """Column settings shared by the tables that name a GPU."""
 
 
+PERCENT_FORMAT = "%.0f %%"
+"""The pages' one percentage style, as a table column's printf format of a 0..100 value: whole
+percent and a space, as nvidia-smi prints utilisation (``96 %``); :func:`fmt_percent` in text."""
+
+
+def fmt_percent(ratio: float) -> str:
+    """A 0..1 ratio in the pages' one percentage style: ``96 %`` (:data:`PERCENT_FORMAT`); ``""``
+    for a missing value."""
+    if ratio != ratio:
+        return ""
+    text = f"{ratio * 100:.0f} %"
+    return "0 %" if text == "-0 %" else text
+
+
 def percent_column(title: str, help_text: str) -> Any:
     """A 0-100 % progress column (a share shown as a bar and a whole percent)."""
-    return st.column_config.ProgressColumn(title, format="%.0f%%", min_value=0, max_value=100, help=inert(help_text))
+    return st.column_config.ProgressColumn(
+        title, format=PERCENT_FORMAT, min_value=0, max_value=100, help=inert(help_text)
+    )
 
 
 COMMUNICATION_COLUMN = percent_column(
@@ -485,7 +537,7 @@ LINK_COLUMN_CONFIG: dict[str, Any] = {
     **{
         link_column(link): st.column_config.ProgressColumn(
             f"{name} use",
-            format="%.0f%%",
+            format=PERCENT_FORMAT,
             min_value=0.0,
             max_value=100.0,
             help=f"{inert(name)} bytes per second of the busier direction over the link's capacity",
@@ -652,8 +704,8 @@ HEADERS: dict[str, str] = {
     "class": "Bound by",
     "communication": "Communication",
     "sm_active": "SM active",
-    "sm_share": "SM share",
-    "sm_share_note": "SM share note",
+    "kernel_time": "Kernel time",
+    "kernel_time_note": "Kernel time note",
     "memory_used": "Memory used",
     "dram_active": "DRAM active",
     "pipe_active": "Busiest pipe active",
@@ -705,7 +757,7 @@ FORMATS: dict[str, str] = {
     "cost_saved_usd": "dollar",
     "memory_peak_gib": "%,.1f GiB",
     "sm_active": "percent",
-    "sm_share": "percent",
+    "kernel_time": "percent",
     "idle_share": "percent",
     "sm_p95": "percent",
     "sm_mean": "percent",
@@ -717,6 +769,9 @@ FORMATS: dict[str, str] = {
 """How a known numeric column's values read (Streamlit NumberColumn formats: ``percent`` of a 0..1
 ratio, ``dollar``, or printf style with ``,`` for thousands separators); other numbers ``localized``
 (thousands separators, at most three decimals)."""
+
+NO_PRICE = "no price per GPU-hour is set (start the dashboard with --price-per-gpu-hour MODEL=USD)"
+"""What a cost reads as without a price: a hint in a caption beside the KPIs, never a KPI's value."""
 
 DEFAULT_MISSING = "–"
 """What a missing value reads as where the caller gives no reason (an en dash, never ``None``)."""
@@ -775,7 +830,7 @@ def format_number(value: float, fmt: str | None) -> str:
         text = f"{v:,.3f}".rstrip("0").rstrip(".")
         return "0" if text == "-0" else text
     if fmt == "percent":
-        return f"{v * 100:,.2f}".rstrip("0").rstrip(".") + "%"
+        return fmt_percent(v)
     if fmt == "dollar":
         return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
     if fmt == "plain":
@@ -804,6 +859,25 @@ def _config_type(config: Any) -> str:
 
 Missing = dict[str, str | Sequence[str]]
 """Why values are missing, per column: one word for the column, or one per row."""
+
+
+def _one_percent_style(setting: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """``setting`` with its percentage in the pages' one style (:data:`PERCENT_FORMAT`), and the
+    factor its values need: 100 for a 0..1 ratio (Streamlit's ``percent`` format), 1 for a column
+    already in percent (a ``%…f%%`` printf format)."""
+    tc = dict(setting.get("type_config") or {})
+    fmt = str(tc.get("format") or "")
+    if fmt == "percent":
+        scale = 100.0
+        if tc.get("type") == "progress":
+            tc["min_value"] = 100.0 * float(tc.get("min_value") or 0.0)
+            tc["max_value"] = 100.0 * float(1.0 if tc.get("max_value") is None else tc["max_value"])
+    elif fmt.endswith("%%") and fmt != PERCENT_FORMAT:
+        scale = 1.0
+    else:
+        return setting, 1.0
+    tc["format"] = PERCENT_FORMAT
+    return {**setting, "type_config": tc}, scale
 
 
 def table_frame(
@@ -839,6 +913,9 @@ def table_frame(
             setting = dict(setting)
             if not setting.get("label"):
                 setting["label"] = header(col)
+        setting, scale = _one_percent_style(setting)
+        if scale != 1.0 and numeric:
+            out[name] = values = values * scale
         gaps = values.isna()
         if not gaps.any():
             config[col] = setting
@@ -865,6 +942,92 @@ def table_frame(
     return out, config
 
 
+def dataframe(df: pd.DataFrame, *, column_config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """``st.dataframe(df, column_config=..., **kwargs)`` with its percentages in the pages' one style
+    (:data:`PERCENT_FORMAT`): for the tables drawn without :func:`table`."""
+    config = dict(column_config or {})
+    out = df
+    for name, setting in list(config.items()):
+        if not isinstance(setting, dict):
+            continue
+        config[name], scale = _one_percent_style(setting)
+        if scale != 1.0 and name in out.columns and pd.api.types.is_numeric_dtype(out[name]):
+            out = out.assign(**{name: out[name] * scale})
+    st.dataframe(out, column_config=config, **kwargs)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How a table is laid out so that it reads on a 1,440 px screen: its ``primary`` columns (who and
+    how much: the GPU page link, node, GPU index, pod or job, the key figure) first, in this order;
+    its ``detail`` columns not in the table but in an expander under it, each row named again by its
+    ``primary`` who-columns (:data:`WHO`). Other columns follow the primary ones."""
+
+    primary: tuple[str, ...]
+    detail: tuple[str, ...] = ()
+    then: tuple[str, ...] | None = None
+    """The columns that follow the primary ones in the table; None: every column neither primary
+    nor detail. With a tuple, every other column goes to the expander too."""
+
+
+WHO = (GPU_LINK, "job", "node", "instance", "gpu", "GPU", "namespace", "pod", "device", "probe", "reason")
+"""Columns that say whose a row is: the ones a detail table repeats from the primary columns."""
+
+TABLES: dict[str, TableLayout] = {
+    # Workloads
+    "idle_table": TableLayout(
+        (GPU_LINK, "node", "gpu", "namespace", "pod", "idle_for", "sm_active"),
+        ("container", "workload", "uuid", "mig_uuid"),
+    ),
+    "launch_table": TableLayout((GPU_LINK, "node", "gpu", "namespace", "pod"), ("container", "uuid", "mig_uuid")),
+    "pod_table": TableLayout(
+        (GPU_LINK, "node", "gpu", "namespace", "pod", "sm_active", "kernel_time", "memory_used", "class"),
+        ("container", "workload_kind", "resource", "uuid", "mig_uuid"),
+    ),
+    "waste_table": TableLayout(("namespace", "gpu_hours", "cost_usd")),
+    # Efficiency
+    "leaf_table": TableLayout(
+        (GPU_LINK, "node", "gpu", "holders", "class", "dram_active", "pipe_active"), ("uuid", "mig_uuid")
+    ),
+    # Jobs
+    "jobs_table": TableLayout(
+        ("job", "GPUs", "nodes", "GPU-hours", "activity", "busy", "communication"),
+        ("cluster", "activity range", "class mix", "memory headroom", "pods"),
+    ),
+    # Sharing
+    "mig_table": TableLayout((GPU_LINK, "node", "gpu", "mig_profile", "holders"), ("mig_uuid",)),
+    "shared_table": TableLayout((GPU_LINK, "node", "gpu", "mode", "namespace", "pod", "kernel_time")),
+    # Health
+    "probe_table": TableLayout(
+        (GPU_LINK, "node", "gpu", "probe", "bandwidth", "efficiency", "vs_peers", "slow"),
+        ("gpu_name", "mig_profile", "peers", "uuid", "mig_uuid"),
+    ),
+    "throttle_table": TableLayout((GPU_LINK, "node", "gpu", "reason", "share"), ("uuid",)),
+    # GPU page
+    "gpu_pods": TableLayout(("namespace", "pod", "workload", "first_seen", "last_seen", "current")),
+    # Right-sizing
+    "rs_table": TableLayout(
+        ("namespace", "workload", "recommendation", "target", "gpu_hours_saved", "cost_saved_usd"), then=("reason",)
+    ),
+    # Job
+    "job_gpus": TableLayout(
+        (GPU_LINK, "node", "GPU", "pod", "activity", "busy", "communication", "SM clock"),
+        ("slowdown", "memory used"),
+    ),
+    # Network
+    "nic_table": TableLayout(("node", "device", "state", "tx", "rx", "line_rate", "utilization")),
+    "pod_nics": TableLayout(("node", "namespace", "pod", "nics", "tx", "rx", "communication")),
+    "gdr_table": TableLayout((GPU_LINK, "node", "gpu", "ready", "nearest", "reason"), ("uuid",)),
+}
+"""Every table's :class:`TableLayout`, by its ``key``: the one place a page declares the columns that
+must fit 1,440 px (the browser tests check each primary column is drawn inside the first 1,440 px)."""
+
+TABLE_CONTAINER = "gpulens-table-{key}-p{columns}"
+"""The key of the container :func:`table` draws a table in: its ``key`` and where its primary
+columns are among the drawn ones (0-based, ``_``-separated: ``p0_1_2``); ``st-key-…`` on the page,
+which the browser tests read."""
+
+
 def table(
     df: pd.DataFrame,
     *,
@@ -874,9 +1037,39 @@ def table(
 ) -> None:
     """Draw ``df`` as a table a person reads (:func:`table_frame`): every header in words, numbers
     with thousands separators, missing values as the word ``missing`` gives for the column (else
-    :data:`DEFAULT_MISSING`), the caller's ``column_config`` kept; no index."""
-    shown, config = table_frame(df, column_config, missing)
-    st.dataframe(shown, hide_index=True, key=key, column_config=config)
+    :data:`DEFAULT_MISSING`), the caller's ``column_config`` kept; no index. A table with a
+    :data:`TABLES` layout shows its primary columns first and its detail columns in an expander."""
+    layout = TABLES.get(key or "")
+    if layout is None:
+        shown, config = table_frame(df, column_config, missing)
+        st.dataframe(shown, hide_index=True, key=key, column_config=config)
+        return
+    hidden = {c for c, v in (column_config or {}).items() if v is None}
+    primary = [c for c in layout.primary if c in df.columns and c not in hidden]
+    detail = [c for c in layout.detail if c in df.columns and c not in hidden]
+    rest = [c for c in df.columns if c not in primary and c not in detail]
+    if layout.then is not None:
+        detail += [c for c in rest if c not in layout.then and c not in hidden and c not in WHO]
+        rest = [c for c in layout.then if c in rest]
+    main = df[[*primary, *rest]]
+    shown, config = table_frame(main, column_config, _rows_missing(missing, main))
+    drawn = [c for c in shown.columns if config.get(str(c)) is not None]
+    marks = "_".join(str(drawn.index(c)) for c in primary if c in drawn)
+    with st.container(key=TABLE_CONTAINER.format(key=key, columns=marks)):
+        st.dataframe(shown, hide_index=True, key=key, column_config=config)
+    if detail and len(df):
+        who = [c for c in primary if c in WHO]
+        more = df[[*who, *detail]]
+        words = ", ".join(header(c) if not isinstance((column_config or {}).get(c), dict) else
+                          str((column_config or {})[c].get("label") or header(c)) for c in detail)  # fmt: skip
+        with st.expander(f"More columns: {words}"):
+            shown, config = table_frame(more, column_config, _rows_missing(missing, more))
+            st.dataframe(shown, hide_index=True, key=f"{key}_more", column_config=config)
+
+
+def _rows_missing(missing: Missing | None, df: pd.DataFrame) -> Missing | None:
+    """``missing`` for the columns of ``df`` only."""
+    return None if missing is None else {c: w for c, w in missing.items() if c in df.columns}
 
 
 EVIDENCE_WORDS: dict[str, tuple[str, str]] = {
@@ -936,7 +1129,7 @@ def _evidence_value(value: Any, kind: str) -> str:
     if kind == "gib":
         return f"{v / 2**30:,.1f} GiB"
     if kind == "percent":
-        return f"{v:.0%}" if abs(v) >= 0.01 or v == 0 else f"{v:.1%}"
+        return fmt_percent(v)
     if kind == "times":
         return f"{v:,.2f}x"
     if kind == "hours":

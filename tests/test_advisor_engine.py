@@ -206,7 +206,7 @@ def test_recommendation_table(case: Case) -> None:
 
 def test_transfer_bound_advice_shows_its_reason_and_evidence() -> None:
     rec = recommend(next(c.usage for c in CASES if c.name.startswith("transfer-bound ingest")), PRICES)
-    assert rec.reason.startswith("transfer-bound 85% of busy time, PCIe p95 80% of capacity"), rec.reason
+    assert rec.reason.startswith("transfer-bound 85 % of busy time, PCIe p95 80 % of capacity"), rec.reason
     for advice in ("pinned", "larger copies", "resident on the GPU", "overlapped with compute", "GPUDirect"):
         assert advice in rec.reason, advice
     assert rec.evidence["transfer_bound_share_of_busy"] == pytest.approx(0.85)

@@ -142,7 +142,8 @@ def test_cli_json_gives_the_expected_advice_and_savings(store: str) -> None:
     )
     more_bw = H200.bandwidth_bytes_per_second / H100.bandwidth_bytes_per_second - 1
     more_mem = H200.memory_bytes / H100.memory_bytes - 1
-    assert f"H200 has {more_bw:.0%} more bandwidth and {more_mem:.0%} more memory than H100" in kv["reason"]
+    more = f"H200 has {more_bw * 100:.0f} % more bandwidth and {more_mem * 100:.0f} % more memory than H100"
+    assert more in kv["reason"]
     assert _approx(kv["gpu_hours_saved"], EXPECTED["inference/Deployment/kv-decode"][2])
     assert _approx(kv["cost_saved_usd"], EXPECTED["inference/Deployment/kv-decode"][3])
     assert kv["wasted_gpu_hours"] == 0.0 and kv["evidence"]["gpus_needed_on_faster_model"] == 2

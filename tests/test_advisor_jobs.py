@@ -100,7 +100,7 @@ def test_over_provisioned_communicating_job_scales_in_to_one_node() -> None:
     assert (a.action, a.target) == (JobAction.SCALE_IN, "2 GPUs on one node")
     assert a.gpu_hours_saved == pytest.approx(2 * HOURS)
     assert a.cost_saved_usd == pytest.approx(2 * HOURS * 3.5)
-    assert a.reason.startswith("uses 38.0 GB of 141 GB per GPU and spends 45% communicating: 2 GPUs on one node")
+    assert a.reason.startswith("uses 38.0 GB of 141 GB per GPU and spends 45 % communicating: 2 GPUs on one node")
     assert a.evidence["gpus_needed"] == 2 and a.evidence["memory_per_gpu_bytes"] == H200.memory_bytes
 
 
@@ -185,9 +185,9 @@ def straggling(reason: str, busy: float = 0.95, **kw: object) -> JobUsage:
 def test_compute_straggler_names_its_gpu_and_its_clock_evidence() -> None:
     a = only(advise_job(straggling("compute", sm_clock_ratio=0.5, slowdown=1.0, slowdown_reason="hw_thermal_slowdown")))
     assert (a.action, a.target) == (JobAction.STRAGGLER, "drain or replace jobs-1 GPU 3")
-    assert "GPU-slow" in a.reason and "SM clock 50% of its maximum" in a.reason
-    assert "clocks held down by hw_thermal_slowdown 100% of the time" in a.reason
-    assert "its 3 peers spend 75% of their time communicating (waiting), it 5%" in a.reason
+    assert "GPU-slow" in a.reason and "SM clock 50 % of its maximum" in a.reason
+    assert "clocks held down by HW Thermal Slowdown 100 % of the time" in a.reason
+    assert "its 3 peers spend 75 % of their time communicating (waiting), it 5 %" in a.reason
     # (peers' communication share - its own) x the peers' GPU-hours held
     assert a.gpu_hours_saved == pytest.approx((0.75 - 0.05) * 3 * HOURS)
     assert a.evidence["straggler_uuid"] == "GPU-slow" and a.evidence["straggler_reason"] == "compute"
@@ -196,7 +196,7 @@ def test_compute_straggler_names_its_gpu_and_its_clock_evidence() -> None:
 def test_input_straggler_points_at_its_pipeline_with_the_busy_gap() -> None:
     a = only(advise_job(straggling("input", busy=0.4)))
     assert (a.action, a.target) == (JobAction.STRAGGLER, "fix the input pipeline of train-1")
-    assert "busy 40% of the time against its peers' 95%" in a.reason
+    assert "busy 40 % of the time against its peers' 95 %" in a.reason
 
 
 def test_a_job_with_a_straggler_is_not_judged_for_scale_in() -> None:
@@ -222,9 +222,8 @@ def test_memory_bound_h100_job_moves_to_h200_with_the_profiles_percentages() -> 
     )
     a = only(advise_job(h100, prices=PRICES))
     assert (a.action, a.target) == (JobAction.BANDWIDTH, "H200")
-    assert (
-        f"memory-bound 100% of its busy time: H200 has {more_bw:.0%} more bandwidth and {more_mem:.0%} more" in a.reason
-    )
+    more = f"H200 has {more_bw * 100:.0f} % more bandwidth and {more_mem * 100:.0f} % more"
+    assert f"memory-bound 100 % of its busy time: {more}" in a.reason
     # 4 x 50 GiB x 1.2 = 257.7 GB: two H200s hold it
     assert "2 H200 would hold its peak" in a.reason and a.evidence["gpus_needed_on_faster_model"] == 2
     new_hours = 4 * HOURS * (1 - 0.9 * (1 - 1 / (1 + more_bw)))
@@ -480,7 +479,7 @@ def test_the_simulated_jobs_get_the_advice_their_scenario_was_built_for(jobs_pro
     assert (embed.action, embed.target) == (JobAction.SCALE_IN, "2 GPUs on one node"), embed.reason
     per_gpu = usages["embedding-train"].held / 4
     assert embed.gpu_hours_saved == pytest.approx(2 * per_gpu) and embed.cost_saved_usd == pytest.approx(7 * per_gpu)
-    assert embed.reason.startswith("uses 38.0 GB of 141 GB per GPU and spends 100% communicating")
+    assert embed.reason.startswith("uses 38.0 GB of 141 GB per GPU and spends 100 % communicating")
 
     # node 1's GPU 3 at half clock: its three peers wait for it in NCCL
     [sft] = advice["mixtral-sft"]

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import MIN_CHARTS, PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
+from tests.support.browser import (
+    MIN_CHARTS,
+    PAGES,
+    PageWatch,
+    check_page,
+    chromium_page,
+    exports_node_name,
+    load,
+    run_dashboard,
+)
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import demo_scrape_config, run_prometheus, wait_for_query
 from tests.support.prometheus import query as prom_query
@@ -37,7 +46,8 @@ JOBS_DOCS = ("jobs", "job")
 HISTORY_DOCS = ("workloads",)
 """The pages whose docs screenshot the backfilled week's test takes (tests/test_dashboard_history.py:
 wasted hours need a full idle window of history, which this stack's seconds do not hold)."""
-"""The simulated nodes, node-0 to node-3 in Prometheus (the mps node's GPU 4 moves data: class transfer)."""
+"""The simulated nodes, named by their scenario (the exporters' NODE_NAME); the mps node's GPU 4
+moves data (class transfer)."""
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +70,13 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
         scrape = es.enter_context(
             run_dashboard("--scrape", ",".join(targets), "--scrape-interval", "1", "--price-per-gpu-hour", "H200=3.5")
         )
+        NODE_NAMES[:] = [exports_node_name(targets[0])]
         yield prom, dash, scrape
+
+
+NODE_NAMES: list[bool] = []
+"""Whether the stack's exporters name their node (``node`` label, from NODE_NAME): then the pages
+must show node names, never an exporter's address."""
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -79,7 +95,8 @@ def test_every_page_loads_clean_with_its_key_elements(
         for path, texts in PAGES.items():
             name = f"{mode}-{path or 'fleet'}"
             # 15 minutes: a 4 s step, so the few seconds of history already give range points
-            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png")
+            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png",
+                       node_names=all(NODE_NAMES))  # fmt: skip
             if (
                 mode == "prometheus"
                 and path not in ("rightsizing", *MOVING_DOCS, *JOBS_DOCS, *HISTORY_DOCS)

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.support.browser import MODES, PageWatch, check_page, chromium_page, load, run_dashboard
+from tests.support.browser import MODES, PageWatch, check_page, chromium_page, exports_node_name, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import RULES_FILE, demo_scrape_config, run_prometheus, wait_for_query
 
@@ -26,15 +26,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 JOBS_SCENARIOS = ("jobs-0", "jobs-1")
-"""The simulator's two jobs nodes (exporter/sim/scenarios.py ``_jobs``), node-0 and node-1 in Prometheus:
-four two-node jobs of four GPUs, node 1's GPU 3 of mixtral-sft thermally throttled to half clock."""
+"""The simulator's two jobs nodes (exporter/sim/scenarios.py ``_jobs``), jobs-0 and jobs-1 (their
+exporters' node label): four two-node jobs of four GPUs, node 1's GPU 3 of mixtral-sft thermally throttled
+to half clock."""
 JOB_NAMES = (
     "ml-training/PyTorchJob/gpt-13b-finetune",
     "ml-training/JobSet/mixtral-sft",
     "research/MPIJob/moe-pretrain",
     "research/Job/embedding-train",
 )
-STRAGGLER_REASON = "GPU 3: compute: SM clock 50 % of max, thermal slowdown"
+STRAGGLER_REASON = "GPU 3: compute: SM clock 50 % of max, HW Thermal Slowdown"
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,10 @@ def test_jobs_page_names_the_straggler_and_the_communication_bound_job(
     moe-pretrain communication-bound, each named and linked; the straggler's link opens its Job
     page, which says the same and draws its GPUs over time. From both sources."""
     dash = jobs_stack.prom_dash if mode == "prometheus" else jobs_stack.scrape_dash
-    # Prometheus names node 1 by its relabelled node; a direct scrape by its exporter
-    node1 = "node-1" if mode == "prometheus" else jobs_stack.targets[1].removeprefix("http://")
+    # Both sources name node 1 by the exporter's node label (NODE_NAME), or a direct scrape by its
+    # address where the exporter exports none
+    named = exports_node_name(jobs_stack.targets[1])
+    node1 = "jobs-1" if named else jobs_stack.targets[1].removeprefix("http://")
     out = artifacts_dir / "dashboard"
     out.mkdir(exist_ok=True)
     with chromium_page() as page:
@@ -113,7 +116,7 @@ def test_jobs_page_names_the_straggler_and_the_communication_bound_job(
         _until_straggler(page, f"{dash}/jobs?range=15m", f"{node1} · {STRAGGLER_REASON}")
         watch = PageWatch(page, dash)
         texts = ["Jobs by GPU-hours", "Class mix per job", f"{node1} · {STRAGGLER_REASON}", *JOB_NAMES]
-        check_page(page, watch, f"{dash}/jobs?range=15m", texts, 1, out / f"{mode}-jobs.png")
+        check_page(page, watch, f"{dash}/jobs?range=15m", texts, 1, out / f"{mode}-jobs.png", node_names=named)
         assert _metric(page, "Multi-node jobs") == "4"
         assert page.get_by_text("4 GPUs on 2 nodes").count() == 4, "the four jobs, 4 GPUs on 2 nodes each"
         straggling = page.locator('[data-testid="stColumn"]', has_text="Jobs with a straggler")
@@ -131,7 +134,7 @@ def test_jobs_page_names_the_straggler_and_the_communication_bound_job(
         assert "range=15m" in job_url and "job=ml-training/JobSet/mixtral-sft" in unquote(job_url), job_url
         job = ["mixtral-sft", "JobSet in namespace ml-training", f"Straggler: {node1} · {STRAGGLER_REASON}",
                "Its GPUs over time", "Its GPUs now"]  # fmt: skip
-        check_page(page, watch, job_url, job, 1, out / f"{mode}-job.png")
+        check_page(page, watch, job_url, job, 1, out / f"{mode}-job.png", node_names=named)
         assert _metric(page, "GPUs") == "4" and _metric(page, "Nodes") == "2" and _metric(page, "Pods") == "2"
         body = page.locator("body").inner_text()
         assert "gpulens_" not in body and "None" not in body.split()
@@ -141,8 +144,8 @@ def test_jobs_page_names_the_straggler_and_the_communication_bound_job(
 
 def _docs_screenshots(dash: str, out: Path, started: float) -> None:
     """docs/img/dashboard-jobs.png and -job.png: the last four minutes (an absolute range, so the
-    timelines fill the chart; the stack has run that long by then), in a window wide enough for the
-    jobs table's columns."""
+    timelines fill the chart; the stack has run that long by then), on a 1,440 px screen (the
+    tables' primary columns fit it)."""
     from datetime import UTC, datetime, timedelta
 
     from playwright.sync_api import Page
@@ -150,7 +153,7 @@ def _docs_screenshots(dash: str, out: Path, started: float) -> None:
     time.sleep(max(0.0, 310.0 - (time.monotonic() - started)))
     to = datetime.now(UTC).replace(second=0, microsecond=0)
     span = f"from={(to - timedelta(minutes=4)).strftime('%Y-%m-%dT%H:%M')}&to={to.strftime('%Y-%m-%dT%H:%M')}"
-    with chromium_page(width=1800) as page:
+    with chromium_page() as page:
         assert isinstance(page, Page)
         watch = PageWatch(page, dash)
         for path, query in (("jobs", ""), ("job", "job=ml-training/JobSet/mixtral-sft&job_cluster=demo&")):

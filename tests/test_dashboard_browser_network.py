@@ -64,14 +64,14 @@ def test_network_page_shows_the_nics_gpudirect_and_the_straggler(
     network_stack: NetworkStack, mode: str, artifacts_dir: Path
 ) -> None:
     """What a person sees on the Network page of the two p5en nodes: each node's 32 EFAs with their
-    throughput in Gb/s against a 100 Gb/s line rate, GPUDirect RDMA ready on one node and not on the
+    throughput in GB/s against a 100 Gb/s (12.5 GB/s) line rate, GPUDirect RDMA ready on one node and not on the
     other with the reason in words, the pod holding the NICs alone with its throughput and its
     communication share, and the straggler named; the GPU page lists a GPU's nearest NICs."""
     prom = network_stack.prom
     dash = network_stack.prom_dash if mode == "prometheus" else network_stack.scrape_dash
     # NIC rates are drawn where a counter is a rate window (a minute) old
     wait_for_query(prom, "count(gpulens_nic_port_data_transmitted_bytes_total offset 70s)", timeout=150)
-    uuid = str(prom_query(prom, 'gpulens_gpu_info{gpu="0",node="node-1"}')[0]["metric"]["uuid"])
+    uuid = str(prom_query(prom, 'gpulens_gpu_info{gpu="0",node="p5en-nogdr"}')[0]["metric"]["uuid"])
     out = artifacts_dir / "dashboard"
     out.mkdir(exist_ok=True)
     with chromium_page() as page:
@@ -97,7 +97,7 @@ def test_network_page_shows_the_nics_gpudirect_and_the_straggler(
         check_page(page, watch, f"{dash}/network?range=15m", texts, 4, shot)
         body = page.locator("body").inner_text()
         # the tables are drawn on a canvas (their cells are checked in test_dashboard_apptest.py)
-        assert page.locator("svg text", has_text="Gb/s each way").count() > 0, "the NIC charts' axis"
+        assert page.locator("svg text", has_text="GB/s each way").count() > 0, "the NIC charts' axis: bytes"
         assert page.locator("svg text", has_text="communication").count() > 0, "the class in the legend"
         assert "gpulens_" not in body and "path_sys" not in body and "no_peer_memory" not in body
         gpu = ["Nearest NICs", "GPUDirect RDMA is not ready"]

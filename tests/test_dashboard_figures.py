@@ -16,7 +16,7 @@ from dashboard.figures.activity import FREE, sm_heatmap, sm_histogram
 from dashboard.figures.health import probe_efficiency_bar
 from dashboard.figures.palette import CLASS_COLORS, CLASS_ORDER
 from dashboard.figures.roofline import roofline_density, roofline_scatter
-from dashboard.figures.sharing import mig_layout_figure, sm_share_bar
+from dashboard.figures.sharing import kernel_time_bar, mig_layout_figure
 from dashboard.figures.timelines import boundness_area, state_strip, time_lines
 from dashboard.figures.vega import PICK, Chart, data_of, rows
 from dashboard.figures.waste import savings_bar, waste_bar
@@ -242,7 +242,7 @@ def test_waste_bar_and_sm_share_and_probe_charts() -> None:
         pd.DataFrame({"uuid": ["G"], "value": [4.0]}),
         pd.DataFrame({"uuid": ["G"], "value": [2.0]}),
     )
-    bar = sm_share_bar(shares)
+    bar = kernel_time_bar(shares)
     assert sorted(r["who"] for r in data_of(bar)) == ["n/p", "n/q"]
     assert bar["encoding"]["color"]["field"] == "who"
     probes = pd.DataFrame(

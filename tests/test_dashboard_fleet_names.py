@@ -169,7 +169,7 @@ def test_the_throttled_gpus_of_the_h200_node_are_the_slowest_and_idle_low_clocks
     )
     # GPUs 2 and 3 run under a power cap at 1.89 of 1.98 GHz; 5 and 7 idle at 345 MHz (gpu_idle: by design)
     assert slow["gpu"].tolist() == ["GPU 2", "GPU 3"]
-    assert set(slow["why"]) == {"power cap 100 %"}
+    assert set(slow["why"]) == {"SW Power Cap 100 %"}
     assert set(slow["sm_clock"]) == {"95 %"}
     assert set(slow["pods"]) == {"ml-training/llama3-8b-finetune-fkn48"}
     assert set(slow["owners"]) == {"Job/llama3-8b-finetune"}
@@ -189,7 +189,7 @@ def test_the_thermally_slowed_gpu_comes_first() -> None:
     first = slow.iloc[0]
     assert (first["gpu"], first["why"], first["sm_clock"]) == (
         "GPU 5",
-        "thermal slowdown 100 %",
+        "HW Thermal Slowdown 100 %",
         "50 %",
     )
 
@@ -218,7 +218,7 @@ def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
     assert slow.index.tolist() == ["GPU-c", "GPU-b"], "a measured clock first"
     assert slow.loc["GPU-c", "sm_clock"] == "76 %"
     assert slow.loc["GPU-b", "sm_clock"] == fleet_names.IDLE_CLOCK
-    assert set(slow["why"]) == {"power cap 25 %"}
+    assert set(slow["why"]) == {"SW Power Cap 25 %"}
 
 
 def test_the_heatmap_marks_the_gpu_no_pod_holds_and_names_the_holders() -> None:

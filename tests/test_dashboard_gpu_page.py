@@ -197,8 +197,8 @@ def test_a_line_is_named_by_its_label_in_words_and_its_mig_instance() -> None:
     drawn = _drawn(series)
     probes = drawn["Probe bandwidth against a healthy GPU of its model"].lines
     assert {n: sorted(g["value"]) for n, g in probes.groupby("series")} == {
-        "memory copy on the GPU": [0.8, 0.9, 1.0],
-        "host to GPU": [0.5, 0.6, 0.7],
+        "HBM copy (device memory)": [0.8, 0.9, 1.0],
+        "Host to device (PCIe)": [0.5, 0.6, 0.7],
     }
     assert set(drawn["How busy it is"].lines["series"]) == {"SM active [3g.71gb MIG-abcdefgh]"}
     xid = drawn["Xid errors"].lines.sort_values("timestamp")

@@ -379,7 +379,7 @@ def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: Histor
         for k in ("busy", "sm_clock_ratio"):
             assert float(row[k]) == pytest.approx(float(b[leaf][k]), rel=1e-6, abs=1e-9), (leaf, k)
     words = {straggler_words(r) for r in mine.to_dict("records")}
-    assert "node-1 · GPU 1: compute: SM clock 50 % of max, thermal slowdown" in words
+    assert "node-1 · GPU 1: compute: SM clock 50 % of max, HW Thermal Slowdown" in words
     assert "node-1 · GPU 4: input: idle 70 % of the time while peers wait" in words
     assert {straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
 
@@ -539,7 +539,7 @@ def test_a_jobs_gpu_hours_count_every_gpu_it_held_in_the_range_once_per_step() -
 def test_a_compute_straggler_is_explained_by_its_clock_and_its_slowdown_events() -> None:
     row = {"reason": "compute", "sm_clock_ratio": 0.5, "slowdown_reasons": "hw_thermal_slowdown,sw_power_cap",
            "node": "node-1", "instance": "10.0.0.2:9445", "gpu": "3", "mig_uuid": ""}  # fmt: skip
-    assert straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, thermal slowdown, power cap"
+    assert straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, HW Thermal Slowdown, SW Power Cap"
     bare = {**row, "sm_clock_ratio": math.nan, "slowdown_reasons": "", "node": ""}
     assert straggler_words(bare) == "10.0.0.2:9445 · GPU 3: compute: computes while its peers wait"
     assert straggler_reason({"reason": "input", "busy": 0.55}) == "input: idle 45 % of the time while peers wait"

@@ -9,7 +9,7 @@ import pytest
 import streamlit as st
 
 from dashboard import ui
-from dashboard.figures.sharing import MIG_LABEL_CHARS, _wrap, sm_share_bar
+from dashboard.figures.sharing import MIG_LABEL_CHARS, _wrap, kernel_time_bar
 from dashboard.figures.vega import data_of
 from tests.support.browser import SNAKE_CASE, text_findings
 
@@ -46,7 +46,7 @@ DEFAULTED = {
         ("mig_uuid", "MIG instance"),
         ("first_seen", "First seen"),
         ("cost_usd", "Cost (USD)"),
-        ("sm_share", "SM share"),
+        ("kernel_time", "Kernel time"),
         ("idle_for", "Idle for"),
     ],
 )
@@ -99,21 +99,21 @@ def test_missing_values_read_as_the_reason_given_and_numbers_stay_formatted() ->
         {
             "namespace": ["a", None],
             "cost_usd": [1234.5, float("nan")],
-            "sm_share": [0.5, float("nan")],
+            "kernel_time": [0.5, float("nan")],
             "count": [12884901888.0, float("nan")],
         }
     )
     shown, config = ui.table_frame(
         df,
-        {"sm_share": st.column_config.ProgressColumn("SM share", format="percent", min_value=0, max_value=1)},
-        {"cost_usd": "no price set", "sm_share": ["-", "MPS: not split"]},
+        {"kernel_time": st.column_config.ProgressColumn("Kernel time", format="percent", min_value=0, max_value=1)},
+        {"cost_usd": "no price set", "kernel_time": ["-", "MPS: not split"]},
     )
     assert shown["cost_usd"].tolist() == ["$1,234.50", "no price set"]
-    assert shown["sm_share"].tolist() == ["50%", "MPS: not split"]
+    assert shown["kernel_time"].tolist() == ["50 %", "MPS: not split"], "the pages' one percentage style"
     assert shown["count"].tolist() == ["12,884,901,888", ui.DEFAULT_MISSING]
     assert shown["namespace"].tolist() == ["a", ui.DEFAULT_MISSING]
-    assert _label(config, "sm_share") == "SM share" and _label(config, "cost_usd") == "Cost (USD)"
-    for c in ("cost_usd", "sm_share", "count"):
+    assert _label(config, "kernel_time") == "Kernel time" and _label(config, "cost_usd") == "Cost (USD)"
+    for c in ("cost_usd", "kernel_time", "count"):
         setting = config[c]
         assert isinstance(setting, dict) and setting["alignment"] == "right", "numbers as text, right aligned"
     for value in shown.to_numpy().ravel():
@@ -137,7 +137,7 @@ def test_the_callers_settings_are_kept() -> None:
     [
         (12884901888, None, "12,884,901,888"),
         (0.5005807999999999, "localized", "0.501"),
-        (0.425, "percent", "42.5%"),
+        (0.425, "percent", "42 %"),
         (1234.5, "dollar", "$1,234.50"),
         (42.4, "%.0f%%", "42%"),
         (1234567.891, "%,.2f GiB", "1,234,567.89 GiB"),
@@ -165,9 +165,9 @@ def test_right_sizing_evidence_reads_in_words_and_units() -> None:
     rows = dict(zip(table["What"], table["Value"], strict=True))
     assert rows["Holds"] == "whole GPU"
     assert rows["Peak GPU memory used"] == "12.0 GiB"
-    assert rows["SM active, 95th percentile"] == "50%"
+    assert rows["SM active, 95th percentile"] == "50 %"
     assert rows["DRAM active, 95th percentile"] == "not measured"
-    assert rows["Bound by memory, share of the time held"] == "25%"
+    assert rows["Bound by memory, share of the time held"] == "25 %"
     assert rows["Memory headroom"] == "1.20x"
     assert rows["New metric ratio"] == "0.123"
     assert "workload" not in rows and "ml/Deployment/x" not in rows.values()
@@ -186,10 +186,10 @@ def test_sharing_chart_gives_every_pod_its_own_colour_and_names_gpus_by_node() -
             "gpu": ["3"] * 25,
             "namespace": ["ml"] * 25,
             "pod": pods,
-            "sm_share": [0.01] * 25,
+            "kernel_time": [0.01] * 25,
         }
     )
-    chart = sm_share_bar(shares)
+    chart = kernel_time_bar(shares)
     scale = chart["encoding"]["color"]["scale"]
     assert sorted(scale["domain"]) == sorted(f"ml/{p}" for p in pods)
     assert len(set(scale["range"])) == len(scale["domain"]) == 25, "no two pods in one colour"
@@ -227,3 +227,54 @@ def test_the_browser_text_rules_fire(text: str) -> None:
 )
 def test_the_browser_text_rules_let_people_text_through(text: str) -> None:
     assert text_findings(text, "t") == []
+
+
+def test_every_driver_reason_and_probe_reads_in_words() -> None:
+    """Each clock event reason the exporter can export and each probe has its words (nvidia-smi's
+    for the reasons), and none of them reads as a program's name."""
+    from dashboard import words
+    from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
+    from probes.expected import PROBES
+
+    for reason in CLOCK_EVENT_REASONS.values():
+        shown = words.clock_event(reason)
+        assert reason in words.CLOCK_EVENT_WORDS and "_" not in shown, reason
+    assert words.clock_event("sw_power_cap") == "SW Power Cap"
+    assert words.clock_event("hw_thermal_slowdown") == "HW Thermal Slowdown"
+    for probe in PROBES:
+        assert probe in words.PROBE_WORDS and "_" not in words.probe(probe), probe
+    assert words.probe("hbm_copy") == "HBM copy (device memory)"
+
+
+def test_throttling_chart_puts_a_thermal_gpu_in_its_own_row_above_the_power_capped_ones() -> None:
+    """One GPU at 100 % HW Thermal Slowdown among 15 power-capped ones: a row (facet) per reason,
+    the thermal one first, each GPU its own bar; no raw reason names in the spec's data."""
+    from dashboard.figures.health import clock_event_bar
+
+    rows = [("n0", str(i), f"GPU-{i}", "sw_power_cap", 0.9) for i in range(15)]
+    rows.append(("n1", "3", "GPU-t", "hw_thermal_slowdown", 1.0))
+    events = pd.DataFrame(rows, columns=["node", "gpu", "uuid", "reason", "share"]).assign(instance="")
+    spec = clock_event_bar(events)
+    assert spec["facet"]["row"]["sort"][0] == "HW Thermal Slowdown", spec["facet"]["row"]["sort"]
+    shown = pd.DataFrame(data_of(spec))
+    thermal = shown[shown["reason_words"] == "HW Thermal Slowdown"]
+    assert thermal["gpu_label"].tolist() == ["n1 GPU 3"] and thermal["share"].tolist() == [1.0]
+    assert len(shown) == 16 and set(shown["reason_words"]) == {"HW Thermal Slowdown", "SW Power Cap"}
+
+
+def test_every_percentage_of_a_table_reads_in_one_style() -> None:
+    """A 0..1 ratio column (``percent``), a progress bar of one and a 0..100 column all draw
+    ``NN %`` (ui.PERCENT_FORMAT); a ratio's values are scaled once."""
+    df = pd.DataFrame({"sm_active": [0.425], "bar": [0.5], "use": [80.0]})
+    shown, config = ui.table_frame(
+        df,
+        {
+            "bar": st.column_config.ProgressColumn("Bar", format="percent", min_value=0.0, max_value=1.0),
+            "use": st.column_config.ProgressColumn("Use", format="%.0f%%", min_value=0, max_value=100),
+        },
+    )
+    for c in ("sm_active", "bar", "use"):
+        assert config[c]["type_config"]["format"] == ui.PERCENT_FORMAT, c
+    assert shown["sm_active"].tolist() == [42.5] and shown["bar"].tolist() == [50.0] and shown["use"].tolist() == [80.0]
+    assert config["bar"]["type_config"]["max_value"] == 100.0
+    assert ui.fmt_percent(0.963) == "96 %" and ui.format_number(0.425, "percent") == "42 %"

@@ -137,6 +137,7 @@ DASHBOARD_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dashboard.inputs",
             "dashboard.sources.source",
             "dashboard.inert_text",
+            "dashboard.words",
         ),
     ),
     ("frames", ("dashboard.frames",)),

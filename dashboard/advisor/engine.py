@@ -183,7 +183,7 @@ def _gib(b: float | None) -> str:
 
 
 def _pct(r: float | None) -> str:
-    return "?" if r is None else f"{r:.0%}"
+    return "?" if r is None else f"{r * 100:.0f} %"
 
 
 HOST_DEVICE = "reduce host-device traffic"
@@ -278,7 +278,7 @@ def recommend(
         return done(
             Action.RELEASE,
             "release",
-            f"idle {idle_share:.0%} of the {held:.1f} GPU-hours held (SM active p95 {_pct(usage.sm_active_p95)})",
+            f"idle {_pct(idle_share)} of the {held:.1f} GPU-hours held (SM active p95 {_pct(usage.sm_active_p95)})",
             idle,
         )
 
@@ -295,7 +295,7 @@ def recommend(
         return done(
             Action.TRANSFER,
             target,
-            f"transfer-bound {transfer_bound:.0%} of busy time, {_links(usage)}: its SMs wait on the link, so a "
+            f"transfer-bound {_pct(transfer_bound)} of busy time, {_links(usage)}: its SMs wait on the link, so a "
             f"smaller slice or a shared GPU would not help; try {how}",
             0.0,
         )
@@ -322,7 +322,7 @@ def recommend(
             return done(
                 Action.BANDWIDTH,
                 new.key,
-                f"memory-bound {mem_bound:.0%} of busy time, DRAM active p95 {_pct(usage.dram_active_p95)}: "
+                f"memory-bound {_pct(mem_bound)} of busy time, DRAM active p95 {_pct(usage.dram_active_p95)}: "
                 f"{new.key} has {speedup:.2f}x the HBM bandwidth of {model.key}",
                 held - new_hours,
                 cost,
@@ -354,7 +354,7 @@ def recommend(
             evidence["no_mig_because"] = (
                 f"peak x headroom {_gib(need_mem)} > {largest.name} ({_gib(largest.memory_bytes)})"
                 if need_mem > largest.memory_bytes
-                else f"SM p95 x headroom {need_sm:.0%} > {largest.compute_slices}/{largest.compute_total} of the SMs"
+                else f"SM p95 x headroom {_pct(need_sm)} > {largest.compute_slices}/{largest.compute_total} of the SMs"
             )
         light = sm_mean is not None and sm_mean < policy.light_sm_mean
         bursty = (
@@ -371,7 +371,7 @@ def recommend(
                     Action.SHARE,
                     "time-slicing or MPS",
                     f"light and bursty: SM mean {_pct(sm_mean)}, p95 {_pct(sm_p95)}; "
-                    f"peak {_gib(usage.memory_peak_bytes)} x {policy.headroom:g} is {mem_share:.0%} of GPU memory",
+                    f"peak {_gib(usage.memory_peak_bytes)} x {policy.headroom:g} is {_pct(mem_share)} of GPU memory",
                 )
             )
     if candidates:

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from dashboard import jobs
+from dashboard import jobs, words
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy, price_for
 from dashboard.advisor.profiles import GpuModel, faster_models, model_for
 
@@ -212,7 +212,7 @@ def _gb(b: float | None) -> str:
 
 
 def _pct(r: float | None) -> str:
-    return "?" if r is None else f"{r:.0%}"
+    return "?" if r is None else f"{r * 100:.0f} %"
 
 
 def capacity_per_gpu(usage: JobUsage, model: GpuModel | None) -> float | None:
@@ -405,7 +405,8 @@ def _straggler(usage: JobUsage, s: Straggler) -> _Found:
         if s.sm_clock_ratio is not None:
             clocks.append(f"SM clock {_pct(s.sm_clock_ratio)} of its maximum")
         if s.slowdown:
-            clocks.append(f"clocks held down by {s.slowdown_reason or 'a slowdown'} {_pct(s.slowdown)} of the time")
+            why = words.clock_event(s.slowdown_reason) if s.slowdown_reason else "a slowdown"
+            clocks.append(f"clocks held down by {why} {_pct(s.slowdown)} of the time")
         slow = ", ".join(clocks) or "no clock slowdown seen (a slower GPU, or a larger share of the work)"
         reason = f"{leaf.where} ({leaf.uuid}) computes while its peers wait: {slow}; {waiting}"
     return target, reason, saved, evidence
@@ -443,7 +444,7 @@ def _bandwidth(usage: JobUsage, model: GpuModel | None, policy: Policy) -> _Foun
                 f"instead of {usage.gpus} {model.key}"
             )
     reason = (
-        f"memory-bound {memory_bound:.0%} of its busy time: {new.key} has {speedup - 1:.0%} more bandwidth and "
-        f"{more_memory:.0%} more memory than {model.key}{fewer}"
+        f"memory-bound {_pct(memory_bound)} of its busy time: {new.key} has {_pct(speedup - 1)} more bandwidth and "
+        f"{_pct(more_memory)} more memory than {model.key}{fewer}"
     )
     return new.key, reason, new_hours, evidence

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dashboard.figures.vega import DATASET, LINE_BREAK, Chart, bar_chart, empty_figure, pick, short_uuid
+from dashboard import words
+from dashboard.figures.vega import DATASET, LINE_BREAK, Chart, bar_chart, dataset, empty_figure, pick, rows, short_uuid
 
 
 def probe_efficiency_bar(probes: pd.DataFrame, slow_below: float) -> Chart:
@@ -23,6 +24,7 @@ def probe_efficiency_bar(probes: pd.DataFrame, slow_below: float) -> Chart:
             for w, g, u, m in zip(where, df["gpu"], df["uuid"], mig, strict=True)
         ],
         mig_uuid=mig,
+        probe=[words.probe(p) for p in df["probe"]],
     )
     tooltip = [
         {"field": "gpu_label", "title": "GPU"},
@@ -84,17 +86,93 @@ def probe_efficiency_bar(probes: pd.DataFrame, slow_below: float) -> Chart:
     }
 
 
+SEVERITY_COLOURS: dict[str, str] = {"hardware": "#c62828", "thermal": "#ef6c00", "power": "#78909c", "other": "#9e9e9e"}
+"""A clock event reason's colour by what it means: hardware protection red, thermal orange, the
+power cap (normal near full load) grey."""
+
+
+def _severity(reason: str) -> str:
+    if reason.startswith("hw_"):
+        return "hardware"
+    if "thermal" in reason:
+        return "thermal"
+    if "power" in reason:
+        return "power"
+    return "other"
+
+
 def clock_event_bar(events: pd.DataFrame) -> Chart:
-    """How many GPUs each clock-event (throttle) reason holds down now."""
+    """Small multiples, one per clock-event (throttle) reason, the worst reason on top
+    (dashboard/words.py's order: hardware and thermal slowdowns before the power cap): in each, a
+    bar per GPU for the share of the range the reason held its clocks down. One GPU at 100 %
+    thermal slowdown stands alone in its own row, never under the power-capped ones. ``events``:
+    frames.health.active_clock_events' rows (node, instance, gpu, uuid, reason, share)."""
     if events.empty:
         return empty_figure("no clock events active")
-    counts = events.groupby("reason", as_index=False).size().rename(columns={"size": "gpus"})
-    return bar_chart(
-        counts,
-        "reason",
-        "gpus",
-        y_title="GPUs affected",
-        color={"value": "#fb8c00"},
-        tooltip=[{"field": "reason"}, {"field": "gpus", "title": "GPUs"}],
-        height=280,
-    )
+    where = events["node"] if "node" in events.columns else pd.Series([""] * len(events), index=events.index)
+    if "instance" in events.columns:
+        where = where.where(where != "", events["instance"])
+    df = events.assign(
+        gpu_label=[
+            f"{w} GPU {g}" if w else short_uuid(u) for w, g, u in zip(where, events["gpu"], events["uuid"], strict=True)
+        ],
+        reason_words=[words.clock_event(r) for r in events["reason"]],
+        severity=[_severity(str(r)) for r in events["reason"]],
+        rank=[words.clock_event_rank(r) for r in events["reason"]],
+        mig_uuid="",
+    ).sort_values(["rank", "share"], ascending=[True, False])
+    order = list(dict.fromkeys(df["reason_words"]))
+    data = dataset(rows(df, ["gpu_label", "reason_words", "severity", "share", "uuid", "mig_uuid"]))
+    return {
+        **data,
+        "facet": {
+            "row": {
+                "field": "reason_words",
+                "type": "nominal",
+                "sort": order,
+                "title": None,
+                "header": {
+                    "labelAngle": 0,
+                    "labelAlign": "left",
+                    "labelAnchor": "start",
+                    "labelFontWeight": "bold",
+                    "labelOrient": "top",
+                    "labelLimit": 400,
+                },
+            }
+        },
+        "spec": {
+            "width": 640,
+            "mark": {"type": "bar", "cursor": "pointer"},
+            "params": [pick()],
+            "encoding": {
+                "y": {
+                    "field": "gpu_label",
+                    "type": "nominal",
+                    "sort": "-x",
+                    "title": None,
+                    "axis": {"labelLimit": 400},
+                },
+                "x": {
+                    "field": "share",
+                    "type": "quantitative",
+                    "title": "share of the range the clocks were held down",
+                    "scale": {"domain": [0, 1]},
+                    "axis": {"format": ".0%"},
+                },
+                "color": {
+                    "field": "severity",
+                    "type": "nominal",
+                    "scale": {"domain": list(SEVERITY_COLOURS), "range": list(SEVERITY_COLOURS.values())},
+                    "legend": None,
+                },
+                "tooltip": [
+                    {"field": "gpu_label", "title": "GPU"},
+                    {"field": "reason_words", "title": "reason"},
+                    {"field": "share", "title": "share of the range", "format": ".0%"},
+                    {"field": "uuid"},
+                ],
+            },
+        },
+        "resolve": {"scale": {"y": "independent"}},
+    }

@@ -1,4 +1,5 @@
-"""The Network page: each NIC's throughput against its line rate (Gbit/s), and each leaf's
+"""The Network page: each NIC's throughput against its line rate (bytes per second, GB/s, as every
+data rate of the pages; the line rate also in Gb/s, as NICs are rated), and each leaf's
 communication share (0..1: the time its pod spun in a collective)."""
 
 from __future__ import annotations
@@ -13,38 +14,41 @@ NIC_DIRECTION_COLORS: dict[str, str] = {"sent": "#1e88e5", "received": "#43a047"
 
 
 def nic_throughput_bars(nics: pd.DataFrame) -> Chart:
-    """Each NIC's throughput now, sent and received side by side (Gb/s), against its line rate
-    each way (a black tick): ``nics`` are frames.network.nic_table rows of one node."""
+    """Each NIC's throughput now, sent and received side by side (GB/s: bytes, as every data rate of
+    the pages), against its line rate each way (a black tick, in GB/s; its rating in Gb/s in the
+    tooltip): ``nics`` are frames.network.nic_table rows of one node."""
     if nics.empty:
         return empty_figure("no NICs")
     long = pd.concat(
-        [nics.assign(direction=name, gbps=nics[col] * 8 / 1e9) for col, name in (("tx", "sent"), ("rx", "received"))],
+        [nics.assign(direction=name, gBps=nics[col] / 1e9) for col, name in (("tx", "sent"), ("rx", "received"))],
         ignore_index=True,
     )
     long = long.assign(
-        line_gbps=long["line_rate"] * 8 / 1e9,
-        use=(long["gbps"] / (long["line_rate"] * 8 / 1e9)).where(long["line_rate"] > 0),
+        line_gBps=long["line_rate"] / 1e9,
+        line_gbits=long["line_rate"] * 8 / 1e9,
+        use=(long["gBps"] / (long["line_rate"] / 1e9)).where(long["line_rate"] > 0),
     )
     order = list(dict.fromkeys(nics["device"]))
     x = {"field": "device", "type": "nominal", "sort": order, "title": None,
          "axis": {"labelAngle": -60, "labelLimit": 160}}  # fmt: skip
-    y_title = "Gb/s each way"
+    y_title = "GB/s each way"
     tooltip = [
         {"field": "device", "title": "NIC"},
         {"field": "direction"},
-        {"field": "gbps", "title": "Gb/s", "format": ",.1f"},
-        {"field": "line_gbps", "title": "line rate, Gb/s", "format": ",.0f"},
+        {"field": "gBps", "title": "GB/s", "format": ",.2f"},
+        {"field": "line_gBps", "title": "line rate, GB/s", "format": ",.1f"},
+        {"field": "line_gbits", "title": "line rate, Gb/s (as rated)", "format": ",.0f"},
         {"field": "use", "title": "use", "format": ".0%"},
     ]
     return {
-        **dataset(rows(long, ["device", "direction", "gbps", "line_gbps", "use"])),
+        **dataset(rows(long, ["device", "direction", "gBps", "line_gBps", "line_gbits", "use"])),
         "layer": [
             {
                 "mark": {"type": "bar"},
                 "encoding": {
                     "x": x,
                     "xOffset": {"field": "direction", "sort": list(NIC_DIRECTION_COLORS)},
-                    "y": {"field": "gbps", "type": "quantitative", "title": y_title, "axis": {"format": ",.0f"}},
+                    "y": {"field": "gBps", "type": "quantitative", "title": y_title, "axis": {"format": ",.1f"}},
                     "color": {
                         "field": "direction",
                         "type": "nominal",
@@ -58,7 +62,7 @@ def nic_throughput_bars(nics: pd.DataFrame) -> Chart:
                 "mark": {"type": "tick", "color": "#212121", "thickness": 2},
                 "encoding": {
                     "x": x,
-                    "y": {"field": "line_gbps", "type": "quantitative", "title": y_title},
+                    "y": {"field": "line_gBps", "type": "quantitative", "title": y_title},
                     "tooltip": tooltip,
                 },
             },

@@ -1,5 +1,5 @@
 """The Sharing page: each MIG GPU as a row of its slices with who holds them, and each pod's
-share of SM time (0..1) on a time-sliced GPU."""
+kernel time (0..1: the share of sampled time its kernels ran) on a time-sliced GPU."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ def _fit(text: str, slices: int) -> str:
     page): about 12 characters a slice; the full text is in the tooltip."""
     room = 12 * max(1, slices)
     return text if len(text) <= room else text[: room - 1] + "…"
+
+
+FULL_LABEL_PX = 600
+"""An axis label's room in pixels: a node name and GPU index in full (Vega cuts at 180 px)."""
 
 
 def mig_layout_figure(layout: pd.DataFrame) -> Chart:
@@ -38,7 +42,8 @@ def mig_layout_figure(layout: pd.DataFrame) -> Chart:
         ],
     )
     order = list(dict.fromkeys(df["row"]))
-    y = {"field": "row", "type": "nominal", "sort": order, "title": None}
+    # the whole label (a node name and GPU index), never cut: Vega's default limit is 180 px
+    y = {"field": "row", "type": "nominal", "sort": order, "title": None, "axis": {"labelLimit": FULL_LABEL_PX}}
     fields = [
         "row",
         "start",
@@ -121,13 +126,13 @@ def _wrap(text: str, slices: int) -> list[str]:
     return lines
 
 
-def sm_share_bar(shares: pd.DataFrame) -> Chart:
-    """Per time-sliced GPU, each pod's share of SM time (stacked; the gap to 1 is idle time), a
+def kernel_time_bar(shares: pd.DataFrame) -> Chart:
+    """Per time-sliced GPU, each pod's kernel time (stacked; the gap to 1 is idle time), a
     colour per pod no other pod has; the GPU named by its node (or exporter) and index where
     ``shares`` has ``node``/``instance`` and ``gpu``, else by its shortened UUID."""
     df = shares[shares["pod"] != ""] if not shares.empty else shares
     if df.empty:
-        return empty_figure("no per-pod SM share")
+        return empty_figure("no per-pod kernel time")
     if "gpu" in df.columns:
         where = df["node"] if "node" in df.columns else pd.Series([""] * len(df), index=df.index)
         if "instance" in df.columns:
@@ -142,8 +147,8 @@ def sm_share_bar(shares: pd.DataFrame) -> Chart:
     chart = bar_chart(
         df,
         "gpu",
-        "sm_share",
-        y_title="share of SM time",
+        "kernel_time",
+        y_title="kernel time, share of sampled time",
         y_format=".0%",
         x_title="GPU",
         color={
@@ -156,7 +161,7 @@ def sm_share_bar(shares: pd.DataFrame) -> Chart:
             {"field": "who", "title": "pod"},
             {"field": "gpu", "title": "GPU"},
             {"field": "uuid"},
-            {"field": "sm_share", "title": "share of SM time", "format": ".0%"},
+            {"field": "kernel_time", "title": "kernel time", "format": ".0%"},
         ],
         height=340,
     )

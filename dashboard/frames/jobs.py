@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from dashboard import words
 from dashboard.frames.columns import LEAF, col, with_cols
 from dashboard.sources.source import Filters
 
@@ -16,13 +17,10 @@ POD_LEAF_KEYS = ("cluster", "namespace", "pod", "uuid", "mig_uuid")
 
 
 SLOWDOWN_WORDS: dict[str, str] = {
-    "hw_slowdown": "hardware slowdown",
-    "hw_thermal_slowdown": "thermal slowdown",
-    "sw_thermal_slowdown": "thermal slowdown (driver)",
-    "hw_power_brake_slowdown": "power brake",
-    "sw_power_cap": "power cap",
+    r: words.clock_event(r)
+    for r in ("hw_thermal_slowdown", "hw_power_brake_slowdown", "hw_slowdown", "sw_thermal_slowdown", "sw_power_cap")
 }
-"""The slowdown clock events (source.SLOWDOWN_REASONS) in words."""
+"""The slowdown clock events (source.SLOWDOWN_REASONS) in nvidia-smi's words (dashboard/words.py)."""
 
 
 NO_CLASS = "no GPM: no class"

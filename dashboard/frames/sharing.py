@@ -49,7 +49,7 @@ def timeslice_shares(
     shared. Under MPS the driver reports no per-pod SM share; its pods are listed from the
     allocations with the reason in ``note`` instead of a blank.
     """
-    cols = ["uuid", "mode", "namespace", "pod", "sm_share", "note", "replicas", "pods"]
+    cols = ["uuid", "mode", "namespace", "pod", "kernel_time", "note", "replicas", "pods"]
     r = (
         with_cols(replicas, ["uuid"])
         .groupby("uuid", as_index=False)["value"]
@@ -67,14 +67,14 @@ def timeslice_shares(
     if shared.empty:
         return pd.DataFrame(columns=cols)
     s = with_cols(shares, ["uuid", "namespace", "pod"])
-    s = s.groupby(["uuid", "namespace", "pod"], as_index=False)["value"].sum().rename(columns={"value": "sm_share"})
+    s = s.groupby(["uuid", "namespace", "pod"], as_index=False)["value"].sum().rename(columns={"value": "kernel_time"})
     holders = with_cols(allocation if allocation is not None else pd.DataFrame(), ["uuid", "namespace", "pod"])
     holders = holders[["uuid", "namespace", "pod"]].drop_duplicates()
     holders = holders[holders["uuid"].map(lambda u: modes.get(str(u)) == "mps")]
     per_pod = pd.concat([s, holders], ignore_index=True).drop_duplicates(["uuid", "namespace", "pod"])
     out = shared.merge(per_pod, on="uuid", how="left")
     out["mode"] = [modes.get(str(u), "time-slicing") for u in out["uuid"]]
-    out["note"] = [MPS_SM_SHARE_NOTE if m == "mps" else "" for m in out["mode"]]
+    out["note"] = [MPS_KERNEL_TIME_NOTE if m == "mps" else "" for m in out["mode"]]
     out["namespace"] = out["namespace"].fillna("")
     out["pod"] = out["pod"].fillna("")
     for c in ("replicas", "pods"):
@@ -85,7 +85,7 @@ def timeslice_shares(
 POD_KEYS = ("namespace", "pod", "container", *LEAF)
 
 
-MPS_SM_SHARE_NOTE = "per-pod SM share is not reported by the driver under MPS"
+MPS_KERNEL_TIME_NOTE = "per-pod kernel time is not reported by the driver under MPS"
 """Why a pod on an MPS GPU has no SM share: NVML's per-process utilisation has one entry under
 MPS, the server's, so nothing splits SM time between the clients (docs/attribution.md)."""
 

@@ -168,7 +168,7 @@ def busiest_links_panel(active: pd.DataFrame) -> None:
     """The busiest devices' busiest link over time (``active``: every device's)."""
     lines = busiest_links(active, LINK_LINES, LINK_BUSY_AT_LEAST)
     if lines.empty and not active.empty:
-        st.success(f"No GPU kept a link {LINK_BUSY_AT_LEAST:.0%} busy on average over the range.")
+        st.success(f"No GPU kept a link {ui.fmt_percent(LINK_BUSY_AT_LEAST)} busy on average over the range.")
     else:
         ui.chart(time_lines(lines, "ratio", full_scale=True, legend_columns=2), key="link_busiest")
 

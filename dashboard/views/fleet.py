@@ -23,6 +23,10 @@ from dashboard.frames.links import (
 from dashboard.inert_text import inert
 from dashboard.sources.source import SourceError, Window
 
+# thresholds in the pages' one percentage style (ui.fmt_percent), for the captions below
+IDLE_BELOW = ui.fmt_percent(definitions.IDLE_SM_ACTIVE_BELOW)
+HELD_BELOW = ui.fmt_percent(fleet_names.CLOCK_HELD_BELOW)
+
 # A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
 # sampled at the Workloads page's resolution (its allocation activity: the same steps).
 ACTIVITY_POINTS = 80
@@ -65,7 +69,7 @@ def body(ctx: ui.PageContext) -> None:
         c4.metric("Allocated but idle", f"{counts['allocated_idle']:,}")
         st.caption(
             f"{counts['gpus']:,} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
-            f"< {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels running and its "
+            f"< {IDLE_BELOW} over {definitions.MEAN_WINDOW}, no kernels running and its "
             "links idle (launch-bound and transfer-bound devices are in use): the recording rules' "
             "definition."
         )
@@ -98,7 +102,7 @@ def body(ctx: ui.PageContext) -> None:
         if not down.empty:
             st.error(f"{len(down)} GPU(s) lost or unreadable (alert GPULost)", icon=":material/error:")
             table = with_cols(down, ["node", "instance", "gpu", "uuid"])[["node", "instance", "gpu", "uuid"]]
-            st.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=COLUMNS)
+            ui.dataframe(ui.linked(ui.node_column(table)), hide_index=True, column_config=COLUMNS)
 
     with ui.panel("SM activity"):
         st.subheader(f"SM activity per GPU (mean over {ui.over(ctx)})")
@@ -139,7 +143,7 @@ def body(ctx: ui.PageContext) -> None:
                 f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
                 f"GPU-Util now, SM active over {definitions.MEAN_WINDOW}"
             )
-            st.dataframe(
+            ui.dataframe(
                 ui.linked(ui.node_column(lie)),
                 hide_index=True,
                 column_config={
@@ -155,7 +159,7 @@ def body(ctx: ui.PageContext) -> None:
             # a label an old exporter does not set reads as such, not as a blank cell
             models = models.assign(**{c: models[c].replace("", "not reported") for c in MODEL_COLUMNS})
             table = models.groupby(list(MODEL_COLUMNS), as_index=False).size()
-            st.dataframe(
+            ui.dataframe(
                 table.rename(columns={"size": "gpus"}),
                 hide_index=True,
                 column_config={
@@ -200,7 +204,7 @@ def moving_data(ctx: ui.PageContext, moving: pd.DataFrame, idle: pd.DataFrame) -
     )
     columns = ["node", "instance", "gpu", "device", *ui.link_columns(table), "sm_active", "uuid", "mig_uuid"]
     shown = ui.link_table(table[[c for c in columns if c in table.columns]])
-    st.dataframe(
+    ui.dataframe(
         shown,
         hide_index=True,
         # the UUID is not drawn (the links take the width; the GPU's page, the link, shows it)
@@ -264,7 +268,7 @@ def allocated_idle(
     )
     # no UUID column: node and index name the device, and its page (the link) shows its UUID
     columns = [ui.GPU_LINK, "node", "gpu", "pods", "owners", "idle_for", "sm_active"]
-    st.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="idle_names")
+    ui.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="idle_names")
     if more:
         _more(more, "workloads", "Workloads")
 
@@ -279,18 +283,18 @@ def slowest_gpus(ctx: ui.PageContext, slow: pd.DataFrame, info: pd.DataFrame) ->
     if slow.empty:
         st.success(
             f"No GPU ran slow in {inert(window)}: no power, thermal or hardware slowdown, and every GPU in use "
-            f"kept its SM clock at {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum or more.",
+            f"kept its SM clock at {HELD_BELOW} of its maximum or more.",
             icon=":material/speed:",
         )
         return
     head, more = fleet_names.shown(slow)
     st.caption(
         f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in {inert(window)}, or "
-        f"in use with the SM clock under {fleet_names.CLOCK_HELD_BELOW:.0%} of its maximum; the slowest first. A job "
+        f"in use with the SM clock under {HELD_BELOW} of its maximum; the slowest first. A job "
         "runs at its slowest GPU's pace (stragglers: Jobs page)."
     )
     columns = [ui.GPU_LINK, "node", "gpu", "sm_clock", "why", "pods", "owners"]
-    st.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="slow_names")
+    ui.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="slow_names")
     if more:
         _more(more, "health", "Health")
 

@@ -201,7 +201,7 @@ def _job_links(ctx: ui.PageContext, pods: pd.DataFrame, info: pd.DataFrame) -> l
 
 def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
     """The GPU's nearest RDMA NICs (docs/network.md): device, PCIe path, GPUDirect RDMA state and
-    reason in words, and each NIC's throughput now (Gb/s each way); the others are on the Network page."""
+    reason in words, and each NIC's throughput now (GB/s each way); the others are on the Network page."""
     row = with_cols(info[col(info, "uuid") == uuid], ["instance"])
     if row.empty:
         return
@@ -232,10 +232,10 @@ def nics(ctx: ui.PageContext, uuid: str, info: pd.DataFrame) -> None:
     shown = table.assign(
         path=[PATH_WORDS.get(str(p), str(p)) for p in table["path"]],
         gdr_ready=["ready" if r else "not ready" for r in table["gdr_ready"]],
-        tx=[ui.fmt_bitrate(v) for v in table["tx"]],
-        rx=[ui.fmt_bitrate(v) for v in table["rx"]],
+        tx=[ui.fmt_rate(v) for v in table["tx"]],
+        rx=[ui.fmt_rate(v) for v in table["rx"]],
     )[["device", "path", "gdr_ready", "reason", "tx", "rx"]]
-    st.dataframe(shown, hide_index=True, key="gpu_nics", column_config=NIC_TABLE_CONFIG)
+    ui.dataframe(shown, hide_index=True, key="gpu_nics", column_config=NIC_TABLE_CONFIG)
 
 
 def links(series: pd.DataFrame, steps: int) -> None:
@@ -259,7 +259,7 @@ def links(series: pd.DataFrame, steps: int) -> None:
         "the GPU is moving data."
     )
     if not table.empty:
-        st.dataframe(
+        ui.dataframe(
             ui.humanize_bytes(ui.link_use_percent(table, ["mean_utilization", "peak_utilization"])),
             hide_index=True,
             column_config=LINK_TABLE_CONFIG,
@@ -286,8 +286,12 @@ LINK_TABLE_CONFIG = {
     "measured_by": st.column_config.TextColumn("bytes read from"),
     "in_bytes_per_second": st.column_config.TextColumn("in (mean)", help="into the GPU, mean over the range"),
     "out_bytes_per_second": st.column_config.TextColumn("out (mean)", help="out of the GPU, mean over the range"),
-    "mean_utilization": st.column_config.ProgressColumn("use (mean)", format="%.0f%%", min_value=0, max_value=100),
-    "peak_utilization": st.column_config.ProgressColumn("use (peak)", format="%.0f%%", min_value=0, max_value=100),
+    "mean_utilization": st.column_config.ProgressColumn(
+        "use (mean)", format=ui.PERCENT_FORMAT, min_value=0, max_value=100
+    ),
+    "peak_utilization": st.column_config.ProgressColumn(
+        "use (peak)", format=ui.PERCENT_FORMAT, min_value=0, max_value=100
+    ),
 }
 
 PODS_CONFIG = {

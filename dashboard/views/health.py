@@ -5,11 +5,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
+from dashboard import ui, words
 from dashboard.figures.health import clock_event_bar, probe_efficiency_bar
 from dashboard.frames.columns import with_cols
 from dashboard.frames.health import SLOW_EFFICIENCY, SLOW_VS_PEERS, active_clock_events, nonzero, probe_comparison
 from dashboard.inert_text import inert
+
+# thresholds in the pages' one percentage style (ui.fmt_percent), for the captions below
+SLOW_BELOW = ui.fmt_percent(SLOW_EFFICIENCY)
+VS_PEERS = ui.fmt_percent(SLOW_VS_PEERS)
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -33,15 +37,16 @@ def body(ctx: ui.PageContext) -> None:
         st.subheader("Bandwidth probes")
         st.caption(
             f"Efficiency = measured / expected for the model. vs peers = efficiency / the median of healthy peers "
-            f"(other GPUs or MIG instances of the same model, profile and probe at {SLOW_EFFICIENCY:.0%} or "
-            f"more). Slow: efficiency under {SLOW_EFFICIENCY:.0%} (the alert's threshold) or vs peers "
-            f"≤ {SLOW_VS_PEERS:.0%}. "
+            f"(other GPUs or MIG instances of the same model, profile and probe at {SLOW_BELOW} or "
+            f"more). Slow: efficiency under {SLOW_BELOW} (the alert's threshold) or vs peers "
+            f"≤ {VS_PEERS}. "
             "Probes run on unallocated, idle devices only, so the newest result in the range is shown."
         )
         eff = ui.get(ctx, q["eff"])
         bw = ui.get(ctx, q["bw"])
         mig = ui.get(ctx, q["mig"])
         probes = probe_comparison(eff, bw, info, mig)
+        probes = probes.assign(probe=[words.probe(p) for p in probes["probe"]]) if not probes.empty else probes
         if probes.empty:
             ui.no_data(
                 "No bandwidth probe result in the range: probes run on idle GPUs every --probes.interval (1 h by "
@@ -111,8 +116,24 @@ def body(ctx: ui.PageContext) -> None:
         if events.empty:
             st.success(f"No throttling in {inert(over)}.")
         else:
-            ui.chart(clock_event_bar(events), key="clock_events")
-            ui.table(ui.linked(ui.node_column(events)), key="throttle_table", column_config=ui.COLUMN_CONFIG)
+            st.caption(
+                "One row per reason, the worst first (hardware and thermal slowdowns before the power cap, which is "
+                "normal near full load); a bar per GPU: the share of the range the reason held its clocks down."
+            )
+            ui.chart(clock_event_bar(events), key="clock_events", clickable=True)
+            ranked = events.assign(_rank=[words.clock_event_rank(r) for r in events["reason"]])
+            ranked = ranked.sort_values(["_rank", "share"], ascending=[True, False]).drop(columns=["_rank"])
+            shown = ranked.assign(reason=[words.clock_event(r) for r in ranked["reason"]])
+            ui.table(
+                ui.linked(ui.node_column(shown)),
+                key="throttle_table",
+                column_config={
+                    **ui.COLUMN_CONFIG,
+                    "reason": st.column_config.TextColumn(
+                        "Reason", help="as nvidia-smi -q prints it (Clocks Event Reasons)"
+                    ),
+                },
+            )
 
     with ui.panel("Exporter stages"):
         stages = ui.get(ctx, q["stages"])

@@ -17,6 +17,11 @@ from dashboard.frames.jobs import NO_CLASS, job_param, jobs_overview
 from dashboard.inert_text import inert
 from dashboard.sources.source import JOB_STRAGGLER_COLUMNS, SourceError
 
+# thresholds in the pages' one percentage style (ui.fmt_percent), for the captions below
+PEERS_WAIT = ui.fmt_percent(jobs.STRAGGLER_PEERS_WAIT_AT_LEAST)
+GAP = ui.fmt_percent(jobs.STRAGGLER_GAP_AT_LEAST)
+BOUND_AT = ui.fmt_percent(jobs.COMMUNICATION_BOUND_AT_LEAST)
+
 # Names listed under each count at the top; more are counted. Jobs drawn in the class-mix chart,
 # the most GPU-hours first (the table lists them all). Comments, not docstrings: Streamlit's magic
 # would draw a string statement on the page.
@@ -101,8 +106,8 @@ def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
             "Jobs with a straggler",
             f"{len(strays):,}",
             help=(
-                f"a GPU whose peers spend at least {jobs.STRAGGLER_PEERS_WAIT_AT_LEAST:.0%} of their time waiting in "
-                f"collectives while it spends {jobs.STRAGGLER_GAP_AT_LEAST:.0%} less: the job runs at its pace"
+                f"a GPU whose peers spend at least {PEERS_WAIT} of their time waiting in "
+                f"collectives while it spends {GAP} less: the job runs at its pace"
             ),
         )
         if strays.empty:
@@ -114,7 +119,7 @@ def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
             "Communication-bound jobs",
             f"{len(bound):,}",
             help=(
-                f"at least {jobs.COMMUNICATION_BOUND_AT_LEAST:.0%} of the job's GPU time in collectives, with no "
+                f"at least {BOUND_AT} of the job's GPU time in collectives, with no "
                 "straggler to explain it: the interconnect sets its pace"
             ),
         )

@@ -161,9 +161,9 @@ def _nics(nics: pd.DataFrame) -> None:
     if len(nodes) > MAX_NODE_CHARTS:
         st.caption(f"{len(nodes)} nodes: the charts show the first {MAX_NODE_CHARTS}; pick a node in the sidebar.")
     table = nics.assign(
-        tx=[ui.fmt_bitrate(v) for v in nics["tx"]],
-        rx=[ui.fmt_bitrate(v) for v in nics["rx"]],
-        line_rate=[ui.fmt_bitrate(v) for v in nics["line_rate"]],
+        tx=[ui.fmt_rate(v) for v in nics["tx"]],
+        rx=[ui.fmt_rate(v) for v in nics["rx"]],
+        line_rate=[ui.fmt_line_rate(v) for v in nics["line_rate"]],
         utilization=nics["utilization"] * 100.0,
     ).drop(columns=["ports_down"])
     ui.table(ui.node_column(table), key="nic_table", column_config=NIC_CONFIG, missing={"utilization": "not measured"})
@@ -187,7 +187,7 @@ def _traffic(value: float, shared: int) -> str:
     """A pod's NIC throughput in words: the rate, or "shared" where it holds no NIC alone."""
     if value != value:
         return "shared" if shared else ""
-    return ui.fmt_bitrate(value)
+    return ui.fmt_rate(value)
 
 
 def _gdr(paths: pd.DataFrame, ready: pd.DataFrame, gpus: pd.DataFrame) -> None:
@@ -246,11 +246,13 @@ NIC_CONFIG = {
     "numa_node": st.column_config.TextColumn("NUMA node"),
     "pci_bus_id": st.column_config.TextColumn("PCI bus ID", width="medium"),
     "state": st.column_config.TextColumn("Port state"),
-    "tx": st.column_config.TextColumn("Sent", help="bytes sent per second now, in bits"),
-    "rx": st.column_config.TextColumn("Received", help="bytes received per second now, in bits"),
-    "line_rate": st.column_config.TextColumn("Line rate", help="each way"),
+    "tx": st.column_config.TextColumn("Sent", help="bytes sent per second now"),
+    "rx": st.column_config.TextColumn("Received", help="bytes received per second now"),
+    "line_rate": st.column_config.TextColumn(
+        "Line rate", help="each way: the NIC's rating in bits per second, and the same in bytes per second"
+    ),
     "utilization": st.column_config.ProgressColumn(
-        "Use", format="%.0f%%", min_value=0, max_value=100, help="the busier direction over the line rate"
+        "Use", format=ui.PERCENT_FORMAT, min_value=0, max_value=100, help="the busier direction over the line rate"
     ),
 }
 ERROR_CONFIG = {

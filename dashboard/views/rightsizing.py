@@ -91,7 +91,10 @@ def body(ctx: ui.PageContext) -> None:
         m2.metric("GPU-hours held", f"{total['gpu_hours_held'] or 0:,.1f}")
         m3.metric("GPU-hours saveable", f"{total['gpu_hours_saved'] or 0:,.1f}")
         cost = total["cost_saved_usd"]
-        m4.metric("Saving", f"${cost:,.2f}" if cost is not None else "set --price-per-gpu-hour")
+        if cost is not None:
+            m4.metric("Saving", f"${cost:,.2f}")
+        else:  # a hint, not a figure
+            m4.caption(f"Saving: {ui.NO_PRICE}.")
         table = pd.DataFrame(rows)[list(FIRST + tuple(c for c in rows[0] if c not in FIRST))]
         st.subheader("Recommendations")
         st.caption(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import ui
-from dashboard.figures.sharing import mig_layout_figure, sm_share_bar
+from dashboard.figures.sharing import kernel_time_bar, mig_layout_figure
 from dashboard.frames.columns import with_cols
-from dashboard.frames.sharing import MPS_SM_SHARE_NOTE, mig_layout, timeslice_shares
+from dashboard.frames.sharing import MPS_KERNEL_TIME_NOTE, mig_layout, timeslice_shares
 
 
 def body(ctx: ui.PageContext) -> None:
@@ -16,7 +16,7 @@ def body(ctx: ui.PageContext) -> None:
         "mig": ui.query("instant", "gpulens_mig_instance_info", f),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
         "info": ui.query("instant", "gpulens_gpu_info", f),
-        "shares": ui.query("mean", "gpulens_pod_gpu_sm_share_ratio", f, window=ctx.window),
+        "shares": ui.kernel_time_query("mean", f, window=ctx.window),
         "replicas": ui.query("instant", "gpulens_gpu_sharing_replicas", f),
         "pods": ui.query("instant", "gpulens_gpu_sharing_pods", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
@@ -43,12 +43,12 @@ def body(ctx: ui.PageContext) -> None:
             )
 
     with ui.panel("Time-slicing and MPS"):
-        st.subheader("Shared GPUs: share of SM time per pod")
+        st.subheader("Shared GPUs: kernel time per pod")
         st.caption(
-            f"Mean share of the GPU's SM time each pod used over {ui.over(ctx)} "
+            f"Mean share of sampled time each pod's kernels ran on the GPU over {ui.over(ctx)} "
             "(time-slicing), and the pods of MPS GPUs."
         )
-        shares = ui.get(ctx, q["shares"])
+        shares = ui.kernel_time(ctx, q["shares"])
         replicas = ui.get(ctx, q["replicas"])
         pods = ui.get(ctx, q["pods"])
         sharing = ui.get(ctx, q["sharing"])
@@ -63,26 +63,31 @@ def body(ctx: ui.PageContext) -> None:
         else:
             if (table["mode"] == "mps").any():
                 st.info(
-                    f"MPS GPUs: {MPS_SM_SHARE_NOTE}. NVML reports one per-process utilisation entry "
+                    f"MPS GPUs: {MPS_KERNEL_TIME_NOTE}. NVML reports one per-process utilisation entry "
                     "there, the MPS server's, so SM time cannot be split between the clients; each pod's "
                     "memory is still its own (Workloads).",
                     icon=":material/info:",
                 )
-            ui.chart(sm_share_bar(table[table["mode"] != "mps"]), key="sm_share")
+            ui.chart(kernel_time_bar(table[table["mode"] != "mps"]), key="kernel_time")
             shown = ui.linked(ui.node_column(table))
-            shown = shown[[c for c in (ui.GPU_LINK, "node", "instance", "gpu", "mode", "namespace", "pod", "sm_share",
-                                       "note", "replicas", "pods") if c in shown.columns]]  # fmt: skip
+            order = (ui.GPU_LINK, "node", "instance", "gpu", "mode", "namespace", "pod", "kernel_time", "note",
+                     "replicas", "pods")  # fmt: skip
+            shown = shown[[c for c in order if c in shown.columns]]
             ui.table(
                 shown,
-                key="share_table",
+                key="shared_table",
                 column_config={
                     **ui.COLUMN_CONFIG,
-                    "sm_share": st.column_config.ProgressColumn(
-                        "SM share", format="percent", min_value=0.0, max_value=1.0
+                    "kernel_time": st.column_config.ProgressColumn(
+                        "Kernel time",
+                        format="percent",
+                        min_value=0.0,
+                        max_value=1.0,
+                        help="share of sampled time the pod's kernels ran on the GPU (NVML per-process utilisation)",
                     ),
                     "pods": st.column_config.NumberColumn("Pods on the GPU", format="localized"),
                 },
-                missing={"sm_share": ["MPS: not split" if m == "mps" else "not reported" for m in shown["mode"]]},
+                missing={"kernel_time": ["MPS: not split" if m == "mps" else "not reported" for m in shown["mode"]]},
             )
 
 

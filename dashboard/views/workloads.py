@@ -9,8 +9,11 @@ from dashboard import definitions, fleet_names, ui
 from dashboard.figures.waste import waste_bar
 from dashboard.frames.columns import LEAF, with_cols
 from dashboard.frames.fleet import idle_allocations, waste_by_namespace
-from dashboard.frames.sharing import MPS_SM_SHARE_NOTE, POD_KEYS, launch_bound, pod_classes, sharing_modes
+from dashboard.frames.sharing import MPS_KERNEL_TIME_NOTE, POD_KEYS, launch_bound, pod_classes, sharing_modes
 from dashboard.sources.source import ALLOCATION_KEYS, SourceError, Window
+
+# thresholds in the pages' one percentage style (ui.fmt_percent), for the captions below
+IDLE_BELOW = ui.fmt_percent(definitions.IDLE_SM_ACTIVE_BELOW)
 
 ACTIVITY_POINTS = 80
 # the recorded series the wasted hours integrate (dashboard/definitions.py RULES); a comment, not a
@@ -32,7 +35,7 @@ def body(ctx: ui.PageContext) -> None:
         "pod_bound": ui.query("current_state", "gpulens_pod_gpu_boundness", f),
         "info": ui.query("instant", "gpulens_gpu_info", f),
         "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
-        "share": ui.query("instant", "gpulens_pod_gpu_sm_share_ratio", f),
+        "share": ui.kernel_time_query("instant", f),
         "sharing": ui.query("instant", "gpulens_gpu_sharing_info", f),
         "class_means": ui.query("mean", "gpulens_pod_gpu_boundness", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         # how much of the range the rules cover (read by ui.history_s below, fetched beside the rest)
@@ -42,7 +45,7 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Allocated but idle"):
         st.subheader("Allocated but idle now")
         st.caption(
-            f"Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, no kernels "
+            f"Idle = SM active < {IDLE_BELOW} over {definitions.MEAN_WINDOW}, no kernels "
             "running and its links idle: the definition the recording rules and the advisor use. "
             "Launch-bound devices are listed below; transfer-bound ones (moving data) on the Fleet page."
         )
@@ -71,8 +74,10 @@ def body(ctx: ui.PageContext) -> None:
                     for s, at_least in zip(idle["idle_seconds"], idle["idle_at_least"], strict=True)
                 ],
             )
-            columns = ["namespace", "pod", "container", "workload", "idle_for", "sm_active", "node", "instance", "uuid",
-                       "mig_uuid"]  # fmt: skip
+            index = with_cols(ui.get(ctx, q["info"]), ["uuid", "gpu"])[["uuid", "gpu"]].drop_duplicates("uuid")
+            idle = idle.merge(index, on="uuid", how="left").assign(gpu=lambda d: d["gpu"].fillna(""))
+            columns = ["namespace", "pod", "container", "workload", "idle_for", "sm_active", "node", "instance", "gpu",
+                       "uuid", "mig_uuid"]  # fmt: skip
             ui.table(
                 ui.linked(ui.node_column(idle[columns])),
                 key="idle_table",
@@ -126,6 +131,9 @@ def body(ctx: ui.PageContext) -> None:
         else:
             mem = ui.get(ctx, q["mem"])
             pods = with_cols(alloc, (*ALLOCATION_KEYS, "resource"))
+            # the GPU's index beside its node: who holds what is read as node, GPU, pod
+            index = with_cols(ui.get(ctx, q["info"]), ["uuid", "gpu"])[["uuid", "gpu"]].drop_duplicates("uuid")
+            pods = pods.merge(index, on="uuid", how="left").assign(gpu=lambda d: d["gpu"].fillna(""))
             # SM active over the idle definition's window, as in the idle table above
             try:
                 verdict = ui.get(ctx, q["idle_now"])
@@ -146,20 +154,27 @@ def body(ctx: ui.PageContext) -> None:
                     f"Communication: the share of the last {definitions.MEAN_WINDOW} the device spent waiting in "
                     "collectives (NCCL); one device of a pod far below its peers is a straggler (Network page)."
                 )
-            share = ui.get(ctx, q["share"])
-            if not share.empty:
-                sh = with_cols(share, ["namespace", "pod", "container", "uuid"])
+            # kernel time only where several pods share a GPU: on a GPU of one pod it is NVML's GPU-Util,
+            # which SM active above already reads better
+            modes = sharing_modes(ui.get(ctx, q["sharing"]))
+            holders = pods.assign(_who=pods["namespace"].astype(str) + "/" + pods["pod"].astype(str))
+            shared = holders.groupby("uuid")["_who"].transform("nunique") > 1
+            shared = shared | pods["uuid"].map(lambda u: modes.get(str(u)) in ("time-slicing", "mps"))
+            on_mps = pods["uuid"].map(lambda u: modes.get(str(u)) == "mps")
+            share = ui.kernel_time(ctx, q["share"])
+            if shared.any():
+                sh = with_cols(share, ["namespace", "pod", "container", "uuid", "value"])
                 sh = sh.groupby(["namespace", "pod", "container", "uuid"], as_index=False)["value"].sum()
                 pods = pods.merge(
-                    sh.rename(columns={"value": "sm_share"}), on=["namespace", "pod", "container", "uuid"], how="left"
+                    sh.rename(columns={"value": "kernel_time"}),
+                    on=["namespace", "pod", "container", "uuid"],
+                    how="left",
                 )
-            modes = sharing_modes(ui.get(ctx, q["sharing"]))
-            on_mps = pods["uuid"].map(lambda u: modes.get(str(u)) == "mps")
-            if on_mps.any():
-                pods["sm_share_note"] = [MPS_SM_SHARE_NOTE if m else "" for m in on_mps]
+                pods["kernel_time"] = pods["kernel_time"].where(shared.to_numpy())
                 st.caption(
-                    f"SM share: the pod's own share on a shared GPU; 'MPS: not split' on MPS GPUs "
-                    f"({MPS_SM_SHARE_NOTE})."
+                    "Kernel time: the share of sampled time the pod's kernels ran on a GPU it shares with other pods "
+                    "(NVML per-process utilisation); blank on a GPU of one pod, where SM active says more."
+                    + (f" On MPS GPUs it is not split ({MPS_KERNEL_TIME_NOTE})." if on_mps.any() else "")
                 )
             if not mem.empty:
                 m = with_cols(mem, ["namespace", "pod", "container", "uuid"])
@@ -181,11 +196,11 @@ def body(ctx: ui.PageContext) -> None:
                     "class",
                     "communication",
                     "sm_active",
-                    "sm_share",
-                    "sm_share_note",
+                    "kernel_time",
                     "memory_used_bytes",
                     "node",
                     "instance",
+                    "gpu",
                     "uuid",
                     "mig_uuid",
                 )
@@ -193,6 +208,7 @@ def body(ctx: ui.PageContext) -> None:
             ]
             table = ui.linked(ui.node_column(ui.humanize_bytes(pods[cols].sort_values(["namespace", "pod"]))))
             mps = table["uuid"].map(lambda u: modes.get(str(u)) == "mps")
+            alone = ~table["uuid"].isin(set(pods.loc[shared.to_numpy(), "uuid"]))
             ui.table(
                 table,
                 key="pod_table",
@@ -201,8 +217,10 @@ def body(ctx: ui.PageContext) -> None:
                     "class": "no class",
                     "communication": "no class",
                     "sm_active": "not measured",
-                    "sm_share": ["MPS: not split" if m else "not reported" for m in mps],
-                    "sm_share_note": "",
+                    "kernel_time": [
+                        "MPS: not split" if m else "one pod" if a else "not reported"
+                        for m, a in zip(mps, alone, strict=True)
+                    ],
                     "memory_used": "not reported",
                 },
             )
@@ -224,7 +242,10 @@ def wasted_hours(ctx: ui.PageContext, waste: pd.DataFrame) -> None:
     total = float(waste["gpu_hours"].sum())
     c1.metric("Wasted GPU-hours", f"{total:,.1f}" if total >= 10 else f"{total:.2f}")
     cost = waste["cost_usd"].sum(min_count=1)
-    c2.metric("Cost", f"${cost:,.2f}" if cost == cost else "set --price-per-gpu-hour")
+    if cost == cost:
+        c2.metric("Cost", f"${cost:,.2f}")
+    else:  # a hint, not a figure
+        c2.caption(f"Cost: {ui.NO_PRICE}.")
     if waste["gpu_hours"].max() > 0:
         ui.chart(waste_bar(waste), key="waste_bar")
         ui.table(waste, key="waste_table", missing={"cost_usd": "no price set"})

@@ -34,7 +34,7 @@ PAGES: dict[str, list[str]] = {
     "efficiency": ["Roofline: DRAM bandwidth vs busiest pipe", "Boundness over time"],
     "workloads": ["Allocated but idle now", "Wasted GPU-hours by namespace", "Pods holding GPUs"],
     "jobs": ["Multi-node jobs", "Jobs with a straggler", "Communication-bound jobs", "Jobs by GPU-hours"],
-    "sharing": ["MIG GPUs and their slices", "Shared GPUs: share of SM time per pod"],
+    "sharing": ["MIG GPUs and their slices", "Shared GPUs: kernel time per pod"],
     "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
     "rightsizing": ["Right-sizing"],
     "network": ["No RDMA NIC in view"],
@@ -83,16 +83,20 @@ def run_dashboard(*args: str) -> Iterator[str]:
         yield base
 
 
+SHOT_HEIGHT = 1700
+"""A screenshot's height: Streamlit scrolls inside its own container, so a screenshot shows one
+viewport; the checks run at :data:`SCREEN`, the screenshot is taken this tall."""
+
+
 @contextmanager
-def chromium_page(width: int = 1400) -> Iterator[object]:
-    """A page of a headless Chromium, ``width`` pixels wide (wide tables need more than 1400)."""
+def chromium_page(width: int = 1440, height: int = 900) -> Iterator[object]:
+    """A page of a headless Chromium with a ``width`` x ``height`` viewport (:data:`SCREEN`, a laptop's)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            # tall: Streamlit scrolls inside its own container, so a screenshot shows one viewport
-            page = browser.new_page(viewport={"width": width, "height": 1700})
+            page = browser.new_page(viewport={"width": width, "height": height})
             page.add_init_script(DRAWN_TEXT_HOOK)
             yield page
         finally:
@@ -217,20 +221,106 @@ def text_problems(page: object) -> list[str]:
     return out
 
 
+HEADER_ROW_PX = 36
+"""A table's header row: glide-data-grid draws its column titles within this many CSS pixels of
+its canvas' top (Streamlit's header height is 35 px)."""
+
 DRAWN_TEXT_HOOK = """
 (() => {
   const drawn = new Set();
   window.__gpulensDrawn = drawn;
+  // per canvas, where each column title was last drawn: title -> [left, right] in CSS px of the canvas
+  const heads = new WeakMap();
+  window.__gpulensHeads = heads;
   const fill = CanvasRenderingContext2D.prototype.fillText;
-  CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
-    if (drawn.size < 50000) drawn.add(String(text));
-    return fill.call(this, text, ...rest);
+  CanvasRenderingContext2D.prototype.fillText = function (text, x, y, ...rest) {
+    const t = String(text);
+    if (drawn.size < 50000) drawn.add(t);
+    try {
+      const c = this.canvas, m = this.getTransform();
+      const css = c.clientWidth ? c.clientWidth / c.width : 1;
+      if ((m.d * y + m.f) * css < HEADER_ROW_PX) {
+        const left = (m.a * x + m.e) * css, w = this.measureText(t).width * m.a * css;
+        const align = this.textAlign;
+        const l = align === "center" ? left - w / 2 : (align === "right" || align === "end") ? left - w : left;
+        if (!heads.has(c)) heads.set(c, new Map());
+        heads.get(c).set(t, [l, l + w]);
+      }
+    } catch (e) {}
+    return fill.call(this, text, x, y, ...rest);
   };
 })();
+""".replace("HEADER_ROW_PX", str(HEADER_ROW_PX))
+"""Run in every page before its scripts: records each string drawn on a canvas, and where on its
+canvas each table's column titles were drawn. Streamlit draws its tables (glide-data-grid) on
+canvases, so their cells as a person sees them (formatted, ``None`` for a missing value) and the
+place of their columns are in no DOM; this is how a test reads them."""
+
+SCREEN = (1440, 900)
+"""The screen the pages must fit (width, height in CSS px): a laptop's."""
+
+TABLE_KEY = re.compile(r"st-key-gpulens-table-(?P<key>.+)-p(?P<columns>[\d_]*)$")
+"""The container of a table with a layout (dashboard/ui.py ``TABLE_CONTAINER``): its key and where
+its primary columns are among its drawn ones (0-based, ``_``-separated)."""
+
+PRIMARY_COLUMNS_JS = """
+async ([screen, pattern]) => {
+  const frame = () => new Promise(r => setTimeout(() => requestAnimationFrame(() => requestAnimationFrame(r)), 350));
+  const re = new RegExp(pattern);
+  const out = [];
+  for (const box of document.querySelectorAll('[class*="st-key-gpulens-table-"]')) {
+    const cls = [...box.classList].map(c => c.match(re)).find(m => m);
+    const grid = box.querySelector('[data-testid="stDataFrame"]');
+    if (!cls || !grid) continue;
+    grid.scrollIntoView({block: "center"});
+    await frame();
+    const primary = cls.groups.columns ? cls.groups.columns.split('_').map(i => Number(i) + 1) : [];
+    const titles = new Map();
+    grid.querySelectorAll('[role="columnheader"]').forEach(
+      h => titles.set(Number(h.getAttribute('aria-colindex')), h.textContent.trim()));
+    const canvases = [...grid.querySelectorAll('canvas')];
+    const heads = window.__gpulensHeads || new WeakMap();
+    const seen = canvases.map(c => [c.getBoundingClientRect(), heads.get(c) || new Map()]);
+    const columns = [];
+    for (const i of primary) {
+      const title = titles.get(i);
+      let right = null;
+      for (const [rect, heads] of seen) {
+        const at = title !== undefined && heads.get(title);
+        if (at) right = Math.max(right === null ? -1e9 : right, rect.left + at[1]);
+      }
+      const edge = Math.min(screen, ...seen.map(([rect]) => rect.right));
+      columns.push({index: i, title: title === undefined ? null : title, right, edge});
+    }
+    out.push({key: cls.groups.key, columns});
+  }
+  return out;
+}
 """
-"""Run in every page before its scripts: records each string drawn on a canvas. Streamlit draws
-its tables (glide-data-grid) on canvases, so their cells as a person sees them (formatted, ``None``
-for a missing value) are in no DOM text; this is how a test reads them."""
+"""JavaScript: for every table with a layout, where each primary column's title ends on the screen
+(CSS px from the page's left; null when the grid drew no such title: it lies out of view) and the
+edge it must end before (the screen's width, or the table's own right edge if nearer)."""
+
+
+def primary_column_problems(page: object) -> list[str]:
+    """The primary columns (dashboard/ui.py ``TABLES``) of the page's tables that do not show in
+    full within the first :data:`SCREEN` width pixels, unscrolled: one line per column, with the
+    table's key and where its title ends."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    out = []
+    for table in page.evaluate(PRIMARY_COLUMNS_JS, [SCREEN[0], TABLE_KEY.pattern.replace("(?P<", "(?<")]):
+        for c in table["columns"]:
+            if c["title"] is None or c["right"] is None:
+                which = c["title"] or f"number {c['index']}"
+                out.append(f"table {table['key']}: primary column {which} is not drawn within the first "
+                           f"{SCREEN[0]:,} px (its header is out of view)")  # fmt: skip
+            elif c["right"] > c["edge"] + 1:
+                out.append(f"table {table['key']}: primary column {c['title']!r} ends at {c['right']:.0f} px, beyond "
+                           f"{c['edge']:.0f} px (the first {SCREEN[0]:,} px or the table's edge)")  # fmt: skip
+    return out
+
 
 TABLE_SWEEP_JS = """
 async (maxSteps) => {
@@ -311,7 +401,93 @@ def text_findings(text: str, where: str) -> list[str]:
     return out
 
 
-def display_problems(page: object, max_steps: int = 12) -> list[str]:
+PAGE_TEXTS_JS = """
+() => {
+  const html = [], svg = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const t = n.textContent.trim();
+    if (!t) continue;
+    const el = n.parentElement;
+    if (!el || el.closest('script, style, noscript, [data-testid^="stIcon"], [aria-hidden="true"]')) continue;
+    if (el.closest('svg')) svg.push(t);
+    else if (el.checkVisibility ? el.checkVisibility() : true) html.push(t);
+  }
+  return {html, svg};
+}
+"""
+"""JavaScript: the page's visible text, each text node apart: ``html`` (prose, captions, metrics)
+and ``svg`` (the charts' axes, legends and labels)."""
+
+RAW_NAME = re.compile(r"(?<![\w./:=#-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w/.(=-])")
+"""A name as a program spells it (``sw_power_cap``, ``hbm_copy``), not words."""
+PERCENT = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?%")
+"""A percentage as shown."""
+ONE_PERCENT_STYLE = re.compile(r"^\d{1,3}(?:,\d{3})* %$")
+"""The pages' one percentage style (dashboard/ui.py ``PERCENT_FORMAT``): whole percent, a space."""
+DATA_RATE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?([kMGTP]?)(B|b)/s\b|\b([kMGTP]?)(B|b)/s\b")
+"""A throughput with its unit: bytes (``GB/s``) or bits (``Gb/s``) per second."""
+LINE_RATE = re.compile(r"line rate|\d\s?[kMGT]?b/s \(\d[\d,.]*\s?[kMGT]?B/s\)", re.IGNORECASE)
+"""Where bits per second belong: a NIC's line rate, labelled, or given with its bytes per second."""
+SHORT_ID = re.compile(r"^(?:GPU|MIG)-[0-9a-fA-F-]*…$")
+"""A UUID shortened on purpose (dashboard/figures/vega.py ``short_uuid``; the tooltip has it whole)."""
+ADDRESS = re.compile(r"(?<![/\w.@])(?:\d{1,3}\.){3}\d{1,3}:\d{2,5}\b")
+"""An exporter's address (``127.0.0.1:9445``), not within a URL (the footer names the source)."""
+
+
+def words_problems(page: object, drawn: list[str], *, node_names: bool) -> list[str]:
+    """What reads as a program's, not a person's, on the loaded page: a raw driver or probe name
+    (snake_case) in its text, charts or tables; a chart's label cut short (Vega's ``…``) but a
+    shortened UUID; a percentage in another style than the pages' one
+    (:data:`ONE_PERCENT_STYLE`, in text and tables); a data rate in bits per second beside one in
+    bytes per second where it is not a labelled line rate (one unit per quantity); a KPI
+    (``st.metric``) whose value is an instruction (``set --price-per-gpu-hour``); and where
+    ``node_names`` (the exporters export a node name) an exporter's address shown instead of it.
+    ``drawn``: the strings drawn in the page's tables (:data:`DRAWN_TEXT_HOOK`)."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    texts = page.evaluate(PAGE_TEXTS_JS)
+    html, svg = list(texts["html"]), list(texts["svg"])
+    out: list[str] = []
+    for where, items in (("page text", html), ("a chart", svg), ("a table cell", drawn)):
+        raw = sorted({m.group(0) for t in items for m in RAW_NAME.finditer(t) if not t.startswith("gpulens")})
+        if raw:
+            out.append(f"{where}: raw names where words belong: {raw[:8]}")
+    cut = sorted({t for t in svg if t.endswith("…") and not SHORT_ID.match(t)})
+    if cut:
+        out.append(f"a chart label cut where it should show in full: {cut[:4]}")
+    styles = sorted({m.group(0) for t in (*html, *drawn) for m in PERCENT.finditer(t)})
+    other = [p for p in styles if not ONE_PERCENT_STYLE.match(p)]
+    if other:
+        out.append(f"percentages in more than one style: {other[:6]} beside the pages' '96 %' style")
+    rates = [(m, t) for t in (*html, *svg, *drawn) for m in DATA_RATE.finditer(t)]
+    in_bytes = sorted({m.group(0) for m, _ in rates if "B/s" in m.group(0)})
+    bits = sorted({m.group(0) for m, t in rates if "b/s" in m.group(0) and not LINE_RATE.search(t)})
+    if in_bytes and bits:
+        out.append(f"one quantity in two units: data rates in bytes per second {in_bytes[:3]} and in bits per "
+                   f"second {bits[:3]} (bits only for a labelled line rate)")  # fmt: skip
+    values = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+    hints = [v.strip() for v in values if re.search(r"--[a-z]|^set ", v.strip())]
+    if hints:
+        out.append(f"a KPI whose value is an instruction, not a figure (a hint belongs in a caption): {hints[:3]}")
+    if node_names:
+        addresses = sorted({m.group(0) for t in (*html, *svg, *drawn) for m in ADDRESS.finditer(t)})
+        if addresses:
+            out.append(f"an exporter's address where a node name exists: {addresses[:4]}")
+    return out
+
+
+def exports_node_name(target: str) -> bool:
+    """Whether the exporter at ``target`` labels its series with a node name (``node="…"``): then a
+    page must name nodes, never addresses."""
+    from urllib.request import urlopen
+
+    with urlopen(f"{target}/metrics", timeout=10) as r:
+        return bool(re.search(r'^gpulens_gpu_info\{[^}]*\bnode="[^"]+"', r.read().decode(), re.M))
+
+
+def display_problems(page: object, max_steps: int = 12, *, node_names: bool = False) -> list[str]:
     """What a person should not see on the loaded page: a table header that is a raw snake_case
     column name, a table cell reading ``None``/``NaN`` (:data:`MISSING_WORDS`), and in a cell or the
     page's text a 5+ digit number without thousands separators, an unrounded float, a metric name
@@ -336,6 +512,7 @@ def display_problems(page: object, max_steps: int = 12) -> list[str]:
     out.extend(text_findings(page.locator("body").inner_text(), "page text"))
     if page.locator('[data-testid="stJson"]').count():
         out.append("a JSON viewer (st.json) on the page")
+    out.extend(words_problems(page, seen["drawn"], node_names=node_names))
     return out
 
 
@@ -357,13 +534,17 @@ def check_page(
     min_charts: int,
     shot: Path,
     expected_errors: tuple[str, ...] = (),
+    *,
+    node_names: bool = False,
 ) -> None:
     """Open ``url`` and fail unless it renders with ``texts`` and ``min_charts`` charts and without
     an error banner (but those naming one of ``expected_errors``, e.g. a lost GPU's), a text
-    problem (:func:`text_problems`), anything a person should not see
-    (:func:`display_problems`: raw headers, ``None`` cells, unseparated numbers, metric names, JSON;
-    only recorded for the :data:`REPORT_ONLY` pages) or anything ``watch`` collects; the page is
-    saved to ``shot`` (``failed-<name>`` beside it when it does not render)."""
+    problem (:func:`text_problems`), a primary column outside the first 1,440 px
+    (:func:`primary_column_problems`), anything a person should not see (:func:`display_problems`:
+    raw headers, ``None`` cells, unseparated numbers, metric names, JSON, raw driver and probe
+    names, a second percentage style, bits beside bytes per second, and with ``node_names`` an
+    exporter's address; only recorded for the :data:`REPORT_ONLY` pages) or anything ``watch``
+    collects; the page is saved to ``shot`` (``failed-<name>`` beside it when it does not render)."""
     from playwright.sync_api import Page
 
     assert isinstance(page, Page)
@@ -373,14 +554,20 @@ def check_page(
         page.screenshot(path=str(shot.with_name(f"failed-{shot.name}")), full_page=True)
         raise AssertionError(f"{url} did not render: {exc}") from exc
     page.wait_for_timeout(300)  # late console errors (favicon, fonts) of this page
+    screen = page.viewport_size or {"width": SCREEN[0], "height": SCREEN[1]}
+    page.set_viewport_size({"width": screen["width"], "height": SHOT_HEIGHT})
+    page.wait_for_timeout(300)
     page.screenshot(path=str(shot), full_page=True)
+    page.set_viewport_size(screen)
+    page.wait_for_timeout(300)
+    hidden = primary_column_problems(page)  # at the screen's size, before the sweep below scrolls the tables
     for text in texts:
         assert page.get_by_text(text, exact=False).count() > 0, (url, text)
     assert page.locator(f"{CHART} .marks").count() >= min_charts, url
     errors = page.locator('[data-testid="stAlertContentError"]').all_inner_texts()
     assert [e for e in errors if not any(x in e for x in expected_errors)] == [], (url, errors)
     assert text_problems(page) == [], url
-    shown = display_problems(page)
+    shown = hidden + display_problems(page, node_names=node_names)
     if _path(url) in REPORT_ONLY:
         if shown:
             with (REPO / "artifacts" / "report-only.txt").open("a") as log:
