@@ -347,8 +347,8 @@ def test_the_class_over_time_is_a_band_of_spans_not_a_dot_per_step() -> None:
     its last step; a MIG instance's runs are its own. (It drew a square per 15 s step.)"""
     t = [0.0, 15.0, 30.0, 45.0, 60.0, 75.0, 105.0]
     cls = ["memory"] * 4 + ["compute"] * 3
-    timeline = pd.DataFrame({"timestamp": t + [0.0, 15.0], "leaf": ["GPU"] * 7 + ["3g MIG-a"] * 2,
-                             "class": cls + ["idle", "idle"]})  # fmt: skip
+    timeline = pd.DataFrame({"timestamp": [*t, 0.0, 15.0], "leaf": ["GPU"] * 7 + ["3g MIG-a"] * 2,
+                             "class": [*cls, "idle", "idle"]})  # fmt: skip
     spans = state_spans(timeline, "leaf", "class")
     gpu = spans[spans["leaf"] == "GPU"]
     assert gpu[["class", "start", "end", "steps"]].values.tolist() == [
@@ -358,6 +358,11 @@ def test_the_class_over_time_is_a_band_of_spans_not_a_dot_per_step() -> None:
     strip = state_strip(timeline, "class")
     assert strip["mark"]["type"] == "bar" and strip["encoding"]["x2"] == {"field": "t2"}
     assert len(data_of(strip)) == 4, "a bar per span, not a mark per step"
+    # a strip per state (the clock events: one row per reason, no leaf)
+    events = pd.DataFrame({"timestamp": [0.0, 15.0, 30.0, 15.0], "clock event": ["power cap"] * 3 + ["thermal"]})
+    bands = state_spans(events, "clock event", "clock event")
+    assert bands.values.tolist() == [["power cap", 0.0, 45.0, 3], ["thermal", 15.0, 30.0, 1]]
+    assert len(data_of(state_strip(events, "clock event"))) == 2
 
 
 def test_time_axis_shows_dates_once_the_range_spans_days() -> None:

@@ -100,34 +100,27 @@ def time_lines(
 
 def state_spans(timeline: pd.DataFrame, y: str, label: str) -> pd.DataFrame:
     """A state timeline (timestamp, ``y``, ``label``: one row per step a state was on) as
-    contiguous spans: per ``y``, each run of steps in one state, from its first step to a step past
-    its last (start, end: Unix s; steps). A run breaks where the state changes or a step is missing
-    (more than 1.5 steps between samples: no data is not the state going on)."""
-    cols = [y, label, "start", "end", "steps"]
+    contiguous spans: per ``y`` (a leaf; or the state itself, ``y == label``, for a strip per
+    state), each run of steps in one state, from its first step to a step past its last (start,
+    end: Unix s; steps). A run breaks where the state changes or a step is missing (more than 1.5
+    steps between samples: no data is not the state going on)."""
+    keys = list(dict.fromkeys([y, label]))
+    cols = [*keys, "start", "end", "steps"]
     if timeline.empty:
         return pd.DataFrame(columns=cols)
-    d = timeline.sort_values([y, "timestamp"], kind="stable").reset_index(drop=True)
+    d = timeline[[*keys, "timestamp"]].sort_values([*keys, "timestamp"], kind="stable").reset_index(drop=True)
     ts = d["timestamp"].astype(float)
-    gaps = ts.groupby(d[y]).diff()
+    gaps = ts.groupby([d[k] for k in keys]).diff()
     step = float(gaps.median()) if gaps.notna().any() else 1.0
     step = step if step > 0 else 1.0
-    # a state held by a leaf over the same steps as another keeps its own run: runs per (y, state)
-    d = d.sort_values([y, label, "timestamp"], kind="stable").reset_index(drop=True)
-    ts = d["timestamp"].astype(float)
-    same = (d[y] == d[y].shift()) & (d[label] == d[label].shift()) & (ts - ts.shift() <= 1.5 * step)
+    same = ts - ts.shift() <= 1.5 * step
+    for k in keys:
+        same &= d[k] == d[k].shift()
     run = (~same).cumsum()
     out = (
         d.assign(_run=run, _t=ts)
         .groupby("_run", sort=False)
-        .agg(
-            **{
-                y: (y, "first"),
-                label: (label, "first"),
-                "start": ("_t", "min"),
-                "end": ("_t", "max"),
-                "steps": ("_t", "size"),
-            }
-        )
+        .agg(**{k: (k, "first") for k in keys}, start=("_t", "min"), end=("_t", "max"), steps=("_t", "size"))
     )
     out["end"] = out["end"] + step
     return out.sort_values([y, "start"]).reset_index(drop=True)[cols]
