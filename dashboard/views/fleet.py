@@ -169,7 +169,8 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Moving data"):
         moving = leaves_in_class(ui.get(ctx, q["classes"]), TRANSFER_CLASS)
         if not moving.empty:
-            moving_data(ctx, moving, idle)
+            # SM activity beside the links is a figure (a mean over the history there is), not a verdict
+            moving_data(ctx, moving, verdicts)
 
     with ui.panel("GPU-Util vs SM activity"):
         lie = fleet_names.with_holders(busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving), alloc)
