@@ -247,7 +247,7 @@ CLASS_WORDS: dict[str, str] = {
     "communication": "communication-bound: waiting on peers or the network",
     "memory": "memory-bound: DRAM bandwidth limits it",
     "compute": "compute-bound: the pipes limit it",
-    "mixed": "memory and compute together limit it",
+    "mixed": "mixed: memory and compute together limit it",
     "transfer": "moving data: links busy while the SMs idle",
     "busy": "busy: kernels ran (what limits them needs GPM)",
 }

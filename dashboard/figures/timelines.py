@@ -135,7 +135,8 @@ def state_strip(timeline: pd.DataFrame, label: str) -> Chart:
     y = "leaf" if label == "class" else label
     spans = state_spans(timeline, y, label)
     states = list(dict.fromkeys(timeline[label]))
-    color: dict[str, Any] = {"field": label, "type": "nominal", "legend": {"title": label, "orient": "bottom"}}
+    legend = {"title": label, "orient": "bottom", "columns": 4}
+    color: dict[str, Any] = {"field": label, "type": "nominal", "legend": legend}
     if label == "class":
         color["scale"] = class_scale(set(states))
     else:
@@ -164,5 +165,6 @@ def state_strip(timeline: pd.DataFrame, label: str) -> Chart:
                 {"field": "until", "title": "until"},
             ],
         },
-        "height": max(40, 26 * rows_),
+        # the height holds the axis and the legend below too (the page fits the whole chart in it)
+        "height": 80 + 30 * rows_ + 20 * math.ceil(len(states) / 4),
     }

@@ -72,7 +72,7 @@ def body(ctx: ui.PageContext) -> None:
     mig = ui.get(ctx, q["mig"])
     alloc = ui.get(ctx, q["alloc"])
     with ui.panel("Status"):
-        status_summary(ctx, q, alloc)
+        status_summary(ctx, q, alloc, youngest_age(ui.get(ctx, q["ages"]), alloc))
     with ui.panel("Device counts"):
         try:
             verdicts = ui.get(ctx, q["idle"])
@@ -218,10 +218,11 @@ def ready_since(since: pd.DataFrame, idle: pd.DataFrame) -> pd.DataFrame:
     return since[keep].reset_index(drop=True)
 
 
-def status_summary(ctx: ui.PageContext, q: dict[str, ui.Query], alloc: pd.DataFrame) -> None:
+def status_summary(ctx: ui.PageContext, q: dict[str, ui.Query], alloc: pd.DataFrame, young: float) -> None:
     """What is wrong now, one line each with a link to the page that explains it, or all clear:
     firing alerts (Prometheus), lost GPUs and exporters, GPUDirect RDMA not ready, stragglers and
-    communication-bound jobs (their verdicts held back while their window fills)."""
+    communication-bound jobs (their verdicts held back while their window fills: ``young``, the
+    youngest held device's history in seconds, NaN when none is collecting, says so)."""
     st.subheader("Status")
     problems: list[str] = []
 
@@ -248,10 +249,15 @@ def status_summary(ctx: ui.PageContext, q: dict[str, ui.Query], alloc: pd.DataFr
     )
     if not lines:
         st.success(
-            f"{ALL_CLEAR}: no alert firing, no GPU lost, GPUDirect RDMA ready where there are RDMA NICs, no "
-            "straggler and no communication-bound job."
+            f"{ALL_CLEAR}{' so far' if young == young else ''}: no alert firing, no GPU lost, GPUDirect RDMA ready "
+            "where there are RDMA NICs, no straggler and no communication-bound job."
             + ("" if isinstance(ctx.source, PrometheusSource) else " (Alerts: Prometheus evaluates them; not here.)"),
             icon=":material/check_circle:",
+        )
+    if young == young:
+        st.caption(
+            f"Verdicts over {definitions.MEAN_WINDOW} (idle, launch-bound, slow, straggler, communication-bound) wait "
+            f"for that much history: {definitions.collecting_words(young)} for the youngest device."
         )
     for line in lines:
         show = st.error if line.level == "error" else st.warning

@@ -9,6 +9,8 @@ filters); without a GPU in the URL it offers a picker.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import streamlit as st
 
@@ -103,10 +105,12 @@ LEAVES_CONFIG = {
 }
 
 
-# Small multiples side by side, and each one's height (px): two columns fit 1,440 px with their
-# legends. A comment, not a docstring: Streamlit's magic would draw a string statement.
+# Small multiples side by side, each one's plot height (px) and its legend's columns: two charts fit
+# 1,440 px with their legends; the chart's height holds its axis and legend too. A comment, not a
+# docstring: Streamlit's magic would draw a string statement.
 MULTIPLE_COLUMNS = 2
-MULTIPLE_HEIGHT = 130
+MULTIPLE_HEIGHT = 170
+MULTIPLE_LEGEND_COLUMNS = 3
 
 
 def _multiples(d: gpu_panels.Drawn, small: list[tuple[str, pd.DataFrame]], key: str) -> None:
@@ -122,8 +126,9 @@ def _multiples(d: gpu_panels.Drawn, small: list[tuple[str, pd.DataFrame]], key: 
         for j, (column, (leaf, sub)) in enumerate(zip(st.columns(MULTIPLE_COLUMNS), row, strict=False)):
             with column:
                 st.markdown(f"**{inert(leaf)}**")
-                chart = gpu_panels.lines_chart(sub, d.panel.unit, names=names, legend_columns=2,
-                                               height=MULTIPLE_HEIGHT)  # fmt: skip
+                legend_rows = math.ceil(len(names) / MULTIPLE_LEGEND_COLUMNS)
+                chart = gpu_panels.lines_chart(sub, d.panel.unit, names=names, legend_columns=MULTIPLE_LEGEND_COLUMNS,
+                                               height=MULTIPLE_HEIGHT + 20 * legend_rows)  # fmt: skip
                 ui.chart(chart, key=f"{key}_{start + j}")
 
 
