@@ -470,12 +470,14 @@ def lines_chart(
     names: Sequence[str] | None = None,
     legend: bool = True,
     height: int | None = None,
+    label_limit: int = 320,
 ) -> vega.Chart:
     """A panel's lines over time (timestamp, series, value already in ``unit``): the unit on the y
     axis and in the tooltip, whole-number ticks for a count, 0-100 % for a share of the time, and a
     legend naming every line, even a single one, in a grid of ``legend_columns``. A small multiple
     passes ``names`` (every line of the panel, so that each keeps its colour in every chart),
-    ``legend`` (only the first draws it) and its ``height``."""
+    ``legend`` (False: none), its ``height`` (axis and legend included) and ``label_limit`` (px a
+    legend label may take: a half-width chart's two columns need shorter ones)."""
     if lines.empty:
         return vega.empty_figure()
     d = lines.assign(series=lines["series"].astype(str)).sort_values("timestamp", kind="stable")
@@ -490,12 +492,13 @@ def lines_chart(
     if unit.full_scale:
         y["scale"] = {"domain": [0, 1]}
     columns = max(1, min(len(domain), legend_columns))
+    key = {"title": None, "orient": "bottom", "columns": columns, "labelLimit": label_limit}
     color: dict[str, Any] = {
         "field": "series",
         "type": "nominal",
         "sort": domain,
         "scale": {"domain": domain},
-        "legend": {"title": None, "orient": "bottom", "columns": columns, "labelLimit": 320} if legend else None,
+        "legend": key if legend else None,
     }
     rows_ = math.ceil(len(domain) / columns) - 1 if legend else -3
     return {

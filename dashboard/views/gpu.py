@@ -109,8 +109,8 @@ LEAVES_CONFIG = {
 # 1,440 px with their legends; the chart's height holds its axis and legend too. A comment, not a
 # docstring: Streamlit's magic would draw a string statement.
 MULTIPLE_COLUMNS = 2
-MULTIPLE_HEIGHT = 170
-MULTIPLE_LEGEND_COLUMNS = 3
+MULTIPLE_HEIGHT = 200
+MULTIPLE_LEGEND_COLUMNS = 2
 
 
 def _multiples(d: gpu_panels.Drawn, small: list[tuple[str, pd.DataFrame]], key: str) -> None:
@@ -128,7 +128,7 @@ def _multiples(d: gpu_panels.Drawn, small: list[tuple[str, pd.DataFrame]], key: 
                 st.markdown(f"**{inert(leaf)}**")
                 legend_rows = math.ceil(len(names) / MULTIPLE_LEGEND_COLUMNS)
                 chart = gpu_panels.lines_chart(sub, d.panel.unit, names=names, legend_columns=MULTIPLE_LEGEND_COLUMNS,
-                                               height=MULTIPLE_HEIGHT + 20 * legend_rows)  # fmt: skip
+                                               height=MULTIPLE_HEIGHT + 20 * legend_rows, label_limit=190)  # fmt: skip
                 ui.chart(chart, key=f"{key}_{start + j}")
 
 
