@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from dashboard import definitions
 from tests.support.browser import (
     MODES,
     PageWatch,
@@ -169,14 +170,15 @@ def test_jobs_page_names_the_straggler_and_the_communication_bound_job(
 
 
 def _docs_screenshots(dash: str, out: Path, started: float) -> None:
-    """docs/img/dashboard-jobs.png and -job.png: the last four minutes (an absolute range, so the
-    timelines fill the chart; the stack has run that long by then), in a window wide enough for the
-    jobs table's columns."""
+    """docs/img/dashboard-fleet.png, -jobs.png and -job.png: the last four minutes (an absolute range,
+    so the timelines fill the chart), ending once the stack has the verdicts' five minutes of
+    history, in a window wide enough for the jobs table's columns."""
     from datetime import UTC, datetime, timedelta
 
     from playwright.sync_api import Page
 
-    time.sleep(max(0.0, 310.0 - (time.monotonic() - started)))
+    # the range ends at a whole minute: past the verdicts' five minutes of history, so that they show
+    time.sleep(max(0.0, definitions.MEAN_WINDOW_SECONDS + 70.0 - (time.monotonic() - started)))
     to = datetime.now(UTC).replace(second=0, microsecond=0)
     span = f"from={(to - timedelta(minutes=4)).strftime('%Y-%m-%dT%H:%M')}&to={to.strftime('%Y-%m-%dT%H:%M')}"
     with chromium_page(width=1800) as page:
