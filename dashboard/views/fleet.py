@@ -99,7 +99,7 @@ def body(ctx: ui.PageContext) -> None:
             f"+ collecting. Idle = SM active < {definitions.IDLE_SM_ACTIVE_BELOW:.0%} over {definitions.MEAN_WINDOW}, "
             "no kernels running and its links idle (launch-bound and transfer-bound devices are in use): the "
             "recording rules' definition. Collecting: no verdict until the device has "
-            f"{definitions.MEAN_WINDOW} of history, as an alert waits out its for:"
+            f"{definitions.MEAN_WINDOW} of history, as an alert waits out its for: duration"
             + (f" (the youngest: {definitions.collecting_words(young)})" if young == young else "")
             + "."
             + (

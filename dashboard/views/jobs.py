@@ -101,7 +101,7 @@ def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
         st.info(
             f"{len(young):,} job(s) still collecting their {definitions.MEAN_WINDOW} window (the youngest: "
             f"{definitions.collecting_words(float(young['age_s'].min()))}): no straggler or communication-bound "
-            "verdict for them until it is full, as an alert waits out its for:.",
+            "verdict for them until it is full, as an alert waits out its for: duration.",
             icon=":material/hourglass_top:",
         )
     c1, c2, c3 = st.columns(3)
