@@ -185,7 +185,7 @@ def test_the_thermally_slowed_gpu_is_the_one_slow_gpu_of_the_p5en_node() -> None
     assert (first["why"], first["sm_clock"]) == ("thermal slowdown 100 % · SM clock under 90 % of max", "50 %")
 
 
-def _rule(clocks: dict[str, float], *, idle: set[str] = frozenset(), events: dict[str, str] | None = None,
+def _rule(clocks: dict[str, float], *, idle: frozenset[str] = frozenset(), events: dict[str, str] | None = None,
           model: dict[str, str] | None = None) -> list[str]:  # fmt: skip
     """slow_gpus over GPUs of SM clock ratio ``clocks`` (of a 2 GHz maximum), in use but those in
     ``idle``, with a clock event (reason) held over the whole range where ``events`` says."""
@@ -217,9 +217,9 @@ def test_the_slow_rule_either_side_of_its_lines() -> None:
     assert _rule({**peers, "x": 0.93}, model={"x": "NVIDIA H100 80GB HBM3"}) == []
     assert _rule({"p1": 0.98, "x": 0.93}) == []
     # an idle GPU's low clock is by design, unless a fault held it: a thermal slowdown always counts
-    assert _rule({"a": 0.2}, idle={"a"}) == []
-    assert _rule({"a": 0.2}, idle={"a"}, events={"a": cap}) == []
-    assert _rule({"a": 0.99}, idle={"a"}, events={"a": "hw_thermal_slowdown"}) == ["a"]
+    assert _rule({"a": 0.2}, idle=frozenset({"a"})) == []
+    assert _rule({"a": 0.2}, idle=frozenset({"a"}), events={"a": cap}) == []
+    assert _rule({"a": 0.99}, idle=frozenset({"a"}), events={"a": "hw_thermal_slowdown"}) == ["a"]
 
 
 def test_a_low_clock_without_an_event_is_slow_only_while_in_use() -> None:
