@@ -70,6 +70,63 @@ COMPUTE_SLICES = 7
 COMPUTE_SLICES_BY_MODEL: Mapping[str, int] = {"A30": 4}
 """Models divided into another number of compute slices (substring of the NVML name)."""
 
+WINDOW_AGE_RESOLUTION_SECONDS = 5.0
+"""How precisely a series' age in the window is read (Prometheus: the step of the subquery that
+finds its first sample; scrape mode reads every scrape). A verdict over ``MEAN_WINDOW`` is given
+once its series are ``MEAN_WINDOW_SECONDS`` minus this old (:func:`window_full`)."""
+LEAF_HISTORY_METRIC = "gpulens_gpu_memory_total_bytes"
+"""The series whose age is a leaf's history (one per whole GPU and MIG instance, from the first
+scrape on, whatever the GPU can measure)."""
+POD_HISTORY_METRIC = "gpulens_pod_gpu_allocation"
+"""The series whose age is how long a pod has held a leaf (a job's verdicts wait for it)."""
+
+
+def window_full(age_s: float, window_s: float = MEAN_WINDOW_SECONDS) -> bool:
+    """True when a series ``age_s`` seconds old fills a verdict's window: the verdict is given.
+    Until then it is *collecting*, as an alert waits out its ``for:`` (a mean over the seconds
+    there are would flip as they grow: a job at 14 s called communication-bound, at 5 m not)."""
+    return bool(age_s == age_s and age_s >= window_s - WINDOW_AGE_RESOLUTION_SECONDS)
+
+
+def collecting_words(age_s: float, window_s: float = MEAN_WINDOW_SECONDS) -> str:
+    """A verdict still collecting its window, in words: ``collecting (14 s of 5 m)``."""
+    held = 0.0 if age_s != age_s else max(0.0, min(age_s, window_s))
+    return f"collecting ({_span(held)} of {_span(window_s)})"
+
+
+def _span(seconds: float) -> str:
+    """``14 s``, ``2 m 05 s``, ``5 m``: a span of the window as the collecting words write it."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    m, rest = divmod(s, 60)
+    return f"{m} m {rest:02d} s" if rest else f"{m} m"
+
+
+def window_age_promql(series: str, by: Sequence[str], at: float) -> str:
+    """Seconds (capped at ``MEAN_WINDOW_SECONDS``) of history of ``series`` (a selector) per ``by``
+    in the ``MEAN_WINDOW`` before ``at`` (Unix s): ``at`` minus the first subquery step at which it
+    had a sample, to within ``WINDOW_AGE_RESOLUTION_SECONDS``. A series older than the window reads
+    the whole window (its sample before the window is within the lookback of the first step)."""
+    step = f"{WINDOW_AGE_RESOLUTION_SECONDS:g}s"
+    labels = ", ".join(by)
+    first = f"min_over_time(timestamp(max by ({labels}) ({series}))[{MEAN_WINDOW}:{step}])"
+    return f"clamp_max({at:.3f} - {first}, {MEAN_WINDOW_SECONDS!r})"
+
+
+def window_ages_frame(samples: pd.DataFrame, by: Sequence[str], at: float) -> pd.DataFrame:
+    """:func:`window_age_promql` in pandas: per ``by``, ``age_s`` = ``at`` minus the first sample's
+    time (``samples``: raw rows with ``by`` and ``timestamp``, read from a little before the
+    window so that a series older than it reads the whole window), capped at the window."""
+    cols = [*by, "age_s"]
+    if samples.empty:
+        return pd.DataFrame(columns=cols)
+    s = _leafy(samples, by)
+    first = s.groupby(list(by), as_index=False)["timestamp"].min()
+    first["age_s"] = (at - first["timestamp"].astype(float)).clip(lower=0.0, upper=MEAN_WINDOW_SECONDS)
+    return first[cols].reset_index(drop=True)
+
+
 WASTE_RULE_WINDOW_SECONDS = 3600.0
 """Window of ``namespace:gpulens_gpu_wasted_hours:sum1h``: the wasted GPU-hours of the last hour."""
 UNDERUSED_ACTIVITY_BELOW = 0.2

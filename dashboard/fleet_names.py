@@ -27,8 +27,17 @@ NAMES_SHOWN = 3
 """Most pods (or owners) named in one cell; more read ``+N more``."""
 CLOCK_HELD_BELOW = 0.90
 """SM clock over its maximum (0..1, mean over the idle definition's window) under which a GPU in
-use is called slow even when no slowdown event says why (an application clock set low, a clock
-the driver would not raise). Only GPUs in use count: an idle GPU lowers its clocks by design."""
+use is slow, whatever held it there (a power cap, an application clock set low, a clock the driver
+would not raise). Only GPUs in use count: an idle GPU lowers its clocks by design. Above it, a
+power cap is normal: a busy H200 at its power limit runs at 97-99 % of its maximum clock."""
+PEERS_GAP_AT_LEAST = 0.05
+"""How far (0..1 of the maximum, absolute) a GPU in use runs below the median SM clock ratio of
+its peers (the other GPUs of its model in use in view, at least ``PEERS_AT_LEAST``) to be slow."""
+PEERS_AT_LEAST = 2
+FAULT_REASONS: tuple[str, ...] = tuple(r for r in SLOWDOWN_REASONS if r != "sw_power_cap")
+"""Clock events that are a fault, not a GPU working at its limit: thermal, power brake, hardware
+slowdown. A GPU one of them held down is slow in any state (it says the cooling or the board
+failed); the power cap alone is not."""
 WHOLE_RANGE_SLACK = 0.05
 """Share of the range by which an allocation seen first after the range's start still counts as
 held since the start (the activity's first step lies a step after it): the Workloads page's
@@ -100,6 +109,17 @@ def holders(allocation: pd.DataFrame, keys: Iterable[str] = LEAF) -> pd.DataFram
     out["pods"] = [_names(v) for v in pods.values()]
     out["owners"] = [_names(owners[k]) for k in pods]
     return out[[*keys, "pods", "owners"]]
+
+
+def with_holders(gpus: pd.DataFrame, allocation: pd.DataFrame) -> pd.DataFrame:
+    """``gpus`` (rows with a physical GPU's ``uuid``) with ``pods`` and ``owners`` of every pod
+    holding it or one of its MIG instances (:func:`holders` by uuid), NO_POD and ``none: free``
+    where none does: every GPU row names who holds it."""
+    out = gpus.drop(columns=[c for c in ("pods", "owners") if c in gpus.columns])
+    out = out.merge(holders(allocation, ["uuid"]), on="uuid", how="left")
+    out["pods"] = out["pods"].fillna("").replace("", NO_POD)
+    out["owners"] = out["owners"].fillna("").replace("", "none: free")
+    return out
 
 
 def places(info: pd.DataFrame, mig_info: pd.DataFrame) -> pd.DataFrame:
@@ -251,18 +271,26 @@ def slow_gpus(
     clock_max: pd.DataFrame,
     idle: pd.DataFrame,
 ) -> pd.DataFrame:
-    """The physical GPUs running slower than they can (SLOW_COLUMNS), the slowest first: those a
-    slowdown clock event (source.SLOWDOWN_REASONS: power cap, thermal, power brake, hardware) held
-    down at some point of the range, and those in use now whose SM clock is below
-    CLOCK_HELD_BELOW of its maximum.
+    """The physical GPUs running well below what they can (SLOW_COLUMNS), the slowest first. A GPU
+    is slow when
+
+    - it is in use and its SM clock is under CLOCK_HELD_BELOW of its maximum, or
+    - it is in use and its SM clock ratio lies PEERS_GAP_AT_LEAST or more under the median of its
+      peers (the other GPUs of its model in use in view, at least PEERS_AT_LEAST of them), or
+    - a fault (FAULT_REASONS: thermal, power brake, hardware slowdown) held its clocks down at some
+      point of the range, in any state.
+
+    A power cap alone is not slowness: a busy GPU at its power limit near its maximum clock is
+    working as designed. A GPU with no verdict (no activity data, or its window still collecting)
+    counts as in use only where a power cap says it drew its full power.
 
     ``events``: each clock event's share of the range (the mean of gpulens_gpu_clock_event_active:
     uuid, reason, value 0..1); ``clock``: the SM clock's mean over the idle definition's window
     (gpulens_gpu_sm_clock_hertz, Hz, per uuid); ``clock_max``: gpulens_gpu_sm_clock_max_hertz (Hz);
-    ``idle``: the idle verdict per leaf (MetricSource.leaf_idle), whose busy leaves make their GPU
-    in use. ``sm_clock_ratio`` (0..1) is NaN for an idle GPU (its clocks are low by design; a GPU
-    without a verdict, no SM data, keeps it), and ``sm_clock`` says so in words; ``why`` names the
-    events with their share of the range."""
+    ``idle``: the idle verdict per leaf (MetricSource.leaf_idle, the verdicts whose window is full),
+    whose busy leaves make their GPU in use. ``sm_clock_ratio`` (0..1) is NaN for an idle GPU (its
+    clocks are low by design), and ``sm_clock`` says so in words; ``why`` names the events with
+    their share of the range, and the clock's gap where it alone says so."""
     ev = with_cols(events, ["uuid", "reason"])
     ev = ev.assign(value=pd.to_numeric(col(ev, "value"), errors="coerce"))
     ev = ev[(ev["value"] > 0) & ev["reason"].isin([*SLOWDOWN_REASONS, APPLICATION_CLOCKS])]
@@ -272,11 +300,15 @@ def slow_gpus(
     verdict = with_cols(idle, ["uuid"])
     value = pd.to_numeric(col(verdict, "value"), errors="coerce")
     in_use = set(verdict.loc[value < 0.5, "uuid"])
-    # idle: every leaf of it idle (a GPU with no verdict, no SM data, is neither)
+    # idle: every leaf of it idle (a GPU with no verdict is neither)
     idle_gpus = set(verdict.loc[value >= 0.5, "uuid"]) - in_use
-    held_down = set(ev.loc[ev["reason"].isin(SLOWDOWN_REASONS), "uuid"])
-    below = {u for u in in_use if ratio.get(u, math.nan) < CLOCK_HELD_BELOW}
-    slow = sorted(held_down | below)
+    capped = set(ev.loc[ev["reason"] == "sw_power_cap", "uuid"]) - idle_gpus - in_use
+    working = in_use | capped
+    faults = set(ev.loc[ev["reason"].isin(FAULT_REASONS), "uuid"])
+    below = {u for u in working if ratio.get(u, math.nan) < CLOCK_HELD_BELOW}
+    peers = _peer_medians(info, working, ratio)
+    behind = {u for u in working if ratio.get(u, math.nan) <= peers.get(u, math.nan) - PEERS_GAP_AT_LEAST + 1e-12}
+    slow = sorted(faults | below | behind)
     if not slow:
         return pd.DataFrame(columns=list(SLOW_COLUMNS))
     shares: dict[str, list[tuple[float, str]]] = {}
@@ -288,11 +320,12 @@ def slow_gpus(
         IDLE_CLOCK if u in idle_gpus else _pct(r) if r == r else "not reported"
         for u, r in zip(slow, out["sm_clock_ratio"], strict=True)
     ]
-    out["why"] = [slow_words(shares.get(u, []), u in below) for u in slow]
+    out["why"] = [
+        slow_words(shares.get(u, []), u in below, peers.get(u, math.nan) if u in behind and u not in below else None)
+        for u in slow
+    ]
     out["_share"] = [max((s for s, _ in shares.get(u, [])), default=0.0) for u in slow]
-    out = out.merge(holders(_of(allocation, set(slow)), ["uuid"]), on="uuid", how="left")
-    out["pods"] = out["pods"].fillna("").replace("", NO_POD)
-    out["owners"] = out["owners"].fillna("").replace("", "none: free")
+    out = with_holders(out, _of(allocation, set(slow)))
     out = _placed(out, places(_of(info, set(slow)), pd.DataFrame()), _of(allocation, set(slow)), list(LEAF))
     out = out.sort_values(
         ["sm_clock_ratio", "_share", "node", "_i"], ascending=[True, False, True, True], na_position="last"
@@ -300,13 +333,35 @@ def slow_gpus(
     return out[list(SLOW_COLUMNS)].reset_index(drop=True)
 
 
-def slow_words(shares: list[tuple[float, str]], clock_below: bool) -> str:
+def _peer_medians(info: pd.DataFrame, working: set[str], ratio: dict[str, float]) -> dict[str, float]:
+    """Per GPU in ``working``, the median SM clock ratio of the other working GPUs of its model
+    (gpulens_gpu_info's ``name``), where there are at least PEERS_AT_LEAST of them."""
+    models = dict(zip(col(info, "uuid").astype(str), col(info, "name").astype(str), strict=True))
+    by_model: dict[str, list[tuple[str, float]]] = {}
+    for u in working:
+        r = ratio.get(u, math.nan)
+        if r == r:
+            by_model.setdefault(models.get(u, ""), []).append((u, r))
+    out: dict[str, float] = {}
+    for members in by_model.values():
+        for u, _ in members:
+            others = [r for v, r in members if v != u]
+            if len(others) >= PEERS_AT_LEAST:
+                out[u] = float(pd.Series(others).median())
+    return out
+
+
+def slow_words(shares: list[tuple[float, str]], clock_below: bool, peers: float | None = None) -> str:
     """Why a GPU is slow, in words: each clock event with its share of the range, the largest
-    first (``power cap 100 %``), and ``SM clock under 90 % of max, no slowdown event`` where the
-    clock alone says so."""
+    first (``HW Thermal Slowdown 100 %``), ``SM clock under 90 % of max`` where the clock is under
+    CLOCK_HELD_BELOW, and ``SM clock behind its peers' 97 %`` where it trails its peers' median
+    (``peers``)."""
     parts = [f"{words.clock_event(why)} {_pct(share)}" for share, why in sorted(shares, key=lambda p: (-p[0], p[1]))]
-    if clock_below and not any(why in SLOWDOWN_REASONS for _, why in shares):
-        parts.append(f"SM clock under {_pct(CLOCK_HELD_BELOW)} of max, no slowdown event")
+    if clock_below:
+        events = any(why in SLOWDOWN_REASONS for _, why in shares)
+        parts.append(f"SM clock under {_pct(CLOCK_HELD_BELOW)} of max" + ("" if events else ", no slowdown event"))
+    elif peers is not None:
+        parts.append(f"SM clock behind its peers' {_pct(peers)} of max")
     return " · ".join(parts)
 
 

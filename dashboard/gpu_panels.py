@@ -249,7 +249,7 @@ CLASS_WORDS: dict[str, str] = {
     "communication": "communication-bound: waiting on peers or the network",
     "memory": "memory-bound: DRAM bandwidth limits it",
     "compute": "compute-bound: the pipes limit it",
-    "mixed": "memory and compute together limit it",
+    "mixed": "mixed: memory and compute together limit it",
     "transfer": "moving data: links busy while the SMs idle",
     "busy": "busy: kernels ran (what limits them needs GPM)",
 }
@@ -286,20 +286,28 @@ def _leaf_suffix(mig_uuid: object, mig_profile: object) -> str:
     return f" [{leaf_words(mig_uuid, mig_profile)}]" if mig_uuid else ""
 
 
-def _named(rows: pd.DataFrame, line: Line) -> list[str]:
+WHOLE_GPU = "whole GPU"
+"""The small multiple of a MIG GPU's own series (GPU-Util, power...: the physical GPU's)."""
+
+
+def _named(rows: pd.DataFrame, line: Line) -> tuple[list[str], list[str], list[str]]:
     """Each row's legend name: the line's words (its label's value in them), and a MIG instance's
-    profile and short UUID (``rows`` has the columns :data:`NAMING` names)."""
+    profile and short UUID (``rows`` has the columns :data:`NAMING` names); and apart, the line's
+    words alone and its leaf (WHOLE_GPU or the MIG instance in words), for small multiples."""
     values = rows[line.label].tolist() if line.label else [""] * len(rows)
-    named: dict[tuple[object, object, object], str] = {}
-    out = []
+    named: dict[tuple[object, object, object], tuple[str, str, str]] = {}
+    out, words, leaves = [], [], []
     for key in zip(values, rows["mig_uuid"].tolist(), rows["mig_profile"].tolist(), strict=True):
         name = named.get(key)
         if name is None:
             value, mig, profile = (_text(k) for k in key)
             base = line.words.format(label_words(line.label, value)) if "{}" in line.words else line.words
-            name = named[key] = base + _leaf_suffix(mig, profile)
-        out.append(name)
-    return out
+            leaf = leaf_words(mig, profile) if mig else WHOLE_GPU
+            name = named[key] = (base + _leaf_suffix(mig, profile), base, leaf)
+        out.append(name[0])
+        words.append(name[1])
+        leaves.append(name[2])
+    return out, words, leaves
 
 
 def _values(rows: pd.DataFrame, line: Line, unit: Unit, steps: int) -> pd.DataFrame:
@@ -312,8 +320,9 @@ def _values(rows: pd.DataFrame, line: Line, unit: Unit, steps: int) -> pd.DataFr
 
 @dataclass(frozen=True)
 class Drawn:
-    """A panel with its lines: ``lines`` is a frame of timestamp, series (the legend name) and value
-    (in ``panel.unit``)."""
+    """A panel with its lines: ``lines`` is a frame of timestamp, series (the legend name), value
+    (in ``panel.unit``), and for small multiples ``line`` (the series' words without its leaf)
+    and ``leaf`` (WHOLE_GPU or the MIG instance in words)."""
 
     panel: Panel
     lines: pd.DataFrame
@@ -348,6 +357,8 @@ def panels(series: pd.DataFrame, steps: int = 1) -> list[Drawn]:
     for panel in table:
         stamps: list[float] = []
         names: list[str] = []
+        words: list[str] = []
+        leaves: list[str] = []
         values: list[float] = []
         for line in panel.lines:
             rows = by_metric.get(line.metric)
@@ -355,11 +366,15 @@ def panels(series: pd.DataFrame, steps: int = 1) -> list[Drawn]:
                 continue
             rows = _values(rows, line, panel.unit, steps)
             stamps += rows["timestamp"].tolist()
-            names += _named(rows, line)
+            n, w, lf = _named(rows, line)
+            names += n
+            words += w
+            leaves += lf
             values += rows["value"].tolist()
         if not values or (panel.group == ERRORS and not any(abs(v) > 0 for v in values)):
             continue
-        out.append(Drawn(panel, pd.DataFrame({"timestamp": stamps, "series": names, "value": values})))
+        frame = {"timestamp": stamps, "series": names, "value": values, "line": words, "leaf": leaves}
+        out.append(Drawn(panel, pd.DataFrame(frame)))
     return out
 
 
@@ -428,23 +443,60 @@ def _time_axis(t: pd.Series) -> dict[str, Any]:
             "axis": {"labelExpr": f"utcFormat(datum.value, '{fmt}')", "labelOverlap": True}}  # fmt: skip
 
 
-def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> vega.Chart:
+MULTIPLES_MIN_LEAVES = 2
+"""Leaves (the whole GPU's own series and its MIG instances) from which a panel is drawn as small
+multiples, a chart per leaf (as nvitop lists them), not every instance's lines in one chart."""
+
+
+def multiples(lines: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """A panel's lines (Drawn.lines) as small multiples: per leaf (the whole GPU's own series
+    first, then its MIG instances by name), its lines named by their words alone (``series`` =
+    ``line``); ``[]`` where the panel has fewer than MULTIPLES_MIN_LEAVES leaves (one chart)."""
+    if lines.empty or "leaf" not in lines.columns or lines["leaf"].nunique() < MULTIPLES_MIN_LEAVES:
+        return []
+    order = sorted(set(lines["leaf"]), key=lambda x: (x != WHOLE_GPU, x))
+    return [(leaf, lines[lines["leaf"] == leaf].assign(series=lambda d: d["line"])) for leaf in order]
+
+
+def lines_chart(
+    lines: pd.DataFrame,
+    unit: Unit,
+    *,
+    legend_columns: int = 3,
+    names: Sequence[str] | None = None,
+    legend: bool = True,
+    height: int | None = None,
+    label_limit: int = 320,
+) -> vega.Chart:
     """A panel's lines over time (timestamp, series, value already in ``unit``): the unit on the y
     axis and in the tooltip, whole-number ticks for a count, 0-100 % for a share of the time, and a
-    legend naming every line, even a single one, in a grid of ``legend_columns``."""
+    legend naming every line, even a single one, in a grid of ``legend_columns``. A small multiple
+    passes ``names`` (every line of the panel, so that each keeps its colour in every chart),
+    ``legend`` (False: none), its ``height`` (axis and legend included) and ``label_limit`` (px a
+    legend label may take: a half-width chart's two columns need shorter ones)."""
     if lines.empty:
         return vega.empty_figure()
     d = lines.assign(series=lines["series"].astype(str)).sort_values("timestamp", kind="stable")
     stamps = pd.to_datetime(d["timestamp"], unit="s", utc=True)
     d = d.assign(t=(d["timestamp"].astype(float) * 1000.0).round(), time=stamps.dt.strftime("%Y-%m-%d %H:%M:%S UTC"))
-    names = list(dict.fromkeys(d["series"]))
+    shown = list(dict.fromkeys(d["series"]))
+    domain = [n for n in names if n] if names else shown
     axis: dict[str, Any] = {"format": unit.fmt}
     y: dict[str, Any] = {"field": "value", "type": "quantitative", "title": unit.axis or None, "axis": axis}
     if unit.whole:
         axis["tickMinStep"] = 1
     if unit.full_scale:
         y["scale"] = {"domain": [0, 1]}
-    columns = max(1, min(len(names), legend_columns))
+    columns = max(1, min(len(domain), legend_columns))
+    key = {"title": None, "orient": "bottom", "columns": columns, "labelLimit": label_limit}
+    color: dict[str, Any] = {
+        "field": "series",
+        "type": "nominal",
+        "sort": domain,
+        "scale": {"domain": domain},
+        "legend": key if legend else None,
+    }
+    rows_ = math.ceil(len(domain) / columns) - 1 if legend else -3
     return {
         "datasets": {vega.DATASET: vega.rows(d, ["t", "time", "series", "value"])},
         "data": {"name": vega.DATASET},
@@ -452,19 +504,14 @@ def lines_chart(lines: pd.DataFrame, unit: Unit, *, legend_columns: int = 3) -> 
         "encoding": {
             "x": _time_axis(d["t"]),
             "y": y,
-            "color": {
-                "field": "series",
-                "type": "nominal",
-                "sort": names,
-                "legend": {"title": None, "orient": "bottom", "columns": columns, "labelLimit": 320},
-            },
+            "color": color,
             "tooltip": [
                 {"field": "time"},
                 {"field": "series"},
                 {"field": "value", "title": unit.axis or "value", "format": unit.fmt},
             ],
         },
-        "height": 220 + 20 * (math.ceil(len(names) / columns) - 1),
+        "height": height if height is not None else 220 + 20 * rows_,
     }
 
 
@@ -495,12 +542,16 @@ class Header:
     banner: str
     boundness: str
     lost: bool
+    gpu: str = ""
+    owner: str = ""
 
     @property
     def facts(self) -> dict[str, str]:
-        """The header's fields by their title on the page."""
-        return {"Model": self.model, "Node": self.node, "Held by": self.holder, "Sharing": self.sharing,
-                "State": self.state, "Boundness now": self.boundness}  # fmt: skip
+        """The header's fields by their title on the page: short facts, one value each (a MIG
+        GPU's instances, each with its pod and class, are :func:`leaves_now`' table)."""
+        return {"Node": self.node, "GPU": self.gpu or "index not reported", "Model": self.model,
+                "State": self.state, "Held by": self.holder, "Owner": self.owner or "none",
+                "Class now": self.boundness, "Sharing": self.sharing}  # fmt: skip
 
 
 IDENTITY = ("name", "driver_version", "mig_mode", "pci_bus_id", "compute_capability", "node", "instance", "gpu")
@@ -562,19 +613,86 @@ def lost_state(series: pd.DataFrame, up_now: pd.DataFrame) -> tuple[str, str]:
     return "answering", ""
 
 
-def _holders_now(series: pd.DataFrame) -> str:
+NAMES_IN_HEADER = 2
+"""Most pods the header names; more read ``N pods (by instance below)``."""
+
+
+def _profiles(series: pd.DataFrame) -> dict[str, str]:
+    """Each MIG instance's profile (mig_uuid -> ``1g.18gb``), from the series that carry it."""
+    out: dict[str, str] = {}
+    for metric in ("gpulens_mig_instance_info", "gpulens_gpu_boundness", "gpulens_gpu_sm_active_ratio"):
+        rows = with_cols(_rows(series, metric), ["mig_uuid", "mig_profile"])
+        for m, p in zip(rows["mig_uuid"].map(_text), rows["mig_profile"].map(_text), strict=True):
+            if m and p:
+                out.setdefault(m, p)
+    return out
+
+
+def _holders(series: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """Who holds the GPU now: (``namespace/pod``, owner ``Kind/name`` or ``""``, leaf in words:
+    ``GPU`` or the MIG instance), one per pod and leaf."""
     alloc = _latest(_rows(series, "gpulens_pod_gpu_allocation"))
     if alloc.empty:
-        return "no pod holds it now"
+        return []
     cols = ["namespace", "pod", "workload_kind", "workload", "mig_uuid", "mig_profile"]
     a = with_cols(alloc, cols)[cols].map(_text)
+    profiles = _profiles(series)
     out = []
     for ns, pod, kind, workload, mig, profile in a.drop_duplicates(["namespace", "pod", "mig_uuid"]).itertuples(
         index=False, name=None
     ):
-        owner = f" ({kind} {workload})" if kind and workload else " (no owner)"
-        out.append(f"{ns}/{pod}{owner}" + (f" on {leaf_words(mig, profile)}" if mig else ""))
-    return ", ".join(out)
+        leaf = leaf_words(mig, profile or profiles.get(mig, ""))
+        out.append((f"{ns}/{pod}", f"{kind}/{workload}" if kind and workload else "", leaf))
+    return out
+
+
+def _holders_now(series: pd.DataFrame) -> tuple[str, str]:
+    """The header's holder and owner, short: the pod (or two) holding it, else how many
+    (``7 pods, by instance below``); its owner where one owner holds it all."""
+    held = _holders(series)
+    if not held:
+        return "no pod holds it now", ""
+    pods = list(dict.fromkeys(p for p, _, _ in held))
+    owners = list(dict.fromkeys(o for _, o, _ in held))
+    instances = {leaf for _, _, leaf in held} - {"GPU"}
+    if len(pods) <= NAMES_IN_HEADER:
+        holder = ", ".join(pods)
+    else:
+        holder = f"{len(pods)} pods, by instance below" if instances else f"{len(pods)} pods, listed below"
+    owner = owners[0] if len(owners) == 1 and owners[0] else ("no owner (bare pod)" if owners == [""] else "")
+    if len(owners) > 1:
+        owner = f"{len(owners)} owners"
+    return holder, owner
+
+
+def leaves_now(series: pd.DataFrame) -> pd.DataFrame:
+    """A MIG or shared GPU's devices now, one row each as nvitop lists them: device (``GPU`` or the
+    MIG instance in words), pod(s), owner(s), class now (in words, short); an instance no pod holds
+    reads ``free``. Empty for a whole GPU held by at most one pod (the header says it all)."""
+    cols = ["device", "pods", "owners", "class"]
+    held = _holders(series)
+    classes = classes_now(series)
+    mig = _latest(_rows(series, "gpulens_mig_instance_info"))
+    profiles = _profiles(series)
+    devices = [leaf_words(m, p or profiles.get(m, "")) for m, p in
+               zip(col(mig, "mig_uuid").map(_text), col(mig, "mig_profile").map(_text), strict=True) if m]  # fmt: skip
+    devices = list(dict.fromkeys([*devices, *(leaf for _, _, leaf in held), *classes]))
+    if len(devices) <= 1 and len({p for p, _, _ in held}) <= 1:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for device in sorted(devices, key=lambda x: (x != "GPU", x)):
+        pods = [p for p, _, leaf in held if leaf == device]
+        owners = list(dict.fromkeys(o for _, o, leaf in held if leaf == device and o))
+        cls = classes.get(device, "")
+        rows.append(
+            {
+                "device": device,
+                "pods": ", ".join(pods) or "free",
+                "owners": ", ".join(owners) or ("none" if pods else ""),
+                "class": CLASS_WORDS.get(cls, cls).split(":")[0] if cls else "no class",
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _sharing_now(series: pd.DataFrame) -> str:
@@ -599,7 +717,22 @@ def classes_now(series: pd.DataFrame) -> dict[str, str]:
     if rows.empty:
         return {}
     r = with_cols(rows, ["class", "mig_uuid", "mig_profile"])
-    return {leaf_words(m, p): str(c) for c, m, p in zip(r["class"], r["mig_uuid"], r["mig_profile"], strict=True)}
+    profiles = _profiles(series)
+    return {
+        leaf_words(m, p or profiles.get(_text(m), "")): str(c)
+        for c, m, p in zip(r["class"], r["mig_uuid"].map(_text), r["mig_profile"].map(_text), strict=True)
+    }
+
+
+def class_counts_words(classes: Mapping[str, str]) -> str:
+    """A MIG GPU's classes now, counted: ``7 instances: 3 compute-bound, 2 idle, 2 memory-bound``
+    (each instance's is in :func:`leaves_now`' table)."""
+    counts: dict[str, int] = {}
+    for c in classes.values():
+        word = CLASS_WORDS.get(c, c).split(":")[0]
+        counts[word] = counts.get(word, 0) + 1
+    parts = ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{len(classes)} instance{'s' if len(classes) != 1 else ''}: {parts}"
 
 
 def no_class_words(series: pd.DataFrame, identity: Mapping[str, str], state: str) -> str:
@@ -642,11 +775,12 @@ def header(uuid: str, series: pd.DataFrame, up_now: pd.DataFrame, info_now: pd.D
         "not known: the exporter sends the model only while it can read the GPU" if state == "LOST"
         else "not known: no series of this GPU in the range"
     )  # fmt: skip
+    owner = ""
     if gone:
         holder = "not known: the GPU is not exported now"
         sharing = "not known: the GPU is not exported now"
     else:
-        holder = _holders_now(series)
+        holder, owner = _holders_now(series)
         sharing = _sharing_now(series)
         if state == "LOST":
             sharing = f"{sharing} (when it last answered)" if sharing else "not known while it is lost"
@@ -655,13 +789,16 @@ def header(uuid: str, series: pd.DataFrame, up_now: pd.DataFrame, info_now: pd.D
     if classes:
         boundness = (
             CLASS_WORDS.get(classes["GPU"], classes["GPU"]) if list(classes) == ["GPU"]
-            else "; ".join(f"{leaf}: {CLASS_WORDS.get(c, c)}" for leaf, c in classes.items())
+            else class_counts_words(classes)
         )  # fmt: skip
     elif state == "LOST":
         boundness = "none: nothing is known while it is lost"
     else:
         boundness = "none: " + no_class_words(series, ident, state).split(": ", 1)[-1]
+    gpu = ident.get("gpu") or (_text(with_cols(where_from, ["gpu"])["gpu"].iloc[0]) if len(where_from) else "")
     return Header(
+        gpu=gpu,
+        owner=owner,
         model=model,
         node=node or "not known: no series of this GPU says where it is",
         holder=holder,

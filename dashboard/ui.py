@@ -61,6 +61,7 @@ _END_AWARE = {
     "allocation_activity",
     "idle_since",
     "leaf_idle",
+    "window_ages",
     "job_leaves",
     "job_summary",
     "job_stragglers",

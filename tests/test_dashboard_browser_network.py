@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import MODES, PageWatch, check_page, chromium_page, run_dashboard
+from tests.support.browser import MODES, PageWatch, check_page, chromium_page, fleet_counts_add_up, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import RULES_FILE, demo_scrape_config, run_prometheus, wait_for_query
 from tests.support.prometheus import query as prom_query
@@ -103,5 +103,14 @@ def test_network_page_shows_the_nics_gpudirect_and_the_straggler(
         gpu = ["Nearest NICs", "GPUDirect RDMA is not ready"]
         check_page(page, watch, f"{dash}/gpu?range=15m&uuid={uuid}", gpu, 3, out / f"{mode}-network-gpu.png")
         assert page.get_by_text("no peer-memory module or DMA-BUF").count() > 0
+        # Fleet opens with it: every GPU of the nogdr node waits on the network with GPUDirect RDMA
+        # off (Fleet read 8 of 8 in use and "No GPU ran slow", and nothing on the network)
+        gdr = "GPUDirect RDMA not ready on 8 of 8 GPUs (no peer-memory module or DMA-BUF)"
+        check_page(page, watch, f"{dash}/?range=15m", [gdr], 1, out / f"{mode}-network-fleet.png",
+                   ("GPUDirect RDMA not ready",))  # fmt: skip
+        line = page.locator('[data-testid="stAlertContentError"]', has_text=gdr)
+        assert line.count() == 1, "one line, for the one node without it"
+        assert page.get_by_role("link", name="Explain").count() >= 1, "each line links the page that explains it"
+        fleet_counts_add_up(page)
         if mode == "prometheus" and os.environ.get("GPULENS_UPDATE_DOCS_IMG"):
             shutil.copy(shot, REPO / "docs" / "img" / "dashboard-network.png")

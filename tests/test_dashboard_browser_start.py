@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import chromium_page, load, run_dashboard
+from tests.support.browser import chromium_page, fleet_counts_add_up, load, run_dashboard
 from tests.support.exporter import run_exporter
 from tests.support.kube import wait_for
 from tests.support.net import free_port
@@ -92,3 +92,10 @@ def test_a_scrape_dashboard_keeps_history_from_its_start() -> None:
         source = page.get_by_text("Source: direct scrape").first.inner_text()
         scrapes = re.search(r"(\d+) scrapes", source)
         assert scrapes is not None and int(scrapes.group(1)) >= 3, source
+        # seconds of history: no verdict over 5 minutes yet. Every held device is collecting, the
+        # counts add up, and no device is named idle or launch-bound (Fleet read 7 allocated, 6 in
+        # use, 1 idle from its first scrapes)
+        counts = fleet_counts_add_up(page)
+        assert counts["Collecting"] == counts["Allocated"] == 7, counts
+        assert page.get_by_text(re.compile(r"the youngest: collecting \(\d+ s of 5 m\)")).count() > 0
+        assert page.get_by_text("look busy in nvidia-smi").count() == 0, "a 5-minute verdict from seconds"

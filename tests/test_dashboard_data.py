@@ -342,7 +342,8 @@ def test_fleet_counts_devices_by_the_one_idle_definition() -> None:
     # fixture: GPUs 0-3 run kernels with SMs active; GPU 4 is launch-bound (GPU-Util high, SM ~0):
     # in use, not idle, as in the rules; GPU 6 has SMs 4.7 % active: in use (the old 5 % threshold
     # called it idle); GPU 5 is the one allocated idle device, GPU 7 is unallocated
-    assert counts == {"gpus": 8, "devices": 8, "allocated": 7, "in_use": 6, "allocated_idle": 1}
+    assert counts == {"gpus": 8, "devices": 8, "allocated": 7, "in_use": 6, "allocated_idle": 1,
+                      "allocated_in_use": 6, "collecting": 0, "unallocated_in_use": 0}  # fmt: skip
 
 
 def test_waste_by_namespace_sums_wasted_hours_and_prices_them_by_model() -> None:
@@ -430,7 +431,9 @@ def test_nan_values_count_neither_as_busy_nor_as_idle() -> None:
     verdict = definitions.leaf_idle_frame(sm, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), ts[-1:], 15.0)
     idle_now = verdict.assign(value=verdict["idle"].astype(float))
     counts = fleet_counts(info, pd.DataFrame(), alloc, idle_now)
-    assert counts == {"gpus": 2, "devices": 2, "allocated": 1, "in_use": 1, "allocated_idle": 0}
+    # GPU-A is held with no verdict (no activity to judge by): collecting, so allocated still adds up
+    assert counts == {"gpus": 2, "devices": 2, "allocated": 1, "in_use": 1, "allocated_idle": 0,
+                      "allocated_in_use": 0, "collecting": 1, "unallocated_in_use": 1}  # fmt: skip
     idle = idle_allocations(alloc, idle_now, pd.DataFrame(), now=0.0, window_s=60.0)
     assert idle.empty
 

@@ -17,7 +17,7 @@ from dashboard.figures.health import probe_efficiency_bar
 from dashboard.figures.palette import CLASS_COLORS, CLASS_ORDER
 from dashboard.figures.roofline import roofline_density, roofline_scatter
 from dashboard.figures.sharing import kernel_time_bar, mig_layout_figure
-from dashboard.figures.timelines import boundness_area, state_strip, time_lines
+from dashboard.figures.timelines import boundness_area, state_spans, state_strip, time_lines
 from dashboard.figures.vega import PICK, Chart, data_of, rows
 from dashboard.figures.waste import savings_bar, waste_bar
 from dashboard.frames.links import outbound
@@ -339,6 +339,30 @@ def test_gpu_page_lines_and_strips_name_even_a_single_series() -> None:
     )
     assert _colours(strip["encoding"]) == {"memory": CLASS_COLORS["memory"]}
     assert strip["encoding"]["color"]["legend"] is not None
+
+
+def test_the_class_over_time_is_a_band_of_spans_not_a_dot_per_step() -> None:
+    """A GPU in memory for 4 steps, then compute for 2, a step missing, then compute again: three
+    bars (a span per run of one state, broken where a step is missing), each ending a step past
+    its last step; a MIG instance's runs are its own. (It drew a square per 15 s step.)"""
+    t = [0.0, 15.0, 30.0, 45.0, 60.0, 75.0, 105.0]
+    cls = ["memory"] * 4 + ["compute"] * 3
+    timeline = pd.DataFrame({"timestamp": [*t, 0.0, 15.0], "leaf": ["GPU"] * 7 + ["3g MIG-a"] * 2,
+                             "class": [*cls, "idle", "idle"]})  # fmt: skip
+    spans = state_spans(timeline, "leaf", "class")
+    gpu = spans[spans["leaf"] == "GPU"]
+    assert gpu[["class", "start", "end", "steps"]].values.tolist() == [
+        ["memory", 0.0, 60.0, 4], ["compute", 60.0, 90.0, 2], ["compute", 105.0, 120.0, 1]
+    ]  # fmt: skip
+    assert spans[spans["leaf"] == "3g MIG-a"][["start", "end"]].values.tolist() == [[0.0, 30.0]]
+    strip = state_strip(timeline, "class")
+    assert strip["mark"]["type"] == "bar" and strip["encoding"]["x2"] == {"field": "t2"}
+    assert len(data_of(strip)) == 4, "a bar per span, not a mark per step"
+    # a strip per state (the clock events: one row per reason, no leaf)
+    events = pd.DataFrame({"timestamp": [0.0, 15.0, 30.0, 15.0], "clock event": ["power cap"] * 3 + ["thermal"]})
+    bands = state_spans(events, "clock event", "clock event")
+    assert bands.values.tolist() == [["power cap", 0.0, 45.0, 3], ["thermal", 15.0, 30.0, 1]]
+    assert len(data_of(state_strip(events, "clock event"))) == 2
 
 
 def test_time_axis_shows_dates_once_the_range_spans_days() -> None:

@@ -217,7 +217,11 @@ def _lost(text: str, uuid: str) -> str:
 def test_a_held_gpus_header_names_its_holder_owner_sharing_and_class_in_words() -> None:
     head = _header(_source([H200, H200]))
     assert head.model == "NVIDIA H200" and head.node == "node-3:9445"
-    assert head.holder == "research/embedding-reindex-29484576-p4sbd (CronJob embedding-reindex)"
+    # short facts: the pod, its owner apart, the node and index (the holder read "ns/pod (CronJob x)")
+    assert head.holder == "research/embedding-reindex-29484576-p4sbd"
+    assert head.owner == "CronJob/embedding-reindex"
+    assert (head.facts["Node"], head.facts["GPU"]) == ("node-3:9445", "0")
+    assert list(head.facts) == ["Node", "GPU", "Model", "State", "Held by", "Owner", "Class now", "Sharing"]
     assert head.sharing.startswith("exclusive")
     assert head.boundness == gpu_panels.CLASS_WORDS["memory"]
     assert not head.lost and head.banner == ""
@@ -294,3 +298,51 @@ def test_nvlinks_read_as_a_sentence_of_links_up_down_and_peers() -> None:
         False,
     )
     assert gpu_panels.nvlink_words(pd.DataFrame(columns=["metric", "timestamp", "value"])) == ("", False)
+
+
+MIG = (FIX / "mig.prom").read_text()
+
+
+def test_a_mig_gpus_header_is_short_facts_and_its_instances_a_row_each() -> None:
+    """The MIG node's GPU of seven 1g instances: the header says how many pods and counts the
+    classes (it read a run-on "ns/pod (Deployment x) on 1g.18gb MIG-…, …" and "1g.18gb MIG-…: …;
+    …"), and the devices table has a row per instance with its pod, owner and class now."""
+    src = _source([MIG, MIG])
+    info = src.instant("gpulens_gpu_info")
+    mig_gpus = info.loc[info["mig_mode"] == "enabled"].sort_values("gpu")
+    uuid = str(mig_gpus["uuid"].iloc[0])
+    head = _header(src, uuid)
+    for value in head.facts.values():
+        assert "MIG-" not in value and len(value) <= 80, value
+    assert head.holder.endswith("pods, by instance below"), head.holder
+    assert head.boundness.split(":")[0].endswith("instances"), head.boundness
+    leaves = gpu_panels.leaves_now(_series(src, uuid))
+    mig = src.instant("gpulens_mig_instance_info")
+    assert len(leaves) == (mig["uuid"] == uuid).sum()
+    assert list(leaves.columns) == ["device", "pods", "owners", "class"]
+    assert "free" in set(leaves["pods"]) and all(d.startswith("1g.") for d in leaves["device"])
+    # a whole GPU held by one pod has no table: the header says it all
+    h200 = _source([H200, H200])
+    assert gpu_panels.leaves_now(_series(h200)).empty
+
+
+def test_a_mig_gpus_panels_are_small_multiples_a_chart_per_instance() -> None:
+    """A MIG GPU's "How busy it is": a chart per instance (the GPU's own series first), each with
+    its few lines in the same colours, never every instance's lines in one chart with a cut legend."""
+    src = _source([MIG, MIG])
+    info = src.instant("gpulens_gpu_info")
+    uuid = str(info.loc[info["mig_mode"] == "enabled"].sort_values("gpu")["uuid"].iloc[0])
+    busy = _drawn(_series(src, uuid))["How busy it is"]
+    small = gpu_panels.multiples(busy.lines)
+    assert len(small) >= 7, [leaf for leaf, _ in small]
+    leaves = [leaf for leaf, _ in small]
+    assert gpu_panels.WHOLE_GPU not in leaves or leaves[0] == gpu_panels.WHOLE_GPU, "the GPU's own series first"
+    names = list(dict.fromkeys(busy.lines["line"]))
+    assert len(names) <= 8
+    for leaf, lines in small:
+        assert set(lines["series"]) <= set(names) and "MIG-" not in " ".join(set(lines["series"])), leaf
+        chart = gpu_panels.lines_chart(lines, busy.panel.unit, names=names, height=130)
+        assert chart["encoding"]["color"]["scale"]["domain"] == names, "a line keeps its colour in every chart"
+        assert chart["height"] == 130
+    # a whole GPU's panel stays one chart
+    assert gpu_panels.multiples(_drawn(_series(_source([H200, H200])))["How busy it is"].lines) == []

@@ -33,7 +33,15 @@ import requests
 
 from dashboard import definitions
 from dashboard.advisor.backfill import write_openmetrics
-from tests.support.browser import PAGES, PageWatch, check_page, chromium_page, load, run_dashboard
+from tests.support.browser import (
+    PAGES,
+    PageWatch,
+    check_page,
+    chromium_page,
+    fleet_counts_add_up,
+    load,
+    run_dashboard,
+)
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import (
     FLEET_RECORDS,
@@ -51,8 +59,9 @@ LOST_GPU = "3"
 YOUNG = "node-0"
 """The simulated exporter's node (its NODE_NAME: the exporter labels every series with it)."""
 HISTORY_BANNER = "History covers"
-LOST_BANNER = ("GPU(s) lost or unreadable",)
-"""The error banner the lost GPU rightly raises on the pages that list GPUs' health."""
+LOST_BANNER = ("GPU(s) lost or unreadable", "Alert GPULost firing")
+"""The error banners the lost GPU rightly raises on the pages that list GPUs' health (Fleet's
+status summary too, with the GPULost alert once it fires)."""
 YOUNG_TEXTS = {
     "": ["SM activity per GPU"],
     "efficiency": ["Boundness over time"],
@@ -150,6 +159,10 @@ def test_a_node_with_no_history_yet_says_how_much_the_figures_cover(
             assert "of the 1h 00m asked" in banner, (path, banner)
             if path == "":
                 assert page.get_by_text("of history in the last 1h 00m").count() > 0
+                # the status summary names the lost GPU first, and the counts add up
+                lost = page.locator('[data-testid="stAlertContentError"]', has_text="GPU(s) lost or unreadable:")
+                assert lost.count() >= 1 and f"GPU {LOST_GPU}" in lost.first.inner_text(), lost.all_inner_texts()
+                fleet_counts_add_up(page)
             if path == "workloads":
                 # these tests run first, a minute or two into the history: no waste yet (a slow
                 # machine past the window checks the other side: the figure is then shown)

@@ -33,12 +33,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import jobs
+from dashboard import definitions, jobs
 from dashboard.figures.jobs import job_mix_bars, job_timelines
 from dashboard.figures.palette import CLASS_COLORS
 from dashboard.frames.jobs import (
+    JOB_AGE_KEYS,
     JOB_OVERVIEW_COLUMNS,
     NO_CLASS,
+    job_ages,
     job_from_param,
     job_gpu_table,
     job_timeline,
@@ -379,9 +381,79 @@ def test_the_stragglers_are_the_recorded_ones_with_their_figures(history: Histor
         for k in ("busy", "sm_clock_ratio"):
             assert float(row[k]) == pytest.approx(float(b[leaf][k]), rel=1e-6, abs=1e-9), (leaf, k)
     words = {straggler_words(r) for r in mine.to_dict("records")}
-    assert "node-1 · GPU 1: compute: SM clock 50 % of max, HW Thermal Slowdown" in words
-    assert "node-1 · GPU 4: input: idle 70 % of the time while peers wait" in words
+    # the straggler banner names the pod holding it, then where (node, GPU index)
+    assert "pod train-worker-1 on node-1 · GPU 1: compute: SM clock 50 % of max, HW Thermal Slowdown" in words
+    assert "pod loader-1 on node-1 · GPU 4: input: idle 70 % of the time while peers wait" in words
     assert {straggler_reason(r) for r in theirs.to_dict("records")} == {w.split(": ", 1)[1] for w in words}
+
+
+def _times(history: History) -> list[float]:
+    """The history's scrape times (the ``history`` fixture's)."""
+    return [history.t0 + 7.0 + SAMPLE * k for k in range(SAMPLES)]
+
+
+def test_both_sources_read_the_same_window_ages(history: History, store: str) -> None:
+    """How far the verdicts' window has filled, per pod: 30 s after the first scrape, 30 s (Prometheus
+    to within its subquery step); at the end, the whole 5 minutes. The scrape source reads every
+    scrape, the Prometheus source the first sample in the window."""
+    prom = PrometheusSource(store)
+    times = _times(history)
+    for at, want in ((times[2], 30.0), (times[10], 150.0), (history.end, 300.0)):
+        got = {}
+        for name, src, tol in (("scrape", history.scrape, 0.0),
+                               ("prometheus", prom, definitions.WINDOW_AGE_RESOLUTION_SECONDS)):  # fmt: skip
+            ages = src.window_ages(definitions.POD_HISTORY_METRIC, JOB_AGE_KEYS, end=at)
+            assert not ages.empty, name
+            assert all(want - tol - 1e-6 <= a <= want + 1e-6 for a in ages["age_s"]), (
+                name,
+                at,
+                ages.to_dict("records"),
+            )
+            got[name] = set(zip(ages["namespace"], ages["pod"], strict=True))
+        assert got["scrape"] == got["prometheus"]
+        assert definitions.window_full(float(ages["age_s"].min())) == (want >= 300.0)
+
+
+@pytest.mark.parametrize("source", ["scrape", "prometheus"])
+def test_no_job_verdict_before_its_window(history: History, store: str, source: str) -> None:
+    """Two minutes into the history the jobs have their figures but no verdict: no straggler and no
+    communication-bound job, each straggler cell ``collecting (… of 5 m)``; once the window is
+    full the recorded stragglers are named. (Before, the young means gave verdicts that the full
+    window then changed: Jobs at 14 s named another job's straggler.)"""
+    src = history.scrape if source == "scrape" else PrometheusSource(store)
+    at = _times(history)[8]
+    end = history.end
+    if source == "prometheus":  # the rules' evaluations at or before those instants (every minute)
+        at = float(prom_query(store, "max(timestamp(gpulens:job_leaf:info))", at=at)[0]["value"][1])
+        end = float(prom_query(store, "max(timestamp(gpulens:job_straggler:info))", at=end)[0]["value"][1])
+
+    def overview(when: float) -> pd.DataFrame:
+        ages = job_ages(src.window_ages(definitions.POD_HISTORY_METRIC, JOB_AGE_KEYS, end=when))
+        return jobs_overview(src.job_summary(end=when), src.job_stragglers(end=when), src.job_mix(end=when), ages)
+
+    early = overview(at)
+    assert not early.empty
+    assert int(early["stragglers"].sum()) == 0, early[["workload", "straggler"]].to_dict("records")
+    assert not early["communication_bound"].any(), early[["workload", "communication"]].to_dict("records")
+    assert early["collecting"].all()
+    young = at - _times(history)[0]
+    for cell, age, classified in zip(early["straggler"], early["age_s"], early["classified"], strict=True):
+        assert young - definitions.WINDOW_AGE_RESOLUTION_SECONDS - 1e-6 <= age <= young + 1e-6
+        if classified:  # a job of no classified GPU keeps saying why it has no verdict
+            assert cell == definitions.collecting_words(age) and cell.endswith(" of 5 m)"), cell
+        else:
+            assert cell == NO_CLASS
+    late = overview(end)
+    assert not late["collecting"].any()
+    assert int(late["stragglers"].sum()) == len(STRAGGLERS)
+
+
+def test_the_collecting_words_say_how_far_the_window_is() -> None:
+    assert definitions.collecting_words(14.2) == "collecting (14 s of 5 m)"
+    assert definitions.collecting_words(125.0) == "collecting (2 m 05 s of 5 m)"
+    assert definitions.collecting_words(float("nan")) == "collecting (0 s of 5 m)"
+    assert not definitions.window_full(294.9) and definitions.window_full(295.0) and definitions.window_full(300.0)
+    assert not definitions.window_full(float("nan"))
 
 
 def test_both_sources_give_the_same_class_shares_and_mix(history: History, store: str) -> None:
@@ -497,7 +569,7 @@ def test_the_jobs_table_sorts_by_gpu_hours_and_says_why_a_value_is_missing() -> 
     assert list(table["workload"]) == ["big", "solo", "one"], "most GPU-hours first: 8, 3, 0.5"
     big, solo, one = (table.iloc[i] for i in range(3))
     assert (big["gpus"], big["nodes"], big["pods"], big["gpu_hours"]) == (4, 2, 2, 8.0)
-    assert big["straggler"] == "n1 · GPU 1: input: idle 80 % of the time while peers wait"
+    assert big["straggler"] == "pod big-1 on n1 · GPU 1: input: idle 80 % of the time while peers wait"
     assert big["mix"] == "compute 55 % · communication 45 %"
     assert not big["communication_bound"], "a straggler explains its waiting"
     assert solo["straggler"] == NO_CLASS and solo["mix"] == NO_CLASS
@@ -538,9 +610,11 @@ def test_a_jobs_gpu_hours_count_every_gpu_it_held_in_the_range_once_per_step() -
 
 def test_a_compute_straggler_is_explained_by_its_clock_and_its_slowdown_events() -> None:
     row = {"reason": "compute", "sm_clock_ratio": 0.5, "slowdown_reasons": "hw_thermal_slowdown,sw_power_cap",
-           "node": "node-1", "instance": "10.0.0.2:9445", "gpu": "3", "mig_uuid": ""}  # fmt: skip
-    assert straggler_words(row) == "node-1 · GPU 3: compute: SM clock 50 % of max, HW Thermal Slowdown, SW Power Cap"
-    bare = {**row, "sm_clock_ratio": math.nan, "slowdown_reasons": "", "node": ""}
+           "node": "node-1", "instance": "10.0.0.2:9445", "gpu": "3", "mig_uuid": "", "pod": "sft-1"}  # fmt: skip
+    assert straggler_words(row) == (
+        "pod sft-1 on node-1 · GPU 3: compute: SM clock 50 % of max, HW Thermal Slowdown, SW Power Cap"
+    )
+    bare = {**row, "sm_clock_ratio": math.nan, "slowdown_reasons": "", "node": "", "pod": ""}
     assert straggler_words(bare) == "10.0.0.2:9445 · GPU 3: compute: computes while its peers wait"
     assert straggler_reason({"reason": "input", "busy": 0.55}) == "input: idle 45 % of the time while peers wait"
 

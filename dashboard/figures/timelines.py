@@ -98,27 +98,73 @@ def time_lines(
     }
 
 
+def state_spans(timeline: pd.DataFrame, y: str, label: str) -> pd.DataFrame:
+    """A state timeline (timestamp, ``y``, ``label``: one row per step a state was on) as
+    contiguous spans: per ``y`` (a leaf; or the state itself, ``y == label``, for a strip per
+    state), each run of steps in one state, from its first step to a step past its last (start,
+    end: Unix s; steps). A run breaks where the state changes or a step is missing (more than 1.5
+    steps between samples: no data is not the state going on)."""
+    keys = list(dict.fromkeys([y, label]))
+    cols = [*keys, "start", "end", "steps"]
+    if timeline.empty:
+        return pd.DataFrame(columns=cols)
+    d = timeline[[*keys, "timestamp"]].sort_values([*keys, "timestamp"], kind="stable").reset_index(drop=True)
+    ts = d["timestamp"].astype(float)
+    gaps = ts.groupby([d[k] for k in keys]).diff()
+    step = float(gaps.median()) if gaps.notna().any() else 1.0
+    step = step if step > 0 else 1.0
+    same = ts - ts.shift() <= 1.5 * step
+    for k in keys:
+        same &= d[k] == d[k].shift()
+    run = (~same).cumsum()
+    out = (
+        d.assign(_run=run, _t=ts)
+        .groupby("_run", sort=False)
+        .agg(**{k: (k, "first") for k in keys}, start=("_t", "min"), end=("_t", "max"), steps=("_t", "size"))
+    )
+    out["end"] = out["end"] + step
+    return out.sort_values([y, "start"]).reset_index(drop=True)[cols]
+
+
 def state_strip(timeline: pd.DataFrame, label: str) -> Chart:
-    """Which state (boundness class, throttle reason) each leaf was in over time, as coloured marks;
+    """Which state (boundness class, throttle reason) each leaf was in over time, as a band per
+    leaf: a bar per contiguous span of one state (:func:`state_spans`), not a mark per step;
     boundness classes in their page-wide colours."""
     if timeline.empty:
         return empty_figure("never")
-    d = with_times(timeline)
     y = "leaf" if label == "class" else label
-    states = list(dict.fromkeys(d[label]))
-    color: dict[str, Any] = {"field": label, "type": "nominal", "legend": {"title": label}}
+    spans = state_spans(timeline, y, label)
+    states = list(dict.fromkeys(timeline[label]))
+    legend = {"title": label, "orient": "bottom", "columns": 4}
+    color: dict[str, Any] = {"field": label, "type": "nominal", "legend": legend}
     if label == "class":
         color["scale"] = class_scale(set(states))
     else:
         color["sort"] = states
+    d = with_times(spans.rename(columns={"start": "timestamp"}))
+    d = d.assign(t2=(spans["end"].astype(float) * 1000.0).round().to_numpy(),
+                 until=with_times(spans.rename(columns={"end": "timestamp"}))["time"].to_numpy())  # fmt: skip
+    x = time_x(d)
+    # the axis' label format over the spans' whole extent (their ends included)
+    span_ms = float(max(d["t2"].max(), d["t"].max()) - d["t"].min()) if len(d) else 0.0
+    fmt = "%m-%d %H:%M" if span_ms > 86_400_000 else "%H:%M" if span_ms > 1_800_000 else "%H:%M:%S"
+    x["axis"] = {"labelExpr": f"utcFormat(datum.value, '{fmt}')", "labelOverlap": True}
+    rows_ = max(1, d[y].nunique())
     return {
-        **dataset(rows(d, list(dict.fromkeys(["t", "time", y, label])))),
-        "mark": {"type": "square", "size": 70, "opacity": 1},
+        **dataset(rows(d, list(dict.fromkeys(["t", "t2", "time", "until", y, label, "steps"])))),
+        "mark": {"type": "bar", "cornerRadius": 0},
         "encoding": {
-            "x": time_x(d),
-            "y": {"field": y, "type": "nominal", "title": None},
+            "x": x,
+            "x2": {"field": "t2"},
+            "y": {"field": y, "type": "nominal", "title": None, "axis": {"labelLimit": 260}},
             "color": color,
-            "tooltip": [{"field": "time"}, {"field": y}, {"field": label}],
+            "tooltip": [
+                {"field": y},
+                {"field": label},
+                {"field": "time", "title": "from"},
+                {"field": "until", "title": "until"},
+            ],
         },
-        "height": max(60, 32 * d[y].nunique() + 20),
+        # the height holds the axis and the legend below too (the page fits the whole chart in it)
+        "height": 80 + 30 * rows_ + 20 * math.ceil(len(states) / 4),
     }

@@ -19,11 +19,24 @@ def _leaf_index(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def fleet_counts(
-    info: pd.DataFrame, mig_info: pd.DataFrame, allocation: pd.DataFrame, idle: pd.DataFrame
+    info: pd.DataFrame,
+    mig_info: pd.DataFrame,
+    allocation: pd.DataFrame,
+    idle: pd.DataFrame,
+    ages: pd.DataFrame | None = None,
 ) -> dict[str, int]:
     """Device counts, every one in devices (a whole GPU or a MIG instance; a GPU in MIG mode counts
     as its instances): all devices, allocated, in use (not idle by dashboard/definitions.py, so
-    launch-bound ones included), allocated but idle; and the physical GPUs behind them."""
+    launch-bound ones included, allocated or not), allocated but idle; and the physical GPUs
+    behind them.
+
+    ``ages`` (``MetricSource.window_ages`` of ``definitions.LEAF_HISTORY_METRIC`` by leaf: uuid,
+    mig_uuid, age_s), where given, holds back the verdict of each leaf whose history does not fill
+    the idle window yet (:func:`ready_verdicts`). Then the allocated devices split exactly:
+    ``allocated`` = ``allocated_in_use`` + ``allocated_idle`` + ``collecting`` (held, no verdict
+    yet: its window is filling, or it sends no activity to judge by)."""
+    if ages is not None:
+        idle = ready_verdicts(idle, ages)
     gpus = set(col(info, "uuid")) - {""}
     mig_parents = set(col(mig_info, "uuid"))
     leaves = {(u, "") for u in gpus - mig_parents} | {
@@ -34,13 +47,51 @@ def fleet_counts(
     idle_leaves = {tuple(r) for r in verdict.loc[verdict["value"] >= 0.5, list(LEAF)].itertuples(index=False)}
     busy_leaves = {tuple(r) for r in verdict.loc[verdict["value"] < 0.5, list(LEAF)].itertuples(index=False)}
     known = leaves or alloc_leaves | idle_leaves | busy_leaves
+    held = alloc_leaves & known if leaves else alloc_leaves
+    held_idle = held & idle_leaves
+    held_busy = (held & busy_leaves) - held_idle
     return {
         "gpus": len(gpus),
         "devices": len(known),
-        "allocated": len(alloc_leaves & known) if leaves else len(alloc_leaves),
+        "allocated": len(held),
         "in_use": len(busy_leaves & known) if leaves else len(busy_leaves),
         "allocated_idle": len(alloc_leaves & idle_leaves),
+        "allocated_in_use": len(held_busy),
+        "collecting": len(held - held_idle - held_busy),
+        "unallocated_in_use": len((busy_leaves & known if leaves else busy_leaves) - alloc_leaves),
     }
+
+
+def ready_verdicts(verdicts: pd.DataFrame, ages: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``verdicts`` (per leaf: uuid, mig_uuid, ...) whose leaf's history fills the
+    verdicts' window (``ages``: uuid, mig_uuid, age_s; ``definitions.window_full``); a leaf with
+    no age (no history read) is not ready either."""
+    if verdicts.empty:
+        return verdicts
+    full = {
+        (str(u), str(m))
+        for u, m, a in zip(col(ages, "uuid"), col(ages, "mig_uuid"), _ages(ages), strict=True)
+        if definitions.window_full(a)
+    }
+    v = _leaf_index(verdicts)
+    keep = [(str(u), str(m)) in full for u, m in zip(v["uuid"], v["mig_uuid"], strict=True)]
+    return verdicts[keep].reset_index(drop=True)
+
+
+def _ages(ages: pd.DataFrame) -> list[float]:
+    return [float(a) for a in pd.to_numeric(ages["age_s"], errors="coerce")] if "age_s" in ages.columns else []
+
+
+def youngest_age(ages: pd.DataFrame, allocation: pd.DataFrame) -> float:
+    """The fewest seconds of history of an allocated leaf (``ages``: uuid, mig_uuid, age_s; NaN
+    where none is allocated or none has an age): how far the last of the collecting verdicts got."""
+    if ages.empty or allocation.empty:
+        return math.nan
+    held = _leaf_index(allocation)[list(LEAF)].drop_duplicates()
+    a = _leaf_index(ages).merge(held, on=list(LEAF), how="inner")
+    young = pd.to_numeric(a["age_s"], errors="coerce") if not a.empty else pd.Series(dtype=float)
+    young = young[[not definitions.window_full(x) for x in young]]
+    return float(young.min()) if not young.empty else math.nan
 
 
 def idle_allocations(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from dashboard import words
+from dashboard import definitions, words
 from dashboard.frames.columns import LEAF, col, with_cols
 from dashboard.sources.source import Filters
 
@@ -36,6 +36,24 @@ def job_leaf_rows(allocation: pd.DataFrame) -> pd.DataFrame:
     if allocation.empty:
         return pd.DataFrame(columns=list(jobs.JOB_LEAF))
     return jobs.name_jobs(allocation)[list(jobs.JOB_LEAF)].drop_duplicates().reset_index(drop=True)
+
+
+JOB_AGE_KEYS: tuple[str, ...] = ("cluster", "namespace", "pod", "workload_kind", "workload")
+"""The labels ``MetricSource.window_ages`` reads the pods' allocation history by (a job's age)."""
+
+
+def job_ages(pod_ages: pd.DataFrame) -> pd.DataFrame:
+    """Each job's history in the verdicts' window (JOB, age_s): the youngest of its pods'
+    (``MetricSource.window_ages`` of ``definitions.POD_HISTORY_METRIC`` by JOB_AGE_KEYS). A job's
+    verdicts (straggler, communication-bound) compare its pods, so they wait for the last to
+    arrive."""
+    from dashboard import jobs
+
+    if pod_ages.empty:
+        return pd.DataFrame(columns=[*jobs.JOB, "age_s"])
+    named = jobs.name_jobs(pod_ages)
+    named["age_s"] = pd.to_numeric(named["age_s"], errors="coerce")
+    return named.groupby(list(jobs.JOB), as_index=False)["age_s"].min()[[*jobs.JOB, "age_s"]]
 
 
 def keyed(df: pd.DataFrame, keys: Sequence[str], name: str) -> pd.DataFrame:
@@ -258,9 +276,11 @@ def _num(value: object) -> float:
 
 
 def straggler_words(row: Mapping[str, object]) -> str:
-    """A straggling leaf with its reason: ``node-1 · GPU 3: compute: SM clock 50 % of max, …``."""
+    """A straggling leaf by the pod holding it, with its reason: ``pod mixtral-sft-worker-1 on
+    node-1 · GPU 3: compute: SM clock 50 % of max, …`` (the node, else its exporter)."""
     where = gpu_words(row.get("node"), row.get("instance"), row.get("gpu"), row.get("mig_uuid"))
-    return f"{where}: {straggler_reason(row)}"
+    pod = str(row.get("pod") or "")
+    return f"{f'pod {pod} on ' if pod else ''}{where}: {straggler_reason(row)}"
 
 
 def activity_range_words(low: float, high: float) -> str:
@@ -317,17 +337,25 @@ JOB_OVERVIEW_COLUMNS: tuple[str, ...] = (
     "stragglers",
     "communication_bound",
     "classified",
+    "collecting",
+    "age_s",
 )
 """The Jobs page's table (:func:`jobs_overview`): numbers for the bars and sorting, words for the rest."""
 
 
-def jobs_overview(summary: pd.DataFrame, strays: pd.DataFrame, mix: pd.DataFrame) -> pd.DataFrame:
+def jobs_overview(
+    summary: pd.DataFrame, strays: pd.DataFrame, mix: pd.DataFrame, ages: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per job of ``summary`` (``MetricSource.job_summary``: jobs.SUMMARY_COLUMNS), with its
     straggling leaves ``strays`` (``MetricSource.job_stragglers``) and class mix ``mix`` (JOB, class,
     share), most GPU-hours first (JOB_OVERVIEW_COLUMNS): the figures, the range of activity and the
     class mix in words, the highest memory on one leaf against its capacity, the stragglers in words
     (or why there is none to find) and whether the job is communication-bound
-    (``jobs.COMMUNICATION_BOUND_AT_LEAST`` and no straggler)."""
+    (``jobs.COMMUNICATION_BOUND_AT_LEAST`` and no straggler).
+
+    ``ages`` (:func:`job_ages`), where given, holds back the verdicts of a job whose history does
+    not fill the window yet (``definitions.window_full``): no straggler, not communication-bound,
+    its straggler and communication cells ``collecting (14 s of 5 m)`` (``collecting`` True)."""
     from dashboard import jobs
 
     key = list(jobs.JOB)
@@ -353,6 +381,16 @@ def jobs_overview(summary: pd.DataFrame, strays: pd.DataFrame, mix: pd.DataFrame
     out["communication_bound"] = (out["communication"] >= jobs.COMMUNICATION_BOUND_AT_LEAST - 1e-12) & (
         out["stragglers"] == 0
     )
+    age = {tuple(str(x) for x in r[:-1]): float(r[-1]) for r in with_cols(ages, [*key, "age_s"])[[*key, "age_s"]]
+           .itertuples(index=False)} if ages is not None else {}  # fmt: skip
+    out["age_s"] = [age.get(k, math.nan) if ages is not None else definitions.MEAN_WINDOW_SECONDS for k in keys]
+    out["collecting"] = [not definitions.window_full(a) for a in out["age_s"]]
+    young = out["collecting"].to_numpy()
+    out.loc[young, "stragglers"] = 0
+    out.loc[young, "communication_bound"] = False
+    # a job of no classified GPU never has a straggler verdict: it keeps saying why
+    words = young & (n.to_numpy() > 0)
+    out.loc[words, "straggler"] = [definitions.collecting_words(a) for a in out.loc[words, "age_s"]]
     out["activity_range"] = [
         activity_range_words(lo, hi) for lo, hi in zip(out["activity_min"], out["activity_max"], strict=True)
     ]
@@ -361,11 +399,12 @@ def jobs_overview(summary: pd.DataFrame, strays: pd.DataFrame, mix: pd.DataFrame
     return out[list(JOB_OVERVIEW_COLUMNS)].reset_index(drop=True)
 
 
-def job_gpu_table(leaves: pd.DataFrame) -> pd.DataFrame:
+def job_gpu_table(leaves: pd.DataFrame, collecting: str = "") -> pd.DataFrame:
     """The Job page's table: one row per leaf of one job (``MetricSource.job_leaves`` rows), by node
     then GPU index: where (``row``: :func:`gpu_words`), node, GPU, pod, activity, busy, communication
     (words where unclassified), memory in words, SM clock over its maximum, the slowdown events
-    in words, and whether it straggles (the reason) or not."""
+    in words, and whether it straggles (the reason) or not; ``collecting`` (the job's window
+    still filling, in words) stands for every leaf's straggler verdict."""
     from dashboard import jobs
 
     cols = ["row", "node", "gpu", "pod", "activity", "busy", "communication", "memory", "sm_clock_ratio", "slowdown",
@@ -373,7 +412,7 @@ def job_gpu_table(leaves: pd.DataFrame) -> pd.DataFrame:
     if leaves.empty:
         return pd.DataFrame(columns=cols)
     one = jobs.one_per_leaf(leaves)
-    strays = jobs.stragglers(leaves)
+    strays = jobs.stragglers(leaves) if not collecting else leaves.iloc[0:0]
     why = {
         (str(r["uuid"]), str(r["mig_uuid"])): straggler_reason(r) for r in strays.to_dict("records")
     } if not strays.empty else {}  # fmt: skip
@@ -388,7 +427,9 @@ def job_gpu_table(leaves: pd.DataFrame) -> pd.DataFrame:
             for x in one["slowdown_reasons"]
         ],
         straggler=[
-            why.get((str(u), str(m))) or (NO_CLASS if n == 0 else "no: one classified GPU" if n < 2 else "no")
+            collecting
+            or why.get((str(u), str(m)))
+            or (NO_CLASS if n == 0 else "no: one classified GPU" if n < 2 else "no")
             for u, m in zip(one["uuid"], one["mig_uuid"], strict=True)
         ],
         communication=[_pct(c) if c == c else NO_CLASS for c in one["communication"]],

@@ -404,6 +404,14 @@ class PrometheusSource:
         out = idle.merge(sm[["uuid", "mig_uuid", "sm_mean"]], on=["uuid", "mig_uuid"], how="left")
         return out[["uuid", "mig_uuid", "sm_mean", "value"]]
 
+    def window_ages(
+        self, metric: str, by: Sequence[str], filters: Filters = NO_FILTERS, *, end: float | None = None
+    ) -> pd.DataFrame:
+        at = self._end(end)
+        promql = definitions.window_age_promql(selector(metric, filters.target_matchers()), by, at)
+        df = self.query_labels(promql, by, at)
+        return df.rename(columns={"value": "age_s"})[[*by, "age_s"]]
+
     # --- jobs (dashboard/jobs.py): the recorded series of group gpulens.jobs ------------------
     @staticmethod
     def job_selector(

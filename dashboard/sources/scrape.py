@@ -397,8 +397,9 @@ class ScrapeSource:
         if end is not None or not math.isfinite(settled):
             return now
         at = math.floor(settled / self.interval_s) * self.interval_s
-        if at < max(float(s.times[0]) for s in hist):  # before a target's first scrape: no verdict yet
-            at = settled
+        first = max(float(s.times[0]) for s in hist)
+        if at < first:  # before a target's first scrape: at it, so that every target's samples are in
+            at = first
         return at if 0.0 <= now - at <= EVALUATION_LAG_MAX_SECONDS else now
 
     def leaf_idle(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
@@ -406,6 +407,17 @@ class ScrapeSource:
         idle = self._idle_at([self._evaluated(end, hist)], hist, filters)
         out = idle.assign(value=idle["idle"].astype(float))[[*definitions.LEAF, "sm_mean", "value"]]
         return out.reset_index(drop=True)
+
+    def window_ages(
+        self, metric: str, by: Sequence[str], filters: Filters = NO_FILTERS, *, end: float | None = None
+    ) -> pd.DataFrame:
+        hist = self._snapshot()
+        at = self._evaluated(end, hist)
+        # from a scrape before the window on: a series older than the window reads all of it
+        start = at - definitions.MEAN_WINDOW_SECONDS - 2 * self.interval_s
+        raw = self._raw(metric, hist, start, at, labels=tuple(dict.fromkeys([*by, "instance", "node", "cluster"])))
+        raw = restrict(raw, Filters(**_targets(filters)), pd.DataFrame(), ())
+        return definitions.window_ages_frame(raw, by, at)
 
     def allocation_activity(
         self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
@@ -499,7 +511,7 @@ class ScrapeSource:
     def _job_leaves(self, filters: Filters, *, window: Window | None, end: float | None) -> pd.DataFrame:
         held_over = window if window is not None and window.seconds else None  # held_hours' range
         hist = self._snapshot()
-        now = self._end(end)
+        now = self._evaluated(end, hist)  # the settled evaluation: every jobs read of these seconds agrees
         leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         if leaves.empty:
             return pd.DataFrame(columns=[*JOB_LEAF_COLUMNS, *(["held_hours"] if held_over else [])])
@@ -550,7 +562,7 @@ class ScrapeSource:
         if window is None or not window.seconds or leaves.empty:
             return jobs.job_summary(leaves)
         hist = self._snapshot()
-        now = self._end(end)
+        now = self._evaluated(end, hist)  # the settled evaluation: every jobs read of these seconds agrees
         seconds, step = held_step(window)
         grid, step = self._grid(Window(seconds), step, now)
         grid = grid[1:] if len(grid) > 1 else grid
@@ -600,7 +612,7 @@ class ScrapeSource:
 
     def job_classes(self, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
         hist = self._snapshot()
-        now = self._end(end)
+        now = self._evaluated(end, hist)  # the settled evaluation: every jobs read of these seconds agrees
         leaves = job_leaf_rows(self._frame_at(ALLOCATION, now, hist))
         shares = self._job_class_shares(hist, now).rename(columns={"value": "share"})
         if leaves.empty or shares.empty:

@@ -327,6 +327,15 @@ class MetricSource(Protocol):
         dashboard/definitions.py) and value (1 idle, 0 busy: in use, launch-bound included)."""
         ...
 
+    def window_ages(
+        self, metric: str, by: Sequence[str], filters: Filters = NO_FILTERS, *, end: float | None = None
+    ) -> pd.DataFrame:
+        """Per ``by`` of ``metric``'s series under ``filters``' target matchers, ``age_s``: the
+        seconds of its history in the verdicts' window (dashboard/definitions.py ``MEAN_WINDOW``)
+        before ``end``, capped at the window: how far a verdict over that window has collected
+        (``definitions.window_full``). A series older than the window reads the whole window."""
+        ...
+
     def job_leaves(
         self,
         filters: Filters = NO_FILTERS,

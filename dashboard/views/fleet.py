@@ -8,7 +8,8 @@ import streamlit as st
 from dashboard import definitions, fleet_names, ui
 from dashboard.figures.activity import sm_heatmap, sm_histogram
 from dashboard.frames.columns import LEAF, col, with_cols
-from dashboard.frames.fleet import fleet_counts
+from dashboard.frames.fleet import fleet_counts, ready_verdicts, youngest_age
+from dashboard.frames.jobs import JOB_AGE_KEYS, job_ages, jobs_overview
 from dashboard.frames.links import (
     LINK_COUNTERS,
     LINK_UTILIZATION,
@@ -20,12 +21,25 @@ from dashboard.frames.links import (
     leaves_in_class,
     measured_links,
 )
+from dashboard.frames.network import gdr_by_gpu, gpu_nics
+from dashboard.frames.status import (
+    ALL_CLEAR,
+    alert_lines,
+    gdr_lines,
+    gdr_off_nodes,
+    job_lines,
+    job_nodes,
+    lost_lines,
+    status_lines,
+)
 from dashboard.inert_text import inert
-from dashboard.sources.source import SourceError, Window
+from dashboard.sources.prometheus import PrometheusSource
+from dashboard.sources.source import JOB_STRAGGLER_COLUMNS, SourceError, Window
 
 # thresholds in the pages' one percentage style (ui.fmt_percent), for the captions below
 IDLE_BELOW = ui.fmt_percent(definitions.IDLE_SM_ACTIVE_BELOW)
 HELD_BELOW = ui.fmt_percent(fleet_names.CLOCK_HELD_BELOW)
+PEERS_GAP = ui.fmt_percent(fleet_names.PEERS_GAP_AT_LEAST)
 
 # A comment, not a docstring (Streamlit's magic would draw one): the history behind "idle for" is
 # sampled at the Workloads page's resolution (its allocation activity: the same steps).
@@ -50,35 +64,61 @@ def body(ctx: ui.PageContext) -> None:
         "events": ui.query("mean", "gpulens_gpu_clock_event_active", f, window=ctx.window),
         "clock": ui.query("mean", "gpulens_gpu_sm_clock_hertz", f, window=Window(definitions.MEAN_WINDOW_SECONDS)),
         "clock_max": ui.query("instant", "gpulens_gpu_sm_clock_max_hertz", f),
+        "ages": ui.query("window_ages", definitions.LEAF_HISTORY_METRIC, definitions.LEAF, f),
+        "alerts": ui.query("instant", "ALERTS", f),
+        "paths": ui.query("instant", "gpulens_gpu_nic_path_info", f),
+        "ready": ui.query("instant", "gpulens_gpu_nic_gdr_ready", f),
+        "jobs": ui.query("job_summary", f),
+        "stragglers": ui.query("job_stragglers", f),
+        "job_ages": ui.query("window_ages", definitions.POD_HISTORY_METRIC, JOB_AGE_KEYS, f),
     }
     ui.prefetch(ctx, q.values())
+    info = ui.get(ctx, q["info"])
+    mig = ui.get(ctx, q["mig"])
+    alloc = ui.get(ctx, q["alloc"])
+    with ui.panel("Status"):
+        status_summary(ctx, q, alloc, youngest_age(ui.get(ctx, q["ages"]), alloc))
     with ui.panel("Device counts"):
-        info = ui.get(ctx, q["info"])
-        mig = ui.get(ctx, q["mig"])
-        alloc = ui.get(ctx, q["alloc"])
         try:
-            idle = ui.get(ctx, q["idle"])
+            verdicts = ui.get(ctx, q["idle"])
         except SourceError as exc:  # no recording rules: the counts that need none still show
             st.error(inert(exc), icon=":material/warning:")
-            idle = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
-        counts = fleet_counts(info, mig, alloc, idle)
-        c1, c2, c3, c4 = st.columns(4)
+            verdicts = pd.DataFrame(columns=["uuid", "mig_uuid", "sm_mean", "value"])
+        ages = ui.get(ctx, q["ages"])
+        # a verdict over the window is given once the leaf's history fills it (collecting before)
+        idle = ready_verdicts(verdicts, ages)
+        counts = fleet_counts(info, mig, alloc, verdicts, ages)
+        c1, c2, c3, c4, c5 = st.columns(5)
         c1.metric("Devices", f"{counts['devices']:,}")
         c2.metric("Allocated", f"{counts['allocated']:,}")
-        c3.metric("In use", f"{counts['in_use']:,}")
+        c3.metric("In use", f"{counts['allocated_in_use']:,}", help="allocated and not idle")
         c4.metric("Allocated but idle", f"{counts['allocated_idle']:,}")
+        c5.metric(
+            "Collecting",
+            f"{counts['collecting']:,}",
+            help=f"allocated, with less than {definitions.MEAN_WINDOW} of history to judge by: no verdict yet",
+        )
+        young = youngest_age(ages, alloc)
         st.caption(
-            f"{counts['gpus']:,} physical GPUs; a device is a whole GPU or a MIG instance. Idle = SM active "
-            f"< {IDLE_BELOW} over {definitions.MEAN_WINDOW}, no kernels running and its "
-            "links idle (launch-bound and transfer-bound devices are in use): the recording rules' "
-            "definition."
+            f"{counts['gpus']:,} physical GPUs; a device is a whole GPU or a MIG instance. Allocated = in use + idle "
+            f"+ collecting. Idle = SM active < {IDLE_BELOW} over {definitions.MEAN_WINDOW}, "
+            "no kernels running and its links idle (launch-bound and transfer-bound devices are in use): the "
+            "recording rules' definition. Collecting: no verdict until the device has "
+            f"{definitions.MEAN_WINDOW} of history, as an alert waits out its for: duration"
+            + (f" (the youngest: {definitions.collecting_words(young)})" if young == young else "")
+            + "."
+            + (
+                f" {counts['unallocated_in_use']:,} device(s) no pod holds are in use too."
+                if counts["unallocated_in_use"]
+                else ""
+            )
         )
         if info.empty:
             ui.no_data("No GPU in view: no exporter has reported one (check the filters).")
 
     with ui.panel("Allocated but idle"):
         if counts["allocated_idle"]:
-            allocated_idle(ctx, ui.get(ctx, q["idle_since"]), info, mig, alloc, idle)
+            allocated_idle(ctx, ready_since(ui.get(ctx, q["idle_since"]), idle), info, mig, alloc, idle)
 
     with ui.panel("Slowest GPUs"):
         slow = fleet_names.slow_gpus(
@@ -134,10 +174,11 @@ def body(ctx: ui.PageContext) -> None:
     with ui.panel("Moving data"):
         moving = leaves_in_class(ui.get(ctx, q["classes"]), TRANSFER_CLASS)
         if not moving.empty:
-            moving_data(ctx, moving, idle)
+            # SM activity beside the links is a figure (a mean over the history there is), not a verdict
+            moving_data(ctx, moving, verdicts)
 
     with ui.panel("GPU-Util vs SM activity"):
-        lie = busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving)
+        lie = fleet_names.with_holders(busy_but_sm_idle(ui.get(ctx, q["util"]), idle, moving), alloc)
         if not lie.empty:
             st.warning(
                 f"{len(lie)} GPU(s) look busy in nvidia-smi but their SMs are idle (launch-bound or polling): "
@@ -150,6 +191,7 @@ def body(ctx: ui.PageContext) -> None:
                     **COLUMNS,
                     "gpu_util": st.column_config.NumberColumn("GPU-Util", format="percent", help="NVML GPU-Util now"),
                 },
+                column_order=[c for c in LIE_COLUMNS if c in lie.columns or c == ui.GPU_LINK],
             )
 
     with ui.panel("Models"):
@@ -169,6 +211,71 @@ def body(ctx: ui.PageContext) -> None:
                     "gpus": st.column_config.NumberColumn("GPUs", format="localized"),
                 },
             )
+
+
+def ready_since(since: pd.DataFrame, idle: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``since`` (MetricSource.idle_since) whose leaf has a verdict in ``idle`` (the
+    verdicts whose window is full): a device still collecting is not listed as idle."""
+    if since.empty:
+        return since
+    ok = set(zip(col(idle, "uuid"), col(idle, "mig_uuid"), strict=True))
+    keep = [(u, m) in ok for u, m in zip(col(since, "uuid"), col(since, "mig_uuid"), strict=True)]
+    return since[keep].reset_index(drop=True)
+
+
+def status_summary(ctx: ui.PageContext, q: dict[str, ui.Query], alloc: pd.DataFrame, young: float) -> None:
+    """What is wrong now, one line each with a link to the page that explains it, or all clear:
+    firing alerts (Prometheus), lost GPUs and exporters, GPUDirect RDMA not ready, stragglers and
+    communication-bound jobs (their verdicts held back while their window fills: ``young``, the
+    youngest held device's history in seconds, NaN when none is collecting, says so)."""
+    st.subheader("Status")
+    problems: list[str] = []
+
+    def read(name: str) -> pd.DataFrame:
+        try:
+            return ui.get(ctx, q[name])
+        except SourceError as exc:  # the summary stands without that check, and says so
+            problems.append(f"{name}: {exc}")
+            return pd.DataFrame()
+
+    per_gpu = gdr_by_gpu(gpu_nics(read("paths"), read("ready"), pd.DataFrame()))
+    summary, strays = read("jobs"), read("stragglers")
+    overview = (
+        jobs_overview(summary, strays if not strays.empty else pd.DataFrame(columns=list(JOB_STRAGGLER_COLUMNS)),
+                      pd.DataFrame(), job_ages(read("job_ages")))
+        if not summary.empty
+        else pd.DataFrame()
+    )  # fmt: skip
+    lines = status_lines(
+        alerts=alert_lines(read("alerts")),
+        gdr=gdr_lines(per_gpu),
+        lost=lost_lines(read("gpu_up"), read("up")),
+        jobs_=job_lines(overview, job_nodes(alloc), gdr_off_nodes(per_gpu)),
+    )
+    if not lines:
+        st.success(
+            f"{ALL_CLEAR}{' so far' if young == young else ''}: no alert firing, no GPU lost, GPUDirect RDMA ready "
+            "where there are RDMA NICs, no straggler and no communication-bound job."
+            + ("" if isinstance(ctx.source, PrometheusSource) else " (Alerts: Prometheus evaluates them; not here.)"),
+            icon=":material/check_circle:",
+        )
+    if young == young:
+        st.caption(
+            f"Verdicts over {definitions.MEAN_WINDOW} (idle, launch-bound, slow, straggler, communication-bound) wait "
+            f"for that much history: {definitions.collecting_words(young)} for the youngest device."
+        )
+    for line in lines:
+        show = st.error if line.level == "error" else st.warning
+        if line.page in ui.PAGES:
+            c1, c2 = st.columns([6, 1], vertical_alignment="center")
+            with c1:
+                show(inert(line.text), icon=":material/error:" if line.level == "error" else ":material/warning:")
+            c2.page_link(ui.PAGES[line.page], label="Explain", icon=":material/arrow_forward:",
+                         query_params=ctx.link_params())  # fmt: skip
+        else:  # a page script run on its own (tests): the line without its link
+            show(inert(line.text))
+    if problems:
+        st.caption(inert("Not checked: " + "; ".join(problems)))
 
 
 # Throughput "now": each link's rate over the last minute (Prometheus' shortest rate() window, a
@@ -244,6 +351,7 @@ COLUMNS = {
     ),
 }
 MODEL_COLUMNS = ("name", "driver_version", "mig_mode")
+LIE_COLUMNS = (ui.GPU_LINK, "node", "instance", "gpu", "pods", "owners", "gpu_util", "sm_active")
 
 
 def allocated_idle(
@@ -282,15 +390,19 @@ def slowest_gpus(ctx: ui.PageContext, slow: pd.DataFrame, info: pd.DataFrame) ->
     st.subheader("Slowest GPUs")
     if slow.empty:
         st.success(
-            f"No GPU ran slow in {inert(window)}: no power, thermal or hardware slowdown, and every GPU in use "
-            f"kept its SM clock at {HELD_BELOW} of its maximum or more.",
+            f"No GPU ran slow in {inert(window)}: no thermal, power-brake or hardware slowdown, and every GPU in "
+            f"use kept its SM clock at {HELD_BELOW} of its maximum or more and within "
+            f"{PEERS_GAP} of its peers' (a power cap near the maximum clock is normal "
+            "under load).",
             icon=":material/speed:",
         )
         return
     head, more = fleet_names.shown(slow)
     st.caption(
-        f"{len(slow):,} GPU(s) whose clocks a power, thermal or hardware slowdown held down in {inert(window)}, or "
-        f"in use with the SM clock under {HELD_BELOW} of its maximum; the slowest first. A job "
+        f"{len(slow):,} GPU(s) held down by a thermal, power-brake or hardware slowdown in {inert(window)}, or in "
+        f"use with the SM clock under {HELD_BELOW} of its maximum or "
+        f"{PEERS_GAP} or more behind its peers' (the other GPUs of its model in use); the "
+        "slowest first. A power cap near the maximum clock is not listed: that is a GPU working at its limit. A job "
         "runs at its slowest GPU's pace (stragglers: Jobs page)."
     )
     columns = [ui.GPU_LINK, "node", "gpu", "sm_clock", "why", "pods", "owners"]

@@ -9,6 +9,8 @@ filters); without a GPU in the URL it offers a picker.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import streamlit as st
 
@@ -37,7 +39,7 @@ def body(ctx: ui.PageContext) -> None:
     head = gpu_panels.header(uuid, series, up, mine)
 
     with ui.panel("Header"):
-        _header(head, gpu_panels.about(series, mine), mig)
+        _header(head, gpu_panels.about(series, mine), mig, gpu_panels.leaves_now(series))
 
     with ui.panel("Pods that held it"):
         st.subheader("Pods that held this GPU in the range")
@@ -80,7 +82,11 @@ def body(ctx: ui.PageContext) -> None:
                 st.subheader(inert(d.panel.title))
                 if d.panel.note:
                     st.caption(inert(d.panel.note))
-                ui.chart(gpu_panels.lines_chart(d.lines, d.panel.unit), key=f"gpu_{group}_{i}")
+                small = gpu_panels.multiples(d.lines)
+                if small:
+                    _multiples(d, small, key=f"gpu_{group}_{i}")
+                else:
+                    ui.chart(gpu_panels.lines_chart(d.lines, d.panel.unit), key=f"gpu_{group}_{i}")
         if group == gpu_panels.POWER:
             with ui.panel("Clock events"):
                 clock_events(series, head)
@@ -88,6 +94,42 @@ def body(ctx: ui.PageContext) -> None:
             probes = gpu_panels.probe_words(series)
             if probes:
                 st.caption(inert(probes))
+
+
+# The devices table of a MIG or shared GPU (a comment: Streamlit's magic would draw a docstring).
+LEAVES_CONFIG = {
+    "device": st.column_config.TextColumn("Device", help="the whole GPU, or a MIG instance (profile, short UUID)"),
+    "pods": st.column_config.TextColumn("Held by", help="namespace/pod of each pod holding it now"),
+    "owners": st.column_config.TextColumn("Owner", help="the workload owning each pod: Kind/name"),
+    "class": st.column_config.TextColumn("Class now", help="what limits it now (its boundness class)"),
+}
+
+
+# Small multiples side by side, each one's plot height (px) and its legend's columns: two charts fit
+# 1,440 px with their legends; the chart's height holds its axis and legend too. A comment, not a
+# docstring: Streamlit's magic would draw a string statement.
+MULTIPLE_COLUMNS = 2
+MULTIPLE_HEIGHT = 200
+MULTIPLE_LEGEND_COLUMNS = 2
+
+
+def _multiples(d: gpu_panels.Drawn, small: list[tuple[str, pd.DataFrame]], key: str) -> None:
+    """A panel of a MIG GPU as small multiples: a chart per instance (the whole GPU's own series
+    first), the same lines in the same colours in each, two side by side."""
+    names = list(dict.fromkeys(d.lines["line"]))
+    instances = sum(1 for leaf, _ in small if leaf != gpu_panels.WHOLE_GPU)
+    st.caption(
+        f"A chart per MIG instance ({instances}), the GPU's own series first; a line keeps its colour in every chart."
+    )
+    for start in range(0, len(small), MULTIPLE_COLUMNS):
+        row = small[start : start + MULTIPLE_COLUMNS]
+        for j, (column, (leaf, sub)) in enumerate(zip(st.columns(MULTIPLE_COLUMNS), row, strict=False)):
+            with column:
+                st.markdown(f"**{inert(leaf)}**")
+                legend_rows = math.ceil(len(names) / MULTIPLE_LEGEND_COLUMNS)
+                chart = gpu_panels.lines_chart(sub, d.panel.unit, names=names, legend_columns=MULTIPLE_LEGEND_COLUMNS,
+                                               height=MULTIPLE_HEIGHT + 20 * legend_rows, label_limit=190)  # fmt: skip
+                ui.chart(chart, key=f"{key}_{start + j}")
 
 
 def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
@@ -125,15 +167,22 @@ def _pick(info: pd.DataFrame, up: pd.DataFrame) -> str:
     return uuid
 
 
-def _header(head: gpu_panels.Header, about: str, mig: str) -> None:
-    """The header: a LOST banner first where the GPU is lost, then its facts in words."""
+def _header(head: gpu_panels.Header, about: str, mig: str, leaves: pd.DataFrame) -> None:
+    """The header: a LOST banner first where the GPU is lost, then short facts (node, GPU index,
+    model, state; who holds it, its owner, its class now, sharing), a value each; a MIG or shared
+    GPU's devices one row each (device, pods, owner, class now), as nvitop lists them."""
     if head.lost:
         st.error(f"**LOST.** {inert(head.banner)}", icon=":material/error:")
     facts = list(head.facts.items())
-    for row in (facts[:3], facts[3:]):
+    for row in (facts[:4], facts[4:]):
         for column, (title, value) in zip(st.columns(len(row)), row, strict=True):
             column.caption(inert(title))
-            column.markdown(f"**{inert(value)}**" if title == "State" and head.lost else inert(value))
+            short, _, rest = value.partition(": ") if title == "Class now" else (value, "", "")
+            column.markdown(f"**{inert(short)}**")
+            if rest:
+                column.caption(inert(rest))
+    if not leaves.empty:
+        ui.table(leaves, key="gpu_leaves", column_config=LEAVES_CONFIG)
     if about:
         st.caption(inert(about))
     if mig:

@@ -15,7 +15,16 @@ import streamlit as st
 
 from dashboard import definitions, jobs, ui
 from dashboard.figures.jobs import job_timelines
-from dashboard.frames.jobs import NO_CLASS, job_from_param, job_gpu_table, job_param, job_timeline, straggler_words
+from dashboard.frames.jobs import (
+    JOB_AGE_KEYS,
+    NO_CLASS,
+    job_ages,
+    job_from_param,
+    job_gpu_table,
+    job_param,
+    job_timeline,
+    straggler_words,
+)
 from dashboard.inert_text import inert
 from dashboard.sources.source import Filters, JobKey, SourceError, Window
 
@@ -79,9 +88,10 @@ def body(ctx: ui.PageContext) -> None:
             "started. Pick another job above."
         )
         return
-    gpus = job_gpu_table(mine)
+    young = _collecting(ctx, key, own)
+    gpus = job_gpu_table(mine, collecting=young)
     with ui.panel("Job"):
-        _header(key, mine, _gpu_hours(ctx, summary, key, own))
+        _header(key, mine, _gpu_hours(ctx, summary, key, own), young)
     with ui.panel("GPUs over time"):
         _timelines(ctx, key, mine, gpus)
     with ui.panel("GPUs now"):
@@ -106,8 +116,22 @@ def _gpu_hours(ctx: ui.PageContext, summary: pd.DataFrame, key: JobKey, own: Fil
     return float(hit["gpu_hours"].iloc[0]) if not hit.empty else float("nan")
 
 
-def _header(key: JobKey, mine: pd.DataFrame, hours: float) -> None:
-    """Who and where the job is, its size, and its straggler (or why there is none to find)."""
+def _collecting(ctx: ui.PageContext, key: JobKey, own: Filters) -> str:
+    """``collecting (N s of 5 m)`` while the job's history does not fill the verdicts' window
+    (frames.jobs.job_ages), else ``""``."""
+    try:
+        ages = job_ages(ui.fetch(ctx, "window_ages", definitions.POD_HISTORY_METRIC, JOB_AGE_KEYS, own))
+    except SourceError:  # no age read: the verdicts stand as the source gives them
+        return ""
+    for k, v in zip(jobs.JOB, key, strict=True):
+        ages = ages[ages[k].astype(str) == v]
+    age = float(ages["age_s"].min()) if not ages.empty else float("nan")
+    return "" if definitions.window_full(age) else definitions.collecting_words(age)
+
+
+def _header(key: JobKey, mine: pd.DataFrame, hours: float, young: str = "") -> None:
+    """Who and where the job is, its size, and its straggler (or why there is none to find, or
+    ``young``: the window it is still collecting)."""
     cluster, namespace, kind, name = key
     st.subheader(inert(name))
     st.caption(
@@ -121,7 +145,12 @@ def _header(key: JobKey, mine: pd.DataFrame, hours: float) -> None:
     c4.metric("GPU-hours in the range", f"{hours:,.2f}" if hours == hours else "not measured")
     strays = jobs.stragglers(mine)
     classified = int(mine.drop_duplicates(["uuid", "mig_uuid"])["communication"].notna().sum())
-    if not strays.empty:
+    if young:
+        st.info(
+            f"Straggler: {young}: the job's verdicts wait for a full {definitions.MEAN_WINDOW} of its history.",
+            icon=":material/hourglass_top:",
+        )
+    elif not strays.empty:
         for r in strays.to_dict("records"):
             wait = float(r["peers_communication"]) * 100
             st.warning(

@@ -13,7 +13,9 @@ import streamlit as st
 from dashboard import definitions, jobs, ui
 from dashboard.figures.jobs import job_mix_bars
 from dashboard.frames.columns import with_cols
-from dashboard.frames.jobs import NO_CLASS, job_param, jobs_overview
+from dashboard.frames.jobs import JOB_AGE_KEYS, NO_CLASS, job_ages, job_param, jobs_overview
+from dashboard.frames.network import gdr_by_gpu, gpu_nics
+from dashboard.frames.status import gdr_off_nodes, gdr_words, job_nodes
 from dashboard.inert_text import inert
 from dashboard.sources.source import JOB_STRAGGLER_COLUMNS, SourceError
 
@@ -35,6 +37,10 @@ def body(ctx: ui.PageContext) -> None:
         "summary": ui.query("job_summary", f, window=ctx.window),
         "stragglers": ui.query("job_stragglers", f),
         "mix": ui.query("job_mix", f),
+        "ages": ui.query("window_ages", definitions.POD_HISTORY_METRIC, JOB_AGE_KEYS, f),
+        "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
+        "paths": ui.query("instant", "gpulens_gpu_nic_path_info", f),
+        "ready": ui.query("instant", "gpulens_gpu_nic_gdr_ready", f),
     }
     ui.prefetch(ctx, q.values())
     shown: tuple[pd.DataFrame, pd.DataFrame] | None = None
@@ -57,7 +63,10 @@ def body(ctx: ui.PageContext) -> None:
         except SourceError as exc:  # the table stands without the mix
             st.warning(f"Class mix: {inert(exc)}", icon=":material/warning:")
             mix = pd.DataFrame(columns=[*jobs.JOB, "class", "share"])
-        table = jobs_overview(summary, strays, mix)
+        table = jobs_overview(summary, strays, mix, job_ages(ui.get(ctx, q["ages"])))
+        gdr_off = gdr_off_nodes(gdr_by_gpu(gpu_nics(ui.get(ctx, q["paths"]), ui.get(ctx, q["ready"]), pd.DataFrame())))
+        nodes = job_nodes(ui.get(ctx, q["alloc"]))
+        table["gdr"] = [gdr_words(tuple(str(r[k]) for k in jobs.JOB), nodes, gdr_off) for r in table.to_dict("records")]
         _summary(ctx, table)
         _table(ctx, table)
         shown = (table, mix)
@@ -92,6 +101,14 @@ def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
     multi = table[table["nodes"] > 1]
     strays = table[table["stragglers"] > 0]
     bound = table[table["communication_bound"]]
+    young = table[table["collecting"]]
+    if not young.empty:
+        st.info(
+            f"{len(young):,} job(s) still collecting their {definitions.MEAN_WINDOW} window (the youngest: "
+            f"{definitions.collecting_words(float(young['age_s'].min()))}): no straggler or communication-bound "
+            "verdict for them until it is full, as an alert waits out its for: duration.",
+            icon=":material/hourglass_top:",
+        )
     c1, c2, c3 = st.columns(3)
     with c1:
         st.metric("Multi-node jobs", f"{len(multi):,}", help="jobs whose GPUs sit on more than one node")
@@ -126,7 +143,14 @@ def _summary(ctx: ui.PageContext, table: pd.DataFrame) -> None:
         if bound.empty:
             st.caption("No job spends most of its time communicating.")
         else:
-            _names(ctx, bound, [f"communication {c * 100:.0f} %" for c in bound["communication"]])
+            _names(
+                ctx,
+                bound,
+                [
+                    f"communication {c * 100:.0f} %" + (f": {g} (NCCL copies through host memory)" if g else "")
+                    for c, g in zip(bound["communication"], bound["gdr"], strict=True)
+                ],
+            )
 
 
 def _table(ctx: ui.PageContext, table: pd.DataFrame) -> None:
@@ -152,7 +176,10 @@ def _table(ctx: ui.PageContext, table: pd.DataFrame) -> None:
             "straggler": table["straggler"],
             "activity": table["activity"] * 100.0,
             "activity range": table["activity_range"],
-            "communication": [f"{c * 100:.0f} %" if c == c else NO_CLASS for c in table["communication"]],
+            "communication": [
+                definitions.collecting_words(a) if young else f"{c * 100:.0f} %" if c == c else NO_CLASS
+                for c, young, a in zip(table["communication"], table["collecting"], table["age_s"], strict=True)
+            ],
             "class mix": table["mix"],
             "memory headroom": table["memory"],
             "busy": table["busy"] * 100.0,

@@ -8,7 +8,7 @@ import streamlit as st
 from dashboard import definitions, fleet_names, ui
 from dashboard.figures.waste import waste_bar
 from dashboard.frames.columns import LEAF, with_cols
-from dashboard.frames.fleet import idle_allocations, waste_by_namespace
+from dashboard.frames.fleet import idle_allocations, ready_verdicts, waste_by_namespace, youngest_age
 from dashboard.frames.sharing import MPS_KERNEL_TIME_NOTE, POD_KEYS, launch_bound, pod_classes, sharing_modes
 from dashboard.sources.source import ALLOCATION_KEYS, SourceError, Window
 
@@ -32,6 +32,7 @@ def body(ctx: ui.PageContext) -> None:
         ),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
         "idle_now": ui.query("leaf_idle", f),
+        "ages": ui.query("window_ages", definitions.LEAF_HISTORY_METRIC, definitions.LEAF, f),
         "pod_bound": ui.query("current_state", "gpulens_pod_gpu_boundness", f),
         "info": ui.query("instant", "gpulens_gpu_info", f),
         "mem": ui.query("instant", "gpulens_pod_gpu_memory_used_bytes", f),
@@ -50,12 +51,16 @@ def body(ctx: ui.PageContext) -> None:
             "Launch-bound devices are listed below; transfer-bound ones (moving data) on the Fleet page."
         )
         alloc = ui.get(ctx, q["alloc"])
-        idle_now = ui.get(ctx, q["idle_now"])
+        ages = ui.get(ctx, q["ages"])
+        # a verdict over the window once the device's history fills it (Fleet counts the same)
+        idle_now = ready_verdicts(ui.get(ctx, q["idle_now"]), ages)
         held = ui.history_s(ctx)
-        if 0 < held < definitions.MEAN_WINDOW_SECONDS:
-            st.caption(
-                f"Only {ui.fmt_duration(held)} of history so far: the verdicts are means over that, not yet over a "
-                f"full {definitions.MEAN_WINDOW}."
+        young = youngest_age(ages, alloc)
+        if young == young:
+            st.info(
+                f"Allocated devices with less than {definitions.MEAN_WINDOW} of history are not judged yet (the "
+                f"youngest: {definitions.collecting_words(young)}): they are listed once their window is full.",
+                icon=":material/hourglass_top:",
             )
         # a third of the chart resolution: these are subqueries over the whole range (the costly
         # part at fleet scale: bench/dashboard_scale.py), and 80 samples per range estimate the

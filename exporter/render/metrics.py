@@ -1268,7 +1268,7 @@ def markdown() -> str:
         "`--kubernetes.node-name` / `NODE_NAME` (the chart sets it from the pod's `spec.nodeName`),",
         "else a simulated node's scenario (`jobs-0`), else the host name (`exporter/node_label.py`).",
         "It is not listed in the tables below. Under `honor_labels` Prometheus keeps it as it is",
-        "(docs/deploy.md, \"The `node` label\").",
+        '(docs/deploy.md, "The `node` label").',
         "",
     ]
     out += ["## Scopes", "", "| per | covers | identity labels |", "|---|---|---|"]

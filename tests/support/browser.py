@@ -576,3 +576,27 @@ def check_page(
         assert shown == [], f"{url}: what a person should not see:\n" + "\n".join(shown)
     problems = watch.problems()
     assert problems == [], f"{url}: {problems}"
+
+
+def metrics(page: object) -> dict[str, str]:
+    """Every ``st.metric`` on the page: its label -> the value it shows."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    out = {}
+    for text in page.locator('[data-testid="stMetric"]').all_inner_texts():
+        lines = [x.strip() for x in text.split("\n") if x.strip()]
+        if len(lines) >= 2:
+            out[lines[0]] = lines[-1]
+    return out
+
+
+def fleet_counts_add_up(page: object) -> dict[str, int]:
+    """Fleet's device counts as numbers, failing unless allocated = in use + allocated but idle +
+    collecting (every held device in exactly one group: a verdict, or its window still filling)."""
+    shown = metrics(page)
+    names = ("Allocated", "In use", "Allocated but idle", "Collecting")
+    assert all(n in shown for n in names), shown
+    got = {n: int(shown[n].replace(",", "")) for n in names}
+    assert got["Allocated"] == got["In use"] + got["Allocated but idle"] + got["Collecting"], got
+    return got
