@@ -1063,7 +1063,7 @@ def table(
         more = df[[*who, *detail]]
         words = ", ".join(header(c) if not isinstance((column_config or {}).get(c), dict) else
                           str((column_config or {})[c].get("label") or header(c)) for c in detail)  # fmt: skip
-        with st.expander(f"More columns: {words}"):
+        with st.expander(f"More columns: {inert(words)}"):
             shown, config = table_frame(more, column_config, _rows_missing(missing, more))
             st.dataframe(shown, hide_index=True, key=f"{key}_more", column_config=config)
 

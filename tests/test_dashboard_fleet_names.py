@@ -73,7 +73,7 @@ def test_the_idle_gpu_of_the_h200_node_is_named_with_its_pod_and_owner() -> None
     table, counts = _idle_names(src, now)
     assert counts["allocated_idle"] == 1
     row = table.iloc[0]
-    assert (row["node"], row["gpu"]) == ("a:1", "GPU 5")
+    assert (row["node"], row["gpu"]) == ("h200x8", "GPU 5")  # the exporter's node label
     assert row["pods"] == "notebooks/jupyter-alice-0"
     assert row["owners"] == "StatefulSet/jupyter-alice"
     assert row["uuid"] == "GPU-9692e00a-4d82-50fd-a1d9-41b081adaed8"

@@ -216,11 +216,11 @@ def _lost(text: str, uuid: str) -> str:
 
 def test_a_held_gpus_header_names_its_holder_owner_sharing_and_class_in_words() -> None:
     head = _header(_source([H200, H200]))
-    assert head.model == "NVIDIA H200" and head.node == "node-3:9445"
+    assert head.model == "NVIDIA H200" and head.node == "h200x8"  # the exporter's node label
     # short facts: the pod, its owner apart, the node and index (the holder read "ns/pod (CronJob x)")
     assert head.holder == "research/embedding-reindex-29484576-p4sbd"
     assert head.owner == "CronJob/embedding-reindex"
-    assert (head.facts["Node"], head.facts["GPU"]) == ("node-3:9445", "0")
+    assert (head.facts["Node"], head.facts["GPU"]) == ("h200x8", "0")
     assert list(head.facts) == ["Node", "GPU", "Model", "State", "Held by", "Owner", "Class now", "Sharing"]
     assert head.sharing.startswith("exclusive")
     assert head.boundness == gpu_panels.CLASS_WORDS["memory"]

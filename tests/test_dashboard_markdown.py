@@ -130,6 +130,9 @@ SAFE_CALLS = frozenset(
         "fmt_bytes",
         "fmt_rate",
         "fmt_bitrate",
+        "fmt_percent",  # ui.fmt_percent: a ratio as "96 %"
+        "fmt_line_rate",  # ui.fmt_line_rate: "100 Gb/s (12.5 GB/s)"
+        "collecting_words",  # definitions.collecting_words: "collecting (14 s of 5 m)"
         "over",  # ui.over: a span of time in words
         "devices",  # ui.devices: counts of GPUs and MIG slices in words
         "format_number",

@@ -213,15 +213,17 @@ class _Clock:
 def test_now_reads_the_last_evaluation_which_every_page_shares(pages: dict[str, list[str]]) -> None:
     """ "Now" is the newest multiple of the scrape interval at which every target has been scraped
     (a Prometheus reader sees its rules' last evaluation): kept, so the Fleet page's count and names
-    read one verdict; the first scrape's own time while none is that old; now itself when the
-    scrapes have stopped for more than a minute."""
+    read one verdict; while none is that old, the last target's first scrape, so that every target's
+    devices are in the verdict (the Fleet's totals add up); now itself when the scrapes have stopped
+    for more than a minute."""
     clock = _Clock(T0)
     src = ScrapeSource(list(pages), interval_s=INTERVAL, fetch=lambda url: "", clock=clock)
     urls = list(pages)
     for i, url in enumerate(urls):
         src._history[url].add(T0 + 3.0 + i, pages[url][0])
     clock.t = T0 + 3.0 + len(urls) + 0.5
-    assert src._evaluated(None, src._snapshot()) == T0 + 3.0, "one scrape each: when they all were"
+    first = T0 + 3.0 + len(urls) - 1
+    assert src._evaluated(None, src._snapshot()) == first, "one scrape each: once every target has one"
     for k in range(1, 20):
         for i, url in enumerate(urls):
             src._history[url].add(T0 + 3.0 + k * INTERVAL + i, pages[url][k])

@@ -119,7 +119,7 @@ def _multiples(d: gpu_panels.Drawn, small: list[tuple[str, pd.DataFrame]], key: 
     names = list(dict.fromkeys(d.lines["line"]))
     instances = sum(1 for leaf, _ in small if leaf != gpu_panels.WHOLE_GPU)
     st.caption(
-        f"A chart per MIG instance ({instances}), the GPU's own series first; a line keeps its colour in every chart."
+        f"A chart per MIG instance ({instances:,}), the GPU's own series first; a line keeps its colour in every chart."
     )
     for start in range(0, len(small), MULTIPLE_COLUMNS):
         row = small[start : start + MULTIPLE_COLUMNS]

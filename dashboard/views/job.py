@@ -147,7 +147,7 @@ def _header(key: JobKey, mine: pd.DataFrame, hours: float, young: str = "") -> N
     classified = int(mine.drop_duplicates(["uuid", "mig_uuid"])["communication"].notna().sum())
     if young:
         st.info(
-            f"Straggler: {young}: the job's verdicts wait for a full {definitions.MEAN_WINDOW} of its history.",
+            f"Straggler: {inert(young)}: the job's verdicts wait for a full {definitions.MEAN_WINDOW} of its history.",
             icon=":material/hourglass_top:",
         )
     elif not strays.empty:
