@@ -279,16 +279,32 @@ def test_a_mig_instance_without_gpm_never_gets_a_busy_class() -> None:
 # --- the recorded H200 traces with GPM dropped -----------------------------------------------------
 
 
-def replay_coarse(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[tuple[float, str | None]]:
-    """A recorded trace through the path without GPM: NVML GPU-Util only (the traces hold neither
-    power nor memory-controller utilisation, so ``launch`` and ``memory`` cannot show)."""
+def replay_coarse(
+    path: Path, clf: BoundnessClassifier, t_offset: float = 0.0, nvml_extras: bool = False
+) -> list[tuple[float, str | None]]:
+    """A recorded trace through the path without GPM.  By default NVML GPU-Util only (the H200's
+    traces hold neither power nor memory-controller utilisation, so ``launch`` and ``memory`` cannot
+    show); with ``nvml_extras`` also the recorded util.mem and power over the limit (the H100's
+    traces hold them), so the replay is fed what the exporter with ``--no-collect.gpm`` read."""
     out: list[tuple[float, str | None]] = []
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
             t = float(r["t"]) + t_offset
             has_processes = bool(r.get("has_processes", r["nvml_util"] > 0))
-            out.append((t, clf.observe("GPU-h200", None, r["nvml_util"], has_processes, t, signals="nvml")))
+            mem = r.get("nvml_mem_util") if nvml_extras else None
+            power = r.get("power_ratio") if nvml_extras else None
+            cls = clf.observe(
+                "GPU-0",
+                None,
+                r["nvml_util"],
+                has_processes,
+                t,
+                signals="nvml",
+                memory_utilization_ratio=mem,
+                power_ratio=power,
+            )
+            out.append((t, cls))
     return out
 
 
@@ -334,7 +350,7 @@ def test_recorded_stalled_gemm_without_gpm_reads_busy_at_its_gpu_util_duty() -> 
     clf = BoundnessClassifier()
     trace = replay_coarse(trace_path("h200", "stalled_gemm"), clf)
     assert {c for t, c in trace if t >= float(entry["load_started_s"]) + 10.0} == {"busy"}
-    means = clf.window_means("GPU-h200", trace[-1][0])
+    means = clf.window_means("GPU-0", trace[-1][0])
     # NVML's GPU-Util reads ~0.70 on this load where GPM's graphics activity reads ~0.48 (its shorter
     # sampling period aliases with the half-second duty cycle, docs/boundness.md).
     assert means is not None and means.busy is not None and 0.6 <= means.busy <= 0.8
