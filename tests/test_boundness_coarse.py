@@ -330,7 +330,9 @@ def test_recorded_load_without_gpm_reads_idle_or_busy_within_two_windows(model: 
 @pytest.mark.parametrize(
     ("model", "name"), [(m, n) for m, n in RECORDED_ALL if MANIFESTS[m][n]["expected"][0] != "idle"]
 )
-def test_recorded_gemms_copies_and_tiny_kernels_without_gpm_never_read_idle_while_they_run(model: str, name: str) -> None:
+def test_recorded_gemms_copies_and_tiny_kernels_without_gpm_never_read_idle_while_they_run(
+    model: str, name: str
+) -> None:
     entry = MANIFESTS[model][name]
     trace = replay_coarse(trace_path(model, name), BoundnessClassifier())
     start, end, _ = load_phases(entry)[0]

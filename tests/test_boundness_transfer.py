@@ -25,7 +25,9 @@ FIXTURES_BY_MODEL = {
 }
 """Each GPU model's recorded transfer loads (the H100's since issue 55)."""
 MANIFESTS: dict[str, dict[str, Any]] = {
-    m: json.loads((f / "manifest.json").read_text()) for m, f in FIXTURES_BY_MODEL.items() if (f / "manifest.json").exists()
+    m: json.loads((f / "manifest.json").read_text())
+    for m, f in FIXTURES_BY_MODEL.items()
+    if (f / "manifest.json").exists()
 }
 FIXTURES = FIXTURES_BY_MODEL["h200"]
 LOADS: dict[str, dict[str, Any]] = MANIFESTS["h200"]["loads"]
@@ -89,7 +91,8 @@ def test_each_recorded_load_is_classed_right_within_two_windows(model: str, name
 
 
 @pytest.mark.parametrize(
-    ("model", "name"), [(m, n) for m in sorted(MANIFESTS) for n in ("h2d_then_idle", "copy_then_idle", "gemm_then_idle")]
+    ("model", "name"),
+    [(m, n) for m in sorted(MANIFESTS) for n in ("h2d_then_idle", "copy_then_idle", "gemm_then_idle")],
 )
 def test_a_stopped_load_reads_idle_within_two_seconds_of_the_stop_through_no_other_class(model: str, name: str) -> None:
     entry = MANIFESTS[model]["loads"][name]

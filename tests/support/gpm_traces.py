@@ -1,4 +1,4 @@
-"""Recorded GPM traces of the H200 and the H100 (JSON lines written by the device scripts) read back as model samples."""
+"""Recorded GPM traces per GPU model (JSON lines written by the device scripts) read back as model samples."""
 
 from __future__ import annotations
 
@@ -35,9 +35,13 @@ MANIFESTS: dict[str, dict[str, dict[str, Any]]] = {
     m: _load_manifest(f) for m, f in FIXTURES_BY_MODEL.items() if (f / "manifest.json").exists()
 }
 """Model -> its manifest (models with recorded traces)."""
-RECORDED_BY_MODEL: dict[str, list[str]] = {
-    m: sorted(man, key=lambda name, man=man: int(man[name]["order"])) for m, man in MANIFESTS.items()
-}
+
+
+def _in_order(manifest: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted(manifest, key=lambda name: int(manifest[name]["order"]))
+
+
+RECORDED_BY_MODEL: dict[str, list[str]] = {m: _in_order(man) for m, man in MANIFESTS.items()}
 """Model -> its recorded loads in the order they ran."""
 RECORDED_ALL: list[tuple[str, str]] = [(m, name) for m, names in RECORDED_BY_MODEL.items() for name in names]
 """(model, load) for every recorded trace of every model: the replays' parameters."""
