@@ -568,7 +568,16 @@ def make_fixtures(src: Path, dest: Path) -> int:
         res = summary.get(load.name)
         if not mine or res is None or res.get("ready_t") is None:
             continue
-        keep = (*FIXTURE_KEYS, "has_processes", "graphics_util", "exported_class", "exported_busy", "phase")
+        keep: tuple[str, ...] = (
+            *FIXTURE_KEYS,
+            "has_processes",
+            "graphics_util",
+            "exported_class",
+            "exported_busy",
+            "phase",
+        )
+        if "power_ratio" in mine[0]:  # the coarse path's inputs (recorded since the GPM-off comparison)
+            keep = (*keep, "nvml_mem_util", "power_ratio", "coarse_class")
         t0 = mine[0]["t"]
         with open(dest / f"{load.name}.jsonl", "w") as f:
             for r in mine:

@@ -13,7 +13,16 @@ import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
 from exporter.model import RAW_GPM_CLASSES, GpmSample
-from tests.support.gpm_traces import FIXTURES, MANIFEST, RECORDED, changes, load_phases, recorded_gpm, settle_seconds
+from tests.support.gpm_traces import (
+    MANIFESTS,
+    RECORDED_ALL,
+    RECORDED_BY_MODEL,
+    changes,
+    load_phases,
+    recorded_gpm,
+    settle_seconds,
+    trace_path,
+)
 
 
 @dataclass(frozen=True)
@@ -455,42 +464,46 @@ def replay(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[
     return out
 
 
-def test_recorded_traces_are_checked_in() -> None:
-    finals = {str(e["expected"][-1]) for e in MANIFEST.values()}
+@pytest.mark.parametrize("model", sorted(MANIFESTS))
+def test_recorded_traces_are_checked_in(model: str) -> None:
+    manifest = MANIFESTS[model]
+    finals = {str(e["expected"][-1]) for e in manifest.values()}
     assert finals == {"idle", "memory", "compute", "launch", "mixed"}
     for name in ("copy_and_gemm_timesliced", "stalled_gemm", "copy_then_idle", "copy_then_gemm"):
-        assert name in MANIFEST, name
+        assert name in manifest, name
 
 
-@pytest.mark.parametrize("name", RECORDED)
-def test_recorded_h200_load_is_right_within_two_windows_in_every_phase(name: str) -> None:
-    entry = MANIFEST[name]
-    trace = replay(FIXTURES / str(entry["file"]), BoundnessClassifier())
+@pytest.mark.parametrize(("model", "name"), RECORDED_ALL)
+def test_recorded_load_is_right_within_two_windows_in_every_phase(model: str, name: str) -> None:
+    entry = MANIFESTS[model][name]
+    trace = replay(trace_path(model, name), BoundnessClassifier())
     phases = load_phases(entry)
     for i, (start, end, expected) in enumerate(phases):
         seg = [(t, c) for t, c in trace if start < t < end]
         settled = settle_seconds(seg, start, expected)
-        assert settled is not None and settled <= 20.0, (name, expected, seg)
+        assert settled is not None and settled <= 20.0, (model, name, expected, seg)
         if i:  # a transition: nothing but the two classes (memory -> compute may show mixed)
             allowed = {phases[i - 1][2], expected}
             if allowed == {"memory", "compute"}:
                 allowed.add("mixed")
             seen = [c for _, c in seg]
-            assert set(seen) <= allowed, (name, seen)
-            assert seen.count("mixed") <= 10, (name, seen)
+            assert set(seen) <= allowed, (model, name, seen)
+            assert seen.count("mixed") <= 10, (model, name, seen)
 
 
-def test_recorded_time_sliced_mixture_reads_mixed_where_the_old_classifier_read_latency() -> None:
-    entry = MANIFEST["copy_and_gemm_timesliced"]
-    trace = replay(FIXTURES / str(entry["file"]), BoundnessClassifier())
+@pytest.mark.parametrize("model", sorted(MANIFESTS))
+def test_recorded_time_sliced_mixture_reads_mixed_where_the_old_classifier_read_latency(model: str) -> None:
+    entry = MANIFESTS[model]["copy_and_gemm_timesliced"]
+    trace = replay(trace_path(model, "copy_and_gemm_timesliced"), BoundnessClassifier())
     start = float(entry["load_started_s"])
     assert {c for t, c in trace if t >= start + 10.0} == {"mixed"}
 
 
-def test_recorded_stalled_gemm_reads_compute_with_a_busy_ratio_of_about_a_half() -> None:
-    entry = MANIFEST["stalled_gemm"]
+@pytest.mark.parametrize("model", sorted(MANIFESTS))
+def test_recorded_stalled_gemm_reads_compute_with_a_busy_ratio_of_about_a_half(model: str) -> None:
+    entry = MANIFESTS[model]["stalled_gemm"]
     clf = BoundnessClassifier()
-    trace = replay(FIXTURES / str(entry["file"]), clf)
+    trace = replay(trace_path(model, "stalled_gemm"), clf)
     start = float(entry["load_started_s"])
     assert {c for t, c in trace if t >= start + 10.0} == {"compute"}
     means = clf.window_means("GPU-h200", trace[-1][0])
@@ -498,17 +511,18 @@ def test_recorded_stalled_gemm_reads_compute_with_a_busy_ratio_of_about_a_half()
     assert 0.35 <= means.busy <= 0.65
 
 
-def test_recorded_h200_loads_back_to_back_each_settle_within_two_windows() -> None:
+@pytest.mark.parametrize("model", sorted(MANIFESTS))
+def test_recorded_loads_back_to_back_each_settle_within_two_windows(model: str) -> None:
     # The loads as they ran, one after another: every step change is a real one.
     clf = BoundnessClassifier()
     offset = 0.0
-    for name in RECORDED:
-        entry = MANIFEST[name]
-        trace = replay(FIXTURES / str(entry["file"]), clf, t_offset=offset)
+    for name in RECORDED_BY_MODEL[model]:
+        entry = MANIFESTS[model][name]
+        trace = replay(trace_path(model, name), clf, t_offset=offset)
         for start, end, expected in load_phases(entry, offset):
             seg = [(t, c) for t, c in trace if start < t < end]
             settled = settle_seconds(seg, start, expected)
-            assert settled is not None and settled <= 20.0, (name, expected)
+            assert settled is not None and settled <= 20.0, (model, name, expected)
         offset = trace[-1][0] + 1.0
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from exporter.analysis.boundness import BoundnessClassifier, Thresholds
 from exporter.model import COARSE_CLASSES, GpmSample
-from tests.support.gpm_traces import FIXTURES, MANIFEST, RECORDED, changes, load_phases, settle_seconds
+from tests.support.gpm_traces import MANIFESTS, RECORDED_ALL, changes, load_phases, settle_seconds, trace_path
 
 
 @dataclass(frozen=True)
@@ -279,16 +279,32 @@ def test_a_mig_instance_without_gpm_never_gets_a_busy_class() -> None:
 # --- the recorded H200 traces with GPM dropped -----------------------------------------------------
 
 
-def replay_coarse(path: Path, clf: BoundnessClassifier, t_offset: float = 0.0) -> list[tuple[float, str | None]]:
-    """A recorded trace through the path without GPM: NVML GPU-Util only (the traces hold neither
-    power nor memory-controller utilisation, so ``launch`` and ``memory`` cannot show)."""
+def replay_coarse(
+    path: Path, clf: BoundnessClassifier, t_offset: float = 0.0, nvml_extras: bool = False
+) -> list[tuple[float, str | None]]:
+    """A recorded trace through the path without GPM.  By default NVML GPU-Util only (the H200's
+    traces hold neither power nor memory-controller utilisation, so ``launch`` and ``memory`` cannot
+    show); with ``nvml_extras`` also the recorded util.mem and power over the limit (the H100's
+    traces hold them), so the replay is fed what the exporter with ``--no-collect.gpm`` read."""
     out: list[tuple[float, str | None]] = []
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
             t = float(r["t"]) + t_offset
             has_processes = bool(r.get("has_processes", r["nvml_util"] > 0))
-            out.append((t, clf.observe("GPU-h200", None, r["nvml_util"], has_processes, t, signals="nvml")))
+            mem = r.get("nvml_mem_util") if nvml_extras else None
+            power = r.get("power_ratio") if nvml_extras else None
+            cls = clf.observe(
+                "GPU-0",
+                None,
+                r["nvml_util"],
+                has_processes,
+                t,
+                signals="nvml",
+                memory_utilization_ratio=mem,
+                power_ratio=power,
+            )
+            out.append((t, cls))
     return out
 
 
@@ -297,41 +313,46 @@ def coarse_expected(gpm_class: str) -> str:
     return "idle" if gpm_class == "idle" else "busy"
 
 
-@pytest.mark.parametrize("name", RECORDED)
-def test_recorded_h200_load_without_gpm_reads_idle_or_busy_within_two_windows(name: str) -> None:
-    entry = MANIFEST[name]
-    trace = replay_coarse(FIXTURES / str(entry["file"]), BoundnessClassifier())
+@pytest.mark.parametrize(("model", "name"), RECORDED_ALL)
+def test_recorded_load_without_gpm_reads_idle_or_busy_within_two_windows(model: str, name: str) -> None:
+    entry = MANIFESTS[model][name]
+    trace = replay_coarse(trace_path(model, name), BoundnessClassifier())
     phases = load_phases(entry)
     for i, (start, end, gpm_class) in enumerate(phases):
         expected = coarse_expected(gpm_class)
         seg = [(t, c) for t, c in trace if start < t < end]
         settled = settle_seconds(seg, start, expected)
-        assert settled is not None and settled <= 20.0, (name, expected, seg)
+        assert settled is not None and settled <= 20.0, (model, name, expected, seg)
         if i:
-            assert {c for _, c in seg} <= {coarse_expected(phases[i - 1][2]), expected}, (name, seg)
+            assert {c for _, c in seg} <= {coarse_expected(phases[i - 1][2]), expected}, (model, name, seg)
 
 
-@pytest.mark.parametrize("name", [n for n in RECORDED if MANIFEST[n]["expected"][0] != "idle"])
-def test_recorded_gemms_copies_and_tiny_kernels_without_gpm_never_read_idle_while_they_run(name: str) -> None:
-    entry = MANIFEST[name]
-    trace = replay_coarse(FIXTURES / str(entry["file"]), BoundnessClassifier())
+@pytest.mark.parametrize(
+    ("model", "name"), [(m, n) for m, n in RECORDED_ALL if MANIFESTS[m][n]["expected"][0] != "idle"]
+)
+def test_recorded_gemms_copies_and_tiny_kernels_without_gpm_never_read_idle_while_they_run(
+    model: str, name: str
+) -> None:
+    entry = MANIFESTS[model][name]
+    trace = replay_coarse(trace_path(model, name), BoundnessClassifier())
     start, end, _ = load_phases(entry)[0]
     steady = [c for t, c in trace if start + 10.0 < t < end]
-    assert steady and set(steady) <= {"busy", "memory"}, (name, steady)
+    assert steady and set(steady) <= {"busy", "memory"}, (model, name, steady)
 
 
-def test_recorded_idle_loads_without_gpm_read_idle_throughout() -> None:
+@pytest.mark.parametrize("model", sorted(MANIFESTS))
+def test_recorded_idle_loads_without_gpm_read_idle_throughout(model: str) -> None:
     for name in ("nothing", "hold_40gib"):
-        trace = replay_coarse(FIXTURES / str(MANIFEST[name]["file"]), BoundnessClassifier())
-        assert {c for _, c in trace} == {"idle"}, name
+        trace = replay_coarse(trace_path(model, name), BoundnessClassifier())
+        assert {c for _, c in trace} == {"idle"}, (model, name)
 
 
 def test_recorded_stalled_gemm_without_gpm_reads_busy_at_its_gpu_util_duty() -> None:
-    entry = MANIFEST["stalled_gemm"]
+    entry = MANIFESTS["h200"]["stalled_gemm"]
     clf = BoundnessClassifier()
-    trace = replay_coarse(FIXTURES / str(entry["file"]), clf)
+    trace = replay_coarse(trace_path("h200", "stalled_gemm"), clf)
     assert {c for t, c in trace if t >= float(entry["load_started_s"]) + 10.0} == {"busy"}
-    means = clf.window_means("GPU-h200", trace[-1][0])
+    means = clf.window_means("GPU-0", trace[-1][0])
     # NVML's GPU-Util reads ~0.70 on this load where GPM's graphics activity reads ~0.48 (its shorter
     # sampling period aliases with the half-second duty cycle, docs/boundness.md).
     assert means is not None and means.busy is not None and 0.6 <= means.busy <= 0.8

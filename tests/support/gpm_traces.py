@@ -1,4 +1,4 @@
-"""Recorded H200 GPM traces (JSON lines written by the device scripts) read back as model samples."""
+"""Recorded GPM traces per GPU model (JSON lines written by the device scripts) read back as model samples."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ from exporter.model import GpmSample
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpm_traces"
 """The recorded H200 traces: one JSON-lines file per load and their manifest."""
+FIXTURES_H100 = FIXTURES.parent / "gpm_traces_h100"
+"""The same loads recorded on an H100 SXM (issue 55), in the same format."""
+FIXTURES_BY_MODEL: dict[str, Path] = {"h200": FIXTURES, "h100": FIXTURES_H100}
+"""Each GPU model's recorded traces; the replays run over every model's."""
 
 
-def _load_manifest() -> dict[str, dict[str, Any]]:
-    path = FIXTURES / "manifest.json"
+def _load_manifest(folder: Path = FIXTURES) -> dict[str, dict[str, Any]]:
+    path = folder / "manifest.json"
     if not path.exists():
         return {}
     data: dict[str, dict[str, Any]] = json.loads(path.read_text())
@@ -27,6 +31,25 @@ MANIFEST = _load_manifest()
 """Load name -> its order, expected classes, start and switch times (s)."""
 RECORDED = sorted(MANIFEST, key=lambda name: int(MANIFEST[name]["order"]))
 """The recorded loads in the order they ran."""
+MANIFESTS: dict[str, dict[str, dict[str, Any]]] = {
+    m: _load_manifest(f) for m, f in FIXTURES_BY_MODEL.items() if (f / "manifest.json").exists()
+}
+"""Model -> its manifest (models with recorded traces)."""
+
+
+def _in_order(manifest: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted(manifest, key=lambda name: int(manifest[name]["order"]))
+
+
+RECORDED_BY_MODEL: dict[str, list[str]] = {m: _in_order(man) for m, man in MANIFESTS.items()}
+"""Model -> its recorded loads in the order they ran."""
+RECORDED_ALL: list[tuple[str, str]] = [(m, name) for m, names in RECORDED_BY_MODEL.items() for name in names]
+"""(model, load) for every recorded trace of every model: the replays' parameters."""
+
+
+def trace_path(model: str, name: str) -> Path:
+    """The JSON-lines file of one model's recorded load."""
+    return FIXTURES_BY_MODEL[model] / str(MANIFESTS[model][name]["file"])
 
 
 def load_phases(entry: dict[str, Any], offset: float = 0.0) -> list[tuple[float, float, str]]:
