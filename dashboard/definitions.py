@@ -103,15 +103,23 @@ def _span(seconds: float) -> str:
     return f"{m} m {rest:02d} s" if rest else f"{m} m"
 
 
-def window_age_promql(series: str, by: Sequence[str], at: float) -> str:
+def window_age_promql(series: str, by: Sequence[str], at: float | None) -> str:
     """Seconds (capped at ``MEAN_WINDOW_SECONDS``) of history of ``series`` (a selector) per ``by``
-    in the ``MEAN_WINDOW`` before ``at`` (Unix s): ``at`` minus the first subquery step at which it
-    had a sample, to within ``WINDOW_AGE_RESOLUTION_SECONDS``. A series older than the window reads
-    the whole window (its sample before the window is within the lookback of the first step)."""
+    in the ``MEAN_WINDOW`` before ``at`` (Unix s; ``None``: the query's own evaluation time,
+    ``time()``, as a Grafana panel reads it): ``at`` minus the first subquery step at which it had a
+    sample, to within ``WINDOW_AGE_RESOLUTION_SECONDS``. A series older than the window reads the
+    whole window (its sample before the window is within the lookback of the first step)."""
     step = f"{WINDOW_AGE_RESOLUTION_SECONDS:g}s"
     labels = ", ".join(by)
     first = f"min_over_time(timestamp(max by ({labels}) ({series}))[{MEAN_WINDOW}:{step}])"
-    return f"clamp_max({at:.3f} - {first}, {MEAN_WINDOW_SECONDS!r})"
+    now = "time()" if at is None else f"{at:.3f}"
+    return f"clamp_max({now} - {first}, {MEAN_WINDOW_SECONDS!r})"
+
+
+def window_full_promql(series: str, by: Sequence[str]) -> str:
+    """The ``by`` groups of ``series`` whose history fills a verdict's window now: :func:`window_full`
+    in PromQL, for a Grafana panel (the series' value is their age in seconds)."""
+    return f"({window_age_promql(series, by, None)} >= {MEAN_WINDOW_SECONDS - WINDOW_AGE_RESOLUTION_SECONDS!r})"
 
 
 def window_ages_frame(samples: pd.DataFrame, by: Sequence[str], at: float) -> pd.DataFrame:

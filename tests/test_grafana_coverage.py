@@ -361,8 +361,8 @@ def test_idle_in_use_waste_and_job_verdicts_come_from_the_rules() -> None:
             if p["title"] != "Allocated":
                 assert _RULE.search(t["expr"]) or "ALERTS" in t["expr"], f"{uid} / {p['title']} reads no rule"
     fleet = {p["title"]: p for p in panels(docs()["gpulens-fleet"])}
-    for title, key in (("Devices", "devices"), ("Allocated", "allocated"), ("In use", "in_use"),
-                       ("Allocated but idle", "allocated_idle")):  # fmt: skip
+    for title, key in (("Devices", "devices"), ("Allocated", "allocated"), ("In use", "allocated_in_use"),
+                       ("Allocated but idle", "allocated_idle"), ("Collecting", "collecting")):  # fmt: skip
         assert fleet[title]["targets"][0]["expr"] == gp.fleet_count_promql(key)
     assert f"{gp.IDLE_RULE}{{" in fleet["In use"]["targets"][0]["expr"]
     assert gp.IDLE_RULE in definitions.RULES

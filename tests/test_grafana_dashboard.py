@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dashboard import definitions
 from dashboard.frames.fleet import fleet_counts
 from dashboard.sources.prometheus import PrometheusSource
 from tests.support.exporter import run_exporter
@@ -45,10 +46,11 @@ RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 FLEET_KEYS = {
     "Devices": "devices",
     "Allocated": "allocated",
-    "In use": "in_use",
+    "In use": "allocated_in_use",
     "Allocated but idle": "allocated_idle",
+    "Collecting": "collecting",
 }
-"""The Fleet page's four counts (dashboard/views/fleet.py), in its words."""
+"""The Fleet page's five counts (dashboard/views/fleet.py), in its words."""
 NODES = {
     "gpu-node-h200x8": ("h200x8", ("--sim.faults", "nvlink_down=1:7;lost=6;xid=2:79;pcie_link=4:4:8")),
     "gpu-node-mig": ("mig", ()),
@@ -232,13 +234,15 @@ def test_the_fleet_row_gives_the_fleet_pages_numbers(prom: str) -> None:
         src.instant("gpulens_mig_instance_info", end=at),
         src.instant("gpulens_pod_gpu_allocation", end=at),
         src.leaf_idle(end=at),
+        src.window_ages(definitions.LEAF_HISTORY_METRIC, definitions.LEAF, end=at),
     )
     grafana = {}
     for title, key in FLEET_KEYS.items():
         (result,) = query(prom, substitute(fleet[title]["targets"][0]["expr"]), at=at)
         grafana[key] = int(float(result["value"][1]))
     assert grafana == {k: page[k] for k in FLEET_KEYS.values()}
-    assert page["devices"] > page["allocated"] > page["allocated_idle"] > 0
+    assert page["devices"] > page["allocated"] > 0
+    assert page["allocated"] == page["allocated_in_use"] + page["allocated_idle"] + page["collecting"]
 
 
 def _all_expressions() -> list[str]:

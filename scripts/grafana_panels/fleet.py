@@ -105,9 +105,12 @@ FLEET_BOARD = Board(
         (
             "GPUs",
             (
-                *(stat(title, fleet_count_promql(key), description) for key, title, description in FLEET_COUNTS),
-                stat("Power", f"sum(gpulens_gpu_power_watts{{{DEV}}})", unit="watt", width=2),
-                stat("Memory used", f"sum(gpulens_gpu_memory_used_bytes{{{DEV}}})", unit="bytes", width=2),
+                *(
+                    stat(title, fleet_count_promql(key), description, width=3)
+                    for key, title, description in FLEET_COUNTS
+                ),
+                stat("Power", f"sum(gpulens_gpu_power_watts{{{DEV}}})", unit="watt", width=3),
+                stat("Memory used", f"sum(gpulens_gpu_memory_used_bytes{{{DEV}}})", unit="bytes", width=3),
                 Panel(
                     "Activity per device (5 m mean)",
                     "timeseries",

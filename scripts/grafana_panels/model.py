@@ -223,17 +223,32 @@ def _verdict_promql(dev: str, idle: bool) -> str:
     return f"(max by ({ON_LEAF}) ({IDLE_RULE}{{{dev}}}) {'>=' if idle else '<'} 0.5)"
 
 
+def _ready_promql(dev: str) -> str:
+    """The leaves whose history fills the idle window (``definitions.window_full``): only their
+    verdicts count, as on the Fleet page; the others are collecting."""
+    return definitions.window_full_promql(f"{definitions.LEAF_HISTORY_METRIC}{{{dev}}}", definitions.LEAF)
+
+
 def fleet_count_promql(name: str, dev: str = DEV, pod: str = POD) -> str:
     """The PromQL of one of ``frames.fleet.fleet_counts``' counts (``gpus``, ``devices``, ``allocated``,
-    ``in_use``, ``allocated_idle``) over the series the ``dev`` and ``pod`` matchers select."""
+    ``allocated_in_use``, ``allocated_idle``, ``collecting``) over the series the ``dev`` and ``pod``
+    matchers select, with the page's window gate: allocated = in use + idle + collecting."""
     leaves = _leaves_promql(dev)
     alloc = _allocated_leaves_promql(dev, pod)
+    held = f"({alloc} and on ({ON_LEAF}) {leaves})"
+    ready = _ready_promql(dev)
+    judged = f"(max by ({ON_LEAF}) ({IDLE_RULE}{{{dev}}}) and on ({ON_LEAF}) {ready})"
     exprs = {
         "gpus": count0(f"max by (uuid) (gpulens_gpu_info{{{dev}}})"),
         "devices": count0(leaves),
-        "allocated": count0(f"{alloc} and on ({ON_LEAF}) {leaves}"),
-        "in_use": count0(f"{_verdict_promql(dev, idle=False)} and on ({ON_LEAF}) {leaves}"),
-        "allocated_idle": count0(f"{_verdict_promql(dev, idle=True)} and on ({ON_LEAF}) {alloc}"),
+        "allocated": count0(held),
+        "allocated_in_use": count0(
+            f"{_verdict_promql(dev, idle=False)} and on ({ON_LEAF}) {ready} and on ({ON_LEAF}) {held}"
+        ),
+        "allocated_idle": count0(
+            f"{_verdict_promql(dev, idle=True)} and on ({ON_LEAF}) {ready} and on ({ON_LEAF}) {alloc}"
+        ),
+        "collecting": count0(f"{held} unless on ({ON_LEAF}) {judged}"),
     }
     return exprs[name]
 
@@ -242,8 +257,14 @@ FLEET_COUNTS: tuple[tuple[str, str, str], ...] = (
     ("gpus", "Physical GPUs", "GPUs the exporters see (a GPU in MIG mode is one GPU here, its instances devices)."),
     ("devices", "Devices", "Whole GPUs and MIG instances (a GPU in MIG mode counts as its instances)."),
     ("allocated", "Allocated", "Devices held by at least one pod (a time-sliced GPU once)."),
-    ("in_use", "In use", "Devices not idle now, allocated or not. " + IDLE_WORDS),
+    ("allocated_in_use", "In use", "Devices held by a pod and not idle now. " + IDLE_WORDS),
     ("allocated_idle", "Allocated but idle", "Devices held by a pod and idle now. " + IDLE_WORDS),
+    (
+        "collecting",
+        "Collecting",
+        f"Devices held by a pod with less than {definitions.MEAN_WINDOW} of history: no verdict yet, as an alert "
+        "waits out its for: duration. Allocated = in use + idle + collecting.",
+    ),
 )
 """(``fleet_counts`` key, panel title as the Fleet page words it, description)."""
 
