@@ -4,28 +4,19 @@ models of deploy/grafana/."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.support.deploy import renderer
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "deploy" / "grafana"
 CHART_GRAFANA = REPO / "deploy" / "helm" / "gpulens" / "files" / "grafana"
 
 
-def _load() -> Any:
-    if "grafana_dashboard" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("grafana_dashboard", REPO / "scripts" / "grafana_dashboard.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-        spec.loader.exec_module(module)
-    return sys.modules["grafana_dashboard"]
-
-
-gd = _load()
+gd = renderer._grafana_module()
 """scripts/grafana_dashboard.py: the SDK builder."""
 gp = sys.modules["grafana_panels"]
 """scripts/grafana_panels/: the boards' declarations, one module per board."""
