@@ -221,6 +221,8 @@ LABEL_WORDS: dict[str, dict[str, str]] = {
         "memory_max": "memory limit",
     },
     "severity": {"corrected": "corrected", "uncorrected": "uncorrected"},
+    # every GPU's Xid series without a code, 0 from the first scrape: "no Xid", told from "not read"
+    "xid": {"": "errors: none"},
     "kind": {
         "replay": "replays (a packet sent again)",
         "recovery": "recoveries (a link retrained)",

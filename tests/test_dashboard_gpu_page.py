@@ -190,6 +190,7 @@ def test_a_line_is_named_by_its_label_in_words_and_its_mig_instance() -> None:
             rows("gpulens_probe_efficiency_ratio", [0.5, 0.6, 0.7], probe="h2d"),
             rows("gpulens_gpu_sm_active_ratio", [0.5, 0.6, 0.7], mig_uuid="MIG-abcdefghijkl", mig_profile="3g.71gb"),
             rows("gpulens_gpu_xid_errors_total", [1.0, 1.0, 3.0], xid="79"),
+            rows("gpulens_gpu_xid_errors_total", [0.0, 0.0, 0.0], xid=""),  # every GPU's zero series
             rows("gpulens_gpu_new_family_ratio", [0.1, 0.2, 0.3]),
         ],
         ignore_index=True,
@@ -202,7 +203,8 @@ def test_a_line_is_named_by_its_label_in_words_and_its_mig_instance() -> None:
     }
     assert set(drawn["How busy it is"].lines["series"]) == {"SM active [3g.71gb MIG-abcdefgh]"}
     xid = drawn["Xid errors"].lines.sort_values("timestamp")
-    assert set(xid["series"]) == {"Xid 79"} and xid["value"].tolist() == [0.0, 2 / 15 * 3600]
+    assert set(xid["series"]) == {"Xid 79", "Xid errors: none"}, "the zero series in words, not 'Xid '"
+    assert xid[xid["series"] == "Xid 79"]["value"].tolist() == [0.0, 2 / 15 * 3600]
     assert set(drawn["New family ratio"].lines["series"]) == {"new family ratio"}, "a new family, in words"
 
 
