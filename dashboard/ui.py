@@ -975,6 +975,9 @@ WHO = (GPU_LINK, "job", "node", "instance", "gpu", "GPU", "namespace", "pod", "d
 """Columns that say whose a row is: the ones a detail table repeats from the primary columns."""
 
 TABLES: dict[str, TableLayout] = {
+    # Fleet
+    "idle_names": TableLayout((GPU_LINK, "node", "gpu", "pods", "idle_for", "sm_active"), ("owners",)),
+    "slow_names": TableLayout((GPU_LINK, "node", "gpu", "sm_clock", "why", "pods"), ("owners",)),
     # Workloads
     "idle_table": TableLayout(
         (GPU_LINK, "node", "gpu", "namespace", "pod", "idle_for", "sm_active"),

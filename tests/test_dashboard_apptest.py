@@ -205,8 +205,8 @@ def test_above_the_mark_limit_pages_draw_distributions(dashboard_env: pytest.Mon
         assert "bar" in _chart_marks(at) and "rect" not in _chart_marks(at)
         assert any("8 GPUs, more than a cell each (7 at most)" in shown(c.value) for c in at.caption)
         node = next(s for s in at.selectbox if s.key == "fleet_gpu_node")
-        assert node.options == ["node-a:9445"], node.options
-        node.select("node-a:9445").run()
+        assert node.options == ["h200x8"], node.options
+        node.select("h200x8").run()
         gpu = next(s for s in at.selectbox if s.key == "fleet_gpu")
         assert len(gpu.options) == 8
         state.queries.clear()

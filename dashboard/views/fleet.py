@@ -376,7 +376,7 @@ def allocated_idle(
     )
     # no UUID column: node and index name the device, and its page (the link) shows its UUID
     columns = [ui.GPU_LINK, "node", "gpu", "pods", "owners", "idle_for", "sm_active"]
-    ui.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="idle_names")
+    ui.table(ui.linked(head, ctx)[columns], key="idle_names", column_config=COLUMNS)
     if more:
         _more(more, "workloads", "Workloads")
 
@@ -406,7 +406,7 @@ def slowest_gpus(ctx: ui.PageContext, slow: pd.DataFrame, info: pd.DataFrame) ->
         "runs at its slowest GPU's pace (stragglers: Jobs page)."
     )
     columns = [ui.GPU_LINK, "node", "gpu", "sm_clock", "why", "pods", "owners"]
-    ui.dataframe(ui.linked(head, ctx)[columns], hide_index=True, column_config=COLUMNS, key="slow_names")
+    ui.table(ui.linked(head, ctx)[columns], key="slow_names", column_config=COLUMNS)
     if more:
         _more(more, "health", "Health")
 
