@@ -63,7 +63,8 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{.*\})?(\s.*)$")
 
 def hostile(text: str, node: str) -> str:
     """``text`` (an exposition) with :data:`LINKY_LABELS` and :data:`SLASHLESS_LABELS` prefixed by
-    hostile Markdown (an empty value stays empty: it means absent) and ``node`` on every sample."""
+    hostile Markdown (an empty value stays empty: it means absent) and ``node`` on every sample, in
+    place of the exporter's own."""
 
     def label(m: re.Match[str]) -> str:
         name, value = m.group(1), m.group(2)
@@ -80,7 +81,8 @@ def hostile(text: str, node: str) -> str:
             out.append(line)
             continue
         name, labels, rest = m.group(1), (m.group(2) or "{}")[1:-1], m.group(3)
-        labels = _LABEL.sub(label, labels)
+        # the exporter's own node label gives way to the hostile one (one node label per sample)
+        labels = ",".join(_LABEL.sub(label, m.group(0)) for m in _LABEL.finditer(labels) if m.group(1) != "node")
         labels = f'node="{node}"' + ("," + labels if labels else "")
         out.append(f"{name}{{{labels}}}{rest}")
     return "\n".join(out) + "\n"

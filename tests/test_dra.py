@@ -19,6 +19,7 @@ per route: the twins' GPUs have the same UUIDs, which the rules join on):
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import subprocess
 import time
@@ -92,8 +93,10 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     end = math.floor(time.time() / 60) * 60 - 3600.0
     t0 = end - (SCRAPES - 1) * SAMPLE - 7.0
     times = [t0 + k * SAMPLE for k in range(SCRAPES)]
+    # one node seen through two routes: both exporters name it alike (the scenario names differ)
+    same_node = ("--kubernetes.node-name", "dra-node-1")
     pages = {
-        route: [without_integrals(p) for p in render_cycles(scenario, SCRAPES, volatile="0")]
+        route: [without_integrals(p) for p in render_cycles(scenario, SCRAPES, volatile="0", args=same_node)]
         for route, scenario in ROUTES.items()
     }
     om: dict[str, Path] = {}
@@ -239,8 +242,10 @@ def test_the_exporter_says_which_claim_each_device_came_through(history: History
     for text in (claims, plugin):
         modes = {s["gpu"]: s["mode"] for s in _series(text, "gpulens_gpu_sharing_info") if s["gpu"] == "2"}
         assert modes == {"2": "time-slicing"}
-        assert 'gpulens_gpu_sharing_pods{uuid="' in text
-    assert 'gpulens_pod_claim_devices_ignored{driver="compute-domain.nvidia.com"} 1.0' in claims
+        assert re.search(r'^gpulens_gpu_sharing_pods\{[^}]*\buuid="', text, re.M)
+    ignored = _series(claims, "gpulens_pod_claim_devices_ignored")
+    assert ignored == [{"driver": "compute-domain.nvidia.com", "node": "dra-node-1"}], ignored
+    assert 'gpulens_pod_claim_devices_ignored{driver="compute-domain.nvidia.com",node="dra-node-1"} 1.0' in claims
     assert "gpulens_pod_claim_devices_ignored{" not in plugin
-    assert 'gpulens_stage_success{stage="resourceslices"} 1.0' in claims
+    assert re.search(r'^gpulens_stage_success\{[^}]*stage="resourceslices"\} 1\.0$', claims, re.M)
     assert "gpulens_unmapped_devices_total{" not in claims

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -95,4 +96,4 @@ def test_hanging_call_does_not_stall_scrapes_of_the_real_process() -> None:
             assert status == 200
             assert time.monotonic() - t0 < 1.0
             time.sleep(0.3)
-        assert 'gpulens_stage_success{stage="nvml"} 0.0' in body or "gpulens_up 0.0" in body
+        assert re.search(r'^gpulens_(stage_success\{[^}]*stage="nvml"[^}]*\}|up\{[^}]*\}) 0\.0$', body, re.M), body

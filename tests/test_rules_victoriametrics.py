@@ -99,8 +99,9 @@ def _levels() -> list[list[str]]:
 
 
 def _stamp(exposition: str, target: dict[str, str], t: float) -> dict[str, list[str]]:
-    """The exposition's samples with the target labels added and timestamp ``t`` (seconds), by metric."""
-    extra = ",".join(f'{k}="{v}"' for k, v in target.items())
+    """The exposition's samples with the target labels added and timestamp ``t`` (seconds), by metric.
+    A label the sample already has (the exporter's ``node``) is kept, as the chart's ``honorLabels``
+    keeps it."""
     out: dict[str, list[str]] = {}
     for line in exposition.splitlines():
         m = _SAMPLE_LINE.match(line)
@@ -108,7 +109,10 @@ def _stamp(exposition: str, target: dict[str, str], t: float) -> dict[str, list[
             continue
         name, labels, value = m.groups()
         inner = labels[1:-1] if labels else ""
-        out.setdefault(name, []).append(f"{name}{{{extra}{',' + inner if inner else ''}}} {value} {t:.0f}")
+        own = set(re.findall(r'(?:^|,)([A-Za-z_]\w*)="', inner))
+        extra = ",".join(f'{k}="{v}"' for k, v in target.items() if k not in own)
+        joined = ",".join(p for p in (extra, inner) if p)
+        out.setdefault(name, []).append(f"{name}{{{joined}}} {value} {t:.0f}")
     return out
 
 
