@@ -718,10 +718,21 @@ def peak_rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
+def by_label(body: bytes, metric: bytes, label: bytes) -> list[tuple[str, float]]:
+    """``(value of label, sample)`` for every series of ``metric`` in an exposition, whatever other
+    labels it carries (every series has ``node`` since the exporter names its node)."""
+    found = re.findall(rb"^" + re.escape(metric) + rb"\{([^}]*)\} (\S+)$", body, re.M)
+    out = []
+    for labels, value in found:
+        named = re.search(rb"(?:^|,)" + re.escape(label) + rb'="([^"]*)"', labels)
+        if named:
+            out.append((named.group(1).decode(), float(value)))
+    return out
+
+
 def stage_success(body: bytes) -> dict[str, float]:
     """``gpulens_stage_success`` by stage, from an exposition."""
-    found = re.findall(rb'^gpulens_stage_success\{stage="([a-z_]+)"\} (\S+)$', body, re.M)
-    return {stage.decode(): float(value) for stage, value in found}
+    return dict(by_label(body, b"gpulens_stage_success", b"stage"))
 
 
 UNRESOLVED = ("not_found", "forbidden", "error")
@@ -731,8 +742,8 @@ rate bound: those walks are taken again)."""
 
 def unresolved_walks(body: bytes) -> int:
     """Owner walks that did not resolve, from an exposition (``gpulens_kubernetes_owner_walks_total``)."""
-    found = re.findall(rb'^gpulens_kubernetes_owner_walks_total\{outcome="([a-z_]+)"\} (\S+)$', body, re.M)
-    return int(sum(float(v) for outcome, v in found if outcome.decode() in UNRESOLVED))
+    found = by_label(body, b"gpulens_kubernetes_owner_walks_total", b"outcome")
+    return int(sum(v for outcome, v in found if outcome in UNRESOLVED))
 
 
 def series_count(body: bytes, metric: bytes) -> int:

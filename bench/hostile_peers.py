@@ -22,7 +22,6 @@ attribution stage the seconds it read 0 out of the seconds scraped (once a secon
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.exporter_rss import stage_success
 from exporter.attribution import stages as stage_names
 from exporter.sim.scenarios import build as build_scenario
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
@@ -196,8 +196,8 @@ def _stages(port: int) -> tuple[dict[str, float], int, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
         text = resp.read().decode()
     took = time.perf_counter() - started
-    found = re.findall(r'^gpulens_stage_success\{stage="(podresources|kube_api)"\} (\S+)$', text, re.M)
-    return {stage: float(value) for stage, value in found}, len(text), took
+    found = stage_success(text.encode())
+    return {stage: v for stage, v in found.items() if stage in ("podresources", "kube_api")}, len(text), took
 
 
 def run_one(name: str, seconds: float) -> Run:
