@@ -40,7 +40,6 @@ import importlib.util
 import json
 import os
 import random
-import re
 import shlex
 import signal
 import socket
@@ -60,6 +59,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from exporter.attribution import stages as stage_names
+from tests.support.exposition_labels import stage_success, unresolved_walks
 from tests.support.procfs import cgroup_line
 from tests.support.procstat import cpu_seconds, rss_bytes
 
@@ -716,34 +716,6 @@ def peak_rss_bytes(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmHWM for pid {pid}")
-
-
-def by_label(body: bytes, metric: bytes, label: bytes) -> list[tuple[str, float]]:
-    """``(value of label, sample)`` for every series of ``metric`` in an exposition, whatever other
-    labels it carries (every series has ``node`` since the exporter names its node)."""
-    found = re.findall(rb"^" + re.escape(metric) + rb"\{([^}]*)\} (\S+)$", body, re.M)
-    out = []
-    for labels, value in found:
-        named = re.search(rb"(?:^|,)" + re.escape(label) + rb'="([^"]*)"', labels)
-        if named:
-            out.append((named.group(1).decode(), float(value)))
-    return out
-
-
-def stage_success(body: bytes) -> dict[str, float]:
-    """``gpulens_stage_success`` by stage, from an exposition."""
-    return dict(by_label(body, b"gpulens_stage_success", b"stage"))
-
-
-UNRESOLVED = ("not_found", "forbidden", "error")
-"""Owner-walk outcomes that mean the chain's API lacked a controller (``limited`` is the start-up
-rate bound: those walks are taken again)."""
-
-
-def unresolved_walks(body: bytes) -> int:
-    """Owner walks that did not resolve, from an exposition (``gpulens_kubernetes_owner_walks_total``)."""
-    found = by_label(body, b"gpulens_kubernetes_owner_walks_total", b"outcome")
-    return int(sum(v for outcome, v in found if outcome in UNRESOLVED))
 
 
 def series_count(body: bytes, metric: bytes) -> int:

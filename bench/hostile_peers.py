@@ -31,11 +31,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.exporter_rss import stage_success
 from exporter.attribution import stages as stage_names
 from exporter.sim.scenarios import build as build_scenario
 from tests.fakes.kube_api_server import KubeApiEmulator, make_pod
 from tests.fakes.kubelet_server import FakeKubelet, FloodPeer, small_pods_reply
+from tests.support.exposition_labels import stage_success
 from tests.support.net import free_port
 from tests.support.process import managed_process
 from tests.support.procstat import cpu_seconds, rss_bytes
@@ -197,7 +197,11 @@ def _stages(port: int) -> tuple[dict[str, float], int, float]:
         text = resp.read().decode()
     took = time.perf_counter() - started
     found = stage_success(text.encode())
-    return {stage: v for stage, v in found.items() if stage in ("podresources", "kube_api")}, len(text), took
+    return (
+        {stage: v for stage, v in found.items() if stage in (stage_names.PODRESOURCES, stage_names.KUBE_API)},
+        len(text),
+        took,
+    )
 
 
 def run_one(name: str, seconds: float) -> Run:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.exporter_rss import stage_success, unresolved_walks
+from tests.support.exposition_labels import stage_success, unresolved_walks
 
 GOLDEN = Path(__file__).parent / "golden"
 
