@@ -619,6 +619,9 @@ def test_faults_can_be_flipped_from_another_thread_while_sampling() -> None:
             faults.transient["dram_active"] = 1
             faults.xid.setdefault(n % 8, []).append(13)
             n += 1
+            # Yield the interpreter between flips: a loop that never sleeps takes the GIL from the
+            # sampler for whole switch intervals (2 s of CPU for nothing more than this tests).
+            stop.wait(0.0005)
 
     thread = threading.Thread(target=flip, daemon=True)
     thread.start()
