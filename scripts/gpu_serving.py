@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""A serving engine on the GPU: a Llama-like decoder (random bf16 weights), a KV cache per request,
+prefill then token-by-token decode, continuous batching of synthetic requests, and vLLM-named
+metrics on its own port.  One process is one engine (one pod): ``--role both`` (aggregated),
+``prefill`` (long prompts, one output token) or ``decode`` (minimal prompt, long decode).
+
+The model (defaults: 1.2 B parameters): d_model 2048, 16 layers, 16 heads of 128, SwiGLU MLP of
+8192, RMSNorm, no positional encoding (random weights: what is measured is the work, not the text),
+vocabulary 32,000, bf16.  The KV cache is one tensor per K and V of [layers, slots, heads, max_len,
+head_dim]; running requests hold slots 0..n-1 (bench/serving_sched.py), so a decode step attends
+over ``cache[:, :n, :, :longest]`` (a view) with a mask per request.  Prefill runs per group of
+equal prompt length with causal SDPA.  Every step ends with a synchronisation (the tokens are
+known, as an engine that returns them must), so the latencies are real.
+
+Protocol with its parent (scripts/gpu_serving_run.py): after the model is built and warmed up it
+serves /metrics on ``--port`` and prints ``ready``; it then reads one line from stdin,
+``go START DURATION [MARK ...]`` (Unix seconds), serves from START to START + DURATION (with
+``--role both`` the concurrency steps through ``--sweep``, ``--hold`` seconds each; otherwise it
+holds ``--concurrency``), snapshots its own counts at each MARK, writes ``--summary`` (JSON),
+prints ``done``, and keeps serving /metrics until stdin ends.  It never lives past ``--deadline``
+seconds.
+
+    python3 scripts/gpu_serving.py --role both --port 8001 --summary agg.json
+    python3 scripts/gpu_serving.py --help          # works without torch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import select
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.serving_sched import ROLES, Request, Scheduler  # noqa: E402
+
+SWEEP = (1, 8, 16, 32, 64)
+"""The aggregated engine's decode batch sizes (requests kept in the system), in order."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the decoder."""
+
+    d_model: int = 2048
+    layers: int = 16
+    heads: int = 16
+    ffn: int = 8192
+    vocab: int = 32000
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def params(self) -> int:
+        """Parameters: embedding, LM head, and per layer QKV, output, SwiGLU (gate+up, down), 2 norms."""
+        d = self.d_model
+        per_layer = 3 * d * d + d * d + 2 * d * self.ffn + self.ffn * d + 2 * d
+        return 2 * self.vocab * d + self.layers * per_layer + d
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token of context (K and V, bf16, every layer)."""
+        return 2 * self.layers * self.d_model * 2
+
+
+def default_max_len(role: str) -> int:
+    """Longest prompt + output of the role, rounded up to 16 tokens (the attention's alignment)."""
+    shape = ROLES[role]
+    return -(-(shape.prompt[1] + shape.output[1]) // 16) * 16
+
+
+# --- the model (torch) --------------------------------------------------------------------------
+
+
+class Decoder:
+    """The decoder's weights and KV cache on the GPU, and its prefill and decode steps."""
+
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, seed: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.cfg = cfg
+        self.slots = slots
+        self.max_len = max_len
+        dev = torch.device("cuda")
+        dt = torch.bfloat16
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        d, f = cfg.d_model, cfg.ffn
+
+        def w(rows: int, cols: int) -> Any:
+            return torch.randn(rows, cols, device=dev, dtype=dt, generator=gen) * (1.0 / math.sqrt(rows))
+
+        self.embed = torch.randn(cfg.vocab, d, device=dev, dtype=dt, generator=gen)
+        self.layers = [
+            {
+                "n1": torch.ones(d, device=dev, dtype=dt),
+                "qkv": w(d, 3 * d),
+                "o": w(d, d),
+                "n2": torch.ones(d, device=dev, dtype=dt),
+                "gu": w(d, 2 * f),
+                "down": w(f, d),
+            }
+            for _ in range(cfg.layers)
+        ]
+        self.norm = torch.ones(d, device=dev, dtype=dt)
+        self.head = w(d, cfg.vocab)
+        shape = (cfg.layers, slots, cfg.heads, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, device=dev, dtype=dt)
+        self.v = torch.zeros(shape, device=dev, dtype=dt)
+        self.tokens = torch.zeros(slots, device=dev, dtype=torch.long)
+        """The last token of the request in each slot (the next decode's input)."""
+        self.positions = torch.arange(max_len, device=dev)
+
+    def _norm(self, x: Any, weight: Any) -> Any:
+        F = self.torch.nn.functional
+        if hasattr(F, "rms_norm"):
+            return F.rms_norm(x, (x.shape[-1],), weight, 1e-5)
+        xf = x.float()
+        return (xf * self.torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype) * weight
+
+    def _mlp(self, x: Any, p: dict[str, Any]) -> Any:
+        F = self.torch.nn.functional
+        g, u = (self._norm(x, p["n2"]) @ p["gu"]).chunk(2, dim=-1)
+        return x + (F.silu(g) * u) @ p["down"]
+
+    def prefill(self, slots: list[int], length: int) -> None:
+        """Prefill ``len(slots)`` prompts of ``length`` tokens (random IDs) into ``slots``; the first
+        output token of each goes to ``self.tokens[slot]``."""
+        torch = self.torch
+        F = torch.nn.functional
+        cfg = self.cfg
+        b, h, hd = len(slots), cfg.heads, cfg.head_dim
+        idx = torch.tensor(slots, device=self.tokens.device)
+        ids = torch.randint(0, cfg.vocab, (b, length), device=idx.device)
+        x = self.embed[ids]
+        for li, p in enumerate(self.layers):
+            qkv = (self._norm(x, p["n1"]) @ p["qkv"]).view(b, length, 3, h, hd).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            self.k[li, idx, :, :length] = k
+            self.v[li, idx, :, :length] = v
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + a.transpose(1, 2).reshape(b, length, cfg.d_model) @ p["o"]
+            x = self._mlp(x, p)
+        logits = self._norm(x[:, -1], self.norm) @ self.head
+        self.tokens[idx] = logits.argmax(-1)
+
+    def decode(self, lengths: list[int]) -> None:
+        """One token for each request in slots ``0..n-1``: ``lengths[i]`` is slot i's context after
+        this token (its KV goes to position ``lengths[i] - 1``)."""
+        torch = self.torch
+        F = torch.nn.functional
+        cfg = self.cfg
+        n, h, hd = len(lengths), cfg.heads, cfg.head_dim
+        dev = self.tokens.device
+        lens = torch.tensor(lengths, device=dev)
+        pos = lens - 1
+        rows = torch.arange(n, device=dev)
+        longest = min(self.max_len, -(-max(lengths) // 16) * 16)
+        mask = (self.positions[:longest][None, :] < lens[:, None]).view(n, 1, 1, longest)
+        x = self.embed[self.tokens[:n]].view(n, 1, cfg.d_model)
+        for li, p in enumerate(self.layers):
+            qkv = (self._norm(x, p["n1"]) @ p["qkv"]).view(n, 3, h, hd)
+            q = qkv[:, 0].view(n, h, 1, hd)
+            self.k[li][rows, :, pos] = qkv[:, 1]
+            self.v[li][rows, :, pos] = qkv[:, 2]
+            k = self.k[li, :n, :, :longest]
+            v = self.v[li, :n, :, :longest]
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + a.reshape(n, 1, cfg.d_model) @ p["o"]
+            x = self._mlp(x, p)
+        logits = self._norm(x[:, 0], self.norm) @ self.head
+        self.tokens[:n] = logits.argmax(-1)
+
+    def move(self, src: int, dst: int, context: int) -> None:
+        """Move a request's KV (``context`` tokens) and last token from slot ``src`` to ``dst``."""
+        self.k[:, dst, :, :context] = self.k[:, src, :, :context]
+        self.v[:, dst, :, :context] = self.v[:, src, :, :context]
+        self.tokens[dst] = self.tokens[src]
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize()
+
+
+# --- the engine loop ----------------------------------------------------------------------------
+
+
+class StepLog:
+    """Per-step timings (seconds) in columns, and counts snapshots at marks."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[float, int, int, int, float, float]] = []
+        """(unix start, requests prefilled, prompt tokens prefilled, decode batch, prefill s, decode s)."""
+
+    def add(self, t: float, pre: int, pre_tokens: int, dec: int, pre_s: float, dec_s: float) -> None:
+        self.rows.append((round(t, 4), pre, pre_tokens, dec, round(pre_s, 6), round(dec_s, 6)))
+
+
+def _quantiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "mean": None}
+    s = sorted(values)
+    return {
+        "p50": s[len(s) // 2],
+        "p95": s[min(len(s) - 1, int(0.95 * len(s)))],
+        "mean": sum(s) / len(s),
+    }
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Build, warm up, announce, then serve one ``go`` window; see the module docstring."""
+    from prometheus_client import start_http_server
+
+    from bench.serving_metrics import EngineMetrics
+
+    born = time.monotonic()
+    role = args.role
+    max_len = args.max_len or default_max_len(role)
+    slots = args.slots or (
+        max(SWEEP) if role == "both" else ROLES[role].prefill_batch if role == "prefill" else args.concurrency
+    )
+    cfg = ModelConfig(args.d_model, args.layers, args.heads, args.ffn, args.vocab)
+    model = Decoder(cfg, slots, max_len, args.seed)
+    # warm-up (not counted): one prefill of the role's longest prompt, a few decode steps
+    t0 = time.monotonic()
+    prompt = ROLES[role].prompt[1]
+    warm_b = min(slots, ROLES[role].prefill_batch)
+    model.prefill(list(range(warm_b)), prompt)
+    for i in range(3):
+        model.decode([prompt + 1 + i] * warm_b)
+    model.sync()
+    warm_s = time.monotonic() - t0
+    metrics = EngineMetrics(args.model_name, max_len)
+    start_http_server(args.port, addr=args.host, registry=metrics.registry)
+    print(f"ready port={args.port} pid={os.getpid()} params={cfg.params} warmup_s={warm_s:.2f}", flush=True)
+
+    line = _readline(args.deadline - (time.monotonic() - born))
+    if not line or not line.startswith("go "):
+        print(f"no go line ({line!r}); exiting", flush=True)
+        return 2
+    parts = line.split()
+    start, duration = float(parts[1]), float(parts[2])
+    marks = sorted(float(x) for x in parts[3:])
+    mono_of = time.monotonic() - time.time()  # unix -> monotonic offset
+    while time.time() < start:
+        time.sleep(min(0.05, max(0.0, start - time.time())))
+
+    sched = Scheduler(role, slots, max_len, metrics, seed=args.seed)
+    levels = (
+        [(start + i * args.hold, n) for i, n in enumerate(args.sweep)]
+        if role == "both"
+        else [(start, args.concurrency)]
+    )
+    level_marks = [t for t, _ in levels[1:]]
+    all_marks = sorted(set(marks + level_marks))
+    end = start + duration
+    log = StepLog()
+    snapshots: list[dict[str, Any]] = [{"t": time.time(), "counts": metrics.counts.as_dict(), "level": None}]
+    timeline: list[tuple[float, int, int, int, int, int]] = []
+    next_tick = math.floor(time.time()) + 1.0
+    level_i = -1
+    deadline = born + args.deadline
+    while True:
+        now_u = time.time()
+        if now_u >= end or time.monotonic() >= deadline:
+            break
+        while level_i + 1 < len(levels) and levels[level_i + 1][0] <= now_u:
+            level_i += 1
+            sched.set_concurrency(levels[level_i][1], now_u + mono_of)
+        while all_marks and all_marks[0] <= now_u:
+            snapshots.append(
+                {"t": now_u, "mark": all_marks.pop(0), "counts": metrics.counts.as_dict(), "level": levels[level_i][1]}
+            )
+        if now_u >= next_tick:
+            c = metrics.counts
+            timeline.append(
+                (
+                    round(now_u, 3),
+                    c.generation_tokens,
+                    c.prompt_tokens,
+                    c.requests_finished,
+                    len(sched.running),
+                    len(sched.waiting),
+                )
+            )
+            next_tick = math.floor(now_u) + 1.0
+        _step(model, sched, log, now_u)
+    snapshots.append(
+        {
+            "t": time.time(),
+            "mark": end,
+            "counts": metrics.counts.as_dict(),
+            "level": levels[level_i][1] if level_i >= 0 else None,
+        }
+    )
+    c = metrics.counts
+    timeline.append(
+        (
+            round(time.time(), 3),
+            c.generation_tokens,
+            c.prompt_tokens,
+            c.requests_finished,
+            len(sched.running),
+            len(sched.waiting),
+        )
+    )
+    summary = _summary(args, cfg, slots, max_len, warm_s, start, end, levels, snapshots, timeline, log, metrics)
+    Path(args.summary).write_text(json.dumps(summary, indent=1))
+    print(
+        f"done generation_tokens={c.generation_tokens} prompt_tokens={c.prompt_tokens} requests={c.requests_finished}",
+        flush=True,
+    )
+    # keep /metrics up (the scraper reads the final counters) until the parent closes stdin
+    _readline(max(0.0, args.deadline - (time.monotonic() - born)))
+    return 0
+
+
+def _step(model: Decoder, sched: Scheduler, log: StepLog, now_u: float) -> None:
+    """One engine step: owed KV moves, prefill of the admitted requests, one decode of all running."""
+    t0 = time.monotonic()
+    step = sched.plan(t0)
+    _moves(model, step.moves)
+    by_len: dict[int, list[Request]] = {}
+    for r in step.prefill:
+        by_len.setdefault(r.prompt_tokens, []).append(r)
+    for length, reqs in by_len.items():
+        model.prefill([r.slot for r in reqs], length)
+    if step.prefill:
+        model.sync()
+    t1 = time.monotonic()
+    step = sched.after_prefill(step, t1)
+    _moves(model, step.moves)
+    n = step.decode
+    if n:
+        model.decode([r.context + 1 for r in sched.running[:n]])
+        model.sync()
+    t2 = time.monotonic()
+    if n:
+        sched.after_decode(step, t2)
+    if not step.prefill and not n:
+        time.sleep(0.001)  # nothing to do (concurrency 0)
+        return
+    log.add(now_u, len(step.prefill), sum(r.prompt_tokens for r in step.prefill), n, t1 - t0, t2 - t1)
+
+
+def _moves(model: Decoder, moves: list[tuple[int, int, int]]) -> None:
+    for src, dst, context in moves:
+        model.move(src, dst, context)
+
+
+def _readline(timeout: float) -> str:
+    """One line from stdin within ``timeout`` seconds ('' at its end or on timeout)."""
+    ready, _, _ = select.select([sys.stdin], [], [], max(0.0, timeout))
+    return sys.stdin.readline().strip() if ready else ""
+
+
+def _summary(
+    args: argparse.Namespace,
+    cfg: ModelConfig,
+    slots: int,
+    max_len: int,
+    warm_s: float,
+    start: float,
+    end: float,
+    levels: list[tuple[float, int]],
+    snapshots: list[dict[str, Any]],
+    timeline: list[tuple[float, int, int, int, int, int]],
+    log: StepLog,
+    metrics: Any,
+) -> dict[str, Any]:
+    """The run's own figures: counts, per-level tokens/s and step timings, the per-second timeline."""
+    per_level = []
+    bounds = [t for t, _ in levels] + [end]
+    for i, (t0, n) in enumerate(levels):
+        t1 = bounds[i + 1]
+        rows = [r for r in log.rows if t0 <= r[0] < t1]
+        dec = [r[5] for r in rows if r[3]]
+        gen = sum(r[3] for r in rows) + sum(r[1] for r in rows)
+        per_level.append(
+            {
+                "concurrency": n,
+                "start": t0,
+                "end": t1,
+                "steps": len(rows),
+                "generation_tokens": gen,
+                "prompt_tokens": sum(r[2] for r in rows),
+                "generation_tokens_per_s": gen / (t1 - t0) if t1 > t0 else None,
+                "mean_decode_batch": (sum(r[3] for r in rows) / len(dec)) if dec else None,
+                "decode_step_s": _quantiles(dec),
+                "prefill_step_s": _quantiles([r[4] for r in rows if r[1]]),
+            }
+        )
+    return {
+        "role": args.role,
+        "pod": args.pod,
+        "namespace": args.namespace,
+        "model_name": args.model_name,
+        "pid": os.getpid(),
+        "port": args.port,
+        "model": {
+            **asdict(cfg),
+            "params": cfg.params,
+            "kv_bytes_per_token": cfg.kv_bytes_per_token(),
+            "dtype": "bfloat16",
+        },
+        "slots": slots,
+        "max_len": max_len,
+        "role_shape": asdict(ROLES[args.role]),
+        "warmup_s": warm_s,
+        "start": start,
+        "end": end,
+        "wall_s": end - start,
+        "counts": metrics.counts.as_dict(),
+        "generation_tokens_per_s": metrics.counts.generation_tokens / (end - start),
+        "levels": per_level,
+        "snapshots": snapshots,
+        "timeline_columns": ["unix_s", "generation_tokens", "prompt_tokens", "requests_finished", "running", "waiting"],
+        "timeline": timeline,
+        "step_columns": ["unix_s", "prefilled_requests", "prefilled_tokens", "decode_batch", "prefill_s", "decode_s"],
+        "steps": log.rows,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--role", choices=sorted(ROLES), default="both", help="both (aggregated), prefill or decode")
+    ap.add_argument("--port", type=int, default=8000, help="port of this engine's /metrics")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--model-name", default="gpulens-llama-1b", help="served model name (label model_name)")
+    ap.add_argument("--pod", default="", help="the pod this engine stands for (recorded in the summary)")
+    ap.add_argument("--namespace", default="serving")
+    ap.add_argument("--summary", default="engine-summary.json", help="where the JSON summary goes")
+    ap.add_argument(
+        "--sweep",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=list(SWEEP),
+        help="--role both: concurrency levels",
+    )
+    ap.add_argument("--hold", type=float, default=20.0, help="--role both: seconds at each level")
+    ap.add_argument("--concurrency", type=int, default=32, help="--role prefill/decode: requests kept in the system")
+    ap.add_argument("--slots", type=int, default=0, help="KV slots (default: the most the role runs at once)")
+    ap.add_argument(
+        "--max-len", type=int, default=0, help="KV slot length in tokens (default: the role's longest request)"
+    )
+    ap.add_argument("--d-model", type=int, default=ModelConfig.d_model)
+    ap.add_argument("--layers", type=int, default=ModelConfig.layers)
+    ap.add_argument("--heads", type=int, default=ModelConfig.heads)
+    ap.add_argument("--ffn", type=int, default=ModelConfig.ffn)
+    ap.add_argument("--vocab", type=int, default=ModelConfig.vocab)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deadline", type=float, default=540.0, help="the process never lives longer (s)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.role == "prefill":
+        args.concurrency = max(args.concurrency, ROLES["prefill"].prefill_batch)
+    # a watchdog: whatever happens, the process ends at its deadline
+    timer = threading.Timer(args.deadline + 5.0, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+    return serve(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,733 @@
+#!/usr/bin/env python3
+"""Device run of the serving workload (issue 53) beside the real exporter, on GPU 0.
+
+Phases, one after another (defaults; about 4.5 minutes in all):
+  idle           10 s   nothing on the GPU (the exporter alone)
+  agg_b1..b64   5x20 s  one aggregated engine (pod serving/llm-agg-...), 1, 8, 16, 32, 64 requests
+  prefill_solo   20 s   the prefill-only engine alone (pod llm-prefill-...)
+  disagg         30 s   the prefill-only and the decode-only engine time-sliced on the GPU
+  decode_solo    20 s   the decode-only engine alone (pod llm-decode-...)
+  idle_end       10 s
+Engines start (model build, warm-up) between phases, outside them.
+
+Every second it scrapes the exporter (``python3 -m exporter --backend nvml``) and every live
+engine, keeping each page (``pages-<target>.txt.gz``), and reads GPU 0's energy counter through
+NVML.  The engines' series get the target labels a PodMonitor would give them (``namespace``,
+``pod``, ``container``, ``job``, ``instance``); the exporter's keep their own (``honorLabels``).
+Attribution: with the test fakes importable (grpcio, protobuf, h2; PyYAML for the exporter's
+kubeconfig) the exporter runs the chart's whole chain against a real gRPC kubelet and the API
+emulator that list the three engine pods time-slicing GPU 0 (``<uuid>::0..2``), and a procfs
+folder puts each engine's PIDs (its own, and the ones NVML reports once it runs) in its pod's
+container; else against the kubelet alone; else NVML only (``--attribution``).
+
+Writes into --out (at most 8 files, what a device call brings back):
+  summary.json     per phase: its bounds, the exporter's class for the GPU and each pod (the mode
+                   over the phase after the classifier's window, and every class counted), NVML
+                   energy (J) and joules per generated token, each engine's own token counts and
+                   tokens/s, the ITL histogram, and the engines' Prometheus counters against their
+                   own counts over the same scrapes; the PID -> pod map; the facts of the machine
+  history.om.gz    every scrape as one OpenMetrics history: ``gunzip`` it, then
+                   ``promtool tsdb create-blocks-from openmetrics history.om DIR``
+  details.tgz      each engine's summary (per-step timings, per-second counts), the raw pages,
+                   the exporter's and engines' logs, nvidia-smi's facts
+  run.log          what this script printed
+
+    bash scripts/gpu_serving_run.sh                       # on the device, from the repository root
+    python3 scripts/gpu_serving_run.py --out DIR --hold 20 --solo 20 --together 30 --idle 10
+    python3 scripts/gpu_serving_run.py --rebuild DIR --role-label llm_d_ai_role   # here: history again
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.request
+from bisect import bisect_left
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.om_scrape import PageLog, ScrapeHistory, Target, read_pages  # noqa: E402
+
+NAMESPACE = "serving"
+NODE = "gpu-node-1"
+MODEL_NAME = "gpulens-llama-1b"
+ENGINE_PODS: dict[str, tuple[str, str]] = {
+    "both": ("llm-agg", "vllm"),
+    "prefill": ("llm-prefill", "vllm"),
+    "decode": ("llm-decode", "vllm"),
+}
+"""Role -> (Deployment, container) of its engine pod."""
+CLASS_WINDOW_S = 10.0
+"""The exporter's analysis window: a phase's first seconds still show the one before."""
+_BOUNDNESS = re.compile(r'^gpulens_gpu_boundness\{(?=[^}]*gpu="0")([^}]*)\}\s+(\S+)')
+_POD_BOUNDNESS = re.compile(r"^gpulens_pod_gpu_boundness\{([^}]*)\}\s+(\S+)")
+_BUSY = re.compile(r'^gpulens_gpu_busy_ratio\{(?=[^}]*gpu="0")[^}]*\}\s+(\S+)')
+_ENERGY = re.compile(r'^gpulens_gpu_energy_joules_total\{(?=[^}]*gpu="0")[^}]*\}\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_GEN = re.compile(r"^vllm:generation_tokens_total\{[^}]*\}\s+(\S+)")
+
+
+# --- what one exporter page says ------------------------------------------------------------------
+
+
+def exporter_reading(text: str) -> dict[str, Any]:
+    """GPU 0's class, busy ratio and energy counter, and each pod's class, from an exporter page."""
+    out: dict[str, Any] = {"gpu_class": None, "busy": None, "energy_j": None, "pod_classes": {}}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = _BOUNDNESS.match(line)
+        if m and float(m.group(2)) == 1.0:
+            out["gpu_class"] = dict(_LABEL.findall(m.group(1))).get("class")
+            continue
+        m = _POD_BOUNDNESS.match(line)
+        if m and float(m.group(2)) == 1.0:
+            labels = dict(_LABEL.findall(m.group(1)))
+            out["pod_classes"][f"{labels.get('namespace', '')}/{labels.get('pod', '')}"] = labels.get("class")
+            continue
+        m = _BUSY.match(line)
+        if m:
+            out["busy"] = float(m.group(1))
+            continue
+        m = _ENERGY.match(line)
+        if m:
+            out["energy_j"] = float(m.group(1))
+    return out
+
+
+def engine_generation(text: str) -> float | None:
+    """``vllm:generation_tokens_total`` of an engine page (summed over its series)."""
+    values = [float(m.group(1)) for line in text.splitlines() if (m := _GEN.match(line))]
+    return sum(values) if values else None
+
+
+def interpolate(points: list[tuple[float, float]], t: float) -> float | None:
+    """Linear interpolation of sorted (time, value) points at ``t`` (clamped to the ends)."""
+    if not points:
+        return None
+    times = [p[0] for p in points]
+    i = bisect_left(times, t)
+    if i == 0:
+        return points[0][1]
+    if i == len(points):
+        return points[-1][1]
+    (t0, v0), (t1, v1) = points[i - 1], points[i]
+    return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def mode_after(rows: list[tuple[float, str | None]], start: float, end: float, settle: float) -> dict[str, Any]:
+    """The class most often read in (start + settle, end], every class counted there, and over the
+    whole phase."""
+    settled = Counter(c for t, c in rows if start + settle < t <= end and c)
+    whole = Counter(c for t, c in rows if start < t <= end and c)
+    return {
+        "class": settled.most_common(1)[0][0] if settled else None,
+        "settled_counts": dict(settled),
+        "all_counts": dict(whole),
+    }
+
+
+# --- the run ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Engine:
+    role: str
+    pod: str
+    container: str
+    port: int
+    proc: subprocess.Popen[str]
+    summary: Path
+    pids: list[int] = field(default_factory=list)
+    ready_line: str = ""
+
+
+class Run:
+    """The exporter, the engines, the 1 s scraper and the phase records of one run."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.out)
+        self.work = self.out / "work"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.history = ScrapeHistory()
+        self.targets: dict[str, tuple[str, Target, PageLog]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.readings: list[dict[str, Any]] = []
+        """Per second: t, NVML energy (J) and power (W), the exporter's reading."""
+        self.engine_gen: dict[str, list[tuple[float, float]]] = {}
+        """Target -> (scrape time, vllm:generation_tokens_total)."""
+        self.phases: list[dict[str, Any]] = []
+        self.engines: dict[str, Engine] = {}
+        self.pid_pods: dict[int, str] = {}
+        self.nvml: Any = None
+        self.handle: Any = None
+        self.chain: Any = None
+        self.chain_folder: Path | None = None
+        self.attribution = "none"
+        self.pod_uids: dict[str, tuple[str, str]] = {}
+        self.pod_names: dict[str, str] = {}
+        self.exporter: subprocess.Popen[bytes] | None = None
+
+    def log(self, msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+    # --- NVML ------------------------------------------------------------------------------------
+
+    def nvml_init(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nvml = pynvml
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    def energy_power(self) -> tuple[float | None, float | None]:
+        nv = self.nvml
+        try:
+            e = nv.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
+        except nv.NVMLError:
+            e = None
+        try:
+            p = nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+        except nv.NVMLError:
+            p = None
+        return e, p
+
+    def compute_pids(self) -> set[int]:
+        nv = self.nvml
+        try:
+            return {p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(self.handle)}
+        except nv.NVMLError:
+            return set()
+
+    # --- attribution --------------------------------------------------------------------------
+
+    def start_chain(self, stack: ExitStack, uuid: str) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The exporter's attribution flags and environment (see the module docstring)."""
+        want = self.args.attribution
+        import random
+
+        from bench import exporter_rss as rss
+
+        rng = random.Random("gpulens-serving")
+        pods = []
+        for replica, role in enumerate(("both", "prefill", "decode")):
+            workload, container = ENGINE_PODS[role]
+            owned = rss._owned(rng, NAMESPACE, "Deployment", workload, 0)
+            uid = rss._uid(NAMESPACE, owned["name"])
+            self.pod_names[role] = owned["name"]
+            self.pod_uids[role] = (uid, container)
+            pods.append(
+                rss.NodePod(
+                    NAMESPACE,
+                    owned["name"],
+                    uid,
+                    owned["owner"],
+                    (container,),
+                    {container: (f"{uuid}::{replica}",)},
+                    owned.get("template_hash"),
+                    app=workload,
+                )
+            )
+        plan = rss.NodePlan(tuple(pods), tuple(f"{uuid}::{r}" for r in range(3)), {})
+        no_kubelet = ("--kubernetes.podresources-socket=", "--no-kubernetes.api", "--kubernetes.node-name", NODE)
+        if want in ("auto", "full"):
+            try:
+                self.chain_folder = self.work / "chain"
+                self.chain_folder.mkdir(exist_ok=True)
+                chain = stack.enter_context(rss.full_chain(plan, self.chain_folder, node=NODE))
+                self.attribution = "full"
+                return chain.flags, chain.env
+            except (SystemExit, ImportError, OSError) as exc:
+                self.log(f"full chain unavailable ({exc}); trying the kubelet alone")
+                if want == "full":
+                    raise
+        if want in ("auto", "kubelet"):
+            try:
+                from tests.fakes import kubelet_server
+
+                kubelet = stack.enter_context(kubelet_server.FakeKubelet())
+                kubelet.pods = [
+                    kubelet_server.pod(
+                        p.namespace, p.name, [(c, [(rss.GPU_RESOURCE, p.devices[c])]) for c in p.containers]
+                    )
+                    for p in pods
+                ]
+                kubelet.allocatable = [kubelet_server.devices(rss.GPU_RESOURCE, plan.allocatable)]
+                self.attribution = "kubelet"
+                return (
+                    "--kubernetes.podresources-socket",
+                    kubelet.socket_path,
+                    "--no-kubernetes.api",
+                    "--kubernetes.node-name",
+                    NODE,
+                ), dict(rss.NO_IN_CLUSTER)
+            except (SystemExit, ImportError, OSError) as exc:
+                self.log(f"kubelet fake unavailable ({exc}); NVML only")
+                if want == "kubelet":
+                    raise
+        self.attribution = "none"
+        return no_kubelet, {}
+
+    def attribute(self, role: str, pids: set[int]) -> None:
+        """Put ``pids`` in the pod of ``role`` (the procfs folder of the full chain) and record it."""
+        pod = f"{NAMESPACE}/{self.pod_names.get(role, ENGINE_PODS[role][0])}"
+        for pid in pids:
+            self.pid_pods[pid] = pod
+        if self.attribution == "full" and self.chain_folder is not None:
+            from bench.exporter_rss import write_procfs
+
+            write_procfs(self.chain_folder, dict.fromkeys(pids, self.pod_uids[role]))
+
+    # --- exporter and scraper -----------------------------------------------------------------------
+
+    def start_exporter(self, flags: tuple[str, ...], env: dict[str, str]) -> None:
+        port = self.args.exporter_port
+        cmd = [
+            sys.executable, "-m", "exporter", "--backend", "nvml",
+            "--web.listen-address", f"127.0.0.1:{port}",
+            "--collect.interval", "1s", "--no-probes", *flags,
+        ]  # fmt: skip
+        log = open(self.work / "exporter.log", "wb")  # noqa: SIM115 - lives as long as the process
+        self.exporter = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.exporter.poll() is not None:
+                raise SystemExit(f"exporter exited with {self.exporter.returncode}; see exporter.log")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    if b"gpulens_gpu_info" in r.read():
+                        break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise SystemExit("exporter did not serve GPU 0 within 60 s")
+        self.add_target(
+            "exporter",
+            f"http://127.0.0.1:{port}/metrics",
+            Target({"job": "gpulens", "instance": f"{NODE}:{port}"}, honor=True),
+        )
+        self.log(f"exporter up (attribution: {self.attribution}) {' '.join(cmd[2:])}")
+
+    def add_target(self, name: str, url: str, target: Target) -> None:
+        with self.lock:
+            self.targets[name] = (url, target, PageLog(self.work / f"pages-{name}.txt.gz"))
+
+    def drop_target(self, name: str) -> None:
+        with self.lock:
+            entry = self.targets.pop(name, None)
+        if entry:
+            entry[2].close()
+
+    def scraper(self) -> None:
+        next_t = time.time()
+        while not self.stop.is_set():
+            next_t += 1.0
+            e, p = self.energy_power()
+            row: dict[str, Any] = {"t": round(time.time(), 3), "nvml_energy_j": e, "power_w": p}
+            with self.lock:
+                targets = list(self.targets.items())
+            for name, (url, target, pages) in targets:
+                t = time.time()
+                try:
+                    with urllib.request.urlopen(url, timeout=0.8) as r:
+                        text = r.read().decode("utf-8", "replace")
+                except OSError:
+                    continue
+                with self.lock:
+                    if name not in self.targets:
+                        continue
+                    pages.add(text, t)
+                    self.history.add(target, text, t)
+                if name == "exporter":
+                    row.update(exporter_reading(text))
+                else:
+                    g = engine_generation(text)
+                    if g is not None:
+                        self.engine_gen.setdefault(name, []).append((t, g))
+            self.readings.append(row)
+            self.stop.wait(max(0.0, next_t - time.time()))
+
+    # --- engines ----------------------------------------------------------------------------------
+
+    def start_engine(self, role: str, port: int, extra: list[str]) -> Engine:
+        workload, container = ENGINE_PODS[role]
+        pod = self.pod_names.get(role, f"{workload}-0")
+        summary = self.work / f"engine-{role}.json"
+        before = self.compute_pids()
+        cmd = [
+            sys.executable, str(ROOT / "scripts" / "gpu_serving.py"), "--role", role, "--port", str(port),
+            "--pod", pod, "--namespace", NAMESPACE, "--model-name", MODEL_NAME, "--summary", str(summary),
+            "--deadline", str(self.args.engine_deadline), *self.args.model_args, *extra,
+        ]  # fmt: skip
+        log = open(self.work / f"engine-{role}.log", "w")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1
+        )
+        eng = Engine(role, pod, container, port, proc, summary)
+        self.engines[role] = eng
+        assert proc.stdout is not None
+        deadline = time.monotonic() + self.args.ready_timeout
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"engine {role} ended before ready (rc={proc.poll()}); see engine-{role}.log")
+            log.write(line)
+            log.flush()
+            if line.startswith("ready"):
+                eng.ready_line = line.strip()
+                break
+        else:
+            raise SystemExit(f"engine {role} not ready within {self.args.ready_timeout} s")
+        threading.Thread(target=self._drain, args=(proc, log), daemon=True).start()
+        time.sleep(0.5)
+        eng.pids = sorted({proc.pid} | (self.compute_pids() - before))
+        self.attribute(role, set(eng.pids))
+        self.add_target(
+            role,
+            f"http://127.0.0.1:{port}/metrics",
+            Target(
+                {
+                    "job": f"{NAMESPACE}/vllm",
+                    "instance": f"127.0.0.1:{port}",
+                    "namespace": NAMESPACE,
+                    "pod": pod,
+                    "container": container,
+                    **({self.args.role_label: role} if self.args.role_label else {}),
+                }
+            ),
+        )
+        self.log(f"engine {role} ready: pod {NAMESPACE}/{pod}, pids {eng.pids}: {eng.ready_line}")
+        return eng
+
+    @staticmethod
+    def _drain(proc: subprocess.Popen[str], log: Any) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+
+    def go(self, eng: Engine, start: float, duration: float, marks: list[float]) -> None:
+        assert eng.proc.stdin is not None
+        eng.proc.stdin.write(f"go {start:.3f} {duration:.3f} {' '.join(f'{m:.3f}' for m in marks)}\n")
+        eng.proc.stdin.flush()
+
+    def finish_engine(self, eng: Engine, until: float) -> None:
+        """Wait for its summary (or ``until``), scrape it once more, then end it."""
+        while time.time() < until + 30 and not eng.summary.exists() and eng.proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(1.5)  # one more scrape of its final counters
+        self.drop_target(eng.role)
+        if eng.proc.stdin is not None:
+            eng.proc.stdin.close()
+        try:
+            eng.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            eng.proc.kill()
+            eng.proc.wait(5)
+
+    def phase(self, name: str, start: float, end: float, roles: list[str], **extra: Any) -> None:
+        self.phases.append({"name": name, "start": start, "end": end, "engines": roles, **extra})
+
+    def sleep_until(self, t: float) -> None:
+        while time.time() < t:
+            time.sleep(min(0.2, t - time.time()))
+
+    def main(self) -> None:
+        self.nvml_init()
+        uuid = self.nvml.nvmlDeviceGetUUID(self.handle)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        with ExitStack() as stack:
+            flags, env = self.start_chain(stack, uuid)
+            self.start_exporter(flags, env)
+            threading.Thread(target=self.scraper, daemon=True).start()
+            try:
+                self.run_phases()
+            finally:
+                for eng in self.engines.values():
+                    if eng.proc.poll() is None:
+                        eng.proc.kill()
+                self.stop.set()
+                time.sleep(1.2)
+                if self.exporter is not None:
+                    self.exporter.terminate()
+                    try:
+                        self.exporter.wait(10)
+                    except subprocess.TimeoutExpired:
+                        self.exporter.kill()
+                with self.lock:
+                    for name in list(self.targets):
+                        self.targets[name][2].close()
+                    self.targets.clear()
+
+    def run_phases(self) -> None:
+        a = self.args
+        t = time.time()
+        self.phase("idle", t, t + a.idle, [])
+        self.sleep_until(t + a.idle)
+        # aggregated sweep
+        agg = self.start_engine("both", a.port, ["--sweep", ",".join(map(str, a.sweep)), "--hold", str(a.hold)])
+        start = time.time() + 1.0
+        bounds = [start + i * a.hold for i in range(len(a.sweep) + 1)]
+        self.go(agg, start, a.hold * len(a.sweep), bounds[1:-1])
+        for i, n in enumerate(a.sweep):
+            self.phase(f"agg_b{n}", bounds[i], bounds[i + 1], ["both"], concurrency=n)
+        self.sleep_until(bounds[-1])
+        self.finish_engine(agg, bounds[-1])
+        # disaggregated: prefill alone, both time-sliced, decode alone
+        pre = self.start_engine("prefill", a.port + 1, ["--concurrency", str(a.prefill_concurrency)])
+        dec = self.start_engine("decode", a.port + 2, ["--concurrency", str(a.decode_concurrency)])
+        t0 = time.time() + 1.0
+        t1, t2, t3 = t0 + a.solo, t0 + a.solo + a.together, t0 + 2 * a.solo + a.together
+        self.go(pre, t0, t2 - t0, [t1])
+        self.go(dec, t1, t3 - t1, [t2])
+        self.phase("prefill_solo", t0, t1, ["prefill"])
+        self.phase("disagg", t1, t2, ["prefill", "decode"])
+        self.phase("decode_solo", t2, t3, ["decode"])
+        self.sleep_until(t2)
+        self.finish_engine(pre, t2)
+        self.sleep_until(t3)
+        self.finish_engine(dec, t3)
+        t = time.time()
+        self.phase("idle_end", t, t + a.idle, [])
+        self.sleep_until(t + a.idle)
+
+    # --- results ----------------------------------------------------------------------------------
+
+    def results(self) -> dict[str, Any]:
+        engines = {}
+        for role, eng in self.engines.items():
+            if eng.summary.exists():
+                engines[role] = json.loads(eng.summary.read_text())
+        energy = [(r["t"], r["nvml_energy_j"]) for r in self.readings if r.get("nvml_energy_j") is not None]
+        gpu_classes = [(r["t"], r.get("gpu_class")) for r in self.readings]
+        phases = []
+        for ph in self.phases:
+            s, e = ph["start"], ph["end"]
+            out = dict(ph)
+            e0, e1 = interpolate(energy, s), interpolate(energy, e)
+            out["nvml_energy_j"] = (e1 - e0) if e0 is not None and e1 is not None else None
+            out["mean_power_w"] = out["nvml_energy_j"] / (e - s) if out["nvml_energy_j"] is not None else None
+            out["gpu_class"] = mode_after(gpu_classes, s, e, CLASS_WINDOW_S)
+            busy = [r["busy"] for r in self.readings if s + CLASS_WINDOW_S < r["t"] <= e and r.get("busy") is not None]
+            out["busy_ratio_mean"] = sum(busy) / len(busy) if busy else None
+            pods: dict[str, Any] = {}
+            for role in ph["engines"]:
+                pod = f"{NAMESPACE}/{self.engines[role].pod}" if role in self.engines else role
+                pods[pod] = mode_after(
+                    [(r["t"], r.get("pod_classes", {}).get(pod)) for r in self.readings], s, e, CLASS_WINDOW_S
+                )
+            out["pod_classes"] = pods
+            total = 0.0
+            per_engine = {}
+            for role in ph["engines"]:
+                if role not in engines:
+                    continue
+                per_engine[role] = self.engine_phase(engines[role], role, s, e)
+                total += per_engine[role]["generation_tokens"]
+            out["engines_own"] = per_engine
+            out["generation_tokens"] = total
+            out["generation_tokens_per_s"] = total / (e - s)
+            out["joules_per_generated_token"] = (
+                out["nvml_energy_j"] / total if total and out["nvml_energy_j"] is not None else None
+            )
+            phases.append(out)
+        return {
+            "attribution": self.attribution,
+            "pid_pods": {str(k): v for k, v in sorted(self.pid_pods.items())},
+            "engines": {
+                role: {
+                    "pod": f"{NAMESPACE}/{eng.pod}",
+                    "container": eng.container,
+                    "port": eng.port,
+                    "pids": eng.pids,
+                    "ready": eng.ready_line,
+                    "counts": engines.get(role, {}).get("counts"),
+                    "model": engines.get(role, {}).get("model"),
+                    "levels": engines.get(role, {}).get("levels"),
+                }
+                for role, eng in self.engines.items()
+            },
+            "phases": phases,
+            "scrapes": self.history.scrapes,
+            "readings": self.readings,
+        }
+
+    def engine_phase(self, summary: dict[str, Any], role: str, s: float, e: float) -> dict[str, Any]:
+        """An engine's own counts over [s, e], its ITL histogram there, and its Prometheus counter
+        over the scrapes inside [s, e] against its own count between the same two instants."""
+        points = sorted(
+            [(row[0], float(row[1])) for row in summary["timeline"]]
+            + [(snap["t"], float(snap["counts"]["generation_tokens"])) for snap in summary["snapshots"]]
+        )
+        g0, g1 = interpolate(points, s), interpolate(points, e)
+        gen = (g1 or 0.0) - (g0 or 0.0)
+        out: dict[str, Any] = {"generation_tokens": gen, "generation_tokens_per_s": gen / (e - s)}
+        snaps = summary["snapshots"]
+        first = min(snaps, key=lambda x: abs(x["t"] - s))
+        last = min(snaps, key=lambda x: abs(x["t"] - e))
+        out["itl_snapshots_t"] = [first["t"], last["t"]]
+        out["itl_bucket_bounds"] = last["counts"]["itl_bucket_bounds"]
+        out["itl_bucket_counts"] = [
+            b - a
+            for a, b in zip(first["counts"]["itl_bucket_counts"], last["counts"]["itl_bucket_counts"], strict=True)
+        ]
+        n = sum(out["itl_bucket_counts"])
+        out["itl_mean_s"] = (last["counts"]["itl_sum_s"] - first["counts"]["itl_sum_s"]) / n if n else None
+        scraped = [(t, v) for t, v in self.engine_gen.get(role, []) if s <= t <= e]
+        if len(scraped) >= 2:
+            (ta, va), (tb, vb) = scraped[0], scraped[-1]
+            own = (interpolate(points, tb) or 0.0) - (interpolate(points, ta) or 0.0)
+            out["prometheus_check"] = {
+                "from": ta,
+                "to": tb,
+                "scraped_tokens": vb - va,
+                "own_tokens": own,
+                "scraped_tokens_per_s": (vb - va) / (tb - ta),
+                "ratio": (vb - va) / own if own else None,
+            }
+        return out
+
+
+def write_outputs(run: Run, started: float) -> None:
+    out = run.out
+    res = run.results()
+    res["started"] = started
+    res["args"] = {k: v for k, v in vars(run.args).items() if k != "func"}
+    facts = run.work / "facts.txt"
+    res["facts"] = facts.read_text() if facts.exists() else ""
+    (out / "summary.json").write_text(json.dumps(res, indent=1, default=str))
+    with gzip.open(out / "history.om.gz", "wt", compresslevel=6) as f:
+        samples = run.history.write(f)
+    run.log(f"history: {samples} samples from {run.history.scrapes} scrapes")
+    with tarfile.open(out / "details.tgz", "w:gz") as tar:
+        tar.add(run.work, arcname="details")
+    shutil.rmtree(run.work, ignore_errors=True)
+    for ph in res["phases"]:
+        run.log(
+            f"{ph['name']:>13}: class {ph['gpu_class']['class']} {ph['gpu_class']['settled_counts']} "
+            f"tok/s {ph['generation_tokens_per_s']:.0f} J/tok {ph['joules_per_generated_token']} "
+            f"pods { ({p: c['class'] for p, c in ph['pod_classes'].items()}) }"
+        )
+
+
+def rebuild(folder: Path, role_label: str) -> None:
+    """Write ``history.om.gz`` again from a run's pages (``details.tgz`` unpacked in ``folder``),
+    with ``role_label`` added to the engines' series."""
+    details = folder / "details"
+    if not details.exists():
+        with tarfile.open(folder / "details.tgz") as tar:
+            tar.extractall(folder, filter="data")
+    summary = json.loads((folder / "summary.json").read_text())
+    history = ScrapeHistory()
+    port = summary["args"]["exporter_port"]
+    for path in sorted(details.glob("pages-*.txt.gz")):
+        name = path.name.removeprefix("pages-").removesuffix(".txt.gz")
+        if name == "exporter":
+            target = Target({"job": "gpulens", "instance": f"{NODE}:{port}"}, honor=True)
+        else:
+            eng = summary["engines"][name]
+            ns, pod = eng["pod"].split("/", 1)
+            labels = {
+                "job": f"{ns}/vllm",
+                "instance": f"127.0.0.1:{eng['port']}",
+                "namespace": ns,
+                "pod": pod,
+                "container": eng["container"],
+            }
+            if role_label:
+                labels[role_label] = name
+            target = Target(labels)
+        for t, text in read_pages(path):
+            history.add(target, text, t)
+    with gzip.open(folder / "history.om.gz", "wt") as f:
+        print(f"{history.write(f)} samples")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "serving-out"))
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle GPU before and after")
+    ap.add_argument("--hold", type=float, default=20.0, help="seconds at each aggregated concurrency")
+    ap.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 16, 32, 64])
+    ap.add_argument("--solo", type=float, default=20.0, help="seconds of the prefill (then decode) engine alone")
+    ap.add_argument("--together", type=float, default=30.0, help="seconds of prefill and decode time-sliced")
+    ap.add_argument("--prefill-concurrency", type=int, default=8)
+    ap.add_argument("--decode-concurrency", type=int, default=32)
+    ap.add_argument("--port", type=int, default=8001, help="first engine's metrics port (then +1, +2)")
+    ap.add_argument("--exporter-port", type=int, default=9445)
+    ap.add_argument("--attribution", choices=("auto", "full", "kubelet", "none"), default="auto")
+    ap.add_argument("--role-label", default="", help="a target label carrying the engine's role (e.g. llm_d_ai_role)")
+    ap.add_argument("--ready-timeout", type=float, default=120.0)
+    ap.add_argument("--engine-deadline", type=float, default=400.0)
+    ap.add_argument("--model-args", nargs=argparse.REMAINDER, default=[], help="passed to every engine (last)")
+    ap.add_argument("--rebuild", metavar="DIR", help="only rewrite DIR/history.om.gz from a run's pages")
+    return ap
+
+
+def _facts(path: Path) -> None:
+    cmds = [
+        ["nvidia-smi", "-L"],
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.max.mem,memory.total,mig.mode.current",
+            "--format=csv",
+        ],
+        [
+            sys.executable,
+            "-c",
+            "import torch, sys; print(sys.version); print('torch', torch.__version__, torch.version.cuda)",
+        ],
+    ]
+    with path.open("w") as f:
+        for cmd in cmds:
+            try:
+                f.write(subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                f.write(f"{cmd[0]}: {exc}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.rebuild:
+        rebuild(Path(args.rebuild), args.role_label)
+        return 0
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise SystemExit(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    run = Run(args)
+    started = time.time()
+    _facts(run.work / "facts.txt")
+    rc = 0
+    try:
+        run.main()
+    except SystemExit as exc:
+        run.log(f"stopped: {exc}")
+        rc = 1
+    finally:
+        write_outputs(run, started)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
