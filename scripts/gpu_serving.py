@@ -7,12 +7,12 @@ metrics on its own port.  One process is one engine (one pod): ``--role both`` (
 The model (defaults: 1.2 B parameters): d_model 2048, 16 layers, 16 heads of 128, SwiGLU MLP of
 8192, RMSNorm, no positional encoding (random weights: what is measured is the work, not the text),
 vocabulary 32,000, bf16.  The KV cache is one tensor per K and V of [layers, slots, heads, max_len,
-head_dim]; running requests hold slots 0..n-1 (bench/serving_sched.py), so a decode step attends
+head_dim]; running requests hold slots 0..n-1 (tests/support/serving_sched.py), so a decode step attends
 over ``cache[:, :n, :, :longest]`` (a view) with a mask per request.  Prefill runs per group of
 equal prompt length with causal SDPA.  Every step ends with a synchronisation (the tokens are
 known, as an engine that returns them must), so the latencies are real.
 
-Protocol with its parent (scripts/gpu_serving_run.py): after the model is built and warmed up it
+Protocol with its parent (bench/gpu_serving_run.py): after the model is built and warmed up it
 serves /metrics on ``--port`` and prints ``ready``; it then reads one line from stdin,
 ``go START DURATION [MARK ...]`` (Unix seconds), serves from START to START + DURATION (with
 ``--role both`` the concurrency steps through ``--sweep``, ``--hold`` seconds each; otherwise it
@@ -34,50 +34,14 @@ import select
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serving_sched import ROLES, Request, Scheduler  # noqa: E402
-
-SWEEP = (1, 8, 16, 32, 64)
-"""The aggregated engine's decode batch sizes (requests kept in the system), in order."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of the decoder."""
-
-    d_model: int = 2048
-    layers: int = 16
-    heads: int = 16
-    ffn: int = 8192
-    vocab: int = 32000
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
-
-    @property
-    def params(self) -> int:
-        """Parameters: embedding, LM head, and per layer QKV, output, SwiGLU (gate+up, down), 2 norms."""
-        d = self.d_model
-        per_layer = 3 * d * d + d * d + 2 * d * self.ffn + self.ffn * d + 2 * d
-        return 2 * self.vocab * d + self.layers * per_layer + d
-
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token of context (K and V, bf16, every layer)."""
-        return 2 * self.layers * self.d_model * 2
-
-
-def default_max_len(role: str) -> int:
-    """Longest prompt + output of the role, rounded up to 16 tokens (the attention's alignment)."""
-    shape = ROLES[role]
-    return -(-(shape.prompt[1] + shape.output[1]) // 16) * 16
-
+from tests.support.serving_engine import SWEEP, ModelConfig, StepLog, default_max_len, step, summary  # noqa: E402
+from tests.support.serving_sched import ROLES, Scheduler  # noqa: E402
 
 # --- the model (torch) --------------------------------------------------------------------------
 
@@ -194,33 +158,11 @@ class Decoder:
 # --- the engine loop ----------------------------------------------------------------------------
 
 
-class StepLog:
-    """Per-step timings (seconds) in columns, and counts snapshots at marks."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[float, int, int, int, float, float]] = []
-        """(unix start, requests prefilled, prompt tokens prefilled, decode batch, prefill s, decode s)."""
-
-    def add(self, t: float, pre: int, pre_tokens: int, dec: int, pre_s: float, dec_s: float) -> None:
-        self.rows.append((round(t, 4), pre, pre_tokens, dec, round(pre_s, 6), round(dec_s, 6)))
-
-
-def _quantiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None, "mean": None}
-    s = sorted(values)
-    return {
-        "p50": s[len(s) // 2],
-        "p95": s[min(len(s) - 1, int(0.95 * len(s)))],
-        "mean": sum(s) / len(s),
-    }
-
-
 def serve(args: argparse.Namespace) -> int:
     """Build, warm up, announce, then serve one ``go`` window; see the module docstring."""
     from prometheus_client import start_http_server
 
-    from bench.serving_metrics import EngineMetrics
+    from tests.support.serving_metrics import EngineMetrics
 
     born = time.monotonic()
     role = args.role
@@ -293,7 +235,7 @@ def serve(args: argparse.Namespace) -> int:
                 )
             )
             next_tick = math.floor(now_u) + 1.0
-        _step(model, sched, log, now_u)
+        step(model, sched, log, now_u, time.monotonic, time.sleep)
     snapshots.append(
         {
             "t": time.time(),
@@ -313,8 +255,8 @@ def serve(args: argparse.Namespace) -> int:
             len(sched.waiting),
         )
     )
-    summary = _summary(args, cfg, slots, max_len, warm_s, start, end, levels, snapshots, timeline, log, metrics)
-    Path(args.summary).write_text(json.dumps(summary, indent=1))
+    result = summary(args, cfg, slots, max_len, warm_s, start, end, levels, snapshots, timeline, log, metrics)
+    Path(args.summary).write_text(json.dumps(result, indent=1))
     print(
         f"done generation_tokens={c.generation_tokens} prompt_tokens={c.prompt_tokens} requests={c.requests_finished}",
         flush=True,
@@ -324,110 +266,10 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _step(model: Decoder, sched: Scheduler, log: StepLog, now_u: float) -> None:
-    """One engine step: owed KV moves, prefill of the admitted requests, one decode of all running."""
-    t0 = time.monotonic()
-    step = sched.plan(t0)
-    _moves(model, step.moves)
-    by_len: dict[int, list[Request]] = {}
-    for r in step.prefill:
-        by_len.setdefault(r.prompt_tokens, []).append(r)
-    for length, reqs in by_len.items():
-        model.prefill([r.slot for r in reqs], length)
-    if step.prefill:
-        model.sync()
-    t1 = time.monotonic()
-    step = sched.after_prefill(step, t1)
-    _moves(model, step.moves)
-    n = step.decode
-    if n:
-        model.decode([r.context + 1 for r in sched.running[:n]])
-        model.sync()
-    t2 = time.monotonic()
-    if n:
-        sched.after_decode(step, t2)
-    if not step.prefill and not n:
-        time.sleep(0.001)  # nothing to do (concurrency 0)
-        return
-    log.add(now_u, len(step.prefill), sum(r.prompt_tokens for r in step.prefill), n, t1 - t0, t2 - t1)
-
-
-def _moves(model: Decoder, moves: list[tuple[int, int, int]]) -> None:
-    for src, dst, context in moves:
-        model.move(src, dst, context)
-
-
 def _readline(timeout: float) -> str:
     """One line from stdin within ``timeout`` seconds ('' at its end or on timeout)."""
     ready, _, _ = select.select([sys.stdin], [], [], max(0.0, timeout))
     return sys.stdin.readline().strip() if ready else ""
-
-
-def _summary(
-    args: argparse.Namespace,
-    cfg: ModelConfig,
-    slots: int,
-    max_len: int,
-    warm_s: float,
-    start: float,
-    end: float,
-    levels: list[tuple[float, int]],
-    snapshots: list[dict[str, Any]],
-    timeline: list[tuple[float, int, int, int, int, int]],
-    log: StepLog,
-    metrics: Any,
-) -> dict[str, Any]:
-    """The run's own figures: counts, per-level tokens/s and step timings, the per-second timeline."""
-    per_level = []
-    bounds = [t for t, _ in levels] + [end]
-    for i, (t0, n) in enumerate(levels):
-        t1 = bounds[i + 1]
-        rows = [r for r in log.rows if t0 <= r[0] < t1]
-        dec = [r[5] for r in rows if r[3]]
-        gen = sum(r[3] for r in rows) + sum(r[1] for r in rows)
-        per_level.append(
-            {
-                "concurrency": n,
-                "start": t0,
-                "end": t1,
-                "steps": len(rows),
-                "generation_tokens": gen,
-                "prompt_tokens": sum(r[2] for r in rows),
-                "generation_tokens_per_s": gen / (t1 - t0) if t1 > t0 else None,
-                "mean_decode_batch": (sum(r[3] for r in rows) / len(dec)) if dec else None,
-                "decode_step_s": _quantiles(dec),
-                "prefill_step_s": _quantiles([r[4] for r in rows if r[1]]),
-            }
-        )
-    return {
-        "role": args.role,
-        "pod": args.pod,
-        "namespace": args.namespace,
-        "model_name": args.model_name,
-        "pid": os.getpid(),
-        "port": args.port,
-        "model": {
-            **asdict(cfg),
-            "params": cfg.params,
-            "kv_bytes_per_token": cfg.kv_bytes_per_token(),
-            "dtype": "bfloat16",
-        },
-        "slots": slots,
-        "max_len": max_len,
-        "role_shape": asdict(ROLES[args.role]),
-        "warmup_s": warm_s,
-        "start": start,
-        "end": end,
-        "wall_s": end - start,
-        "counts": metrics.counts.as_dict(),
-        "generation_tokens_per_s": metrics.counts.generation_tokens / (end - start),
-        "levels": per_level,
-        "snapshots": snapshots,
-        "timeline_columns": ["unix_s", "generation_tokens", "prompt_tokens", "requests_finished", "running", "waiting"],
-        "timeline": timeline,
-        "step_columns": ["unix_s", "prefilled_requests", "prefilled_tokens", "decode_batch", "prefill_s", "decode_s"],
-        "steps": log.rows,
-    }
 
 
 def parser() -> argparse.ArgumentParser:

@@ -6,9 +6,9 @@ counts), the OpenMetrics history its run writes, and the exporter page reading o
 from __future__ import annotations
 
 import gzip
-import importlib
 import io
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +17,19 @@ from prometheus_client import generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from bench.om_scrape import PageLog, ScrapeHistory, Target, parse_page, read_pages
-from bench.serving_metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, EngineMetrics, buckets_1_2_5
-from bench.serving_sched import ROLES, Request, Scheduler
+from tests.support import serving_engine as se
+from tests.support.om_scrape import PageLog, ScrapeHistory, Target, parse_page, read_pages
+from tests.support.serving_figures import engine_phase, exporter_reading, interpolate, mode_after, phase_figures
+from tests.support.serving_metrics import (
+    ITL_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TTFT_BUCKETS,
+    EngineMetrics,
+    buckets_1_2_5,
+)
+from tests.support.serving_sched import ROLES, Request, Scheduler
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-
-
-def _script(name: str) -> Any:
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(SCRIPTS))
 
 
 class SlotModel:
@@ -76,22 +76,27 @@ class Clock:
         return self.t
 
 
+def _args(role: str, pod: str) -> Any:
+    import argparse
+
+    return argparse.Namespace(role=role, pod=pod, namespace="serving", model_name="m-1b", port=8000)
+
+
 def _run(
     role: str, levels: list[int], steps_each: int, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Any, EngineMetrics, Scheduler, SlotModel]:
-    gs = _script("gpu_serving")
-    monkeypatch.setattr(gs.time, "monotonic", Clock())
-    max_len = gs.default_max_len(role)
+    clock = Clock()
+    max_len = se.default_max_len(role)
     metrics = EngineMetrics("m-1b", max_len)
     slots = max(levels) if role != "prefill" else ROLES[role].prefill_batch
     sched = Scheduler(role, slots, max_len, metrics, seed=3)
     model = SlotModel(sched)
-    log = gs.StepLog()
+    log = se.StepLog()
     for n in levels:
-        sched.set_concurrency(n, gs.time.monotonic())
+        sched.set_concurrency(n, clock())
         for _ in range(steps_each):
-            gs._step(model, sched, log, 0.0)
-    return gs, metrics, sched, model
+            se.step(model, sched, log, 0.0, clock, time.sleep)
+    return se, metrics, sched, model
 
 
 def test_requests_join_and_leave_the_running_batch_with_their_own_kv(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,6 +246,19 @@ def test_history_is_openmetrics_with_target_labels_and_no_created(monkeypatch: p
     assert labels.get("node") is None  # an engine target gets no node
 
 
+def test_a_page_label_under_a_target_label_is_kept_as_exported() -> None:
+    history = ScrapeHistory()
+    history.add(Target({"job": "serving/vllm", "pod": "p-1"}), '# TYPE up_g gauge\nup_g{pod="inner"} 1\n', 5.0)
+    line = next(x for x in io.StringIO(_written(history)) if x.startswith("up_g"))
+    assert 'exported_pod="inner"' in line and 'pod="p-1"' in line
+
+
+def _written(history: ScrapeHistory) -> str:
+    out = io.StringIO()
+    history.write(out)
+    return out.getvalue()
+
+
 def test_histogram_points_stay_together_in_time_order(monkeypatch: pytest.MonkeyPatch) -> None:
     _, metrics, _, _ = _run("decode", [4], 5, monkeypatch)
     _, text = _history(metrics, [101.0, 100.0])
@@ -294,40 +312,48 @@ def test_a_page_without_type_lines_is_unknown_families() -> None:
 
 
 def test_exporter_reading_and_phase_figures() -> None:
-    run = _script("gpu_serving_run")
-    r = run.exporter_reading(EXPORTER_PAGE)
+    r = exporter_reading(EXPORTER_PAGE)
     assert r == {
         "gpu_class": "memory",
         "busy": 0.93,
         "energy_j": 1234.5,
         "pod_classes": {"serving/llm-agg-x": "memory"},
     }
-    assert run.interpolate([(0.0, 0.0), (10.0, 100.0)], 2.5) == 25.0
-    assert run.interpolate([(0.0, 0.0), (10.0, 100.0)], 12.0) == 100.0
-    rows = [(float(t), "launch" if t < 12 else "memory") for t in range(0, 21)]
-    m = run.mode_after(rows, 0.0, 20.0, 10.0)
+    assert interpolate([(0.0, 0.0), (10.0, 100.0)], 2.5) == 25.0
+    assert interpolate([(0.0, 0.0), (10.0, 100.0)], 12.0) == 100.0
+    rows: list[tuple[float, str | None]] = [(float(t), "launch" if t < 12 else "memory") for t in range(0, 21)]
+    m = mode_after(rows, 0.0, 20.0, 10.0)
     assert m["class"] == "memory" and m["settled_counts"] == {"launch": 1, "memory": 9}
 
 
-def test_engine_script_needs_no_torch_for_help() -> None:
-    gs = _script("gpu_serving")
-    assert "torch" not in sys.modules or sys.modules["torch"] is not None
-    text = gs.parser().format_help()
-    assert "--role" in text and "--sweep" in text
-    assert gs.ModelConfig().params >= 1_000_000_000
+def test_the_model_has_at_least_a_billion_parameters() -> None:
+    assert se.ModelConfig().params >= 1_000_000_000
+    assert se.ModelConfig().kv_bytes_per_token() == 2 * 16 * 2048 * 2
 
 
 def test_engine_summary_counts_per_level(monkeypatch: pytest.MonkeyPatch) -> None:
-    gs, metrics, _, _ = _run("both", [1], 1, monkeypatch)
-    log = gs.StepLog()
+    _, metrics, _, _ = _run("both", [1], 1, monkeypatch)
+    log = se.StepLog()
     log.add(10.0, 1, 1500, 0, 0.02, 0.0)
     log.add(10.5, 0, 0, 1, 0.0, 0.003)
     log.add(20.5, 0, 0, 8, 0.0, 0.004)
-    args = gs.parser().parse_args(["--role", "both", "--pod", "p"])
-    s = gs._summary(args, gs.ModelConfig(), 64, 2560, 1.0, 10.0, 30.0, [(10.0, 1), (20.0, 8)], [], [], log, metrics)
+    args = _args("both", "p")
+    s = se.summary(args, se.ModelConfig(), 64, 2560, 1.0, 10.0, 30.0, [(10.0, 1), (20.0, 8)], [], [], log, metrics)
     assert [lv["generation_tokens"] for lv in s["levels"]] == [2, 8]
     assert s["levels"][1]["mean_decode_batch"] == 8
-    assert s["model"]["params"] == gs.ModelConfig().params
+    assert s["model"]["params"] == se.ModelConfig().params
+
+
+@pytest.mark.integration
+def test_engine_script_help_needs_no_torch() -> None:
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SCRIPTS.parent)}
+    code = "import sys; sys.modules['torch'] = None; sys.argv = ['gpu_serving.py', '--help']; "
+    code += f"import runpy; runpy.run_path({str(SCRIPTS / 'gpu_serving.py')!r}, run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--role" in done.stdout and "--sweep" in done.stdout
 
 
 @pytest.mark.gpu
@@ -385,3 +411,43 @@ def test_pages_round_trip_through_gzip(tmp_path: Path) -> None:
     assert read_pages(tmp_path / "p.gz") == [(1.0, "a 1\n"), (2.0, "a 2\n")]
     with gzip.open(tmp_path / "p.gz", "rt") as f:
         assert f.readline() == "# SCRAPE 1.000\n"
+
+
+def test_run_figures_per_phase_from_engine_summaries_and_readings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device run's figures (bench/gpu_serving_run.py) from an engine's summary, the 1 s
+    readings and the scraped counters: tokens, joules per token, classes, ITL, the Prometheus check."""
+    _, metrics, _, _ = _run("decode", [8], 1, monkeypatch)
+    counts0 = metrics.counts.as_dict()
+    g0 = metrics.counts.generation_tokens
+    assert (1000 - g0) % 2 == 0
+    metrics.counts.generation_tokens = 1000
+    metrics.counts.itl_buckets[0] = 900
+    metrics.counts.itl_sum = 4.5
+    counts1 = metrics.counts.as_dict()
+    summary = se.summary(
+        _args("decode", "llm-decode-x"), se.ModelConfig(), 8, 1296, 1.0, 100.0, 120.0, [(100.0, 8)],
+        [{"t": 100.0, "counts": counts0}, {"t": 120.0, "counts": counts1}],
+        [(100.0, g0, 0, 0, 8, 0), (110.0, (g0 + 1000) // 2, 0, 0, 8, 0), (120.0, 1000, 0, 0, 8, 0)],
+        se.StepLog(), metrics,
+    )  # fmt: skip
+    readings = [
+        {"t": 100.0 + k, "nvml_energy_j": 1000.0 + 300.0 * k, "gpu_class": "launch" if k < 11 else "memory",
+         "busy": 0.9, "pod_classes": {"serving/llm-decode-x": "memory"}}
+        for k in range(21)
+    ]  # fmt: skip
+    scraped = {"decode": [(101.0, g0 + (1000 - g0) * 0.05), (119.0, g0 + (1000 - g0) * 0.95)]}
+    phase = {"name": "decode_solo", "start": 100.0, "end": 120.0, "engines": ["decode"]}
+    pods = {"decode": "serving/llm-decode-x"}
+    ph = phase_figures([phase], readings, {"decode": summary}, scraped, pods)[0]
+    assert ph["nvml_energy_j"] == pytest.approx(6000.0)
+    assert ph["generation_tokens"] == pytest.approx(1000.0 - g0)
+    assert ph["joules_per_generated_token"] == pytest.approx(6000.0 / (1000 - g0))
+    assert ph["gpu_class"]["class"] == "memory"
+    assert ph["pod_classes"]["serving/llm-decode-x"]["class"] == "memory"
+    own = ph["engines_own"]["decode"]
+    n = 900 - counts0["itl_bucket_counts"][0]  # type: ignore[index]
+    assert own["itl_bucket_counts"][0] == n and sum(own["itl_bucket_counts"]) == n
+    assert own["itl_mean_s"] == pytest.approx((4.5 - counts0["itl_sum_s"]) / n)  # type: ignore[operator]
+    assert own["prometheus_check"]["ratio"] == pytest.approx(1.0)
+    # the engine's own figures alone, without scrapes: no check to give
+    assert "prometheus_check" not in engine_phase(summary, [], 100.0, 120.0)

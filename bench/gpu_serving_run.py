@@ -33,8 +33,8 @@ Writes into --out (at most 8 files, what a device call brings back):
   run.log          what this script printed
 
     bash scripts/gpu_serving_run.sh                       # on the device, from the repository root
-    python3 scripts/gpu_serving_run.py --out DIR --hold 20 --solo 20 --together 30 --idle 10
-    python3 scripts/gpu_serving_run.py --rebuild DIR --role-label llm_d_ai_role   # here: history again
+    python3 -m bench.gpu_serving_run --out DIR --hold 20 --solo 20 --together 30 --idle 10
+    python3 -m bench.gpu_serving_run --rebuild DIR --role-label llm_d_ai_role   # here: history again
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import argparse
 import gzip
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -52,8 +51,6 @@ import tarfile
 import threading
 import time
 import urllib.request
-from bisect import bisect_left
-from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +59,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.om_scrape import PageLog, ScrapeHistory, Target, read_pages  # noqa: E402
+from tests.support.om_scrape import PageLog, ScrapeHistory, Target, read_pages  # noqa: E402
+from tests.support.serving_figures import engine_generation, exporter_reading, phase_figures  # noqa: E402
 
 NAMESPACE = "serving"
 NODE = "gpu-node-1"
@@ -73,76 +71,6 @@ ENGINE_PODS: dict[str, tuple[str, str]] = {
     "decode": ("llm-decode", "vllm"),
 }
 """Role -> (Deployment, container) of its engine pod."""
-CLASS_WINDOW_S = 10.0
-"""The exporter's analysis window: a phase's first seconds still show the one before."""
-_BOUNDNESS = re.compile(r'^gpulens_gpu_boundness\{(?=[^}]*gpu="0")([^}]*)\}\s+(\S+)')
-_POD_BOUNDNESS = re.compile(r"^gpulens_pod_gpu_boundness\{([^}]*)\}\s+(\S+)")
-_BUSY = re.compile(r'^gpulens_gpu_busy_ratio\{(?=[^}]*gpu="0")[^}]*\}\s+(\S+)')
-_ENERGY = re.compile(r'^gpulens_gpu_energy_joules_total\{(?=[^}]*gpu="0")[^}]*\}\s+(\S+)')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_GEN = re.compile(r"^vllm:generation_tokens_total\{[^}]*\}\s+(\S+)")
-
-
-# --- what one exporter page says ------------------------------------------------------------------
-
-
-def exporter_reading(text: str) -> dict[str, Any]:
-    """GPU 0's class, busy ratio and energy counter, and each pod's class, from an exporter page."""
-    out: dict[str, Any] = {"gpu_class": None, "busy": None, "energy_j": None, "pod_classes": {}}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = _BOUNDNESS.match(line)
-        if m and float(m.group(2)) == 1.0:
-            out["gpu_class"] = dict(_LABEL.findall(m.group(1))).get("class")
-            continue
-        m = _POD_BOUNDNESS.match(line)
-        if m and float(m.group(2)) == 1.0:
-            labels = dict(_LABEL.findall(m.group(1)))
-            out["pod_classes"][f"{labels.get('namespace', '')}/{labels.get('pod', '')}"] = labels.get("class")
-            continue
-        m = _BUSY.match(line)
-        if m:
-            out["busy"] = float(m.group(1))
-            continue
-        m = _ENERGY.match(line)
-        if m:
-            out["energy_j"] = float(m.group(1))
-    return out
-
-
-def engine_generation(text: str) -> float | None:
-    """``vllm:generation_tokens_total`` of an engine page (summed over its series)."""
-    values = [float(m.group(1)) for line in text.splitlines() if (m := _GEN.match(line))]
-    return sum(values) if values else None
-
-
-def interpolate(points: list[tuple[float, float]], t: float) -> float | None:
-    """Linear interpolation of sorted (time, value) points at ``t`` (clamped to the ends)."""
-    if not points:
-        return None
-    times = [p[0] for p in points]
-    i = bisect_left(times, t)
-    if i == 0:
-        return points[0][1]
-    if i == len(points):
-        return points[-1][1]
-    (t0, v0), (t1, v1) = points[i - 1], points[i]
-    return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-
-
-def mode_after(rows: list[tuple[float, str | None]], start: float, end: float, settle: float) -> dict[str, Any]:
-    """The class most often read in (start + settle, end], every class counted there, and over the
-    whole phase."""
-    settled = Counter(c for t, c in rows if start + settle < t <= end and c)
-    whole = Counter(c for t, c in rows if start < t <= end and c)
-    return {
-        "class": settled.most_common(1)[0][0] if settled else None,
-        "settled_counts": dict(settled),
-        "all_counts": dict(whole),
-    }
-
-
 # --- the run ----------------------------------------------------------------------------------------
 
 
@@ -513,120 +441,71 @@ class Run:
     # --- results ----------------------------------------------------------------------------------
 
     def results(self) -> dict[str, Any]:
-        engines = {}
+        summaries = {}
         for role, eng in self.engines.items():
             if eng.summary.exists():
-                engines[role] = json.loads(eng.summary.read_text())
-        energy = [(r["t"], r["nvml_energy_j"]) for r in self.readings if r.get("nvml_energy_j") is not None]
-        gpu_classes = [(r["t"], r.get("gpu_class")) for r in self.readings]
-        phases = []
-        for ph in self.phases:
-            s, e = ph["start"], ph["end"]
-            out = dict(ph)
-            e0, e1 = interpolate(energy, s), interpolate(energy, e)
-            out["nvml_energy_j"] = (e1 - e0) if e0 is not None and e1 is not None else None
-            out["mean_power_w"] = out["nvml_energy_j"] / (e - s) if out["nvml_energy_j"] is not None else None
-            out["gpu_class"] = mode_after(gpu_classes, s, e, CLASS_WINDOW_S)
-            busy = [r["busy"] for r in self.readings if s + CLASS_WINDOW_S < r["t"] <= e and r.get("busy") is not None]
-            out["busy_ratio_mean"] = sum(busy) / len(busy) if busy else None
-            pods: dict[str, Any] = {}
-            for role in ph["engines"]:
-                pod = f"{NAMESPACE}/{self.engines[role].pod}" if role in self.engines else role
-                pods[pod] = mode_after(
-                    [(r["t"], r.get("pod_classes", {}).get(pod)) for r in self.readings], s, e, CLASS_WINDOW_S
-                )
-            out["pod_classes"] = pods
-            total = 0.0
-            per_engine = {}
-            for role in ph["engines"]:
-                if role not in engines:
-                    continue
-                per_engine[role] = self.engine_phase(engines[role], role, s, e)
-                total += per_engine[role]["generation_tokens"]
-            out["engines_own"] = per_engine
-            out["generation_tokens"] = total
-            out["generation_tokens_per_s"] = total / (e - s)
-            out["joules_per_generated_token"] = (
-                out["nvml_energy_j"] / total if total and out["nvml_energy_j"] is not None else None
-            )
-            phases.append(out)
+                summaries[role] = json.loads(eng.summary.read_text())
+        pods = {role: f"{NAMESPACE}/{eng.pod}" for role, eng in self.engines.items()}
         return {
             "attribution": self.attribution,
             "pid_pods": {str(k): v for k, v in sorted(self.pid_pods.items())},
             "engines": {
                 role: {
-                    "pod": f"{NAMESPACE}/{eng.pod}",
+                    "pod": pods[role],
                     "container": eng.container,
                     "port": eng.port,
                     "pids": eng.pids,
                     "ready": eng.ready_line,
-                    "counts": engines.get(role, {}).get("counts"),
-                    "model": engines.get(role, {}).get("model"),
-                    "levels": engines.get(role, {}).get("levels"),
+                    "counts": summaries.get(role, {}).get("counts"),
+                    "model": summaries.get(role, {}).get("model"),
+                    "levels": summaries.get(role, {}).get("levels"),
                 }
                 for role, eng in self.engines.items()
             },
-            "phases": phases,
+            "phases": phase_figures(self.phases, self.readings, summaries, self.engine_gen, pods),
             "scrapes": self.history.scrapes,
-            "readings": self.readings,
         }
-
-    def engine_phase(self, summary: dict[str, Any], role: str, s: float, e: float) -> dict[str, Any]:
-        """An engine's own counts over [s, e], its ITL histogram there, and its Prometheus counter
-        over the scrapes inside [s, e] against its own count between the same two instants."""
-        points = sorted(
-            [(row[0], float(row[1])) for row in summary["timeline"]]
-            + [(snap["t"], float(snap["counts"]["generation_tokens"])) for snap in summary["snapshots"]]
-        )
-        g0, g1 = interpolate(points, s), interpolate(points, e)
-        gen = (g1 or 0.0) - (g0 or 0.0)
-        out: dict[str, Any] = {"generation_tokens": gen, "generation_tokens_per_s": gen / (e - s)}
-        snaps = summary["snapshots"]
-        first = min(snaps, key=lambda x: abs(x["t"] - s))
-        last = min(snaps, key=lambda x: abs(x["t"] - e))
-        out["itl_snapshots_t"] = [first["t"], last["t"]]
-        out["itl_bucket_bounds"] = last["counts"]["itl_bucket_bounds"]
-        out["itl_bucket_counts"] = [
-            b - a
-            for a, b in zip(first["counts"]["itl_bucket_counts"], last["counts"]["itl_bucket_counts"], strict=True)
-        ]
-        n = sum(out["itl_bucket_counts"])
-        out["itl_mean_s"] = (last["counts"]["itl_sum_s"] - first["counts"]["itl_sum_s"]) / n if n else None
-        scraped = [(t, v) for t, v in self.engine_gen.get(role, []) if s <= t <= e]
-        if len(scraped) >= 2:
-            (ta, va), (tb, vb) = scraped[0], scraped[-1]
-            own = (interpolate(points, tb) or 0.0) - (interpolate(points, ta) or 0.0)
-            out["prometheus_check"] = {
-                "from": ta,
-                "to": tb,
-                "scraped_tokens": vb - va,
-                "own_tokens": own,
-                "scraped_tokens_per_s": (vb - va) / (tb - ta),
-                "ratio": (vb - va) / own if own else None,
-            }
-        return out
 
 
 def write_outputs(run: Run, started: float) -> None:
+    """history.om.gz and details.tgz first (the raw record), then summary.json (the figures): a
+    failure in the figures loses none of the record."""
     out = run.out
-    res = run.results()
-    res["started"] = started
-    res["args"] = {k: v for k, v in vars(run.args).items() if k != "func"}
-    facts = run.work / "facts.txt"
-    res["facts"] = facts.read_text() if facts.exists() else ""
-    (out / "summary.json").write_text(json.dumps(res, indent=1, default=str))
     with gzip.open(out / "history.om.gz", "wt", compresslevel=6) as f:
         samples = run.history.write(f)
     run.log(f"history: {samples} samples from {run.history.scrapes} scrapes")
+    (run.work / "readings.json").write_text(json.dumps(run.readings))
     with tarfile.open(out / "details.tgz", "w:gz") as tar:
         tar.add(run.work, arcname="details")
+    try:
+        res = run.results()
+    except Exception as exc:  # the record is written; say why the figures are not
+        import traceback
+
+        (out / "summary.json").write_text(json.dumps({"error": repr(exc), "traceback": traceback.format_exc()}))
+        run.log(f"figures failed: {exc!r}")
+        return
+    res["started"] = started
+    res["args"] = vars(run.args)
+    facts = run.work / "facts.txt"
+    res["facts"] = facts.read_text() if facts.exists() else ""
+    res["readings"] = run.readings
+    (out / "summary.json").write_text(json.dumps(res, indent=1, default=str))
     shutil.rmtree(run.work, ignore_errors=True)
     for ph in res["phases"]:
+        jpt = ph["joules_per_generated_token"]
         run.log(
             f"{ph['name']:>13}: class {ph['gpu_class']['class']} {ph['gpu_class']['settled_counts']} "
-            f"tok/s {ph['generation_tokens_per_s']:.0f} J/tok {ph['joules_per_generated_token']} "
+            f"tok/s {ph['generation_tokens_per_s']:.0f} J/tok {jpt if jpt is None else round(jpt, 4)} "
             f"pods { ({p: c['class'] for p, c in ph['pod_classes'].items()}) }"
         )
+        for role, own in ph["engines_own"].items():
+            check = own.get("prometheus_check")
+            if check:
+                run.log(
+                    f"{'':>15}{role}: scraped/own tokens "
+                    f"{check['scraped_tokens']:.0f}/{check['own_tokens']:.0f} = {check['ratio']}"
+                )
 
 
 def rebuild(folder: Path, role_label: str) -> None:

@@ -4,10 +4,11 @@ history for ``promtool tsdb create-blocks-from openmetrics``.
 Unlike ``tests/support/om_history.py`` (which checks every name against gpulens' own metric table),
 this keeps whatever a target serves, typed by its ``# TYPE`` lines, and adds the target labels a
 Prometheus scrape (and its relabelling) would add: ``job``, ``instance``, and for an engine pod
-``namespace`` and ``pod``.  A target label wins over a label of the same name on the page, as
-Prometheus does without ``honor_labels``... except for the gpulens exporter, whose own ``namespace``
-and ``pod`` are kept (``honor``: the chart scrapes it with ``honorLabels: true``).  ``*_created``
-samples are left out (promtool would take them for series of their own).
+``namespace`` and ``pod``.  Where a page's label has a target label's name, the target's wins and
+the page's value moves to ``exported_<name>``, as Prometheus does without ``honor_labels``; a
+target with ``honor`` (the gpulens exporter: the chart scrapes it with ``honorLabels: true``) keeps
+the page's value instead.  ``*_created`` samples are left out (promtool would take them for series
+of their own).
 
 Times are Unix seconds; each page's samples are stamped at its scrape's start.
 """
@@ -100,7 +101,11 @@ class ScrapeHistory:
         for fam, kind in types.items():
             self.types.setdefault(fam, kind)
         for fam, name, labels, value in samples:
-            full = {**target.labels, **labels} if target.honor else {**labels, **target.labels}
+            if target.honor:
+                full = {**target.labels, **labels}
+            else:
+                clash = {f"exported_{k}": v for k, v in labels.items() if k in target.labels}
+                full = {**labels, **clash, **target.labels}
             key = name + label_text(full)
             entry = self.series.setdefault(fam, {}).setdefault(key, (name, full, []))
             entry[2].append((t, value))

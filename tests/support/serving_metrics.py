@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bench.serving_sched import Request
+from tests.support.serving_sched import Request
 
 LABELS = ("model_name", "engine")
 """vLLM's label names on every series."""
@@ -89,7 +89,7 @@ class Counts:
 
 class EngineMetrics:
     """vLLM-named metrics of one engine in their own registry (``registry``), fed by the scheduler
-    (``bench.serving_sched.Observer``), and the run's exact ``counts``."""
+    (``tests.support.serving_sched.Observer``), and the run's exact ``counts``."""
 
     def __init__(self, model_name: str, max_model_len: int, engine: str = "0") -> None:
         self.registry = CollectorRegistry()
@@ -160,7 +160,7 @@ class EngineMetrics:
             "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", lat
         ).labels(*values)
 
-    # --- bench.serving_sched.Observer -----------------------------------------------------------
+    # --- tests.support.serving_sched.Observer -----------------------------------------------------------
 
     def prefilled(self, reqs: Sequence[Request], now: float) -> None:
         """``reqs`` were prefilled; their first token exists at ``now``."""

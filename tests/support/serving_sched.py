@@ -69,7 +69,7 @@ class Request:
 
 
 class Observer(Protocol):
-    """Receives what the scheduler sees (``bench.serving_metrics.EngineMetrics``)."""
+    """Receives what the scheduler sees (``tests.support.serving_metrics.EngineMetrics``)."""
 
     def prefilled(self, reqs: Sequence[Request], now: float) -> None: ...
 
