@@ -119,15 +119,24 @@ class Run:
 
     # --- NVML ------------------------------------------------------------------------------------
 
-    def nvml_init(self) -> None:
+    def nvml_init(self) -> str:
+        """GPU 0's UUID (NVML; the simulated node's first GPU in a dry run)."""
+        if self.args.dry_run:
+            from exporter.sim import scenarios
+
+            return str(scenarios.build("h200x8").gpus[0].uuid)
         import pynvml
 
         pynvml.nvmlInit()
         self.nvml = pynvml
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        uuid = pynvml.nvmlDeviceGetUUID(self.handle)
+        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
 
     def energy_power(self) -> tuple[float | None, float | None]:
         nv = self.nvml
+        if nv is None:
+            return None, None
         try:
             e = nv.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
         except nv.NVMLError:
@@ -140,6 +149,8 @@ class Run:
 
     def compute_pids(self) -> set[int]:
         nv = self.nvml
+        if nv is None:
+            return set()
         try:
             return {p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(self.handle)}
         except nv.NVMLError:
@@ -229,7 +240,7 @@ class Run:
     def start_exporter(self, flags: tuple[str, ...], env: dict[str, str]) -> None:
         port = self.args.exporter_port
         cmd = [
-            sys.executable, "-m", "exporter", "--backend", "nvml",
+            sys.executable, "-m", "exporter", "--backend", "sim" if self.args.dry_run else "nvml",
             "--web.listen-address", f"127.0.0.1:{port}",
             "--collect.interval", "1s", "--no-probes", *flags,
         ]  # fmt: skip
@@ -305,6 +316,7 @@ class Run:
             sys.executable, str(ROOT / "scripts" / "gpu_serving.py"), "--role", role, "--port", str(port),
             "--pod", pod, "--namespace", NAMESPACE, "--model-name", MODEL_NAME, "--summary", str(summary),
             "--deadline", str(self.args.engine_deadline), *self.args.model_args, *extra,
+            *(["--fake-model"] if self.args.dry_run else []),
         ]  # fmt: skip
         log = open(self.work / f"engine-{role}.log", "w")  # noqa: SIM115 - lives as long as the process
         proc = subprocess.Popen(
@@ -380,9 +392,7 @@ class Run:
             time.sleep(min(0.2, t - time.time()))
 
     def main(self) -> None:
-        self.nvml_init()
-        uuid = self.nvml.nvmlDeviceGetUUID(self.handle)
-        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        uuid = self.nvml_init()
         with ExitStack() as stack:
             flags, env = self.start_chain(stack, uuid)
             self.start_exporter(flags, env)
@@ -558,6 +568,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ready-timeout", type=float, default=120.0)
     ap.add_argument("--engine-deadline", type=float, default=400.0)
     ap.add_argument("--model-args", nargs=argparse.REMAINDER, default=[], help="passed to every engine (last)")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: the exporter's simulated node and engines with a stand-in model (checks the run's plumbing)",
+    )
     ap.add_argument("--rebuild", metavar="DIR", help="only rewrite DIR/history.om.gz from a run's pages")
     return ap
 

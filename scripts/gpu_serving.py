@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.serving_engine import SWEEP, ModelConfig, StepLog, default_max_len, step, summary  # noqa: E402
+from tests.support.serving_engine import SWEEP, Model, ModelConfig, StepLog, default_max_len, step, summary  # noqa: E402
 from tests.support.serving_sched import ROLES, Scheduler  # noqa: E402
 
 # --- the model (torch) --------------------------------------------------------------------------
@@ -155,6 +155,27 @@ class Decoder:
         self.torch.cuda.synchronize()
 
 
+class FakeDecoder:
+    """The decoder's interface without a GPU: each step sleeps about what a 1 B model's would take
+    (20 us per prompt token of prefill, 2 ms + 10 us per request of decode)."""
+
+    def __init__(self, cfg: ModelConfig, slots: int) -> None:
+        self.cfg = cfg
+        self.slots = slots
+
+    def prefill(self, slots: list[int], length: int) -> None:
+        time.sleep(20e-6 * length * len(slots))
+
+    def decode(self, lengths: list[int]) -> None:
+        time.sleep(0.002 + 10e-6 * len(lengths))
+
+    def move(self, src: int, dst: int, context: int) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+
 # --- the engine loop ----------------------------------------------------------------------------
 
 
@@ -171,7 +192,7 @@ def serve(args: argparse.Namespace) -> int:
         max(SWEEP) if role == "both" else ROLES[role].prefill_batch if role == "prefill" else args.concurrency
     )
     cfg = ModelConfig(args.d_model, args.layers, args.heads, args.ffn, args.vocab)
-    model = Decoder(cfg, slots, max_len, args.seed)
+    model: Model = FakeDecoder(cfg, slots) if args.fake_model else Decoder(cfg, slots, max_len, args.seed)
     # warm-up (not counted): one prefill of the role's longest prompt, a few decode steps
     t0 = time.monotonic()
     prompt = ROLES[role].prompt[1]
@@ -299,6 +320,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ffn", type=int, default=ModelConfig.ffn)
     ap.add_argument("--vocab", type=int, default=ModelConfig.vocab)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fake-model", action="store_true", help="no GPU: a stand-in that sleeps instead (plumbing tests)")
     ap.add_argument("--deadline", type=float, default=540.0, help="the process never lives longer (s)")
     return ap
 

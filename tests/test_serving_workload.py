@@ -19,7 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families as text_fami
 
 from tests.support import serving_engine as se
 from tests.support.om_scrape import PageLog, ScrapeHistory, Target, parse_page, read_pages
-from tests.support.serving_figures import engine_phase, exporter_reading, interpolate, mode_after, phase_figures
+from tests.support.serving_figures import (
+    engine_phase,
+    exporter_reading,
+    generation_points,
+    interpolate,
+    mode_after,
+    phase_figures,
+)
 from tests.support.serving_metrics import (
     ITL_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
@@ -451,3 +458,13 @@ def test_run_figures_per_phase_from_engine_summaries_and_readings(monkeypatch: p
     assert own["prometheus_check"]["ratio"] == pytest.approx(1.0)
     # the engine's own figures alone, without scrapes: no check to give
     assert "prometheus_check" not in engine_phase(summary, [], 100.0, 120.0)
+
+
+def test_own_counts_move_in_steps_where_the_steps_are_known() -> None:
+    """The counter a scrape reads moves at the end of a step and holds in between: the own count
+    at a scrape time is the one at the last step end before it, not a line between two steps."""
+    summary = {"start": 10.0, "steps": [(10.0, 4, 8192, 0, 0.5, 0.0), (10.5, 4, 8192, 0, 0.5, 0.0)]}
+    points, stepwise = generation_points(summary)
+    assert stepwise and points == [(10.0, 0.0), (10.5, 4.0), (11.0, 8.0)]
+    assert interpolate(points, 10.9, hold=True) == 4.0
+    assert interpolate(points, 10.9) == pytest.approx(7.2)

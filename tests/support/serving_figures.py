@@ -5,7 +5,7 @@ counters.  Times are Unix seconds; energy joules; classes as the exporter export
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,11 +54,15 @@ def engine_generation(text: str) -> float | None:
     return sum(values) if values else None
 
 
-def interpolate(points: list[tuple[float, float]], t: float) -> float | None:
-    """Linear interpolation of sorted (time, value) points at ``t`` (clamped to the ends)."""
+def interpolate(points: list[tuple[float, float]], t: float, hold: bool = False) -> float | None:
+    """Linear interpolation of sorted (time, value) points at ``t`` (clamped to the ends); with
+    ``hold``, the value of the last point at or before ``t`` (a counter that moves in steps)."""
     if not points:
         return None
     times = [p[0] for p in points]
+    if hold:
+        i = bisect_right(times, t)
+        return points[max(0, i - 1)][1]
     i = bisect_left(times, t)
     if i == 0:
         return points[0][1]
@@ -124,16 +128,31 @@ def phase_figures(
     return out_phases
 
 
+def generation_points(summary: Mapping[str, Any]) -> tuple[list[tuple[float, float]], bool]:
+    """(Unix time, generation tokens so far) of an engine, and whether they are exact steps: at the
+    end of every step where its summary lists them (the counter moves there and holds in between),
+    else its per-second timeline and its snapshots (to interpolate)."""
+    steps = summary.get("steps") or []
+    if steps:
+        points = [(float(summary["start"]), 0.0)]
+        total = 0.0
+        for t, pre, _, dec, pre_s, dec_s in steps:
+            total += pre + dec
+            points.append((t + pre_s + dec_s, total))
+        return sorted(points), True
+    return sorted(
+        [(row[0], float(row[1])) for row in summary["timeline"]]
+        + [(snap["t"], float(snap["counts"]["generation_tokens"])) for snap in summary["snapshots"]]
+    ), False
+
+
 def engine_phase(
     summary: Mapping[str, Any], scraped_gen: list[tuple[float, float]], s: float, e: float
 ) -> dict[str, Any]:
     """An engine's own counts over [s, e], its ITL histogram there, and its Prometheus counter
     over the scrapes inside [s, e] against its own count between the same two instants."""
-    points = sorted(
-        [(row[0], float(row[1])) for row in summary["timeline"]]
-        + [(snap["t"], float(snap["counts"]["generation_tokens"])) for snap in summary["snapshots"]]
-    )
-    g0, g1 = interpolate(points, s), interpolate(points, e)
+    points, stepwise = generation_points(summary)
+    g0, g1 = interpolate(points, s, stepwise), interpolate(points, e, stepwise)
     gen = (g1 or 0.0) - (g0 or 0.0)
     out: dict[str, Any] = {"generation_tokens": gen, "generation_tokens_per_s": gen / (e - s)}
     snaps = summary["snapshots"]
@@ -149,7 +168,7 @@ def engine_phase(
     scraped = [(t, v) for t, v in scraped_gen if s <= t <= e]
     if len(scraped) >= 2:
         (ta, va), (tb, vb) = scraped[0], scraped[-1]
-        own = (interpolate(points, tb) or 0.0) - (interpolate(points, ta) or 0.0)
+        own = (interpolate(points, tb, stepwise) or 0.0) - (interpolate(points, ta, stepwise) or 0.0)
         out["prometheus_check"] = {
             "from": ta,
             "to": tb,
