@@ -7,10 +7,12 @@ metrics on its own port.  One process is one engine (one pod): ``--role both`` (
 The model (defaults: 1.2 B parameters): d_model 2048, 16 layers, 16 heads of 128, SwiGLU MLP of
 8192, RMSNorm, no positional encoding (random weights: what is measured is the work, not the text),
 vocabulary 32,000, bf16.  The KV cache is one tensor per K and V of [layers, slots, heads, max_len,
-head_dim]; running requests hold slots 0..n-1 (tests/support/serving_sched.py), so a decode step attends
-over ``cache[:, :n, :, :longest]`` (a view) with a mask per request.  Prefill runs per group of
-equal prompt length with causal SDPA.  Every step ends with a synchronisation (the tokens are
-known, as an engine that returns them must), so the latencies are real.
+head_dim]; running requests hold slots 0..n-1 (tests/support/serving_sched.py), so a decode step
+attends over ``cache[:, :n, :, :longest]`` (a view) with a mask per request.  Decode replays CUDA
+graphs, one per padded batch size and rounded length, captured on first use (as vLLM does;
+``--no-cuda-graphs`` launches kernel by kernel).  Prefill runs eagerly per group of equal prompt
+length with causal SDPA.  Every step ends with a synchronisation (the tokens are known, as an
+engine that returns them must), so the latencies are real.
 
 Protocol with its parent (bench/gpu_serving_run.py): after the model is built and warmed up it
 serves /metrics on ``--port`` and prints ``ready``; it then reads one line from stdin,
@@ -45,11 +47,17 @@ from tests.support.serving_sched import ROLES, Scheduler  # noqa: E402
 
 # --- the model (torch) --------------------------------------------------------------------------
 
+GRAPH_BATCHES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+"""Decode batch sizes captured as CUDA graphs; a batch runs padded to the next one (vLLM pads alike)."""
+GRAPH_LEN_STEP = 64
+"""Decode attention reads each slot up to the longest context rounded up to this many tokens (one
+CUDA graph per batch size and rounded length)."""
+
 
 class Decoder:
     """The decoder's weights and KV cache on the GPU, and its prefill and decode steps."""
 
-    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, seed: int) -> None:
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, seed: int, use_graphs: bool = True) -> None:
         import torch
 
         self.torch = torch
@@ -84,6 +92,13 @@ class Decoder:
         self.tokens = torch.zeros(slots, device=dev, dtype=torch.long)
         """The last token of the request in each slot (the next decode's input)."""
         self.positions = torch.arange(max_len, device=dev)
+        self.rows = torch.arange(slots, device=dev)
+        self.lens = torch.ones(slots, device=dev, dtype=torch.long)
+        """Each slot's context after the current decode (the decode's input, static for the graphs)."""
+        self.use_graphs = use_graphs
+        self.graphs: dict[tuple[int, int], Any] = {}
+        self.graph_error = ""
+        self.pool = torch.cuda.graph_pool_handle() if use_graphs else None
 
     def _norm(self, x: Any, weight: Any) -> Any:
         F = self.torch.nn.functional
@@ -120,21 +135,62 @@ class Decoder:
 
     def decode(self, lengths: list[int]) -> None:
         """One token for each request in slots ``0..n-1``: ``lengths[i]`` is slot i's context after
-        this token (its KV goes to position ``lengths[i] - 1``)."""
+        this token (its KV goes to position ``lengths[i] - 1``).  The attention reads each slot up
+        to the longest context rounded up to ``GRAPH_LEN_STEP`` tokens, masked per request; with
+        CUDA graphs (as vLLM decodes) one graph per (batch, rounded length) is captured on first
+        use and replayed after, else the same kernels are launched one by one."""
         torch = self.torch
-        F = torch.nn.functional
+        n = len(lengths)
+        longest = min(self.max_len, -(-max(lengths) // GRAPH_LEN_STEP) * GRAPH_LEN_STEP)
+        if not self.use_graphs:
+            self.lens[:n].copy_(torch.tensor(lengths, dtype=torch.long))
+            self._decode(n, longest)
+            return
+        # as vLLM does, pad the batch to the next captured size: the padding slots are free (running
+        # requests hold 0..n-1), attend to their position 0 only, and their tokens are never read
+        padded = next((b for b in GRAPH_BATCHES if b >= n), n)
+        padded = min(padded, self.slots) if n <= self.slots else n
+        self.lens[:padded].copy_(torch.tensor(lengths + [1] * (padded - n), dtype=torch.long))
+        graph = self.graphs.get((padded, longest))
+        if graph is None:
+            self._capture(padded, longest)  # its eager run was this step
+            return
+        graph.replay()
+
+    def _capture(self, n: int, longest: int) -> None:
+        """Run one decode of ``n`` slots over ``longest`` positions eagerly on a side stream (this
+        step), then capture it as a CUDA graph for the next steps of that shape.  If capture fails,
+        every later decode runs eagerly (the reason is printed and kept in ``graph_error``)."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._decode(n, longest)
+        torch.cuda.current_stream().wait_stream(side)
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                self._decode(n, longest)
+        except Exception as exc:  # keep serving, eagerly; the summary says so
+            self.use_graphs = False
+            self.graph_error = repr(exc)
+            print(f"CUDA graph capture failed, decoding eagerly from now on: {exc!r}", file=sys.stderr, flush=True)
+            return
+        self.graphs[(n, longest)] = graph
+
+    def _decode(self, n: int, longest: int) -> None:
+        """The decode step's kernels for slots ``0..n-1`` (contexts in ``self.lens``)."""
+        F = self.torch.nn.functional
         cfg = self.cfg
-        n, h, hd = len(lengths), cfg.heads, cfg.head_dim
-        dev = self.tokens.device
-        lens = torch.tensor(lengths, device=dev)
+        h, hd = cfg.heads, cfg.head_dim
+        lens = self.lens[:n]
         pos = lens - 1
-        rows = torch.arange(n, device=dev)
-        longest = min(self.max_len, -(-max(lengths) // 16) * 16)
+        rows = self.rows[:n]
         mask = (self.positions[:longest][None, :] < lens[:, None]).view(n, 1, 1, longest)
         x = self.embed[self.tokens[:n]].view(n, 1, cfg.d_model)
         for li, p in enumerate(self.layers):
             qkv = (self._norm(x, p["n1"]) @ p["qkv"]).view(n, 3, h, hd)
-            q = qkv[:, 0].view(n, h, 1, hd)
+            q = qkv[:, 0].unsqueeze(2)
             self.k[li][rows, :, pos] = qkv[:, 1]
             self.v[li][rows, :, pos] = qkv[:, 2]
             k = self.k[li, :n, :, :longest]
@@ -192,7 +248,9 @@ def serve(args: argparse.Namespace) -> int:
         max(SWEEP) if role == "both" else ROLES[role].prefill_batch if role == "prefill" else args.concurrency
     )
     cfg = ModelConfig(args.d_model, args.layers, args.heads, args.ffn, args.vocab)
-    model: Model = FakeDecoder(cfg, slots) if args.fake_model else Decoder(cfg, slots, max_len, args.seed)
+    model: Model = (
+        FakeDecoder(cfg, slots) if args.fake_model else Decoder(cfg, slots, max_len, args.seed, not args.no_cuda_graphs)
+    )
     # warm-up (not counted): one prefill of the role's longest prompt, a few decode steps
     t0 = time.monotonic()
     prompt = ROLES[role].prompt[1]
@@ -277,6 +335,14 @@ def serve(args: argparse.Namespace) -> int:
         )
     )
     result = summary(args, cfg, slots, max_len, warm_s, start, end, levels, snapshots, timeline, log, metrics)
+    result["cuda_graphs"] = {
+        "requested": not args.no_cuda_graphs and not args.fake_model,
+        "in_use_at_end": bool(getattr(model, "use_graphs", False)),
+        "captured": len(getattr(model, "graphs", {})),
+        "error": getattr(model, "graph_error", ""),
+        "batch_sizes": GRAPH_BATCHES,
+        "length_step": GRAPH_LEN_STEP,
+    }
     Path(args.summary).write_text(json.dumps(result, indent=1))
     print(
         f"done generation_tokens={c.generation_tokens} prompt_tokens={c.prompt_tokens} requests={c.requests_finished}",
@@ -320,6 +386,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ffn", type=int, default=ModelConfig.ffn)
     ap.add_argument("--vocab", type=int, default=ModelConfig.vocab)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="decode eagerly (one kernel launch at a time) instead of replaying graphs",
+    )
     ap.add_argument("--fake-model", action="store_true", help="no GPU: a stand-in that sleeps instead (plumbing tests)")
     ap.add_argument("--deadline", type=float, default=540.0, help="the process never lives longer (s)")
     return ap
