@@ -57,7 +57,9 @@ CUDA graph per batch size and rounded length)."""
 class Decoder:
     """The decoder's weights and KV cache on the GPU, and its prefill and decode steps."""
 
-    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, seed: int, use_graphs: bool = True) -> None:
+    def __init__(
+        self, cfg: ModelConfig, slots: int, max_len: int, seed: int, use_graphs: bool = True, dtype: str = "bfloat16"
+    ) -> None:
         import torch
 
         self.torch = torch
@@ -65,7 +67,7 @@ class Decoder:
         self.slots = slots
         self.max_len = max_len
         dev = torch.device("cuda")
-        dt = torch.bfloat16
+        dt = getattr(torch, dtype)
         gen = torch.Generator(device=dev).manual_seed(seed)
         d, f = cfg.d_model, cfg.ffn
 
@@ -93,6 +95,8 @@ class Decoder:
         """The last token of the request in each slot (the next decode's input)."""
         self.positions = torch.arange(max_len, device=dev)
         self.rows = torch.arange(slots, device=dev)
+        self.logits = torch.zeros(slots, cfg.vocab, device=dev)
+        """The last logits of each slot (float32; the self-check compares them)."""
         self.lens = torch.ones(slots, device=dev, dtype=torch.long)
         """Each slot's context after the current decode (the decode's input, static for the graphs)."""
         self.use_graphs = use_graphs
@@ -112,15 +116,16 @@ class Decoder:
         g, u = (self._norm(x, p["n2"]) @ p["gu"]).chunk(2, dim=-1)
         return x + (F.silu(g) * u) @ p["down"]
 
-    def prefill(self, slots: list[int], length: int) -> None:
-        """Prefill ``len(slots)`` prompts of ``length`` tokens (random IDs) into ``slots``; the first
-        output token of each goes to ``self.tokens[slot]``."""
+    def prefill(self, slots: list[int], length: int, ids: Any = None) -> None:
+        """Prefill ``len(slots)`` prompts of ``length`` tokens (``ids``, else random IDs) into
+        ``slots``; the first output token of each goes to ``self.tokens[slot]``."""
         torch = self.torch
         F = torch.nn.functional
         cfg = self.cfg
         b, h, hd = len(slots), cfg.heads, cfg.head_dim
         idx = torch.tensor(slots, device=self.tokens.device)
-        ids = torch.randint(0, cfg.vocab, (b, length), device=idx.device)
+        if ids is None:
+            ids = torch.randint(0, cfg.vocab, (b, length), device=idx.device)
         x = self.embed[ids]
         for li, p in enumerate(self.layers):
             qkv = (self._norm(x, p["n1"]) @ p["qkv"]).view(b, length, 3, h, hd).permute(2, 0, 3, 1, 4)
@@ -131,6 +136,7 @@ class Decoder:
             x = x + a.transpose(1, 2).reshape(b, length, cfg.d_model) @ p["o"]
             x = self._mlp(x, p)
         logits = self._norm(x[:, -1], self.norm) @ self.head
+        self.logits[idx] = logits.float()
         self.tokens[idx] = logits.argmax(-1)
 
     def decode(self, lengths: list[int]) -> None:
@@ -199,6 +205,7 @@ class Decoder:
             x = x + a.reshape(n, 1, cfg.d_model) @ p["o"]
             x = self._mlp(x, p)
         logits = self._norm(x[:, 0], self.norm) @ self.head
+        self.logits[:n] = logits.float()
         self.tokens[:n] = logits.argmax(-1)
 
     def move(self, src: int, dst: int, context: int) -> None:
@@ -359,6 +366,43 @@ def _readline(timeout: float) -> str:
     return sys.stdin.readline().strip() if ready else ""
 
 
+def self_check() -> int:
+    """On a GPU: a small float32 decoder's cached decode (eager, then through CUDA graphs with a padded
+    batch) gives the logits of recomputing the whole sequence by prefill; slot moves keep them."""
+    import torch
+
+    cfg = ModelConfig(d_model=256, layers=2, heads=4, ffn=512, vocab=1000)
+    worst = 0.0
+    for graphs in (False, True):
+        m = Decoder(cfg, slots=4, max_len=128, seed=1, use_graphs=graphs, dtype="float32")
+        ref = Decoder(cfg, slots=4, max_len=128, seed=1, use_graphs=False, dtype="float32")
+        gen = torch.Generator(device="cuda").manual_seed(7)
+        prompts = [torch.randint(0, cfg.vocab, (1, n), device="cuda", generator=gen) for n in (20, 33, 7)]
+        seqs = [p[0].tolist() for p in prompts]
+        for slot, p in enumerate(prompts):
+            m.prefill([slot], p.shape[1], p)
+        for s, slot in zip(seqs, range(3), strict=True):
+            s.append(int(m.tokens[slot]))
+        for step_i in range(6):
+            if step_i == 3:  # request 0 leaves: the last one moves into its slot, as the scheduler does
+                m.move(2, 0, len(seqs[2]) - 1)
+                seqs = [seqs[2], seqs[1]]
+            m.decode([len(s) for s in seqs])
+            m.sync()
+            for slot, s in enumerate(seqs):
+                ref.prefill([3], len(s), torch.tensor([s], device="cuda"))
+                ref.sync()
+                err = float((m.logits[slot] - ref.logits[3]).abs().max() / ref.logits[3].abs().max())
+                worst = max(worst, err)
+                s.append(int(m.tokens[slot]))
+        print(f"cuda graphs {graphs}: captured {len(m.graphs)}, error {m.graph_error or 'none'}")
+    ok = worst < 1e-3
+    print(
+        f"self-check: largest relative logit difference, cached decode vs recompute: {worst:.2e} {'ok' if ok else 'FAIL'}"
+    )
+    return 0 if ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", choices=sorted(ROLES), default="both", help="both (aggregated), prefill or decode")
@@ -391,6 +435,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="decode eagerly (one kernel launch at a time) instead of replaying graphs",
     )
+    ap.add_argument(
+        "--self-check", action="store_true", help="on a GPU: check cached decode against recompute, then exit"
+    )
     ap.add_argument("--fake-model", action="store_true", help="no GPU: a stand-in that sleeps instead (plumbing tests)")
     ap.add_argument("--deadline", type=float, default=540.0, help="the process never lives longer (s)")
     return ap
@@ -398,6 +445,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.self_check:
+        return self_check()
     if args.role == "prefill":
         args.concurrency = max(args.concurrency, ROLES["prefill"].prefill_batch)
     # a watchdog: whatever happens, the process ends at its deadline

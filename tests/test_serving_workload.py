@@ -365,6 +365,19 @@ def test_engine_script_help_needs_no_torch() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.integration
+def test_cached_decode_equals_recompute_on_a_gpu() -> None:
+    """The model's KV-cache decode, eager and through CUDA graphs, against recomputing the sequence."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "gpu_serving.py"), "--self-check"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "captured 0" not in done.stdout.splitlines()[1], done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
 def test_engine_on_a_gpu_publishes_what_it_counts(tmp_path: Path) -> None:
     """A short run of the real engine (2 layers) on a GPU: the scraped counters equal its summary."""
     import json
