@@ -397,9 +397,8 @@ def self_check() -> int:
                 s.append(int(m.tokens[slot]))
         print(f"cuda graphs {graphs}: captured {len(m.graphs)}, error {m.graph_error or 'none'}")
     ok = worst < 1e-3
-    print(
-        f"self-check: largest relative logit difference, cached decode vs recompute: {worst:.2e} {'ok' if ok else 'FAIL'}"
-    )
+    verdict = "ok" if ok else "FAIL"
+    print(f"self-check: largest relative logit difference, cached decode vs recompute: {worst:.2e} {verdict}")
     return 0 if ok else 1
 
 
