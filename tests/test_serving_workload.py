@@ -481,3 +481,44 @@ def test_own_counts_move_in_steps_where_the_steps_are_known() -> None:
     assert stepwise and points == [(10.0, 0.0), (10.5, 4.0), (11.0, 8.0)]
     assert interpolate(points, 10.9, hold=True) == 4.0
     assert interpolate(points, 10.9) == pytest.approx(7.2)
+
+
+@pytest.mark.integration
+def test_the_device_run_end_to_end_on_the_simulated_node(tmp_path: Path) -> None:
+    """bench/gpu_serving_run.py --dry-run: the real exporter (simulated node, the full attribution
+    chain), two short aggregated levels and the disaggregated pair with a stand-in model, scraped
+    each second; its three files, a history promtool can read, and the engines' pods."""
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    from tests.support.net import free_port
+
+    repo = SCRIPTS.parent
+    cmd = [sys.executable, "-m", "bench.gpu_serving_run", "--dry-run", "--out", str(tmp_path), "--idle", "1"]
+    cmd += ["--hold", "2", "--sweep", "1,8", "--solo", "1", "--together", "3", "--exporter-port", str(free_port())]
+    cmd += ["--port", str(free_port())]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["details.tgz", "history.om.gz", "summary.json"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["attribution"] == "full"
+    names = [p["name"] for p in summary["phases"]]
+    assert names == ["idle", "agg_b1", "agg_b8", "prefill_solo", "disagg", "decode_solo", "idle_end"]
+    pods = {e["pod"] for e in summary["engines"].values()}
+    assert len(pods) == 3 and all(p.startswith("serving/llm-") for p in pods)
+    assert set(summary["pid_pods"].values()) == pods
+    disagg = summary["phases"][4]
+    assert set(disagg["engines_own"]) == {"prefill", "decode"} and disagg["generation_tokens"] > 0
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
+    with gzip.open(tmp_path / "history.om.gz", "rt") as f:
+        (tmp_path / "h.om").write_text(f.read())
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "h.om"), str(tmp_path / "db")],
+        check=True,
+        capture_output=True,
+    )
