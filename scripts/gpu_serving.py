@@ -252,7 +252,7 @@ def serve(args: argparse.Namespace) -> int:
     role = args.role
     max_len = args.max_len or default_max_len(role)
     slots = args.slots or (
-        max(SWEEP) if role == "both" else ROLES[role].prefill_batch if role == "prefill" else args.concurrency
+        max(args.sweep) if role == "both" else ROLES[role].prefill_batch if role == "prefill" else args.concurrency
     )
     cfg = ModelConfig(args.d_model, args.layers, args.heads, args.ffn, args.vocab)
     model: Model = (
