@@ -334,6 +334,8 @@ class Run:
             log.flush()
             if line.startswith("ready"):
                 eng.ready_line = line.strip()
+                eng.port = int(line.split("port=")[1].split()[0])  # the one it bound
+                port = eng.port
                 break
         else:
             raise SystemExit(f"engine {role} not ready within {self.args.ready_timeout} s")
@@ -431,8 +433,8 @@ class Run:
         self.sleep_until(bounds[-1])
         self.finish_engine(agg, bounds[-1])
         # disaggregated: prefill alone, both time-sliced, decode alone
-        pre = self.start_engine("prefill", a.port + 1, ["--concurrency", str(a.prefill_concurrency)])
-        dec = self.start_engine("decode", a.port + 2, ["--concurrency", str(a.decode_concurrency)])
+        pre = self.start_engine("prefill", a.port + 1 if a.port else 0, ["--concurrency", str(a.prefill_concurrency)])
+        dec = self.start_engine("decode", a.port + 2 if a.port else 0, ["--concurrency", str(a.decode_concurrency)])
         t0 = time.time() + 1.0
         t1, t2, t3 = t0 + a.solo, t0 + a.solo + a.together, t0 + 2 * a.solo + a.together
         self.go(pre, t0, t2 - t0, [t1])
@@ -561,7 +563,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--together", type=float, default=30.0, help="seconds of prefill and decode time-sliced")
     ap.add_argument("--prefill-concurrency", type=int, default=8)
     ap.add_argument("--decode-concurrency", type=int, default=32)
-    ap.add_argument("--port", type=int, default=8001, help="first engine's metrics port (then +1, +2)")
+    ap.add_argument(
+        "--port", type=int, default=8001, help="first engine's metrics port (then +1, +2; 0: any free ports)"
+    )
     ap.add_argument("--exporter-port", type=int, default=9445)
     ap.add_argument("--attribution", choices=("auto", "full", "kubelet", "none"), default="auto")
     ap.add_argument("--role-label", default="", help="a target label carrying the engine's role (e.g. llm_d_ai_role)")

@@ -268,7 +268,8 @@ def serve(args: argparse.Namespace) -> int:
     model.sync()
     warm_s = time.monotonic() - t0
     metrics = EngineMetrics(args.model_name, max_len)
-    start_http_server(args.port, addr=args.host, registry=metrics.registry)
+    server, _ = start_http_server(args.port, addr=args.host, registry=metrics.registry)
+    args.port = server.server_port  # the one bound (--port 0: any free port)
     print(f"ready port={args.port} pid={os.getpid()} params={cfg.params} warmup_s={warm_s:.2f}", flush=True)
 
     line = _readline(args.deadline - (time.monotonic() - born))
@@ -405,7 +406,7 @@ def self_check() -> int:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", choices=sorted(ROLES), default="both", help="both (aggregated), prefill or decode")
-    ap.add_argument("--port", type=int, default=8000, help="port of this engine's /metrics")
+    ap.add_argument("--port", type=int, default=8000, help="port of this engine's /metrics (0: any free port)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--model-name", default="gpulens-llama-1b", help="served model name (label model_name)")
     ap.add_argument("--pod", default="", help="the pod this engine stands for (recorded in the summary)")
