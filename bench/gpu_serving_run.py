@@ -4,9 +4,10 @@
 Phases, one after another (defaults; about 4.5 minutes in all):
   idle           10 s   nothing on the GPU (the exporter alone)
   agg_b1..b64   5x20 s  one aggregated engine (pod serving/llm-agg-...), 1, 8, 16, 32, 64 requests
-  prefill_solo   20 s   the prefill-only engine alone (pod llm-prefill-...)
+  prefill_solo   20 s   the prefill-only engine alone (pod llm-prefill-...; the decode engine is
+                        started after it, so no other pod has a process on the GPU)
   disagg         30 s   the prefill-only and the decode-only engine time-sliced on the GPU
-  decode_solo    20 s   the decode-only engine alone (pod llm-decode-...)
+  decode_solo    20 s   the decode-only engine alone (pod llm-decode-...; the prefill engine ended)
   idle_end       10 s
 Engines start (model build, warm-up) between phases, outside them.
 
@@ -372,6 +373,12 @@ class Run:
         eng.proc.stdin.write(f"go {start:.3f} {duration:.3f} {' '.join(f'{m:.3f}' for m in marks)}\n")
         eng.proc.stdin.flush()
 
+    def stop_engine(self, eng: Engine) -> None:
+        """End its serving now (it writes its summary and keeps /metrics up until stdin ends)."""
+        assert eng.proc.stdin is not None
+        eng.proc.stdin.write("stop\n")
+        eng.proc.stdin.flush()
+
     def finish_engine(self, eng: Engine, until: float) -> None:
         """Wait for its summary (or ``until``), scrape it once more, then end it."""
         while time.time() < until + 30 and not eng.summary.exists() and eng.proc.poll() is None:
@@ -432,17 +439,22 @@ class Run:
             self.phase(f"agg_b{n}", bounds[i], bounds[i + 1], ["both"], concurrency=n)
         self.sleep_until(bounds[-1])
         self.finish_engine(agg, bounds[-1])
-        # disaggregated: prefill alone, both time-sliced, decode alone
+        # disaggregated: prefill alone, then both time-sliced, then decode alone; the decode engine
+        # starts (and warms up) after the prefill engine's solo phase, so each solo phase has one
+        # pod with processes on the GPU
         pre = self.start_engine("prefill", a.port + 1 if a.port else 0, ["--concurrency", str(a.prefill_concurrency)])
-        dec = self.start_engine("decode", a.port + 2 if a.port else 0, ["--concurrency", str(a.decode_concurrency)])
         t0 = time.time() + 1.0
-        t1, t2, t3 = t0 + a.solo, t0 + a.solo + a.together, t0 + 2 * a.solo + a.together
-        self.go(pre, t0, t2 - t0, [t1])
+        self.go(pre, t0, 3 * a.solo + a.together + 300, [t0 + a.solo])  # ended by "stop"
+        self.phase("prefill_solo", t0, t0 + a.solo, ["prefill"])
+        self.sleep_until(t0 + a.solo)
+        dec = self.start_engine("decode", a.port + 2 if a.port else 0, ["--concurrency", str(a.decode_concurrency)])
+        t1 = time.time() + 1.0
+        t2, t3 = t1 + a.together, t1 + a.together + a.solo
         self.go(dec, t1, t3 - t1, [t2])
-        self.phase("prefill_solo", t0, t1, ["prefill"])
         self.phase("disagg", t1, t2, ["prefill", "decode"])
         self.phase("decode_solo", t2, t3, ["decode"])
         self.sleep_until(t2)
+        self.stop_engine(pre)
         self.finish_engine(pre, t2)
         self.sleep_until(t3)
         self.finish_engine(dec, t3)

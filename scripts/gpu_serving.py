@@ -16,7 +16,8 @@ engine that returns them must), so the latencies are real.
 
 Protocol with its parent (bench/gpu_serving_run.py): after the model is built and warmed up it
 serves /metrics on ``--port`` and prints ``ready``; it then reads one line from stdin,
-``go START DURATION [MARK ...]`` (Unix seconds), serves from START to START + DURATION (with
+``go START DURATION [MARK ...]`` (Unix seconds), serves from START to START + DURATION or until
+it reads ``stop`` (or stdin ends) (with
 ``--role both`` the concurrency steps through ``--sweep``, ``--hold`` seconds each; otherwise it
 holds ``--concurrency``), snapshots its own counts at each MARK, writes ``--summary`` (JSON),
 prints ``done``, and keeps serving /metrics until stdin ends.  It never lives past ``--deadline``
@@ -298,10 +299,16 @@ def serve(args: argparse.Namespace) -> int:
     next_tick = math.floor(time.time()) + 1.0
     level_i = -1
     deadline = born + args.deadline
+    next_poll = time.monotonic() + 0.2
     while True:
         now_u = time.time()
         if now_u >= end or time.monotonic() >= deadline:
             break
+        if time.monotonic() >= next_poll:  # "stop" from the parent, or its end (stdin closed)
+            next_poll = time.monotonic() + 0.2
+            if select.select([sys.stdin], [], [], 0)[0] and sys.stdin.readline().strip() in ("stop", ""):
+                end = now_u
+                break
         while level_i + 1 < len(levels) and levels[level_i + 1][0] <= now_u:
             level_i += 1
             sched.set_concurrency(levels[level_i][1], now_u + mono_of)
