@@ -522,3 +522,27 @@ def test_the_device_run_end_to_end_on_the_simulated_node(tmp_path: Path) -> None
         check=True,
         capture_output=True,
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+def test_the_device_run_short_on_a_gpu(tmp_path: Path) -> None:
+    """bench/gpu_serving_run.py on a GPU with the NVML exporter, short phases and a 2-layer model:
+    energy per token, the exporter's readings and the engines' pods come back."""
+    import json
+    import os
+    import subprocess
+
+    from tests.support.net import free_port
+
+    repo = SCRIPTS.parent
+    cmd = [sys.executable, "-m", "bench.gpu_serving_run", "--out", str(tmp_path), "--idle", "1", "--hold", "3"]
+    cmd += ["--sweep", "1,8", "--solo", "3", "--together", "4", "--exporter-port", str(free_port()), "--port", "0"]
+    cmd += ["--model-args", "--layers", "2"]
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["attribution"] in ("full", "kubelet", "none")
+    agg = summary["phases"][2]
+    assert agg["name"] == "agg_b8" and agg["generation_tokens"] > 0 and agg["joules_per_generated_token"] > 0
+    assert any(r.get("gpu_class") for r in summary["readings"])
