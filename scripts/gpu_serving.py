@@ -358,7 +358,7 @@ def serve(args: argparse.Namespace) -> int:
         "batch_sizes": GRAPH_BATCHES,
         "length_step": GRAPH_LEN_STEP,
     }
-    Path(args.summary).write_text(json.dumps(result, indent=1))
+    Path(args.summary).write_text(json.dumps(result))
     print(
         f"done generation_tokens={c.generation_tokens} prompt_tokens={c.prompt_tokens} requests={c.requests_finished}",
         flush=True,

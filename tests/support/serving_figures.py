@@ -91,11 +91,16 @@ def phase_figures(
     scraped_gen: Mapping[str, list[tuple[float, float]]],
     pods: Mapping[str, str],
 ) -> list[dict[str, Any]]:
-    """Per phase (name, start, end, engines: roles): NVML energy and mean power, the exporter's class
+    """Per phase (name, start, end, engines: roles): NVML energy (else the exporter's energy
+    counter, ``energy_source``) and mean power, the exporter's class
     for GPU 0 and for each engine's pod (``pods``: role -> namespace/pod) after the classifier's
     window, the mean busy ratio, each engine's own figures (``engine_phase``), the tokens generated
     and joules per generated token (all engines of the phase together)."""
     energy = [(r["t"], r["nvml_energy_j"]) for r in readings if r.get("nvml_energy_j") is not None]
+    source = "nvml"
+    if not energy:  # NVML's counter unreadable here: the exporter's (the same counter, read by it)
+        energy = [(r["t"], r["energy_j"]) for r in readings if r.get("energy_j") is not None]
+        source = "exporter"
     gpu_classes = [(r["t"], r.get("gpu_class")) for r in readings]
     out_phases = []
     for ph in phases:
@@ -104,6 +109,7 @@ def phase_figures(
         e0, e1 = interpolate(energy, s), interpolate(energy, e)
         joules = (e1 - e0) if e0 is not None and e1 is not None else None
         out["nvml_energy_j"] = joules
+        out["energy_source"] = source
         out["mean_power_w"] = joules / (e - s) if joules is not None else None
         out["gpu_class"] = mode_after(gpu_classes, s, e, CLASS_WINDOW_S)
         busy = [r["busy"] for r in readings if s + CLASS_WINDOW_S < r["t"] <= e and r.get("busy") is not None]
