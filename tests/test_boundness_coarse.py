@@ -358,6 +358,46 @@ def test_recorded_stalled_gemm_without_gpm_reads_busy_at_its_gpu_util_duty() -> 
     assert means is not None and means.busy is not None and 0.6 <= means.busy <= 0.8
 
 
+def has_nvml_extras(model: str, name: str) -> bool:
+    """Whether a recorded trace holds NVML's power and util.mem of each second (the H100's do)."""
+    first = trace_path(model, name).read_text().splitlines()[0]
+    return "power_ratio" in json.loads(first)
+
+
+WITH_POWER = [(m, n) for m, n in RECORDED_ALL if has_nvml_extras(m, n)]
+"""The recorded loads whose traces let the coarse ``launch`` and ``memory`` rules be replayed."""
+
+COARSE_OF_GPM: dict[str, set[str]] = {
+    "idle": {"idle"},
+    "launch": {"launch"},
+    "memory": {"memory"},
+    "compute": {"busy"},
+    "mixed": {"busy", "memory"},
+}
+"""What the coarse set can say of each GPM class when it has power and util.mem: the same class
+where it has it, ``busy`` for compute, and for a mixture of copies and GEMMs whichever of
+``memory`` (util.mem per busy time high) and ``busy`` its tenants' balance gives."""
+
+
+@pytest.mark.parametrize(("model", "name"), WITH_POWER)
+def test_recorded_load_fed_power_and_memory_util_reads_its_coarse_class(model: str, name: str) -> None:
+    """The coarse levels on a model's own readings: fed the GPU-Util, util.mem and power over the
+    limit that the run recorded each second, every load reads what its GPM class allows within two
+    windows and keeps it, and no load that fills the SMs ever reads ``launch`` (a level fitted to
+    one model's copy or idle power shows here first)."""
+    entry = MANIFESTS[model][name]
+    trace = replay_coarse(trace_path(model, name), BoundnessClassifier(), nvml_extras=True)
+    for start, end, gpm_class in load_phases(entry):
+        allowed = COARSE_OF_GPM[gpm_class]
+        seg = [(t, c) for t, c in trace if start < t < end]
+        settled = [t for t, c in seg if c in allowed]
+        assert settled and settled[0] - start <= 20.0, (model, name, gpm_class, seg)
+        after = {c for t, c in seg if t >= start + 20.0}
+        assert after <= allowed, (model, name, gpm_class, seg)
+        if gpm_class != "launch":
+            assert "launch" not in {c for _, c in seg}, (model, name, gpm_class, seg)
+
+
 DOCUMENTED_COARSE = {"memory": 0.60, "launch": 0.35}
 """The levels docs/boundness.md ("Without GPM") gives: memory-controller utilisation per busy time
 for ``memory``, power above idle over the limit per busy time (below it) for ``launch``. The
