@@ -4,7 +4,8 @@ Two questions, answered apart: *how much of the time does the leaf work* (the bu
 graphics-engine activity) and *what limits it while it works* (the class).  Each GPM sample is
 classed on its DRAM and pipe activity divided by its own busy fraction; the class of a leaf is
 the one that holds most of the busy time in a sliding time window, with hysteresis and a minimum
-dwell.  docs/boundness.md gives the physical reasoning behind every level and the H200 runs.
+dwell.  docs/boundness.md gives the physical reasoning behind every level and the H200 and H100
+runs.
 
 Without GPM (pre-Hopper GPUs, ``--no-collect.gpm``) the same window, vote, dwell and stop rules
 class each sample coarsely from NVML instead (``signals="nvml"``: ``busy``, ``memory``, ``launch``,
@@ -82,7 +83,8 @@ class Thresholds:
     """A new class is exported only once it has been the candidate this long."""
 
     # Without GPM (signals "nvml"): the coarse classes' levels, calibrated on an H200 with GPM off
-    # (docs/boundness.md, "Without GPM": NVML util, memory-controller util and power of 11 loads).
+    # (docs/boundness.md, "Without GPM": NVML util, memory-controller util and power of 11 loads)
+    # and checked on an H100's 15 (issue 55).
     coarse_memory_util_enter: float = 0.60
     """Without GPM: NVML memory-controller utilisation per busy time (util.mem / GPU-Util) at which a
     sample is memory-heavy (``memory``).  util.mem is the fraction of time the memory controller was
