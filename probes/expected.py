@@ -20,6 +20,13 @@ HBM_COPY_FRACTION_H200 = 0.880
 (bytes read + written, 960 MiB buffers) over the datasheet 4.8e12 B/s; torch's copy of the same
 size in the same run: 4.223e12 (docs/benchmarks.md, "Probes (H200)")."""
 
+HBM_COPY_FRACTION_H100 = 0.906
+"""Probe HBM copy / datasheet on an idle H100 SXM5 (NVIDIA H100 80GB HBM3), measured with this
+probe: median 3.035e12 B/s (800 MiB buffers, 5 runs 3.031-3.038e12) over the datasheet 3.35e12
+B/s; torch's copy of the same size in the same run: 3.033e12, of 4 GiB 3.048e12 (driver 580.159.04,
+2026-12-07; docs/probes.md, "Measured on an H100").  The H200's fraction (0.880) would make a
+healthy H100 read 1.03."""
+
 PCIE_GEN5_X16_THEORETICAL = 16 * 32e9 * (128 / 130) / 8
 """PCIe 5.0 x16, one direction: 16 lanes x 32 GT/s with 128b/130b encoding = 63.0e9 B/s."""
 
@@ -44,9 +51,20 @@ class GpuModelBandwidth:
     """Host link generation the model is built for (x16); NVML's *current* generation is not used
     because an idle GPU drops its link to gen 1 to save power."""
     source: str
-    hbm_basis: str = "assumed"
-    """``measured``: the achievable fraction was measured on this model; ``assumed``: the H200's
-    fraction is applied (same probe, same copy engine path; replace when measured)."""
+    hbm_achievable_fraction: float | None = None
+    """What this probe's copy reaches of the datasheet on a healthy GPU of this model, where it
+    was measured on one; ``None``: not measured, the H200's fraction is assumed (same probe, same
+    copy path; replace when measured)."""
+
+    @property
+    def hbm_basis(self) -> str:
+        """``measured`` where the model's own achievable fraction is known, else ``assumed``."""
+        return "assumed" if self.hbm_achievable_fraction is None else "measured"
+
+    @property
+    def hbm_fraction(self) -> float:
+        """The achievable fraction used: the model's own, else the H200's."""
+        return HBM_COPY_FRACTION_H200 if self.hbm_achievable_fraction is None else self.hbm_achievable_fraction
 
 
 @dataclass(frozen=True)
@@ -67,9 +85,9 @@ _NVIDIA_A100 = "https://www.nvidia.com/en-us/data-center/a100/"
 _NVIDIA_A30 = "https://www.nvidia.com/en-us/data-center/products/a30-gpu/"
 
 MODELS: tuple[GpuModelBandwidth, ...] = (
-    GpuModelBandwidth("NVIDIA H200", 4.8e12, 5, _NVIDIA_H200, "measured"),
+    GpuModelBandwidth("NVIDIA H200", 4.8e12, 5, _NVIDIA_H200, HBM_COPY_FRACTION_H200),
     GpuModelBandwidth("NVIDIA H200 NVL", 4.8e12, 5, _NVIDIA_H200),
-    GpuModelBandwidth("NVIDIA H100 80GB HBM3", 3.35e12, 5, _NVIDIA_H100),
+    GpuModelBandwidth("NVIDIA H100 80GB HBM3", 3.35e12, 5, _NVIDIA_H100, HBM_COPY_FRACTION_H100),
     GpuModelBandwidth("NVIDIA H100 NVL", 3.9e12, 5, _NVIDIA_H100),
     GpuModelBandwidth("NVIDIA H100 PCIe", 2.0e12, 5, _NVIDIA_H100),
     GpuModelBandwidth("NVIDIA A100-SXM4-80GB", 2.039e12, 4, _NVIDIA_A100),
@@ -103,7 +121,7 @@ def expected_bandwidth(name: str | None, probe: str, memory_fraction: float = 1.
     if probe == "hbm_copy":
         share = min(max(memory_fraction, 0.0), 1.0) or 1.0
         datasheet = model.hbm_datasheet_bytes_per_second * share
-        return ExpectedBandwidth(probe, datasheet, datasheet * HBM_COPY_FRACTION_H200, model.hbm_basis, model.source)
+        return ExpectedBandwidth(probe, datasheet, datasheet * model.hbm_fraction, model.hbm_basis, model.source)
     gen5 = model.pcie_generation >= 5
     theoretical = PCIE_GEN5_X16_THEORETICAL if gen5 else PCIE_GEN4_X16_THEORETICAL
     achievable = PCIE_GEN5_X16_ACHIEVABLE if gen5 else PCIE_GEN4_X16_ACHIEVABLE

@@ -27,6 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from probes.expected import expected_bandwidth  # noqa: E402
 from tests.support.pagecache import drop_page_cache  # noqa: E402
 
 RUNS = 5
@@ -268,6 +269,20 @@ def _fmt(x: float | None, scale: float, digits: int = 2) -> str:
     return "-" if x is None else f"{x / scale:.{digits}f}"
 
 
+def _hbm_against_expected(run: dict[str, Any], hbm_copy: float) -> str:
+    """The median HBM copy against the datasheet and the achievable figure of the GPU's own model
+    (probes/expected.py), or a note that the model is not in the table."""
+    name = run.get("device", {}).get("name")
+    expected = expected_bandwidth(name, "hbm_copy")
+    if expected is None:
+        return f"HBM copy: {name!r} is not in probes/expected.py"
+    return (
+        f"HBM copy / {expected.datasheet_bytes_per_second / 1e12:.2f} TB/s datasheet of {name} "
+        f"{hbm_copy / expected.datasheet_bytes_per_second:.3f}, / its achievable "
+        f"({expected.basis}) {hbm_copy / expected.achievable_bytes_per_second:.3f}"
+    )
+
+
 def report(bw: dict[str, Any], gate: dict[str, Any]) -> str:
     """Markdown table of everything measured."""
     ok = [r for r in bw["runs"] if "hbm_copy" in r and "d2d_same_size" in r.get("torch", {})]
@@ -303,8 +318,7 @@ def report(bw: dict[str, Any], gate: dict[str, Any]) -> str:
             f"{max(r['gpu_seconds'] for r in ok) * 1e3:.2f} ms; process wall max "
             f"{max(r['process_wall_seconds'] for r in ok):.2f} s (median {med('process_wall_seconds'):.2f} s, "
             f"CUDA init in-process median {med('init_seconds'):.2f} s); buffers {ok[0]['copy_bytes'] >> 20} MiB "
-            f"copy, {ok[0]['transfer_bytes'] >> 20} MiB transfer; HBM copy / 4.8 TB/s datasheet "
-            f"{med('hbm_copy') / 4.8e12:.3f}.",
+            f"copy, {ok[0]['transfer_bytes'] >> 20} MiB transfer; {_hbm_against_expected(ok[0], med('hbm_copy'))}.",
         ]
     lines += [
         "",

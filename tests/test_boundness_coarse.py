@@ -5,6 +5,7 @@ instance without GPM (signals "processes"); the recorded H200 traces replayed wi
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,6 +137,17 @@ def test_a_jobs_kernels_are_measured_against_the_power_its_context_draws_idle() 
     slow_copy = Nvml(util=0.46, mem=0.51, power=0.373)
     trace = feed(BoundnessClassifier(), [(empty, 5.0), (context, 5.0), (slow_copy, 20.0)])
     assert classes_after(trace, 1015.0) == {"memory"}
+
+
+def test_a_copy_whose_hbm_draws_little_power_reads_memory_not_launch() -> None:
+    # The H100 with GPM off (docs/boundness.md): its context idles at 0.177 of the limit and its
+    # slow copy (GPU-Util 0.97, util.mem 1.00) draws 0.50-0.56, 0.33-0.39 above that idle per busy
+    # time: under the launch level, which an H200's copy (0.43-0.59) clears.  The memory controller
+    # busy all the kernels' time says the SMs are not empty, whatever the model's HBM draws.
+    context = Nvml(power=0.177)
+    hbm3_copy = Nvml(util=0.97, mem=1.0, power=0.50)
+    trace = feed(BoundnessClassifier(), [(context, 5.0), (hbm3_copy, 20.0)])
+    assert classes_after(trace, 1010.0) == {"memory"}
 
 
 def test_without_power_or_memory_utilisation_only_idle_busy_and_transfer_remain() -> None:
@@ -280,16 +292,23 @@ def test_a_mig_instance_without_gpm_never_gets_a_busy_class() -> None:
 
 
 def replay_coarse(
-    path: Path, clf: BoundnessClassifier, t_offset: float = 0.0, nvml_extras: bool = False
+    path: Path,
+    clf: BoundnessClassifier,
+    t_offset: float = 0.0,
+    nvml_extras: bool = False,
+    skip_until: float = -math.inf,
 ) -> list[tuple[float, str | None]]:
     """A recorded trace through the path without GPM.  By default NVML GPU-Util only (the H200's
     traces hold neither power nor memory-controller utilisation, so ``launch`` and ``memory`` cannot
     show); with ``nvml_extras`` also the recorded util.mem and power over the limit (the H100's
-    traces hold them), so the replay is fed what the exporter with ``--no-collect.gpm`` read."""
+    traces hold them), so the replay is fed what the exporter with ``--no-collect.gpm`` read.
+    Rows before ``skip_until`` (seconds of the recording) are not fed: an exporter that starts later."""
     out: list[tuple[float, str | None]] = []
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
+            if float(r["t"]) < skip_until:
+                continue
             t = float(r["t"]) + t_offset
             has_processes = bool(r.get("has_processes", r["nvml_util"] > 0))
             mem = r.get("nvml_mem_util") if nvml_extras else None
@@ -356,6 +375,51 @@ def test_recorded_stalled_gemm_without_gpm_reads_busy_at_its_gpu_util_duty() -> 
     # NVML's GPU-Util reads ~0.70 on this load where GPM's graphics activity reads ~0.48 (its shorter
     # sampling period aliases with the half-second duty cycle, docs/boundness.md).
     assert means is not None and means.busy is not None and 0.6 <= means.busy <= 0.8
+
+
+def has_nvml_extras(model: str, name: str) -> bool:
+    """Whether a recorded trace holds NVML's power and util.mem of each second (the H100's do)."""
+    first = trace_path(model, name).read_text().splitlines()[0]
+    return "power_ratio" in json.loads(first)
+
+
+WITH_POWER = [(m, n) for m, n in RECORDED_ALL if has_nvml_extras(m, n)]
+"""The recorded loads whose traces let the coarse ``launch`` and ``memory`` rules be replayed."""
+
+COARSE_OF_GPM: dict[str, set[str]] = {
+    "idle": {"idle"},
+    "launch": {"launch"},
+    "memory": {"memory"},
+    "compute": {"busy"},
+    "mixed": {"busy", "memory"},
+}
+"""What the coarse set can say of each GPM class when it has power and util.mem: the same class
+where it has it, ``busy`` for compute, and for a mixture of copies and GEMMs whichever of
+``memory`` (util.mem per busy time high) and ``busy`` its tenants' balance gives."""
+
+
+@pytest.mark.parametrize("joined", ["before", "mid-job"])
+@pytest.mark.parametrize(("model", "name"), WITH_POWER)
+def test_recorded_load_fed_power_and_memory_util_reads_its_coarse_class(model: str, name: str, joined: str) -> None:
+    """The coarse levels on a model's own readings: fed the GPU-Util, util.mem and power over the
+    limit that the run recorded each second, every load reads what its GPM class allows within two
+    windows and keeps it, and no load that fills the SMs ever reads ``launch`` (a level fitted to
+    one model's copy or idle power shows here first).  ``before``: the exporter watched the GPU
+    before the load started (it may have seen the job's process listed before its context raised
+    the power, and so learned a low idle); ``mid-job``: it started 2 s into the running load (a
+    restart, a rollout), so the only idle it can learn is the job's own pauses, its context's."""
+    entry = MANIFESTS[model][name]
+    skip_until = float(entry["load_started_s"]) + 2.0 if joined == "mid-job" else -math.inf
+    trace = replay_coarse(trace_path(model, name), BoundnessClassifier(), nvml_extras=True, skip_until=skip_until)
+    for start, end, gpm_class in load_phases(entry):
+        allowed = COARSE_OF_GPM[gpm_class]
+        seg = [(t, c) for t, c in trace if start < t < end]
+        settled = [t for t, c in seg if c in allowed]
+        assert settled and settled[0] - start <= 20.0, (model, name, gpm_class, seg)
+        after = {c for t, c in seg if t >= start + 20.0}
+        assert after <= allowed, (model, name, gpm_class, seg)
+        if gpm_class != "launch":
+            assert "launch" not in {c for _, c in seg}, (model, name, gpm_class, seg)
 
 
 DOCUMENTED_COARSE = {"memory": 0.60, "launch": 0.35}

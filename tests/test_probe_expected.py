@@ -23,6 +23,26 @@ def test_healthy_h200_copy_reads_as_full_efficiency_not_datasheet_fraction() -> 
     assert efficiency_ratio(slow, "NVIDIA H200", "hbm_copy") == pytest.approx(0.8)
 
 
+H100_PROBE_HBM_COPY = 3.035e12
+"""The probe's HBM copy on an idle H100 80GB HBM3, median of 5 runs (scripts/gpu_probes.py,
+2026-12-07, issue 55; torch's same-size copy in the same run 3.033e12)."""
+
+
+def test_a_healthy_h100_reads_full_efficiency_against_its_own_measured_fraction() -> None:
+    expected = expected_bandwidth("NVIDIA H100 80GB HBM3", "hbm_copy")
+    assert expected is not None and expected.basis == "measured"
+    assert expected.datasheet_bytes_per_second == 3.35e12
+    # The H200's achievable fraction (0.880) applied to an H100 reads its healthy copy as 1.03.
+    ratio = efficiency_ratio(H100_PROBE_HBM_COPY, "NVIDIA H100 80GB HBM3", "hbm_copy")
+    assert ratio == pytest.approx(1.0, abs=0.005)
+
+
+def test_a_model_not_measured_assumes_the_h200_fraction_and_says_so() -> None:
+    nvl = expected_bandwidth("NVIDIA H100 NVL", "hbm_copy")
+    assert nvl is not None and nvl.basis == "assumed"
+    assert nvl.achievable_bytes_per_second == pytest.approx(3.9e12 * 0.880)
+
+
 def test_pcie_expectation_follows_the_models_link_generation() -> None:
     h100 = expected_bandwidth("NVIDIA H100 80GB HBM3", "h2d")
     a100 = expected_bandwidth("NVIDIA A100-SXM4-80GB", "d2h")

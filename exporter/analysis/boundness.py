@@ -4,7 +4,8 @@ Two questions, answered apart: *how much of the time does the leaf work* (the bu
 graphics-engine activity) and *what limits it while it works* (the class).  Each GPM sample is
 classed on its DRAM and pipe activity divided by its own busy fraction; the class of a leaf is
 the one that holds most of the busy time in a sliding time window, with hysteresis and a minimum
-dwell.  docs/boundness.md gives the physical reasoning behind every level and the H200 runs.
+dwell.  docs/boundness.md gives the physical reasoning behind every level and the H200 and H100
+runs.
 
 Without GPM (pre-Hopper GPUs, ``--no-collect.gpm``) the same window, vote, dwell and stop rules
 class each sample coarsely from NVML instead (``signals="nvml"``: ``busy``, ``memory``, ``launch``,
@@ -82,7 +83,8 @@ class Thresholds:
     """A new class is exported only once it has been the candidate this long."""
 
     # Without GPM (signals "nvml"): the coarse classes' levels, calibrated on an H200 with GPM off
-    # (docs/boundness.md, "Without GPM": NVML util, memory-controller util and power of 11 loads).
+    # (docs/boundness.md, "Without GPM": NVML util, memory-controller util and power of 11 loads)
+    # and checked on an H100's 15 (issue 55).
     coarse_memory_util_enter: float = 0.60
     """Without GPM: NVML memory-controller utilisation per busy time (util.mem / GPU-Util) at which a
     sample is memory-heavy (``memory``).  util.mem is the fraction of time the memory controller was
@@ -101,7 +103,11 @@ class Thresholds:
     context): back-to-back tiny kernels (GPU-Util 0.26) 0.00 above the context's idle, 0.23 above
     the bare idle, 0.26 above the 0.10 guess; every load that fills the SMs 0.45 or more whichever
     idle it is measured from (a copy loop 0.51-0.58, a GEMM stalled half the time 0.45-0.52, a slow
-    copy 0.45-0.59, GEMMs 0.76-0.89).  0.35 lies between, with room on both sides."""
+    copy 0.45-0.59, GEMMs 0.76-0.89).  0.35 lies between, with room on both sides.  On the H100
+    (limit 700 W; idle 0.104, 0.177 with a context; issue 55): tiny kernels 0.00 above the context's
+    idle, 0.12-0.30 above the bare idle; a stalled GEMM 0.44-0.56, GEMMs 0.52-0.90; its copies only
+    0.33-0.39 above the context's idle (HBM3 draws less), which is why ``memory`` (util.mem) is
+    tested before this level and copies never depend on it."""
     coarse_launch_power_exit: float = 0.40
     coarse_idle_power_ratio: float = 0.10
     """Without GPM: a GPU's idle power as a fraction of its power limit, used until the leaf has been
@@ -197,18 +203,22 @@ class _SampleClasser:
 
         ``memory_util`` is NVML's memory-controller utilisation (0..1) and ``power_excess`` the
         GPU's power above its idle power as a fraction of its power limit; both per sample, ``None``
-        when unknown.  Below ``coarse_util_min`` of GPU-Util: ``busy``.  ``launch`` when the power
-        excess per busy time is small (kernels ran, the SMs stayed nearly empty); ``memory`` when the memory
-        controller was busy a large part of the busy time; otherwise ``busy`` (kernels ran, what
-        limits them cannot be told).  Schmitt triggers across samples, as for the GPM classes.
+        when unknown.  Below ``coarse_util_min`` of GPU-Util: ``busy``.  ``memory`` when the memory
+        controller was busy a large part of the busy time; else ``launch`` when the power excess per
+        busy time is small (kernels ran, the SMs stayed nearly empty); otherwise ``busy`` (kernels
+        ran, what limits them cannot be told).  Memory goes first: kernels that keep the memory
+        controller busy are not launch-bound (tiny kernels read util.mem 0.00 on the H200 and the
+        H100), and a copy's power is the model's HBM's (an H100's copy draws 0.33-0.39 of its limit
+        above its context's idle per busy time, under the launch level; an H200's 0.43-0.59).
+        Schmitt triggers across samples, as for the GPM classes.
         """
         if busy < self.th.coarse_util_min:
             return "busy"  # too few kernels for the ratios to tell anything
-        launch = power_excess is not None and self.coarse_launch.update(min(1.0, power_excess / busy))
         memory = memory_util is not None and self.coarse_memory.update(min(1.0, memory_util / busy))
-        if launch:
-            return "launch"
-        return "memory" if memory else "busy"
+        launch = power_excess is not None and self.coarse_launch.update(min(1.0, power_excess / busy))
+        if memory:
+            return "memory"
+        return "launch" if launch else "busy"
 
     def votes(
         self,
