@@ -302,13 +302,18 @@ Engine series (every engine of dashboard/serving/engines.py) that lack namespace
 scrape job and engine: the scrape did not copy the pod's labels (docs/serving.md), so they
 cannot be joined to any GPU. They take no part in the rules below; this count says they exist.
 """,
-    "gpulens:serving_pod:info": """\
+    "gpulens:serving_pod_engine:info": """\
 One series (value 1) per pod, model and engine serving (any engine series with namespace and
-pod). role: from the pod's labels the scrape copied (Dynamo's component types, llm-d.ai/role,
-gpulens.io/serving-role; vLLM's kv_producer/kv_consumer/kv_both normalised), role_source
-"declared"; a component's fixed role (Dynamo's frontend), "engine"; else inferred from the
-pod's GPU classes over 30 m (compute share above memory share: prefill, below: decode, equal:
-both), "inferred"; a pod whose GPUs have no class: role "" and "unknown".
+pod), with the role its pod's labels declare as the scrape copied them into role (Dynamo's
+component types, llm-d.ai/role, gpulens.io/serving-role), normalised (vLLM's kv_producer is
+prefill, kv_consumer decode, kv_both both); empty where none is declared. Dynamo's frontend has
+its fixed role (role_source "engine"). The record below completes the role.
+""",
+    "gpulens:serving_pod:info": """\
+The pods of the record above with their role completed: the declared one (role_source
+"declared"), the engine's ("engine"); else inferred from the pod's GPU classes over 30 m
+(compute share above memory share: prefill, below: decode, equal: both), "inferred"; a pod whose
+GPUs have no class: role "" and "unknown". Every per-pod record below joins it for role.
 """,
     "gpulens:serving_input_tokens:rate5m": """\
 Per pod: prompt (input) tokens per second over 5 m, the pod's engine series summed.
@@ -433,7 +438,7 @@ Per model: 95th percentile of the inter-token latency over 5 m, seconds.
 """The comment of each gpulens.serving rule (dashboard/serving/rules.py writes the expressions)."""
 SERVING_BREAKS: frozenset[str] = frozenset(
     {
-        "gpulens:serving_pod:info",
+        "gpulens:serving_pod_engine:info",
         "gpulens:serving_input_tokens:rate5m",
         "gpulens:serving_pod_gpus:sum",
         "gpulens:serving_model_pods:count",

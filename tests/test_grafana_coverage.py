@@ -29,8 +29,8 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dash_m
 
 from dashboard import definitions
-from dashboard.serving import rules as serving_rules
 from dashboard.frames.health import NOT_THROTTLING
+from dashboard.serving import rules as serving_rules
 from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
 from exporter.render.metrics import BY_NAME
 from tests.support.grafana import CHART_GRAFANA, GRAFANA, REPO, docs, gd, gp, panels

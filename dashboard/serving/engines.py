@@ -167,9 +167,15 @@ class Engine:
         return {c: s for c in CONCEPTS if (s := self.source(c)) is not None}
 
     def presence(self) -> list[tuple[Source, str]]:
-        """(source, sample name) of the series that show a pod runs this engine: every counter's and
-        gauge's names (each engine has one at least: :func:`_check`)."""
-        return [(src, n) for c, src in self.sources().items() if c not in HISTOGRAMS for n in src.names]
+        """(source, sample name) of the series that show a pod runs this engine: its counters' names
+        (every version's), or where it has none its gauges' (each engine has one at least:
+        :func:`_check`). Few, so that the rules reading them stay short (VictoriaMetrics refuses a
+        query over 16 KiB by default)."""
+        for kinds in (COUNTERS, (*SUMMED_GAUGES, *MEAN_GAUGES)):
+            found = [(src, n) for c, src in self.sources().items() if c in kinds for n in src.names]
+            if found:
+                return found
+        return []
 
 
 VLLM = Engine(

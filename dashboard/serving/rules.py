@@ -41,6 +41,7 @@ MODEL = f"cluster, namespace, {e.MODEL_LABEL}, {e.ROLE_LABEL}"
 JOINABLE: Mapping[str, str] = {"namespace": "!", "pod": "!"}
 """Matchers every engine selector carries: non-empty ``namespace`` and ``pod``."""
 
+ENGINE_INFO = "gpulens:serving_pod_engine:info"
 INFO = "gpulens:serving_pod:info"
 GPUS = "gpulens:serving_pod_gpus:sum"
 POWER = "gpulens:serving_pod_power:watts"
@@ -159,21 +160,30 @@ def normalise_role(expr: str) -> str:
     return expr
 
 
-def _presence(engine: e.Engine, role_matcher: str | None) -> str:
-    """One series per (pod, model) running ``engine``, labels :data:`POD` plus the raw ``role``;
-    ``role_matcher``: ``"!"`` only series with a role, ``""`` only those without, None any."""
-    extra = dict(JOINABLE)
-    if role_matcher is not None:
-        extra[e.ROLE_LABEL] = role_matcher
-    seen: list[str] = []
-    parts = []
-    for src, name in engine.presence():
-        sel = src.selector(name, extra)
-        if sel not in seen:
-            seen.append(sel)
-            parts.append(f"group by ({_raw_by(engine, e.ROLE_LABEL)}) ({sel})")
-    union = " or ".join(parts)
-    return f"group by ({POD}, {e.ROLE_LABEL}) ({_model_and_engine(union, engine)})"
+def _presence(engine: e.Engine) -> str:
+    """One series per (pod, model) running ``engine``, labels :data:`POD` plus ``role``: as the pod's
+    labels declare it, normalised (:func:`normalise_role`), or the engine's fixed role.
+
+    Every label_replace applies to the union of the first aggregations, none outside the last
+    ``group``: VictoriaMetrics (v1.1xx) writes a wrong value into a label that a label_replace
+    outside an aggregation does not match, when another label_replace ran inside it
+    (tests/test_rules_victoriametrics.py compares every rule on both stores)."""
+    parts = [
+        f"group by ({_raw_by(engine, e.ROLE_LABEL)}) ({src.selector(name, JOINABLE)})"
+        for src, name in engine.presence()
+    ]
+    labelled = _model_and_engine(" or ".join(parts), engine)
+    if engine.role:
+        labelled = _source(f'label_replace({labelled}, "{e.ROLE_LABEL}", "{engine.role}", "", "")', "engine")
+        return f"group by ({POD}, {e.ROLE_LABEL}, {e.ROLE_SOURCE_LABEL}) ({labelled})"
+    return f"group by ({POD}, {e.ROLE_LABEL}) ({normalise_role(labelled)})"
+
+
+def engine_info_promql() -> str:
+    """``gpulens:serving_pod_engine:info``: one series (value 1) per pod, model and engine serving,
+    labels :data:`POD` and ``role`` as the pod's labels declare it, normalised (empty where they
+    declare none); a component of a fixed role has it, with ``role_source="engine"``."""
+    return " or ".join(f"({_presence(engine)})" for engine in e.ENGINES)
 
 
 def inferred_role_promql() -> str:
@@ -201,24 +211,16 @@ def _source(expr: str, source: str) -> str:
 
 def info_promql() -> str:
     """``gpulens:serving_pod:info``: one series (value 1) per pod, model and engine serving, labels
-    :data:`POD_ROLE`: the role the pod's labels declare (normalised), the engine's fixed role, else
-    the inferred one (:func:`inferred_role_promql`), else ``role`` empty and ``role_source="unknown"``."""
-    declared, fixed, undeclared = [], [], []
-    for engine in e.ENGINES:
-        if engine.role:
-            fixed.append(
-                _source(
-                    f'label_replace({_presence(engine, None)}, "{e.ROLE_LABEL}", "{engine.role}", "", "")', "engine"
-                )
-            )
-        else:
-            declared.append(_source(normalise_role(_presence(engine, "!")), "declared"))
-            undeclared.append(_presence(engine, ""))
-    pods = f"group by ({POD}) ({' or '.join(f'({u})' for u in undeclared)})"
+    :data:`POD_ROLE`: the role the pod's labels declare (``role_source="declared"``), the engine's
+    fixed role (``engine``), else the inferred one (:func:`inferred_role_promql`, ``inferred``), else
+    ``role`` empty and ``role_source="unknown"``."""
+    pods = f'{ENGINE_INFO}{{{e.ROLE_LABEL}=""}}'
+    declared = _source(f'{ENGINE_INFO}{{{e.ROLE_LABEL}!="", {e.ROLE_SOURCE_LABEL}=""}}', "declared")
+    fixed = f'{ENGINE_INFO}{{{e.ROLE_SOURCE_LABEL}="engine"}}'
     infer = inferred_role_promql()
     inferred = _source(f"{pods} * on ({SCOPE}) group_left ({e.ROLE_LABEL}) ({infer})", "inferred")
     unknown = _source(f"{pods} unless on ({SCOPE}) ({infer})", "unknown")
-    return " or ".join(f"({p})" for p in (*declared, *fixed, inferred, unknown))
+    return " or ".join((declared, fixed, inferred, unknown))
 
 
 def _serving(expr: str) -> str:
@@ -309,6 +311,7 @@ def unjoinable_promql() -> str:
 def _rules() -> dict[str, str]:
     out: dict[str, str] = {
         UNJOINABLE: unjoinable_promql(),
+        ENGINE_INFO: engine_info_promql(),
         INFO: info_promql(),
     }
     for concept in e.CONCEPTS:
