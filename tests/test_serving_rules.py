@@ -138,3 +138,19 @@ def test_every_rule_fits_victoriametrics_default_query_length() -> None:
         for rule in group["rules"]:
             size = len(rule["expr"].encode())
             assert size < VM_MAX_QUERY_BYTES * 0.75, (rule.get("record") or rule.get("alert"), size)
+
+
+def test_docs_serving_names_every_engine_name_and_every_rule() -> None:
+    """docs/serving.md is the reference the advisor, the page and users read: a name added to the
+    table or the rules without it fails."""
+    text = (REPO / "docs" / "serving.md").read_text()
+    for engine in engines.ENGINES:
+        assert engine.title in text, engine.name
+        for src in engine.sources().values():
+            for name in src.names:
+                assert f"`{name}" in text, name
+    for name in rules.RULES:
+        base, _, suffix = name.rpartition(":")
+        assert name in text or (f"`{base}:" in text and f":{suffix}`" in text), name
+    for label in engines.ROLE_POD_LABELS:
+        assert engines.meta_label(label) in text, label
