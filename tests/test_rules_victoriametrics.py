@@ -235,9 +235,12 @@ def _instants(history: tuple[Path, float, float]) -> list[float]:
 
 
 def _series(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:
+    """Label set -> value. A label whose value is empty is no label (PromQL's rule, and neither store
+    keeps one); VictoriaMetrics returns the one a label_replace left empty (the serving rules' role
+    of a pod that declares none), Prometheus drops it."""
     out = {}
     for item in result:
-        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "__name__"))
+        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "__name__" and v != ""))
         out[labels] = float(item["value"][1])
     return out
 

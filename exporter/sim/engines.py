@@ -222,7 +222,13 @@ def file_sd(address: str, port: int) -> list[dict[str, object]]:
     Kubernetes service discovery labels a pod (meta labels, dropped after relabelling)."""
     out: list[dict[str, object]] = []
     for i, target in enumerate(targets()):
-        labels = {"__meta_kubernetes_namespace": target.namespace, "__meta_kubernetes_pod_name": target.pod}
+        labels = {
+            "__meta_kubernetes_namespace": target.namespace,
+            "__meta_kubernetes_pod_name": target.pod,
+            "__meta_kubernetes_pod_phase": "Running",
+            "__meta_kubernetes_pod_container_port_name": "metrics",
+            "__meta_kubernetes_pod_label_app_kubernetes_io_component": target.deployment.engine,
+        }
         for key, value in target.deployment.pod_labels.items():
             labels["__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in key)] = value
         out.append({"targets": [f"{address}:{port + i}"], "labels": labels})
