@@ -44,6 +44,7 @@ SIM_SCENARIOS: tuple[str, ...] = (
     "p5en-nogdr",
     "jobs-0",
     "jobs-1",
+    "serving",
 )
 """Values ``--sim.scenario`` accepts: the simulator's scenarios (a test checks they are
 ``exporter.sim.SCENARIOS``; this module does not import the simulator)."""

@@ -2,7 +2,9 @@
 # The demo (README command 1): the exporter plus the dashboard on this machine.
 # With an NVIDIA driver the exporter reads the real GPUs (--backend auto); without one it serves the
 # simulated 8 x H200 fleet (set GPULENS_SIM_SCENARIO=mig|mig7x8|timeslice|mps|a100|l40s|a10g|p5en|p5en-nogdr for the others;
-# GPULENS_SIM_SCENARIO=jobs runs two nodes, jobs-0 and jobs-1, on EXPORTER_PORT and the next port: four two-node jobs).
+# GPULENS_SIM_SCENARIO=jobs runs two nodes, jobs-0 and jobs-1, on EXPORTER_PORT and the next port: four two-node jobs;
+# GPULENS_SIM_SCENARIO=serving adds the node's inference engines' own /metrics, one port a pod from GPULENS_ENGINES_PORT
+# (9500), with a Prometheus file_sd list of them in .demo/serving-targets.json: docs/serving.md).
 # Ctrl-C stops them all.  Ports: GPULENS_EXPORTER_PORT (9445), GPULENS_DASHBOARD_PORT (8501).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +47,14 @@ for i in "${!NODES[@]}"; do
   pids+=($!)
   urls+=("http://127.0.0.1:${PORTS[$i]}/metrics")
 done
+if [ "$SCENARIO" = serving ]; then
+  # The engines are the application pods' own endpoints, served by a process of their own: the
+  # exporter never scrapes them (Prometheus joins them with its series on namespace and pod).
+  mkdir -p .demo
+  .venv/bin/python -m exporter.sim.engines --port "${GPULENS_ENGINES_PORT:-9500}" \
+    --file-sd .demo/serving-targets.json &
+  pids+=($!)
+fi
 ready() { .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
   "http://127.0.0.1:$1/readyz" >/dev/null 2>&1; }
 for i in "${!NODES[@]}"; do

@@ -38,6 +38,7 @@ if str(REPO) not in sys.path:  # `python scripts/gen_rules.py` from anywhere
     sys.path.insert(0, str(REPO))
 
 from dashboard import definitions, jobs  # noqa: E402 (after the path set-up above)
+from dashboard.serving import rules as serving  # noqa: E402 (after the path set-up above)
 
 RULES_FILE = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 CHART_RULES_FILE = REPO / "deploy" / "helm" / "gpulens" / "files" / "gpulens.rules.yml"
@@ -52,6 +53,7 @@ DEFINED: Mapping[str, str] = {
     **definitions.POD_RULES,
     **definitions.NAMESPACE_RULES,
     **jobs.RULES,
+    **serving.RULES,
 }
 """Every recording rule whose expression a definitions module writes."""
 
@@ -256,6 +258,11 @@ of one top owner, (cluster, namespace, workload_kind, workload), over every node
 owns is the job Pod/<pod>. Its per-leaf records read the leaf group's gpulens:gpu_activity:ratio_avg5m
 (a group later in the file: a one-evaluation lag at a transition) and raw series; the job figures,
 the straggler and the two alerts read the group's own records, evaluated before them.
+
+Serving (group gpulens.serving, docs/serving.md, dashboard/serving/rules.py writes the expressions
+from the engine table dashboard/serving/engines.py): the inference engines' own series (vLLM,
+SGLang, TGI, TensorRT-LLM, Dynamo), scraped with namespace and pod, joined to the pods' GPUs on
+(cluster, namespace, pod). Per pod, then per model and role; every ratio's comment names its divisor.
 """
 
 HARDWARE_XIDS = (48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140)
@@ -287,6 +294,156 @@ def xid_promql(*, hardware: bool) -> str:
         return sole_holder_promql(f'gpulens_gpu_xid_errors_total{{xid=~"{xids}"}} > 0')
     events = definitions.counter_events_promql(f'gpulens_gpu_xid_errors_total{{xid!~"{xids}"}}', XID_EVENTS_WINDOW)
     return sole_holder_promql(f"{events} > 0")
+
+
+SERVING_COMMENTS: Mapping[str, str] = {
+    "gpulens:serving_unjoinable_series:count": """\
+Engine series (every engine of dashboard/serving/engines.py) that lack namespace or pod, per
+scrape job and engine: the scrape did not copy the pod's labels (docs/serving.md), so they
+cannot be joined to any GPU. They take no part in the rules below; this count says they exist.
+""",
+    "gpulens:serving_pod_engine:info": """\
+One series (value 1) per pod, model and engine serving (any engine series with namespace and
+pod), with the role its pod's labels declare as the scrape copied them into role (Dynamo's
+component types, llm-d.ai/role, gpulens.io/serving-role), normalised (vLLM's kv_producer is
+prefill, kv_consumer decode, kv_both both); empty where none is declared. Dynamo's frontend has
+its fixed role (role_source "engine"). The record below completes the role.
+""",
+    "gpulens:serving_pod:info": """\
+The pods of the record above with their role completed: the declared one (role_source
+"declared"), the engine's ("engine"); else inferred from the pod's GPU classes over 30 m
+(compute share above memory share: prefill, below: decode, equal: both), "inferred"; a pod whose
+GPUs have no class: role "" and "unknown". Every per-pod record below joins it for role.
+""",
+    "gpulens:serving_input_tokens:rate5m": """\
+Per pod: prompt (input) tokens per second over 5 m, the pod's engine series summed.
+Labels cluster, namespace, pod, model, serving_engine, role, role_source. A pod whose engine is not scraped has no series (never 0).
+""",
+    "gpulens:serving_output_tokens:rate5m": """\
+Per pod: generated (output) tokens per second over 5 m. Labels cluster, namespace, pod, model, serving_engine, role, role_source.
+""",
+    "gpulens:serving_requests:rate5m": """\
+Per pod: requests finished per second over 5 m (vLLM: every finished_reason).
+""",
+    "gpulens:serving_requests_running:avg5m": """\
+Per pod: requests being served, mean over 5 m (a pod's engine series summed).
+""",
+    "gpulens:serving_requests_queued:avg5m": """\
+Per pod: requests waiting, mean over 5 m.
+""",
+    "gpulens:serving_kv_cache_usage:ratio_avg5m": """\
+Per pod: the fraction (0..1) of the KV cache in use, mean over 5 m (mean of the pod's engines).
+""",
+    "gpulens:serving_kv_cache_usage:ratio_max5m": """\
+Per pod: the KV cache's peak use over 5 m (0..1; the fullest of the pod's engines).
+""",
+    "gpulens:serving_ttft_seconds_bucket:rate5m": """\
+Per pod and bucket (le, seconds): time-to-first-token observations per second over 5 m; the
+quantiles below and the per-model ones sum these buckets.
+""",
+    "gpulens:serving_itl_seconds_bucket:rate5m": """\
+Per pod and bucket: inter-token latency observations per second over 5 m (TGI: each request's
+mean time per token; TensorRT-LLM: time per output token).
+""",
+    "gpulens:serving_ttft_seconds:p50_5m": """\
+Per pod: median time to first token over 5 m, seconds (histogram_quantile of the bucket rates:
+linear within a bucket); absent where no request got its first token in the window.
+""",
+    "gpulens:serving_ttft_seconds:p95_5m": """\
+Per pod: 95th percentile of the time to first token over 5 m, seconds.
+""",
+    "gpulens:serving_itl_seconds:p50_5m": """\
+Per pod: median inter-token latency over 5 m, seconds.
+""",
+    "gpulens:serving_itl_seconds:p95_5m": """\
+Per pod: 95th percentile of the inter-token latency over 5 m, seconds.
+""",
+    "gpulens:serving_pod_gpus:sum": """\
+Per serving pod (labels cluster, namespace, pod): the GPU-equivalents it holds, each leaf
+weighted by the pod's share of it (gpulens:pod_gpu_holding:ratio: 1/4 for one of four
+time-slicing replicas) times its share of the GPU (gpulens:leaf_gpu_share:ratio: 3/7 for a
+3g MIG instance of an H200). The divisor of every per GPU-second ratio below.
+""",
+    "gpulens:serving_pod_power:watts": """\
+Per serving pod: watts (joules per second, mean over 5 m from gpulens_gpu_energy_joules_total)
+of the GPUs it holds, each GPU's energy shared by the same weights as the record above (a MIG
+instance gets its slices' share of the whole GPU's power, idle draw included).
+""",
+    "gpulens:serving_output_tokens_per_gpu_second:ratio": """\
+Per pod: output tokens per GPU-second = gpulens:serving_output_tokens:rate5m DIVIDED BY
+gpulens:serving_pod_gpus:sum (tokens/s per GPU-equivalent held). Absent for a pod holding no GPU.
+""",
+    "gpulens:serving_input_tokens_per_gpu_second:ratio": """\
+Per pod: input tokens per GPU-second = gpulens:serving_input_tokens:rate5m DIVIDED BY
+gpulens:serving_pod_gpus:sum.
+""",
+    "gpulens:serving_joules_per_output_token:ratio": """\
+Per pod: joules per output token = gpulens:serving_pod_power:watts (J/s) DIVIDED BY
+gpulens:serving_output_tokens:rate5m (tokens/s). Absent while the pod generates no token. A prefill
+pod's energy goes to input tokens: read its per GPU-second figures instead.
+""",
+    "gpulens:serving_model_pods:count": """\
+Per model: the serving pods (replicas) of each role. Labels cluster, namespace, model, role: one series per model and role (roles kept apart).
+""",
+    "gpulens:serving_model_gpus:sum": """\
+Per model: the GPU-equivalents its pods hold (gpulens:serving_pod_gpus:sum summed).
+""",
+    "gpulens:serving_model_input_tokens:rate5m": """\
+Per model: input tokens per second, its pods' rates summed.
+""",
+    "gpulens:serving_model_output_tokens:rate5m": """\
+Per model: output tokens per second, its pods' rates summed.
+""",
+    "gpulens:serving_model_requests:rate5m": """\
+Per model: requests finished per second, summed.
+""",
+    "gpulens:serving_model_requests_running:avg5m": """\
+Per model: requests being served, its pods' means summed.
+""",
+    "gpulens:serving_model_requests_queued:avg5m": """\
+Per model: requests waiting, its pods' means summed.
+""",
+    "gpulens:serving_model_kv_cache_usage:ratio_avg5m": """\
+Per model: KV cache use (0..1), the mean over its pods (each pod weighs the same).
+""",
+    "gpulens:serving_model_kv_cache_usage:ratio_max5m": """\
+Per model: the fullest KV cache of its pods over 5 m (0..1).
+""",
+    "gpulens:serving_model_output_tokens_per_gpu_second:ratio": """\
+Per model: output tokens per GPU-second = the SUM of its pods' output tokens/s DIVIDED BY the
+SUM of the same pods' GPU-equivalents (a ratio of sums, not a mean of the pods' ratios).
+""",
+    "gpulens:serving_model_input_tokens_per_gpu_second:ratio": """\
+Per model: input tokens per GPU-second = the SUM of its pods' input tokens/s DIVIDED BY the SUM of
+the same pods' GPU-equivalents.
+""",
+    "gpulens:serving_model_joules_per_output_token:ratio": """\
+Per model: joules per output token = the SUM of its pods' GPU watts DIVIDED BY the SUM of the
+same pods' output tokens/s.
+""",
+    "gpulens:serving_model_ttft_seconds:p50_5m": """\
+Per model: median time to first token over 5 m, seconds, from its pods' bucket rates summed
+(exact over all its requests, not a mean of the pods' quantiles).
+""",
+    "gpulens:serving_model_ttft_seconds:p95_5m": """\
+Per model: 95th percentile of the time to first token over 5 m, seconds.
+""",
+    "gpulens:serving_model_itl_seconds:p50_5m": """\
+Per model: median inter-token latency over 5 m, seconds.
+""",
+    "gpulens:serving_model_itl_seconds:p95_5m": """\
+Per model: 95th percentile of the inter-token latency over 5 m, seconds.
+""",
+}
+"""The comment of each gpulens.serving rule (dashboard/serving/rules.py writes the expressions)."""
+SERVING_BREAKS: frozenset[str] = frozenset(
+    {
+        "gpulens:serving_pod_engine:info",
+        "gpulens:serving_input_tokens:rate5m",
+        "gpulens:serving_pod_gpus:sum",
+        "gpulens:serving_model_pods:count",
+    }
+)
 
 
 GROUPS: tuple[Group, ...] = (
@@ -850,6 +1007,10 @@ it (means over <<window>>), for <<for>>: the interconnect (NICs, GPUDirect RDMA,
                 blank_before=True,
             ),
         ),
+    ),
+    Group(
+        "gpulens.serving",
+        tuple(defined(name, SERVING_COMMENTS[name], blank_before=name in SERVING_BREAKS) for name in serving.RULES),
     ),
     Group(
         "gpulens.alerts",

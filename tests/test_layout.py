@@ -134,6 +134,7 @@ DASHBOARD_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dashboard.promql",
             "dashboard.definitions",
             "dashboard.jobs",
+            "dashboard.serving",  # the engine table and the serving rules (definitions of their own)
             "dashboard.inputs",
             "dashboard.sources.source",
             "dashboard.inert_text",

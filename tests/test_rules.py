@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dashboard.serving.engines import RULE_LABELS as SERVING_LABELS
 from exporter.render.metrics import BY_NAME
 from tests.support.documents import yaml_file
 
@@ -161,7 +162,14 @@ def test_rules_use_only_catalogue_metrics_and_their_labels() -> None:
                 for label in re.findall(r"([a-z_]+)\s*(?:=~|!~|!=|=)", matchers):
                     assert label in set(BY_NAME[name].labels) | TARGET_LABELS, (name, label)
             # `direction` (tx/rx) is the one label a rule adds itself (gpulens:nic_port_bytes:rate5m).
-            known = {lab for spec in BY_NAME.values() for lab in spec.labels} | TARGET_LABELS | {"direction"}
+            # The serving rules' labels are the engine table's (dashboard/serving/engines.py;
+            # tests/test_serving_rules.py checks their metric names against it).
+            known = (
+                {lab for spec in BY_NAME.values() for lab in spec.labels}
+                | TARGET_LABELS
+                | {"direction"}
+                | SERVING_LABELS
+            )
             for labels in _GROUPING.findall(expr):
                 for label in filter(None, (x.strip() for x in labels.split(","))):
                     assert label in known, f"{rule.get('alert') or rule.get('record')}: unknown label {label}"

@@ -2,8 +2,9 @@
 on VictoriaMetrics (MetricsQL) over the same data, and vmalert records what the expressions say.
 
 The data: six simulated nodes (8 whole H200s with a lost GPU and a link down, a MIG node, a time-sliced
-node, a p5en node without GPUDirect RDMA, and the two nodes of four two-node jobs, ``jobs-0`` and
-``jobs-1``, with a straggler and a communication-bound job), each rendered SCRAPES times, one
+node, a p5en node without GPUDirect RDMA, the two nodes of four two-node jobs, ``jobs-0`` and
+``jobs-1``, with a straggler and a communication-bound job, and the ``serving`` node with its
+inference engines' own pages, exporter/sim/engines.py), each rendered SCRAPES times, one
 page a simulated cycle (what a scrape reads); the pages are stamped SAMPLE seconds apart (12
 minutes of history with every gpulens series the exporters serve) with the target labels a
 scrape adds (instance, job, cluster, node) and an ``up`` series. Prometheus gets it through
@@ -33,6 +34,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboard.serving.engines import ROLE_POD_LABELS
+from exporter.sim import engines as sim_engines
+from exporter.sim import serving as sim_serving
 from tests.support.prometheus import backfill_recording_rules, run_prometheus
 from tests.support.prometheus import query as prom_query
 from tests.support.sim_exposition import render_cycles
@@ -41,7 +45,7 @@ from tests.support.victoriametrics import query as vm_query
 
 pytestmark = pytest.mark.integration
 
-SCENARIOS = ("h200x8", "mig", "timeslice", "p5en-nogdr", "jobs-0", "jobs-1")
+SCENARIOS = ("h200x8", "mig", "timeslice", "p5en-nogdr", "jobs-0", "jobs-1", "serving")
 SCRAPES = 48
 SAMPLE = 15.0
 """History: SCRAPES scrapes of each exporter stamped SAMPLE s apart (12 minutes)."""
@@ -116,6 +120,25 @@ def _stamp(exposition: str, target: dict[str, str], t: float) -> dict[str, list[
     return out
 
 
+def _engine_pages(cluster: str, t: float) -> list[tuple[str, dict[str, str]]]:
+    """The serving node's engine pages (exporter/sim/engines.py) after ``t`` seconds, each with the
+    labels the scrape of docs/serving.md gives: namespace, pod, and the role its pod's labels declare
+    (the last of ``ROLE_POD_LABELS`` present wins); plus the small model's page scraped a second
+    time by a static job without them (``gpulens:serving_unjoinable_series:count``)."""
+    out = []
+    for i, target in enumerate(sim_engines.targets()):
+        labels = {"cluster": cluster, "instance": f"10.0.3.{i + 10}:8000", "job": "serving-engines"}
+        labels |= {"namespace": target.namespace, "pod": target.pod}
+        declared = [target.deployment.pod_labels[k] for k in ROLE_POD_LABELS if k in target.deployment.pod_labels]
+        if declared:
+            labels["role"] = declared[-1]
+        page = sim_engines.render(target, t)
+        out.append((page + "up 1\n", labels))
+        if target.deployment.workload == sim_serving.SMALL:
+            out.append((page, {"cluster": cluster, "instance": "10.0.9.9:8000", "job": "static-vllm"}))
+    return out
+
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, float]:
     """(the OpenMetrics file, its first and last sample time)."""
@@ -137,10 +160,14 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, floa
         for k, text in enumerate(pages):
             if k < WARMUP:
                 continue
-            for name, lines in _stamp(text + "\nup 1\n", target, t0 + (k - WARMUP) * SAMPLE).items():
-                for line in lines:
-                    key = line.rsplit(" ", 2)[0]
-                    by_metric.setdefault(name, {}).setdefault(key, []).append(line)
+            stamped = [(text + "\nup 1\n", target)]
+            if sc == "serving":
+                stamped += _engine_pages(target["cluster"], k * SAMPLE)
+            for page, labels in stamped:
+                for name, lines in _stamp(page, labels, t0 + (k - WARMUP) * SAMPLE).items():
+                    for line in lines:
+                        key = line.rsplit(" ", 2)[0]
+                        by_metric.setdefault(name, {}).setdefault(key, []).append(line)
     om = tmp / "history.om"
     with om.open("w") as out:
         for series in by_metric.values():
@@ -208,9 +235,12 @@ def _instants(history: tuple[Path, float, float]) -> list[float]:
 
 
 def _series(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:
+    """Label set -> value. A label whose value is empty is no label (PromQL's rule, and neither store
+    keeps one); VictoriaMetrics returns the one a label_replace left empty (the serving rules' role
+    of a pod that declares none), Prometheus drops it."""
     out = {}
     for item in result:
-        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "__name__"))
+        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "__name__" and v != ""))
         out[labels] = float(item["value"][1])
     return out
 

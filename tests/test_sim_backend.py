@@ -289,6 +289,7 @@ def test_pod_devices_owners_and_pids_are_consistent_with_the_gpus(scenario: str)
             "PyTorchJob",
             "JobSet",
             "MPIJob",
+            "DynamoGraphDeployment",  # the serving node's Dynamo pair (the top of its owner chain)
         }
         assert namespace in {"ml-training", "inference", "research", "notebooks", "etl"}
         assert workload is not None and pod.startswith(workload)

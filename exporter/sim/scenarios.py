@@ -31,6 +31,7 @@ from types import MappingProxyType
 
 from exporter.attribution.merge import PidOwner, PodMeta
 from exporter.model import ClaimedDevice, ClaimRef, ContainerDevices, GpuFabric, MigInstance, SliceDevice
+from exporter.sim import serving as sv
 from exporter.sim import sysfs_tree as st
 from exporter.sim import workloads as w
 
@@ -1087,6 +1088,52 @@ def _jobs(node: int) -> Scenario:
     return b.build(NodeNetwork(layout, peermem=True, open_kernel_module=True))
 
 
+SERVING_SIGNATURES: Mapping[str, w.Signature] = MappingProxyType(
+    {"prefill": w.BF16_GEMM, "decode": w.LLM_DECODE, "both": w.LLM_DECODE}
+)
+"""What a serving pod's GPUs run by its role: a prefill computes dense GEMMs over the prompt, decode
+(and aggregated serving, which spends most of its time decoding) streams weights and KV cache."""
+
+
+def _serving() -> Scenario:
+    """A p5en node (8 H200, 32 EFAs with GPUDirect RDMA) serving models (exporter/sim/serving.py):
+    an aggregated vLLM Deployment (GPUs 0 and 1), a Dynamo disaggregated pair (prefill worker on
+    GPUs 2-3, decode worker on 4-5; the prefill hands half its KV cache to this decode worker over
+    NVLink and half to one on another node over its EFAs, and the decode worker receives as much
+    from a prefill worker elsewhere), SGLang (GPU 6), and a 1 B model alone on an H200 (GPU 7). The
+    engines' own /metrics come from ``python -m exporter.sim.engines``, not from the exporter."""
+    b = _NodeBuilder("serving")
+    layout = st.p5en_layout("NVIDIA peermem")
+    nvlink, efa = sv.kv_bytes(sv.PREFILL)
+    gpu = 0
+    for d in sv.DEPLOYMENTS:
+        if d.gpus == 0:
+            continue
+        kind = "DynamoGraphDeployment" if d.workload.startswith(sv.DISAGG) else "Deployment"
+        top = sv.DISAGG if kind == "DynamoGraphDeployment" else d.workload
+        name = f"{d.workload}-{b._suffix(10)}-{b._suffix(5)}" if kind != "Deployment" else None
+        uid, _ = b.pod(sv.NAMESPACE, kind, top, name=name)
+        gpus = tuple(range(gpu, gpu + d.gpus))
+        b.hold(uid, d.engine, "nvidia.com/gpu", tuple(b.gpu_uuid(i) for i in gpus))
+        kv = {}
+        if d.role == "prefill":
+            kv = {"kv_nvlink": nvlink / d.gpus, "kv_nic_tx": efa / d.gpus}
+        elif d.role == "decode":
+            kv = {"kv_nvlink": nvlink / d.gpus, "kv_nic_rx": efa / d.gpus}
+        if kv.get("kv_nic_tx") or kv.get("kv_nic_rx"):
+            b.hold(uid, d.engine, EFA_RESOURCE, tuple(nic for i in gpus for nic in layout.nearest[i]))
+        # the engine takes its share of the GPU's memory at start (weights, then KV cache blocks),
+        # however small the model: vLLM's gpu_memory_utilization 0.9, SGLang's mem_fraction_static 0.88
+        memory = int((0.88 if d.engine == "sglang" else 0.9) * H200_MEMORY_BYTES)
+        for i in gpus:
+            # a small model's decode steps are short kernels with gaps between them, not HBM streams
+            signature = w.SMALL_BATCH_INFERENCE if d.model.parameters < 3e9 else SERVING_SIGNATURES[d.role]
+            workload = w.Serving(signature, level=d.level, **kv)
+            b.add_gpu(i, b.whole(b.proc(workload, memory, uid, d.engine)))
+        gpu += d.gpus
+    return b.build(NodeNetwork(layout, peermem=True, open_kernel_module=True))
+
+
 DRA_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver for GPUs and MIG devices."""
 DRA_CHANNEL_DRIVER = "compute-domain.nvidia.com"
@@ -1200,6 +1247,7 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "p5en-nogdr": lambda: _p5en(gdr=False),
     "jobs-0": lambda: _jobs(0),
     "jobs-1": lambda: _jobs(1),
+    "serving": _serving,
 }
 
 SCENARIOS: tuple[str, ...] = tuple(BUILDERS)

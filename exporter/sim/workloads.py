@@ -442,3 +442,32 @@ class AllReduceTraining(Workload):
             nic_tx_bytes_per_second=nic,
             nic_rx_bytes_per_second=nic,
         )
+
+
+@dataclass(frozen=True)
+class Serving(Workload):
+    """An inference server's GPU (exporter/sim/serving.py): busy ``level`` of the time with its
+    signature (dense GEMMs for a prefill pod, weight and KV-cache reads for decode), requests and
+    responses over PCIe, and the KV cache a disaggregated pair moves at full load: ``kv_nvlink``
+    bytes/s each way over NVLink (a peer GPU on this node) and ``kv_nic_tx`` / ``kv_nic_rx`` over its
+    RDMA NICs (a peer on another node; in its PCIe traffic too, as the NIC reads GPU memory)."""
+
+    level: float = 0.9
+    jitter: float = 0.01
+    kv_nvlink: float = 0.0
+    kv_nic_tx: float = 0.0
+    kv_nic_rx: float = 0.0
+    request_bytes: float = 0.05 * GB
+    """PCIe traffic in (tokens, images) at full load; a tenth of it goes out."""
+
+    def activity(self, t: float, rng: random.Random) -> Activity:
+        share = _jitter(rng, self.level, self.jitter)
+        load = share / self.level if self.level > 0 else 0.0
+        return Activity(
+            share,
+            pcie_rx_bytes_per_second=(self.request_bytes + self.kv_nic_rx) * load,
+            pcie_tx_bytes_per_second=(0.1 * self.request_bytes + self.kv_nic_tx) * load,
+            nvlink_bytes_per_second=self.kv_nvlink * load,
+            nic_tx_bytes_per_second=self.kv_nic_tx * load,
+            nic_rx_bytes_per_second=self.kv_nic_rx * load,
+        )
