@@ -4,6 +4,7 @@ computation by hand (tests/support/serving_week.py describes the week)."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from dashboard.advisor import cli
 from dashboard.advisor.query import Window
 from dashboard.advisor.serving_query import ServingReport, advise_serving, measure
 from dashboard.sources.prometheus import PrometheusSource
@@ -93,3 +95,26 @@ def test_each_served_model_gets_the_advice_computed_by_hand(prom: tuple[str, flo
     # prefill GPU, and decode's queue grows: move 1 GPU from prefill to decode
     (pair,) = report.balance
     assert (pair.holding_back, pair.move_gpus) == ("decode", 1), pair.text
+
+
+def test_the_cli_prints_the_serving_advice_and_refuses_a_bad_target(
+    prom: tuple[str, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _end = prom
+    prices = ["--price", "H200=3.5", "--price", "H100=3", "--price", "L40S=0.8", "--price", "L4=0.7"]
+    targets = ["--itl-target", "llama-3-8b=50ms", "--itl-target", "llama-3-70b-limit=50ms"]
+    assert cli.main(["--prometheus", base, *prices, *targets]) == 0
+    out = capsys.readouterr().out
+    assert "Serving (the gpulens.serving rules)" in out
+    assert "serve llama-3-8b on 2 × L40S: predicted " in out
+    assert "deepseek-r1-distill-70b: decode holds prefill back" in out
+    assert cli.main(["--prometheus", base, *prices, *targets, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    advice = {(x["model"], x["role"]): x["advice"] for x in doc["serving"]}
+    assert advice[("llama-3-8b", "both")] == "2 x L40S"
+    assert advice[("llama-3-70b", "both")] == "6 x H200"
+    assert doc["serving_balance"][0]["move_gpus"] == 1
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--prometheus", base, "--itl-target", "llama-3-8b=fast"])
+    assert exit_.value.code == 2
+    assert "--itl-target 'llama-3-8b=fast'" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from dashboard.advisor.engine import Policy, Recommendation
 from dashboard.advisor.job_query import JobAdviceReport, JobReport, advise_all_jobs
 from dashboard.advisor.jobs import JobAdvice
 from dashboard.advisor.query import Window, advise
+from dashboard.advisor.serving_query import ServingReport, advise_serving
 from dashboard.inputs import (
     HEADROOM,
     PRICE_USD,
@@ -49,6 +50,46 @@ PARSE_HEADROOM = number_between(*HEADROOM)
 """``--headroom`` and ``--compute-headroom``: a multiple 1..4 of the observed figure."""
 PARSE_TIMEOUT = duration_in(*QUERY_TIMEOUT_SECONDS)
 """``--timeout``: 100ms..1h per Prometheus query."""
+ITL_TARGET_SECONDS = (0.001, 60.0)
+PARSE_ITL = duration_in(*ITL_TARGET_SECONDS)
+"""``--itl-target MODEL=DURATION``: a served model's inter-token latency p95 target, 1ms..1m."""
+SERVING_COLUMNS = ("namespace", "model", "role", "gpu", "gpus", "advice", "usd_per_million_now", "usd_per_million_then")
+
+
+def parse_itl_target(text: str) -> dict[str, float]:
+    """``llama-3-8b=50ms`` -> {"llama-3-8b": 0.05}; the model is the engine's model name."""
+    model, sep, value = text.rpartition("=")
+    model = model.strip()
+    if not sep or not model:
+        raise ValueError(f"{text!r} is not MODEL=DURATION (e.g. llama-3-8b=50ms)")
+    if not model.isprintable():
+        raise ValueError(f"{text!r}: the model name has control characters")
+    return {model: PARSE_ITL(value.strip())}
+
+
+def serving_rows(report: ServingReport) -> list[dict[str, object]]:
+    """One row per served model and role: today's GPU, the advice and the cost per M tokens."""
+    rows: list[dict[str, object]] = []
+    for a in report.advice:
+        now = a.evidence.get("usd_per_million_now")
+        rows.append(
+            {
+                "namespace": a.evidence.get("namespace", ""),
+                "model": a.model,
+                "role": a.role,
+                "gpu": a.evidence.get("gpu"),
+                "gpus": f"{float(a.evidence.get('gpus') or 0):g}",
+                "advice": a.target if a.chosen is None else f"{a.chosen.gpus} x {a.target}",
+                "usd_per_million_now": None if not isinstance(now, float) else f"{now:,.3f}",
+                "usd_per_million_then": None
+                if a.chosen is None or a.chosen.usd_per_million_tokens is None
+                else f"{a.chosen.usd_per_million_tokens:,.3f}",
+                "reason": a.text,
+            }
+        )
+    return rows
+
+
 COLUMNS = (
     "namespace",
     "workload",
@@ -232,7 +273,13 @@ def _markdown(rows: Sequence[dict[str, object]], shown: Sequence[str]) -> list[s
     ]
 
 
-def render(recs: Sequence[Recommendation], fmt: str, window_s: float, jobs: JobAdviceReport | None = None) -> str:
+def render(
+    recs: Sequence[Recommendation],
+    fmt: str,
+    window_s: float,
+    jobs: JobAdviceReport | None = None,
+    serving: ServingReport | None = None,
+) -> str:
     """The recommendations as ``table`` (aligned text), ``markdown``, ``csv`` (workloads only) or
     ``json`` (with evidence); ``jobs``, the job advice, as a Jobs section with the span its data
     covers."""
@@ -251,6 +298,15 @@ def render(recs: Sequence[Recommendation], fmt: str, window_s: float, jobs: JobA
             doc["jobs"] = [
                 {**x, "evidence": {k: _json(v) for k, v in a.evidence.items()}}
                 for x, a in zip(job_rows, jobs.advice, strict=True)
+            ]
+        if serving is not None:
+            doc["serving"] = [
+                {**x, "evidence": {k: _json(v) for k, v in a.evidence.items()}, "assumptions": list(a.assumptions)}
+                for x, a in zip(serving_rows(serving), serving.advice, strict=True)
+            ]
+            doc["serving_balance"] = [
+                {"model": b.model, "holding_back": b.holding_back, "move_gpus": b.move_gpus, "text": b.text}
+                for b in serving.balance
             ]
         return json.dumps(doc, indent=2) + "\n"
     if fmt == "csv":
@@ -278,6 +334,11 @@ def render(recs: Sequence[Recommendation], fmt: str, window_s: float, jobs: JobA
             lines += why([f"{x['job']}: {x['recommendation']}: {x['reason']}" for x in job_rows])
         else:
             lines.append("no job held two GPUs or more")
+    if serving is not None and (serving.advice or serving.balance):
+        srows = serving_rows(serving)
+        lines += ["", *heading("Serving (the gpulens.serving rules)")]
+        lines += table(srows, SERVING_COLUMNS)
+        lines += why([str(x["reason"]) for x in srows] + [b.text for b in serving.balance])
     t = totals(recs)
     cost = "" if t["cost_saved_usd"] is None else f", ${t['cost_saved_usd']:,.2f}"
     lines += [
@@ -339,6 +400,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compute-headroom", default="1.1", help=f"SM margin over the observed SM-active p95, {headroom} (default 1.1)"
     )
+    p.add_argument(
+        "--itl-target",
+        action="append",
+        default=[],
+        metavar="MODEL=DURATION",
+        help="a served model's inter-token latency p95 target (repeatable; e.g. llama-3-8b=50ms; "
+        f"{duration_span(*ITL_TARGET_SECONDS)}); default: today's p95 + 25%%",
+    )
     p.add_argument("--namespace", default=None, help="only workloads of this namespace")
     p.add_argument("--timeout", default="30", help=f"time limit of each Prometheus query, {timeout} (default 30s)")
     prometheus_auth.add_arguments(p, ENV_PREFIX)
@@ -354,6 +423,8 @@ class Options:
     prices: dict[str, float]
     policy: Policy
     timeout_s: float
+    itl_targets: dict[str, float]
+    """Served model -> ITL p95 target (seconds)."""
 
 
 def options(a: argparse.Namespace) -> Options:
@@ -369,6 +440,12 @@ def options(a: argparse.Namespace) -> Options:
         if twice:
             raise ValueError(f"--price: {twice[0]!r} is priced twice")
         prices.update(more)
+    targets: dict[str, float] = {}
+    for item in a.itl_target:
+        more = named(parse_itl_target, "--itl-target", item)
+        if targets.keys() & more.keys():
+            raise ValueError(f"--itl-target: {next(iter(more))!r} has two targets")
+        targets.update(more)
     return Options(
         prometheus=named(http_url, "--prometheus", a.prometheus),
         window=Window(window_s=window_s, step_s=step_s),
@@ -378,6 +455,7 @@ def options(a: argparse.Namespace) -> Options:
             compute_headroom=named(PARSE_HEADROOM, "--compute-headroom", a.compute_headroom),
         ),
         timeout_s=named(PARSE_TIMEOUT, "--timeout", a.timeout),
+        itl_targets=targets,
     )
 
 
@@ -398,8 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.format != "csv":
             none = JobAdviceReport([], JobReport([], o.window.window_s))
             jobs = advise_all_jobs(src, o.window, o.prices, o.policy, filters) if recs else none
+        serving = advise_serving(src, o.window, o.prices, o.itl_targets, filters) if a.format != "csv" else None
     except SourceError as exc:
         print(f"gpulens-advisor: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(recs, a.format, o.window.window_s, jobs))
+    sys.stdout.write(render(recs, a.format, o.window.window_s, jobs, serving))
     return 0

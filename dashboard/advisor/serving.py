@@ -216,6 +216,7 @@ def advise_model(
     and fits its memory, and only when that cuts its cost per token by ``MIN_SAVING`` or more."""
     shares = _shares(m)
     evidence: dict[str, float | str | None] = {
+        "namespace": m.namespace,
         "gpu": m.gpu.key,
         "gpus": m.gpus,
         "busy_ratio": m.busy_ratio,
