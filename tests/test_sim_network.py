@@ -321,9 +321,13 @@ def runs() -> dict[str, Run]:
     return {scenario: play(scenario) for scenario in NETWORK}
 
 
+WITH_NICS = (*NETWORK, "jobs-0", "jobs-1", "serving")
+"""The scenarios whose nodes have RDMA NICs (the serving node is a p5en too)."""
+
+
 def test_the_network_nodes_are_scenarios_after_the_others() -> None:
-    assert SCENARIOS[-4:] == (*NETWORK, "jobs-0", "jobs-1")
-    assert SCENARIOS.index("a10g") == len(SCENARIOS) - 5
+    assert SCENARIOS[-len(WITH_NICS) :] == WITH_NICS
+    assert SCENARIOS.index("a10g") == len(SCENARIOS) - len(WITH_NICS) - 1
 
 
 @pytest.mark.parametrize(("scenario", "worker"), [("p5en", 0), ("p5en-nogdr", 1)])
@@ -471,7 +475,7 @@ def test_without_gpudirect_every_gpu_waits_on_the_network_most_of_the_time(runs:
         assert set(seq[15:]) == {"latency"}, (gpu, seq)
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in (*NETWORK, "jobs-0", "jobs-1")])
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in WITH_NICS])
 def test_nodes_without_nics_have_no_tree(scenario: str) -> None:
     backend = SimulatedBackend(scenario)
     assert backend.network_roots() is None

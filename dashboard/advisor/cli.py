@@ -476,7 +476,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.format != "csv":
             none = JobAdviceReport([], JobReport([], o.window.window_s))
             jobs = advise_all_jobs(src, o.window, o.prices, o.policy, filters) if recs else none
-        serving = advise_serving(src, o.window, o.prices, o.itl_targets, filters) if a.format != "csv" else None
+        # a served model's pods hold GPUs: no workload, no serving advice (and no pass over an empty store)
+        serving = (
+            advise_serving(src, o.window, o.prices, o.itl_targets, filters) if recs and a.format != "csv" else None
+        )
     except SourceError as exc:
         print(f"gpulens-advisor: {exc}", file=sys.stderr)
         return 1
