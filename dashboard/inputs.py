@@ -264,21 +264,28 @@ def listen_host(text: str) -> str:
 _price = number_between(*PRICE_USD, unit=" USD")
 
 
+def model_pair(item: str, form: str) -> tuple[str, str]:
+    """``MODEL=VALUE`` -> (the model, stripped, printable and not empty; the value's text): the
+    advisor's and the dashboard's per-model flags. ``form`` says what was expected (``MODEL=USD (e.g. H200=3.5)``)."""
+    model, sep, value = item.rpartition("=")
+    model = model.strip()
+    if not sep or not model:
+        raise ValueError(f"{item!r} is not {form}")
+    if not model.isprintable():
+        raise ValueError(f"{item!r}: the model name has control characters")
+    return model, value.strip()
+
+
 def parse_prices(text: str) -> dict[str, float]:
     """``H200=3.5,A100=1.2,*=2`` -> {"H200": 3.5, ...}: USD per GPU-hour by model name (``*`` = any
     other), each a plain decimal in :data:`PRICE_USD`; a model priced twice is refused. Empty: {}."""
     out: dict[str, float] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
-        model, sep, price = item.rpartition("=")
-        model = model.strip()
-        if not sep or not model:
-            raise ValueError(f"{item!r} is not MODEL=USD (e.g. H200=3.5)")
-        if not model.isprintable():
-            raise ValueError(f"{item!r}: the model name has control characters")
+        model, price = model_pair(item, "MODEL=USD (e.g. H200=3.5)")
         if model in out:
             raise ValueError(f"{item!r}: {model!r} is priced twice")
         try:
-            out[model] = _price(price.strip())
+            out[model] = _price(price)
         except ValueError as exc:
             raise ValueError(f"{item!r}: {exc}") from None
     return out

@@ -30,6 +30,7 @@ from dashboard.inputs import (
     duration_in,
     duration_span,
     http_url,
+    model_pair,
     named,
     number_between,
     parse_prices,
@@ -58,13 +59,8 @@ SERVING_COLUMNS = ("namespace", "model", "role", "gpu", "gpus", "advice", "usd_p
 
 def parse_itl_target(text: str) -> dict[str, float]:
     """``llama-3-8b=50ms`` -> {"llama-3-8b": 0.05}; the model is the engine's model name."""
-    model, sep, value = text.rpartition("=")
-    model = model.strip()
-    if not sep or not model:
-        raise ValueError(f"{text!r} is not MODEL=DURATION (e.g. llama-3-8b=50ms)")
-    if not model.isprintable():
-        raise ValueError(f"{text!r}: the model name has control characters")
-    return {model: PARSE_ITL(value.strip())}
+    model, value = model_pair(text, "MODEL=DURATION (e.g. llama-3-8b=50ms)")
+    return {model: PARSE_ITL(value)}
 
 
 def serving_rows(report: ServingReport) -> list[dict[str, object]]:
