@@ -307,20 +307,26 @@ class PrometheusSource:
             sel = f"({sel} and on (instance) {selector('gpulens_up', {'cluster': matchers['cluster']})})"
         return sel
 
-    def _held_and_busy(self, filters: Filters, window: float, step: float, keep: str = "") -> tuple[str, str]:
+    def _held_and_busy(
+        self, filters: Filters, window: float, step: float, keep: str = "", uuids: Sequence[str] = ()
+    ) -> tuple[str, str]:
         """The PromQL of allocation_activity's ``first_allocated`` (per container and leaf, the
         first step of the [window:step] subquery it held the leaf) and ``last_busy`` (per leaf,
         the last step its idle verdict was 0); ``keep``: an ``on (...) (...)`` set that both are
-        cut to inside the subqueries, so that only its steps are computed."""
+        cut to (once, at the query's instant: inside the subquery Prometheus would evaluate it at
+        every step); ``uuids``: the GPUs whose series the subqueries select (all where empty), so
+        that the store reads only theirs."""
         target = filters.target_matchers()
-        mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
-        idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
+        own = {**target, **({"namespace": filters.namespace} if filters.namespace else {})}
+        of = {"uuid": uuids} if uuids else {}
+        mine = _regexes_selector(ALLOCATION, own, of)
+        idle = _regexes_selector("gpulens:gpu_idle:bool", target, of)
         pod = by_clause(POD_DEVICE_KEYS)
         rng = subquery_range(window, step)
         cut = f" and {keep}" if keep else ""
         return (
-            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine}{cut})){rng}))",
-            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0{cut}){rng}))",
+            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng})){cut}",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0){rng})){cut}",
         )
 
     def _at_step(self, queries: Sequence[str], end: float | None, step: float) -> list[pd.DataFrame]:
@@ -328,7 +334,7 @@ class PrometheusSource:
         step-aligned instant, so that their subqueries' steps are the range query's steps (less
         its first one)."""
         at = math.floor(self._end(end) / step) * step
-        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(queries), MAX_PARALLEL)) as pool:
             return list(pool.map(lambda q: self.query(q, at), queries))
 
     def allocation_activity(
@@ -361,12 +367,26 @@ class PrometheusSource:
         self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         seconds, step = window.stepped(step_s)
-        idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
-        # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
-        # precede it), cut inside the subqueries: 0.09 s against 0.15 s for the allocations' at
-        # 1,000 GPUs over 24 h
-        idle_now = f"on (uuid,mig_uuid) ({idle} @ {self._end(end):.3f} == 1)"
-        first, last_busy = self._at_step(self._held_and_busy(filters, seconds, step, idle_now), end, step)
+        at = self._end(end)
+        target = filters.target_matchers()
+        # The GPUs with a leaf idle at the range's end first (an instant query); then the
+        # subqueries read only their series, MAX_UUIDS_SELECTED GPUs a query (in parallel), not
+        # every GPU's over the whole range: at 1,000 GPUs over 24 h, 0.3-0.6 s of Prometheus' time
+        # against 0.03-0.1 s a batch (issue 54, docs/benchmarks.md)
+        now = self.query_labels(f"{self.rule('gpulens:gpu_idle:bool', filters, per_pod=False)} == 1", ["uuid"], at)
+        uuids = sorted(set(now["uuid"].astype(str)))
+        if not uuids:
+            return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
+        batches = [uuids[i : i + MAX_UUIDS_SELECTED] for i in range(0, len(uuids), MAX_UUIDS_SELECTED)]
+        queries = []
+        for batch in batches:
+            # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
+            # precede it): a MIG instance in use beside an idle one of its GPU is left out
+            idle_now = _regexes_selector("gpulens:gpu_idle:bool", target, {"uuid": batch})
+            queries += self._held_and_busy(filters, seconds, step, f"on (uuid,mig_uuid) ({idle_now} @ {at:.3f} == 1)",
+                                           batch)  # fmt: skip
+        answers = self._at_step(queries, end, step)
+        first, last_busy = _stacked(answers[0::2]), _stacked(answers[1::2])
         if first.empty:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
         keys = with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
@@ -703,8 +723,10 @@ _JOB_RECORDS: dict[str, str] = {
 }
 """The job records :meth:`PrometheusSource.job_summary` reads in one query, and the column of each."""
 MAX_UUIDS_SELECTED = 200
-"""Most GPUs :meth:`PrometheusSource.job_stragglers` selects by UUID (a regex matcher each query);
-more, and it reads every job leaf."""
+"""Most GPUs :meth:`PrometheusSource.job_stragglers` and :meth:`PrometheusSource.idle_since` select
+by UUID (a regex matcher each query); more, and they read every job leaf, every GPU."""
+MAX_PARALLEL = 8
+"""Most queries one source call sends at once (the page's prefetch sends up to 8 calls at once)."""
 MISSING_JOB_RULES = (
     "Prometheus has GPUs held by pods but no gpulens:job_leaf:info: load the recording rules' group "
     "gpulens.jobs (deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
@@ -781,6 +803,12 @@ def _num(text: object) -> float:
         return float(str(text))
     except ValueError:
         return math.nan
+
+
+def _stacked(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The answers of one query sent in batches, as one frame (empty where every batch is)."""
+    full = [f for f in frames if not f.empty]
+    return pd.concat(full, ignore_index=True) if full else frames[0]
 
 
 def _with_held_and_busy(out: pd.DataFrame, first: pd.DataFrame, last_busy: pd.DataFrame, how: str) -> pd.DataFrame:
