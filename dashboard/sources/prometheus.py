@@ -386,7 +386,7 @@ class PrometheusSource:
             queries += self._held_and_busy(filters, seconds, step, f"on (uuid,mig_uuid) ({idle_now} @ {at:.3f} == 1)",
                                            batch)  # fmt: skip
         answers = self._at_step(queries, end, step)
-        first, last_busy = _stacked(answers[0::2]), _stacked(answers[1::2])
+        first, last_busy = _stacked(answers[0::2], POD_DEVICE_KEYS), _stacked(answers[1::2], _LEAF)
         if first.empty:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
         keys = with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
@@ -805,10 +805,11 @@ def _num(text: object) -> float:
         return math.nan
 
 
-def _stacked(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """The answers of one query sent in batches, as one frame (empty where every batch is)."""
-    full = [f for f in frames if not f.empty]
-    return pd.concat(full, ignore_index=True) if full else frames[0]
+def _stacked(frames: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+    """The answers of one query sent in batches, as one frame of ``keys`` (``""`` where a batch's
+    series lack one) and ``value``; empty where every batch is."""
+    full = [with_cols(f, keys) for f in frames if not f.empty]
+    return pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=[*keys, "value"])
 
 
 def _with_held_and_busy(out: pd.DataFrame, first: pd.DataFrame, last_busy: pd.DataFrame, how: str) -> pd.DataFrame:
