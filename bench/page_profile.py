@@ -103,7 +103,7 @@ def install(rec: Recorder) -> None:
             if threading.get_ident() == rec.main:
                 rec.main_waited += time.perf_counter() - started
 
-    ui._call = waited  # type: ignore[assignment]
+    ui._call = waited
 
     prefetch = ui.prefetch
 
@@ -116,7 +116,7 @@ def install(rec: Recorder) -> None:
         finally:
             rec.main_waited += time.perf_counter() - started
 
-    ui.prefetch = waited_prefetch  # type: ignore[assignment]
+    ui.prefetch = waited_prefetch
 
     page = ui.page
 
@@ -135,7 +135,7 @@ def install(rec: Recorder) -> None:
 
         page(title, profiled)
 
-    ui.page = profiled_page  # type: ignore[assignment]
+    ui.page = profiled_page
 
 
 def time_alone(base: str, queries: dict[str, tuple[str, dict[str, str]]]) -> dict[str, float]:

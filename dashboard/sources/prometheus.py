@@ -378,7 +378,7 @@ class PrometheusSource:
         if not uuids:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
         batches = [uuids[i : i + MAX_UUIDS_SELECTED] for i in range(0, len(uuids), MAX_UUIDS_SELECTED)]
-        queries = []
+        queries: list[str] = []
         for batch in batches:
             # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
             # precede it): a MIG instance in use beside an idle one of its GPU is left out
