@@ -332,6 +332,14 @@ def test_the_same_class_now_from_the_state_sets_current_series(history: tuple[st
                                                             strict=True)} == expected, name  # fmt: skip
         web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), end=end)
         assert set(web["uuid"]) == {"GPU-l", "GPU-h", "GPU-t"}, name
+        # of one class only (the Fleet page's moving data): the store selects that class's series
+        moving = src.current_state("gpulens_gpu_boundness", only=("class", "transfer"), end=end)
+        assert {(str(u), str(m)) for u, m in zip(moving["uuid"], moving["mig_uuid"], strict=True)} == {
+            leaf for leaf, cls in expected.items() if cls == "transfer"
+        }, name
+        assert set(moving["class"]) == {"transfer"}, name
+        idle_web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), only=("class", "idle"), end=end)
+        assert set(idle_web["uuid"]) == {"GPU-h", "GPU-t"}, (name, idle_web)
 
 
 def test_the_same_idle_since(history: tuple[str, ScrapeSource, float]) -> None:
