@@ -245,7 +245,8 @@ def prefetch(ctx: PageContext, queries: Iterable[Query]) -> None:
     for the Prometheus source (the direct-scrape source computes in this process, where threads
     would only take turns). A query that fails is not cached; its :func:`fetch` runs it again and
     its panel shows the error."""
-    queries = [*queries, _history_query(ctx)]  # every page's banner (history_note) reads it
+    # every page reads them: its banner (history_note) and the exporters Prometheus cannot scrape
+    queries = [*queries, _history_query(ctx), query("problems")]
     if not isinstance(ctx.source, PrometheusSource) or len(queries) < 2:
         return
     from concurrent.futures import ThreadPoolExecutor
@@ -307,12 +308,16 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
         started = time.perf_counter()
         st.session_state[_AS_OF] = None
         st.session_state[_HELD] = None
-        for problem in ctx.source.problems():
-            st.warning(f"exporter not answering: {inert(problem)}", icon=":material/warning:")
-        # the banner goes on top but is filled last: its query runs beside the page's own
-        # (prefetch adds it), not before them
+        # the exporters down and the banner go on top but are filled last: their queries run
+        # beside the page's own (prefetch adds them), not before them
+        down = st.empty()
         banner = st.empty()
         body(ctx)
+        problems = fetch(ctx, "problems")
+        if problems:
+            with down.container():
+                for problem in problems:
+                    st.warning(f"exporter not answering: {inert(problem)}", icon=":material/warning:")
         with banner.container():
             try:
                 history_note(ctx)
