@@ -15,7 +15,10 @@ cleared, ``--runs`` times. Printed per page, as medians of the runs:
   parallel, so this is the slowest batch, not the sum), and the rest, ``own``: frames, figures,
   Streamlit's elements.
 
-``--profile`` adds the top of cProfile's cumulative table for one more run of each page.
+``--profile`` adds the top of cProfile's cumulative table of the page's body (its own thread) for
+one more run of each page. Another tree's dashboard (an A/B):
+
+    PYTHONPATH=/tmp/before .venv/bin/python bench/page_profile.py --prometheus URL
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-APP = str(REPO / "dashboard" / "app.py")
+import dashboard
+
+APP = str(Path(dashboard.__file__).resolve().parent / "app.py")
+"""The app of the ``dashboard`` package imported: another tree's with ``PYTHONPATH=TREE``."""
 PAGES = {  # title: script, as dashboard/app.py lists them
     "Fleet": "views/fleet.py",
     "Efficiency": "views/efficiency.py",
