@@ -159,7 +159,7 @@ def time_alone(base: str, queries: dict[str, tuple[str, dict[str, str]]]) -> dic
     return out
 
 
-def run_page(title: str, rng: str) -> tuple[float, list[str]]:
+def run_page(title: str, rng: str, rec: Recorder | None = None) -> tuple[float, list[str]]:
     """One run of page ``title`` in a fresh AppTest, after the query cache is cleared; its wall
     seconds and any exceptions."""
     import streamlit as st
@@ -172,6 +172,8 @@ def run_page(title: str, rng: str) -> tuple[float, list[str]]:
         at.switch_page(PAGES[title])
     at.run()  # the session and its sidebar, the page once
     st.cache_data.clear()
+    if rec is not None:  # only the timed run's queries and waits
+        rec.reset()
     started = time.perf_counter()
     at.run()
     took = time.perf_counter() - started
@@ -198,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         walls, waits = [], []
         per: dict[str, list[tuple[float, float | None, int]]] = defaultdict(list)
         for _ in range(a.runs):
-            rec.reset()
-            took, errors = run_page(title, a.range)
+            took, errors = run_page(title, a.range, rec)
             if errors:
                 print(f"{title}: exceptions {errors}")
             walls.append(took)
