@@ -37,6 +37,18 @@ the trees see the same machine and their figures compare as ratios:
 
 ``--prometheus URL`` times against a Prometheus that already holds a fleet (kept from an earlier
 backfill, with its recording rules) instead of backfilling one.
+
+VictoriaMetrics mode (``--mode victoriametrics``): the same history goes from
+scripts/backfill_fleet.py's pipe (``--format vm-json``) into VictoriaMetrics' ``/api/v1/import`` and
+vmalert's replay records the same rules (tests/support/victoriametrics.py, as bench/fleet_scale.py
+builds its store); ``python -m dashboard --prometheus`` reads it through the Prometheus API:
+
+    .venv/bin/python -m bench.dashboard_scale --mode victoriametrics --gpus 10000 --nodes 1250 --hours 6 \
+        --data /tmp/vm10k --source /tmp/before --source .
+
+``--data DIR`` keeps the store (either mode) in ``DIR`` for later runs: a first run builds it there
+and writes ``DIR/build.json``; a later run with the same ``--data`` serves it again without
+building, while "now" is within the history's ``--ahead`` hours past its build (default 1).
 """
 
 from __future__ import annotations
@@ -61,7 +73,7 @@ from dashboard.definitions import MEAN_WINDOW_SECONDS
 from tests.support.browser import CHARTS_DRAWN_JS, CHROMIUM, CHROMIUM_ARGS
 from tests.support.net import free_port
 from tests.support.process import managed_process
-from tests.support.prometheus import backfill_recording_rules
+from tests.support.prometheus import DASHBOARD_RECORDS, backfill_recording_rules
 
 REPO = Path(__file__).resolve().parents[1]
 VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 6000}}
@@ -154,6 +166,37 @@ def page_switches(
     return took, server
 
 
+def history_args(a: argparse.Namespace, end: float) -> list[str]:
+    """scripts/backfill_fleet.py's arguments for the bench's fleet: ``--hours`` plus ``--ahead``
+    ending at ``end`` (the output's format and place left to the caller)."""
+    return [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
+            str(a.nodes), "--hours", f"{a.hours + a.ahead:g}", "--interval", str(a.interval), "--end", f"{end:.0f}",
+            "--jobs", str(a.jobs)]  # fmt: skip
+
+
+def kept_build(a: argparse.Namespace, root: Path) -> dict[str, Any] | None:
+    """The build ``--data`` kept in ``root`` (its build.json), if it is of this mode and fleet and
+    "now" is still within its history; None: build it (again)."""
+    try:
+        build: dict[str, Any] = json.loads((root / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+    fleet = {"mode": a.mode, "gpus": a.gpus, "nodes": a.nodes, "hours": a.hours, "interval": a.interval, "jobs": a.jobs}
+    if {k: build.get(k) for k in fleet} != fleet:
+        raise SystemExit(f"--data {root} holds another fleet: {build}; remove it or pick another directory")
+    if build["end"] - time.time() < 600:
+        print(f"--data {root}: the history ends in less than 10 minutes; building it again", file=sys.stderr)
+        shutil.rmtree(root / "data", ignore_errors=True)
+        return None
+    return build
+
+
+def keep_build(a: argparse.Namespace, root: Path, end: float, result: dict[str, Any]) -> None:
+    """Write ``root``/build.json for a later ``--data`` run (the fleet, the history's end)."""
+    fleet = {"mode": a.mode, "gpus": a.gpus, "nodes": a.nodes, "hours": a.hours, "interval": a.interval, "jobs": a.jobs}
+    (root / "build.json").write_text(json.dumps({**fleet, "end": end, "prepare_s": result.get("prepare_s")}))
+
+
 @contextmanager
 def prometheus_store(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[list[str]]:
     """A backfilled Prometheus (raw history + recorded rules), or ``--prometheus``'s; yields the
@@ -162,32 +205,77 @@ def prometheus_store(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -
         result["store"] = a.prometheus
         yield ["--prometheus", a.prometheus]
         return
-    om, data = tmp / "fleet.om", tmp / "data"
-    t0 = time.perf_counter()
-    # the history runs an hour past now: the timed runs take minutes, and instant queries find
-    # nothing once the newest sample is older than Prometheus' 5 m lookback
-    end = time.time() + 3600.0
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "backfill_fleet.py"), "--gpus", str(a.gpus), "--nodes",
-         str(a.nodes), "--hours", str(a.hours + 1), "--interval", str(a.interval), "--end", f"{end:.0f}", "--out",
-         str(om), "--jobs", str(a.jobs)],
-        check=True,
-    )  # fmt: skip
-    result["openmetrics_bytes"] = om.stat().st_size
-    promtool = shutil.which("promtool") or "promtool"
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
-    om.unlink()
-    backfill_recording_rules(data, end - 3600.0 - a.hours * 3600, end, tmp)
+    root = a.data or tmp
+    root.mkdir(parents=True, exist_ok=True)
+    om, data = tmp / "fleet.om", root / "data"
+    kept = kept_build(a, root) if a.data else None
+    if kept is None:
+        t0 = time.perf_counter()
+        # the history runs an hour past now: the timed runs take minutes, and instant queries find
+        # nothing once the newest sample is older than Prometheus' 5 m lookback
+        end = time.time() + a.ahead * 3600
+        subprocess.run([*history_args(a, end), "--out", str(om)], check=True)
+        result["openmetrics_bytes"] = om.stat().st_size
+        promtool = shutil.which("promtool") or "promtool"
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+        om.unlink()
+        t1 = time.perf_counter()
+        backfill_recording_rules(data, end - a.ahead * 3600 - a.hours * 3600, end, tmp, records_of(a))
+        result["rules_s"] = round(time.perf_counter() - t1, 1)
+        result["prepare_s"] = round(time.perf_counter() - t0, 1)
+        if a.data:
+            keep_build(a, root, end, result)
     (tmp / "p.yml").write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
     pport = free_port()
     prom_url = f"http://127.0.0.1:{pport}"
     prom = [shutil.which("prometheus") or "prometheus", f"--config.file={tmp / 'p.yml'}",
             f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{pport}",
             "--storage.tsdb.retention.time=30d"]  # fmt: skip
-    result["prepare_s"] = round(time.perf_counter() - t0, 1)
     with managed_process(prom, f"{prom_url}/-/ready", log=tmp / "prom.log", timeout=300):
         yield ["--prometheus", prom_url]
+
+
+def records_of(a: argparse.Namespace) -> tuple[str, ...]:
+    """The recording rules the bench's store gets: every rule the pages read
+    (tests.support.prometheus.DASHBOARD_RECORDS; the Fleet page's status reads the jobs' too)."""
+    return DASHBOARD_RECORDS
+
+
+@contextmanager
+def victoriametrics_store(a: argparse.Namespace, tmp: Path, result: dict[str, Any]) -> Iterator[list[str]]:
+    """A VictoriaMetrics holding the fleet's history (imported from scripts/backfill_fleet.py's
+    pipe) and the recorded rules (vmalert's replay), as bench/fleet_scale.py builds its store;
+    yields the dashboard's arguments for it (the Prometheus API)."""
+    from bench.fleet_scale import replay_points
+    from tests.support.victoriametrics import SERVER_FLAGS, binary, import_json_stream, replay_rules
+
+    root = a.data or tmp
+    root.mkdir(parents=True, exist_ok=True)
+    data = root / "data"
+    kept = kept_build(a, root) if a.data else None
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    argv = [binary("victoria-metrics"), f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}", *SERVER_FLAGS]
+    with managed_process(argv, f"{base}/health", log=tmp / "vm.log", timeout=300):
+        if kept is None:
+            t0 = time.perf_counter()
+            end = time.time() + a.ahead * 3600
+            with subprocess.Popen([*history_args(a, end), "--format", "vm-json", "--out", "-"],
+                                  stdout=subprocess.PIPE) as gen:  # fmt: skip
+                assert gen.stdout is not None
+                result["series"] = import_json_stream(base, gen.stdout)
+            if gen.returncode != 0:
+                raise RuntimeError(f"backfill_fleet.py failed ({gen.returncode})")
+            t1 = time.perf_counter()
+            replay = replay_rules(base, end - a.ahead * 3600 - a.hours * 3600, end, tmp, records_of(a),
+                                  points_per_query=replay_points(a.gpus))  # fmt: skip
+            result["rules_s"] = round(time.perf_counter() - t1, 1)
+            result["rules_s_each"] = replay["seconds"]
+            result["prepare_s"] = round(time.perf_counter() - t0, 1)
+            if a.data:
+                keep_build(a, root, end, result)
+        yield ["--prometheus", base]
 
 
 @contextmanager
@@ -277,7 +365,7 @@ def memory_mib(pid: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="dashboard page-load time, every page, in Chromium")
-    p.add_argument("--mode", choices=("prometheus", "scrape"), default="prometheus")
+    p.add_argument("--mode", choices=("prometheus", "victoriametrics", "scrape"), default="prometheus")
     p.add_argument("--gpus", type=int, default=1000)
     p.add_argument("--nodes", type=int, default=125)
     p.add_argument("--hours", type=float, default=24.0)
@@ -297,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a source tree to time (repeatable: every tree on the same store, side by side; default: this one)",
     )
     p.add_argument("--prometheus", default=None, help="time against this Prometheus instead of backfilling one")
+    p.add_argument("--data", type=Path, default=None, help="keep the store here, or serve the one kept here")
+    p.add_argument("--ahead", type=float, default=1.0, help="hours the history runs past its build's time")
+    p.add_argument("--build-only", action="store_true", help="with --data: build the store there, time nothing")
     a = p.parse_args(argv)
     trees = [t.resolve() for t in (a.source or [REPO])]
     for tree in trees:
@@ -311,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         a.gpus = 8 * a.nodes  # a simulated h200x8 node per exporter
         if a.warmup < MEAN_WINDOW_SECONDS:  # Workloads says in words that waste waits for a full window
             timed = tuple((t, path, 0 if t == "Workloads" else n) for t, path, n in timed)
-    rng = ("24h" if a.hours >= 24 else "6h" if a.hours >= 6 else "1h") if a.mode == "prometheus" else "1h"
+    rng = ("24h" if a.hours >= 24 else "6h" if a.hours >= 6 else "1h") if a.mode != "scrape" else "1h"
     result: dict[str, Any] = {
         "mode": a.mode,
         "gpus": a.gpus,
@@ -328,7 +419,14 @@ def main(argv: list[str] | None = None) -> int:
     server: dict[str, dict[str, list[float]]] = {n: {t: [] for t, _, _ in timed} for n in names}
     memory: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="gpulens-scale-") as tmp_s:
-        store = prometheus_store if a.mode == "prometheus" else scrape_store
+        stores = {"prometheus": prometheus_store, "victoriametrics": victoriametrics_store, "scrape": scrape_store}
+        store = stores[a.mode]
+        if a.build_only:
+            if not a.data or a.mode == "scrape":
+                p.error("--build-only needs --data and a store (--mode prometheus or victoriametrics)")
+            with store(a, Path(tmp_s), result):
+                print(json.dumps(result))
+            return 0
         with store(a, Path(tmp_s), result) as store_args, dashboards(trees, names, store_args, Path(tmp_s)) as dash:
             from playwright.sync_api import sync_playwright
 

@@ -6,6 +6,7 @@ panel only (never a traceback) and the rest of the page still renders.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -69,6 +70,19 @@ _END_AWARE = {
     "job_mix",
     "job_series",
 }
+
+STEP_ALIGNED = frozenset({"allocation_activity", "series", "rate", "device_series", "job_series"})
+"""Source methods whose answer over a range ending now is a function of the range's step-aligned
+end alone (their range queries and subqueries are evaluated there): against Prometheus they are
+cached by that instant (:func:`_call`), for the rest of the step."""
+STEP_SETTLE_SECONDS = 60.0
+"""How old a step-aligned end must be before its answer is cached for the rest of the step: a
+scrape or a rule evaluation (every minute) may still land on it before."""
+STEP_CACHE_MAX_SECONDS = 3600
+"""Longest an answer cached by its step-aligned end is kept (a step is shorter at every range the
+sidebar offers but 7 days)."""
+clock: Callable[[], float] = time.time
+"""Now, as :func:`_call` reads it for a range's step-aligned end (Unix s; tests set it)."""
 
 _CTX = "gpulens_ctx"
 
@@ -142,9 +156,37 @@ def _cached(
 _AS_OF = "gpulens_as_of"
 
 
+@st.cache_data(ttl=STEP_CACHE_MAX_SECONDS, show_spinner=False, max_entries=256)
+def _cached_at_step(
+    key: str, nonce: int, method: str, args: tuple[Any, ...], kwargs: tuple[tuple[str, Any], ...], _src: Any
+) -> tuple[Any, float]:
+    return getattr(_src, method)(*args, **dict(kwargs)), time.time()
+
+
+def settled_step_end(window: Window, step_s: float, now: float) -> float | None:
+    """The step-aligned end of a range ending ``now`` (a method of STEP_ALIGNED evaluates there
+    whatever later instant asks), once it is ``STEP_SETTLE_SECONDS`` old (its samples and the
+    rules' evaluations have landed); None while it is younger."""
+    _seconds, step = window.stepped(step_s)
+    end = math.floor(now / step) * step
+    return end if now - end >= STEP_SETTLE_SECONDS else None
+
+
 def _call(ctx: PageContext, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, float]:
     if method in _END_AWARE and "end" not in kwargs:
         kwargs = {**kwargs, "end": ctx.end_s}
+    if (
+        method in STEP_ALIGNED
+        and ctx.end_s is None
+        and kwargs.get("end") is None
+        and isinstance(ctx.source, PrometheusSource)
+        and isinstance(kwargs.get("window"), Window)
+        and (end := settled_step_end(kwargs["window"], float(kwargs.get("step_s", 0.0)), clock())) is not None
+    ):
+        # keyed by the instant it is evaluated at, not by "now": every session asking within the
+        # step gets the one answer (issue 54; the footer's "data as of" says when it was fetched)
+        aligned = tuple(sorted({**kwargs, "end": end}.items()))
+        return _cached_at_step(ctx.settings.source_key, ctx.nonce, method, args, aligned, ctx.source)
     return _cached(ctx.settings.source_key, ctx.nonce, method, args, tuple(sorted(kwargs.items())), ctx.source)
 
 
@@ -203,7 +245,8 @@ def prefetch(ctx: PageContext, queries: Iterable[Query]) -> None:
     for the Prometheus source (the direct-scrape source computes in this process, where threads
     would only take turns). A query that fails is not cached; its :func:`fetch` runs it again and
     its panel shows the error."""
-    queries = [*queries, _history_query(ctx)]  # every page's banner (history_note) reads it
+    # every page reads them: its banner (history_note) and the exporters Prometheus cannot scrape
+    queries = [*queries, _history_query(ctx), query("problems")]
     if not isinstance(ctx.source, PrometheusSource) or len(queries) < 2:
         return
     from concurrent.futures import ThreadPoolExecutor
@@ -265,12 +308,16 @@ def page(title: str, body: Callable[[PageContext], None]) -> None:
         started = time.perf_counter()
         st.session_state[_AS_OF] = None
         st.session_state[_HELD] = None
-        for problem in ctx.source.problems():
-            st.warning(f"exporter not answering: {inert(problem)}", icon=":material/warning:")
-        # the banner goes on top but is filled last: its query runs beside the page's own
-        # (prefetch adds it), not before them
+        # the exporters down and the banner go on top but are filled last: their queries run
+        # beside the page's own (prefetch adds them), not before them
+        down = st.empty()
         banner = st.empty()
         body(ctx)
+        problems = fetch(ctx, "problems")
+        if problems:
+            with down.container():
+                for problem in problems:
+                    st.warning(f"exporter not answering: {inert(problem)}", icon=":material/warning:")
         with banner.container():
             try:
                 history_note(ctx)

@@ -23,6 +23,7 @@ of the rule's last evaluation.
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import subprocess
 import time
@@ -32,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import requests
 
 from dashboard.advisor.engine import recommend
 from dashboard.advisor.query import Window as AdvisorWindow
@@ -330,6 +332,14 @@ def test_the_same_class_now_from_the_state_sets_current_series(history: tuple[st
                                                             strict=True)} == expected, name  # fmt: skip
         web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), end=end)
         assert set(web["uuid"]) == {"GPU-l", "GPU-h", "GPU-t"}, name
+        # of one class only (the Fleet page's moving data): the store selects that class's series
+        moving = src.current_state("gpulens_gpu_boundness", only=("class", "transfer"), end=end)
+        assert {(str(u), str(m)) for u, m in zip(moving["uuid"], moving["mig_uuid"], strict=True)} == {
+            leaf for leaf, cls in expected.items() if cls == "transfer"
+        }, name
+        assert set(moving["class"]) == {"transfer"}, name
+        idle_web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), only=("class", "idle"), end=end)
+        assert set(idle_web["uuid"]) == {"GPU-h", "GPU-t"}, (name, idle_web)
 
 
 def test_the_same_idle_since(history: tuple[str, ScrapeSource, float]) -> None:
@@ -360,3 +370,38 @@ def test_the_same_idle_since(history: tuple[str, ScrapeSource, float]) -> None:
     assert list(busy_store.isna()) == list(busy_pandas.isna()), "never busy in the range: both sources"
     assert ((busy_store - busy_pandas).abs().dropna() <= STEP).all()
     assert busy_pandas.notna().any(), "the GPU idle since minute 20 was busy before"
+
+
+class _Sent(requests.Session):
+    """A requests session that keeps the text of every query it posts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def post(self, url: Any, data: Any = None, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        self.queries.append(str((data or {}).get("query", "")))
+        return super().post(url, data=data, **kwargs)
+
+
+def test_idle_since_reads_only_the_idle_gpus_series_in_batches(
+    history: tuple[str, ScrapeSource, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's ``idle_since`` asks which GPUs are idle now, then reads the range of only their
+    series (issue 54: over every GPU's it cost the Fleet page most of its Prometheus time), a
+    batch of GPUs a query: the same answer in batches of one GPU as in one batch."""
+    from dashboard.sources import prometheus
+
+    prom, _scrape, end = history
+    whole = PrometheusSource(prom).idle_since(window=Window(WINDOW), step_s=STEP, end=end)
+    monkeypatch.setattr(prometheus, "MAX_UUIDS_SELECTED", 1)
+    sent = _Sent()
+    batched = PrometheusSource(prom, session=sent).idle_since(window=Window(WINDOW), step_s=STEP, end=end)
+    subqueries = [q for q in sent.queries if re.search(r"\[\d+s:\d+s\]", q)]
+    verdict = PrometheusSource(prom).leaf_idle(end=end)
+    idle_gpus = set(verdict["uuid"][verdict["value"] >= 0.5])
+    assert len(idle_gpus) >= 5, verdict
+    assert len(subqueries) == 2 * len(idle_gpus), sent.queries
+    assert all('uuid=~"' in q for q in subqueries), subqueries
+    keys = ["namespace", "pod", "container", "uuid", "mig_uuid"]
+    assert batched.sort_values(keys).reset_index(drop=True).equals(whole.sort_values(keys).reset_index(drop=True))

@@ -4,6 +4,7 @@ the page exactly once (the panels read the prefetched answers from the cache).""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import urllib.request
@@ -94,3 +95,31 @@ def test_the_fleet_page_sends_its_queries_together_and_each_once(
     assert len(queries) >= 8, queries  # the page's nine panels' queries (fewer if two are the same)
     assert counting.max_in_flight >= 4, "the page's queries were sent one after another"
     assert max(queries.values()) == 1, {k: n for k, n in queries.items() if n > 1}
+
+
+def test_a_range_answer_is_cached_by_its_step_aligned_end(
+    proxy: tuple[CountingProxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Workloads page's allocation activity over 24 h is evaluated at the range's step-aligned
+    end (18 min steps): once that instant is a minute old, every session asking within the step
+    gets the one answer, after the 10 s cache of the rest expired (issue 54); the next step asks
+    Prometheus again."""
+    from dashboard import ui
+    from dashboard.settings import DashboardSettings
+    from dashboard.sources.prometheus import PrometheusSource
+    from dashboard.sources.source import Filters, Window
+
+    counting, url = proxy
+    ctx = ui.PageContext(DashboardSettings(prometheus_url=url), PrometheusSource(url), Filters(), 86400.0, 360.0, None)
+    step = 1080.0
+    aligned = math.floor(time.time() / step) * step - step  # a step that has ended: its samples are in
+    kwargs = {"window": Window(86400.0), "step_s": step}
+    sent = []
+    for now in (aligned + 100.0, aligned + 700.0, aligned + step + 100.0):
+        monkeypatch.setattr(ui, "clock", lambda now=now: now)
+        ui._cached.clear()  # the 10 s cache of everything else has expired
+        ui._call(ctx, "allocation_activity", (Filters(),), dict(kwargs))
+        sent.append(sum(n for k, n in counting.queries.items() if "/api/v1/query" in k))
+    assert sent[0] >= 4, counting.queries  # its four queries
+    assert sent[1] == sent[0], "asked again within the same step"
+    assert sent[2] == 2 * sent[0], "the next step is a new answer"

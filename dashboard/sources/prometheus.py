@@ -78,16 +78,17 @@ class PrometheusSource:
         return f"Prometheus {self.base_url}"
 
     # --- query text ------------------------------------------------------------------
-    def expr(self, metric: str, filters: Filters = NO_FILTERS) -> str:
-        """The filtered selector for ``metric`` (namespace applied through the allocation join)."""
+    def expr(self, metric: str, filters: Filters = NO_FILTERS, own: dict[str, str] | None = None) -> str:
+        """The filtered selector for ``metric`` (namespace applied through the allocation join);
+        ``own``: matchers of the series' own labels besides."""
         matchers = filters.target_matchers()
         if filters.namespace and has_namespace(metric):
-            return selector(metric, {**matchers, "namespace": filters.namespace})
+            return selector(metric, {**matchers, **(own or {}), "namespace": filters.namespace})
         keys = device_keys(metric)
         if filters.namespace and keys:
             alloc = selector(ALLOCATION, {**matchers, "namespace": filters.namespace})
-            return f"({selector(metric, matchers)} and on{by_clause(keys)} {alloc})"
-        return selector(metric, matchers)
+            return f"({selector(metric, {**matchers, **(own or {})})} and on{by_clause(keys)} {alloc})"
+        return selector(metric, {**matchers, **(own or {})})
 
     @staticmethod
     def _sum_by(expr: str, by: Sequence[str] | None) -> str:
@@ -187,9 +188,18 @@ class PrometheusSource:
     ) -> pd.DataFrame:
         return self.query(self._sum_by(self.expr(metric, filters), by), None if end is None else self._end(end))
 
-    def current_state(self, metric: str, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
-        # filtered in the store: at 10,000 GPUs the boundness state set is 60,000 series, 10,000 of them 1
-        return self.query(f"{self.expr(metric, filters)} == 1", None if end is None else self._end(end))
+    def current_state(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        only: tuple[str, str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
+        # filtered in the store: at 10,000 GPUs the boundness state set is 60,000 series, 10,000 of
+        # them 1; of one state, 10,000 series (the Fleet page's moving data: issue 54)
+        expr = self.expr(metric, filters, dict([only]) if only else None)
+        return self.query(f"{expr} == 1", None if end is None else self._end(end))
 
     def series(
         self,
@@ -307,20 +317,26 @@ class PrometheusSource:
             sel = f"({sel} and on (instance) {selector('gpulens_up', {'cluster': matchers['cluster']})})"
         return sel
 
-    def _held_and_busy(self, filters: Filters, window: float, step: float, keep: str = "") -> tuple[str, str]:
+    def _held_and_busy(
+        self, filters: Filters, window: float, step: float, keep: str = "", uuids: Sequence[str] = ()
+    ) -> tuple[str, str]:
         """The PromQL of allocation_activity's ``first_allocated`` (per container and leaf, the
         first step of the [window:step] subquery it held the leaf) and ``last_busy`` (per leaf,
         the last step its idle verdict was 0); ``keep``: an ``on (...) (...)`` set that both are
-        cut to inside the subqueries, so that only its steps are computed."""
+        cut to (once, at the query's instant: inside the subquery Prometheus would evaluate it at
+        every step); ``uuids``: the GPUs whose series the subqueries select (all where empty), so
+        that the store reads only theirs."""
         target = filters.target_matchers()
-        mine = selector(ALLOCATION, {**target, **({"namespace": filters.namespace} if filters.namespace else {})})
-        idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
+        own = {**target, **({"namespace": filters.namespace} if filters.namespace else {})}
+        of = {"uuid": uuids} if uuids else {}
+        mine = _regexes_selector(ALLOCATION, own, of)
+        idle = _regexes_selector("gpulens:gpu_idle:bool", target, of)
         pod = by_clause(POD_DEVICE_KEYS)
         rng = subquery_range(window, step)
         cut = f" and {keep}" if keep else ""
         return (
-            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine}{cut})){rng}))",
-            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0{cut}){rng}))",
+            f"min by {pod} (min_over_time(timestamp(max by {pod} ({mine})){rng})){cut}",
+            f"max by (uuid,mig_uuid) (max_over_time(timestamp({idle} == 0){rng})){cut}",
         )
 
     def _at_step(self, queries: Sequence[str], end: float | None, step: float) -> list[pd.DataFrame]:
@@ -328,7 +344,7 @@ class PrometheusSource:
         step-aligned instant, so that their subqueries' steps are the range query's steps (less
         its first one)."""
         at = math.floor(self._end(end) / step) * step
-        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(queries), MAX_PARALLEL)) as pool:
             return list(pool.map(lambda q: self.query(q, at), queries))
 
     def allocation_activity(
@@ -361,12 +377,26 @@ class PrometheusSource:
         self, filters: Filters = NO_FILTERS, *, window: Window, step_s: float, end: float | None = None
     ) -> pd.DataFrame:
         seconds, step = window.stepped(step_s)
-        idle = self.rule("gpulens:gpu_idle:bool", filters, per_pod=False)
-        # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
-        # precede it), cut inside the subqueries: 0.09 s against 0.15 s for the allocations' at
-        # 1,000 GPUs over 24 h
-        idle_now = f"on (uuid,mig_uuid) ({idle} @ {self._end(end):.3f} == 1)"
-        first, last_busy = self._at_step(self._held_and_busy(filters, seconds, step, idle_now), end, step)
+        at = self._end(end)
+        target = filters.target_matchers()
+        # The GPUs with a leaf idle at the range's end first (an instant query); then the
+        # subqueries read only their series, MAX_UUIDS_SELECTED GPUs a query (in parallel), not
+        # every GPU's over the whole range: at 1,000 GPUs over 24 h, 0.3-0.6 s of Prometheus' time
+        # against 0.03-0.1 s a batch (issue 54, docs/benchmarks.md)
+        now = self.query_labels(f"{self.rule('gpulens:gpu_idle:bool', filters, per_pod=False)} == 1", ["uuid"], at)
+        uuids = sorted(set(now["uuid"].astype(str)))
+        if not uuids:
+            return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
+        batches = [uuids[i : i + MAX_UUIDS_SELECTED] for i in range(0, len(uuids), MAX_UUIDS_SELECTED)]
+        queries: list[str] = []
+        for batch in batches:
+            # only the leaves idle at the range's end itself (``@``: the step-aligned instant may
+            # precede it): a MIG instance in use beside an idle one of its GPU is left out
+            idle_now = _regexes_selector("gpulens:gpu_idle:bool", target, {"uuid": batch})
+            queries += self._held_and_busy(filters, seconds, step, f"on (uuid,mig_uuid) ({idle_now} @ {at:.3f} == 1)",
+                                           batch)  # fmt: skip
+        answers = self._at_step(queries, end, step)
+        first, last_busy = _stacked(answers[0::2], POD_DEVICE_KEYS), _stacked(answers[1::2], _LEAF)
         if first.empty:
             return pd.DataFrame(columns=list(IDLE_SINCE_COLUMNS))
         keys = with_cols(first, POD_DEVICE_KEYS)[list(POD_DEVICE_KEYS)]
@@ -703,8 +733,10 @@ _JOB_RECORDS: dict[str, str] = {
 }
 """The job records :meth:`PrometheusSource.job_summary` reads in one query, and the column of each."""
 MAX_UUIDS_SELECTED = 200
-"""Most GPUs :meth:`PrometheusSource.job_stragglers` selects by UUID (a regex matcher each query);
-more, and it reads every job leaf."""
+"""Most GPUs :meth:`PrometheusSource.job_stragglers` and :meth:`PrometheusSource.idle_since` select
+by UUID (a regex matcher each query); more, and they read every job leaf, every GPU."""
+MAX_PARALLEL = 8
+"""Most queries one source call sends at once (the page's prefetch sends up to 8 calls at once)."""
 MISSING_JOB_RULES = (
     "Prometheus has GPUs held by pods but no gpulens:job_leaf:info: load the recording rules' group "
     "gpulens.jobs (deploy/rules/gpulens.rules.yml; the Helm chart's PrometheusRule)"
@@ -781,6 +813,13 @@ def _num(text: object) -> float:
         return float(str(text))
     except ValueError:
         return math.nan
+
+
+def _stacked(frames: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+    """The answers of one query sent in batches, as one frame of ``keys`` (``""`` where a batch's
+    series lack one) and ``value``; empty where every batch is."""
+    full = [with_cols(f, keys) for f in frames if not f.empty]
+    return pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=[*keys, "value"])
 
 
 def _with_held_and_busy(out: pd.DataFrame, first: pd.DataFrame, last_busy: pd.DataFrame, how: str) -> pd.DataFrame:

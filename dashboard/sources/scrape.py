@@ -251,9 +251,21 @@ class ScrapeSource:
         now = self._end(end)
         return self._filtered(self._frame_at(metric, now, hist), metric, filters, by, now, hist)
 
-    def current_state(self, metric: str, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+    def current_state(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        only: tuple[str, str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
         df = self.instant(metric, filters, end=end)
-        return df if df.empty else df[df["value"] == 1].reset_index(drop=True)
+        if df.empty:
+            return df
+        keep = df["value"] == 1
+        if only:
+            keep &= col(df, only[0]) == only[1]
+        return df[keep].reset_index(drop=True)
 
     def series(
         self,

@@ -220,10 +220,18 @@ class MetricSource(Protocol):
         the sum by those labels. Every method takes ``end`` the same way (an absolute range)."""
         ...
 
-    def current_state(self, metric: str, filters: Filters = NO_FILTERS, *, end: float | None = None) -> pd.DataFrame:
+    def current_state(
+        self,
+        metric: str,
+        filters: Filters = NO_FILTERS,
+        *,
+        only: tuple[str, str] | None = None,
+        end: float | None = None,
+    ) -> pd.DataFrame:
         """Of state-set ``metric`` (one series per state, 1 for the current one), only the series
         whose value is 1 at ``end``: each device's current state, a sixth of the boundness
-        series that :meth:`instant` would send."""
+        series that :meth:`instant` would send. ``only`` (label, value): of that one state (the
+        devices in it now, say ``("class", "transfer")``), so that a store selects only its series."""
         ...
 
     def series(

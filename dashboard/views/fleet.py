@@ -57,7 +57,7 @@ def body(ctx: ui.PageContext) -> None:
         "gpu_up": ui.query("instant", "gpulens_gpu_up", f),
         "sm_mean": ui.query("mean", "gpulens_gpu_sm_active_ratio", f, window=ctx.window),
         "util": ui.query("instant", "gpulens_gpu_utilization_ratio", f),
-        "classes": ui.query("current_state", "gpulens_gpu_boundness", f),
+        "classes": ui.query("current_state", "gpulens_gpu_boundness", f, only=("class", TRANSFER_CLASS)),
         "idle_since": ui.query(
             "idle_since", f, window=ctx.window, step_s=max(ctx.step_s, ctx.window_s / ACTIVITY_POINTS)
         ),
