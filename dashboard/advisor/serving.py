@@ -91,6 +91,7 @@ class ServedModel:
     """Peak KV-cache use, 0..1 of the engine's KV pool."""
     waiting_trend_per_second: float = 0.0
     """Slope of the queued requests over the window (requests per second; > 0: the queue grows)."""
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -233,9 +234,9 @@ def advise_model(
     evidence.update({f"share_{c}": s for c, s in sorted(shares.items())})
     given = target_itl_seconds is not None
     target = target_itl_seconds if target_itl_seconds is not None else m.itl_p95_seconds * (1 + DEFAULT_TARGET_MARGIN)
+    # TTFT is held to a target only where one is given: a decode-bound model's prefill scales
+    # with compute, not with the class mix its decode steps dominate
     ttft_target = target_ttft_seconds
-    if ttft_target is None and m.ttft_p95_seconds is not None:
-        ttft_target = m.ttft_p95_seconds * (1 + DEFAULT_TARGET_MARGIN)
     evidence["itl_target_seconds"] = target
     evidence["itl_target_source"] = "given" if given else f"today's p95 + {DEFAULT_TARGET_MARGIN:.0%}"
     now_cost = usd_per_million(m.gpu, m.gpus, m.output_tokens_per_second, prices)
