@@ -12,6 +12,7 @@ reads them, beside the advisor's own query layer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -129,13 +130,37 @@ def models_panel(ctx: ui.PageContext, got: figures.ServingFigures) -> bool:
         **{f"{c}_ms": models[c] * 1000.0 for c in ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95")},
         class_mix=class_mix(models, got.classes),
     ).rename(columns={"gpus": "gpu_equivalents"})
-    table = table.sort_values(["namespace", "model", "role"])
+    table = table.sort_values(["namespace", "model", "role"]).reset_index(drop=True)
+    prefill = table["role"] == "prefill"
+    # a prefill role's energy and cost go to prompts: per output token they mislead (the rule is on
+    # the Grafana board); its input tokens per GPU-second is its figure
+    table.loc[prefill, ["energy_per_million", "usd_per_million"]] = float("nan")
+    table["gpu_model"] = table["gpu_model"].where(table["gpu_model"] != "", None)
+    why = [
+        _why_no_cost(r, g, bool(ctx.settings.prices_per_gpu_hour))
+        for r, g in zip(table["role"], table["gpu_model"], strict=True)
+    ]
+    missing: ui.Missing = MISSING | {
+        "energy_per_million": [w if w in ("prefill: see input", "no GPU") else "no tokens" for w in why],
+        "usd_per_million": why,
+    }
     st.subheader("Throughput and cost")
-    ui.table(table[list(THROUGHPUT)], key="serving_models", missing=MISSING)
+    ui.table(table[list(THROUGHPUT)], key="serving_models", missing=missing)
     st.subheader("Latency and load")
-    ui.table(table[list(LATENCY)], key="serving_latency", missing=MISSING)
+    ui.table(table[list(LATENCY)], key="serving_latency", missing=missing)
     st.caption(KV_TRANSFER)
     return True
+
+
+def _why_no_cost(role: str, gpu_model: str | None, priced: bool) -> str:
+    """Why a row has no energy or cost per million output tokens, in words."""
+    if role == "prefill":
+        return "prefill: see input"
+    if gpu_model is None:
+        return "no GPU"
+    if gpu_model == figures.MIXED_GPUS:
+        return "several GPU models"
+    return "no price" if not priced else "no tokens"
 
 
 def _energy_kpi(serving: pd.DataFrame) -> str:
@@ -201,18 +226,18 @@ def advice_panel(ctx: ui.PageContext) -> None:
             "role": a.role,
             "recommendation": a.target,
             "itl_target_ms": _ms(a.evidence.get("itl_target_seconds")),
-            "itl_target_source": a.evidence.get("itl_target_source"),
+            "itl_target_source": _percent_style(a.evidence.get("itl_target_source")),
         }
         for a in report.advice
     ]
     if rows:
         ui.table(pd.DataFrame(rows), key="serving_advice", missing=MISSING | {"itl_target_ms": "no target"})
         # the advisor's sentences in full (a table cell would cut them)
-        st.markdown("\n".join(f"- {inert(a.text)}" for a in report.advice))
+        st.markdown("\n".join(f"- {inert(_percent_style(a.text))}" for a in report.advice))
     else:
         ui.no_data("No served model could be measured for advice over the window (the reasons are below).")
     for b in report.balance:
-        st.markdown(f"**{inert(b.model)}** (prefill and decode): {inert(b.text)}")
+        st.markdown(f"**{inert(b.model)}** (prefill and decode): {inert(_percent_style(b.text))}")
     if report.skipped:
         st.caption(
             "Not advised: "
@@ -221,6 +246,11 @@ def advice_panel(ctx: ui.PageContext) -> None:
                 for (ns, m, r), why in sorted(report.skipped.items())
             )
         )
+
+
+def _percent_style(text: object) -> str | None:
+    """The advisor's words with the pages' percentage style (``25 %``, not ``25%``)."""
+    return None if text is None else re.sub(r"(\d)%", r"\1 %", str(text))
 
 
 def _ms(seconds: object) -> float | None:
