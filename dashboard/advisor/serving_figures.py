@@ -94,6 +94,18 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+OVER_TIME: Mapping[str, str] = {
+    "output_tokens_per_second": MODEL_FIGURES["output_tokens_per_second"],
+    "itl_p95": MODEL_FIGURES["itl_p95"],
+}
+"""The figures the page draws over the range (a line per model and role)."""
+
+
+def series_query(figure: str, filters: Filters = NO_FILTERS) -> str:
+    """The PromQL of one of :data:`OVER_TIME`'s figures under the cluster and namespace filters."""
+    return f"max by (cluster, namespace, model, role) ({selector(OVER_TIME[figure], _matchers(filters))})"
+
+
 LABELS: Mapping[str, tuple[str, ...]] = {
     "models": ("__name__", *KEYS),
     "gpu_names": (*KEYS, "name"),

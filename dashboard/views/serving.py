@@ -23,6 +23,7 @@ from dashboard import ui
 from dashboard.advisor import serving_figures as figures
 from dashboard.advisor.query import Window
 from dashboard.advisor.serving_query import ServingReport, advise_serving
+from dashboard.figures.timelines import time_lines
 from dashboard.inert_text import inert
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.source import Filters
@@ -84,12 +85,18 @@ def body(ctx: ui.PageContext) -> None:
         return
     f = ctx.filters
     q = {k: ui.query("query_labels", promql, figures.LABELS[k], ctx.end_s) for k, promql in figures.queries(f).items()}
-    ui.prefetch(ctx, q.values())
+    lines = {
+        k: ui.query("query_range", figures.series_query(k, f), window=ctx.window, step_s=ctx.step_s, end=ctx.end_s)
+        for k in figures.OVER_TIME
+    }
+    ui.prefetch(ctx, [*q.values(), *lines.values()])
     shown = False
     with ui.panel("Serving"):
         got = figures.assemble({k: ui.get(ctx, v) for k, v in q.items()}, ctx.settings.prices_per_gpu_hour)
         shown = models_panel(ctx, got)
     if shown:
+        with ui.panel("Over time"):
+            over_time(ctx, {k: ui.get(ctx, v) for k, v in lines.items()})
         with ui.panel("The advisor's serving advice"):
             advice_panel(ctx)
 
@@ -135,11 +142,9 @@ def models_panel(ctx: ui.PageContext, got: figures.ServingFigures) -> bool:
     # a prefill role's energy and cost go to prompts: per output token they mislead (the rule is on
     # the Grafana board); its input tokens per GPU-second is its figure
     table.loc[prefill, ["energy_per_million", "usd_per_million"]] = float("nan")
+    priced = bool(ctx.settings.prices_per_gpu_hour)
+    why = [_why_no_cost(r, str(g), priced) for r, g in zip(table["role"], table["gpu_model"], strict=True)]
     table["gpu_model"] = table["gpu_model"].where(table["gpu_model"] != "", None)
-    why = [
-        _why_no_cost(r, g, bool(ctx.settings.prices_per_gpu_hour))
-        for r, g in zip(table["role"], table["gpu_model"], strict=True)
-    ]
     missing: ui.Missing = MISSING | {
         "energy_per_million": [w if w in ("prefill: see input", "no GPU") else "no tokens" for w in why],
         "usd_per_million": why,
@@ -152,11 +157,31 @@ def models_panel(ctx: ui.PageContext, got: figures.ServingFigures) -> bool:
     return True
 
 
-def _why_no_cost(role: str, gpu_model: str | None, priced: bool) -> str:
-    """Why a row has no energy or cost per million output tokens, in words."""
+def over_time(ctx: ui.PageContext, lines: dict[str, pd.DataFrame]) -> None:
+    """Output tokens per second and ITL p95 over the range, a line per model and role, side by side."""
+    st.subheader("Over time")
+    st.caption(f"A line per model and role over {ui.over(ctx)}; each point a 5-minute rate or quantile.")
+    left, right = st.columns(2)
+    for col, key, title, unit, scale in (
+        (left, "output_tokens_per_second", "Output tokens per second", "tok/s", 1.0),
+        (right, "itl_p95", "Inter-token latency p95", "ms", 1000.0),
+    ):
+        df = lines[key]
+        with col:
+            st.markdown(f"**{title}**")
+            if df.empty:
+                ui.no_data(f"No {title.lower()} in {ui.over(ctx)}.")
+                continue
+            df = df.assign(series=df["model"].astype(str) + " " + df["role"].astype(str), value=df["value"] * scale)
+            ui.chart(time_lines(df, unit, legend_columns=2), key=f"serving_{key}")
+
+
+def _why_no_cost(role: str, gpu_model: str, priced: bool) -> str:
+    """Why a row has no energy or cost per million output tokens, in words (``gpu_model`` empty:
+    the role holds no GPU)."""
     if role == "prefill":
         return "prefill: see input"
-    if gpu_model is None:
+    if not gpu_model:
         return "no GPU"
     if gpu_model == figures.MIXED_GPUS:
         return "several GPU models"

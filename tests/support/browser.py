@@ -71,6 +71,7 @@ SERVING_TEXTS: dict[str, list[str]] = {
         "Output tokens/s",
         "GPUs serving",
         "The advisor's serving advice",
+        "Inter-token latency p95",
         "KV transfer traffic between prefill and decode pods",
     ],
     "scrape": ["Serving figures need Prometheus"],
