@@ -173,7 +173,7 @@ def over_time(ctx: ui.PageContext, lines: dict[str, pd.DataFrame]) -> None:
                 ui.no_data(f"No {title.lower()} in {ui.over(ctx)}.")
                 continue
             df = df.assign(series=df["model"].astype(str) + " " + df["role"].astype(str), value=df["value"] * scale)
-            ui.chart(time_lines(df, unit, legend_columns=2), key=f"serving_{key}")
+            ui.chart(time_lines(df, unit, legend_columns=1), key=f"serving_{key}")
 
 
 def _why_no_cost(role: str, gpu_model: str, priced: bool) -> str:
