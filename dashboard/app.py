@@ -25,6 +25,7 @@ PAGES = [  # (script, title, url path, icon); the first is the default page, ser
     ("views/sharing.py", "Sharing", "sharing", ":material/grid_view:"),
     ("views/health.py", "Health", "health", ":material/monitor_heart:"),
     ("views/network.py", "Network", "network", ":material/lan:"),
+    ("views/serving.py", "Serving", "serving", ":material/smart_toy:"),
     ("views/rightsizing.py", "Right-sizing", "rightsizing", ":material/tune:"),
     ("views/job.py", "Job", "job", ":material/account_tree:"),
     ("views/gpu.py", "GPU", "gpu", ":material/memory:"),

@@ -793,6 +793,27 @@ HEADERS: dict[str, str] = {
     "reasons": "Reasons",
     "share": "Share of the range",
     "stage": "Exporter stage",
+    # serving (dashboard/advisor/serving_figures.py)
+    "role": "Role",
+    "gpu_equivalents": "GPUs",
+    "output_tokens_per_second": "Out tok/s",
+    "input_tokens_per_second": "In tok/s",
+    "output_tokens_per_gpu_second": "Out tok/s per GPU",
+    "input_tokens_per_gpu_second": "In tok/s per GPU",
+    "energy_per_million": "Energy per M tok",
+    "usd_per_million": "Cost per M tok",
+    "ttft_p50_ms": "TTFT p50",
+    "ttft_p95_ms": "TTFT p95",
+    "itl_p50_ms": "ITL p50",
+    "itl_p95_ms": "ITL p95",
+    "itl_target_ms": "ITL p95 target",
+    "itl_target_source": "Target from",
+    "kv_cache_mean": "KV cache (mean)",
+    "kv_cache_max": "KV cache (fullest pod)",
+    "running": "Running",
+    "queued": "Queued",
+    "requests_per_second": "Requests/s",
+    "class_mix": "Pods by class now",
 }
 """The header of every column name the pages show (:func:`header`); a name not here reads as its
 words (:func:`default_header`)."""
@@ -813,6 +834,23 @@ FORMATS: dict[str, str] = {
     "efficiency": "percent",
     "vs_peers": "percent",
     "share": "percent",
+    "gpu_equivalents": "%,.2f",
+    "output_tokens_per_second": "%,.0f",
+    "input_tokens_per_second": "%,.0f",
+    "output_tokens_per_gpu_second": "%,.0f",
+    "input_tokens_per_gpu_second": "%,.0f",
+    "energy_per_million": "%,.2f MJ",
+    "usd_per_million": "dollar",
+    "ttft_p50_ms": "%,.0f ms",
+    "ttft_p95_ms": "%,.0f ms",
+    "itl_p50_ms": "%,.1f ms",
+    "itl_p95_ms": "%,.1f ms",
+    "itl_target_ms": "%,.1f ms",
+    "kv_cache_mean": "percent",
+    "kv_cache_max": "percent",
+    "running": "%,.1f",
+    "queued": "%,.1f",
+    "requests_per_second": "%,.2f",
 }
 """How a known numeric column's values read (Streamlit NumberColumn formats: ``percent`` of a 0..1
 ratio, ``dollar``, or printf style with ``,`` for thousands separators); other numbers ``localized``
@@ -1069,6 +1107,26 @@ TABLES: dict[str, TableLayout] = {
     "nic_table": TableLayout(("node", "device", "state", "tx", "rx", "line_rate", "utilization")),
     "pod_nics": TableLayout(("node", "namespace", "pod", "nics", "tx", "rx", "communication")),
     "gdr_table": TableLayout((GPU_LINK, "node", "gpu", "ready", "nearest", "reason"), ("uuid",)),
+    # Serving
+    "serving_models": TableLayout(
+        (
+            "model",
+            "role",
+            "replicas",
+            "gpu_equivalents",
+            "gpu_model",
+            "output_tokens_per_second",
+            "output_tokens_per_gpu_second",
+            "energy_per_million",
+            "usd_per_million",
+        ),
+        ("namespace", "input_tokens_per_second", "input_tokens_per_gpu_second"),
+    ),
+    "serving_latency": TableLayout(
+        ("namespace", "model", "role", "ttft_p95_ms", "itl_p95_ms", "kv_cache_max", "queued", "class_mix"),
+        ("ttft_p50_ms", "itl_p50_ms", "kv_cache_mean", "running", "requests_per_second"),
+    ),
+    "serving_advice": TableLayout(("model", "role", "recommendation", "itl_target_ms", "itl_target_source")),
 }
 """Every table's :class:`TableLayout`, by its ``key``: the one place a page declares the columns that
 must fit 1,440 px (the browser tests check each primary column is drawn inside the first 1,440 px)."""

@@ -27,6 +27,7 @@ PAGES = [
     "views/sharing.py",
     "views/health.py",
     "views/network.py",
+    "views/serving.py",
     "views/job.py",
     "views/gpu.py",
 ]

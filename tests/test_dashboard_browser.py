@@ -1,11 +1,11 @@
-"""The running dashboard in headless Chromium over four simulated exporters (8 whole H200s, a MIG
-node, a time-sliced node, and the MPS node, whose GPU 4 runs a data loader that only copies host
-memory to the GPU), once through a real Prometheus scraping them and once scraping them itself:
-every page loads with its key elements and without a Streamlit exception, a Python repr or
-Streamlit internals in its text, a console error, or a request to any host but the dashboard's,
-and without what a person should not read: a raw column name as a table header, a ``None``/``NaN``
-cell, a long number without thousands separators, a metric name or a JSON dump
-(tests/support/browser.py ``display_problems``).
+"""The running dashboard in headless Chromium over five simulated exporters (8 whole H200s, a MIG
+node, a time-sliced node, the MPS node, whose GPU 4 runs a data loader that only copies host
+memory to the GPU, and the serving node with its inference engines' own pages), once through a
+real Prometheus scraping them and once scraping them itself: every page loads with its key
+elements and without a Streamlit exception, a Python repr or Streamlit internals in its text, a
+console error, or a request to any host but the dashboard's, and without what a person should not
+read: a raw column name as a table header, a ``None``/``NaN`` cell, a long number without
+thousands separators, a metric name or a JSON dump (tests/support/browser.py ``display_problems``).
 Screenshots land in artifacts/dashboard/; a dead Prometheus gives a banner, not a dead app."""
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.browser import (
     MIN_CHARTS,
     PAGES,
+    SERVING_TEXTS,
     PageWatch,
     check_page,
     chromium_page,
@@ -30,6 +32,7 @@ from tests.support.browser import (
     load,
     run_dashboard,
 )
+from tests.support.engines import engines_job, run_engines
 from tests.support.exporter import run_exporter
 from tests.support.prometheus import demo_scrape_config, run_prometheus, wait_for_query
 from tests.support.prometheus import query as prom_query
@@ -39,7 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.long]
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "rules" / "gpulens.rules.yml"
 MODES = ("prometheus", "scrape")
-SCENARIOS = ("h200x8", "mig", "timeslice", "mps")
+SCENARIOS = ("h200x8", "mig", "timeslice", "mps", "serving")
 MOVING_DOCS = ("efficiency", "gpu")
 """The pages whose docs screenshot the data-moving GPU's test takes (docs/img/dashboard-PAGE.png)."""
 JOBS_DOCS = ("", "jobs", "job")
@@ -58,15 +61,24 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
     dashboard scraping the exporters itself: (Prometheus URL, Prometheus-mode URL, scrape-mode URL)."""
     with ExitStack() as es:
         targets = [es.enter_context(run_exporter("--sim.scenario", sc, env={"NODE_NAME": sc})) for sc in SCENARIOS]
-        config = demo_scrape_config(targets, rules=True)
+        # the serving node's inference engines, scraped by docs/serving.md's job (Prometheus only:
+        # the exporters, and so the scrape source, never read application pods)
+        sd = es.enter_context(run_engines(artifacts_dir))
+        config = yaml.safe_load(demo_scrape_config(targets, rules=True))
+        config["scrape_configs"].append(engines_job(sd, cluster="demo"))
+        config = yaml.safe_dump(config)
         prom = es.enter_context(run_prometheus(config, {"gpulens.rules.yml": RULES.read_text()}))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if len(prom_query(prom, "gpulens_gpu_info")) >= 32 and prom_query(prom, "gpulens_probe_efficiency_ratio"):
+            if (
+                len(prom_query(prom, "gpulens_gpu_info")) >= 40
+                and prom_query(prom, "gpulens_probe_efficiency_ratio")
+                and prom_query(prom, "gpulens:serving_model_gpus:sum")
+            ):
                 break
             time.sleep(0.5)
         else:
-            pytest.fail("Prometheus never saw the three exporters' GPUs and a probe result")
+            pytest.fail("Prometheus never saw the exporters' GPUs, a probe result and a served model's GPUs")
         time.sleep(5)  # a few seconds of history for the range panels
         dash = es.enter_context(run_dashboard("--prometheus", prom, "--price-per-gpu-hour", "H200=3.5"))
         scrape = es.enter_context(
@@ -97,19 +109,24 @@ def test_every_page_loads_clean_with_its_key_elements(
         for path, texts in PAGES.items():
             name = f"{mode}-{path or 'fleet'}"
             # 15 minutes: a 4 s step, so the few seconds of history already give range points
-            check_page(page, watch, f"{dash}/{path}?range=15m", texts, MIN_CHARTS[path], out / f"{name}.png",
+            charts = MIN_CHARTS[path]
+            if path == "serving":
+                texts = [*texts, *SERVING_TEXTS[mode]]
+                charts = 2 if mode == "prometheus" else 0  # tokens/s and ITL p95 over time
+            check_page(page, watch, f"{dash}/{path}?range=15m", texts, charts, out / f"{name}.png",
                        node_names=all(NODE_NAMES))  # fmt: skip
             if path == "":
                 # every held device in one group: in use, idle, or its 5-minute window still filling
                 fleet_counts_add_up(page)
             if (
                 mode == "prometheus"
-                and path not in ("rightsizing", *MOVING_DOCS, *JOBS_DOCS, *HISTORY_DOCS)
+                and path not in ("rightsizing", "network", *MOVING_DOCS, *JOBS_DOCS, *HISTORY_DOCS)
                 and os.environ.get("GPULENS_UPDATE_DOCS_IMG")
             ):
                 # the docs' screenshots (the right-sizing one comes from the advisor's test, with
                 # data; Efficiency and GPU from the data-moving GPU's test, with a minute of link
-                # rates; Fleet, Jobs and Job from the jobs nodes' test, past the verdicts' window)
+                # rates; Fleet, Jobs and Job from the jobs nodes' test, past the verdicts' window;
+                # Network from the network test's two p5en nodes)
                 shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
         if mode == "prometheus":
             # filters: the relabelled cluster and node labels become sidebar filters
@@ -125,16 +142,16 @@ def test_fleet_page_counts_the_three_nodes(stack: tuple[str, str, str]) -> None:
         assert isinstance(page, Page)
         load(page, dash, 1)
         metric = page.locator('[data-testid="stMetric"]').first
-        # 32 GPUs, the MIG node's GPUs counted as their instances: whole GPUs + MIG instances. A
+        # 40 GPUs, the MIG node's GPUs counted as their instances: whole GPUs + MIG instances. A
         # page still finishing its run can show a partial count for a moment: wait for it to settle.
         deadline = time.monotonic() + 30.0
         shown = ""
         while time.monotonic() < deadline:
             shown = metric.inner_text().split("\n")[-1].strip()
-            if shown == "48":
+            if shown == "56":
                 break
             time.sleep(0.5)
-        assert shown == "48"
+        assert shown == "56"
 
 
 @pytest.mark.parametrize(

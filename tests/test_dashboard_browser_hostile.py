@@ -182,7 +182,7 @@ def _urls(dash: str, folder: Path) -> dict[str, str]:
     jobs = (folder / "jobs-0.prom").read_text()
     held = _first(jobs, "gpulens_pod_gpu_allocation", "uuid")
     ns, kind, name = (_first(jobs, "gpulens_pod_gpu_allocation", k) for k in ("namespace", "workload_kind", "workload"))
-    pages = ("", "efficiency", "workloads", "jobs", "sharing", "health", "rightsizing", "network")
+    pages = ("", "efficiency", "workloads", "jobs", "sharing", "health", "serving", "rightsizing", "network")
     urls = {path or "fleet": f"{dash}/{path}?{urlencode(common)}" for path in pages}
     urls["gpu"] = f"{dash}/gpu?" + urlencode({**common, "uuid": held, "mig_uuid": crafted})
     urls["job"] = f"{dash}/job?" + urlencode({**common, "job": f"{ns}/{kind}/{name}"})

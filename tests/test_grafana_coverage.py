@@ -31,7 +31,6 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 
 from dashboard import definitions
 from dashboard.frames.health import NOT_THROTTLING
-from dashboard.serving import rules as serving_rules
 from exporter.backends.nvml.device import CLOCK_EVENT_REASONS
 from exporter.render.metrics import BY_NAME
 from tests.support.grafana import CHART_GRAFANA, GRAFANA, REPO, docs, gd, gp, panels
@@ -41,9 +40,9 @@ PROMETHEUS_SERIES = frozenset({"ALERTS"})
 """Series Prometheus itself makes that a panel may read (the rule file's firing alerts)."""
 INTERNAL_RULES: frozenset[str] = frozenset()
 """Recording rules no panel needs to show (none today: every rule is on a panel)."""
-AWAITING_PANELS: frozenset[str] = frozenset(serving_rules.RULES)
-"""Recording rules whose Grafana board is not built yet: the gpulens.serving group (issue 53 lands
-its rules first; the Serving board and page read them next). Empty again once that board exists."""
+AWAITING_PANELS: frozenset[str] = frozenset()
+"""Recording rules whose Grafana board is not built yet (none: the Serving board shows the
+gpulens.serving group)."""
 RULE_DEFINITIONS = ("dashboard/definitions.py", "dashboard/jobs.py", "dashboard/serving/rules.py")
 """Where the rules are written (not read): left out of what the pages use."""
 
@@ -64,7 +63,7 @@ def records() -> frozenset[str]:
 
 def test_the_shipped_dashboards_and_the_charts_copies_are_what_the_script_builds() -> None:
     built = gd.render_all()
-    assert len(built) == 8
+    assert len(built) == 9
     for directory in (GRAFANA, CHART_GRAFANA):
         assert sorted(p.name for p in directory.glob("*.json")) == sorted(built), (
             "run: python scripts/render_manifests.py"

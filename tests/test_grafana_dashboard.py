@@ -2,7 +2,8 @@
 
 A Prometheus loading the shipped rules scrapes simulated exporters of every capability: h200x8 (an
 NVLink down), MIG, time-slicing, MPS, the two ``jobs`` nodes (four multi-node jobs, a straggler, EFAs
-with GPUDirect RDMA) and p5en-nogdr (EFAs without GPUDirect RDMA). Every target carries the ``node``
+with GPUDirect RDMA), p5en-nogdr (EFAs without GPUDirect RDMA) and the serving node with its
+inference engines (docs/serving.md's scrape job). Every target carries the ``node``
 label (the scrape config sets it, as the chart's ServiceMonitor does, where the exporter does not put
 it on its series itself). Then:
 
@@ -35,6 +36,7 @@ import yaml
 from dashboard import definitions
 from dashboard.frames.fleet import fleet_counts
 from dashboard.sources.prometheus import PrometheusSource
+from tests.support.engines import engines_job, run_engines
 from tests.support.exporter import run_exporter
 from tests.support.grafana import docs, gp, panels
 from tests.support.prometheus import query, run_prometheus, wait_for_query
@@ -59,9 +61,12 @@ NODES = {
     "jobs-0": ("jobs-0", ()),
     "jobs-1": ("jobs-1", ()),
     "p5en-nogdr": ("p5en-nogdr", ()),
+    "p5en-serving": ("serving", ()),
 }
 """Node name -> (scenario, extra flags). On the h200x8 node: NVLink 7 of GPU 1 is down, GPU 6 is lost,
-GPU 2 had Xid 79 and GPU 4's PCIe link trained at Gen4 x8 (the tables of faults have rows)."""
+GPU 2 had Xid 79 and GPU 4's PCIe link trained at Gen4 x8 (the tables of faults have rows). The
+serving node's inference engines (``python -m exporter.sim.engines``) are scraped beside it with
+docs/serving.md's relabelling, so the Serving board's rules have data."""
 ONE_GPU = {"node": "jobs-1", "gpu": "3"}
 """The one-GPU board's pick: the straggler of the jobs scenario (throttled, held by a pod)."""
 DATA_TIMEOUT_S = 150.0
@@ -74,29 +79,33 @@ def substitute(expr: str, picks: dict[str, str] | None = None) -> str:
     return re.sub(r"\$(cluster|node|gpu|namespace)\b", lambda m: picks.get(m.group(1), ".*"), expr)
 
 
-def _config(targets: list[tuple[str, str]]) -> str:
-    static = "".join(
-        f"      - targets: ['{t}']\n        labels: {{cluster: test, node: {node}}}\n" for t, node in targets
-    )
-    return (
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "rule_files: [gpulens.rules.yml]\n"
-        "scrape_configs:\n  - job_name: gpulens\n    honor_labels: true\n    static_configs:\n" + static
+def _config(targets: list[tuple[str, str]], engine_sd: Path) -> str:
+    static = [{"targets": [t], "labels": {"cluster": "test", "node": node}} for t, node in targets]
+    exporters = {"job_name": "gpulens", "honor_labels": True, "static_configs": static}
+    return yaml.safe_dump(
+        {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": ["gpulens.rules.yml"],
+            "scrape_configs": [exporters, engines_job(engine_sd, cluster="test")],
+        }
     )
 
 
 @pytest.fixture(scope="module")
-def prom() -> Iterator[str]:
-    """One Prometheus with the shipped rules over every scenario, once every device has an idle
-    verdict and the jobs' stragglers are recorded."""
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Prometheus with the shipped rules over every scenario and the serving node's engines,
+    once every device has an idle verdict and the jobs' stragglers are recorded."""
     with ExitStack() as stack:
+        engine_sd = stack.enter_context(run_engines(tmp_path_factory.mktemp("engines")))
         targets = []
         for node, (scenario, flags) in NODES.items():
             base = stack.enter_context(
                 run_exporter("--sim.scenario", scenario, "--no-probes", *flags, env={"NODE_NAME": node})
             )
             targets.append((base.removeprefix("http://"), node))
-        base = stack.enter_context(run_prometheus(_config(targets), {"gpulens.rules.yml": RULES.read_text()}))
+        base = stack.enter_context(
+            run_prometheus(_config(targets, engine_sd), {"gpulens.rules.yml": RULES.read_text()})
+        )
         devices = substitute(gp.fleet_count_promql("devices"))
         wait_for_query(base, devices, lambda r: bool(r) and float(r[0]["value"][1]) > 0, timeout=90)
         verdicts = f"count(max by (uuid, mig_uuid) ({gp.IDLE_RULE}))"

@@ -1,8 +1,9 @@
 """The panels of gpulens's Grafana dashboards, declared as data, one module per board (Role: what
 each dashboard shows, in the Streamlit pages' words; ``scripts/grafana_dashboard.py`` builds
-Grafana's JSON model from them with Grafana's typed SDK). Eight boards, linked to one another: fleet
+Grafana's JSON model from them with Grafana's typed SDK). Nine boards, linked to one another: fleet
 and waste, workloads, jobs and stragglers, network and GPUDirect RDMA, links (PCIe and NVLink),
-sharing (MIG, time-slicing, MPS), health, and one GPU.
+sharing (MIG, time-slicing, MPS), health, serving (tokens, latency and cost per model), and one
+GPU.
 
 scripts/ is not a package: scripts/grafana_dashboard.py loads this one from its folder.
 """
@@ -23,6 +24,7 @@ from .model import (
     LINKS,
     NETWORK,
     REASON_WORDS,
+    SERVING,
     SHARING,
     WORKLOADS,
     Board,
@@ -32,6 +34,7 @@ from .model import (
     fleet_count_promql,
 )
 from .network import NETWORK_BOARD
+from .serving import SERVING_BOARD
 from .sharing import SHARING_BOARD
 from .workloads import WORKLOADS_BOARD
 
@@ -43,6 +46,7 @@ BOARDS: tuple[Board, ...] = (
     LINKS_BOARD,
     SHARING_BOARD,
     HEALTH_BOARD,
+    SERVING_BOARD,
     GPU_BOARD,
 )
 """Every dashboard, in the order of the links between them."""
@@ -57,6 +61,7 @@ __all__ = [
     "LINKS",
     "NETWORK",
     "REASON_WORDS",
+    "SERVING",
     "SHARING",
     "WORKLOADS",
     "Board",

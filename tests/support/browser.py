@@ -36,8 +36,9 @@ PAGES: dict[str, list[str]] = {
     "jobs": ["Multi-node jobs", "Jobs with a straggler", "Communication-bound jobs", "Jobs by GPU-hours"],
     "sharing": ["MIG GPUs and their slices", "Shared GPUs: kernel time per pod"],
     "health": ["Bandwidth probes", "slow probe result(s)", "GPU 7", "Xid errors", "ECC errors", "Throttling (last"],
+    "serving": ["Serving"],
     "rightsizing": ["Right-sizing"],
-    "network": ["No RDMA NIC in view"],
+    "network": ["NICs: throughput now against the line rate"],
     "job": ["Its GPUs over time", "Its GPUs now"],
     "gpu": [
         "Pods that held this GPU in the range",
@@ -53,13 +54,30 @@ MIN_CHARTS = {
     "jobs": 1,
     "sharing": 2,
     "health": 1,
+    "serving": 0,
     "rightsizing": 0,
     "network": 0,
     "job": 1,
     "gpu": 3,
 }
 """Every dashboard page (url path) and what the browser tests expect on it; ``MIN_CHARTS``: the
-charts each draws at least."""
+charts each draws at least. The main pass's fleet has a serving node (p5en, its EFAs, its inference
+engines): the Network page has NICs; the Serving page's own texts differ by source
+(:data:`SERVING_TEXTS`)."""
+SERVING_TEXTS: dict[str, list[str]] = {
+    "prometheus": [
+        "Throughput and cost",
+        "Latency and load",
+        "Output tokens/s",
+        "GPUs serving",
+        "The advisor's serving advice",
+        "Inter-token latency p95",
+        "KV transfer traffic between prefill and decode pods",
+    ],
+    "scrape": ["Serving figures need Prometheus"],
+}
+"""What the Serving page shows over the main pass's serving node, by source: the figures and the
+advice through Prometheus; in scrape mode, in words, that they need it."""
 CHART = '[data-testid="stVegaLiteChart"]'
 """A chart on a page (dashboard/figures/ specs, drawn by Streamlit's Vega-Lite element)."""
 CHARTS_DRAWN_JS = (
