@@ -117,9 +117,9 @@ def models_panel(ctx: ui.PageContext, got: figures.ServingFigures) -> bool:
     k = st.columns(5)
     k[0].metric("Models", f"{models[['cluster', 'namespace', 'model']].drop_duplicates().shape[0]:,}")
     k[1].metric("Serving pods", f"{models['replicas'].sum():,.0f}")
-    k[2].metric("GPUs serving", f"{models['gpus'].sum():,.2f}".rstrip("0").rstrip("."))
+    k[2].metric("GPUs serving", inert(f"{models['gpus'].sum():,.2f}".rstrip("0").rstrip(".")))
     k[3].metric("Output tokens/s", f"{serving['output_tokens_per_second'].sum():,.0f}")
-    k[4].metric("Energy per M output tokens", _energy_kpi(serving))
+    k[4].metric("Energy per M output tokens", inert(_energy_kpi(serving)))
     caption = (
         "Per model and role over the last 5 minutes, from the gpulens.serving recording rules (the same the "
         "Grafana Serving board reads). Roles as the pods declare them, else inferred from their GPUs' classes. "
@@ -129,7 +129,7 @@ def models_panel(ctx: ui.PageContext, got: figures.ServingFigures) -> bool:
     )
     if ctx.filters.node or ctx.filters.instance:
         caption += " The node filter does not apply here: a model's pods span nodes."
-    st.caption(caption)
+    st.caption(caption)  # inert: constants written above
     if not ctx.settings.prices_per_gpu_hour:
         st.caption(f"Cost per million tokens: {ui.NO_PRICE}.")
     table = models.assign(
@@ -168,9 +168,9 @@ def over_time(ctx: ui.PageContext, lines: dict[str, pd.DataFrame]) -> None:
     ):
         df = lines[key]
         with col:
-            st.markdown(f"**{title}**")
+            st.markdown(f"**{inert(title)}**")
             if df.empty:
-                ui.no_data(f"No {title.lower()} in {ui.over(ctx)}.")
+                ui.no_data(f"No {inert(title.lower())} in {inert(ui.over(ctx))}.")
                 continue
             df = df.assign(series=df["model"].astype(str) + " " + df["role"].astype(str), value=df["value"] * scale)
             ui.chart(time_lines(df, unit, legend_columns=1), key=f"serving_{key}")
@@ -258,19 +258,17 @@ def advice_panel(ctx: ui.PageContext) -> None:
     if rows:
         ui.table(pd.DataFrame(rows), key="serving_advice", missing=MISSING | {"itl_target_ms": "no target"})
         # the advisor's sentences in full (a table cell would cut them)
-        st.markdown("\n".join(f"- {inert(_percent_style(a.text))}" for a in report.advice))
+        st.markdown("\n".join(f"- {inert(_percent_style(a.text))}" for a in report.advice))  # inert: each line
     else:
         ui.no_data("No served model could be measured for advice over the window (the reasons are below).")
     for b in report.balance:
         st.markdown(f"**{inert(b.model)}** (prefill and decode): {inert(_percent_style(b.text))}")
     if report.skipped:
-        st.caption(
-            "Not advised: "
-            + "; ".join(
-                f"{inert(ns)}/{inert(m)} {inert(r or 'no role')}: {inert(why)}"
-                for (ns, m, r), why in sorted(report.skipped.items())
-            )
+        why_not = "; ".join(
+            f"{inert(ns)}/{inert(m)} {inert(r or 'no role')}: {inert(why)}"
+            for (ns, m, r), why in sorted(report.skipped.items())
         )
+        st.caption("Not advised: " + why_not)  # inert: every value of why_not went through inert
 
 
 def _percent_style(text: object) -> str | None:
