@@ -1016,7 +1016,7 @@ def test_grafana_dashboards_are_opt_in_one_config_map_each_labelled_for_the_side
     assert not [o for o in objects() if o["kind"] == "ConfigMap"]
     cms = [o for o in objects(VARIANTS["dcgm-compat-and-grafana-dashboard"]) if o["kind"] == "ConfigMap"]
     shipped = {p.name: p.read_text() for p in (REPO / "deploy" / "grafana").glob("*.json")}
-    assert len(shipped) == 8
+    assert len(shipped) == 9  # fleet, workloads, jobs, network, links, sharing, health, gpu, serving
     assert {name for cm in cms for name in cm["data"]} == set(shipped), "every dashboard of deploy/grafana/"
     for cm in cms:
         ((name, text),) = cm["data"].items()
