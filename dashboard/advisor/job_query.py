@@ -29,9 +29,7 @@ Per leaf, at each step while the job holds it (the allocation's presence), then 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -39,7 +37,7 @@ import pandas as pd
 from dashboard import definitions, jobs
 from dashboard.advisor.engine import DEFAULT_POLICY, Policy
 from dashboard.advisor.jobs import JobAdvice, JobLeaf, JobUsage, Straggler, advise_jobs
-from dashboard.advisor.query import DEFAULT_WINDOW, Window
+from dashboard.advisor.query import DEFAULT_WINDOW, Window, evaluate
 from dashboard.frames.columns import with_cols
 from dashboard.promql import duration, selector, subquery_range
 from dashboard.sources.prometheus import PrometheusSource
@@ -323,10 +321,7 @@ def measure_jobs(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: F
     node would look smaller than it is); cluster and namespace filter the queries.
 
     Raises SourceError when Prometheus does not answer."""
-    qs = queries(Filters(cluster=filters.cluster, namespace=filters.namespace), win)
-    at = win.end if win.end is not None else time.time()
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(zip(qs, pool.map(lambda q: src.query(q, at), qs.values()), strict=True))
+    results = evaluate(src, queries(Filters(cluster=filters.cluster, namespace=filters.namespace), win), win)
     leaves, classes = leaf_frame(results)
     nodes = _values(results["node_gpus"], ["cluster", "instance"], "value")
     node_gpus = {

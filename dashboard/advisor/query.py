@@ -143,6 +143,17 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
 
 DEFAULT_WINDOW = Window()
 
+
+def evaluate(src: PrometheusSource, queries: Mapping[str, str], win: Window) -> dict[str, pd.DataFrame]:
+    """Every query of ``queries`` at the window's end (now when it has none), four at a time: the
+    advisor's measurements each send a dozen subqueries that Prometheus evaluates apart.
+
+    Raises SourceError when Prometheus does not answer."""
+    at = win.end if win.end is not None else time.time()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
+
+
 MEASURED = ("idle", "sm_p95", "sm_mean", "dram_p95", "pcie_p95", "nvlink_p95", "mem_peak", "holders", "shared_share")
 """The per (pod, device) figures of :func:`_queries` joined onto the hours held."""
 
@@ -157,10 +168,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
 
     Raises SourceError when Prometheus does not answer.
     """
-    queries = _queries(filters, win)
-    at = win.end if win.end is not None else time.time()
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
+    results = evaluate(src, _queries(filters, win), win)
     held = with_cols(results["held"], KEYS)
     if held.empty:
         return []

@@ -11,21 +11,20 @@ Per (namespace, model, role), over the window at one step (``[window:step]`` sub
 - the queue's trend: ``deriv`` of ``gpulens:serving_model_requests_queued:avg5m`` (requests/s);
 - the class mix: the share of the window each pod's class (``gpulens_pod_gpu_boundness``) was each
   class, averaged over the model's pods;
-- busy ratio and peak memory: the mean ``gpulens_gpu_busy_ratio`` and the peak
+- busy ratio and peak memory: the mean busy ratio (``definitions.busy_mean_promql``) and the peak
   ``gpulens_gpu_memory_used_bytes`` of the leaves its pods hold;
 - the GPU model: the leaves' NVML name and MIG profile (a model on two GPU models gets no advice).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard.advisor.query import DEFAULT_WINDOW, Window
+from dashboard import definitions
+from dashboard.advisor.query import DEFAULT_WINDOW, Window, evaluate
 from dashboard.advisor.serving import (
     BalanceAdvice,
     ServedModel,
@@ -59,6 +58,8 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
     alloc = f"max by (namespace, pod, uuid, mig_uuid) ({selector('gpulens_pod_gpu_allocation', ns)})"
     held = f"({alloc} * on (namespace, pod) group_left (model, role) {pods})"
     pod_class = f"max by (namespace, pod, class) ({selector('gpulens_pod_gpu_boundness', ns)})"
+    on_held = f"and on (uuid, mig_uuid) {held}"
+    ever_held = f"max by (uuid, mig_uuid) (max_over_time({held}{rng}))"
     return {
         "gpus": f"avg_over_time({model('gpus:sum')}{rng})",
         "pods": f"max_over_time({model('pods:count')}{rng})",
@@ -69,10 +70,14 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "queue": f"deriv({model('requests_queued:avg5m')}{rng})",
         "held": f"max_over_time({held}{rng})",
         "classes": f"avg_over_time(({pod_class} * on (namespace, pod) group_left (model, role) {pods}){rng})",
-        "busy": f"avg_over_time(max by (uuid, mig_uuid) (gpulens_gpu_busy_ratio){rng})",
-        "memory": f"max_over_time(max by (uuid, mig_uuid) (gpulens_gpu_memory_used_bytes){rng})",
-        "name": f"max by (uuid, name) (last_over_time(gpulens_gpu_info[{window}]))",
-        "profile": f"max by (mig_uuid, mig_profile) (last_over_time(gpulens_mig_instance_info[{window}]))",
+        # only the leaves serving pods held in the window (a fleet's other GPUs are not read)
+        "busy": f"avg_over_time((max by (uuid, mig_uuid) ({definitions.busy_mean_promql()}) {on_held}){rng})",
+        "memory": f"max_over_time((max by (uuid, mig_uuid) (gpulens_gpu_memory_used_bytes) {on_held}){rng})",
+        "name": f"max by (uuid, name) (last_over_time(gpulens_gpu_info[{window}])) and on (uuid) {ever_held}",
+        "profile": (
+            f"max by (mig_uuid, mig_profile) (last_over_time(gpulens_mig_instance_info[{window}]))"
+            f" and on (mig_uuid) {ever_held}"
+        ),
     }
 
 
@@ -94,10 +99,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
 
     Raises SourceError when Prometheus does not answer.
     """
-    queries = _queries(filters, win)
-    at = win.end if win.end is not None else time.time()
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        r = dict(zip(queries, pool.map(lambda q: src.query(q, at), queries.values()), strict=True))
+    r = evaluate(src, _queries(filters, win), win)
     gpus, output = _by(r["gpus"], MODEL), _by(r["output"], MODEL)
     itl, ttft, kv, queue, pods = (_by(r[k], MODEL) for k in ("itl", "ttft", "kv", "queue", "pods"))
     busy, memory = _by(r["busy"], LEAF), _by(r["memory"], LEAF)
@@ -113,7 +115,8 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     counts: dict[tuple[str, ...], set[str]] = {}
     for x in with_cols(r["classes"], (*MODEL, "pod", "class")).to_dict("records"):
         key = tuple(str(x[k]) for k in MODEL)
-        mixes.setdefault(key, {})[str(x["class"])] = mixes.get(key, {}).get(str(x["class"]), 0.0) + float(x["value"])
+        mix = mixes.setdefault(key, {})
+        mix[str(x["class"])] = mix.get(str(x["class"]), 0.0) + float(x["value"])
         counts.setdefault(key, set()).add(str(x["pod"]))
 
     out: list[ServedModel] = []
