@@ -123,7 +123,7 @@ def test_a_model_at_its_latency_limit_is_kept() -> None:
 def test_without_a_target_the_target_is_todays_p95_plus_the_stated_margin() -> None:
     advice = advise_model(decode_bound_on_h100(), {"H100": 3.0})
     assert advice.evidence["itl_target_seconds"] == pytest.approx(0.040 * 1.25)
-    assert advice.evidence["itl_target_source"] == "today's p95 + 25%"
+    assert advice.evidence["itl_target_source"] == "today's p95 + 25 %"
 
 
 def test_no_advice_without_a_measured_class_mix() -> None:
@@ -162,8 +162,8 @@ def test_an_unbalanced_disaggregated_deployment_moves_gpus_to_the_role_that_hold
     advice = balance(prefill, decode, kv_link_share=0.12)
     assert (advice.holding_back, advice.move_gpus) == ("decode", 1)
     assert advice.text == (
-        "deepseek-r1-distill-70b: decode holds prefill back (decode 95% busy, queue growing; prefill 20% busy): "
-        "move 1 GPU from prefill to decode; KV transfer uses 12% of the links"
+        "deepseek-r1-distill-70b: decode holds prefill back (decode 95 % busy, queue growing; prefill 20 % busy): "
+        "move 1 GPU from prefill to decode; KV transfer uses 12 % of the links"
     )
     steady = balance(prefill, ServedModel(**{**decode.__dict__, "busy_ratio": 0.5, "waiting_trend_per_second": 0.0}))
     assert steady.move_gpus == 0 and "keeps up" in steady.text

@@ -182,7 +182,8 @@ def _gib(b: float | None) -> str:
     return "?" if b is None else f"{b / 2**30:.1f} GiB"
 
 
-def _pct(r: float | None) -> str:
+def pct(r: float | None) -> str:
+    """A 0..1 ratio in the pages' percentage style (``96 %``); ``?`` when unknown."""
     return "?" if r is None else f"{r * 100:.0f} %"
 
 
@@ -211,7 +212,7 @@ def transfer_advice(usage: WorkloadUsage) -> tuple[str, str]:
 def _links(usage: WorkloadUsage) -> str:
     """The measured links' p95 use, e.g. ``PCIe p95 80% of capacity``."""
     seen = [
-        f"{name} p95 {_pct(v)} of capacity"
+        f"{name} p95 {pct(v)} of capacity"
         for name, v in (("PCIe", usage.pcie_utilization_p95), ("NVLink", usage.nvlink_utilization_p95))
         if v is not None
     ]
@@ -278,7 +279,7 @@ def recommend(
         return done(
             Action.RELEASE,
             "release",
-            f"idle {_pct(idle_share)} of the {held:.1f} GPU-hours held (SM active p95 {_pct(usage.sm_active_p95)})",
+            f"idle {pct(idle_share)} of the {held:.1f} GPU-hours held (SM active p95 {pct(usage.sm_active_p95)})",
             idle,
         )
 
@@ -295,7 +296,7 @@ def recommend(
         return done(
             Action.TRANSFER,
             target,
-            f"transfer-bound {_pct(transfer_bound)} of busy time, {_links(usage)}: its SMs wait on the link, so a "
+            f"transfer-bound {pct(transfer_bound)} of busy time, {_links(usage)}: its SMs wait on the link, so a "
             f"smaller slice or a shared GPU would not help; try {how}",
             0.0,
         )
@@ -322,7 +323,7 @@ def recommend(
             return done(
                 Action.BANDWIDTH,
                 new.key,
-                f"memory-bound {_pct(mem_bound)} of busy time, DRAM active p95 {_pct(usage.dram_active_p95)}: "
+                f"memory-bound {pct(mem_bound)} of busy time, DRAM active p95 {pct(usage.dram_active_p95)}: "
                 f"{new.key} has {speedup:.2f}x the HBM bandwidth of {model.key}",
                 held - new_hours,
                 cost,
@@ -343,7 +344,7 @@ def recommend(
                     Action.MIG,
                     prof.name,
                     f"peak {_gib(usage.memory_peak_bytes)} x {policy.headroom:g} fits {prof.name} "
-                    f"({_gib(prof.memory_bytes)}), SM p95 {_pct(sm_p95)} of the GPU x {policy.compute_headroom:g} "
+                    f"({_gib(prof.memory_bytes)}), SM p95 {pct(sm_p95)} of the GPU x {policy.compute_headroom:g} "
                     f"fits {prof.compute_slices}/{prof.compute_total} of its SMs",
                 )
             )
@@ -354,7 +355,7 @@ def recommend(
             evidence["no_mig_because"] = (
                 f"peak x headroom {_gib(need_mem)} > {largest.name} ({_gib(largest.memory_bytes)})"
                 if need_mem > largest.memory_bytes
-                else f"SM p95 x headroom {_pct(need_sm)} > {largest.compute_slices}/{largest.compute_total} of the SMs"
+                else f"SM p95 x headroom {pct(need_sm)} > {largest.compute_slices}/{largest.compute_total} of the SMs"
             )
         light = sm_mean is not None and sm_mean < policy.light_sm_mean
         bursty = (
@@ -370,8 +371,8 @@ def recommend(
                     new_share,
                     Action.SHARE,
                     "time-slicing or MPS",
-                    f"light and bursty: SM mean {_pct(sm_mean)}, p95 {_pct(sm_p95)}; "
-                    f"peak {_gib(usage.memory_peak_bytes)} x {policy.headroom:g} is {_pct(mem_share)} of GPU memory",
+                    f"light and bursty: SM mean {pct(sm_mean)}, p95 {pct(sm_p95)}; "
+                    f"peak {_gib(usage.memory_peak_bytes)} x {policy.headroom:g} is {pct(mem_share)} of GPU memory",
                 )
             )
     if candidates:

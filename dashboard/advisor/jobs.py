@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dashboard import jobs, words
-from dashboard.advisor.engine import DEFAULT_POLICY, Policy, price_for
+from dashboard.advisor.engine import DEFAULT_POLICY, Policy, pct, price_for
 from dashboard.advisor.profiles import GpuModel, faster_models, model_for
 
 GB = 1e9
@@ -211,10 +211,6 @@ def _gb(b: float | None) -> str:
     return f"{v:,.0f} GB" if v >= 100 else f"{v:,.1f} GB"
 
 
-def _pct(r: float | None) -> str:
-    return "?" if r is None else f"{r * 100:.0f} %"
-
-
 def capacity_per_gpu(usage: JobUsage, model: GpuModel | None) -> float | None:
     """Memory one GPU of the job offers (bytes): the smallest leaf's NVML total, and no more than
     the profile table's figure for the model (``141 GB`` for an H200, below the 150.7e9 bytes NVML
@@ -342,8 +338,8 @@ def _scale_in(usage: JobUsage, capacity: float | None, policy: Policy) -> tuple[
     light = act is not None and act < policy.job_scale_in_activity_below
     if not (waits or light):
         return None, (
-            f"{needed} GPUs would hold its memory, but it is compute-bound ({_pct(comm)} communicating, activity "
-            f"{_pct(act)}): on fewer GPUs each step takes longer, so it would save no GPU-hours"
+            f"{needed} GPUs would hold its memory, but it is compute-bound ({pct(comm)} communicating, activity "
+            f"{pct(act)}): on fewer GPUs each step takes longer, so it would save no GPU-hours"
         )
     largest_node = max(usage.gpus_per_node.values(), default=0)
     if usage.nodes > 1 and 0 < needed <= largest_node:
@@ -354,8 +350,8 @@ def _scale_in(usage: JobUsage, capacity: float | None, policy: Policy) -> tuple[
         target = f"{needed} GPUs"
     because = " and ".join(
         [
-            *([f"spends {_pct(comm)} communicating"] if waits else []),
-            *([f"its activity averages {_pct(act)}"] if light else []),
+            *([f"spends {pct(comm)} communicating"] if waits else []),
+            *([f"its activity averages {pct(act)}"] if light else []),
         ]
     )
     reason = (
@@ -390,23 +386,23 @@ def _straggler(usage: JobUsage, s: Straggler) -> _Found:
         "peers_gpu_hours_held": peers_hours,
     }
     waiting = (
-        f"its {usage.gpus - 1} peers spend {_pct(s.peers_communication)} of their time communicating (waiting), "
-        f"it {_pct(own)}"
+        f"its {usage.gpus - 1} peers spend {pct(s.peers_communication)} of their time communicating (waiting), "
+        f"it {pct(own)}"
     )
     if s.reason == "input":
         target = f"fix the input pipeline of {leaf.pod or leaf.where}"
         reason = (
-            f"{leaf.where} ({leaf.uuid}) starves: its GPU is busy {_pct(leaf.busy)} of the time against its peers' "
-            f"{_pct(s.peers_busy)} (its data arrives late); {waiting}"
+            f"{leaf.where} ({leaf.uuid}) starves: its GPU is busy {pct(leaf.busy)} of the time against its peers' "
+            f"{pct(s.peers_busy)} (its data arrives late); {waiting}"
         )
     else:
         target = f"drain or replace {leaf.where}"
         clocks = []
         if s.sm_clock_ratio is not None:
-            clocks.append(f"SM clock {_pct(s.sm_clock_ratio)} of its maximum")
+            clocks.append(f"SM clock {pct(s.sm_clock_ratio)} of its maximum")
         if s.slowdown:
             why = words.clock_event(s.slowdown_reason) if s.slowdown_reason else "a slowdown"
-            clocks.append(f"clocks held down by {why} {_pct(s.slowdown)} of the time")
+            clocks.append(f"clocks held down by {why} {pct(s.slowdown)} of the time")
         slow = ", ".join(clocks) or "no clock slowdown seen (a slower GPU, or a larger share of the work)"
         reason = f"{leaf.where} ({leaf.uuid}) computes while its peers wait: {slow}; {waiting}"
     return target, reason, saved, evidence
@@ -444,7 +440,7 @@ def _bandwidth(usage: JobUsage, model: GpuModel | None, policy: Policy) -> _Foun
                 f"instead of {usage.gpus} {model.key}"
             )
     reason = (
-        f"memory-bound {_pct(memory_bound)} of its busy time: {new.key} has {_pct(speedup - 1)} more bandwidth and "
-        f"{_pct(more_memory)} more memory than {model.key}{fewer}"
+        f"memory-bound {pct(memory_bound)} of its busy time: {new.key} has {pct(speedup - 1)} more bandwidth and "
+        f"{pct(more_memory)} more memory than {model.key}{fewer}"
     )
     return new.key, reason, new_hours, evidence

@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dashboard.advisor.engine import price_for
+from dashboard.advisor.engine import pct, price_for
 from dashboard.advisor.serving_gpus import ServingGpu, candidates
 
 BUSY_CEILING = 0.8
@@ -130,7 +130,7 @@ ASSUMPTIONS = (
     "the same batch sizes and the same GPUs per replica on the candidate",
     "memory time scales with datasheet bandwidth, compute time with dense BF16 throughput, "
     "launch, latency and network time unchanged",
-    f"at most {BUSY_CEILING:.0%} busy on the candidate at today's load",
+    f"at most {pct(BUSY_CEILING)} busy on the candidate at today's load",
 )
 
 
@@ -239,7 +239,7 @@ def advise_model(
     # with compute, not with the class mix its decode steps dominate
     ttft_target = target_ttft_seconds
     evidence["itl_target_seconds"] = target
-    evidence["itl_target_source"] = "given" if given else f"today's p95 + {DEFAULT_TARGET_MARGIN:.0%}"
+    evidence["itl_target_source"] = "given" if given else f"today's p95 + {pct(DEFAULT_TARGET_MARGIN)}"
     now_cost = usd_per_million(m.gpu, m.gpus, m.output_tokens_per_second, prices)
     evidence["usd_per_million_now"] = now_cost
     considered = tuple(
@@ -308,7 +308,7 @@ def balance(prefill: ServedModel, decode: ServedModel, kv_link_share: float | No
         return BalanceAdvice(prefill.model, "", 0, f"{prefill.model}: nothing to balance", evidence)
     ideal_p = min(max(round(total * load_p / (load_p + load_d)), 1), int(total) - 1)
     move = round(prefill.gpus - ideal_p)
-    kv = "" if kv_link_share is None else f"; KV transfer uses {kv_link_share:.0%} of the links"
+    kv = "" if kv_link_share is None else f"; KV transfer uses {pct(kv_link_share)} of the links"
     if move > 0:
         slow, fast, n = decode, prefill, move
     elif move < 0:
@@ -319,8 +319,8 @@ def balance(prefill: ServedModel, decode: ServedModel, kv_link_share: float | No
     if not pressed:
         return BalanceAdvice(prefill.model, "", 0, f"{prefill.model}: {slow.role} is busier but keeps up{kv}", evidence)
     text = (
-        f"{prefill.model}: {slow.role} holds {fast.role} back ({slow.role} {slow.busy_ratio:.0%} busy, queue "
-        f"{'growing' if slow.waiting_trend_per_second > 0 else 'steady'}; {fast.role} {fast.busy_ratio:.0%} busy): "
+        f"{prefill.model}: {slow.role} holds {fast.role} back ({slow.role} {pct(slow.busy_ratio)} busy, queue "
+        f"{'growing' if slow.waiting_trend_per_second > 0 else 'steady'}; {fast.role} {pct(fast.busy_ratio)} busy): "
         f"move {n} GPU{'s' if n != 1 else ''} from {fast.role} to {slow.role}{kv}"
     )
     return BalanceAdvice(prefill.model, slow.role, n, text, evidence)

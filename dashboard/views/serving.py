@@ -12,7 +12,6 @@ reads them, beside the advisor's own query layer.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -251,29 +250,24 @@ def advice_panel(ctx: ui.PageContext) -> None:
             "role": a.role,
             "recommendation": a.target,
             "itl_target_ms": _ms(a.evidence.get("itl_target_seconds")),
-            "itl_target_source": _percent_style(a.evidence.get("itl_target_source")),
+            "itl_target_source": a.evidence.get("itl_target_source"),
         }
         for a in report.advice
     ]
     if rows:
         ui.table(pd.DataFrame(rows), key="serving_advice", missing=MISSING | {"itl_target_ms": "no target"})
         # the advisor's sentences in full (a table cell would cut them)
-        st.markdown("\n".join(f"- {inert(_percent_style(a.text))}" for a in report.advice))  # inert: each line
+        st.markdown("\n".join(f"- {inert(a.text)}" for a in report.advice))  # inert: each line
     else:
         ui.no_data("No served model could be measured for advice over the window (the reasons are below).")
     for b in report.balance:
-        st.markdown(f"**{inert(b.model)}** (prefill and decode): {inert(_percent_style(b.text))}")
+        st.markdown(f"**{inert(b.model)}** (prefill and decode): {inert(b.text)}")
     if report.skipped:
         why_not = "; ".join(
             f"{inert(ns)}/{inert(m)} {inert(r or 'no role')}: {inert(why)}"
             for (ns, m, r), why in sorted(report.skipped.items())
         )
         st.caption("Not advised: " + why_not)  # inert: every value of why_not went through inert
-
-
-def _percent_style(text: object) -> str | None:
-    """The advisor's words with the pages' percentage style (``25 %``, not ``25%``)."""
-    return None if text is None else re.sub(r"(\d)%", r"\1 %", str(text))
 
 
 def _ms(seconds: object) -> float | None:
