@@ -512,16 +512,25 @@ def test_the_device_run_end_to_end_on_the_simulated_node(tmp_path: Path) -> None
     assert set(summary["pid_pods"].values()) == pods
     disagg = summary["phases"][4]
     assert set(disagg["engines_own"]) == {"prefill", "decode"} and disagg["generation_tokens"] > 0
-    promtool = shutil.which("promtool")
-    if promtool is None:
+    if shutil.which("promtool") is None:
         pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
-    with gzip.open(tmp_path / "history.om.gz", "rt") as f:
-        (tmp_path / "h.om").write_text(f.read())
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "h.om"), str(tmp_path / "db")],
-        check=True,
-        capture_output=True,
-    )
+    # back here: the serving rules recorded over the history, read at each phase's end
+    cmd = [sys.executable, "-m", "bench.serving_analysis", str(tmp_path), "--json", str(tmp_path / "rows.json")]
+    cmd += ["--window", "3"]  # the phases here last 1-3 s; a rate needs two scrapes
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    # a record reading records is a pass later (and promtool offsets each pass's evaluations): the
+    # first second of a run's first phase may have rates but no ratio yet
+    served = [r for r in rows if r["engine"] and r["own_tok_s"] and r["tok_per_gpu_s"]]
+    assert {(r["phase"], r["engine"]) for r in served} >= {("agg_b8", "both"), ("disagg", "decode")}
+    for r in served:
+        # each engine pod holds one of GPU 0's three time-slicing replicas: a third of a GPU
+        assert r["pod"] in pods and r["model"] == "gpulens-llama-1b" and r["role_source"] in {"inferred", "unknown"}
+        assert r["pod_gpus"] == pytest.approx(1 / 3), r
+        assert r["tok_per_gpu_s"] == pytest.approx(r["rules_tok_s"] / r["pod_gpus"], rel=1e-6), r
+        assert 0.5 < r["tok_ratio"] < 1.5, r  # the rules' rate over the phase's end against the own count
+    assert "| agg_b8 | both |" in done.stdout
 
 
 @pytest.mark.gpu

@@ -144,23 +144,27 @@ need pod classes and busy ratios, ``scripts/backfill_fleet.py --jobs``, bench/da
 
 
 def backfill_recording_rules(
-    data: Path, start: float, end: float, work: Path, records: Sequence[str] = DASHBOARD_RECORDS
+    data: Path,
+    start: float,
+    end: float,
+    work: Path,
+    records: Sequence[str] = DASHBOARD_RECORDS,
+    exprs: Mapping[str, str] | None = None,
+    eval_interval_s: int = 60,
 ) -> None:
-    """Evaluate ``records`` (from deploy/rules/gpulens.rules.yml) every minute over [start, end]
-    of the TSDB in ``data`` with ``promtool tsdb create-blocks-from rules`` and add the blocks to
-    ``data``: what a Prometheus that had the rules loaded all along would have recorded. A
-    Prometheus is started on ``data`` for promtool to query, then stopped (once per pass: rules
-    reading other rules of ``records`` come in a later pass)."""
+    """Evaluate ``records`` (from deploy/rules/gpulens.rules.yml, or ``exprs``: record name ->
+    expression) every ``eval_interval_s`` over [start, end] of the TSDB in ``data`` with ``promtool
+    tsdb create-blocks-from rules`` and add the blocks to ``data``: what a Prometheus that had the
+    rules loaded all along would have recorded. A Prometheus is started on ``data`` for promtool to
+    query, then stopped (once per pass: rules reading other rules of ``records`` come in a later
+    pass)."""
     import re
     import subprocess
-
-    import yaml
 
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is not installed: run the README test command (scripts/test.sh)")
-    exprs = {r["record"]: r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]
-             if "record" in r}  # fmt: skip
+    exprs = rule_expressions() if exprs is None else exprs
     # promtool cannot read what it records in the same pass: a rule reading another of ``records``
     # waits for a later pass, after the earlier one's blocks joined ``data``
     todo = list(records)
@@ -178,8 +182,9 @@ def backfill_recording_rules(
         args = ["--storage.tsdb.retention.time=30d", "--query.timeout=15m"]
         with run_prometheus(config, storage_dir=str(data), extra_args=args) as base:
             subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}",
-                            f"--end={end:.0f}", f"--url={base}", f"--output-dir={blocks}", "--eval-interval=60s",
-                            str(rules)], check=True, stdout=subprocess.DEVNULL, timeout=1800)  # fmt: skip
+                            f"--end={end:.0f}", f"--url={base}", f"--output-dir={blocks}",
+                            f"--eval-interval={eval_interval_s}s", str(rules)],
+                           check=True, stdout=subprocess.DEVNULL, timeout=1800)  # fmt: skip
         for block in blocks.iterdir():
             shutil.move(str(block), str(data / block.name))
         if not todo:
