@@ -382,6 +382,18 @@ Per pod: joules per output token = gpulens:serving_pod_power:watts (J/s) DIVIDED
 gpulens:serving_output_tokens:rate5m (tokens/s). Absent while the pod generates no token. A prefill
 pod's energy goes to input tokens: read its per GPU-second figures instead.
 """,
+    "gpulens:serving_pod_link_bytes:rate5m": """\
+Per serving pod, link and direction (labels cluster, namespace, pod, link, direction tx|rx):
+bytes per second over 5 m. link="nic": the RDMA NICs it holds alone (gpulens:pod_nic_bytes:rate5m);
+link="nvlink": the NVLink counters of the leaves it holds, each shared by the pod's replicas held
+(gpulens:pod_gpu_holding:ratio). Between the prefill and decode pods of a disaggregated deployment
+these are mostly the KV cache handed on (tensor-parallel collectives use NVLink too).
+""",
+    "gpulens:serving_pod_link_capacity:bytes_per_second": """\
+Per serving pod and link (labels cluster, namespace, pod, link): what its links carry each way at
+most, bytes/s. link="nvlink": its leaves' active NVLink capacity, shared as the record above
+shares their bytes; link="nic": the line rate of every port of the NICs it holds alone.
+""",
     "gpulens:serving_model_pods:count": """\
 Per model: the serving pods (replicas) of each role. Labels cluster, namespace, model, role: one series per model and role (roles kept apart).
 """,
@@ -420,6 +432,22 @@ the same pods' GPU-equivalents.
     "gpulens:serving_model_joules_per_output_token:ratio": """\
 Per model: joules per output token = the SUM of its pods' GPU watts DIVIDED BY the SUM of the
 same pods' output tokens/s.
+""",
+    "gpulens:serving_model_nvlink_bytes:rate5m": """\
+Per model and role: bytes per second its pods' NVLink moved, sent plus received
+(gpulens:serving_pod_link_bytes:rate5m summed): a prefill role's KV cache sent, a decode role's received.
+""",
+    "gpulens:serving_model_nic_bytes:rate5m": """\
+Per model and role: bytes per second the NICs its pods hold alone moved, sent plus received: the KV
+cache handed between nodes.
+""",
+    "gpulens:serving_model_nvlink_utilization:ratio": """\
+Per model and role, 0..1: the busier direction of its pods' NVLink (bytes/s summed over the pods)
+DIVIDED BY the same pods' NVLink capacity each way summed: the KV transfer's share of the links.
+""",
+    "gpulens:serving_model_nic_utilization:ratio": """\
+Per model and role, 0..1: the busier direction of the NICs its pods hold alone DIVIDED BY their
+line rate each way summed.
 """,
     "gpulens:serving_model_ttft_seconds:p50_5m": """\
 Per model: median time to first token over 5 m, seconds, from its pods' bucket rates summed

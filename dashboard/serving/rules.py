@@ -45,6 +45,10 @@ ENGINE_INFO = "gpulens:serving_pod_engine:info"
 INFO = "gpulens:serving_pod:info"
 GPUS = "gpulens:serving_pod_gpus:sum"
 POWER = "gpulens:serving_pod_power:watts"
+LINK_BYTES = "gpulens:serving_pod_link_bytes:rate5m"
+LINK_CAPACITY = "gpulens:serving_pod_link_capacity:bytes_per_second"
+LINKS = ("nvlink", "nic")
+"""The links a serving pod's bytes are read on (its GPUs' NVLink, the RDMA NICs it holds alone)."""
 UNJOINABLE = "gpulens:serving_unjoinable_series:count"
 
 
@@ -250,6 +254,77 @@ def pod_power_promql() -> str:
     return _serving(f"sum by ({SCOPE}) ({_HELD} * on (uuid) group_left () {watts})")
 
 
+def _labelled(expr: str, **labels: str) -> str:
+    for name, value in labels.items():
+        expr = f'label_replace({expr}, "{name}", "{value}", "", "")'
+    return expr
+
+
+def pod_link_bytes_promql() -> str:
+    """``gpulens:serving_pod_link_bytes:rate5m``: bytes per second each serving pod's links moved over
+    the window, per ``link`` and ``direction`` (tx, rx): ``nic`` is ``gpulens:pod_nic_bytes:rate5m``
+    (the NICs it holds alone), ``nvlink`` the NVLink counters of the leaves it holds, each leaf's
+    shared by the pod's replicas held (``gpulens:pod_gpu_holding:ratio``; a MIG instance's counter is
+    its own). Between the prefill and decode pods of a disaggregated deployment this is mostly the
+    KV cache handed on; tensor-parallel collectives of one pod move over NVLink too."""
+    nic = _labelled("gpulens:pod_nic_bytes:rate5m", link="nic")
+    parts = [nic]
+    for direction in ("tx", "rx"):
+        counter = f"gpulens_gpu_nvlink_{direction}_bytes_total"
+        rate = f"max by (uuid, mig_uuid) (rate({counter}[{WINDOW}]) and {counter})"
+        held = f"sum by ({SCOPE}) (gpulens:pod_gpu_holding:ratio * on (uuid, mig_uuid) group_left () {rate})"
+        parts.append(_labelled(held, link="nvlink", direction=direction))
+    return _serving(" or ".join(parts))
+
+
+def pod_link_capacity_promql() -> str:
+    """``gpulens:serving_pod_link_capacity:bytes_per_second``: what each serving pod's links carry
+    each way at most (bytes/s), per ``link``: ``nvlink``, its leaves' active NVLink capacity
+    (``gpulens_gpu_nvlink_capacity_bytes_per_second``) shared as :func:`pod_link_bytes_promql` shares
+    their bytes; ``nic``, the line rate of the NICs it holds alone, every port."""
+    capacity = "gpulens_gpu_nvlink_capacity_bytes_per_second"
+    nvlink = (
+        f"sum by ({SCOPE}) (gpulens:pod_gpu_holding:ratio * on (uuid, mig_uuid) group_left () "
+        f"max by (uuid, mig_uuid) ({capacity}))"
+    )
+    alone = (
+        'max by (cluster, instance, device, namespace, pod) (gpulens_pod_nic_allocation{device!=""})'
+        " and on (cluster, instance, device) (gpulens_nic_pods == 1)"
+    )
+    rate = "sum by (cluster, instance, device) (gpulens_nic_port_rate_bytes_per_second)"
+    nic = f"sum by ({SCOPE}) (({alone}) * on (cluster, instance, device) group_left () {rate})"
+    return _serving(f"{_labelled(nvlink, link='nvlink')} or {_labelled(nic, link='nic')}")
+
+
+def model_link_utilization_record(link: str) -> str:
+    """The per-model record of ``link``'s busier direction over its capacity."""
+    return f"gpulens:serving_model_{link}_utilization:ratio"
+
+
+def model_link_utilization_promql(link: str) -> str:
+    """0..1 per model and role: the busier direction of ``link`` (its pods' bytes/s in that direction
+    summed) over the same pods' capacity each way summed: the KV transfer's share of the links."""
+
+    def summed(rule: str, direction: str = "") -> str:
+        matchers = f'link="{link}"' + (f', direction="{direction}"' if direction else "")
+        return f"sum by ({MODEL}) ({INFO} * on ({SCOPE}) group_left () {rule}{{{matchers}}})"
+
+    cap = f"({summed(LINK_CAPACITY)} > 0)"
+    tx, rx = (f"({summed(LINK_BYTES, d)} / {cap})" for d in ("tx", "rx"))
+    return f"clamp_max(({tx} >= {rx}) or {rx} or {tx}, 1)"
+
+
+def model_link_bytes_record(link: str) -> str:
+    """The per-model record of ``link``'s bytes (both directions)."""
+    return f"gpulens:serving_model_{link}_bytes:rate5m"
+
+
+def model_link_bytes_promql(link: str) -> str:
+    """Bytes per second (sent plus received) the ``link`` of a model's pods moved, per role: a
+    prefill role's KV cache sent, a decode role's received."""
+    return f'sum by ({MODEL}) ({INFO} * on ({SCOPE}) group_left () sum by ({SCOPE}) ({LINK_BYTES}{{link="{link}"}}))'
+
+
 def per_gpu_second_promql(concept: str) -> str:
     """Tokens per GPU-second per pod: ``concept``'s rate over the GPU-equivalents the pod holds."""
     return f"{record(concept)} / on ({SCOPE}) group_left () ({GPUS} > 0)"
@@ -326,6 +401,8 @@ def _rules() -> dict[str, str]:
     out["gpulens:serving_output_tokens_per_gpu_second:ratio"] = per_gpu_second_promql("output_tokens")
     out["gpulens:serving_input_tokens_per_gpu_second:ratio"] = per_gpu_second_promql("input_tokens")
     out["gpulens:serving_joules_per_output_token:ratio"] = joules_per_token_promql()
+    out[LINK_BYTES] = pod_link_bytes_promql()
+    out[LINK_CAPACITY] = pod_link_capacity_promql()
     # per model and role
     out["gpulens:serving_model_pods:count"] = f"count by ({MODEL}) ({INFO})"
     out["gpulens:serving_model_gpus:sum"] = model_gpus_promql()
@@ -338,6 +415,9 @@ def _rules() -> dict[str, str]:
     out["gpulens:serving_model_output_tokens_per_gpu_second:ratio"] = model_per_gpu_second_promql("output_tokens")
     out["gpulens:serving_model_input_tokens_per_gpu_second:ratio"] = model_per_gpu_second_promql("input_tokens")
     out["gpulens:serving_model_joules_per_output_token:ratio"] = model_joules_per_token_promql()
+    for link in LINKS:
+        out[model_link_bytes_record(link)] = model_link_bytes_promql(link)
+        out[model_link_utilization_record(link)] = model_link_utilization_promql(link)
     for concept in e.HISTOGRAMS:
         for suffix, q in QUANTILES.items():
             out[quantile_record(concept, suffix, model=True)] = quantile_promql(concept, q, model=True)

@@ -57,8 +57,9 @@ def _model_table(rule: str) -> Target:
     return t(f"max by (cluster, namespace, model, role) ({_model(rule)})", instant=True)
 
 
-def _pod(rule: str) -> str:
-    return f"gpulens:serving_{rule}{{{NS}}}"
+def _pod(rule: str, matchers: str = "") -> str:
+    """A per-pod rule under the Cluster and Namespace variables (and ``matchers``, ", a=\"b\"")."""
+    return f"gpulens:serving_{rule}{{{NS}{matchers}}}"
 
 
 def _pod_table(rule: str) -> Target:
@@ -84,6 +85,10 @@ MODEL_TABLE_VALUES: tuple[tuple[str, str, str], ...] = (
     ("input_tokens_per_gpu_second:ratio", "Input per GPU", TOK_GPU_S),
     ("joules_per_output_token:ratio", "Energy per output token", J_TOK),
     ("requests:rate5m", "Requests", "reqps"),
+    ("nvlink_bytes:rate5m", "NVLink (KV)", "Bps"),
+    ("nvlink_utilization:ratio", "NVLink use", PCT),
+    ("nic_bytes:rate5m", "NICs (KV)", "Bps"),
+    ("nic_utilization:ratio", "NIC use", PCT),
 )
 """(rule suffix, column header, unit) of the throughput table, one row per model and role."""
 LATENCY_TABLE_VALUES: tuple[tuple[str, str, str], ...] = (
@@ -111,6 +116,9 @@ POD_TABLE_VALUES: tuple[tuple[str, str, str], ...] = (
     ("requests_queued:avg5m", "Queued", "short"),
 )
 """(per-pod rule suffix, header, unit) of the pods table, after the GPUs and watts."""
+
+LINK_TX, LINK_RX = (_pod("pod_link_bytes:rate5m", f', direction="{d}"') for d in ("tx", "rx"))
+"""Each serving pod's link bytes sent and received."""
 
 SERVING_BOARD = Board(
     SERVING,
@@ -170,7 +178,9 @@ SERVING_BOARD = Board(
                     tuple(_model_table(rule) for rule, _, _ in MODEL_TABLE_VALUES),
                     description="Replicas, GPU-equivalents, tokens per second and per GPU-second (a sum over a sum, "
                     "never a mean of the pods' ratios), joules per output token (the GPUs' energy over the "
-                    "tokens; large for a prefill pod by design: read its input per GPU). " + ROLE_WORDS,
+                    "tokens; large for a prefill pod by design: read its input per GPU), and the bytes the role's "
+                    "NVLink and NICs moved, sent plus received (between prefill and decode pods, mostly the KV "
+                    "cache handed on), and the busier direction's share of those links. " + ROLE_WORDS,
                     width=24,
                     table=Table(
                         MODEL_COLUMNS,
@@ -389,6 +399,52 @@ SERVING_BOARD = Board(
                     "(gpulens:serving_kv_cache_usage:ratio_max5m).",
                     width=6,
                     max=1,
+                ),
+                Panel(
+                    "Pod links now",
+                    "table",
+                    (
+                        t(
+                            f"max by (cluster, namespace, pod, link) ({LINK_TX})",
+                            instant=True,
+                        ),
+                        t(
+                            f"max by (cluster, namespace, pod, link) ({LINK_RX})",
+                            instant=True,
+                        ),
+                        t(
+                            f"max by (cluster, namespace, pod, link) ({_pod('pod_link_capacity:bytes_per_second')})",
+                            instant=True,
+                        ),
+                    ),
+                    description="Each serving pod's links over 5 m: bytes sent and received per second and what "
+                    "the links carry each way at most (gpulens:serving_pod_link_bytes:rate5m, "
+                    "gpulens:serving_pod_link_capacity:bytes_per_second).",
+                    width=12,
+                    table=Table(
+                        (("namespace", "Namespace"), ("pod", "Pod"), ("link", "Link")),
+                        ("Sent", "Received", "Capacity each way"),
+                        sort="Sent",
+                        desc=True,
+                        units={"Sent": "Bps", "Received": "Bps", "Capacity each way": "Bps"},
+                    ),
+                    no_value="No serving pod moves bytes over NVLink or a NIC it holds alone.",
+                ),
+                Panel(
+                    "Pod link traffic (KV transfer)",
+                    "timeseries",
+                    (
+                        t(
+                            f"sum by (cluster, namespace, pod, link, direction) ({_pod('pod_link_bytes:rate5m')})",
+                            "{{namespace}}/{{pod}} {{link}} {{direction}}",
+                        ),
+                    ),
+                    unit="Bps",
+                    description="Bytes per second each serving pod's links moved, by link (nvlink: its GPUs' "
+                    "NVLink, each shared by the replicas held; nic: the RDMA NICs it holds alone) and direction "
+                    "(tx sent, rx received): a prefill pod sends its KV cache, a decode pod receives it "
+                    "(gpulens:serving_pod_link_bytes:rate5m).",
+                    width=12,
                 ),
             ),
         ),
