@@ -95,6 +95,9 @@ def test_each_served_model_gets_the_advice_computed_by_hand(prom: tuple[str, flo
     # prefill GPU, and decode's queue grows: move 1 GPU from prefill to decode
     (pair,) = report.balance
     assert (pair.holding_back, pair.move_gpus) == ("decode", 1), pair.text
+    # the busiest link of either role: the decode pods' NICs at 31 %
+    assert pair.evidence["kv_transfer_link_share"] == pytest.approx(0.31)
+    assert pair.text.endswith("KV transfer uses 31 % of the links"), pair.text
 
 
 def test_the_cli_prints_the_serving_advice_and_refuses_a_bad_target(

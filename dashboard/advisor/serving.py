@@ -92,6 +92,9 @@ class ServedModel:
     waiting_trend_per_second: float = 0.0
     """Slope of the queued requests over the window (requests per second; > 0: the queue grows)."""
     namespace: str = ""
+    link_share: float | None = None
+    """Mean over the window of its busiest link's busier direction over the link's capacity, 0..1
+    (``gpulens:serving_model_{nvlink,nic}_utilization:ratio``); None where its pods have no such link."""
 
 
 @dataclass(frozen=True)
@@ -291,7 +294,11 @@ class BalanceAdvice:
 def balance(prefill: ServedModel, decode: ServedModel, kv_link_share: float | None = None) -> BalanceAdvice:
     """Split the pair's GPUs in proportion to each role's busy GPU-seconds. The role that holds the
     other back is the one with the larger share of the work per GPU; GPUs move only when the split
-    is off by at least one whole GPU and that role's queue grows or its GPUs pass ``BUSY_CEILING``."""
+    is off by at least one whole GPU and that role's queue grows or its GPUs pass ``BUSY_CEILING``.
+    ``kv_link_share`` (0..1, default: the larger of the two roles' ``link_share``) is stated."""
+    if kv_link_share is None:
+        shares = [s for s in (prefill.link_share, decode.link_share) if s is not None]
+        kv_link_share = max(shares) if shares else None
     load_p = prefill.gpus * prefill.busy_ratio
     load_d = decode.gpus * decode.busy_ratio
     total = prefill.gpus + decode.gpus

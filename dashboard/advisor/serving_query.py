@@ -9,6 +9,8 @@ Per (namespace, model, role), over the window at one step (``[window:step]`` sub
   target is held against: met 95 % of the time);
 - KV-cache use: the peak of ``gpulens:serving_model_kv_cache_usage:ratio_max5m``;
 - the queue's trend: ``deriv`` of ``gpulens:serving_model_requests_queued:avg5m`` (requests/s);
+- the KV transfer's share of the links: the mean of ``gpulens:serving_model_nvlink_utilization:ratio``
+  and of ``gpulens:serving_model_nic_utilization:ratio``, the busier of the two;
 - the class mix: the share of the window each pod's class (``gpulens_pod_gpu_boundness``) was each
   class, averaged over the model's pods;
 - busy ratio and peak memory: the mean busy ratio (``definitions.busy_mean_promql``) and the peak
@@ -36,6 +38,7 @@ from dashboard.advisor.serving import (
 from dashboard.advisor.serving_gpus import serving_gpu_for
 from dashboard.frames.columns import with_cols
 from dashboard.promql import duration, selector, subquery_range
+from dashboard.serving import rules
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.source import NO_FILTERS, Filters
 
@@ -68,6 +71,12 @@ def _queries(filters: Filters, win: Window) -> dict[str, str]:
         "ttft": f"quantile_over_time(0.95, {model('ttft_seconds:p95_5m')}{rng})",
         "kv": f"max_over_time({model('kv_cache_usage:ratio_max5m')}{rng})",
         "queue": f"deriv({model('requests_queued:avg5m')}{rng})",
+        # the KV transfer's share of each link (the measurement keeps the busier link)
+        "links": " or ".join(
+            f"label_replace(avg_over_time({selector(rules.model_link_utilization_record(link), ns)}{rng}), "
+            f'"link", "{link}", "", "")'
+            for link in rules.LINKS
+        ),
         "held": f"max_over_time({held}{rng})",
         "classes": f"avg_over_time(({pod_class} * on (namespace, pod) group_left (model, role) {pods}){rng})",
         # only the leaves serving pods held in the window (a fleet's other GPUs are not read)
@@ -103,6 +112,10 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
     gpus, output = _by(r["gpus"], MODEL), _by(r["output"], MODEL)
     itl, ttft, kv, queue, pods = (_by(r[k], MODEL) for k in ("itl", "ttft", "kv", "queue", "pods"))
     busy, memory = _by(r["busy"], LEAF), _by(r["memory"], LEAF)
+    links: dict[tuple[str, ...], float] = {}
+    for x in with_cols(r["links"], MODEL).to_dict("records"):
+        key = tuple(str(x[k]) for k in MODEL)
+        links[key] = max(links.get(key, 0.0), float(x["value"]))
     names = {str(x["uuid"]): str(x["name"]) for x in with_cols(r["name"], ("uuid", "name")).to_dict("records")}
     profiles = {
         str(x["mig_uuid"]): str(x["mig_profile"])
@@ -156,6 +169,7 @@ def measure(src: PrometheusSource, win: Window = DEFAULT_WINDOW, filters: Filter
                 kv_cache_peak_ratio=kv.get(key),
                 waiting_trend_per_second=queue.get(key, 0.0),
                 namespace=ns,
+                link_share=links.get(key),
             )
         )
     return Measured(out, skipped)

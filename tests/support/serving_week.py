@@ -9,7 +9,8 @@ Four deployments (tests/test_advisor_serving_week.py computes each answer by han
 - ``decode``: llama-3-70b on eight H100s, 90 % busy, memory-bound, ITL p95 40 ms;
 - ``limit``: llama-3-70b-limit on two H200s at its 50 ms ITL target;
 - ``dynamo``: deepseek-r1-distill-70b, prefill on two H200s (20 % busy, compute) and decode on six
-  (95 % busy, memory, its queue growing).
+  (95 % busy, memory, its queue growing); the KV transfer uses 6 % of the prefill pods' NVLink and
+  28 % of their NICs, 5 % and 31 % of the decode pods'.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Deployment:
     memory_used_bytes: float
     kv_cache_max_ratio: float
     queue_slope_per_second: float = 0.0
+    link_utilization: tuple[tuple[str, float], ...] = ()
+    """(link, 0..1) written as ``gpulens:serving_model_<link>_utilization:ratio``."""
 
 
 def _pattern(**counts: int) -> tuple[str, ...]:
@@ -108,6 +111,7 @@ DEPLOYMENTS = (
         0.250,
         100 * GB,
         0.30,
+        link_utilization=(("nvlink", 0.06), ("nic", 0.28)),
     ),
     Deployment(
         "dynamo",
@@ -124,6 +128,7 @@ DEPLOYMENTS = (
         130 * GB,
         0.92,
         queue_slope_per_second=0.001,
+        link_utilization=(("nvlink", 0.05), ("nic", 0.31)),
     ),
 )
 CLASSES = ("idle", "launch", "latency", "communication", "memory", "compute", "mixed", "transfer", "busy", "shared")
@@ -158,6 +163,8 @@ def write(out: TextIO, days: float, interval_s: float, end: float) -> int:
             key,
             [f"{3 + d.queue_slope_per_second * interval_s * k:.6g}" for k in range(steps)],
         )
+        for link, share in d.link_utilization:
+            add(f"gpulens:serving_model_{link}_utilization:ratio", key, const(share))
         if d.itl_p95_seconds is not None:
             add("gpulens:serving_model_itl_seconds:p95_5m", key, const(d.itl_p95_seconds))
         if d.ttft_p95_seconds is not None:
