@@ -1138,12 +1138,17 @@ TABLES: dict[str, TableLayout] = {
             "role",
             "output_tokens_per_second",
             "output_tokens_per_gpu_second",
-            "energy_per_million",
-            "ttft_p95_ms",
             "itl_p95_ms",
             "kv_cache_mean",
         ),
-        ("namespace", "serving_engine", "input_tokens_per_second", "input_tokens_per_gpu_second"),
+        (
+            "energy_per_million",
+            "ttft_p95_ms",
+            "namespace",
+            "serving_engine",
+            "input_tokens_per_second",
+            "input_tokens_per_gpu_second",
+        ),
     ),
     "serving_advice": TableLayout(
         (

@@ -77,7 +77,7 @@ MISSING: dict[str, str | Sequence[str]] = {
     "itl_target_source": "no target",
     "itl_target_ms": "no target",
     "itl_p95_window_ms": "no request",
-    "itl_target_status": "no latency or target",
+    "itl_target_status": "no latency",
 }
 
 
