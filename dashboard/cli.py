@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboard.inputs import (
+    ITL_TARGET_SECONDS,
     MAX_MARKS,
     PORT,
     PRICE_USD,
@@ -25,6 +26,7 @@ from dashboard.inputs import (
     http_url,
     listen_host,
     named,
+    parse_itl_targets,
     parse_prices,
     plain,
     scrape_targets,
@@ -80,6 +82,16 @@ OPTIONS: tuple[Option, ...] = (
         "MODEL=USD,...",
         "cost of a GPU-hour per model name (substring match, '*' = any other), e.g. 'H200=3.5,*=2'; "
         f"USD {plain(PRICE_USD[0])}..{plain(PRICE_USD[1])}, plain decimals",
+    ),
+    Option(
+        "--itl-target",
+        "ITL_TARGETS",
+        parse_itl_targets,
+        "",
+        "MODEL=DURATION,...",
+        "inter-token latency p95 target per served model (the engine's model name), e.g. "
+        f"'llama-3-8b=50ms'; {duration_span(*ITL_TARGET_SECONDS)}; the Serving page holds each model against "
+        "it, others against today's p95 + 25%%",
     ),
     Option(
         "--refresh",
@@ -167,6 +179,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None =
         prometheus_url=prometheus,
         scrape_urls=scrape,
         prices_per_gpu_hour=_value(args, _option("--price-per-gpu-hour"), env),
+        itl_targets_seconds=_value(args, _option("--itl-target"), env),
         refresh_seconds=_value(args, _option("--refresh"), env),
         timeout_seconds=_value(args, _option("--timeout"), env),
         scrape_interval_seconds=_value(args, _option("--scrape-interval"), env),

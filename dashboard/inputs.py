@@ -56,6 +56,9 @@ WINDOW_SECONDS = (3600.0, MAX_DURATION_SECONDS)
 exporter's longest duration)."""
 STEP_SECONDS = (1.0, 86400.0)
 """Range of the advisor's ``--step`` (s): PromQL's finest subquery step to a day."""
+ITL_TARGET_SECONDS = (0.001, 60.0)
+"""Range of a served model's inter-token latency p95 target (s): the advisor's and the dashboard's
+``--itl-target``."""
 
 
 def duration_span(low: float, high: float) -> str:
@@ -286,6 +289,25 @@ def parse_prices(text: str) -> dict[str, float]:
             raise ValueError(f"{item!r}: {model!r} is priced twice")
         try:
             out[model] = _price(price)
+        except ValueError as exc:
+            raise ValueError(f"{item!r}: {exc}") from None
+    return out
+
+
+_itl = duration_in(*ITL_TARGET_SECONDS)
+
+
+def parse_itl_targets(text: str) -> dict[str, float]:
+    """``llama-3-8b=50ms,qwen-7b=0.04`` -> {"llama-3-8b": 0.05, "qwen-7b": 0.04}: each served model's
+    inter-token latency p95 target in seconds (:data:`ITL_TARGET_SECONDS`), the model as its engine
+    names it (the ``model`` label); a model given twice is refused. Empty: {}."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        model, value = model_pair(item, "MODEL=DURATION (e.g. llama-3-8b=50ms)")
+        if model in out:
+            raise ValueError(f"{item!r}: {model!r} has two targets")
+        try:
+            out[model] = _itl(value)
         except ValueError as exc:
             raise ValueError(f"{item!r}: {exc}") from None
     return out

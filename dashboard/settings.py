@@ -19,6 +19,7 @@ from dashboard.inputs import (
     duration_in,
     http_url,
     named,
+    parse_itl_targets,
     parse_prices,
     plain,
     scrape_targets,
@@ -45,6 +46,10 @@ class DashboardSettings:
     scrape_urls: tuple[str, ...] = ()
     prices_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
     """USD per GPU-hour by model name (substring match, ``*`` = default)."""
+    itl_targets_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Inter-token latency p95 target (s) by served model (the engine's model name, exactly): the
+    Serving page holds each model against it and gives it to the advisor; others get today's p95
+    plus the advisor's margin."""
     refresh_seconds: float = 30.0
     timeout_seconds: float = 10.0
     scrape_interval_seconds: float = 5.0
@@ -91,6 +96,7 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
         prometheus_url=_read(env, "PROMETHEUS", http_url, None),
         scrape_urls=_read(env, "SCRAPE", scrape_targets, ()),
         prices_per_gpu_hour=_read(env, "PRICES", parse_prices, {}),
+        itl_targets_seconds=_read(env, "ITL_TARGETS", parse_itl_targets, {}),
         refresh_seconds=_read(env, "REFRESH_SECONDS", PARSE_REFRESH, base.refresh_seconds),
         timeout_seconds=_read(env, "TIMEOUT_SECONDS", PARSE_TIMEOUT, base.timeout_seconds),
         scrape_interval_seconds=_read(
@@ -105,6 +111,7 @@ def to_env(settings: DashboardSettings) -> dict[str, str]:
     """The environment that makes from_env() return ``settings`` (used by the CLI)."""
     env = {
         ENV_PREFIX + "PRICES": ",".join(f"{k}={plain(v)}" for k, v in settings.prices_per_gpu_hour.items()),
+        ENV_PREFIX + "ITL_TARGETS": ",".join(f"{k}={plain(v)}" for k, v in settings.itl_targets_seconds.items()),
         ENV_PREFIX + "REFRESH_SECONDS": plain(settings.refresh_seconds),
         ENV_PREFIX + "TIMEOUT_SECONDS": plain(settings.timeout_seconds),
         ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": plain(settings.scrape_interval_seconds),

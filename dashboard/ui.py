@@ -808,12 +808,15 @@ HEADERS: dict[str, str] = {
     "itl_p95_ms": "ITL p95",
     "itl_target_ms": "ITL p95 target",
     "itl_target_source": "Target from",
+    "itl_p95_window_ms": "ITL p95 (window)",
+    "itl_target_status": "Against target",
     "kv_cache_mean": "KV cache (mean)",
     "kv_cache_max": "KV cache (fullest pod)",
     "running": "Running",
     "queued": "Queued",
     "requests_per_second": "Requests/s",
     "class_mix": "Pods by class now",
+    "serving_engine": "Engine",
 }
 """The header of every column name the pages show (:func:`header`); a name not here reads as its
 words (:func:`default_header`)."""
@@ -846,6 +849,7 @@ FORMATS: dict[str, str] = {
     "itl_p50_ms": "%,.1f ms",
     "itl_p95_ms": "%,.1f ms",
     "itl_target_ms": "%,.1f ms",
+    "itl_p95_window_ms": "%,.1f ms",
     "kv_cache_mean": "percent",
     "kv_cache_max": "percent",
     "running": "%,.1f",
@@ -1126,7 +1130,37 @@ TABLES: dict[str, TableLayout] = {
         ("namespace", "model", "role", "ttft_p95_ms", "itl_p95_ms", "kv_cache_max", "queued", "class_mix"),
         ("ttft_p50_ms", "itl_p50_ms", "kv_cache_mean", "running", "requests_per_second"),
     ),
-    "serving_advice": TableLayout(("model", "role", "recommendation", "itl_target_ms", "itl_target_source")),
+    # Job and GPU pages: their serving pods (dashboard/serving_rows.py)
+    "serving_pods": TableLayout(
+        (
+            "pod",
+            "model",
+            "role",
+            "output_tokens_per_second",
+            "output_tokens_per_gpu_second",
+            "itl_p95_ms",
+            "kv_cache_mean",
+        ),
+        (
+            "energy_per_million",
+            "ttft_p95_ms",
+            "namespace",
+            "serving_engine",
+            "input_tokens_per_second",
+            "input_tokens_per_gpu_second",
+        ),
+    ),
+    "serving_advice": TableLayout(
+        (
+            "model",
+            "role",
+            "recommendation",
+            "itl_p95_window_ms",
+            "itl_target_ms",
+            "itl_target_status",
+            "itl_target_source",
+        )
+    ),
 }
 """Every table's :class:`TableLayout`, by its ``key``: the one place a page declares the columns that
 must fit 1,440 px (the browser tests check each primary column is drawn inside the first 1,440 px)."""

@@ -132,6 +132,11 @@ def test_no_advice_without_a_measured_class_mix() -> None:
     advice = advise_model(coarse, {"H200": 4.0, "L40S": 0.9})
     assert advice.target == "no advice"
     assert "no measured class mix" in advice.text
+    # the latency target still stands (the Serving page holds the model against it)
+    assert advice.evidence["itl_target_seconds"] == pytest.approx(0.008 * 1.25)
+    assert advice.evidence["itl_target_source"] == "today's p95 + 25 %"
+    given = advise_model(coarse, {"H200": 4.0}, target_itl_seconds=0.004)
+    assert (given.evidence["itl_target_seconds"], given.evidence["itl_target_source"]) == (0.004, "given")
 
 
 def test_a_model_whose_weights_are_unknown_never_moves_to_less_memory() -> None:

@@ -80,12 +80,42 @@ def stack(artifacts_dir: Path) -> Iterator[tuple[str, str, str]]:
         else:
             pytest.fail("Prometheus never saw the exporters' GPUs, a probe result and a served model's GPUs")
         time.sleep(5)  # a few seconds of history for the range panels
-        dash = es.enter_context(run_dashboard("--prometheus", prom, "--price-per-gpu-hour", "H200=3.5"))
+        dash = es.enter_context(
+            run_dashboard("--prometheus", prom, "--price-per-gpu-hour", "H200=3.5", "--itl-target", ITL_TARGETS)
+        )
         scrape = es.enter_context(
             run_dashboard("--scrape", ",".join(targets), "--scrape-interval", "1", "--price-per-gpu-hour", "H200=3.5")
         )
         NODE_NAMES[:] = [exports_node_name(targets[0])]
         yield prom, dash, scrape
+
+
+ITL_TARGETS = "Qwen/Qwen2.5-32B-Instruct=40ms,meta-llama/Llama-3.1-70B-Instruct=50ms"
+"""The Prometheus dashboard's latency targets: the aggregated Qwen 32 B decodes at about 49 ms a token
+(exporter/sim/serving.py: missed), the Llama 70 B decode worker at about 32 ms (met); the other
+models are held against today's p95 + 25 %."""
+SERVING_JOB = "inference/DynamoGraphDeployment/llama-70b-disagg"
+"""The serving node's disaggregated job: a prefill and a decode pod, roles declared (and a frontend
+that holds no GPU, so is not among the job's pods)."""
+SERVING_ROW = "Each pod here that serves a model"
+"""The start of the Serving row's caption on the job and GPU pages (dashboard/serving_rows.py)."""
+SERVING_ROW_SCRAPE = "Serving: the tokens, latency and KV cache of the pods that serve models here need Prometheus"
+"""What the job and GPU pages say in its place in scrape mode."""
+
+
+def _drawn(page: object) -> set[str]:
+    """Every string drawn in the loaded page's tables (tests/support/browser.py DRAWN_TEXT_HOOK)."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    return {str(t).strip() for t in page.evaluate("() => [...(window.__gpulensDrawn || [])]")}
+
+
+def _serving_gpu(prom: str) -> str:
+    """The UUID of a GPU the aggregated Qwen 32 B Deployment holds (its role inferred: decode)."""
+    rows = prom_query(prom, 'gpulens_pod_gpu_allocation{workload="qwen-32b-vllm"}')
+    assert rows, "the serving node's qwen-32b-vllm pods hold no GPU"
+    return str(rows[0]["metric"]["uuid"])
 
 
 NODE_NAMES: list[bool] = []
@@ -118,6 +148,19 @@ def test_every_page_loads_clean_with_its_key_elements(
             if path == "":
                 # every held device in one group: in use, idle, or its 5-minute window still filling
                 fleet_counts_add_up(page)
+            if path == "serving" and mode == "prometheus":
+                # each model's ITL p95 over the window against its target: given, or today's p95 + 25 %
+                # (the table drawn once in view: Streamlit draws a table's cells on a canvas)
+                advice = page.locator('[class*="st-key-gpulens-table-serving_advice-"]')
+                assert advice.count() == 1, page.locator("body").inner_text()[-1500:]
+                advice.scroll_into_view_if_needed()
+                page.wait_for_timeout(1000)
+                page.screenshot(path=str(out / f"{name}-advice.png"))
+                cells = _drawn(page)
+                assert {"met", "missed", "given", "today's p95 + 25 %"} <= cells, sorted(cells)
+            if path == "gpu":
+                # the first GPU of the picker (the h200x8 node's GPU 0) serves nothing: no Serving row
+                assert page.get_by_text(SERVING_ROW).count() == 0, "a Serving row where no pod serves"
             if (
                 mode == "prometheus"
                 and path not in ("rightsizing", "network", *MOVING_DOCS, *JOBS_DOCS, *HISTORY_DOCS)
@@ -128,6 +171,22 @@ def test_every_page_loads_clean_with_its_key_elements(
                 # rates; Fleet, Jobs and Job from the jobs nodes' test, past the verdicts' window;
                 # Network from the network test's two p5en nodes)
                 shutil.copy(out / f"{name}.png", REPO / "docs" / "img" / f"dashboard-{path or 'fleet'}.png")
+        # the Serving row of the job and GPU pages where a pod serves: the disaggregated job's two
+        # pods (roles declared), a Qwen 32 B replica's GPU (role inferred); in scrape mode, in words
+        # that it needs Prometheus
+        cluster = "&job_cluster=demo" if mode == "prometheus" else ""
+        serving = {
+            "job": (f"job={SERVING_JOB}{cluster}", {"prefill", "decode", "meta-llama/Llama-3.1-70B-Instruct"}),
+            "gpu": (f"uuid={_serving_gpu(_prom)}", {"decode (inferred)", "Qwen/Qwen2.5-32B-Instruct"}),
+        }
+        for path, (params, cells) in serving.items():
+            texts = [*PAGES[path], SERVING_ROW if mode == "prometheus" else SERVING_ROW_SCRAPE]
+            check_page(page, watch, f"{dash}/{path}?range=15m&{params}", texts, MIN_CHARTS[path],
+                       out / f"{mode}-serving-{path}.png", node_names=all(NODE_NAMES))  # fmt: skip
+            if mode == "prometheus":
+                assert cells <= _drawn(page), (path, sorted(_drawn(page)))
+            else:
+                assert page.get_by_text(SERVING_ROW).count() == 0
         if mode == "prometheus":
             # filters: the relabelled cluster and node labels become sidebar filters
             assert page.get_by_text("Cluster", exact=True).count() > 0

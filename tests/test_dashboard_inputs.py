@@ -134,6 +134,20 @@ DASHBOARD_BAD: dict[str, list[str]] = {
         "H200",
         "H200=+3",
     ],
+    "--itl-target": [
+        "llama-3-8b=fast",
+        "llama-3-8b=0",
+        "llama-3-8b=500us",
+        "llama-3-8b=61s",
+        "llama-3-8b=1e3",
+        "llama-3-8b=٥٠ms",
+        "llama-3-8b=nan",
+        "llama-3-8b=-50ms",
+        "llama-3-8b=50ms,llama-3-8b=40ms",
+        "llama-3-8b=",
+        "=50ms",
+        "llama-3-8b",
+    ],
 }
 SOURCE_BAD: dict[str, list[str]] = {
     "--prometheus": [
@@ -171,6 +185,7 @@ DASHBOARD_ENV_BAD: dict[str, list[str]] = {
     "PORT": ["abc", "٨٥٠١", "99999", "-1", "0"],
     "ADDRESS": ["a b", "999.1.1.1"],
     "PRICES": ["H200=nan", "H200=inf", "H200=1e3"],
+    "ITL_TARGETS": ["llama-3-8b=fast", "llama-3-8b=0", "llama-3-8b", "a=1ms,a=2ms"],
     "REFRESH_SECONDS": ["nan", "inf", "-1", "١"],
     "TIMEOUT_SECONDS": ["-5", "nan", "1e12", "0"],
     "SCRAPE_INTERVAL_SECONDS": ["nan", "0", "١"],
@@ -199,6 +214,7 @@ APP_ENV_BAD: dict[str, list[str]] = {
     "SCRAPE_INTERVAL_SECONDS": ["nan", "0", "5e0"],
     "MAX_MARKS": ["١٠", "1_000", "1.5", "1000001"],
     "PRICES": ["H200=nan", "H200=inf", "H200=٣", "H200=3,H200=4"],
+    "ITL_TARGETS": ["llama-3-8b=fast", "llama-3-8b=90s", "a=1ms,a=2ms"],
     "PROMETHEUS": ["prom:9090", "http://prom:99999", "ftp://prom"],
     "SCRAPE": ["ftp://a", "a:99999"],
 }
@@ -245,6 +261,9 @@ def test_documented_forms_and_the_ends_of_each_range_are_taken(dashboard_main: C
         (("--max-marks", "1000000"), "MAX_MARKS", "1000000"),
         (("--price-per-gpu-hour", "H200=3.5,A100=1.6,*=2"), "PRICES", "H200=3.5,A100=1.6,*=2"),
         (("--price-per-gpu-hour", "NVIDIA H200=0, A100=10000"), "PRICES", "NVIDIA H200=0,A100=10000"),
+        (("--itl-target", "llama-3-8b=50ms"), "ITL_TARGETS", "llama-3-8b=0.05"),
+        (("--itl-target", "meta-llama/Llama-3.1-8B=1ms, q=1m"), "ITL_TARGETS", "meta-llama/Llama-3.1-8B=0.001,q=60"),
+        (("--itl-target", "a=b=0.04"), "ITL_TARGETS", "a=b=0.04"),
     ]
     wrong = [f"{argv}: {key}={got!r}" for argv, key, want in cases if (got := started(*argv)[DASH_ENV + key]) != want]
     assert wrong == []
@@ -269,6 +288,7 @@ def test_environment_twins_reach_the_app_when_no_flag_is_given(dashboard_main: C
         "TIMEOUT_SECONDS": "2.5",
         "SCRAPE_INTERVAL_SECONDS": "2",
         "PRICES": "H200=3.5",
+        "ITL_TARGETS": "llama-3-8b=0.05",
         "PORT": "8600",
         "ADDRESS": "127.0.0.1",
     }
@@ -290,6 +310,7 @@ def test_settings_survive_the_environment_exactly() -> None:
     cfg = DashboardSettings(
         prometheus_url="http://prom:9090",
         prices_per_gpu_hour={"H200": 0.00001, "A100": 1234.5678, "*": 2.0},
+        itl_targets_seconds={"meta-llama/Llama-3.1-8B-Instruct": 0.0123456789, "a=b": 60.0, "c": 0.001},
         refresh_seconds=86399.125,
         timeout_seconds=0.123456789,
         scrape_interval_seconds=1.5,
@@ -323,12 +344,14 @@ def test_the_dashboard_help_states_each_range() -> None:
         ("--scrape-interval", "1s..1h"),
         ("--max-marks", "1..1000000"),
         ("--price-per-gpu-hour", "USD 0..10000"),
+        ("--itl-target", "1ms..1m"),
     ]:
         assert flag in text and span in text, (flag, span)
     for key in (
         "PORT",
         "ADDRESS",
         "PRICES",
+        "ITL_TARGETS",
         "REFRESH_SECONDS",
         "TIMEOUT_SECONDS",
         "SCRAPE_INTERVAL_SECONDS",
@@ -346,6 +369,7 @@ ADVISOR_BAD: dict[str, list[str]] = {
     "--window": ["٧d", " 7d ", "999999999999w", "0d", "7x", "30m", "366d", "53w", "3600.5s", "7D", "nan", "w", "1e3d"],
     "--step": ["0.0000001s", "0", "2d", "90.5s", "nan", "1e3s", "-1m", "٦٠"],
     "--price": ["H200=nan", "H200=inf", "H200=-1", "H200=1e2", "H200=٣", "H200=20000", "H200=3,H200=4"],
+    "--itl-target": ["llama-3-8b=fast", "llama-3-8b=0", "llama-3-8b=2m", "a=1ms,a=2ms", "llama-3-8b"],
 }
 
 
@@ -410,6 +434,24 @@ def test_advisor_documented_forms_and_range_ends_are_taken(advisor_main: Callabl
     assert out.started["prices"] == {"H200": 3.5, "H100": 2.5, "A100": 0.0, "*": 10000.0}
 
 
+def test_both_commands_read_itl_targets_with_one_parser(
+    dashboard_main: Callable[..., Outcome], advisor_main: Callable[..., Outcome]
+) -> None:
+    """``--itl-target`` takes ``MODEL=DURATION[,...]`` in the advisor (repeatable) and the dashboard
+    alike: the same targets, the same refusals."""
+    argv = ["--itl-target", "llama-3-8b=50ms,qwen=0.04", "--itl-target", "big=1m"]
+    got = advisor_cli.options(advisor_cli.parser().parse_args(["--prometheus", CLOSED, *argv]))
+    assert got.itl_targets == {"llama-3-8b": 0.05, "qwen": 0.04, "big": 60.0}
+    env = dashboard_main([*SOURCE, "--itl-target", "llama-3-8b=50ms,qwen=0.04,big=1m"]).started["env"]
+    assert from_env(env).itl_targets_seconds == got.itl_targets
+    twice = advisor_cli.parser().parse_args(["--prometheus", CLOSED, "--itl-target", "a=1ms", "--itl-target", "a=2ms"])
+    with pytest.raises(ValueError, match="'a' has two targets"):
+        advisor_cli.options(twice)
+    for bad, why in (("a=fast", "'fast' is not a duration in 1ms..1m"), ("a=2m", "it is longer than 1m")):
+        for out in (dashboard_main([*SOURCE, "--itl-target", bad]), advisor_main(["--itl-target", bad])):
+            assert out.code == 2 and f"--itl-target {bad!r}" in out.stderr and why in out.stderr, out.stderr
+
+
 def test_the_advisor_help_states_each_range() -> None:
     text = " ".join(advisor_cli.parser().format_help().split())
     for span in ("1h..365d", "1s..1d", "100ms..1h", "1..4", "USD 0..10000", "http:// or https://"):
@@ -444,6 +486,8 @@ def _run(module: str, argv: list[str], env: Mapping[str, str] | None = None) -> 
         (["--port", "٨٥٠١"], {}, "--port"),
         (["--max-marks", "1_000"], {}, "--max-marks"),
         (["--price-per-gpu-hour", "H200=nan"], {}, "--price-per-gpu-hour"),
+        (["--itl-target", "llama-3-8b=fast"], {}, "--itl-target"),
+        ([], {"GPULENS_DASHBOARD_ITL_TARGETS": "llama-3-8b=0"}, "GPULENS_DASHBOARD_ITL_TARGETS"),
         ([], {"GPULENS_DASHBOARD_PORT": "abc"}, "GPULENS_DASHBOARD_PORT"),
         ([], {"GPULENS_DASHBOARD_REFRESH_SECONDS": "nan"}, "GPULENS_DASHBOARD_REFRESH_SECONDS"),
         ([], {"GPULENS_DASHBOARD_MAX_MARKS": "١٠"}, "GPULENS_DASHBOARD_MAX_MARKS"),
@@ -466,6 +510,7 @@ def test_the_dashboard_command_exits_2_naming_the_input(argv: list[str], env: di
         (["--window", "٧d"], "--window"),
         (["--step", "0.0000001s"], "--step"),
         (["--price", "H200=nan"], "--price"),
+        (["--itl-target", "llama-3-8b=fast"], "--itl-target"),
     ],
 )
 def test_the_advisor_command_exits_2_naming_the_flag(argv: list[str], name: str) -> None:

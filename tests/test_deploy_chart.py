@@ -958,6 +958,28 @@ def test_dashboard_reads_prometheus_credentials_from_a_mounted_secret() -> None:
     assert parsed.prometheus_header == ["X-Scope-OrgID=team-a"]
 
 
+def test_dashboard_takes_each_served_models_latency_target_from_values() -> None:
+    """``dashboard.servingItlTargets`` becomes one ``--itl-target`` the dashboard reads (the models in
+    name order); none by default; a name with a comma or a value that is no duration is refused."""
+    import helm_python
+
+    from dashboard.cli import build_parser, settings_from_args
+
+    def args(values: dict[str, Any] | None = None) -> list[str]:
+        pod = one(objects(values), "Deployment", "dashboard")["spec"]["template"]["spec"]
+        return list(pod["containers"][0]["args"])
+
+    assert not any(a.startswith("--itl-target") for a in args())
+    targets = {"meta-llama/Llama-3.1-8B-Instruct": "50ms", "Qwen/Qwen2.5-7B-Instruct": 0.04}
+    got = [a for a in args({"dashboard": {"servingItlTargets": targets}}) if a.startswith("--itl-target")]
+    assert got == ["--itl-target=Qwen/Qwen2.5-7B-Instruct=0.04,meta-llama/Llama-3.1-8B-Instruct=50ms"]
+    settings = settings_from_args(build_parser().parse_args(["--prometheus", "http://prom:9090", *got]), env={})
+    assert settings.itl_targets_seconds == {"Qwen/Qwen2.5-7B-Instruct": 0.04, "meta-llama/Llama-3.1-8B-Instruct": 0.05}
+    for bad, needle in (({"a,b": "50ms"}, "a,b"), ({"a": "fast"}, "fast")):
+        with pytest.raises(helm_python.HelmError, match=needle):
+            objects({"dashboard": {"servingItlTargets": bad}})
+
+
 @pytest.mark.parametrize(
     ("auth", "needle"),
     [

@@ -146,7 +146,7 @@ DASHBOARD_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sources", ("dashboard.sources",)),
     ("settings", ("dashboard.settings",)),
     ("advisor", ("dashboard.advisor",)),
-    ("page parts", ("dashboard.ui", "dashboard.gpu_panels")),
+    ("page parts", ("dashboard.ui", "dashboard.gpu_panels", "dashboard.serving_rows")),
     ("pages", ("dashboard.views", "dashboard.fleet_names")),
     ("composition root", ("dashboard.app", "dashboard.cli", "dashboard.server", "dashboard.__main__")),
 )

@@ -23,6 +23,7 @@ from dashboard.advisor.query import Window, advise
 from dashboard.advisor.serving_query import ServingReport, advise_serving
 from dashboard.inputs import (
     HEADROOM,
+    ITL_TARGET_SECONDS,
     PRICE_USD,
     QUERY_TIMEOUT_SECONDS,
     STEP_SECONDS,
@@ -30,9 +31,9 @@ from dashboard.inputs import (
     duration_in,
     duration_span,
     http_url,
-    model_pair,
     named,
     number_between,
+    parse_itl_targets,
     parse_prices,
     plain,
 )
@@ -51,16 +52,7 @@ PARSE_HEADROOM = number_between(*HEADROOM)
 """``--headroom`` and ``--compute-headroom``: a multiple 1..4 of the observed figure."""
 PARSE_TIMEOUT = duration_in(*QUERY_TIMEOUT_SECONDS)
 """``--timeout``: 100ms..1h per Prometheus query."""
-ITL_TARGET_SECONDS = (0.001, 60.0)
-PARSE_ITL = duration_in(*ITL_TARGET_SECONDS)
-"""``--itl-target MODEL=DURATION``: a served model's inter-token latency p95 target, 1ms..1m."""
 SERVING_COLUMNS = ("namespace", "model", "role", "gpu", "gpus", "advice", "usd_per_million_now", "usd_per_million_then")
-
-
-def parse_itl_target(text: str) -> dict[str, float]:
-    """``llama-3-8b=50ms`` -> {"llama-3-8b": 0.05}; the model is the engine's model name."""
-    model, value = model_pair(text, "MODEL=DURATION (e.g. llama-3-8b=50ms)")
-    return {model: PARSE_ITL(value)}
 
 
 def serving_rows(report: ServingReport) -> list[dict[str, object]]:
@@ -400,8 +392,8 @@ def parser() -> argparse.ArgumentParser:
         "--itl-target",
         action="append",
         default=[],
-        metavar="MODEL=DURATION",
-        help="a served model's inter-token latency p95 target (repeatable; e.g. llama-3-8b=50ms; "
+        metavar="MODEL=DURATION[,...]",
+        help="a served model's inter-token latency p95 target (repeatable; e.g. llama-3-8b=50ms,qwen-7b=40ms; "
         f"{duration_span(*ITL_TARGET_SECONDS)}); default: today's p95 + 25%%",
     )
     p.add_argument("--namespace", default=None, help="only workloads of this namespace")
@@ -438,9 +430,10 @@ def options(a: argparse.Namespace) -> Options:
         prices.update(more)
     targets: dict[str, float] = {}
     for item in a.itl_target:
-        more = named(parse_itl_target, "--itl-target", item)
-        if targets.keys() & more.keys():
-            raise ValueError(f"--itl-target: {next(iter(more))!r} has two targets")
+        more = named(parse_itl_targets, "--itl-target", item)
+        twice = sorted(targets.keys() & more.keys())
+        if twice:
+            raise ValueError(f"--itl-target: {twice[0]!r} has two targets")
         targets.update(more)
     return Options(
         prometheus=named(http_url, "--prometheus", a.prometheus),

@@ -226,6 +226,12 @@ def advise_model(
         "output_tokens_per_second": m.output_tokens_per_second,
         "itl_p95_seconds": m.itl_p95_seconds,
     }
+    # the target and where it comes from, whatever the advice: the page holds every model against it
+    given = target_itl_seconds is not None
+    today = None if m.itl_p95_seconds is None else m.itl_p95_seconds * (1 + DEFAULT_TARGET_MARGIN)
+    if target_itl_seconds is not None or today is not None:
+        evidence["itl_target_seconds"] = target_itl_seconds if target_itl_seconds is not None else today
+        evidence["itl_target_source"] = "given" if given else f"today's p95 + {pct(DEFAULT_TARGET_MARGIN)}"
     if shares is None or m.itl_p95_seconds is None or m.output_tokens_per_second <= 0:
         why = (
             "no measured class mix (GPUs without GPM)"
@@ -236,13 +242,10 @@ def advise_model(
             m.model, m.role, "no advice", f"{m.model}: no serving advice: {why}", evidence, ASSUMPTIONS
         )
     evidence.update({f"share_{c}": s for c, s in sorted(shares.items())})
-    given = target_itl_seconds is not None
     target = target_itl_seconds if target_itl_seconds is not None else m.itl_p95_seconds * (1 + DEFAULT_TARGET_MARGIN)
     # TTFT is held to a target only where one is given: a decode-bound model's prefill scales
     # with compute, not with the class mix its decode steps dominate
     ttft_target = target_ttft_seconds
-    evidence["itl_target_seconds"] = target
-    evidence["itl_target_source"] = "given" if given else f"today's p95 + {pct(DEFAULT_TARGET_MARGIN)}"
     now_cost = usd_per_million(m.gpu, m.gpus, m.output_tokens_per_second, prices)
     evidence["usd_per_million_now"] = now_cost
     considered = tuple(

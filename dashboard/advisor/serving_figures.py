@@ -167,6 +167,78 @@ def model_frame(rows: pd.DataFrame, gpu_names: pd.DataFrame, prices: Mapping[str
     return wide
 
 
+POD_KEYS = ("cluster", "namespace", "pod", "model", "serving_engine", "role", "role_source")
+"""A row of the job and GPU pages' Serving table: one model one pod serves (the per-pod rules' labels)."""
+
+POD_FIGURES: Mapping[str, str] = {
+    "info": "gpulens:serving_pod:info",
+    "output_tokens_per_second": "gpulens:serving_output_tokens:rate5m",
+    "input_tokens_per_second": "gpulens:serving_input_tokens:rate5m",
+    "output_tokens_per_gpu_second": "gpulens:serving_output_tokens_per_gpu_second:ratio",
+    "input_tokens_per_gpu_second": "gpulens:serving_input_tokens_per_gpu_second:ratio",
+    "joules_per_output_token": "gpulens:serving_joules_per_output_token:ratio",
+    "ttft_p95": "gpulens:serving_ttft_seconds:p95_5m",
+    "itl_p95": "gpulens:serving_itl_seconds:p95_5m",
+    "kv_cache_mean": "gpulens:serving_kv_cache_usage:ratio_avg5m",
+}
+"""Column of the pod frame -> the per-pod recording rule it is (5 m; ``info``: the pod serves, its
+role completed)."""
+for _rule in POD_FIGURES.values():  # pragma: no branch (a rename in rules.py fails at import)
+    if _rule not in rules.RULES:
+        raise RuntimeError(f"{_rule} is not a rule of dashboard/serving/rules.py")
+
+POD_COLUMNS = (
+    "namespace", "pod", "model", "role", "serving_engine", "output_tokens_per_second", "input_tokens_per_second",
+    "output_tokens_per_gpu_second", "input_tokens_per_gpu_second", "energy_per_million", "ttft_p95_ms", "itl_p95_ms",
+    "kv_cache_mean",
+)  # fmt: skip
+"""The columns of :func:`pod_frame`."""
+
+
+def pods_query(scope: str, matchers: Mapping[str, str] | None = None) -> str:
+    """One instant query of every :data:`POD_FIGURES` rule of the serving pods that ``scope`` names
+    (PromQL whose series carry ``cluster``, ``namespace`` and ``pod``: a job's leaves, a GPU's
+    allocation), under ``matchers`` (cluster, namespace). Read into :data:`POD_LABELS`."""
+    names = "|".join(POD_FIGURES.values())
+    extra = "".join(f", {k}={_quote(v)}" for k, v in sorted((matchers or {}).items()))
+    return f"{{__name__=~{_quote(names)}{extra}}} and on (cluster, namespace, pod) ({scope})"
+
+
+POD_LABELS = ("__name__", *POD_KEYS)
+"""The labels :func:`pods_query` is read into."""
+
+ROLE_WORDS = {"inferred": "{role} (inferred)", "unknown": "unknown (no GPU class)"}
+"""How a role reads by where it came from (``role_source``); declared and engine roles read as they are."""
+
+
+def pod_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per pod and model served from :func:`pods_query`'s answer (``__name__``, POD_KEYS,
+    value): :data:`POD_COLUMNS`, the rules' values scaled for the page and nothing divided again
+    (``energy_per_million``: joules per output token, which is MJ per million; TTFT and ITL p95 in
+    ms; NaN where a rule has no series), the role in words (``decode (inferred)``), a prefill pod's
+    energy per output token left out (its energy goes to prompts). Sorted by namespace, pod, model."""
+    column = {rule: col for col, rule in POD_FIGURES.items()}
+    rows = with_cols(rows, POD_LABELS)
+    rows = rows[rows["__name__"].isin(column)]
+    if rows.empty:
+        return pd.DataFrame(columns=list(POD_COLUMNS))
+    wide = rows.assign(col=rows["__name__"].map(column)).pivot_table(
+        index=list(POD_KEYS), columns="col", values="value", aggfunc="max"
+    )
+    wide = wide.reindex(columns=list(POD_FIGURES)).reset_index()
+    wide.columns.name = None
+    prefill = wide["role"] == "prefill"
+    wide["energy_per_million"] = wide["joules_per_output_token"].where(~prefill)
+    wide["ttft_p95_ms"] = wide["ttft_p95"] * 1000.0
+    wide["itl_p95_ms"] = wide["itl_p95"] * 1000.0
+    wide["role"] = [
+        ROLE_WORDS.get(str(source), "{role}").format(role=role) or "unknown"
+        for role, source in zip(wide["role"], wide["role_source"], strict=True)
+    ]
+    wide = wide.sort_values(["namespace", "pod", "model"]).reset_index(drop=True)
+    return wide[list(POD_COLUMNS)]
+
+
 def _one(names: list[str]) -> str:
     distinct = sorted(set(names))
     return "" if not distinct else distinct[0] if len(distinct) == 1 else MIXED_GPUS

@@ -22,6 +22,8 @@ from dashboard.frames.links import link_panels, link_table, outbound
 from dashboard.frames.network import NIC_KEYS, NIC_RX, NIC_TX, PATH_WORDS, gpu_nics, nic_table
 from dashboard.frames.series import pods_over_range, state_timeline
 from dashboard.inert_text import inert
+from dashboard.promql import selector
+from dashboard.serving_rows import serving_row
 from dashboard.sources.source import Filters, rate_steps
 
 
@@ -53,6 +55,11 @@ def body(ctx: ui.PageContext) -> None:
                 workload=_job_links(ctx, pods, mine),
             )
             ui.table(pods, key="gpu_pods", column_config=PODS_CONFIG)
+
+    with ui.panel("Serving"):
+        # the pods holding it now that serve a model (nothing drawn where none does)
+        cluster = {"cluster": str(col(mine, "cluster").iloc[0])} if not mine.empty else {}
+        serving_row(ctx, selector("gpulens_pod_gpu_allocation", {"uuid": uuid}), cluster)
 
     drawn = gpu_panels.panels(series, steps)
     if series.empty:

@@ -26,6 +26,8 @@ from dashboard.frames.jobs import (
     straggler_words,
 )
 from dashboard.inert_text import inert
+from dashboard.promql import selector
+from dashboard.serving_rows import serving_row
 from dashboard.sources.source import Filters, JobKey, SourceError, Window
 
 # Cells per strip of the timelines at most (GPUs x steps): a job of many GPUs gets a coarser step,
@@ -92,6 +94,10 @@ def body(ctx: ui.PageContext) -> None:
     gpus = job_gpu_table(mine, collecting=young)
     with ui.panel("Job"):
         _header(key, mine, _gpu_hours(ctx, summary, key, own), young)
+    with ui.panel("Serving"):
+        # the job's pods that serve a model (nothing drawn where none does)
+        leaves = selector("gpulens:job_leaf:info", dict(zip(jobs.JOB, key, strict=True)))
+        serving_row(ctx, leaves, {"cluster": key[0], "namespace": key[1]})
     with ui.panel("GPUs over time"):
         _timelines(ctx, key, mine, gpus)
     with ui.panel("GPUs now"):
