@@ -817,6 +817,10 @@ HEADERS: dict[str, str] = {
     "requests_per_second": "Requests/s",
     "class_mix": "Pods by class now",
     "serving_engine": "Engine",
+    "nvlink_kv": "NVLink (sent + received)",
+    "nvlink_utilization": "NVLink use",
+    "nic_kv": "NICs (sent + received)",
+    "nic_utilization": "NIC use",
 }
 """The header of every column name the pages show (:func:`header`); a name not here reads as its
 words (:func:`default_header`)."""
@@ -855,6 +859,8 @@ FORMATS: dict[str, str] = {
     "running": "%,.1f",
     "queued": "%,.1f",
     "requests_per_second": "%,.2f",
+    "nvlink_utilization": "percent",
+    "nic_utilization": "percent",
 }
 """How a known numeric column's values read (Streamlit NumberColumn formats: ``percent`` of a 0..1
 ratio, ``dollar``, or printf style with ``,`` for thousands separators); other numbers ``localized``
@@ -1129,6 +1135,9 @@ TABLES: dict[str, TableLayout] = {
     "serving_latency": TableLayout(
         ("namespace", "model", "role", "ttft_p95_ms", "itl_p95_ms", "kv_cache_max", "queued", "class_mix"),
         ("ttft_p50_ms", "itl_p50_ms", "kv_cache_mean", "running", "requests_per_second"),
+    ),
+    "serving_links": TableLayout(
+        ("namespace", "model", "role", "nvlink_kv", "nvlink_utilization", "nic_kv", "nic_utilization")
     ),
     # Job and GPU pages: their serving pods (dashboard/serving_rows.py)
     "serving_pods": TableLayout(

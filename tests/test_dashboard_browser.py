@@ -11,6 +11,7 @@ Screenshots land in artifacts/dashboard/; a dead Prometheus gives a banner, not 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -158,6 +159,15 @@ def test_every_page_loads_clean_with_its_key_elements(
                 page.screenshot(path=str(out / f"{name}-advice.png"))
                 cells = _drawn(page)
                 assert {"met", "missed", "given", "today's p95 + 25 %"} <= cells, sorted(cells)
+                # the disaggregated pair's KV transfer: NVLink and EFA bytes by role, and their share
+                links = page.locator('[class*="st-key-gpulens-table-serving_links-"]')
+                assert links.count() == 1, page.locator("body").inner_text()[-1500:]
+                links.scroll_into_view_if_needed()
+                page.wait_for_timeout(1000)
+                page.screenshot(path=str(out / f"{name}-kv.png"))
+                cells = _drawn(page)
+                rates = {c for c in cells if re.fullmatch(r"[\d.]+ [MGT]B/s", c)}
+                assert len(rates) >= 2 and {"prefill", "decode"} <= cells, sorted(cells)
             if path == "gpu":
                 # the first GPU of the picker (the h200x8 node's GPU 0) serves nothing: no Serving row
                 assert page.get_by_text(SERVING_ROW).count() == 0, "a Serving row where no pod serves"

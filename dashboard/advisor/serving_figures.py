@@ -45,6 +45,10 @@ MODEL_FIGURES: Mapping[str, str] = {
     "ttft_p95": "gpulens:serving_model_ttft_seconds:p95_5m",
     "itl_p50": "gpulens:serving_model_itl_seconds:p50_5m",
     "itl_p95": "gpulens:serving_model_itl_seconds:p95_5m",
+    "nvlink_bytes_per_second": "gpulens:serving_model_nvlink_bytes:rate5m",
+    "nvlink_utilization": "gpulens:serving_model_nvlink_utilization:ratio",
+    "nic_bytes_per_second": "gpulens:serving_model_nic_bytes:rate5m",
+    "nic_utilization": "gpulens:serving_model_nic_utilization:ratio",
 }
 """Column of the page's frame -> the recording rule it is (per model and role, 5 m)."""
 for _rule in MODEL_FIGURES.values():  # pragma: no branch (a rename in rules.py fails at import)

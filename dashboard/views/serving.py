@@ -43,9 +43,14 @@ NO_SERVING = (
     "servingMonitor or the scrape job of docs/serving.md."
 )
 KV_TRANSFER = (
-    "KV transfer traffic between prefill and decode pods: no serving rule attributes NIC or NVLink traffic to "
-    "a role yet; the Network page shows each pod's NIC traffic and the GPU page its NVLink traffic."
+    "Bytes per second each role's pods moved over the last 5 minutes, sent plus received: over their GPUs' "
+    "NVLink (a time-sliced GPU's shared by the replicas held) and the RDMA NICs they hold alone (a NIC shared "
+    "by several pods is nobody's: the Network page shows it). Between the prefill and decode pods of a "
+    "disaggregated deployment this is mostly the KV cache handed on; tensor-parallel collectives use NVLink "
+    "too. Use: the busier direction over what those links carry each way."
 )
+LINKS = ("nvlink", "nic")
+KV_COLUMNS = ("namespace", "model", "role", "nvlink_kv", "nvlink_utilization", "nic_kv", "nic_utilization")
 THROUGHPUT = (
     "namespace", "model", "role", "replicas", "gpu_equivalents", "gpu_model", "output_tokens_per_second",
     "input_tokens_per_second", "output_tokens_per_gpu_second", "input_tokens_per_gpu_second",
@@ -155,8 +160,25 @@ def models_panel(ctx: ui.PageContext, got: figures.ServingFigures) -> bool:
     ui.table(table[list(THROUGHPUT)], key="serving_models", missing=missing)
     st.subheader("Latency and load")
     ui.table(table[list(LATENCY)], key="serving_latency", missing=missing)
-    st.caption(KV_TRANSFER)
+    kv_panel(table)
     return True
+
+
+def kv_panel(table: pd.DataFrame) -> None:
+    """The roles whose pods moved bytes over NVLink or their own NICs (the KV transfer of a
+    disaggregated deployment); nothing where none did (a role whose links are idle is left out)."""
+    moved = table[(table[[f"{link}_bytes_per_second" for link in LINKS]].fillna(0.0) > 0).any(axis=1)]
+    if moved.empty:
+        return
+    st.subheader("KV transfer")
+    st.caption(KV_TRANSFER)  # inert: a constant
+    links = moved.assign(**{
+        f"{link}_kv": [ui.fmt_rate(float(v)) if v == v else None for v in moved[f"{link}_bytes_per_second"]]
+        for link in LINKS
+    })  # fmt: skip
+    missing: ui.Missing = {"nvlink_kv": "no NVLink", "nic_kv": "no NIC of its own",
+                           "nvlink_utilization": "no NVLink", "nic_utilization": "no NIC of its own"}  # fmt: skip
+    ui.table(links[list(KV_COLUMNS)], key="serving_links", missing=missing)
 
 
 def over_time(ctx: ui.PageContext, lines: dict[str, pd.DataFrame]) -> None:

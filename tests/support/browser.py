@@ -72,7 +72,8 @@ SERVING_TEXTS: dict[str, list[str]] = {
         "GPUs serving",
         "The advisor's serving advice",
         "Inter-token latency p95",
-        "KV transfer traffic between prefill and decode pods",
+        "KV transfer",
+        "Bytes per second each role's pods moved",
     ],
     "scrape": ["Serving figures need Prometheus"],
 }
