@@ -112,6 +112,20 @@ def _drawn(page: object) -> set[str]:
     return {str(t).strip() for t in page.evaluate("() => [...(window.__gpulensDrawn || [])]")}
 
 
+def _table_cells(page: object, key: str, shot: Path) -> set[str]:
+    """The strings drawn once the page's one table of layout ``key`` is scrolled into view
+    (Streamlit draws a table's cells on a canvas, only where seen), with a screenshot there."""
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    table = page.locator(f'[class*="st-key-gpulens-table-{key}-"]')
+    assert table.count() == 1, page.locator("body").inner_text()[-1500:]
+    table.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(shot))
+    return _drawn(page)
+
+
 def _serving_gpu(prom: str) -> str:
     """The UUID of a GPU the aggregated Qwen 32 B Deployment holds (its role inferred: decode)."""
     rows = prom_query(prom, 'gpulens_pod_gpu_allocation{workload="qwen-32b-vllm"}')
@@ -151,21 +165,10 @@ def test_every_page_loads_clean_with_its_key_elements(
                 fleet_counts_add_up(page)
             if path == "serving" and mode == "prometheus":
                 # each model's ITL p95 over the window against its target: given, or today's p95 + 25 %
-                # (the table drawn once in view: Streamlit draws a table's cells on a canvas)
-                advice = page.locator('[class*="st-key-gpulens-table-serving_advice-"]')
-                assert advice.count() == 1, page.locator("body").inner_text()[-1500:]
-                advice.scroll_into_view_if_needed()
-                page.wait_for_timeout(1000)
-                page.screenshot(path=str(out / f"{name}-advice.png"))
-                cells = _drawn(page)
+                cells = _table_cells(page, "serving_advice", out / f"{name}-advice.png")
                 assert {"met", "missed", "given", "today's p95 + 25 %"} <= cells, sorted(cells)
                 # the disaggregated pair's KV transfer: NVLink and EFA bytes by role, and their share
-                links = page.locator('[class*="st-key-gpulens-table-serving_links-"]')
-                assert links.count() == 1, page.locator("body").inner_text()[-1500:]
-                links.scroll_into_view_if_needed()
-                page.wait_for_timeout(1000)
-                page.screenshot(path=str(out / f"{name}-kv.png"))
-                cells = _drawn(page)
+                cells = _table_cells(page, "serving_links", out / f"{name}-kv.png")
                 rates = {c for c in cells if re.fullmatch(r"[\d.]+ [MGT]B/s", c)}
                 assert len(rates) >= 2 and {"prefill", "decode"} <= cells, sorted(cells)
             if path == "gpu":
