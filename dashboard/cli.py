@@ -22,12 +22,14 @@ from dashboard.inputs import (
     PORT,
     PRICE_USD,
     QUERY_TIMEOUT_SECONDS,
+    TTFT_TARGET_SECONDS,
     duration_span,
     http_url,
     listen_host,
     named,
     parse_itl_targets,
     parse_prices,
+    parse_ttft_targets,
     plain,
     scrape_targets,
     whole_between,
@@ -92,6 +94,16 @@ OPTIONS: tuple[Option, ...] = (
         "inter-token latency p95 target per served model (the engine's model name), e.g. "
         f"'llama-3-8b=50ms'; {duration_span(*ITL_TARGET_SECONDS)}; the Serving page holds each model against "
         "it, others against today's p95 + 25%%",
+    ),
+    Option(
+        "--ttft-target",
+        "TTFT_TARGETS",
+        parse_ttft_targets,
+        "",
+        "MODEL=DURATION,...",
+        "time-to-first-token p95 target per served model (the engine's model name), e.g. "
+        f"'llama-3-8b=800ms'; {duration_span(*TTFT_TARGET_SECONDS)}; the Serving page holds each model against "
+        "it; others have no TTFT target",
     ),
     Option(
         "--refresh",
@@ -180,6 +192,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None =
         scrape_urls=scrape,
         prices_per_gpu_hour=_value(args, _option("--price-per-gpu-hour"), env),
         itl_targets_seconds=_value(args, _option("--itl-target"), env),
+        ttft_targets_seconds=_value(args, _option("--ttft-target"), env),
         refresh_seconds=_value(args, _option("--refresh"), env),
         timeout_seconds=_value(args, _option("--timeout"), env),
         scrape_interval_seconds=_value(args, _option("--scrape-interval"), env),

@@ -58,7 +58,12 @@ STEP_SECONDS = (1.0, 86400.0)
 """Range of the advisor's ``--step`` (s): PromQL's finest subquery step to a day."""
 ITL_TARGET_SECONDS = (0.001, 60.0)
 """Range of a served model's inter-token latency p95 target (s): the advisor's and the dashboard's
-``--itl-target``."""
+``--itl-target``. One decode step: a millisecond is below any engine's step, a minute far above."""
+TTFT_TARGET_SECONDS = (0.001, 600.0)
+"""Range of a served model's time-to-first-token p95 target (s): the advisor's and the dashboard's
+``--ttft-target``. TTFT holds the queue and the whole prompt's prefill, so it runs far longer than
+a decode step: a 128 k-token prompt on a 70 B model takes tens of seconds to prefill, and batch or
+agent traffic queues for minutes. Ten minutes is beyond any interactive or gateway timeout."""
 
 
 def duration_span(low: float, high: float) -> str:
@@ -294,23 +299,34 @@ def parse_prices(text: str) -> dict[str, float]:
     return out
 
 
-_itl = duration_in(*ITL_TARGET_SECONDS)
+def latency_targets(span: tuple[float, float], example: str) -> Callable[[str], dict[str, float]]:
+    """A parser of per-model latency p95 targets, ``MODEL=DURATION[,...]``: ``llama-3-8b=50ms,qwen-7b=0.04``
+    -> {"llama-3-8b": 0.05, "qwen-7b": 0.04} in seconds, each a duration in ``span`` (s), the model as
+    its engine names it (the ``model`` label); a model given twice is refused; empty: {}. ``example``
+    (``llama-3-8b=50ms``) is for the messages. One parser for every kind of latency target
+    (:data:`parse_itl_targets`, :data:`parse_ttft_targets`)."""
+    duration = duration_in(*span)
+    form = f"MODEL=DURATION (e.g. {example})"
+
+    def parse(text: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            model, value = model_pair(item, form)
+            if model in out:
+                raise ValueError(f"{item!r}: {model!r} has two targets")
+            try:
+                out[model] = duration(value)
+            except ValueError as exc:
+                raise ValueError(f"{item!r}: {exc}") from None
+        return out
+
+    return parse
 
 
-def parse_itl_targets(text: str) -> dict[str, float]:
-    """``llama-3-8b=50ms,qwen-7b=0.04`` -> {"llama-3-8b": 0.05, "qwen-7b": 0.04}: each served model's
-    inter-token latency p95 target in seconds (:data:`ITL_TARGET_SECONDS`), the model as its engine
-    names it (the ``model`` label); a model given twice is refused. Empty: {}."""
-    out: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        model, value = model_pair(item, "MODEL=DURATION (e.g. llama-3-8b=50ms)")
-        if model in out:
-            raise ValueError(f"{item!r}: {model!r} has two targets")
-        try:
-            out[model] = _itl(value)
-        except ValueError as exc:
-            raise ValueError(f"{item!r}: {exc}") from None
-    return out
+parse_itl_targets = latency_targets(ITL_TARGET_SECONDS, "llama-3-8b=50ms")
+"""Each served model's inter-token latency p95 target (s), :data:`ITL_TARGET_SECONDS`: ``--itl-target``."""
+parse_ttft_targets = latency_targets(TTFT_TARGET_SECONDS, "llama-3-8b=800ms")
+"""Each served model's time-to-first-token p95 target (s), :data:`TTFT_TARGET_SECONDS`: ``--ttft-target``."""
 
 
 def refusal(name: str, text: str, exc: Exception) -> str:

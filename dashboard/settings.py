@@ -21,6 +21,7 @@ from dashboard.inputs import (
     named,
     parse_itl_targets,
     parse_prices,
+    parse_ttft_targets,
     plain,
     scrape_targets,
     whole_between,
@@ -50,6 +51,10 @@ class DashboardSettings:
     """Inter-token latency p95 target (s) by served model (the engine's model name, exactly): the
     Serving page holds each model against it and gives it to the advisor; others get today's p95
     plus the advisor's margin."""
+    ttft_targets_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Time-to-first-token p95 target (s) by served model (the engine's model name, exactly): the
+    Serving page holds each model against it and gives it to the advisor; others have no TTFT
+    target (no default: prefill scales with compute, not with the decode's class mix)."""
     refresh_seconds: float = 30.0
     timeout_seconds: float = 10.0
     scrape_interval_seconds: float = 5.0
@@ -97,6 +102,7 @@ def from_env(env: Mapping[str, str] | None = None) -> DashboardSettings:
         scrape_urls=_read(env, "SCRAPE", scrape_targets, ()),
         prices_per_gpu_hour=_read(env, "PRICES", parse_prices, {}),
         itl_targets_seconds=_read(env, "ITL_TARGETS", parse_itl_targets, {}),
+        ttft_targets_seconds=_read(env, "TTFT_TARGETS", parse_ttft_targets, {}),
         refresh_seconds=_read(env, "REFRESH_SECONDS", PARSE_REFRESH, base.refresh_seconds),
         timeout_seconds=_read(env, "TIMEOUT_SECONDS", PARSE_TIMEOUT, base.timeout_seconds),
         scrape_interval_seconds=_read(
@@ -112,6 +118,7 @@ def to_env(settings: DashboardSettings) -> dict[str, str]:
     env = {
         ENV_PREFIX + "PRICES": ",".join(f"{k}={plain(v)}" for k, v in settings.prices_per_gpu_hour.items()),
         ENV_PREFIX + "ITL_TARGETS": ",".join(f"{k}={plain(v)}" for k, v in settings.itl_targets_seconds.items()),
+        ENV_PREFIX + "TTFT_TARGETS": ",".join(f"{k}={plain(v)}" for k, v in settings.ttft_targets_seconds.items()),
         ENV_PREFIX + "REFRESH_SECONDS": plain(settings.refresh_seconds),
         ENV_PREFIX + "TIMEOUT_SECONDS": plain(settings.timeout_seconds),
         ENV_PREFIX + "SCRAPE_INTERVAL_SECONDS": plain(settings.scrape_interval_seconds),

@@ -23,6 +23,7 @@ import pytest
 
 from dashboard import cli as dashboard_cli
 from dashboard.advisor import cli as advisor_cli
+from dashboard.inputs import parse_itl_targets, parse_ttft_targets
 from dashboard.settings import DashboardSettings, from_env, parse_prices, to_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,6 +149,21 @@ DASHBOARD_BAD: dict[str, list[str]] = {
         "=50ms",
         "llama-3-8b",
     ],
+    "--ttft-target": [
+        "llama-3-8b=fast",
+        "llama-3-8b=0",
+        "llama-3-8b=500us",
+        "llama-3-8b=601s",
+        "llama-3-8b=11m",
+        "llama-3-8b=1h",
+        "llama-3-8b=1e3",
+        "llama-3-8b=٥٠٠ms",
+        "llama-3-8b=-2s",
+        "llama-3-8b=2s,llama-3-8b=3s",
+        "llama-3-8b=",
+        "=2s",
+        "llama-3-8b",
+    ],
 }
 SOURCE_BAD: dict[str, list[str]] = {
     "--prometheus": [
@@ -186,6 +202,7 @@ DASHBOARD_ENV_BAD: dict[str, list[str]] = {
     "ADDRESS": ["a b", "999.1.1.1"],
     "PRICES": ["H200=nan", "H200=inf", "H200=1e3"],
     "ITL_TARGETS": ["llama-3-8b=fast", "llama-3-8b=0", "llama-3-8b", "a=1ms,a=2ms"],
+    "TTFT_TARGETS": ["llama-3-8b=fast", "llama-3-8b=0", "llama-3-8b=11m", "llama-3-8b", "a=1s,a=2s"],
     "REFRESH_SECONDS": ["nan", "inf", "-1", "١"],
     "TIMEOUT_SECONDS": ["-5", "nan", "1e12", "0"],
     "SCRAPE_INTERVAL_SECONDS": ["nan", "0", "١"],
@@ -215,6 +232,7 @@ APP_ENV_BAD: dict[str, list[str]] = {
     "MAX_MARKS": ["١٠", "1_000", "1.5", "1000001"],
     "PRICES": ["H200=nan", "H200=inf", "H200=٣", "H200=3,H200=4"],
     "ITL_TARGETS": ["llama-3-8b=fast", "llama-3-8b=90s", "a=1ms,a=2ms"],
+    "TTFT_TARGETS": ["llama-3-8b=fast", "llama-3-8b=601s", "a=1s,a=2s"],
     "PROMETHEUS": ["prom:9090", "http://prom:99999", "ftp://prom"],
     "SCRAPE": ["ftp://a", "a:99999"],
 }
@@ -264,6 +282,9 @@ def test_documented_forms_and_the_ends_of_each_range_are_taken(dashboard_main: C
         (("--itl-target", "llama-3-8b=50ms"), "ITL_TARGETS", "llama-3-8b=0.05"),
         (("--itl-target", "meta-llama/Llama-3.1-8B=1ms, q=1m"), "ITL_TARGETS", "meta-llama/Llama-3.1-8B=0.001,q=60"),
         (("--itl-target", "a=b=0.04"), "ITL_TARGETS", "a=b=0.04"),
+        (("--ttft-target", "llama-3-8b=800ms"), "TTFT_TARGETS", "llama-3-8b=0.8"),
+        (("--ttft-target", "Qwen/Qwen2.5-7B=1ms, q=10m"), "TTFT_TARGETS", "Qwen/Qwen2.5-7B=0.001,q=600"),
+        (("--ttft-target", "a=b=2"), "TTFT_TARGETS", "a=b=2"),
     ]
     wrong = [f"{argv}: {key}={got!r}" for argv, key, want in cases if (got := started(*argv)[DASH_ENV + key]) != want]
     assert wrong == []
@@ -289,6 +310,7 @@ def test_environment_twins_reach_the_app_when_no_flag_is_given(dashboard_main: C
         "SCRAPE_INTERVAL_SECONDS": "2",
         "PRICES": "H200=3.5",
         "ITL_TARGETS": "llama-3-8b=0.05",
+        "TTFT_TARGETS": "llama-3-8b=0.8",
         "PORT": "8600",
         "ADDRESS": "127.0.0.1",
     }
@@ -311,6 +333,7 @@ def test_settings_survive_the_environment_exactly() -> None:
         prometheus_url="http://prom:9090",
         prices_per_gpu_hour={"H200": 0.00001, "A100": 1234.5678, "*": 2.0},
         itl_targets_seconds={"meta-llama/Llama-3.1-8B-Instruct": 0.0123456789, "a=b": 60.0, "c": 0.001},
+        ttft_targets_seconds={"meta-llama/Llama-3.1-8B-Instruct": 1.23456789, "a=b": 600.0, "c": 0.001},
         refresh_seconds=86399.125,
         timeout_seconds=0.123456789,
         scrape_interval_seconds=1.5,
@@ -345,6 +368,7 @@ def test_the_dashboard_help_states_each_range() -> None:
         ("--max-marks", "1..1000000"),
         ("--price-per-gpu-hour", "USD 0..10000"),
         ("--itl-target", "1ms..1m"),
+        ("--ttft-target", "1ms..10m"),
     ]:
         assert flag in text and span in text, (flag, span)
     for key in (
@@ -352,6 +376,7 @@ def test_the_dashboard_help_states_each_range() -> None:
         "ADDRESS",
         "PRICES",
         "ITL_TARGETS",
+        "TTFT_TARGETS",
         "REFRESH_SECONDS",
         "TIMEOUT_SECONDS",
         "SCRAPE_INTERVAL_SECONDS",
@@ -370,6 +395,7 @@ ADVISOR_BAD: dict[str, list[str]] = {
     "--step": ["0.0000001s", "0", "2d", "90.5s", "nan", "1e3s", "-1m", "٦٠"],
     "--price": ["H200=nan", "H200=inf", "H200=-1", "H200=1e2", "H200=٣", "H200=20000", "H200=3,H200=4"],
     "--itl-target": ["llama-3-8b=fast", "llama-3-8b=0", "llama-3-8b=2m", "a=1ms,a=2ms", "llama-3-8b"],
+    "--ttft-target": ["llama-3-8b=fast", "llama-3-8b=0", "llama-3-8b=11m", "a=1s,a=2s", "llama-3-8b"],
 }
 
 
@@ -452,9 +478,36 @@ def test_both_commands_read_itl_targets_with_one_parser(
             assert out.code == 2 and f"--itl-target {bad!r}" in out.stderr and why in out.stderr, out.stderr
 
 
+def test_both_commands_read_ttft_targets_with_the_same_parser(
+    dashboard_main: Callable[..., Outcome], advisor_main: Callable[..., Outcome]
+) -> None:
+    """``--ttft-target`` takes ``MODEL=DURATION[,...]`` in the advisor (repeatable) and the dashboard
+    alike, read by the ITL targets' parser with the TTFT range (1ms..10m): a 2-minute TTFT target is
+    taken where the same ITL target is refused, 11 minutes is refused; each refusal names the flag."""
+    argv = ["--ttft-target", "llama-3-8b=800ms,qwen=1.5", "--ttft-target", "big=2m"]
+    got = advisor_cli.options(advisor_cli.parser().parse_args(["--prometheus", CLOSED, *argv]))
+    assert got.ttft_targets == {"llama-3-8b": 0.8, "qwen": 1.5, "big": 120.0}
+    assert got.itl_targets == {}, "a TTFT target is no ITL target"
+    env = dashboard_main([*SOURCE, "--ttft-target", "llama-3-8b=800ms,qwen=1.5,big=2m"]).started["env"]
+    assert from_env(env).ttft_targets_seconds == got.ttft_targets
+    assert from_env(env).itl_targets_seconds == {}
+    both = ["--prometheus", CLOSED, "--ttft-target", "a=1s", "--ttft-target", "a=2s"]
+    with pytest.raises(ValueError, match="--ttft-target: 'a' has two targets"):
+        advisor_cli.options(advisor_cli.parser().parse_args(both))
+    assert parse_ttft_targets("a=10m") == {"a": 600.0}
+    with pytest.raises(ValueError, match="it is longer than 1m"):
+        parse_itl_targets("a=2m")
+    for bad, why in (("a=fast", "'fast' is not a duration in 1ms..10m"), ("a=11m", "it is longer than 10m")):
+        for out in (dashboard_main([*SOURCE, "--ttft-target", bad]), advisor_main(["--ttft-target", bad])):
+            assert out.code == 2 and f"--ttft-target {bad!r}" in out.stderr and why in out.stderr, out.stderr
+    out = dashboard_main(SOURCE, {DASH_ENV + "TTFT_TARGETS": "a=11m"})
+    assert out.code == 2 and f"{DASH_ENV}TTFT_TARGETS='a=11m'" in out.stderr, out.stderr
+
+
 def test_the_advisor_help_states_each_range() -> None:
     text = " ".join(advisor_cli.parser().format_help().split())
-    for span in ("1h..365d", "1s..1d", "100ms..1h", "1..4", "USD 0..10000", "http:// or https://"):
+    spans = ("1h..365d", "1s..1d", "100ms..1h", "1..4", "USD 0..10000", "http:// or https://", "1ms..1m", "1ms..10m")
+    for span in spans:
         assert span in text, span
 
 
@@ -488,6 +541,8 @@ def _run(module: str, argv: list[str], env: Mapping[str, str] | None = None) -> 
         (["--price-per-gpu-hour", "H200=nan"], {}, "--price-per-gpu-hour"),
         (["--itl-target", "llama-3-8b=fast"], {}, "--itl-target"),
         ([], {"GPULENS_DASHBOARD_ITL_TARGETS": "llama-3-8b=0"}, "GPULENS_DASHBOARD_ITL_TARGETS"),
+        (["--ttft-target", "llama-3-8b=11m"], {}, "--ttft-target"),
+        ([], {"GPULENS_DASHBOARD_TTFT_TARGETS": "llama-3-8b=0"}, "GPULENS_DASHBOARD_TTFT_TARGETS"),
         ([], {"GPULENS_DASHBOARD_PORT": "abc"}, "GPULENS_DASHBOARD_PORT"),
         ([], {"GPULENS_DASHBOARD_REFRESH_SECONDS": "nan"}, "GPULENS_DASHBOARD_REFRESH_SECONDS"),
         ([], {"GPULENS_DASHBOARD_MAX_MARKS": "١٠"}, "GPULENS_DASHBOARD_MAX_MARKS"),
@@ -511,6 +566,7 @@ def test_the_dashboard_command_exits_2_naming_the_input(argv: list[str], env: di
         (["--step", "0.0000001s"], "--step"),
         (["--price", "H200=nan"], "--price"),
         (["--itl-target", "llama-3-8b=fast"], "--itl-target"),
+        (["--ttft-target", "llama-3-8b=11m"], "--ttft-target"),
     ],
 )
 def test_the_advisor_command_exits_2_naming_the_flag(argv: list[str], name: str) -> None:

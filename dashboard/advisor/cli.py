@@ -12,7 +12,7 @@ import io
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -27,6 +27,7 @@ from dashboard.inputs import (
     PRICE_USD,
     QUERY_TIMEOUT_SECONDS,
     STEP_SECONDS,
+    TTFT_TARGET_SECONDS,
     WINDOW_SECONDS,
     duration_in,
     duration_span,
@@ -35,6 +36,7 @@ from dashboard.inputs import (
     number_between,
     parse_itl_targets,
     parse_prices,
+    parse_ttft_targets,
     plain,
 )
 from dashboard.sources import prometheus_auth
@@ -396,6 +398,14 @@ def parser() -> argparse.ArgumentParser:
         help="a served model's inter-token latency p95 target (repeatable; e.g. llama-3-8b=50ms,qwen-7b=40ms; "
         f"{duration_span(*ITL_TARGET_SECONDS)}); default: today's p95 + 25%%",
     )
+    p.add_argument(
+        "--ttft-target",
+        action="append",
+        default=[],
+        metavar="MODEL=DURATION[,...]",
+        help="a served model's time-to-first-token p95 target (repeatable; e.g. llama-3-8b=800ms; "
+        f"{duration_span(*TTFT_TARGET_SECONDS)}); default: none (TTFT is not held)",
+    )
     p.add_argument("--namespace", default=None, help="only workloads of this namespace")
     p.add_argument("--timeout", default="30", help=f"time limit of each Prometheus query, {timeout} (default 30s)")
     prometheus_auth.add_arguments(p, ENV_PREFIX)
@@ -413,6 +423,21 @@ class Options:
     timeout_s: float
     itl_targets: dict[str, float]
     """Served model -> ITL p95 target (seconds)."""
+    ttft_targets: dict[str, float]
+    """Served model -> TTFT p95 target (seconds)."""
+
+
+def _targets(items: Sequence[str], flag: str, parse: Callable[[str], dict[str, float]]) -> dict[str, float]:
+    """A repeatable per-model latency flag's values merged; a model given twice (in one value or
+    two) is refused, naming ``flag``."""
+    targets: dict[str, float] = {}
+    for item in items:
+        more = named(parse, flag, item)
+        twice = sorted(targets.keys() & more.keys())
+        if twice:
+            raise ValueError(f"{flag}: {twice[0]!r} has two targets")
+        targets.update(more)
+    return targets
 
 
 def options(a: argparse.Namespace) -> Options:
@@ -428,13 +453,6 @@ def options(a: argparse.Namespace) -> Options:
         if twice:
             raise ValueError(f"--price: {twice[0]!r} is priced twice")
         prices.update(more)
-    targets: dict[str, float] = {}
-    for item in a.itl_target:
-        more = named(parse_itl_targets, "--itl-target", item)
-        twice = sorted(targets.keys() & more.keys())
-        if twice:
-            raise ValueError(f"--itl-target: {twice[0]!r} has two targets")
-        targets.update(more)
     return Options(
         prometheus=named(http_url, "--prometheus", a.prometheus),
         window=Window(window_s=window_s, step_s=step_s),
@@ -444,7 +462,8 @@ def options(a: argparse.Namespace) -> Options:
             compute_headroom=named(PARSE_HEADROOM, "--compute-headroom", a.compute_headroom),
         ),
         timeout_s=named(PARSE_TIMEOUT, "--timeout", a.timeout),
-        itl_targets=targets,
+        itl_targets=_targets(a.itl_target, "--itl-target", parse_itl_targets),
+        ttft_targets=_targets(a.ttft_target, "--ttft-target", parse_ttft_targets),
     )
 
 
@@ -467,7 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs = advise_all_jobs(src, o.window, o.prices, o.policy, filters) if recs else none
         # a served model's pods hold GPUs: no workload, no serving advice (and no pass over an empty store)
         serving = (
-            advise_serving(src, o.window, o.prices, o.itl_targets, filters) if recs and a.format != "csv" else None
+            advise_serving(src, o.window, o.prices, o.itl_targets, filters, o.ttft_targets)
+            if recs and a.format != "csv"
+            else None
         )
     except SourceError as exc:
         print(f"gpulens-advisor: {exc}", file=sys.stderr)

@@ -190,11 +190,14 @@ def advise_serving(
     prices: Mapping[str, float] | None = None,
     targets: Mapping[str, float] | None = None,
     filters: Filters = NO_FILTERS,
+    ttft_targets: Mapping[str, float] | None = None,
 ) -> ServingReport:
     """Measure and advise: ``targets`` maps a model name to its ITL p95 target in seconds (others
-    get today's p95 plus the stated margin)."""
+    get today's p95 plus the stated margin); ``ttft_targets`` to its TTFT p95 target in seconds
+    (others have none: no default, prefill does not scale with the decode's class mix)."""
     measured = measure(src, win, filters)
-    advice = [advise_model(m, prices or {}, (targets or {}).get(m.model)) for m in measured.models]
+    itl, ttft = targets or {}, ttft_targets or {}
+    advice = [advise_model(m, prices or {}, itl.get(m.model), ttft.get(m.model)) for m in measured.models]
     roles: dict[tuple[str, str], dict[str, ServedModel]] = {}
     for m in measured.models:
         roles.setdefault((m.namespace, m.model), {})[m.role] = m
