@@ -108,6 +108,45 @@ def test_a_decode_bound_model_on_h100_moves_to_h200_only_when_the_cost_per_token
     assert advice.target == ("H200" if moves else "keep"), advice.text
 
 
+def test_a_candidate_whose_predicted_ttft_exceeds_its_target_is_rejected() -> None:
+    """The TTFT p95 target (``--ttft-target``) holds as the ITL one does: TTFT becomes r times today's."""
+    m = small_model_on_h200()
+    m = ServedModel(**{**m.__dict__, "ttft_p95_seconds": 0.200})
+    prices = {"H200": 4.0, "L40S": 0.90, "L4": 0.80}
+    # without a TTFT target: the L40S as above (r = 5.1, $0.25 per M), its TTFT 200 ms x 5.1 = 1,020 ms unheld
+    assert advise_model(m, prices, target_itl_seconds=0.050).target == "L40S"
+    advice = advise_model(m, prices, target_itl_seconds=0.050, target_ttft_seconds=0.500)
+    # with 500 ms: L40S 1,020 ms > 500, rejected; H200 1g.35gb (r 3.7) 740 ms > 500, rejected ($0.278);
+    #   H200 3g.71gb (r = 0.9 x 4.8/2.4 + 0.1 = 1.9) 380 ms <= 500, 1 GPU, $/M = 4.0 x 0.5 / 7.2e6 x 1e6 = 0.278;
+    #   H200 4g.71gb (r 1.9, 380 ms) meets too but costs 4.0 x 4/7 / 7.2e6 x 1e6 = 0.317
+    by_gpu = {p.gpu.key: p for p in advice.considered}
+    assert by_gpu["L40S"].ttft_p95_seconds == pytest.approx(0.200 * 5.1)
+    assert by_gpu["L40S"].itl_p95_seconds <= 0.050 and not by_gpu["L40S"].meets_target
+    assert by_gpu["H200 1g.35gb"].ttft_p95_seconds == pytest.approx(0.200 * 3.7)
+    assert not by_gpu["H200 1g.35gb"].meets_target
+    assert advice.target == "H200 3g.71gb", advice.text
+    assert advice.chosen is not None and advice.chosen.ttft_p95_seconds == pytest.approx(0.200 * 1.9)
+    assert advice.chosen.usd_per_million_tokens == pytest.approx(4.0 * 0.5 / (2000 * 3600) * 1e6)
+    assert "TTFT p95 380 ms against a 500 ms target" in advice.text
+    assert (advice.evidence["ttft_target_seconds"], advice.evidence["ttft_target_source"]) == (0.5, "given")
+    assert advice.evidence["ttft_p95_seconds"] == 0.200
+    # at 300 ms no candidate's TTFT (380 ms at best) meets it: keep, naming both targets
+    kept = advise_model(m, prices, target_itl_seconds=0.050, target_ttft_seconds=0.300)
+    assert kept.target == "keep", kept.text
+    assert "no priced GPU meets the 50 ms ITL p95 and 300 ms TTFT p95 targets and fits" in kept.text
+    # a TTFT target but no TTFT measured: no candidate can be shown to meet it
+    unmeasured = advise_model(small_model_on_h200(), prices, target_itl_seconds=0.050, target_ttft_seconds=0.500)
+    assert unmeasured.target == "keep" and not any(p.meets_target for p in unmeasured.considered)
+
+
+def test_without_a_ttft_target_no_ttft_is_held() -> None:
+    """No default TTFT target: the evidence names none, and a model is advised on its ITL alone."""
+    m = ServedModel(**{**small_model_on_h200().__dict__, "ttft_p95_seconds": 5.0})
+    advice = advise_model(m, {"H200": 4.0, "L40S": 0.90}, target_itl_seconds=0.050)
+    assert "ttft_target_seconds" not in advice.evidence and "TTFT" not in advice.text
+    assert advice.target == "L40S", advice.text
+
+
 def test_a_model_at_its_latency_limit_is_kept() -> None:
     m = decode_bound_on_h100(itl=0.050)
     # at 50 ms against a 50 ms target: every slower GPU fails (L40S r = 0.95 x 3.35/0.864 + 0.05 = 3.73),

@@ -195,7 +195,8 @@ def predict(
     capacity = per_gpu_now / r * gpus * ceiling
     need = memory_needed(m)
     fits = then.memory_bytes >= m.gpu.memory_bytes or (need is not None and then.memory_bytes >= need)
-    meets = itl <= target_itl and (ttft is None or target_ttft is None or ttft <= target_ttft)
+    # a given TTFT target is met only by a predicted TTFT: without today's, none can be shown to meet it
+    meets = itl <= target_itl and (target_ttft is None or (ttft is not None and ttft <= target_ttft))
     cost = usd_per_million(then, gpus, m.output_tokens_per_second, prices)
     return Prediction(then, r, gpus, itl, ttft, capacity, cost, fits, meets)
 
@@ -225,6 +226,7 @@ def advise_model(
         "busy_ratio": m.busy_ratio,
         "output_tokens_per_second": m.output_tokens_per_second,
         "itl_p95_seconds": m.itl_p95_seconds,
+        "ttft_p95_seconds": m.ttft_p95_seconds,
     }
     # the target and where it comes from, whatever the advice: the page holds every model against it
     given = target_itl_seconds is not None
@@ -232,6 +234,11 @@ def advise_model(
     if target_itl_seconds is not None or today is not None:
         evidence["itl_target_seconds"] = target_itl_seconds if target_itl_seconds is not None else today
         evidence["itl_target_source"] = "given" if given else f"today's p95 + {pct(DEFAULT_TARGET_MARGIN)}"
+    # TTFT is held to a target only where one is given (no default margin): a decode-bound model's
+    # prefill scales with compute, not with the class mix its decode steps dominate
+    if target_ttft_seconds is not None:
+        evidence["ttft_target_seconds"] = target_ttft_seconds
+        evidence["ttft_target_source"] = "given"
     if shares is None or m.itl_p95_seconds is None or m.output_tokens_per_second <= 0:
         why = (
             "no measured class mix (GPUs without GPM)"
@@ -243,9 +250,13 @@ def advise_model(
         )
     evidence.update({f"share_{c}": s for c, s in sorted(shares.items())})
     target = target_itl_seconds if target_itl_seconds is not None else m.itl_p95_seconds * (1 + DEFAULT_TARGET_MARGIN)
-    # TTFT is held to a target only where one is given: a decode-bound model's prefill scales
-    # with compute, not with the class mix its decode steps dominate
     ttft_target = target_ttft_seconds
+    # what the sentences call the target: the ITL one, and the TTFT one beside it where given
+    targets = (
+        f"{_ms(target)} target"
+        if ttft_target is None
+        else f"{_ms(target)} ITL p95 and {_ms(ttft_target)} TTFT p95 targets"
+    )
     now_cost = usd_per_million(m.gpu, m.gpus, m.output_tokens_per_second, prices)
     evidence["usd_per_million_now"] = now_cost
     considered = tuple(
@@ -253,11 +264,14 @@ def advise_model(
     )
     good = [p for p in considered if p.fits_memory and p.meets_target and p.usd_per_million_tokens is not None]
     best = min(good, key=lambda p: (p.usd_per_million_tokens, p.gpus * p.gpu.gpu_share), default=None)
-    assumptions = (*ASSUMPTIONS, f"latency target {_ms(target)} ({evidence['itl_target_source']})")
-    if best is None or now_cost is None or best.usd_per_million_tokens is None:
-        why = (
-            "no price for today's GPU" if now_cost is None else f"no priced GPU meets the {_ms(target)} target and fits"
+    assumptions: tuple[str, ...] = (*ASSUMPTIONS, f"latency target {_ms(target)} ({evidence['itl_target_source']})")
+    if ttft_target is not None:
+        assumptions = (
+            *assumptions,
+            f"TTFT p95 target {_ms(ttft_target)} (given), time to first token scaled by the same step ratio",
         )
+    if best is None or now_cost is None or best.usd_per_million_tokens is None:
+        why = "no price for today's GPU" if now_cost is None else f"no priced GPU meets the {targets} and fits"
         return ServingAdvice(
             m.model, m.role, "keep", f"keep {m.model} on {m.gpu.key}: {why}", evidence, assumptions, None, considered
         )
@@ -266,7 +280,7 @@ def advise_model(
             m.model,
             m.role,
             "keep",
-            f"keep {m.model} on {m.gpu.key}: no GPU that meets the {_ms(target)} target serves it cheaper "
+            f"keep {m.model} on {m.gpu.key}: no GPU that meets the {targets} serves it cheaper "
             f"(best: {best.gpu.key} at {_usd(best.usd_per_million_tokens)} against {_usd(now_cost)} per M tokens)",
             evidence,
             assumptions,
@@ -276,7 +290,13 @@ def advise_model(
     text = (
         f"serve {m.model} on {best.gpus} × {best.gpu.key}: predicted {best.capacity_tokens_per_second:,.0f} tok/s "
         f"(now {m.output_tokens_per_second:,.0f} on {m.gpus:g} × {m.gpu.key}), ITL p95 {_ms(best.itl_p95_seconds)} "
-        f"against a {_ms(target)} target, {_usd(now_cost)} → {_usd(best.usd_per_million_tokens)} per M tokens"
+        f"against a {_ms(target)} target"
+        + (
+            ""
+            if ttft_target is None
+            else f", TTFT p95 {_ms(best.ttft_p95_seconds)} against a {_ms(ttft_target)} target"
+        )
+        + f", {_usd(now_cost)} → {_usd(best.usd_per_million_tokens)} per M tokens"
     )
     return ServingAdvice(m.model, m.role, best.gpu.key, text, evidence, assumptions, best, considered)
 
