@@ -117,7 +117,20 @@ def test_the_cli_prints_the_serving_advice_and_refuses_a_bad_target(
     assert advice[("llama-3-8b", "both")] == "2 x L40S"
     assert advice[("llama-3-70b", "both")] == "6 x H200"
     assert doc["serving_balance"][0]["move_gpus"] == 1
+    # a TTFT target the L40S misses: TTFT 60 ms x r 5.1 = 306 ms > 200 ms; the cheapest fit that meets
+    # it is half an H200 (3g.71gb, r 1.9: 114 ms), 3.5 x 0.5 / 7.2 = $0.243 against $0.486 per M today
+    ttft = ["--ttft-target", "llama-3-8b=200ms"]
+    assert cli.main(["--prometheus", base, *prices, *targets, *ttft, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    small = next(x for x in doc["serving"] if (x["model"], x["role"]) == ("llama-3-8b", "both"))
+    assert small["advice"] == "1 x H200 3g.71gb", small
+    assert small["evidence"]["ttft_target_seconds"] == 0.2
+    assert "TTFT p95 114 ms against a 200 ms target" in small["reason"], small["reason"]
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--prometheus", base, "--itl-target", "llama-3-8b=fast"])
     assert exit_.value.code == 2
     assert "--itl-target 'llama-3-8b=fast'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--prometheus", base, "--ttft-target", "llama-3-8b=11m"])
+    assert exit_.value.code == 2
+    assert "--ttft-target 'llama-3-8b=11m'" in capsys.readouterr().err
