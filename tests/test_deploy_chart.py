@@ -958,9 +958,20 @@ def test_dashboard_reads_prometheus_credentials_from_a_mounted_secret() -> None:
     assert parsed.prometheus_header == ["X-Scope-OrgID=team-a"]
 
 
-def test_dashboard_takes_each_served_models_latency_target_from_values() -> None:
-    """``dashboard.servingItlTargets`` becomes one ``--itl-target`` the dashboard reads (the models in
-    name order); none by default; a name with a comma or a value that is no duration is refused."""
+@pytest.mark.parametrize(
+    ("key", "flag", "attr", "long"),
+    [
+        ("servingItlTargets", "--itl-target", "itl_targets_seconds", "2m"),
+        ("servingTtftTargets", "--ttft-target", "ttft_targets_seconds", "11m"),
+    ],
+)
+def test_dashboard_takes_each_served_models_latency_target_from_values(
+    key: str, flag: str, attr: str, long: str
+) -> None:
+    """``dashboard.servingItlTargets`` and ``dashboard.servingTtftTargets`` each become one flag the
+    dashboard reads (the models in name order), and only their own; none by default; a name with a
+    comma or a value that is no duration is refused by the schema, one over the flag's range by the
+    dashboard (naming the flag)."""
     import helm_python
 
     from dashboard.cli import build_parser, settings_from_args
@@ -969,15 +980,29 @@ def test_dashboard_takes_each_served_models_latency_target_from_values() -> None
         pod = one(objects(values), "Deployment", "dashboard")["spec"]["template"]["spec"]
         return list(pod["containers"][0]["args"])
 
-    assert not any(a.startswith("--itl-target") for a in args())
+    assert not any(a.startswith(("--itl-target", "--ttft-target")) for a in args())
     targets = {"meta-llama/Llama-3.1-8B-Instruct": "50ms", "Qwen/Qwen2.5-7B-Instruct": 0.04}
-    got = [a for a in args({"dashboard": {"servingItlTargets": targets}}) if a.startswith("--itl-target")]
-    assert got == ["--itl-target=Qwen/Qwen2.5-7B-Instruct=0.04,meta-llama/Llama-3.1-8B-Instruct=50ms"]
+    rendered = args({"dashboard": {key: targets}})
+    got = [a for a in rendered if a.startswith(("--itl-target", "--ttft-target"))]
+    assert got == [f"{flag}=Qwen/Qwen2.5-7B-Instruct=0.04,meta-llama/Llama-3.1-8B-Instruct=50ms"]
     settings = settings_from_args(build_parser().parse_args(["--prometheus", "http://prom:9090", *got]), env={})
-    assert settings.itl_targets_seconds == {"Qwen/Qwen2.5-7B-Instruct": 0.04, "meta-llama/Llama-3.1-8B-Instruct": 0.05}
+    assert getattr(settings, attr) == {"Qwen/Qwen2.5-7B-Instruct": 0.04, "meta-llama/Llama-3.1-8B-Instruct": 0.05}
+    other = "ttft_targets_seconds" if attr == "itl_targets_seconds" else "itl_targets_seconds"
+    assert getattr(settings, other) == {}
     for bad, needle in (({"a,b": "50ms"}, "a,b"), ({"a": "fast"}, "fast")):
         with pytest.raises(helm_python.HelmError, match=needle):
-            objects({"dashboard": {"servingItlTargets": bad}})
+            objects({"dashboard": {key: bad}})
+    over = [a for a in args({"dashboard": {key: {"a": long}}}) if a.startswith(flag)]
+    with pytest.raises(ValueError, match=f"^{flag} 'a={long}'"):
+        settings_from_args(build_parser().parse_args(["--prometheus", "http://prom:9090", *over]), env={})
+
+
+def test_dashboard_takes_both_latency_targets_from_values_together() -> None:
+    """Both maps set: two flags, ITL then TTFT, each with its own models."""
+    values = {"servingItlTargets": {"a": "40ms"}, "servingTtftTargets": {"a": "2s", "b": 1}}
+    pod = one(objects({"dashboard": values}), "Deployment", "dashboard")["spec"]["template"]["spec"]
+    got = [a for a in pod["containers"][0]["args"] if a.startswith(("--itl-target", "--ttft-target"))]
+    assert got == ["--itl-target=a=40ms", "--ttft-target=a=2s,b=1"]
 
 
 @pytest.mark.parametrize(

@@ -85,3 +85,18 @@ baseline
 restricted
 {{- end -}}
 {{- end -}}
+
+{{/*
+One per-model latency target flag of the dashboard from a map of served model -> duration:
+"--FLAG=MODEL=DURATION,..." (models in name order), nothing for an empty map. Called with
+(dict "flag" "itl-target" "targets" .Values.dashboard.servingItlTargets), and likewise for TTFT.
+*/}}
+{{- define "gpulens.dashboard.latencyTargets" -}}
+{{- with .targets }}
+{{- $targets := list }}
+{{- range $model, $target := . }}
+{{- $targets = append $targets (printf "%s=%v" $model $target) }}
+{{- end }}
+- {{ printf "--%s=%s" $.flag (join "," $targets) | quote }}
+{{- end }}
+{{- end }}
