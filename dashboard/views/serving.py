@@ -83,6 +83,8 @@ MISSING: dict[str, str | Sequence[str]] = {
     "itl_target_ms": "no target",
     "itl_p95_window_ms": "no request",
     "itl_target_status": "no latency",
+    "ttft_target_ms": "no target",
+    "ttft_p95_window_ms": "no request",
 }
 
 
@@ -245,9 +247,11 @@ def _advice(
     filters: tuple[str | None, ...],
     prices: tuple[tuple[str, float], ...],
     targets: tuple[tuple[str, float], ...],
+    ttft_targets: tuple[tuple[str, float], ...],
     _src: Any,
 ) -> ServingReport:
-    return advise_serving(_src, Window(window_s=window_s, end=end), dict(prices), dict(targets), Filters(*filters))
+    win = Window(window_s=window_s, end=end)
+    return advise_serving(_src, win, dict(prices), dict(targets), Filters(*filters), dict(ttft_targets))
 
 
 def advice_panel(ctx: ui.PageContext) -> None:
@@ -264,6 +268,7 @@ def advice_panel(ctx: ui.PageContext) -> None:
         (f.cluster, f.node, f.instance, f.namespace),
         tuple(sorted(ctx.settings.prices_per_gpu_hour.items())),
         tuple(sorted(ctx.settings.itl_targets_seconds.items())),
+        tuple(sorted(ctx.settings.ttft_targets_seconds.items())),
         ctx.source,
     )
     st.caption(
@@ -271,7 +276,8 @@ def advice_panel(ctx: ui.PageContext) -> None:
         "and cost on every GPU model and MIG profile; a move is advised only to a cheaper one that meets the "
         "inter-token latency target and fits memory (docs/serving.md). Each model's ITL p95 over the window (the "
         "95th percentile of its 5-minute p95s) is held against its target: given (the dashboard's --itl-target), "
-        "else today's p95 + 25 %, which it meets by construction."
+        "else today's p95 + 25 %, which it meets by construction. Its TTFT p95 is held likewise only where a "
+        "target is given (the dashboard's --ttft-target; no default), and a move must meet that too."
     )
     rows = [
         {
@@ -282,6 +288,11 @@ def advice_panel(ctx: ui.PageContext) -> None:
             "itl_target_ms": _ms(a.evidence.get("itl_target_seconds")),
             "itl_target_status": target_status(a.evidence.get("itl_p95_seconds"), a.evidence.get("itl_target_seconds")),
             "itl_target_source": a.evidence.get("itl_target_source"),
+            "ttft_target_ms": _ms(a.evidence.get("ttft_target_seconds")),
+            "ttft_target_status": ttft_status(
+                a.evidence.get("ttft_p95_seconds"), a.evidence.get("ttft_target_seconds")
+            ),
+            "ttft_p95_window_ms": _ms(a.evidence.get("ttft_p95_seconds")),
         }
         for a in report.advice
     ]
@@ -306,6 +317,14 @@ def target_status(p95: object, target: object) -> str | None:
     if not isinstance(p95, int | float) or not isinstance(target, int | float):
         return None
     return "met" if p95 <= target else "missed"
+
+
+def ttft_status(p95: object, target: object) -> str:
+    """:func:`target_status` of the TTFT p95, which has a target only where one is given: ``no target``
+    without one, ``no TTFT measured`` with one but no p95 to hold against it."""
+    if target is None:
+        return "no target"
+    return target_status(p95, target) or "no TTFT measured"
 
 
 def _ms(seconds: object) -> float | None:
