@@ -609,7 +609,7 @@ def test_bad_fault_spec_names_the_bad_part(spec: str, named: str) -> None:
 
 def test_faults_can_be_flipped_from_another_thread_while_sampling() -> None:
     faults = SimFaults()
-    backend = SimulatedBackend("mig7x8", faults=faults)
+    backend = SimulatedBackend("h200x8", faults=faults)
     stop = threading.Event()
 
     def flip() -> None:
