@@ -177,13 +177,18 @@ def holders(allocation: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"holder": "holders"})
 
 
+BOUNDNESS_NOW_LABELS = ("instance", "gpu", *LEAF, "class")
+"""The labels :func:`boundness_now` reads of the boundness state set: a page asks the store for only
+these (``current_state(by=...)``), not every label of every leaf's series."""
+
+
 def boundness_now(boundness: pd.DataFrame) -> pd.DataFrame:
     """Per leaf, the class whose state-set value is 1 (uuid, mig_uuid, class, plus gpu/instance)."""
     if boundness.empty or "class" not in boundness.columns:
         return pd.DataFrame(columns=[*LEAF, "class"])
     b = with_cols(boundness, [*LEAF, "gpu", "instance"])
     b = b[b["value"] >= 0.5]
-    return b[["instance", "gpu", *LEAF, "class"]].drop_duplicates(list(LEAF)).reset_index(drop=True)
+    return b[list(BOUNDNESS_NOW_LABELS)].drop_duplicates(list(LEAF)).reset_index(drop=True)
 
 
 def roofline_points(
