@@ -15,6 +15,11 @@ cleared, ``--runs`` times. Printed per page, as medians of the runs:
   parallel, so this is the slowest batch, not the sum), and the rest, ``own``: frames, figures,
   Streamlit's elements.
 
+``--after PAGE`` times a page switch instead of a cold page: the session runs PAGE first (the cache
+cleared before it), then switches to the timed page within the 10 s query cache, as a click in the
+sidebar does, so that a query PAGE sent too is answered from the cache; only the timed page's
+queries are listed (the bench's switches go Fleet, Efficiency, Workloads... in that order).
+
 ``--profile`` adds the top of cProfile's cumulative table of the page's body (its own thread) for
 one more run of each page. Another tree's dashboard (an A/B):
 
@@ -159,23 +164,34 @@ def time_alone(base: str, queries: dict[str, tuple[str, dict[str, str]]]) -> dic
     return out
 
 
-def run_page(title: str, rng: str, rec: Recorder | None = None) -> tuple[float, list[str]]:
-    """One run of page ``title`` in a fresh AppTest, after the query cache is cleared; its wall
-    seconds and any exceptions."""
+def run_page(
+    title: str, rng: str, rec: Recorder | None = None, after: str | None = None, prof: cProfile.Profile | None = None
+) -> tuple[float, list[str]]:
+    """One run of page ``title`` in a fresh AppTest, after the query cache is cleared (``after``: a
+    switch to it right after that page ran, the cache cleared before that page only); its wall
+    seconds and any exceptions. ``prof`` profiles the timed run's page body only."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     st.cache_data.clear()
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["range"] = rng
-    if title != "Fleet":  # the session starts on the page itself: the default page's queries are not its
-        at.switch_page(PAGES[title])
+    first = after or title
+    if first != "Fleet":  # the session starts on the page itself: the default page's queries are not its
+        at.switch_page(PAGES[first])
     at.run()  # the session and its sidebar, the page once
     st.cache_data.clear()
+    if after is not None:
+        at.run()  # the page before, cold, as the session left it
+        at.switch_page(PAGES[title])
     if rec is not None:  # only the timed run's queries and waits
         rec.reset()
+    PROFILER[0] = prof
     started = time.perf_counter()
-    at.run()
+    try:
+        at.run()
+    finally:
+        PROFILER[0] = None
     took = time.perf_counter() - started
     return took, [str(e.value)[:300] for e in at.exception]
 
@@ -188,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--top", type=int, default=12, help="queries listed per page, the slowest first")
     p.add_argument("--profile", action="store_true", help="also print cProfile's top for one more run")
+    p.add_argument("--after", choices=list(PAGES), help="time a switch from this page (its answers cached)")
     p.add_argument("--alone", action="store_true", help="also time each query alone, one after another (median of 3)")
     a = p.parse_args(argv)
     os.environ.pop("GPULENS_DASHBOARD_SCRAPE", None)
@@ -200,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         walls, waits = [], []
         per: dict[str, list[tuple[float, float | None, int]]] = defaultdict(list)
         for _ in range(a.runs):
-            took, errors = run_page(title, a.range, rec)
+            took, errors = run_page(title, a.range, rec, a.after)
             if errors:
                 print(f"{title}: exceptions {errors}")
             walls.append(took)
@@ -226,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sent:7.3f} {st_s} {al_s} {n:7d} {times:5.1f}  {q[:220]}")
         if a.profile:
             prof = cProfile.Profile()
-            PROFILER[0] = prof
-            run_page(title, a.range)
-            PROFILER[0] = None
+            run_page(title, a.range, after=a.after, prof=prof)
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
             print(out.getvalue())

@@ -38,6 +38,8 @@ import requests
 from dashboard.advisor.engine import recommend
 from dashboard.advisor.query import Window as AdvisorWindow
 from dashboard.advisor.query import measure
+from dashboard.frames.columns import with_cols
+from dashboard.frames.fleet import BOUNDNESS_NOW_LABELS, boundness_now
 from dashboard.sources.openmetrics import OpenMetricsHistory, label_text
 from dashboard.sources.prometheus import PrometheusSource
 from dashboard.sources.scrape import ScrapeSource
@@ -340,6 +342,15 @@ def test_the_same_class_now_from_the_state_sets_current_series(history: tuple[st
         assert set(moving["class"]) == {"transfer"}, name
         idle_web = src.current_state("gpulens_gpu_boundness", Filters(namespace="web"), only=("class", "idle"), end=end)
         assert set(idle_web["uuid"]) == {"GPU-h", "GPU-t"}, (name, idle_web)
+        # with only the labels the Efficiency page reads: the same classes, no other label
+        kept = src.current_state("gpulens_gpu_boundness", by=BOUNDNESS_NOW_LABELS, end=end)
+        assert set(kept.columns) <= {*BOUNDNESS_NOW_LABELS, "value"}, (name, list(kept.columns))
+        assert {"node", "cluster", "job"}.isdisjoint(kept.columns), name
+        leaves = with_cols(kept, ["mig_uuid"])
+        assert {(str(u), str(m)): str(c) for u, m, c in zip(leaves["uuid"], leaves["mig_uuid"], leaves["class"],
+                                                            strict=True)} == expected, name  # fmt: skip
+        rows = [set(boundness_now(df).astype(str).itertuples(index=False)) for df in (kept, now)]
+        assert rows[0] == rows[1], name
 
 
 def test_the_same_idle_since(history: tuple[str, ScrapeSource, float]) -> None:

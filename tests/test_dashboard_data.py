@@ -13,7 +13,7 @@ import pytest
 
 from dashboard import definitions
 from dashboard.frames.columns import from_rows
-from dashboard.frames.fleet import fleet_counts, idle_allocations, price_for, waste_by_namespace
+from dashboard.frames.fleet import fleet_counts, holders, idle_allocations, price_for, waste_by_namespace
 from dashboard.frames.health import probe_comparison
 from dashboard.frames.links import (
     LINK_COUNTERS,
@@ -649,3 +649,27 @@ def test_events_count_the_first_event_that_creates_a_counter_as_the_alert_does()
     assert inc["79"] == 0 and ev["79"] == 1, "the first event counts"
     assert ev["31"] == inc["31"] == 3, "an old counter grows as increase() says"
     assert ev["13"] == 0, "a target first scraped inside the window: its history is not counted"
+
+
+def test_holders_name_each_leafs_pods_once_sorted() -> None:
+    """Per leaf (a whole GPU, or each MIG instance of one on its own) the pods holding it as
+    ``namespace/pod``, each once (two containers of a pod hold it twice), sorted; none: no row."""
+    alloc = pd.DataFrame(
+        {
+            "uuid": ["GPU-a", "GPU-a", "GPU-a", "GPU-m", "GPU-m"],
+            "mig_uuid": ["", "", "", "MIG-1", "MIG-2"],
+            "namespace": ["web", "ml", "ml", "ml", "ml"],
+            "pod": ["w-0", "t-1", "t-1", "m-0", "m-1"],
+            "value": [1.0] * 5,
+        }
+    )
+    got = holders(alloc)
+    assert list(got.columns) == ["uuid", "mig_uuid", "holders"]
+    assert {(u, m): h for u, m, h in got.itertuples(index=False)} == {
+        ("GPU-a", ""): "ml/t-1, web/w-0",
+        ("GPU-m", "MIG-1"): "ml/m-0",
+        ("GPU-m", "MIG-2"): "ml/m-1",
+    }
+    assert holders(alloc.iloc[0:0]).empty
+    no_mig = holders(alloc.drop(columns=["mig_uuid"]).iloc[:1])  # a store answer without the label
+    assert no_mig.to_dict("records") == [{"uuid": "GPU-a", "mig_uuid": "", "holders": "web/w-0"}]

@@ -123,3 +123,26 @@ def test_a_range_answer_is_cached_by_its_step_aligned_end(
     assert sent[0] >= 4, counting.queries  # its four queries
     assert sent[1] == sent[0], "asked again within the same step"
     assert sent[2] == 2 * sent[0], "the next step is a new answer"
+
+
+def test_the_efficiency_page_asks_the_class_now_for_the_labels_it_reads_only(
+    proxy: tuple[CountingProxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Efficiency page's class now (the boundness state set's current series, one per leaf)
+    comes with only the labels the page reads (``max by``), not every label of every series: at
+    10,000 GPUs an answer of 10,000 series the page decodes and frames (issue 54)."""
+    from urllib.parse import parse_qs
+
+    from dashboard.frames.fleet import BOUNDNESS_NOW_LABELS
+
+    counting, url = proxy
+    monkeypatch.delenv("GPULENS_DASHBOARD_SCRAPE", raising=False)
+    monkeypatch.setenv("GPULENS_DASHBOARD_PROMETHEUS", url)
+    monkeypatch.setenv("GPULENS_DASHBOARD_REFRESH_SECONDS", "0")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page("views/efficiency.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert shown(at.title[0].value) == "Efficiency"
+    sent = [q for k in counting.queries for q in parse_qs(k.partition("?")[2]).get("query", [])]
+    now = [q for q in sent if "gpulens_gpu_boundness" in q and "== 1" in q]
+    assert now == [f"max by ({','.join(BOUNDNESS_NOW_LABELS)}) (gpulens_gpu_boundness == 1)"], sent

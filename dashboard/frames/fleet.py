@@ -172,9 +172,26 @@ def holders(allocation: pd.DataFrame) -> pd.DataFrame:
     if allocation.empty:
         return pd.DataFrame(columns=[*LEAF, "holders"])
     alloc = with_cols(allocation, [*LEAF, "namespace", "pod"])
-    alloc = alloc.assign(holder=alloc["namespace"] + "/" + alloc["pod"])
-    out = alloc.groupby(list(LEAF), as_index=False)["holder"].agg(lambda s: ", ".join(sorted(set(s))))
-    return out.rename(columns={"holder": "holders"})
+    # one pass in plain Python, as fleet_names.holders: a groupby with a Python aggregation calls
+    # it once per leaf (0.03 s at 1,000 leaves, ten times that at 10,000)
+    names: dict[tuple[str, str], set[str]] = {}
+    rows = zip(*(alloc[c].tolist() for c in (*LEAF, "namespace", "pod")), strict=True)
+    for uuid, mig_uuid, namespace, pod in rows:
+        names.setdefault((uuid, mig_uuid), set()).add(f"{namespace}/{pod}")
+    leaves = sorted(names)
+    return pd.DataFrame(
+        {
+            "uuid": [u for u, _ in leaves],
+            "mig_uuid": [m for _, m in leaves],
+            "holders": [", ".join(sorted(names[leaf])) for leaf in leaves],
+        },
+        columns=[*LEAF, "holders"],
+    )
+
+
+BOUNDNESS_NOW_LABELS = ("instance", "gpu", *LEAF, "class")
+"""The labels :func:`boundness_now` reads of the boundness state set: a page asks the store for only
+these (``current_state(by=...)``), not every label of every leaf's series."""
 
 
 def boundness_now(boundness: pd.DataFrame) -> pd.DataFrame:
@@ -183,7 +200,7 @@ def boundness_now(boundness: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*LEAF, "class"])
     b = with_cols(boundness, [*LEAF, "gpu", "instance"])
     b = b[b["value"] >= 0.5]
-    return b[["instance", "gpu", *LEAF, "class"]].drop_duplicates(list(LEAF)).reset_index(drop=True)
+    return b[list(BOUNDNESS_NOW_LABELS)].drop_duplicates(list(LEAF)).reset_index(drop=True)
 
 
 def roofline_points(

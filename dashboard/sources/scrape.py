@@ -257,6 +257,7 @@ class ScrapeSource:
         filters: Filters = NO_FILTERS,
         *,
         only: tuple[str, str] | None = None,
+        by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         df = self.instant(metric, filters, end=end)
@@ -265,7 +266,11 @@ class ScrapeSource:
         keep = df["value"] == 1
         if only:
             keep &= col(df, only[0]) == only[1]
-        return df[keep].reset_index(drop=True)
+        df = df[keep]
+        if by is not None:  # as the store's max by: the labels present of ``by``, each set once
+            labels = [k for k in by if k in df.columns]
+            df = df[[*labels, "value"]].drop_duplicates(labels)
+        return df.reset_index(drop=True)
 
     def series(
         self,

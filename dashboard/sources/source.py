@@ -226,12 +226,16 @@ class MetricSource(Protocol):
         filters: Filters = NO_FILTERS,
         *,
         only: tuple[str, str] | None = None,
+        by: Sequence[str] | None = None,
         end: float | None = None,
     ) -> pd.DataFrame:
         """Of state-set ``metric`` (one series per state, 1 for the current one), only the series
         whose value is 1 at ``end``: each device's current state, a sixth of the boundness
         series that :meth:`instant` would send. ``only`` (label, value): of that one state (the
-        devices in it now, say ``("class", "transfer")``), so that a store selects only its series."""
+        devices in it now, say ``("class", "transfer")``), so that a store selects only its series.
+        ``by``: the labels each row keeps (one row per distinct set of them: the store's ``max
+        by``), so that an answer of thousands of devices carries only what the page reads; None:
+        every label."""
         ...
 
     def series(

@@ -9,7 +9,7 @@ import streamlit as st
 from dashboard import ui
 from dashboard.figures.roofline import roofline_density, roofline_scatter
 from dashboard.figures.timelines import boundness_area, time_lines
-from dashboard.frames.fleet import boundness_now, roofline_points
+from dashboard.frames.fleet import BOUNDNESS_NOW_LABELS, boundness_now, roofline_points
 from dashboard.frames.links import (
     LINK_COUNTERS,
     LINK_UTILIZATION,
@@ -37,7 +37,8 @@ def body(ctx: ui.PageContext) -> None:
     q = {
         "dram": ui.query("mean", "gpulens_gpu_dram_active_ratio", f, window=ctx.window),
         "pipe": ui.query("mean", "gpulens_gpu_pipe_active_max_ratio", f, window=ctx.window),
-        "bound": ui.query("current_state", "gpulens_gpu_boundness", f),
+        # only the labels the page reads: at 10,000 GPUs an answer of 10,000 series (issue 54)
+        "bound": ui.query("current_state", "gpulens_gpu_boundness", f, by=BOUNDNESS_NOW_LABELS),
         "alloc": ui.query("instant", "gpulens_pod_gpu_allocation", f),
         "series": ui.query("series", "gpulens_gpu_boundness", f, window=ctx.window, step_s=ctx.step_s, by=["class"]),
     }
