@@ -284,19 +284,26 @@ def model_pair(item: str, form: str) -> tuple[str, str]:
     return model, value.strip()
 
 
-def parse_prices(text: str) -> dict[str, float]:
-    """``H200=3.5,A100=1.2,*=2`` -> {"H200": 3.5, ...}: USD per GPU-hour by model name (``*`` = any
-    other), each a plain decimal in :data:`PRICE_USD`; a model priced twice is refused. Empty: {}."""
+def per_model(text: str, form: str, value: Callable[[str], float], twice: str) -> dict[str, float]:
+    """``MODEL=VALUE[,...]`` -> {model: value(VALUE)}: each item in ``form`` (for the messages), a
+    model given twice refused with ``twice`` ("is priced twice"), a bad value named with its item;
+    empty: {}."""
     out: dict[str, float] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
-        model, price = model_pair(item, "MODEL=USD (e.g. H200=3.5)")
+        model, raw = model_pair(item, form)
         if model in out:
-            raise ValueError(f"{item!r}: {model!r} is priced twice")
+            raise ValueError(f"{item!r}: {model!r} {twice}")
         try:
-            out[model] = _price(price)
+            out[model] = value(raw)
         except ValueError as exc:
             raise ValueError(f"{item!r}: {exc}") from None
     return out
+
+
+def parse_prices(text: str) -> dict[str, float]:
+    """``H200=3.5,A100=1.2,*=2`` -> {"H200": 3.5, ...}: USD per GPU-hour by model name (``*`` = any
+    other), each a plain decimal in :data:`PRICE_USD`; a model priced twice is refused. Empty: {}."""
+    return per_model(text, "MODEL=USD (e.g. H200=3.5)", _price, "is priced twice")
 
 
 def latency_targets(span: tuple[float, float], example: str) -> Callable[[str], dict[str, float]]:
@@ -309,16 +316,7 @@ def latency_targets(span: tuple[float, float], example: str) -> Callable[[str], 
     form = f"MODEL=DURATION (e.g. {example})"
 
     def parse(text: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for item in filter(None, (p.strip() for p in text.split(","))):
-            model, value = model_pair(item, form)
-            if model in out:
-                raise ValueError(f"{item!r}: {model!r} has two targets")
-            try:
-                out[model] = duration(value)
-            except ValueError as exc:
-                raise ValueError(f"{item!r}: {exc}") from None
-        return out
+        return per_model(text, form, duration, "has two targets")
 
     return parse
 
