@@ -523,13 +523,17 @@ def test_the_device_run_end_to_end_on_the_simulated_node(tmp_path: Path) -> None
     # a record reading records is a pass later (and promtool offsets each pass's evaluations): the
     # first second of a run's first phase may have rates but no ratio yet
     served = [r for r in rows if r["engine"] and r["own_tok_s"] and r["tok_per_gpu_s"]]
-    assert {(r["phase"], r["engine"]) for r in served} >= {("agg_b8", "both"), ("disagg", "decode")}
+    found = {(r["phase"], r["engine"]) for r in served}
+    assert ("disagg", "decode") in found and found & {("agg_b1", "both"), ("agg_b8", "both")}, found
     for r in served:
         # each engine pod holds one of GPU 0's three time-slicing replicas: a third of a GPU
         assert r["pod"] in pods and r["model"] == "gpulens-llama-1b" and r["role_source"] in {"inferred", "unknown"}
         assert r["pod_gpus"] == pytest.approx(1 / 3), r
         assert r["tok_per_gpu_s"] == pytest.approx(r["rules_tok_s"] / r["pod_gpus"], rel=1e-6), r
-        assert 0.5 < r["tok_ratio"] < 1.5, r  # the rules' rate over the phase's end against the own count
+    # the rules' rate against the engine's own count where the 3 s window lies inside the phase (a
+    # shorter phase's window reaches into the engine's start, when it generated nothing)
+    whole = [r for r in served if r["seconds"] >= 3]
+    assert whole and all(0.5 < r["tok_ratio"] < 1.5 for r in whole), whole
     assert "| agg_b8 | both |" in done.stdout
 
 
