@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         window = a.window or max(1, int(min(p["end"] - p["start"] for p in busy)))
         records = windowed_records(rule_expressions(), window)
         start, end = summary["phases"][0]["start"] - 1, summary["phases"][-1]["end"] + 1
-        backfill_recording_rules(data, start, end, work, tuple(records), exprs=records, eval_interval_s=1)
+        backfill_recording_rules(data, start, end, work, tuple(records), exprs=records, eval_interval_s=1, aligned=True)
         print(f"records every 1 s over {end - start:.0f} s, ranges {window} s", file=sys.stderr)
         config = "global: {scrape_interval: 1m}\nscrape_configs: []\n"
         with run_prometheus(config, storage_dir=str(data), extra_args=["--storage.tsdb.retention.time=3650d"]) as base:

@@ -151,6 +151,7 @@ def backfill_recording_rules(
     records: Sequence[str] = DASHBOARD_RECORDS,
     exprs: Mapping[str, str] | None = None,
     eval_interval_s: int = 60,
+    aligned: bool = False,
 ) -> None:
     """Evaluate ``records`` (from deploy/rules/gpulens.rules.yml, or ``exprs``: record name ->
     expression) every ``eval_interval_s`` over [start, end] of the TSDB in ``data`` with ``promtool
@@ -172,7 +173,10 @@ def backfill_recording_rules(
         now = [r for r in todo if not any(re.search(rf"(?<![\w:]){re.escape(o)}(?![\w:])", exprs[r])
                                           for o in todo if o != r)]  # fmt: skip
         todo = [r for r in todo if r not in now]
-        rules = work / f"backfill-rules-{n}.yml"
+        # promtool offsets a group's evaluations by a hash of its file and name: one file for every
+        # pass (``aligned``) records every level at the same instants, so a record reading another
+        # reads the value of that instant, not one evaluation earlier
+        rules = work / ("backfill-rules.yml" if aligned else f"backfill-rules-{n}.yml")
         rules.write_text(yaml.safe_dump({"groups": [{"name": "backfill", "rules": [
             {"record": r, "expr": exprs[r]} for r in now]}]}))  # fmt: skip
         blocks = work / f"backfill-blocks-{n}"
